@@ -1,0 +1,55 @@
+"""Shared test fixtures: where the real traces live, and skipping when they don't."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+SAMPLE_TRACES = ROOT / "sample_traces"
+
+# Short names for the real traces in ../shared/traces (see PROVENANCE.md there).
+REAL = {
+    "h100_hf": "h100_hf-qwen1.5-0.5b_forward_bs16.json.gz",
+    "mi300x_extend": "mi300x_sglang-qwen3-8b_extend-step.json.gz",
+    "mi300x_decode": "mi300x_sglang-qwen3-8b_decode-step_hipgraph.json.gz",
+    "mi300x_capture": "mi300x_sglang-qwen3-8b_decode_graph-capture.json.gz",
+    "rtx4080_nanovllm": "rtx4080laptop_nano-vllm_decode.json.gz",
+    "a100_particle": "a100_particle-transformer_inference_bs8.pt.trace.json.gz",
+    "a100_torchrec": "a100_torchrec_train_cudagraphs.json.gz",
+    "a100_dlrm": "a100_dlrm_train.json.gz",
+    "a100_nccl": "a100_nccl_train.json.gz",
+    "a100_triton": "a100_triton_tiny.json.gz",
+    "b300_moe": "b300_moe-microbench.json.gz",
+    "mi250_toy": "mi250_rocm6.2_toy_train.json.gz",
+    "v100_ddp": "v100_ddp_train_large.json.gz",
+    "v100_pt19": "v100_resnet50_train_pt1.9-schema.pt.trace.json.gz",
+    "v100_ns": "v100_resnet_ns-timestamps.pt.trace.json.gz",
+}
+
+
+def real_trace_path(key: str) -> Path:
+    """Path of a real trace from ../shared/traces, or skip the test with the reason."""
+    path = SHARED_TRACES / REAL[key]
+    if not path.exists():
+        pytest.skip(f"real trace {path} is absent (../shared/traces is not beside this checkout)")
+    return path
+
+
+def all_real_traces() -> list[str]:
+    return sorted(REAL)
+
+
+_CACHE: dict = {}
+
+
+def read_real(key: str):
+    """Read a real trace once per test session (reading is the slow part of many tests)."""
+    from tracekit import read_trace
+
+    path = real_trace_path(key)
+    if key not in _CACHE:
+        _CACHE[key] = read_trace(path)
+    return _CACHE[key]

@@ -1,0 +1,110 @@
+"""The links between tables: kernel -> launch -> op.
+
+* kernel -> runtime call: the shared ``correlation`` id. One ``cudaGraphLaunch`` /
+  ``hipGraphLaunch`` correlation is shared by every kernel the graph replays;
+  those kernels are flagged ``graph`` and get no op, because the op that
+  launched the replay is not the op whose shapes describe each kernel.
+* runtime call -> cpu op: the ``External id`` where the trace has one and the op
+  it names really encloses the call on the same thread (2022-era traces reuse the
+  correlation as External id, so an unchecked match could land on an unrelated
+  op); otherwise the innermost op that encloses the call in time on its thread.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.trace.model import Trace
+
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
+
+
+def link(trace: Trace) -> None:
+    rt = trace.runtime
+    rt["op"] = _runtime_to_op(rt, trace.cpu_ops)
+    k = trace.kernels
+    launch = _lookup(rt["correlation"].to_numpy(), k["correlation"].to_numpy()) if len(k) else np.empty(0, np.int64)
+    k["launch"] = launch
+    if len(k):
+        graph_rows = np.flatnonzero(rt["name"].astype(str).str.endswith(GRAPH_LAUNCHES).to_numpy())
+        graph = np.isin(launch, graph_rows) & (launch >= 0)
+        op = np.where(launch >= 0, rt["op"].to_numpy()[np.maximum(launch, 0)] if len(rt) else -1, -1)
+        k["graph"] = graph
+        k["op"] = np.where(graph, -1, op).astype(np.int64)
+    else:
+        k["graph"] = pd.Series(dtype=bool)
+        k["op"] = pd.Series(dtype="int64")
+
+
+def _lookup(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Row in ``keys`` holding each wanted value (first such row), -1 where absent or negative."""
+    if len(keys) == 0:
+        return np.full(len(wanted), -1, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    pos = np.searchsorted(sorted_keys, wanted)
+    pos = np.minimum(pos, len(keys) - 1)
+    found = (sorted_keys[pos] == wanted) & (wanted >= 0)
+    return np.where(found, order[pos], -1).astype(np.int64)
+
+
+def _runtime_to_op(rt: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    n = len(rt)
+    if n == 0 or len(ops) == 0:
+        return np.full(n, -1, dtype=np.int64)
+    op_start = ops["start_ns"].to_numpy()
+    op_end = ops["end_ns"].to_numpy()
+    op_tid = ops["tid"].to_numpy()
+    r_start = rt["start_ns"].to_numpy()
+    r_end = rt["end_ns"].to_numpy()
+    r_tid = rt["tid"].to_numpy()
+
+    by_ext = _lookup(ops["external_id"].to_numpy(), rt["external_id"].to_numpy())
+    j = np.maximum(by_ext, 0)
+    valid = (
+        (by_ext >= 0) & (op_tid[j] == r_tid) & (op_start[j] <= r_start) & (op_end[j] >= r_end)
+    )
+    result = np.where(valid, by_ext, -1).astype(np.int64)
+    todo = np.flatnonzero(~valid)
+    if len(todo):
+        result[todo] = _enclosing(op_start, op_end, op_tid, r_start[todo], r_end[todo], r_tid[todo])
+    return result
+
+
+def _enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid) -> np.ndarray:
+    """Innermost op on the same thread whose interval contains each query interval."""
+    out = np.full(len(q_start), -1, dtype=np.int64)
+    for tid in np.unique(q_tid):
+        rows = np.flatnonzero(op_tid == tid)
+        if not len(rows):
+            continue
+        # Ops sorted by start (longer first on ties, so a parent precedes its child).
+        order = rows[np.lexsort((-(op_end[rows] - op_start[rows]), op_start[rows]))]
+        starts = op_start[order]
+        parent = _parents(starts, op_end[order])
+        qs = np.flatnonzero(q_tid == tid)
+        cand = np.searchsorted(starts, q_start[qs], side="right") - 1
+        for qi, c in zip(qs, cand):
+            # Walk up from the latest-starting op to the first that still encloses.
+            while c >= 0 and op_end[order[c]] < q_end[qi]:
+                c = parent[c]
+            if c >= 0:
+                out[qi] = order[c]
+    return out
+
+
+def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Parent index (in the same sorted order) of each interval by nesting; -1 for roots."""
+    parent = np.full(len(starts), -1, dtype=np.int64)
+    stack: list[int] = []
+    ends_list = ends.tolist()
+    starts_list = starts.tolist()
+    for i in range(len(starts_list)):
+        s = starts_list[i]
+        while stack and ends_list[stack[-1]] < s:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent

@@ -1,0 +1,107 @@
+"""The ``Trace`` value: everything downstream reads this, never raw JSON.
+
+Tables are pandas DataFrames with one row per event. Times are integer
+nanoseconds (int64) on the trace's own clock (``baseTimeNanoseconds`` applied),
+so ``end_ns - start_ns`` is exact and nothing downstream juggles microsecond
+floats. Link columns hold row positions (``0..len-1``) into another table, or -1
+where the trace does not give the link.
+
+``kernels``      every GPU activity: kernels, memcpy and memset (``kind`` says which)
+    name, kind ("kernel" | "memcpy" | "memset"), start_ns, end_ns, dur_ns,
+    device, stream, correlation, external_id,
+    launch   -> row in ``runtime`` of the launching runtime call (by correlation)
+    op       -> row in ``cpu_ops`` of the op that launched it (through the launch)
+    graph    bool: launched by a cudaGraphLaunch / hipGraphLaunch (graph replay)
+``runtime``      CUDA/HIP runtime and driver calls (cudaLaunchKernel, hipGraphLaunch, ...)
+    name, api ("runtime" | "driver"), start_ns, end_ns, dur_ns, pid, tid,
+    correlation, external_id,
+    op       -> row in ``cpu_ops`` of the enclosing op (External id, else time nesting)
+``cpu_ops``      aten / framework ops (``cpu_op`` / ``Operator``)
+    name, start_ns, end_ns, dur_ns, pid, tid, external_id,
+    input_dims   JSON text of ``Input Dims`` or None (decode with ``Trace.shapes``)
+    input_types  JSON text of ``Input type`` or None
+``annotations``  user ranges: ``record_function``, ``ProfilerStep#N``, framework markers
+    name, side ("cpu" | "gpu"), start_ns, end_ns, dur_ns, pid, tid, device, stream,
+    external_id
+``python``       ``python_function`` events (``nn.Module:`` spans, Python frames)
+    name, start_ns, end_ns, dur_ns, pid, tid
+
+``rank`` is a column of every table when several per-rank files were read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+# Schema eras, oldest first.
+ERA_PT19 = "pytorch-1.9"  # Operator / Runtime / Kernel, flow "async"
+ERA_2022 = "2022"  # cpu_op / cuda_runtime / kernel, flow "async_cpu_to_gpu"
+ERA_CURRENT = "current"  # ... flow "ac2g", user_annotation / gpu_user_annotation
+
+
+@dataclass
+class Trace:
+    """One profiler trace (or several per-rank traces) read into tables."""
+
+    path: str
+    kernels: pd.DataFrame
+    runtime: pd.DataFrame
+    cpu_ops: pd.DataFrame
+    annotations: pd.DataFrame
+    python: pd.DataFrame
+    # deviceProperties entries as given, keyed by device id.
+    devices: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # distributedInfo (rank, world_size, backend, ...) or None.
+    distributed: dict[str, Any] | None = None
+    # Top-level keys other than traceEvents / deviceProperties / distributedInfo.
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # The ``<name>.tracekit.json`` sidecar written by ``tracekit collect``, if found.
+    sidecar: dict[str, Any] | None = None
+    era: str = ERA_CURRENT
+    # What the trace could not give, as {fact: reason}; later stages say "unknown because ...".
+    lacks: dict[str, str] = field(default_factory=dict)
+    # Number of events and decompressed bytes read, for progress and benchmarks.
+    n_events: int = 0
+    n_bytes: int = 0
+
+    @property
+    def has_gpu(self) -> bool:
+        return len(self.kernels) > 0
+
+    @property
+    def start_ns(self) -> int:
+        starts = [t["start_ns"].min() for t in (self.kernels, self.cpu_ops, self.runtime, self.annotations) if len(t)]
+        return int(min(starts)) if starts else 0
+
+    @property
+    def end_ns(self) -> int:
+        ends = [t["end_ns"].max() for t in (self.kernels, self.cpu_ops, self.runtime, self.annotations) if len(t)]
+        return int(max(ends)) if ends else 0
+
+    def device_name(self, device: int | None = None) -> str | None:
+        """Name of a device (the first GPU used when None), or None if the trace lacks it."""
+        return (self.device_props(device) or {}).get("name") or None
+
+    def device_props(self, device: int | None = None) -> dict[str, Any] | None:
+        """deviceProperties of a device (the first GPU used when None), or None if absent."""
+        if device is None:
+            used = self.kernels["device"] if len(self.kernels) else pd.Series(dtype="int64")
+            used = used[used >= 0]
+            device = int(used.mode().iloc[0]) if len(used) else (min(self.devices) if self.devices else None)
+        if device in self.devices:
+            return self.devices[device]
+        # ROCm traces number kernel devices by HSA agent (e.g. 9) while
+        # deviceProperties counts from 0; with one GPU described there is no doubt.
+        if len(self.devices) == 1:
+            return next(iter(self.devices.values()))
+        return None
+
+    def shapes(self, op_row: int) -> tuple[list | None, list | None]:
+        """(Input Dims, Input type) of a cpu op, decoded; (None, None) when not recorded."""
+        dims = self.cpu_ops["input_dims"].iat[op_row]
+        types = self.cpu_ops["input_types"].iat[op_row]
+        return (json.loads(dims) if dims else None, json.loads(types) if types else None)

@@ -1,0 +1,47 @@
+"""A plain-text account of what the reader found in a trace (``tracekit summary``)."""
+
+from __future__ import annotations
+
+from tracekit.trace.model import Trace
+
+
+def summarize(trace: Trace, top: int = 10) -> str:
+    k = trace.kernels
+    lines = [f"trace      {trace.path}"]
+    name = trace.device_name()
+    lines.append(f"device     {name or 'unknown'}" + (f" (+{len(trace.devices) - 1} more described)" if len(trace.devices) > 1 else ""))
+    if trace.distributed:
+        lines.append(f"rank       {trace.distributed.get('rank', '?')} of {trace.distributed.get('world_size', '?')}")
+    span_ms = (trace.end_ns - trace.start_ns) / 1e6
+    lines.append(f"schema     {trace.era}")
+    lines.append(f"time span  {span_ms:,.3f} ms")
+    kinds = k["kind"].value_counts() if len(k) else {}
+    lines.append(
+        "events     "
+        f"{kinds.get('kernel', 0):,} kernels, {kinds.get('memcpy', 0):,} memcpy, {kinds.get('memset', 0):,} memset, "
+        f"{len(trace.cpu_ops):,} cpu ops, {len(trace.runtime):,} runtime calls, "
+        f"{len(trace.annotations):,} annotations, {len(trace.python):,} python functions"
+    )
+    if len(k):
+        kern = k[k["kind"] == "kernel"]
+        lines.append(
+            f"links      {int((kern['launch'] >= 0).sum()):,} kernels linked to a launch, "
+            f"{int((kern['op'] >= 0).sum()):,} to an op, {int(kern['graph'].sum()):,} replayed from a graph"
+        )
+        busy = kern.groupby("name", observed=True)["dur_ns"].agg(["sum", "count"]).sort_values("sum", ascending=False)
+        total = busy["sum"].sum()
+        lines.append("")
+        lines.append(f"top {min(top, len(busy))} kernels by GPU time")
+        for kname, row in busy.head(top).iterrows():
+            share = row["sum"] / total if total else 0.0
+            lines.append(f"  {row['sum'] / 1e6:10.3f} ms {share:6.1%} {int(row['count']):7,}x  {_short(str(kname))}")
+    if trace.lacks:
+        lines.append("")
+        lines.append("the trace lacks")
+        for why in trace.lacks.values():
+            lines.append(f"  - {why}")
+    return "\n".join(lines)
+
+
+def _short(name: str, width: int = 90) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
