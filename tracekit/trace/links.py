@@ -95,16 +95,36 @@ def _enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid) -> np.ndarray:
 
 
 def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Parent index (in the same sorted order) of each interval by nesting; -1 for roots."""
+    """Parent index (in the same sorted order) of each interval by nesting; -1 for roots.
+
+    An interval that merely touches the previous one (end == next start, common with
+    microsecond timestamps) is a sibling, not a parent.
+    """
     parent = np.full(len(starts), -1, dtype=np.int64)
     stack: list[int] = []
     ends_list = ends.tolist()
     starts_list = starts.tolist()
     for i in range(len(starts_list)):
-        s = starts_list[i]
-        while stack and ends_list[stack[-1]] < s:
+        s, e = starts_list[i], ends_list[i]
+        while stack and ends_list[stack[-1]] <= s and ends_list[stack[-1]] < e:
             stack.pop()
-        if stack:
+        if stack and ends_list[stack[-1]] >= e:
             parent[i] = stack[-1]
         stack.append(i)
     return parent
+
+
+def op_parents(ops: pd.DataFrame) -> np.ndarray:
+    """Row of each cpu op's enclosing op on its thread (time nesting), -1 for top-level ops."""
+    out = np.full(len(ops), -1, dtype=np.int64)
+    if not len(ops):
+        return out
+    start = ops["start_ns"].to_numpy()
+    end = ops["end_ns"].to_numpy()
+    keys = ops["pid"].to_numpy() * (1 << 32) + ops["tid"].to_numpy()
+    for key in np.unique(keys):
+        rows = np.flatnonzero(keys == key)
+        order = rows[np.lexsort((-(end[rows] - start[rows]), start[rows]))]
+        parent = _parents(start[order], end[order])
+        out[order] = np.where(parent >= 0, order[np.maximum(parent, 0)], -1)
+    return out
