@@ -166,10 +166,7 @@ def _work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
         )
         return work, "gpu"
     ops = trace.cpu_ops
-    parents = op_parents(ops)
-    has_child = np.zeros(len(ops), dtype=bool)
-    has_child[parents[parents >= 0]] = True
-    leaf = np.flatnonzero(~has_child)
+    leaf = _compute_leaves(ops)
     leaves = ops.iloc[leaf]
     work = pd.DataFrame(
         {
@@ -185,6 +182,35 @@ def _work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
         }
     )
     return work, "cpu"
+
+
+# Ops that only make views or allocate: they take no time worth attributing, and
+# treating them as work would hide the GEMM that contains them (aten::mm calls
+# aten::resolve_conj and aten::as_strided, so it is not a leaf of the op tree).
+_METADATA_OPS = frozenset(
+    "aten::" + n
+    for n in (
+        "view as_strided resolve_conj resolve_neg empty empty_strided empty_like reshape _unsafe_view t "
+        "transpose expand expand_as slice select unsqueeze squeeze permute detach alias lift_fresh "
+        "_reshape_alias unflatten flatten split chunk unbind narrow view_as_real view_as_complex "
+        "_local_scalar_dense item is_nonzero size stride dim numel"
+    ).split()
+)
+
+
+def _compute_leaves(ops: pd.DataFrame) -> np.ndarray:
+    """Rows of the ops that do the work on a CPU-only trace: non-metadata ops none of
+    whose descendants is a non-metadata op."""
+    parents = op_parents(ops)
+    real = ~ops["name"].astype(str).isin(_METADATA_OPS).to_numpy()
+    has_real_below = np.zeros(len(ops), dtype=bool)
+    frontier = parents[real & (parents >= 0)]
+    while len(frontier):
+        frontier = frontier[~has_real_below[frontier]]
+        has_real_below[frontier] = True
+        frontier = parents[frontier]
+        frontier = frontier[frontier >= 0]
+    return np.flatnonzero(real & ~has_real_below)
 
 
 # --- annotated ranges ----------------------------------------------------------------
@@ -297,17 +323,28 @@ def _is_training(trace: Trace) -> bool:
 
 
 def _inferred_passes(trace: Trace, work: pd.DataFrame) -> list[tuple]:
-    """Forward passes of an unannotated trace, each classified from its op shapes."""
+    """Forward passes of an unannotated trace, each classified from its op shapes.
+
+    A pass starts at an *anchor*: a token-embedding lookup (the first thing a
+    language model's forward does) or else the start of an outermost ``nn.Module``
+    span, and lasts until the next anchor on its thread; the first pass takes in
+    everything before it and the last everything after, so no work between passes
+    is lost (a sampler after the model, a graph replay outside any module span).
+    ``ProfilerStep#N`` ranges are the fallback, then the whole trace as one pass.
+    """
     ops = trace.cpu_ops
     if not len(ops):
         return []
-    bounds = _embedding_anchors(ops) or _module_passes(trace) or _profiler_steps(trace)
+    anchors = _embedding_anchors(ops) or _module_anchors(trace)
+    if anchors:
+        bounds = _passes_from_anchors(anchors, work, trace)
+    else:
+        bounds = _profiler_steps(trace)
     if not bounds:
-        # One pass spanning the whole trace on the busiest launching thread.
         tids = work["issue_tid"][work["issue_tid"] >= 0]
         tid = int(tids.mode().iloc[0]) if len(tids) else int(ops["tid"].mode().iloc[0])
-        on = ops[ops["tid"] == tid]
-        bounds = [(int(on["start_ns"].min()), int(on["end_ns"].max()), tid, "whole trace")]
+        lo, hi = _thread_span(trace, tid)
+        bounds = [(lo, hi, tid, "whole trace")]
     out = []
     for start, end, tid, label in bounds:
         inside = ops[(ops["tid"] == tid) & (ops["start_ns"] >= start) & (ops["start_ns"] < end)]
@@ -316,11 +353,36 @@ def _inferred_passes(trace: Trace, work: pd.DataFrame) -> list[tuple]:
     return out
 
 
-def _embedding_anchors(ops: pd.DataFrame) -> list[tuple]:
-    """Passes that each start at a token-embedding lookup (the vocab-sized embedding)."""
+def _thread_span(trace: Trace, tid: int) -> tuple[int, int]:
+    """First start and last end of anything the CPU thread did (ops and runtime calls)."""
+    spans = [t[t["tid"] == tid] for t in (trace.cpu_ops, trace.runtime) if len(t)]
+    spans = [t for t in spans if len(t)]
+    return int(min(t["start_ns"].min() for t in spans)), int(max(t["end_ns"].max() for t in spans))
+
+
+def _passes_from_anchors(anchors: list[tuple[int, int, str]], work: pd.DataFrame, trace: Trace) -> list[tuple]:
+    out = []
+    by_tid: dict[int, list[tuple[int, str]]] = {}
+    for start, tid, label in anchors:
+        by_tid.setdefault(tid, []).append((start, label))
+    for tid, items in by_tid.items():
+        items.sort()
+        _, hi = _thread_span(trace, tid)
+        issued = work.loc[(work["issue_tid"] == tid) & (work["issue_ns"] >= 0), "issue_ns"]
+        # The first pass starts at its anchor, or earlier if work was issued before
+        # it (a graph replay ahead of the sampler's module span); never at an
+        # unrelated wait at the top of the thread, which would inflate TTFT.
+        first = min(items[0][0], int(issued.min())) if len(issued) else items[0][0]
+        for j, (start, label) in enumerate(items):
+            begin = first if j == 0 else start
+            end = items[j + 1][0] if j + 1 < len(items) else hi + 1
+            out.append((begin, end, tid, f"forward pass {j + 1} (from {label})"))
+    return out
+
+
+def _embedding_anchors(ops: pd.DataFrame) -> list[tuple[int, int, str]]:
+    """(start, tid, label) of each token-embedding lookup (the vocab-sized aten::embedding)."""
     emb = ops[ops["name"] == "aten::embedding"]
-    if not len(emb):
-        return []
     rows = []
     for i, dims in zip(emb.index, emb["input_dims"]):
         d = _loads(dims)
@@ -329,22 +391,12 @@ def _embedding_anchors(ops: pd.DataFrame) -> list[tuple]:
     if not rows:
         return []
     vocab = max(v for _, v in rows)
-    anchors = emb.loc[[i for i, v in rows if v == vocab]]
-    out = []
-    for tid, group in anchors.groupby("tid"):
-        starts = group["start_ns"].to_numpy()
-        on = ops[ops["tid"] == tid]
-        last = int(on["end_ns"].max())
-        first = int(on["start_ns"].min())
-        for j, s in enumerate(starts):
-            begin = first if j == 0 else int(s)
-            end = int(starts[j + 1]) if j + 1 < len(starts) else last
-            out.append((begin, end, int(tid), f"forward pass {j + 1} (from token embedding)"))
-    return out
+    chosen = emb.loc[[i for i, v in rows if v == vocab]]
+    return [(int(r.start_ns), int(r.tid), "token embedding") for r in chosen.itertuples()]
 
 
-def _module_passes(trace: Trace) -> list[tuple]:
-    """Passes from the outermost ``nn.Module:`` spans of the most-used top-level model module."""
+def _module_anchors(trace: Trace) -> list[tuple[int, int, str]]:
+    """(start, tid, label) of the outermost ``nn.Module:`` spans of the busiest top-level module."""
     py = trace.python
     if not len(py):
         return []
@@ -352,19 +404,16 @@ def _module_passes(trace: Trace) -> list[tuple]:
     if not len(mods):
         return []
     outer = []
-    for tid, group in mods.groupby("tid"):
-        group = group.sort_values(["start_ns", "end_ns"], ascending=[True, False])
+    for _, group in mods.groupby("tid"):
         end = -1
-        for _, row in group.iterrows():
-            if row["start_ns"] >= end:
+        for row in group.sort_values(["start_ns", "end_ns"], ascending=[True, False]).itertuples():
+            if row.start_ns >= end:
                 outer.append(row)
-                end = row["end_ns"]
-    if not outer:
-        return []
+                end = row.end_ns
     frame = pd.DataFrame(outer)
     top = frame.groupby("name", observed=True)["dur_ns"].sum().idxmax()
-    chosen = frame[frame["name"] == top].sort_values("start_ns")
-    return [(int(r.start_ns), int(r.end_ns), int(r.tid), f"{top}") for r in chosen.itertuples()]
+    chosen = frame[frame["name"] == top]
+    return [(int(r.start_ns), int(r.tid), str(top)) for r in chosen.itertuples()]
 
 
 def _profiler_steps(trace: Trace) -> list[tuple]:
