@@ -184,6 +184,10 @@ def _run(torch, model, batch: int, prompt: int, steps: int, mark: bool):
     def rng(name):
         return record_function(name) if mark else _null()
 
+    # transformers renamed past_key_values to cache (5.x); accept both.
+    import inspect
+
+    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     wall = []
     with torch.inference_mode():
         t = time.perf_counter()
@@ -191,14 +195,14 @@ def _run(torch, model, batch: int, prompt: int, steps: int, mark: bool):
             out = model(input_ids=ids, use_cache=True)
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
         ttft = (time.perf_counter() - t) * 1e3
-        cache = out.past_key_values
+        cache = out[kw]
         for i in range(steps):
             t = time.perf_counter()
             with rng(markers.decode_name(i, batch)):
-                out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
+                out = model(input_ids=nxt, use_cache=True, **{kw: cache})
                 nxt = out.logits[:, -1].argmax(-1, keepdim=True)
             wall.append((time.perf_counter() - t) * 1e3)
-            cache = out.past_key_values
+            cache = out[kw]
     return ttft, wall
 
 
