@@ -34,9 +34,9 @@ def main() -> None:
 
 def _register() -> None:
     # One place lists the subcommands, in the order a user meets them.
-    from tracekit.cli import summary
+    from tracekit.cli import gpus, summary
 
-    for module in (summary,):
+    for module in (summary, gpus):
         main.add_command(module.command)
 
 
