@@ -1,0 +1,370 @@
+"""The pipeline: Trace -> segment -> attribute -> one ``Analysis``.
+
+Everything a report shows is computed here or in the stages it calls; renderers
+only read the result.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit import __version__
+from tracekit.analysis import findings as find
+from tracekit.analysis.latency import latency
+from tracekit.analysis.model import Analysis
+from tracekit.analysis.roofline import BOUNDS, attribute
+from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, segment
+from tracekit.specs import SpecMatch, cpu_lookup, lookup, with_calibration
+from tracekit.trace.model import Trace
+
+PHASE_ORDER = (PREFILL, DECODE, MIXED, UNKNOWN)
+TOP_KERNELS = 15  # rows per phase in the report tables
+ROOFLINE_POINTS = 40  # op groups per phase on the roofline chart
+
+
+def analyze(
+    trace: Trace,
+    *,
+    gpu: str | None = None,
+    spec_file: str | None = None,
+    cpu_matmul_flops: float | None = None,
+    cpu_bandwidth: float | None = None,
+) -> Analysis:
+    """Analyse a trace. ``gpu``/``spec_file`` override the device lookup; the two
+    ``cpu_*`` peaks (FLOP/s, bytes/s) stand in for a CPU trace's missing calibration."""
+    seg = segment(trace)
+    match = _device_spec(trace, gpu, spec_file, cpu_matmul_flops, cpu_bandwidth)
+    attr = attribute(trace, seg, match)
+    work = pd.concat([seg.work.reset_index(drop=True), attr.table.reset_index(drop=True)], axis=1)
+    lat = latency(seg)
+    spec = match.spec
+    phases = {p: _phase(p, work, seg.steps, lat.phases.get(p, {}), spec) for p in PHASE_ORDER if p in set(seg.steps["phase"])}
+    metrics = _metrics(lat, phases)
+    device = _device(trace, seg.device_type, match)
+    provenance = _provenance(trace, seg, lat, match, phases, work)
+    analysis = Analysis(
+        source={
+            "path": trace.path,
+            "files": trace.metadata.get("files", [trace.path]),
+            "name": os.path.basename(os.path.normpath(trace.path)),
+            "schema_era": trace.era,
+            "events": trace.n_events,
+            "bytes": trace.n_bytes,
+            "tracekit_version": __version__,
+        },
+        device=device,
+        workload=_workload(trace),
+        run_kind=seg.run_kind,
+        phase_source=seg.source,
+        steps=seg.steps,
+        work=work,
+        phases=phases,
+        metrics=metrics,
+        findings=[],
+        provenance=provenance,
+        top_kernels={p: _top_kernels(work[work["phase"] == p]) for p in phases},
+        roofline={p: _roofline_points(work[work["phase"] == p], spec, phases[p]) for p in phases},
+    )
+    analysis.findings = find.findings(analysis)
+    return analysis
+
+
+# --- device --------------------------------------------------------------------------
+
+
+def _device_spec(trace: Trace, gpu, spec_file, cpu_flops, cpu_bw) -> SpecMatch:
+    if trace.has_gpu or gpu or spec_file:
+        match = lookup(trace.device_props(), gpu=gpu, spec_file=spec_file)
+        if match.spec is not None and trace.sidecar:
+            # Measured ceilings from collect become the achievable roof; peaks stay.
+            match = SpecMatch(with_calibration(match.spec, trace.sidecar), match.how, match.reason)
+        return match
+    return cpu_lookup(trace.sidecar or {}, matmul_flops=cpu_flops, bandwidth=cpu_bw)
+
+
+def _device(trace: Trace, device_type: str, match: SpecMatch) -> dict[str, Any]:
+    spec = match.spec
+    name = trace.device_name() if device_type == "gpu" else ((trace.sidecar or {}).get("device") or {}).get("name") or "CPU"
+    return {
+        "name": name,
+        "type": device_type,
+        "spec": None if spec is None else spec.name,
+        "spec_key": None if spec is None else spec.key,
+        "how": match.how,
+        "reason": match.reason,
+        "peak_basis": None if spec is None else spec.peak_basis,
+        "peak_bandwidth": None if spec is None else spec.peak_bandwidth,
+        "achievable_bandwidth": None if spec is None else spec.achievable_bandwidth,
+        "achievable_bandwidth_basis": None if spec is None else spec.achievable_bandwidth_basis,
+    }
+
+
+def _workload(trace: Trace) -> dict[str, Any] | None:
+    side = trace.sidecar
+    if not side:
+        return None
+    keep = ("workload", "versions", "device", "timing", "calibration", "schedule", "created")
+    return {k: side.get(k) for k in keep if k in side}
+
+
+# --- per phase -----------------------------------------------------------------------
+
+
+def _phase(phase: str, work: pd.DataFrame, steps: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
+    w = work[work["phase"] == phase]
+    ms = w["dur_ns"].to_numpy() / 1e6
+    kernel_ms = float(ms.sum())
+    by_bound = {b: float(ms[(w["bound"] == b).to_numpy()].sum()) for b in BOUNDS}
+    by_bound["idle"] = float(lat.get("gpu_idle_ms", 0.0))
+    by_category = w.groupby("category")["dur_ns"].sum().sort_values(ascending=False) / 1e6
+    cat_bound = (w.groupby(["category", "bound"])["dur_ns"].sum() / 1e6).unstack(fill_value=0.0)
+    unknown_cost = ms[np.isnan(w["flops"].to_numpy())].sum()
+    flops = float(np.nansum(w["flops"].to_numpy()))
+    nbytes = float(np.nansum(w["bytes"].to_numpy()))
+    time_ms = float(lat.get("time_ms", 0.0))
+    mfu, mfu_ach, mfu_basis, mfu_reason = _mfu(w, time_ms, spec)
+    mbu, mbu_ach, mbu_basis, mbu_reason = _mbu(nbytes, time_ms, spec, unknown_cost, kernel_ms)
+    return {
+        "steps": int((steps["phase"] == phase).sum()),
+        "time_ms": time_ms,
+        "gpu_time_ms": float(lat.get("gpu_busy_ms", 0.0) + lat.get("gpu_idle_ms", 0.0)),
+        "gpu_busy_ms": float(lat.get("gpu_busy_ms", 0.0)),
+        "gpu_idle_ms": float(lat.get("gpu_idle_ms", 0.0)),
+        "idle_share": lat.get("idle_share"),
+        "kernel_ms": kernel_ms,
+        "kernels": int(len(w)),
+        "by_bound": by_bound,
+        "by_category": {str(k): float(v) for k, v in by_category.items()},
+        "by_category_bound": {
+            str(c): {str(b): float(cat_bound.at[c, b]) for b in cat_bound.columns} for c in cat_bound.index
+        },
+        "flops": flops,
+        "bytes": nbytes,
+        "unknown_cost_share": float(unknown_cost / kernel_ms) if kernel_ms else None,
+        "mfu": mfu,
+        "mfu_achievable": mfu_ach,
+        "mfu_basis": mfu_basis,
+        "mfu_reason": mfu_reason,
+        "mbu": mbu,
+        "mbu_achievable": mbu_ach,
+        "mbu_basis": mbu_basis,
+        "mbu_reason": mbu_reason,
+    }
+
+
+def _mfu(w: pd.DataFrame, time_ms: float, spec) -> tuple:
+    """Matrix FLOPs of the phase over its time, against the peak of its main matrix dtype."""
+    matrix = w[(w["unit"] == "matrix") & w["flops"].notna()]
+    if spec is None:
+        return None, None, None, "device peaks unknown"
+    if not len(matrix):
+        return None, None, None, "no GEMM or attention work with known shapes in this phase"
+    if time_ms <= 0:
+        return None, None, None, "phase time is zero"
+    by_dtype = matrix.groupby("dtype")["flops"].sum()
+    dtype = str(by_dtype.idxmax())
+    peak = spec.peak_flops(dtype, "matrix")
+    if not peak:
+        return None, None, None, spec.no_peak_reason(dtype, "matrix") or f"no matrix peak for {dtype}"
+    rate = float(matrix["flops"].sum()) / (time_ms / 1e3)
+    ach = spec.achievable_flops(dtype, "matrix")
+    basis = f"{dtype} matrix peak of {spec.name}: {peak / 1e12:,.1f} TFLOP/s ({spec.peak_basis})"
+    if ach:
+        basis += f"; achievable {ach / 1e12:,.1f} TFLOP/s ({spec.achievable_flops_basis(dtype, 'matrix')})"
+    return rate / peak, (rate / ach if ach else None), basis, None
+
+
+def _mbu(nbytes: float, time_ms: float, spec, unknown_ms: float, kernel_ms: float) -> tuple:
+    """Bytes the phase's kernels must move (weights, KV cache, activations) over its time."""
+    if spec is None or not spec.peak_bandwidth:
+        return None, None, None, "device bandwidth unknown"
+    if nbytes <= 0 or (kernel_ms and unknown_ms / kernel_ms > 0.5):
+        return None, None, None, "the bytes moved are unknown for most of this phase's kernel time"
+    if time_ms <= 0:
+        return None, None, None, "phase time is zero"
+    rate = nbytes / (time_ms / 1e3)
+    peak = spec.peak_bandwidth
+    ach = spec.achievable_bandwidth
+    basis = f"peak bandwidth of {spec.name}: {peak / 1e9:,.0f} GB/s ({spec.peak_basis})"
+    if ach:
+        basis += f"; achievable {ach / 1e9:,.0f} GB/s ({spec.achievable_bandwidth_basis})"
+    return rate / peak, (rate / ach if ach else None), basis, None
+
+
+def _metrics(lat, phases) -> dict[str, Any]:
+    pre = phases.get(PREFILL, {})
+    dec = phases.get(DECODE, {})
+    return {
+        "ttft_ms": lat.ttft_ms,
+        "tpot_ms": lat.tpot_ms,
+        "tpot_series_ms": lat.tpot_series_ms,
+        "tpot_slope_ms_per_step": lat.tpot_slope_ms_per_step,
+        "tpot_growth": lat.tpot_growth,
+        "decode_tokens_per_s": lat.decode_tokens_per_s,
+        "prefill_tokens_per_s": lat.prefill_tokens_per_s,
+        "launch_overhead_ms_per_decode_step": lat.launch_overhead_ms_per_decode_step,
+        "launch_overhead_share_of_decode": lat.launch_overhead_share_of_decode,
+        "prefill_mfu": pre.get("mfu"),
+        "decode_mbu": dec.get("mbu"),
+        "idle_share": {p: v.get("idle_share") for p, v in phases.items()},
+    }
+
+
+# --- tables for the report -----------------------------------------------------------
+
+_TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
+
+
+def short_name(name: str, width: int = 80) -> str:
+    """A kernel name for display: template arguments and parameter lists elided."""
+    s = name
+    for _ in range(6):  # nested templates collapse from the inside out
+        t = _TEMPLATE_ARGS.sub("<>", s)
+        if t == s:
+            break
+        s = t
+    s = re.sub(r"\(.*\)$", "()", s)
+    s = s.removeprefix("void ")
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
+    if not len(w):
+        return []
+    total = w["dur_ns"].sum()
+    known = w["roof_fraction"].notna()
+    w = w.assign(
+        _roof_x_dur=np.where(known, w["roof_fraction"] * w["dur_ns"], 0.0),
+        _known_dur=np.where(known, w["dur_ns"], 0),
+    )
+    g = w.groupby("name", observed=True)
+    table = pd.DataFrame(
+        {
+            "calls": g.size(),
+            "total_ns": g["dur_ns"].sum(),
+            "flops": g["flops"].sum(min_count=1),
+            "bytes": g["bytes"].sum(min_count=1),
+            "category": g["category"].first(),
+            "bound": g["bound"].agg(lambda s: s.value_counts().index[0]),
+            "roof_x_dur": g["_roof_x_dur"].sum(),
+            "known_dur": g["_known_dur"].sum(),
+        }
+    ).sort_values("total_ns", ascending=False).head(TOP_KERNELS)
+    rows = []
+    for name, r in table.iterrows():
+        secs = r["total_ns"] / 1e9
+        rows.append(
+            {
+                "name": str(name),
+                "short_name": short_name(str(name)),
+                "category": r["category"],
+                "calls": int(r["calls"]),
+                "total_ms": r["total_ns"] / 1e6,
+                "mean_us": r["total_ns"] / r["calls"] / 1e3,
+                "share": r["total_ns"] / total if total else None,
+                "bound": r["bound"],
+                "achieved_tflops": (r["flops"] / secs / 1e12) if secs and pd.notna(r["flops"]) else None,
+                "achieved_gbps": (r["bytes"] / secs / 1e9) if secs and pd.notna(r["bytes"]) else None,
+                "roof_fraction": (r["roof_x_dur"] / r["known_dur"]) if r["known_dur"] else None,
+            }
+        )
+    return rows
+
+
+def _roofline_points(w: pd.DataFrame, spec, phase: dict) -> dict[str, Any]:
+    """Op groups (pricing op name x category x dtype) placed by intensity and achieved FLOP/s."""
+    known = w[w["flops"].notna() & w["bytes"].notna() & (w["bytes"] > 0) & (w["dur_ns"] > 0)]
+    out: dict[str, Any] = {"points": [], "roofs": None, "reason": None}
+    if spec is None:
+        out["reason"] = "device peaks unknown: no roofline"
+        return out
+    if not len(known):
+        out["reason"] = "no kernel in this phase has a known cost"
+        return out
+    label = known["op_name"].fillna(known["name"].astype(str)).astype(str)
+    g = known.assign(label=label).groupby(["label", "category", "dtype", "unit"], observed=True)
+    agg = g.agg(flops=("flops", "sum"), bytes=("bytes", "sum"), dur_ns=("dur_ns", "sum"), calls=("dur_ns", "size"), kernel=("name", "first"))
+    agg = agg.sort_values("dur_ns", ascending=False).head(ROOFLINE_POINTS)
+    for (lab, cat, dtype, unit), r in agg.iterrows():
+        secs = r["dur_ns"] / 1e9
+        peak = spec.peak_flops(dtype, unit)
+        bw = spec.peak_bandwidth
+        roof = min(peak, (r["flops"] / r["bytes"]) * bw) if peak and bw else None
+        out["points"].append(
+            {
+                "label": str(lab),
+                "kernel": short_name(str(r["kernel"])),
+                "category": str(cat),
+                "dtype": str(dtype),
+                "unit": str(unit),
+                "calls": int(r["calls"]),
+                "time_ms": r["dur_ns"] / 1e6,
+                "intensity": r["flops"] / r["bytes"],
+                "achieved_flops": r["flops"] / secs,
+                "roof_flops": roof,
+                "roof_fraction": (r["flops"] / secs) / roof if roof else None,
+            }
+        )
+    dtypes = {(p["dtype"], p["unit"]) for p in out["points"]}
+    out["roofs"] = {
+        "bandwidth": spec.peak_bandwidth,
+        "achievable_bandwidth": spec.achievable_bandwidth,
+        "compute": [
+            {"dtype": d, "unit": u, "peak_flops": spec.peak_flops(d, u), "achievable_flops": spec.achievable_flops(d, u)}
+            for d, u in sorted(dtypes)
+            if spec.peak_flops(d, u)
+        ],
+    }
+    return out
+
+
+# --- provenance ----------------------------------------------------------------------
+
+FORMULAS = {
+    "step_duration": "from the step's CPU start to the later of its CPU end and its last GPU work's end",
+    "ttft": "duration of the first prefill step: its CPU start to the end of the GPU work that produced the first token",
+    "tpot": "durations of the decode steps (mean and percentiles over steps)",
+    "gpu_busy": "union of the step's kernel, memcpy and memset intervals, all streams merged",
+    "gpu_idle": "the step's GPU window (first start to last end) minus busy time",
+    "launch_overhead": "idle gaps inside a decode step whose next kernel was launched by the CPU only after the GPU went idle",
+    "bound": "compute-bound when FLOPs / peak FLOP/s >= bytes / peak bandwidth for the op's dtype and unit (matrix or vector), else memory-bound",
+    "roof_fraction": "max(FLOPs / peak FLOP/s, bytes / peak bandwidth) / kernel duration",
+    "mfu": "matrix FLOPs of the phase's kernels with known shapes / phase time / matrix peak of the phase's main dtype",
+    "mbu": "bytes the phase's kernels must move (weights, KV cache, activations; each tensor read or written once) / phase time / peak bandwidth",
+    "cost": "FLOPs and bytes of the outermost op with a cost model, shared among the kernels it launched by duration",
+}
+
+
+def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[str, Any]:
+    outside = work[work["step"] < 0]
+    reasons = dict(lat.reasons)
+    for p, v in phases.items():
+        if v.get("mfu") is None and v.get("mfu_reason"):
+            reasons[f"{p}_mfu"] = v["mfu_reason"]
+        if v.get("mbu") is None and v.get("mbu_reason"):
+            reasons[f"{p}_mbu"] = v["mbu_reason"]
+    if PREFILL not in phases:
+        reasons["prefill_mfu"] = "the trace holds no prefill step"
+    if DECODE not in phases:
+        reasons["decode_mbu"] = "the trace holds no decode step"
+    unknown = work[work["bound"] == "unknown"]
+    why_unknown = (
+        unknown.groupby(unknown["bound_reason"].fillna("unknown"))["dur_ns"].sum().sort_values(ascending=False).head(8) / 1e6
+    )
+    return {
+        "run_kind": seg.run_kind,
+        "device_type": seg.device_type,
+        "notes": list(seg.notes),
+        "lacks": dict(trace.lacks),
+        "reasons": reasons,
+        "device_match": {"how": match.how, "reason": match.reason},
+        "outside_steps": {"units": int(len(outside)), "ms": float(outside["dur_ns"].sum() / 1e6)},
+        "unknown_bound_ms_by_reason": {str(k): float(v) for k, v in why_unknown.items()},
+        "unmatched_kernels": sorted(set(work.loc[work["category"] == "other", "name"].astype(str)))[:50],
+        "formulas": FORMULAS,
+    }

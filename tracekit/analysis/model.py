@@ -1,0 +1,108 @@
+"""The ``Analysis`` value: every table and figure a renderer may show, computed once.
+
+Renderers (HTML, JSON, Markdown, terminal) read this and compute nothing. Its
+``to_dict`` is the JSON contract (``SCHEMA_VERSION``); keys documented in the README
+are stable. A figure that cannot be computed is ``None`` with the reason in
+``provenance["reasons"]``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Finding:
+    id: str
+    text: str
+    severity: str = "info"  # "info" | "warning"
+    phase: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "severity": self.severity, "phase": self.phase}
+
+
+@dataclass
+class Analysis:
+    source: dict[str, Any]  # trace path(s), era, events, tracekit version
+    device: dict[str, Any]  # name, type, spec (row) or None, how matched, reason, peaks used
+    workload: dict[str, Any] | None  # from the collect sidecar, when present
+    run_kind: str
+    phase_source: str
+    steps: pd.DataFrame
+    # Per unit of work: segmentation columns + roofline columns (not all serialised).
+    work: pd.DataFrame
+    phases: dict[str, dict[str, Any]]
+    metrics: dict[str, Any]
+    findings: list[Finding]
+    provenance: dict[str, Any]
+    # Per phase: the top kernels and the roofline points (op groups), already capped.
+    top_kernels: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    roofline: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "source": self.source,
+                "device": self.device,
+                "workload": self.workload,
+                "run_kind": self.run_kind,
+                "steps": _steps(self.steps),
+                "phases": self.phases,
+                "metrics": self.metrics,
+                "top_kernels": self.top_kernels,
+                "roofline": self.roofline,
+                "findings": [f.to_dict() for f in self.findings],
+                "provenance": {"phase_source": self.phase_source, **self.provenance},
+            }
+        )
+
+
+def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for r in steps.itertuples(index=False):
+        out.append(
+            {
+                "index": int(r.step),
+                "phase": r.phase,
+                "source": r.source,
+                "evidence": r.evidence,
+                "label": r.label,
+                "cpu_start_ms": r.cpu_start_ns / 1e6,
+                "cpu_end_ms": r.cpu_end_ns / 1e6,
+                "gpu_start_ms": r.gpu_start_ns / 1e6 if r.kernels else None,
+                "gpu_end_ms": r.gpu_end_ns / 1e6 if r.kernels else None,
+                "duration_ms": r.duration_ns / 1e6,
+                "gpu_busy_ms": r.gpu_busy_ns / 1e6,
+                "gpu_idle_ms": r.gpu_idle_ns / 1e6,
+                "launch_gap_ms": r.launch_gap_ns / 1e6,
+                "kernels": int(r.kernels),
+                "tokens": None if pd.isna(r.tokens) else int(r.tokens),
+                "batch": None if pd.isna(r.batch) else int(r.batch),
+                "graph_replay": bool(r.graph_replay),
+            }
+        )
+    return out
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

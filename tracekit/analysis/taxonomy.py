@@ -1,0 +1,257 @@
+"""Kernel taxonomy: which kind of work a GPU kernel does, from its name and launching op.
+
+A trace holds ~100k kernels but only a few hundred distinct names, so the rules are
+regular expressions tried in order on each distinct (kernel name, op name, kind) once.
+
+How a kernel is categorised, first answer wins:
+
+1. ``kind`` "memcpy" / "memset" (copy-engine activities) map straight to those categories.
+   A kernel is never memcpy/memset: SM copy kernels (``direct_copy_kernel``, cat, dtype
+   casts) and ``FillFunctor`` fills read/write every element on the SMs like any other
+   one-pass kernel, so they are ``elementwise``; the two categories stay what the copy
+   engine did.
+2. ``KERNEL_RULES``: names that say what the kernel computes (library prefixes such as
+   ``nvjet_``/``Cijk_``/``ncclDevKernel_``, functor or function names such as
+   ``silu_kernel``, ``rms_norm``, ``flash_fwd``). Ordered from most specific to least:
+   e.g. MoE before GEMM (a grouped GEMM is MoE work), attention before KV-cache (FlashInfer
+   ``BatchDecodeWithPagedKVCache`` is attention), conv before GEMM (cuDNN implicit GEMM)
+   and GEMM/conv before activation (``..._relu_...`` epilogues).
+3. ``GENERIC_RULES``: kernel families that say only how they run (``elementwise_kernel``,
+   ``triton_poi_*``/``triton_red_*``, copies, gathers). They come before the op so that a
+   copy kernel inside ``aten::addmm`` stays elementwise instead of inflating "gemm".
+4. ``OP_RULES``: the launching op's name, for kernels whose own name is opaque (old
+   ``triton__0d1d2d`` names, ``cudnn::ops::*`` helpers, ``bitonicSortKVInPlace`` under
+   ``aten::topk``, custom-op kernels).
+5. Otherwise ``other``; ``unmatched()`` lists those names so the tables can grow from
+   real traces.
+
+Judgement calls, so that readers know: ``aten::topk``/``argmax`` count as sampling even
+when a MoE router calls them (the names cannot tell); a cuBLAS GEMM that cuDNN picks for
+a 1x1 convolution counts as gemm (the kernel name wins over the op).
+
+Matching is case-insensitive ``re.search`` over the whole name, template arguments
+included: ``vectorized_elementwise_kernel<4, silu_kernel...>`` says "silu" only there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+GEMM = "gemm"
+ATTENTION = "attention"
+NORMALIZATION = "normalization"
+ACTIVATION = "activation"
+ELEMENTWISE = "elementwise"
+REDUCTION = "reduction"
+EMBEDDING = "embedding"
+ROPE = "rope"
+MOE = "moe"
+SAMPLING = "sampling"
+KV_CACHE = "kv_cache"
+COMMUNICATION = "communication"
+MEMCPY = "memcpy"
+MEMSET = "memset"
+CONV = "conv"
+OTHER = "other"
+
+CATEGORIES = (
+    GEMM, ATTENTION, NORMALIZATION, ACTIVATION, ELEMENTWISE, REDUCTION, EMBEDDING, ROPE,
+    MOE, SAMPLING, KV_CACHE, COMMUNICATION, MEMCPY, MEMSET, CONV, OTHER,
+)
+
+# (category, pattern, why / real example). Order matters: first match wins.
+KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
+    (COMMUNICATION, r"nccl|rccl|msccl",
+     "NCCL/RCCL: ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_*"),
+    (COMMUNICATION, r"cross_device_reduce|quick_?reduce|reduce_?scatter|(one|two)_?shot|"
+                    r"(?<![a-z])all_?(reduce|gather|to_?all)",
+     "custom all-reduce (vLLM cross_device_reduce_1stage, SGLang custom_all_reduce); "
+     "'all' must start a word so that 'small_reduce' stays a reduction"),
+    (MEMCPY, r"^memcpy\b", "Kineto names copy-engine events 'Memcpy HtoD (Pinned -> Device)'"),
+    (MEMSET, r"^memset\b", "Kineto names memset events 'Memset (Device)'"),
+    (MOE, r"moe|fused_experts|grouped_?gemm|topk_?(softmax|sigmoid)|grouped_topk|"
+          r"expert|shuffle_rows",
+     "MoE routing / grouped GEMM: moe_align_block_size, fused_moe_kernel, topk_softmax"),
+    (ATTENTION, r"flash_fwd|flash_bwd|flash::|pytorch_flash|flash_?attn|flash_?mla|fmha|"
+                r"mha_|paged_?attention|(batch|single)(prefill|decode)with|mergestate|"
+                r"attention|_attn_|attn_fwd|sdpa|xqa|mmha",
+     "flash_fwd_splitkv_kernel, FmhaBatchPrefillWithPagedKVCacheKernel, "
+     "paged_attention_ll4mi_QKV_mfma16_kernel, BatchDecodeWithPagedKVCacheKernel"),
+    (KV_CACHE, r"reshape_and_cache|concat_and_cache|store_?kv_?cache|store_cache|kv_?cache|"
+               r"kv_buffer|kv_indices|copy_blocks|swap_blocks",
+     "KV-cache writes and page bookkeeping: store_kvcache, reshape_and_cache_flash, "
+     "create_flashinfer_kv_indices_triton"),
+    (NORMALIZATION, r"rms_?norm|layer_?norm|group_?norm|batch_?norm|instance_?norm|"
+                    r"\bbn_(fw|bw)|cudnn::bn_|gammabetabackward|rowwisemoments|"
+                    r"triton_\w+_fused\w*(mean\w*rsqrt|var_mean)",
+     "add_rmsnorm_quant_kernel, vectorized_layer_norm_kernel, cudnn::bn_fw_tr_1C11_*, "
+     "inductor RMSNorm triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0"),
+    (ATTENTION, r"_fwd_kernel|_fwd_grouped_kernel|decode_?attention|context_?attention|"
+                r"extend_?attention",
+     "Triton attention kernels (SGLang/LightLLM _fwd_kernel*); after norm so that "
+     "'_rms_norm_fwd_kernel' stays normalization"),
+    (ROPE, r"rotary|rope(?!r)", "rotary_embedding_kernel, apply_rope, mrope"),
+    (SAMPLING, r"sampling|multinomial|top_?k|top_p(?![a-z])|argmax|radixselect",
+     "greedy/top-k sampling: reduce_kernel<ArgMaxOps>, gatherTopK, TopKTopPSamplingFromProb"),
+    (EMBEDDING, r"indexselect|index_select|embed|pooled_embs",
+     "indexSelectLargeIndex (aten::embedding), fbgemm split_embedding_codegen_*, "
+     "permute_pooled_embs_kernel"),
+    (CONV, r"conv(?!ert)|scudnn|implicit_?gemm|_fprop|dgrad|wgrad|winograd|im2col|col2im|"
+           r"cudnn::cnn|cask_cudnn|cutlass_cudnn|nchwtonhwc|nhwctonchw",
+     "cuDNN convolution: implicit_convolve_sgemm, sm80_xmma_fprop_implicit_gemm_*, "
+     "volta_scudnn_128x64_relu_*, cutlass_tensorop_s1688dgrad_*"),
+    (GEMM, r"^cijk_|^nvjet|(?<!fb)gemm|gemv|matmul|splitkreduce|cublas|hipblas|wvsplitk|marlin|"
+           r"triton_tem_",
+     "cuBLAS/cuBLASLt (sm90_xmma_gemm_*, nvjet_sm103_*, ampere_sgemm_*, splitKreduce), "
+     "hipBLASLt/Tensile Cijk_*, CUTLASS *gemm*, Triton matmul, inductor templates; "
+     "not fbgemm_gpu::* (embedding/sparse helpers)"),
+    (ACTIVATION, r"silu|gelu|swish|swiglu|geglu|act_and_mul|relu|sigmoid|tanh|mish|softplus|"
+                 r"hardswish|threshold_kernel",
+     "act_and_mul_kernel<silu>, silu_kernel, GeluCUDAKernelImpl, threshold (ReLU)"),
+    (REDUCTION, r"softmax|reduce_kernel|devicereduce|reducebykey|segmentedreduce|scan|cumsum|"
+                r"logsumexp|(max|avg)_?pool|welford|nllcriterion",
+     "softmax_warp_forward, reduce_kernel<sum/mean/max>, cub DeviceScan, max_pool2d; "
+     "not scatter/index_add kernels that merely carry a ReduceAdd functor"),
+)
+
+# Kernel families that only say how they run (tier 3 above).
+GENERIC_RULES: tuple[tuple[str, str, str], ...] = (
+    (REDUCTION, r"triton_(red|per)_", "inductor reductions / persistent reductions"),
+    (ELEMENTWISE, r"triton_poi_", "inductor pointwise kernels"),
+    (ELEMENTWISE, r"elementwise|functor|copy|catarray|multi_tensor_apply|foreach|gather|"
+                  r"scatter|index_put|indexfunc|where_kernel|masked_fill|fill_kernel|"
+                  r"arange|clamp",
+     "at::native::*elementwise_kernel, FillFunctor, direct_copy_kernel, CatArrayBatchedCopy, "
+     "optimizer multi_tensor_apply, gather/scatter/index kernels"),
+)
+
+# Launching-op rules, tried when the kernel name says nothing (see tier 4 above).
+OP_RULES: tuple[tuple[str, str, str], ...] = (
+    (COMMUNICATION, r"nccl|c10d::|record_param_comms|all_?reduce|all_?gather|reduce_?scatter|"
+                    r"all_?to_?all|all2all|broadcast_",
+     "collectives: c10d::allreduce_, record_param_comms"),
+    (MOE, r"moe|expert", "vllm::moe_align_block_size, sglang fused_moe"),
+    (ATTENTION, r"attention|attn|mha_|fmha",
+     "aten::scaled_dot_product_attention, aten::_flash_attention_forward, aiter::mha_*"),
+    (KV_CACHE, r"reshape_and_cache|store_cache|kv_?cache|kv_buffer", "sglang::store_cache"),
+    (NORMALIZATION, r"(layer|rms|group|batch|instance)_?norm",
+     "aten::layer_norm, aten::rms_norm, aiter::rmsnorm (not aten::norm, a reduction)"),
+    (ROPE, r"rotary|rope(?!r)", "sgl_kernel::rotary_embedding"),
+    (SAMPLING, r"::(argmax|topk|multinomial)$|sampl", "aten::argmax, aten::topk"),
+    (EMBEDDING, r"embedding|index_select", "aten::embedding, aten::index_select"),
+    (CONV, r"conv(?!ert)", "aten::cudnn_convolution, aten::convolution_backward"),
+    (GEMM, r"::(mm|bmm|addmm|addmv|mv|dot|matmul|linear|baddbmm|addbmm|_scaled_mm|einsum|"
+           r"_addmm_activation)$|(?<!fb)gemm",
+     "aten::mm / aten::linear / aten::addmm, aiter::gemm_a16w16"),
+    (ACTIVATION, r"silu|gelu|relu|sigmoid|tanh|swiglu|act_and_mul|hardswish|mish|softplus|"
+                 r"threshold",
+     "aten::silu, aten::gelu, sgl_kernel::silu_and_mul"),
+    (REDUCTION, r"softmax|::(sum|mean|max|min|amax|amin|prod|cumsum|var|std|norm|"
+                r"linalg_vector_norm|logsumexp|all|any)$|(max|avg)_pool",
+     "aten::softmax, aten::_softmax, aten::sum, aten::mean"),
+    (ELEMENTWISE, r"^aten::(_?foreach_\w+|add|sub|rsub|mul|div|neg|abs|pow|sqrt|rsqrt|exp|log2?|"
+                  r"cos|sin|where|clamp\w*|masked_fill|fill|zero|copy|to|_to_copy|clone|"
+                  r"contiguous|_?cat|stack|index|index_put|_index_put_impl|index_add|"
+                  r"index_copy|gather|scatter\w*|eq|ne|lt|le|gt|ge|logical_\w+|bitwise_\w+|"
+                  r"remainder|atan2|minimum|maximum|nan_to_num|arange|repeat|triu|tril)_?$",
+     "aten ops that run TensorIterator-style one-pass kernels (copy_, cat, fill_, index, ...)"),
+)
+
+_DECODE_ATTENTION = re.compile(
+    r"flash_fwd_splitkv|batchdecodewith|singledecodewith|paged_?attention|decode_?attention|"
+    r"flash_?decoding|fmha_fwd_splitkv|flash_?mla|mla_decode|xqa|mmha|"
+    r"_fwd_(grouped_)?kernel_stage[12]",
+    re.IGNORECASE,
+)
+_PREFILL_ATTENTION = re.compile(
+    r"prefill|context_?attention|extend_?attention", re.IGNORECASE,
+)
+
+
+def _compile(rules: tuple[tuple[str, str, str], ...]) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    return tuple((category, re.compile(pattern, re.IGNORECASE)) for category, pattern, _ in rules)
+
+
+_KERNEL = _compile(KERNEL_RULES)
+_OP = _compile(OP_RULES)
+_GENERIC = _compile(GENERIC_RULES)
+
+
+def _first(rules: tuple[tuple[str, re.Pattern[str]], ...], text: str) -> str | None:
+    for category, pattern in rules:
+        if pattern.search(text):
+            return category
+    return None
+
+
+def categorize(kernel_name: str, op_name: str | None = None, kind: str = "kernel") -> str:
+    """Category of one GPU activity (one of ``CATEGORIES``).
+
+    ``op_name`` is the launching op; anything but a non-empty string (None, pandas NaN)
+    means "no op".
+    """
+    if kind in (MEMCPY, MEMSET):
+        return kind
+    name = kernel_name if isinstance(kernel_name, str) else ""
+    return (
+        _first(_KERNEL, name)
+        or _first(_GENERIC, name)
+        or (_first(_OP, op_name) if isinstance(op_name, str) and op_name else None)
+        or OTHER
+    )
+
+
+def categorize_many(
+    names: Sequence[str],
+    op_names: Sequence[str | None] | None = None,
+    kinds: Sequence[str] | None = None,
+) -> np.ndarray:
+    """``categorize`` over columns (e.g. a kernels table), as an object array.
+
+    Each distinct (name, op, kind) is categorised once: 100k kernels share a few
+    hundred names.
+    """
+    n = len(names)
+    ops = op_names if op_names is not None else [None] * n
+    kinds_ = kinds if kinds is not None else ["kernel"] * n
+    if len(ops) != n or len(kinds_) != n:
+        raise ValueError("names, op_names and kinds must have the same length")
+    seen: dict[tuple[str, str | None, str], str] = {}
+    out = np.empty(n, dtype=object)
+    for i, (name, op, kind) in enumerate(zip(names, ops, kinds_)):
+        # pandas hands missing ops over as NaN, and NaN != NaN would defeat the cache.
+        key = (name, op if isinstance(op, str) else None, kind)
+        category = seen.get(key)
+        if category is None:
+            category = seen[key] = categorize(*key)
+        out[i] = category
+    return out
+
+
+def unmatched(names: Iterable[str], op_names: Iterable[str | None] | None = None) -> list[str]:
+    """Distinct kernel names that fall into ``other``, sorted, for reports to list."""
+    pairs = zip(names, op_names) if op_names is not None else ((n, None) for n in names)
+    return sorted({name for name, op in set(pairs) if categorize(name, op) == OTHER})
+
+
+def is_decode_attention(kernel_name: str) -> bool:
+    """True when the kernel's name says it is a decode-attention kernel.
+
+    Split-KV / paged decode kernels only run for decode (one or few query tokens
+    against a long cache): flash ``flash_fwd_splitkv*``, vLLM/ROCm ``paged_attention*``,
+    FlashInfer ``BatchDecodeWith*``, Triton ``_fwd_kernel_stage1/2`` decode, FlashMLA.
+    Only attention kernels qualify: a "paged" or "decode" word elsewhere is no evidence.
+    """
+    return bool(_DECODE_ATTENTION.search(kernel_name or "")) and categorize(kernel_name) == ATTENTION
+
+
+def is_prefill_attention(kernel_name: str) -> bool:
+    """True when the kernel's name says prefill (FlashInfer/CK ``*Prefill*``, context/extend).
+
+    A plain ``flash_fwd_kernel`` is no evidence either way: frameworks run it for both.
+    Only attention kernels qualify (not, say, a "prefill" metadata kernel).
+    """
+    return bool(_PREFILL_ATTENTION.search(kernel_name or "")) and categorize(kernel_name) == ATTENTION
