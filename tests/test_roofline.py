@@ -1,0 +1,139 @@
+"""Roofline attribution on real traces and on hand-built cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import read_real
+from tracekit.analysis import analyze
+from tracekit.analysis.roofline import attribute
+from tracekit.analysis.segment import segment
+from tracekit.specs import lookup, spec_by_name
+from tracekit.specs.lookup import SpecMatch
+
+
+def _attributed(key, **kw):
+    trace = read_real(key)
+    seg = segment(trace)
+    match = kw.pop("match", None) or lookup(trace.device_props())
+    table = attribute(trace, seg, match).table
+    return trace, seg, table
+
+
+def test_h100_prefill_is_dominated_by_compute_bound_gemms():
+    _, seg, t = _attributed("h100_hf")
+    pre = (seg.work["phase"] == "prefill").to_numpy()
+    gemm = pre & (t["category"] == "gemm").to_numpy()
+    dur = seg.work["dur_ns"].to_numpy()
+    compute = gemm & (t["bound"] == "compute").to_numpy()
+    # The GEMMs with known cost are compute-bound...
+    known = gemm & (t["bound"] != "unknown").to_numpy()
+    assert dur[compute].sum() / dur[known].sum() > 0.95
+    # ...and matrix work (GEMM + attention) carries almost all of the prefill FLOPs.
+    flops = t["flops"].to_numpy()
+    matrix = pre & (t["unit"] == "matrix").to_numpy()
+    assert np.nansum(flops[matrix]) / np.nansum(flops[pre]) > 0.95
+    # Their achieved rate is a believable fraction of an H100's bf16 peak.
+    frac = t.loc[compute, "roof_fraction"].to_numpy()
+    w = dur[compute]
+    assert 0.2 < (frac * w).sum() / w.sum() < 1.0
+
+
+def test_h100_gemm_cost_is_the_linear_op_cost():
+    # A kernel launched inside aten::linear is priced by the linear (outermost modelled
+    # op); the linear's FLOPs are 2*M*N*K from its recorded input shapes.
+    trace, seg, t = _attributed("h100_hf")
+    ops = trace.cpu_ops
+    priced = t["pricing_op"].to_numpy()
+    names = np.where(priced >= 0, ops["name"].astype(str).to_numpy()[np.maximum(priced, 0)], "")
+    # Kernels launched under aten::linear -> aten::matmul/addmm are priced by the linear.
+    under_linear = (t["op_name"].isin(["aten::mm", "aten::addmm"])).to_numpy() & (t["category"] == "gemm").to_numpy()
+    assert under_linear.any()
+    assert set(names[under_linear]) == {"aten::linear"}
+    p = int(priced[np.flatnonzero(under_linear)[0]])
+    dims, _ = trace.shapes(p)
+    (b, s, k), (n, k2) = dims[0], dims[1]
+    assert k == k2
+    same = t["pricing_op"].to_numpy() == p
+    assert np.nansum(t["flops"].to_numpy()[same]) == pytest.approx(2 * b * s * k * n)
+
+
+def test_sglang_decode_is_not_compute_bound():
+    a = analyze(read_real("mi300x_decode"))
+    dec = a.phases["decode"]
+    assert dec["by_bound"]["compute"] < 0.05 * dec["kernel_ms"]
+    # Without the capture trace the replayed kernels' cost is unknown, and the step is
+    # launch-bound: the GPU idles most of it.
+    assert dec["idle_share"] > 0.5
+    assert any(f.id == "decode-launch-bound" for f in a.findings)
+
+
+def test_b300_moe_few_token_gemms_are_memory_bound():
+    _, seg, t = _attributed("b300_moe")
+    gemm = t[(t["category"] == "gemm") & (t["bound"] != "unknown")]
+    assert len(gemm)
+    assert (gemm["bound"] == "memory").all()
+    # 16 tokens: arithmetic intensity far below a B300's bf16 ridge point.
+    assert (gemm["intensity"] < gemm["ridge"] / 10).all()
+
+
+def test_unknown_gpu_has_no_roofline_and_says_why():
+    _, seg, t = _attributed("rtx4080_nanovllm")
+    # Copy-engine transfers are memory work by nature; every kernel needs the roofline.
+    costed = t["flops"].notna() & (seg.work["kind"] == "kernel")
+    assert costed.any()
+    assert (t.loc[costed, "bound"] == "unknown").all()
+    assert t.loc[costed, "bound_reason"].str.contains("not in tracekit's GPU database").all()
+    assert t["peak_flops"].isna().all()
+
+
+def test_gpu_override_prices_the_same_kernels():
+    spec = spec_by_name("l4")
+    _, _, t = _attributed("rtx4080_nanovllm", match=SpecMatch(spec, "--gpu override", None))
+    costed = t["flops"].notna() & t["dtype"].notna()
+    assert (t.loc[costed, "bound"] != "unknown").any()
+    assert (t.loc[costed & (t["unit"] == "matrix"), "peak_flops"] == spec.peak_flops("bf16", "matrix")).all()
+
+
+def test_cost_of_an_op_is_shared_among_its_kernels():
+    trace, seg, t = _attributed("h100_hf")
+    groups = t[t["pricing_op"] >= 0].groupby("pricing_op")
+    multi = [p for p, g in groups if len(g) > 1 and g["flops"].notna().all()]
+    assert multi, "expected ops that launch several kernels"
+    from tracekit.analysis import costs
+
+    ops = trace.cpu_ops
+    for p in multi[:20]:
+        cost = costs.op_cost_json(ops["name"].iat[p], ops["input_dims"].iat[p], ops["input_types"].iat[p], ops["concrete_inputs"].iat[p])
+        g = t[t["pricing_op"] == p]
+        assert g["flops"].sum() == pytest.approx(cost.flops)
+        assert g["bytes"].sum() == pytest.approx(cost.bytes)
+
+
+def test_per_kernel_figures_are_consistent():
+    _, seg, t = _attributed("mi300x_extend")
+    k = t["flops"].notna() & t["peak_flops"].notna()
+    dur_s = seg.work.loc[k, "dur_ns"] / 1e9
+    assert np.allclose(t.loc[k, "intensity"], t.loc[k, "flops"] / t.loc[k, "bytes"])
+    assert np.allclose(t.loc[k, "achieved_flops"], t.loc[k, "flops"] / dur_s)
+    roof = np.maximum(t.loc[k, "flops"] / t.loc[k, "peak_flops"], t.loc[k, "bytes"] / t.loc[k, "peak_bw"])
+    assert np.allclose(t.loc[k, "roof_fraction"], roof / dur_s)
+    compute = (t.loc[k, "intensity"] >= t.loc[k, "ridge"]).to_numpy()
+    assert ((t.loc[k, "bound"] == "compute").to_numpy() == compute).all()
+    # The achievable ceiling is lower than the datasheet peak, so the fraction of it is higher.
+    assert (t.loc[k, "roof_fraction_achievable"] >= t.loc[k, "roof_fraction"] - 1e-12).all()
+
+
+def test_graph_replayed_kernels_have_unknown_cost_with_reason():
+    _, seg, t = _attributed("mi300x_decode")
+    replayed = seg.work["graph"].to_numpy()
+    assert t.loc[replayed, "flops"].isna().all()
+    assert t.loc[replayed, "cost_reason"].str.contains("graph").all()
+
+
+def test_training_trace_without_shapes_says_so():
+    a = analyze(read_real("v100_ddp"))
+    assert a.run_kind == "training"
+    reasons = a.provenance["unknown_bound_ms_by_reason"]
+    assert any("record_shapes" in r for r in reasons)
