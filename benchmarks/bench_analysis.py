@@ -1,0 +1,66 @@
+"""Segmentation and roofline attribution of a big trace, against reading it.
+
+    python benchmarks/bench_analysis.py [TRACE]   (default: ../shared/traces/v100_ddp_train_large.json.gz)
+
+Prints each stage's best-of-N time and its ratio to the read. Targets (issues 4
+and 5): segmentation adds less than the read itself, and so does attribution.
+The V100 file is a training trace, so segmentation stops once it recognises that;
+the inference traces below show the full path (passes, classification, steps).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.path.join(HERE, "..", "..", "shared", "traces")
+DEFAULT = os.path.join(SHARED, "v100_ddp_train_large.json.gz")
+INFERENCE = ["mi300x_sglang-qwen3-8b_extend-step.json.gz", "h100_hf-qwen1.5-0.5b_forward_bs16.json.gz"]
+
+
+def _best(fn, repeat=3):
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def measure(path: str) -> dict:
+    from tracekit import read_trace
+    from tracekit.analysis.roofline import attribute
+    from tracekit.analysis.segment import segment
+    from tracekit.specs import lookup
+
+    trace = read_trace(path)
+    seg = segment(trace)
+    match = lookup(trace.device_props())
+    t_read = _best(lambda: read_trace(path))
+    t_seg = _best(lambda: segment(trace))
+    t_attr = _best(lambda: attribute(trace, seg, match))
+    return {"file": os.path.basename(path), "read_s": t_read, "segment_s": t_seg, "attribute_s": t_attr}
+
+
+def main(paths: list[str]) -> list[dict]:
+    out = []
+    for path in paths:
+        if not os.path.exists(path):
+            print(f"skipped: {path} is absent (../shared/traces is not beside this checkout)")
+            continue
+        r = measure(path)
+        out.append(r)
+        print(
+            f"{r['file']:50s} read {r['read_s']:.3f} s | segment {r['segment_s']:.3f} s "
+            f"({r['segment_s'] / r['read_s']:.2f}x read) | attribute {r['attribute_s']:.3f} s "
+            f"({r['attribute_s'] / r['read_s']:.2f}x read)   target: both < 1.00x"
+        )
+    return out
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or [DEFAULT] + [os.path.join(SHARED, f) for f in INFERENCE])
