@@ -54,21 +54,26 @@ def findings(a: Analysis) -> list[Finding]:
             )
         )
     dec = a.phases.get("decode")
+    cpu = a.device.get("type") == "cpu"
+    unit = "CPU" if cpu else "GPU"
     if dec and (dec.get("idle_share") or 0) >= LAUNCH_BOUND_IDLE:
         graphs = bool(a.steps.loc[a.steps["phase"] == "decode", "graph_replay"].any())
-        advice = (
-            "the steps already replay a graph, so the CPU work around the replay (scheduling, sampling, Python) is what the GPU waits for"
-            if graphs
-            else "CUDA graphs or a larger batch would help"
-        )
-        out.append(
-            Finding(
-                "decode-launch-bound",
-                f"Decode is launch-bound: the GPU is idle {dec['idle_share']:.0%} of each decode step; {advice}.",
-                "warning",
-                "decode",
+        if cpu:
+            text = (
+                f"Decode is overhead-bound: {dec['idle_share']:.0%} of each decode step passes between compute ops "
+                "(Python and framework dispatch); torch.compile or a larger batch would help."
             )
-        )
+        elif graphs:
+            text = (
+                f"Decode is launch-bound: the GPU is idle {dec['idle_share']:.0%} of each decode step although the steps "
+                "replay a graph, so the CPU work around the replay (scheduling, sampling, Python) is what the GPU waits for."
+            )
+        else:
+            text = (
+                f"Decode is launch-bound: the GPU is idle {dec['idle_share']:.0%} of each decode step; "
+                "CUDA graphs or a larger batch would help."
+            )
+        out.append(Finding("decode-launch-bound", text, "warning", "decode"))
     for phase, p in a.phases.items():
         kernel = p["kernel_ms"]
         if not kernel:
@@ -77,7 +82,7 @@ def findings(a: Analysis) -> list[Finding]:
         what = {"compute": "compute-bound", "memory": "memory-bound", "unknown": "of unknown bound"}[bound]
         text = f"{_PHASE_TEXT.get(phase, phase).capitalize()}: {ms / kernel:.0%} of kernel time is {what}"
         if p.get("idle_share") is not None:
-            text += f", and the GPU is idle {p['idle_share']:.0%} of the phase"
+            text += f", and the {unit} is idle {p['idle_share']:.0%} of the phase"
         out.append(Finding("phase-bound", text + ".", "info", phase))
     pre_rows = a.work[(a.work["phase"] == "prefill") & (a.work["category"] == "gemm") & a.work["roof_fraction"].notna()]
     if len(pre_rows):
@@ -86,7 +91,7 @@ def findings(a: Analysis) -> list[Finding]:
         out.append(
             Finding(
                 "prefill-gemm-efficiency",
-                f"Prefill GEMMs reach {frac:.0%} of the roofline ({a.device.get('spec')}, datasheet peak).",
+                f"Prefill GEMMs reach {frac:.0%} of the roofline ({a.device.get('spec')}, {a.device.get('peak_basis')}).",
                 "info",
                 "prefill",
             )
