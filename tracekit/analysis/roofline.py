@@ -26,7 +26,7 @@ import pandas as pd
 from tracekit.analysis import costs, taxonomy
 from tracekit.analysis.segment import Segmentation
 from tracekit.specs import GpuSpec, SpecMatch
-from tracekit.trace.links import op_parents
+from tracekit.analysis.capture import OpSource, own_ops, with_capture
 from tracekit.trace.model import Trace
 
 COMPUTE, MEMORY, UNKNOWN = "compute", "memory", "unknown"
@@ -46,19 +46,23 @@ class Attribution:
     table: pd.DataFrame
     spec: GpuSpec | None
     spec_reason: str | None
+    # How a graph-capture trace was used, when one was given.
+    capture_note: str | None = None
 
 
-def attribute(trace: Trace, seg: Segmentation, match: SpecMatch) -> Attribution:
+def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace | None = None) -> Attribution:
+    """Roofline columns for every unit of work. ``capture``: the graph-capture trace
+    whose ops describe this trace's graph-replayed kernels."""
     work = seg.work
-    ops = trace.cpu_ops
-    op = work["op"].to_numpy()
+    source = with_capture(trace, work, capture) if capture is not None else own_ops(trace, work)
+    ops, op = source.ops, source.op
     op_names = ops["name"].astype(str).to_numpy() if len(ops) else np.array([], dtype=object)
     op_name = np.where(op >= 0, op_names[np.maximum(op, 0)] if len(ops) else None, None)
     names = work["name"].astype(str).to_numpy()
     kinds = work["kind"].astype(str).to_numpy()
     category = taxonomy.categorize_many(names, op_name, kinds)
 
-    flops, nbytes, dtype, unit, reason, pricing = _costs(trace, work)
+    flops, nbytes, dtype, unit, reason, pricing = _costs(source, work)
     dtype = _refine_dtype(dtype, unit, names)
     dur_s = work["dur_ns"].to_numpy() / 1e9
     table = pd.DataFrame(
@@ -79,11 +83,11 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch) -> Attribution:
         table["achieved_bw"] = np.where(dur_s > 0, nbytes / dur_s, np.nan)
     spec = match.spec
     _bounds(table, spec, match.reason, kinds, category, dur_s)
-    return Attribution(table, spec, match.reason)
+    return Attribution(table, spec, match.reason, source.note)
 
 
-def _costs(trace: Trace, work: pd.DataFrame):
-    """FLOPs, bytes, dtype, unit, reason and pricing op per unit of work."""
+def _costs(source: OpSource, work: pd.DataFrame):
+    """FLOPs, bytes, dtype, unit, reason and pricing op (row of ``source.ops``) per unit of work."""
     n = len(work)
     flops = np.full(n, np.nan)
     nbytes = np.full(n, np.nan)
@@ -91,16 +95,18 @@ def _costs(trace: Trace, work: pd.DataFrame):
     unit = np.full(n, None, dtype=object)
     reason = np.full(n, None, dtype=object)
     pricing = np.full(n, -1, dtype=np.int64)
-    op = work["op"].to_numpy()
+    op = source.op
     graph = work["graph"].to_numpy()
-    reason[(op < 0) & graph] = "replayed from a CUDA/HIP graph: its ops and shapes are not in this trace"
+    reason[(op < 0) & graph] = (
+        "replayed from a CUDA/HIP graph: its ops and shapes are not in this trace (pass the graph-capture trace)"
+    )
     reason[(op < 0) & ~graph] = "no launching op in the trace"
-    ops = trace.cpu_ops
+    ops = source.ops
     if not len(ops) or not (op >= 0).any():
         return flops, nbytes, dtype, unit, reason, pricing
 
     names = ops["name"].astype(str).to_numpy()
-    parents = op_parents(ops)
+    parents = source.parents
     codes = ops["name"].cat.codes.to_numpy()
     modelled = np.array([costs.has_model(str(c)) for c in ops["name"].cat.categories], dtype=bool)[codes]
     memo: dict[int, int] = {}

@@ -40,6 +40,8 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     # Shapes stay undecoded JSON text: most analyses touch a few thousand distinct
     # shapes, and decoding 50k nested lists up front would cost more than the read.
     # (msgspec.Raw cannot sit in a Union; an empty Raw means "absent".)
+    # ROCm launch calls name the kernel they queue; graph-capture alignment uses it.
+    kernel: str = ""
     input_dims: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=_ABSENT, name="Concrete Inputs")
@@ -66,17 +68,25 @@ class ExactEvent(Event, tag="X"):
     ts: decimal.Decimal = decimal.Decimal(0)
 
 
-# Every other phase of the Chrome trace format (flows, instants, metadata,
-# counters, async and object events) decodes into an empty struct: a third of a
-# typical trace's events are flows and instants, and skipping their fields is
-# cheaper than materialising them only to drop them.
-_OTHER_PHASES = "BEiIbneCsftPNODMVvRc()"
+class FlowStart(msgspec.Struct, gc=False, frozen=True, tag_field="ph", tag="s"):
+    """A flow start ("s"): only its category is kept, because it dates the schema
+    (``async`` in PyTorch 1.9, ``async_cpu_to_gpu`` in 2022, ``ac2g`` since)."""
+
+    cat: Union[str, None] = None
+
+
+# Every other phase of the Chrome trace format (flow steps and ends, instants,
+# metadata, counters, async and object events) decodes into an empty struct: a
+# third of a typical trace's events are flows and instants, and skipping their
+# fields is cheaper than materialising them only to drop them.
+# (S, T, p and F are the deprecated async phases, still written by old tools.)
+_OTHER_PHASES = "BEiIbneCftPNODMVvRc()STpF"
 _SKIPPED = tuple(
     msgspec.defstruct(f"Skipped_{i}", [], tag_field="ph", tag=ph, gc=False, frozen=True)
     for i, ph in enumerate(_OTHER_PHASES)
 )
-AnyEvent = Union[(Event, *_SKIPPED)]  # type: ignore[valid-type]
-AnyExactEvent = Union[(ExactEvent, *_SKIPPED)]  # type: ignore[valid-type]
+AnyEvent = Union[(Event, FlowStart, *_SKIPPED)]  # type: ignore[valid-type]
+AnyExactEvent = Union[(ExactEvent, FlowStart, *_SKIPPED)]  # type: ignore[valid-type]
 
 
 class Document(msgspec.Struct):
@@ -123,10 +133,21 @@ def read_bytes(path: str) -> bytes:
             raise TracekitError(
                 f"{path} is zstd-compressed; install the zstd extra (pip install 'tracekit[zstd]') or decompress it"
             ) from None
+        # One decompressobj per frame: it stops at the end of a frame (multi-frame
+        # files come from pzstd and concatenation), and says nothing about a
+        # truncated one except by not reaching ``eof``.
+        parts = []
+        rest = data
         try:
-            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+            while rest:
+                frame = zstandard.ZstdDecompressor().decompressobj()
+                parts.append(frame.decompress(rest))
+                if not frame.eof:
+                    raise TracekitError(f"{path} is a truncated zstd file (it ends in the middle of a frame)")
+                rest = frame.unused_data
         except zstandard.ZstdError as e:
             raise TracekitError(f"{path} is a truncated or corrupt zstd file ({e})") from None
+        return b"".join(parts)
     return data
 
 

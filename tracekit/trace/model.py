@@ -15,6 +15,7 @@ where the trace does not give the link.
 ``runtime``      CUDA/HIP runtime and driver calls (cudaLaunchKernel, hipGraphLaunch, ...)
     name, api ("runtime" | "driver"), start_ns, end_ns, dur_ns, pid, tid,
     correlation, external_id,
+    kernel   name of the kernel a launch call queued, where the trace says (ROCm), else None
     op       -> row in ``cpu_ops`` of the enclosing op (External id, else time nesting)
 ``cpu_ops``      aten / framework ops (``cpu_op`` / ``Operator``)
     name, start_ns, end_ns, dur_ns, pid, tid, external_id,

@@ -44,6 +44,8 @@ _TABLE_OF = {
 # (~50 days of clock). Epoch-based fractional timestamps exceed that; those
 # traces are decoded a second time with exact decimals.
 _EXACT_LIMIT_US = float(2**42)
+# Beyond this many microseconds (~146 years of clock) int64 nanoseconds overflow.
+_MAX_US = 9.2e15
 
 Progress = Callable[[str], None]
 
@@ -93,7 +95,7 @@ def _read_file(path: str, progress: Progress | None) -> Trace:
         distributed=meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None,
         metadata={k: v for k, v in meta.items() if k not in ("deviceProperties", "distributedInfo")},
         sidecar=_sidecar(path),
-        era=_era(cats),
+        era=_era(cats, events),
         n_events=len(events),
         n_bytes=len(data),
     )
@@ -157,8 +159,10 @@ def _ns(ts: list, base_ns: int) -> np.ndarray:
     """Microsecond timestamps (float or Decimal) -> int64 nanoseconds, exact to the ns."""
     if ts and not isinstance(ts[0], float):
         # Decimals from the exact decode path.
-        return np.array([int(t * 1000) for t in ts], dtype=np.int64) + base_ns
+        return np.array([int((t * 1000).to_integral_value()) for t in ts], dtype=np.int64) + base_ns
     arr = np.asarray(ts, dtype=np.float64)
+    if not (np.abs(arr) < _MAX_US).all():
+        raise ValueError("a timestamp is not a number of microseconds that int64 nanoseconds can hold")
     whole = np.floor(arr)
     # Split whole and fractional microseconds so the integer part never goes
     # through a float multiply (1.7e15 us * 1000 is not exact in float64).
@@ -188,8 +192,10 @@ def _table(name: str, rows: tuple[list, list], base_ns: int) -> pd.DataFrame:
     if not evs:
         return _EMPTY[name]()
     start = _ns(list(map(_TS, evs)), base_ns)
-    dur = np.rint(np.fromiter(map(_DUR, evs), dtype=np.float64, count=len(evs)) * 1000).astype(np.int64)
-    dur = np.maximum(dur, 0)
+    dur_us = np.fromiter(map(_DUR, evs), dtype=np.float64, count=len(evs))
+    if not (np.abs(dur_us) < _MAX_US).all():
+        raise ValueError("a duration is not a number of microseconds that int64 nanoseconds can hold")
+    dur = np.maximum(np.rint(dur_us * 1000).astype(np.int64), 0)
     args = list(map(_ARGS, evs))
     cols: dict[str, object] = {
         "name": list(map(_NAME, evs)),
@@ -217,12 +223,17 @@ def _table(name: str, rows: tuple[list, list], base_ns: int) -> pd.DataFrame:
         cols["api"] = kinds
         cols["correlation"] = _ints(_CORR, args)
         cols["external_id"] = ext
+        cols["kernel"] = pd.Series([k or None for k in map(_KERNEL, args)], dtype=object)
     elif name == "cpu_ops":
         cols["external_id"] = ext
         # Copied out as text: a msgspec.Raw would keep the whole input buffer alive.
-        cols["input_dims"] = [bytes(r).decode() if r else None for r in map(_DIMS, args)]
-        cols["input_types"] = [bytes(r).decode() if r else None for r in map(_TYPES, args)]
-        cols["concrete_inputs"] = [bytes(r).decode() if r else None for r in map(_CONCRETE, args)]
+        # Explicitly object dtype: pandas >= 3 would infer its string dtype and turn
+        # the None of "not recorded" into NaN.
+        cols["input_dims"] = pd.Series([bytes(r).decode() if r else None for r in map(_DIMS, args)], dtype=object)
+        cols["input_types"] = pd.Series([bytes(r).decode() if r else None for r in map(_TYPES, args)], dtype=object)
+        cols["concrete_inputs"] = pd.Series(
+            [bytes(r).decode() if r else None for r in map(_CONCRETE, args)], dtype=object
+        )
     elif name == "annotations":
         cols["side"] = kinds
         cols["device"] = _ints(_DEVICE, args)
@@ -243,7 +254,7 @@ _TS, _DUR, _ARGS, _NAME, _PID, _TID = (attrgetter(a) for a in ("ts", "dur", "arg
 _EXT, _EXT_LC, _CORR, _DEVICE, _STREAM = (
     attrgetter(a) for a in ("external_id", "external_id_lc", "correlation", "device", "stream")
 )
-_DIMS, _TYPES, _CONCRETE = (attrgetter(a) for a in ("input_dims", "input_types", "concrete"))
+_DIMS, _TYPES, _CONCRETE, _KERNEL = (attrgetter(a) for a in ("input_dims", "input_types", "concrete", "kernel"))
 
 
 def _empty(columns: dict[str, str]) -> Callable[[], pd.DataFrame]:
@@ -256,7 +267,7 @@ _EMPTY = {
         {**_TIME, "kind": "category", "device": "int64", "stream": "int64", "correlation": "int64", "external_id": "int64"}
     ),
     "runtime": _empty(
-        {**_TIME, "api": "category", "pid": "int64", "tid": "int64", "correlation": "int64", "external_id": "int64"}
+        {**_TIME, "api": "category", "pid": "int64", "tid": "int64", "correlation": "int64", "external_id": "int64", "kernel": "object"}
     ),
     "cpu_ops": _empty(
         {**_TIME, "pid": "int64", "tid": "int64", "external_id": "int64", "input_dims": "object", "input_types": "object", "concrete_inputs": "object"}
@@ -279,12 +290,31 @@ def _devices(props) -> dict[int, dict]:
     return out
 
 
-def _era(cats: set[str]) -> str:
-    if "operator" in cats or "async" in cats:
+def _era(cats: set[str], events: list) -> str:
+    if "operator" in cats:
         return ERA_PT19
-    if "async_cpu_to_gpu" in cats:
+    flow = _launch_flow_category(events)
+    if flow == "async":
+        return ERA_PT19
+    if flow == "async_cpu_to_gpu":
         return ERA_2022
     return ERA_CURRENT
+
+
+_LAUNCH_FLOWS = ("ac2g", "async_cpu_to_gpu", "async")
+
+
+def _launch_flow_category(events: list) -> str | None:
+    """Category of a CPU-to-GPU flow start ("s" event): it dates the schema.
+
+    Flow categories live only on flow events, never on the complete events the
+    tables are built from. Kineto writes CPU ops first and GPU activity with its
+    flows last, so scanning from the end meets a launch flow within ~100 events.
+    """
+    for e in reversed(events):
+        if type(e) is dec.FlowStart and e.cat and e.cat.lower() in _LAUNCH_FLOWS:
+            return e.cat.lower()
+    return None
 
 
 def _sidecar(path: str) -> dict | None:
@@ -339,7 +369,8 @@ def _merge(path: str, parts: list[Trace]) -> Trace:
     offsets = {n: 0 for n in _EMPTY}
     devices: dict[int, dict] = {}
     for i, t in enumerate(parts):
-        rank = t.distributed.get("rank", i) if t.distributed else i
+        rank = t.distributed.get("rank") if t.distributed else None
+        rank = rank if _is_int(rank) else i
         for n in _EMPTY:
             df = getattr(t, n).copy()
             df["rank"] = rank

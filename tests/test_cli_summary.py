@@ -1,0 +1,86 @@
+"""``tracekit summary``, ``--version`` and ``--help`` through the click entry point."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sys
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import real_trace_path
+from tracekit.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _expected(key: str) -> tuple[str, str, Decimal]:
+    """(device name, top kernel by summed GPU time, its total in ms), straight from the JSON."""
+    with gzip.open(real_trace_path(key), "rb") as f:
+        doc = json.loads(f.read(), parse_float=Decimal)
+    busy: dict[str, Decimal] = defaultdict(Decimal)
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and str(e.get("cat")).lower() == "kernel":
+            busy[e["name"]] += Decimal(e["dur"])
+    top = max(busy, key=busy.get)
+    return doc["deviceProperties"][0]["name"], top, busy[top] / 1000
+
+
+@pytest.mark.parametrize("key", ["mi300x_decode", "h100_hf", "rtx4080_nanovllm"])
+def test_summary_prints_device_and_top_kernel(key):
+    device, top, top_ms = _expected(key)
+    result = CliRunner().invoke(main, ["summary", str(real_trace_path(key))])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert re.search(rf"^device\s+{re.escape(device)}\b", out, re.M)
+    lines = out.splitlines()
+    heading = next(i for i, line in enumerate(lines) if line.startswith("top ") and "kernels by GPU time" in line)
+    first = lines[heading + 1]
+    # Long kernel names are shortened for the terminal; their start must be there.
+    assert top[:80] in first
+    assert f"{float(top_ms):.3f} ms" in first
+
+
+def test_summary_top_option_limits_the_list():
+    result = CliRunner().invoke(main, ["summary", "--top", "3", str(real_trace_path("mi300x_decode"))])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    heading = next(i for i, line in enumerate(lines) if "kernels by GPU time" in line)
+    listed = [line for line in lines[heading + 1 :] if re.match(r"^\s+\d+\.\d{3} ms", line)]
+    assert len(listed) == 3
+
+
+def test_version_matches_the_package_metadata():
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        tomllib = pytest.importorskip("tomli")
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"tracekit, version {version}"
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_the_summary_command(flag):
+    result = CliRunner().invoke(main, [flag])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("Usage:")
+    assert re.search(r"^\s+summary\s+\S", result.stdout, re.M)
+
+
+def test_summary_help():
+    result = CliRunner().invoke(main, ["summary", "--help"])
+    assert result.exit_code == 0
+    assert "TRACE" in result.stdout and "--top" in result.stdout
+
+
+def test_unknown_command_is_a_usage_error():
+    result = CliRunner().invoke(main, ["no-such-command"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
