@@ -137,3 +137,30 @@ def test_training_trace_without_shapes_says_so():
     assert a.run_kind == "training"
     reasons = a.provenance["unknown_bound_ms_by_reason"]
     assert any("record_shapes" in r for r in reasons)
+
+
+def test_graph_capture_trace_recovers_replayed_kernel_shapes():
+    trace, capture = read_real("mi300x_decode"), read_real("mi300x_capture")
+    seg = segment(trace)
+    attr = attribute(trace, seg, lookup(trace.device_props()), capture=capture)
+    t = attr.table
+    replayed = seg.work["graph"].to_numpy()
+    assert "544 of 544" in attr.capture_note
+    # The replayed GEMMs now have shapes from the capture: batch 32 decode GEMMs,
+    # far below MI300X's ridge point, so memory-bound.
+    gemm = replayed & (t["category"] == "gemm").to_numpy()
+    assert t.loc[gemm, "flops"].notna().all()
+    assert (t.loc[gemm, "bound"] == "memory").all()
+    assert (t.loc[gemm, "intensity"] < 64).all()
+    # With bytes known for most of the step, the decode MBU can be computed.
+    a = analyze(trace, capture=capture)
+    assert a.phases["decode"]["mbu"] is not None and 0 < a.phases["decode"]["mbu"] < 1
+    assert "graph_capture" in a.provenance
+
+
+def test_capture_trace_without_kernel_names_says_why():
+    # A CUDA capture trace names no kernels in its launch calls: nothing can be matched.
+    trace = read_real("mi300x_decode")
+    other = read_real("h100_hf")
+    attr = attribute(trace, segment(trace), lookup(trace.device_props()), capture=other)
+    assert "names no kernels" in attr.capture_note
