@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # GPU machine pass the one for your CUDA/ROCm, e.g. `make demo TORCH_SPEC=torch`.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test bench samples clean venv
+.PHONY: demo demo-samples test bench samples clean venv
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,8 +17,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Collect the built-in tiny Llama on this machine (GPU if present), then report it.
 demo: $(STAMP)
-	$(VENV)/bin/tracekit summary sample_traces/tiny-bs1.pt.trace.json.gz
+	$(VENV)/bin/tracekit collect --force -o reports/demo
+	$(VENV)/bin/tracekit report reports/demo.pt.trace.json.gz -o reports/demo.html --force
+
+# The same report from a committed sample trace, without collecting.
+demo-samples: $(STAMP)
+	$(VENV)/bin/tracekit report sample_traces/tiny-bs8.pt.trace.json.gz -o reports/tiny-bs8.html --force
 
 # pytest exits 5 when it collected no tests: treat that as a failure, never green.
 test: $(STAMP)
@@ -28,6 +34,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_read.py
+	$(PY) benchmarks/bench_analysis.py
+
+samples: $(STAMP)
+	TRACEKIT=$(VENV)/bin/tracekit sample_traces/regenerate.sh
 
 clean:
 	rm -rf $(VENV) reports/*.html reports/*.json reports/*.md .pytest_cache
