@@ -164,3 +164,20 @@ def test_capture_trace_without_kernel_names_says_why():
     other = read_real("h100_hf")
     attr = attribute(trace, segment(trace), lookup(trace.device_props()), capture=other)
     assert "names no kernels" in attr.capture_note
+
+
+def test_eager_norm_kernels_take_their_module_category():
+    # Eager Qwen2RMSNorm runs generic pow/mean/rsqrt/mul kernels; the nn.Module span
+    # around their launches says they are normalization.
+    trace, seg, t = _attributed("h100_hf")
+    py = trace.python
+    norms = py[py["name"].astype(str).str.contains("RMSNorm")]
+    issue = seg.work["issue_ns"].to_numpy()
+    inside = np.zeros(len(issue), dtype=bool)
+    for s, e in zip(norms["start_ns"], norms["end_ns"]):
+        inside |= (issue >= s) & (issue <= e)
+    assert inside.sum() > 100
+    assert (t.loc[inside, "category"] == "normalization").all()
+    # A GEMM is never re-labelled by the module it runs in.
+    mm = ~inside & (t["op_name"] == "aten::mm").to_numpy() & (seg.work["kind"] == "kernel").to_numpy()
+    assert mm.any() and (t.loc[mm, "category"] == "gemm").all()

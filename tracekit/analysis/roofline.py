@@ -27,6 +27,7 @@ from tracekit.analysis import costs, taxonomy
 from tracekit.analysis.segment import Segmentation
 from tracekit.specs import GpuSpec, SpecMatch
 from tracekit.analysis.capture import OpSource, own_ops, with_capture
+from tracekit.trace.links import enclosing
 from tracekit.trace.model import Trace
 
 COMPUTE, MEMORY, UNKNOWN = "compute", "memory", "unknown"
@@ -60,7 +61,7 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     op_name = np.where(op >= 0, op_names[np.maximum(op, 0)] if len(ops) else None, None)
     names = work["name"].astype(str).to_numpy()
     kinds = work["kind"].astype(str).to_numpy()
-    category = taxonomy.categorize_many(names, op_name, kinds)
+    category = _refine_by_module(taxonomy.categorize_many(names, op_name, kinds), trace, work)
 
     flops, nbytes, dtype, unit, reason, pricing = _costs(source, work)
     dtype = _refine_dtype(dtype, unit, names)
@@ -151,6 +152,30 @@ def _costs(source: OpSource, work: pd.DataFrame):
         dtype[rows] = cost.dtype
         unit[rows] = cost.unit
     return flops, nbytes, dtype, unit, reason, pricing
+
+
+def _refine_by_module(category: np.ndarray, trace: Trace, work: pd.DataFrame) -> np.ndarray:
+    """Generic kernels launched inside a module that names its job take that job's category."""
+    py = trace.python
+    if not len(py) or "issue_ns" not in work:
+        return category
+    mods = py[py["name"].astype(str).str.startswith("nn.Module: ")]
+    candidates = np.flatnonzero(np.isin(category, list(taxonomy.REFINABLE)) & (work["issue_ns"].to_numpy() >= 0))
+    if not len(mods) or not len(candidates):
+        return category
+    issue = work["issue_ns"].to_numpy()[candidates]
+    inner = enclosing(
+        mods["start_ns"].to_numpy(), mods["end_ns"].to_numpy(), mods["tid"].to_numpy(),
+        issue, issue, work["issue_tid"].to_numpy()[candidates],
+    )
+    out = category.copy()
+    names = mods["name"].astype(str).to_numpy()
+    for row, m in zip(candidates, inner):
+        if m >= 0:
+            job = taxonomy.module_category(names[m])
+            if job is not None:
+                out[row] = job
+    return out
 
 
 # cuBLAS/CUTLASS kernels that run FP32 GEMMs on TF32 tensor cores say so in their

@@ -255,3 +255,23 @@ def is_prefill_attention(kernel_name: str) -> bool:
     Only attention kernels qualify (not, say, a "prefill" metadata kernel).
     """
     return bool(_PREFILL_ATTENTION.search(kernel_name or "")) and categorize(kernel_name) == ATTENTION
+
+
+# Modules whose generic kernels (eager elementwise chains, reductions) still do one
+# recognisable job: an eager RMSNorm is pow/mean/rsqrt/mul kernels, an eager rotary
+# embedding is cat/neg/mul. The innermost ``nn.Module:`` span around the launch says
+# which. Only generic categories are refined; a GEMM inside an MLP stays a GEMM.
+MODULE_RULES: tuple[tuple[str, str, str], ...] = (
+    (ROPE, r"rotary|rope", "nn.Module: Qwen2RotaryEmbedding_0"),
+    (NORMALIZATION, r"norm", "nn.Module: Qwen2RMSNorm_0, nn.Module: LayerNorm_3"),
+    (ACTIVATION, r"silu|gelu|swiglu|geglu|activation|relu|andmul", "nn.Module: SiLU_0, nn.Module: SiluAndMul_0"),
+    (EMBEDDING, r"embedding", "nn.Module: Embedding_0, nn.Module: VocabParallelEmbedding_0"),
+    (SAMPLING, r"sampler|logitsprocessor", "nn.Module: Sampler_0"),
+)
+_MODULE = _compile(MODULE_RULES)
+REFINABLE = frozenset({ELEMENTWISE, REDUCTION, OTHER})
+
+
+def module_category(module_name: str) -> str | None:
+    """The job an ``nn.Module:`` span's class name says, or None."""
+    return _first(_MODULE, module_name or "")

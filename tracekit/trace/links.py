@@ -68,12 +68,12 @@ def _runtime_to_op(rt: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     result = np.where(valid, by_ext, -1).astype(np.int64)
     todo = np.flatnonzero(~valid)
     if len(todo):
-        result[todo] = _enclosing(op_start, op_end, op_tid, r_start[todo], r_end[todo], r_tid[todo])
+        result[todo] = enclosing(op_start, op_end, op_tid, r_start[todo], r_end[todo], r_tid[todo])
     return result
 
 
-def _enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid) -> np.ndarray:
-    """Innermost op on the same thread whose interval contains each query interval."""
+def enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid) -> np.ndarray:
+    """Innermost interval (row) on the same thread that contains each query interval, or -1."""
     out = np.full(len(q_start), -1, dtype=np.int64)
     for tid in np.unique(q_tid):
         rows = np.flatnonzero(op_tid == tid)
