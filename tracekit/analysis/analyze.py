@@ -20,6 +20,7 @@ from tracekit.analysis.model import Analysis
 from tracekit.analysis.roofline import BOUNDS, attribute
 from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, segment
 from tracekit.specs import SpecMatch, cpu_lookup, lookup, with_calibration
+from tracekit.specs.model import normalise_dtype
 from tracekit.trace.model import Trace
 
 PHASE_ORDER = (PREFILL, DECODE, MIXED, UNKNOWN)
@@ -34,19 +35,24 @@ def analyze(
     spec_file: str | None = None,
     cpu_matmul_flops: float | None = None,
     cpu_bandwidth: float | None = None,
+    capture: Trace | None = None,
 ) -> Analysis:
     """Analyse a trace. ``gpu``/``spec_file`` override the device lookup; the two
-    ``cpu_*`` peaks (FLOP/s, bytes/s) stand in for a CPU trace's missing calibration."""
+    ``cpu_*`` peaks (FLOP/s, bytes/s) stand in for a CPU trace's missing calibration;
+    ``capture`` is the graph-capture trace that describes graph-replayed kernels."""
     seg = segment(trace)
     match = _device_spec(trace, gpu, spec_file, cpu_matmul_flops, cpu_bandwidth)
-    attr = attribute(trace, seg, match)
+    attr = attribute(trace, seg, match, capture=capture)
     work = pd.concat([seg.work.reset_index(drop=True), attr.table.reset_index(drop=True)], axis=1)
     lat = latency(seg)
     spec = match.spec
     phases = {p: _phase(p, work, seg.steps, lat.phases.get(p, {}), spec) for p in PHASE_ORDER if p in set(seg.steps["phase"])}
     metrics = _metrics(lat, phases)
+    metrics["unprofiled"] = _unprofiled(trace)
     device = _device(trace, seg.device_type, match)
     provenance = _provenance(trace, seg, lat, match, phases, work)
+    if attr.capture_note:
+        provenance["graph_capture"] = attr.capture_note
     analysis = Analysis(
         source={
             "path": trace.path,
@@ -68,7 +74,8 @@ def analyze(
         findings=[],
         provenance=provenance,
         top_kernels={p: _top_kernels(work[work["phase"] == p]) for p in phases},
-        roofline={p: _roofline_points(work[work["phase"] == p], spec, phases[p]) for p in phases},
+        roofline={p: _roofline_points(work[work["phase"] == p], spec, phases[p], trace) for p in phases},
+        overall=_overall(work),
     )
     analysis.findings = find.findings(analysis)
     return analysis
@@ -101,6 +108,8 @@ def _device(trace: Trace, device_type: str, match: SpecMatch) -> dict[str, Any]:
         "peak_bandwidth": None if spec is None else spec.peak_bandwidth,
         "achievable_bandwidth": None if spec is None else spec.achievable_bandwidth,
         "achievable_bandwidth_basis": None if spec is None else spec.achievable_bandwidth_basis,
+        # The spec row's compute peaks (FLOP/s by unit and dtype), as used for the roofline.
+        "peak_flops": None if spec is None else {"matrix": dict(spec.matrix_flops), "vector": dict(spec.vector_flops)},
     }
 
 
@@ -139,7 +148,11 @@ def _phase(phase: str, work: pd.DataFrame, steps: pd.DataFrame, lat: dict, spec)
         "kernel_ms": kernel_ms,
         "kernels": int(len(w)),
         "by_bound": by_bound,
+        # Shares for the phase-breakdown chart: of the phase's kernel time plus idle time
+        # (by bound), and of its kernel time (by category).
+        "by_bound_share": _shares(by_bound),
         "by_category": {str(k): float(v) for k, v in by_category.items()},
+        "by_category_share": {str(k): (float(v) / kernel_ms if kernel_ms else None) for k, v in by_category.items()},
         "by_category_bound": {
             str(c): {str(b): float(cat_bound.at[c, b]) for b in cat_bound.columns} for c in cat_bound.index
         },
@@ -215,9 +228,45 @@ def _metrics(lat, phases) -> dict[str, Any]:
     }
 
 
+def _shares(parts: dict[str, float]) -> dict[str, float | None]:
+    total = sum(parts.values())
+    return {k: (v / total if total else None) for k, v in parts.items()}
+
+
+def _unprofiled(trace: Trace) -> dict[str, Any] | None:
+    """Wall-clock TTFT/TPOT that ``tracekit collect`` measured without the profiler, if any."""
+    timing = (trace.sidecar or {}).get("timing") or {}
+    tpot = [float(x) for x in timing.get("tpot_ms") or [] if x is not None]
+    if timing.get("ttft_ms") is None and not tpot:
+        return None
+    return {
+        "ttft_ms": timing.get("ttft_ms"),
+        "tpot_p50_ms": float(np.percentile(tpot, 50)) if tpot else None,
+        "tpot_p90_ms": float(np.percentile(tpot, 90)) if tpot else None,
+        "profiler_overhead_ratio": timing.get("profiler_overhead_ratio"),
+        "method": timing.get("method"),
+    }
+
+
 # --- tables for the report -----------------------------------------------------------
 
 _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
+
+
+def _strip_params(s: str) -> str:
+    """``f<>(int, float*)`` -> ``f<>()``: the trailing parameter list of a C++ signature.
+    A parenthesis after a space (``Memcpy DtoD (Device -> Device)``) is kept."""
+    if not s.endswith(")"):
+        return s
+    depth = 0
+    for i in range(len(s) - 1, -1, -1):
+        if s[i] == ")":
+            depth += 1
+        elif s[i] == "(":
+            depth -= 1
+            if depth == 0:
+                return s if i == 0 or s[i - 1] == " " else s[:i] + "()"
+    return s
 
 
 def short_name(name: str, width: int = 80) -> str:
@@ -228,7 +277,8 @@ def short_name(name: str, width: int = 80) -> str:
         if t == s:
             break
         s = t
-    s = re.sub(r"\(.*\)$", "()", s)
+    s = s.replace("(anonymous namespace)::", "")
+    s = _strip_params(s)
     s = s.removeprefix("void ")
     return s if len(s) <= width else s[: width - 1] + "…"
 
@@ -276,7 +326,41 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def _roofline_points(w: pd.DataFrame, spec, phase: dict) -> dict[str, Any]:
+def _overall(work: pd.DataFrame) -> dict[str, Any]:
+    """The whole trace regardless of phase: what a training trace (no steps) can still show."""
+    ms = float(work["dur_ns"].sum() / 1e6)
+    by_category = work.groupby("category")["dur_ns"].sum().sort_values(ascending=False) / 1e6
+    return {
+        "kernel_ms": ms,
+        "kernels": int(len(work)),
+        "by_category": {str(k): float(v) for k, v in by_category.items()},
+        "by_category_share": {str(k): (float(v) / ms if ms else None) for k, v in by_category.items()},
+        "top_kernels": _top_kernels(work),
+    }
+
+
+def _shape_text(trace: Trace, op_row: int) -> str | None:
+    """Input shapes and dtypes of one op, compact: ``[16, 559, 1024] bf16, [1024, 1024] bf16``."""
+    if op_row < 0:
+        return None
+    try:
+        dims, types = trace.shapes(int(op_row))
+    except (IndexError, KeyError, TypeError, ValueError):
+        return None
+    if not dims:
+        return None
+    parts = []
+    for i, d in enumerate(dims):
+        if not isinstance(d, list) or not d or not all(isinstance(x, int) for x in d):
+            continue
+        t = types[i] if types and i < len(types) and isinstance(types[i], str) else ""
+        dt = normalise_dtype(t) or ""
+        parts.append(f"[{', '.join(str(x) for x in d)}]" + (f" {dt}" if dt else ""))
+    text = ", ".join(parts[:4]) + (" ..." if len(parts) > 4 else "")
+    return text[:200] or None
+
+
+def _roofline_points(w: pd.DataFrame, spec, phase: dict, trace: Trace | None = None) -> dict[str, Any]:
     """Op groups (pricing op name x category x dtype) placed by intensity and achieved FLOP/s."""
     known = w[w["flops"].notna() & w["bytes"].notna() & (w["bytes"] > 0) & (w["dur_ns"] > 0)]
     out: dict[str, Any] = {"points": [], "roofs": None, "reason": None}
@@ -290,6 +374,7 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict) -> dict[str, Any]:
     g = known.assign(label=label).groupby(["label", "category", "dtype", "unit"], observed=True)
     agg = g.agg(flops=("flops", "sum"), bytes=("bytes", "sum"), dur_ns=("dur_ns", "sum"), calls=("dur_ns", "size"), kernel=("name", "first"))
     agg = agg.sort_values("dur_ns", ascending=False).head(ROOFLINE_POINTS)
+    shapes = _group_shapes(known.assign(label=label), agg.index, trace)
     for (lab, cat, dtype, unit), r in agg.iterrows():
         secs = r["dur_ns"] / 1e9
         peak = spec.peak_flops(dtype, unit)
@@ -299,6 +384,7 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict) -> dict[str, Any]:
             {
                 "label": str(lab),
                 "kernel": short_name(str(r["kernel"])),
+                "shapes": shapes.get((lab, cat, dtype, unit)),
                 "category": str(cat),
                 "dtype": str(dtype),
                 "unit": str(unit),
@@ -323,6 +409,26 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict) -> dict[str, Any]:
     return out
 
 
+def _group_shapes(w: pd.DataFrame, keys, trace: Trace | None) -> dict[tuple, str | None]:
+    """Per roofline group: the input shapes of the pricing op that took the group's most time."""
+    if trace is None or "pricing_op" not in w or not len(w):
+        return {}
+    w = w[w["pricing_op"] >= 0]
+    if not len(w):
+        return {}
+    by_op = w.groupby(["label", "category", "dtype", "unit", "pricing_op"], observed=True)["dur_ns"].sum()
+    out: dict[tuple, str | None] = {}
+    wanted = set(keys)
+    by_op = by_op.sort_values(ascending=False)
+    for (lab, cat, dtype, unit, op), _ in by_op.items():
+        key = (lab, cat, dtype, unit)
+        if key in wanted and key not in out:
+            out[key] = _shape_text(trace, op)
+            if len(out) == len(wanted):
+                break
+    return out
+
+
 # --- provenance ----------------------------------------------------------------------
 
 FORMULAS = {
@@ -337,6 +443,9 @@ FORMULAS = {
     "mfu": "matrix FLOPs of the phase's kernels with known shapes / phase time / matrix peak of the phase's main dtype",
     "mbu": "bytes the phase's kernels must move (weights, KV cache, activations; each tensor read or written once) / phase time / peak bandwidth",
     "cost": "FLOPs and bytes of the outermost op with a cost model, shared among the kernels it launched by duration",
+    "idle_share": "GPU idle time / (GPU busy + idle time) over the phase's steps",
+    "decode_tokens_per_s": "tokens generated by the decode steps (batch size per step) / sum of decode step durations",
+    "prefill_tokens_per_s": "prompt tokens of the prefill steps / sum of prefill step durations",
 }
 
 
@@ -367,4 +476,11 @@ def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[
         "unknown_bound_ms_by_reason": {str(k): float(v) for k, v in why_unknown.items()},
         "unmatched_kernels": sorted(set(work.loc[work["category"] == "other", "name"].astype(str)))[:50],
         "formulas": FORMULAS,
+        "finding_thresholds": {
+            "decode-launch-bound": f"decode GPU idle share >= {find.LAUNCH_BOUND_IDLE:.0%}",
+            "decode-attention-share": f"attention >= {find.ATTENTION_SHARE:.0%} of decode kernel time",
+            "unknown-cost": f">= {find.UNKNOWN_COST_SHARE:.0%} of a phase's kernel time has unknown cost",
+            "tpot-growth": f"the last quarter of decode steps is >= {find.TPOT_GROWTH:.0%} slower than the first",
+            "outside-steps": f">= {find.OUTSIDE_SHARE:.0%} of the trace's kernel time ran outside any step",
+        },
     }

@@ -45,6 +45,9 @@ class Analysis:
     # Per phase: the top kernels and the roofline points (op groups), already capped.
     top_kernels: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     roofline: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The whole trace regardless of phase (kernel time by category, top kernels): all a
+    # training trace without steps can show.
+    overall: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(
@@ -59,6 +62,7 @@ class Analysis:
                 "metrics": self.metrics,
                 "top_kernels": self.top_kernels,
                 "roofline": self.roofline,
+                "overall": self.overall,
                 "findings": [f.to_dict() for f in self.findings],
                 "provenance": {"phase_source": self.phase_source, **self.provenance},
             }

@@ -34,9 +34,9 @@ def main() -> None:
 
 def _register() -> None:
     # One place lists the subcommands, in the order a user meets them.
-    from tracekit.cli import gpus, summary
+    from tracekit.cli import collect, gpus, report, summary
 
-    for module in (summary, gpus):
+    for module in (collect, report, summary, gpus):
         main.add_command(module.command)
 
 

@@ -1,0 +1,64 @@
+"""``tracekit report TRACE [-o FILE]``: one trace (or a folder of per-rank traces) to a report."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import click
+
+from tracekit.cli.common import read_with_progress, refuse_overwrite, trace_argument
+from tracekit.errors import TracekitError
+
+FORMATS = ("html", "json", "md", "text")
+
+
+@click.command("report")
+@trace_argument
+@click.option("-o", "--output", metavar="FILE",
+              help="Where to write (default: reports/<trace name>.<format>); '-' writes to stdout.")
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS),
+              help="Output format (default: from FILE's extension .html/.json/.md/.txt, else html).")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@click.option("--gpu", metavar="NAME", help="Price the kernels against this GPU's spec row (see `tracekit gpus`).")
+@click.option("--spec-file", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
+              help="A JSON or CSV file with the device's peaks, instead of the built-in database.")
+def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: str | None, spec_file: str | None) -> None:
+    """Write a report of TRACE: a self-contained HTML page with charts (opens offline),
+    the whole analysis as JSON for scripts and CI, or a Markdown summary for pull requests."""
+    from tracekit.analysis import analyze
+    from tracekit.report import choose, default_output, write_atomic
+
+    renderer = choose(fmt, output)
+    to_stdout = output == "-"
+    path = output if output else default_output(trace, renderer.extension)
+    if not to_stdout:
+        refuse_overwrite(path, force)  # before the slow read
+        if output and os.path.isdir(output):
+            raise TracekitError(f"{output} is a folder; give a file name, e.g. {os.path.join(output, 'report' + renderer.extension)}")
+    if not os.path.exists(trace):
+        raise TracekitError(f"{trace}: no such file or folder")
+    t = read_with_progress(trace)
+    analysis = analyze(t, gpu=gpu, spec_file=spec_file)
+    text = renderer.render(analysis)
+    if to_stdout:
+        click.echo(text, nl=False)
+        return
+    size = write_atomic(path, text, make_parent=output is None)
+    click.echo(f"wrote {path} ({_size(size)})")
+    click.echo(_next_step(renderer.name, trace, path))
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{max(1, round(n / 1e3))} kB"
+
+
+def _next_step(name: str, trace: str, path: str) -> str:
+    q = shlex.quote
+    if name == "html":
+        return f"next: open {q(path)} in a browser (it works offline), or run: tracekit report {q(trace)} --format md"
+    if name == "json":
+        return f"next: the keys are documented in docs/json-schema.md; for people: tracekit report {q(trace)}"
+    if name == "md":
+        return f"next: paste {q(path)} into a pull request; the full report with charts: tracekit report {q(trace)}"
+    return f"next: tracekit report {q(trace)} for the HTML report with charts"

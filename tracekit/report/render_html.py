@@ -1,0 +1,91 @@
+"""The HTML report: one self-contained file, charts inline, nothing fetched."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+from typing import Any
+
+from markupsafe import Markup
+
+from tracekit.report import charts, view
+from tracekit.report.base import Renderer, register
+from tracekit.report.templating import html_env, render
+
+
+@register
+class HtmlRenderer(Renderer):
+    name = "html"
+    extension = ".html"
+    description = "a single self-contained HTML page with interactive charts (opens offline)"
+
+    def __init__(self, top: int | None = None, include_js: bool = True):
+        self.top = top
+        # include_js=False leaves Bokeh's 1.3 MB bundle out (for tests of the page text).
+        self.include_js = include_js
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        breakdown = charts.phase_breakdown(data)
+        decode = charts.decode_steps(data)
+        rooflines = [dict(charts.roofline(data, phase, i), phase=view.phase_label(phase)) for i, phase in enumerate(data["phases"])]
+        items = [c["item"] for c in breakdown.get("charts", [])]
+        items += [c["item"] for c in [decode, *rooflines] if "item" in c]
+        return {
+            "header": view.header(data),
+            "headline": view.headline(data),
+            "findings": view.findings(data),
+            "phases": view.phase_rows(data),
+            "no_phases": view.no_phases_reason(data),
+            "no_roofline": (
+                "this is a training run: the roofline is drawn per inference phase (prefill, decode)."
+                if data.get("run_kind") == "training" else "the trace holds no inference step."
+            ),
+            "device_word": view.device_word(data),
+            "breakdown": {
+                "charts": [c["id"] for c in breakdown.get("charts", [])],
+                "reason": breakdown.get("reason"),
+            },
+            "decode": {"chart": decode.get("id"), "reason": decode.get("reason"), "note": decode.get("note")},
+            "rooflines": [
+                {"phase": r["phase"], "chart": r.get("id"), "reason": r.get("reason"), "note": r.get("note")} for r in rooflines
+            ],
+            "top_kernels": view.top_kernels(data, self.top),
+            "quality": view.data_quality(data),
+            # Chart specs for Bokeh, embedded through the script_json filter.
+            "chart_items": items,
+            "schema_version": data.get("schema_version"),
+        }
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        vm = self.view_model(data)
+        js = charts.inline_bokeh_js() if self.include_js and vm["chart_items"] else None
+        loader = _loader_js()
+        return render(
+            html_env(), "report.html.j2", vm=vm,
+            bokeh_js=Markup(js) if js else None, loader_js=Markup(loader), csp=_csp([js, loader]),
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _loader_js() -> str:
+    """The page's own script (templates/report.js): embeds the charts, then marks the
+    body ``data-charts-rendered=N`` (or ``data-charts-error``) for people and tests."""
+    env = html_env()
+    text = env.loader.get_source(env, "report.js")[0].strip()
+    if "</script" in text.lower():  # pragma: no cover
+        raise RuntimeError("report.js must not contain '</script'")
+    return text
+
+
+def _csp(scripts: list[str | None]) -> str:
+    """Content-Security-Policy: only the page's own inline scripts (by hash) run, and
+    nothing may be fetched: a second line of defence behind escaping, and the reason a
+    report can never call the network."""
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(s.encode("utf-8")).digest()).decode() + "'" for s in scripts if s
+    )
+    return (
+        f"default-src 'none'; script-src {hashes or chr(39) + 'none' + chr(39)}; style-src 'unsafe-inline'; "
+        "img-src data: blob:; font-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'"
+    )

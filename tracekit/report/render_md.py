@@ -1,0 +1,35 @@
+"""``--format md``: a compact summary for pull requests and chat."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracekit.report import view
+from tracekit.report.base import Renderer, register
+from tracekit.report.templating import render, text_env
+
+TOP = 5  # kernels per phase in the Markdown summary
+
+
+@register
+class MarkdownRenderer(Renderer):
+    name = "md"
+    extension = ".md"
+    description = "a compact Markdown summary for pull requests and chat"
+
+    def __init__(self, top: int | None = TOP):
+        self.top = top
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "header": view.header(data),
+            "headline": view.headline(data),
+            "phases": view.phase_rows(data),
+            "no_phases": view.no_phases_reason(data),
+            "findings": view.findings(data),
+            "top_kernels": view.top_kernels(data, self.top),
+            "device_word": view.device_word(data),
+        }
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        return render(text_env(), "report.md.j2", vm=self.view_model(data))

@@ -1,0 +1,54 @@
+"""Terminal text (``tracekit summary``, ``--format text``): headline figures, phase table, findings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracekit.report import view
+from tracekit.report.base import Renderer, register
+from tracekit.report.templating import render, term_text, text_env
+
+
+@register
+class TextRenderer(Renderer):
+    name = "text"
+    extension = ".txt"
+    description = "plain text for a terminal"
+
+    def __init__(self, show_header: bool = True):
+        # tracekit summary prints the reader's facts (path, device) first and turns this off.
+        self.show_header = show_header
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        phases = view.phase_rows(data)
+        head = ["phase", "steps", "time", "busy", "idle", "idle %", "compute", "memory", "unknown", "MFU", "MBU"]
+        cells = [
+            [
+                term_text(r["label"]), r["steps"], r["time"], r["gpu_busy"], r["gpu_idle"], r["idle_share"],
+                *(b["share"] for b in r["bounds"][:3]), r["mfu"], r["mbu"],
+            ]
+            for r in phases
+        ]
+        widths = [max(len(str(row[i])) for row in [head, *cells]) for i in range(len(head))]
+        table = [
+            "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+            for row in [head, *cells]
+        ]
+        headline = view.headline(data)
+        width = max((len(h["label"]) for h in headline), default=0)
+        vwidth = max((len(h["value"]) for h in headline), default=0)
+        return {
+            "header": view.header(data),
+            "headline": [
+                {**h, "label": h["label"].ljust(width), "value": h["value"].rjust(vwidth), "note": term_text(h["note"] or "")}
+                for h in headline
+            ],
+            "table": table,
+            "no_phases": view.no_phases_reason(data),
+            "findings": view.findings(data),
+            "device_word": view.device_word(data),
+            "show_header": self.show_header,
+        }
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        return render(text_env(), "summary.txt.j2", vm=self.view_model(data))

@@ -1,0 +1,354 @@
+"""View-model pieces the renderers share, built from ``Analysis.to_dict()``.
+
+Every function here takes the JSON contract (a plain dict) and returns plain dicts
+and lists of display text. Nothing here computes a figure: values are looked up and
+formatted; where a value is ``None`` the reason recorded under ``provenance`` is shown
+instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracekit.report import formatting as fmt
+
+PHASE_LABELS = {"prefill": "Prefill", "decode": "Decode", "mixed": "Mixed", "unknown": "Unclassified"}
+BOUNDS = ("compute", "memory", "unknown", "idle")
+BOUND_LABELS = {"compute": "compute-bound", "memory": "memory-bound", "unknown": "unknown bound", "idle": "idle"}
+
+# What each gap in a trace (``Trace.lacks`` keys) takes away from the report.
+LACK_EFFECTS = {
+    "gpu": "there is no GPU roofline; CPU peaks come from the calibration tracekit collect measured, when present",
+    "device_properties": "the device's peaks can only come from --gpu or --spec-file; without them there is no MFU, MBU or roofline",
+    "device_name": "the device's peaks can only come from --gpu or --spec-file; without them there is no MFU, MBU or roofline",
+    "distributed": "rank and world size are not shown",
+    "cpu_ops": "kernels cannot be priced (no FLOPs or bytes): bounds, MFU, MBU and the roofline are missing",
+    "shapes": "FLOPs and bytes are unknown: bounds, MFU, MBU and the roofline are missing",
+    "launch_links": "those kernels are placed in steps by time alone and their cost is unknown",
+    "graph_ops": "graph-replayed kernels have no op shapes, so their cost is unknown (the graph-capture trace has them)",
+    "op_links": "those kernels have unknown cost and count as unknown bound",
+    "annotations": "phases are inferred from shapes and kernel names rather than read from markers",
+}
+
+_WORKLOAD_FIELDS = (
+    ("preset", "preset"),
+    ("model_path", "model"),
+    ("architecture", "architecture"),
+    ("parameters", "parameters"),
+    ("dtype", "dtype"),
+    ("batch_size", "batch size"),
+    ("prompt_len", "prompt length"),
+    ("new_tokens", "new tokens"),
+    ("device", "device"),
+    ("compile", "torch.compile"),
+    ("cuda_graphs", "CUDA graphs"),
+)
+
+
+def phase_label(phase: str) -> str:
+    return PHASE_LABELS.get(phase, str(phase).capitalize())
+
+
+def device_word(data: dict[str, Any]) -> str:
+    """"GPU" or "CPU": what a CPU-only trace's "GPU idle" is really about."""
+    return "CPU" if (data.get("device") or {}).get("type") == "cpu" else "GPU"
+
+
+# --- header ------------------------------------------------------------------------------
+
+
+def header(data: dict[str, Any]) -> dict[str, Any]:
+    src = data["source"]
+    dev = data["device"]
+    side = data.get("workload") or {}
+    work = side.get("workload") or {}
+    versions = side.get("versions") or {}
+    files = src.get("files") or [src.get("path")]
+    peaks = []
+    for unit, by_dtype in ((dev.get("peak_flops") or {}).items()):
+        for dtype, value in (by_dtype or {}).items():
+            peaks.append({"unit": unit, "dtype": dtype, "value": fmt.flops(value)})
+    return {
+        "title": src.get("name") or "trace",
+        "trace": {
+            "name": src.get("name"),
+            "path": src.get("path"),
+            "files": [str(f) for f in files] if len(files) > 1 else [],
+            "events": fmt.count(src.get("events")),
+            "size": fmt.si(src.get("bytes"), "B") if src.get("bytes") else fmt.MISSING,
+            "schema_era": src.get("schema_era"),
+        },
+        "device": {
+            "name": dev.get("name") or "unknown",
+            "type": dev.get("type"),
+            "spec": dev.get("spec"),
+            "how": dev.get("how"),
+            "reason": dev.get("reason"),
+            "peak_basis": dev.get("peak_basis"),
+            "peak_bandwidth": fmt.bandwidth(dev.get("peak_bandwidth")),
+            "achievable_bandwidth": fmt.bandwidth(dev.get("achievable_bandwidth")),
+            "achievable_bandwidth_basis": dev.get("achievable_bandwidth_basis"),
+            "peaks": peaks,
+        },
+        "workload": [
+            {"label": label, "value": fmt.plain(work[key])} for key, label in _WORKLOAD_FIELDS if work.get(key) is not None
+        ],
+        "versions": [{"label": k, "value": fmt.plain(v)} for k, v in versions.items() if v is not None],
+        "collected": side.get("created"),
+        "run_kind": data.get("run_kind"),
+        "phase_source": (data.get("provenance") or {}).get("phase_source"),
+        "tracekit_version": src.get("tracekit_version"),
+    }
+
+
+# --- headline figures --------------------------------------------------------------------
+
+
+def _first_clause(text: str | None) -> str | None:
+    return None if text is None else text.split(";")[0]
+
+
+def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The headline figures: label, value text, and what each is measured against.
+
+    ``raw`` is the number from the JSON contract, so a test can check that the JSON
+    output loads back to the same figures the HTML shows."""
+    m = data["metrics"]
+    phases = data["phases"]
+    prov = data["provenance"]
+    why = prov.get("reasons") or {}
+    formulas = prov.get("formulas") or {}
+    unprof = m.get("unprofiled") or {}
+    word = device_word(data)
+    tpot = m.get("tpot_ms") or {}
+    n_decode = (phases.get("decode") or {}).get("steps")
+    out = []
+
+    def add(key, label, raw, text, note, detail=None, reason_key=None):
+        reason = None if raw is not None else (why.get(reason_key or key) or "not computed")
+        out.append(
+            {
+                "key": key,
+                "label": label,
+                "raw": raw,
+                "value": text if raw is not None else fmt.MISSING,
+                "note": note if raw is not None else reason,
+                "detail": detail or note if raw is not None else reason,
+                "missing": raw is None,
+            }
+        )
+
+    wall = f"; without the profiler tracekit collect measured {fmt.ms(unprof['ttft_ms'])}" if unprof.get("ttft_ms") else ""
+    add(
+        "ttft_ms", "TTFT", m.get("ttft_ms"), fmt.ms(m.get("ttft_ms")),
+        "first prefill step, in the profiled run",
+        f"Time to first token: {formulas.get('ttft', '')}{wall}.",
+    )
+    steps_text = f"{n_decode} decode step{'s' if n_decode != 1 else ''}" if n_decode else "the decode steps"
+    for q in ("p50", "p90"):
+        wall = (
+            f"; without the profiler tracekit collect measured {fmt.ms(unprof[f'tpot_{q}_ms'])}"
+            if unprof.get(f"tpot_{q}_ms") else ""
+        )
+        add(
+            f"tpot_{q}", f"TPOT {q}", tpot.get(q), fmt.ms(tpot.get(q)),
+            f"{q} of {steps_text}, in the profiled run",
+            f"Time per output token: {formulas.get('tpot', '')}{wall}.",
+            reason_key="tpot_ms",
+        )
+    add(
+        "decode_tokens_per_s", "Decode tokens/s", m.get("decode_tokens_per_s"), fmt.per_s(m.get("decode_tokens_per_s")),
+        "tokens generated / decode time",
+        f"Decode throughput: {formulas.get('decode_tokens_per_s', '')}.",
+    )
+    pre = phases.get("prefill") or {}
+    add(
+        "prefill_mfu", "Prefill MFU", m.get("prefill_mfu"), fmt.pct(m.get("prefill_mfu")),
+        f"vs {_first_clause(pre.get('mfu_basis'))}",
+        f"Model FLOPs utilisation: {formulas.get('mfu', '')}. Against {pre.get('mfu_basis')}."
+        + (f" Against the achievable ceiling: {fmt.pct(pre['mfu_achievable'])}." if pre.get("mfu_achievable") is not None else ""),
+    )
+    dec = phases.get("decode") or {}
+    add(
+        "decode_mbu", "Decode MBU", m.get("decode_mbu"), fmt.pct(m.get("decode_mbu")),
+        f"vs {_first_clause(dec.get('mbu_basis'))}",
+        f"Memory bandwidth utilisation: {formulas.get('mbu', '')}. Against {dec.get('mbu_basis')}."
+        + (f" Against the achievable ceiling: {fmt.pct(dec['mbu_achievable'])}." if dec.get("mbu_achievable") is not None else ""),
+    )
+    for phase, share in (m.get("idle_share") or {}).items():
+        add(
+            f"idle_share.{phase}", f"{word} idle, {phase_label(phase).lower()}", share, fmt.pct(share),
+            f"share of the {phase_label(phase).lower()} steps' {word} time with nothing running",
+            f"{word} idle share: {formulas.get('idle_share', '')}; {formulas.get('gpu_idle', '')}.",
+        )
+    return out
+
+
+# --- phases, findings, kernels -------------------------------------------------------------
+
+
+def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    why = (data.get("provenance") or {}).get("reasons") or {}
+    rows = []
+    for phase, p in data["phases"].items():
+        bb = p.get("by_bound") or {}
+        share = p.get("by_bound_share") or {}
+        rows.append(
+            {
+                "phase": phase,
+                "label": phase_label(phase),
+                "steps": fmt.count(p.get("steps")),
+                "time": fmt.ms(p.get("time_ms")),
+                "gpu_busy": fmt.ms(p.get("gpu_busy_ms")),
+                "gpu_idle": fmt.ms(p.get("gpu_idle_ms")),
+                "idle_share": fmt.pct(p.get("idle_share")),
+                "kernel_time": fmt.ms(p.get("kernel_ms")),
+                "kernels": fmt.count(p.get("kernels")),
+                "bounds": [
+                    {"bound": b, "label": BOUND_LABELS[b], "ms": fmt.ms(bb.get(b)), "share": fmt.pct(share.get(b))}
+                    for b in BOUNDS
+                ],
+                "mfu": fmt.pct(p.get("mfu")),
+                "mfu_note": p.get("mfu_basis") or p.get("mfu_reason") or why.get(f"{phase}_mfu"),
+                "mbu": fmt.pct(p.get("mbu")),
+                "mbu_note": p.get("mbu_basis") or p.get("mbu_reason") or why.get(f"{phase}_mbu"),
+                "unknown_cost_share": fmt.pct(p.get("unknown_cost_share")),
+            }
+        )
+    return rows
+
+
+def findings(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f.get("id"),
+            "text": f.get("text"),
+            "severity": f.get("severity") or "info",
+            "phase": phase_label(f["phase"]) if f.get("phase") else None,
+        }
+        for f in data.get("findings") or []
+    ]
+
+
+def _achieved(row: dict[str, Any]) -> str:
+    parts = []
+    if row.get("achieved_tflops") is not None:
+        parts.append(fmt.flops(row["achieved_tflops"] * 1e12))
+    if row.get("achieved_gbps") is not None:
+        parts.append(fmt.bandwidth(row["achieved_gbps"] * 1e9))
+    return " · ".join(parts) if parts else fmt.MISSING
+
+
+def kernel_rows(rows: list[dict[str, Any]], top: int | None = None) -> list[dict[str, Any]]:
+    out = []
+    for r in rows[:top] if top else rows:
+        out.append(
+            {
+                "name": r.get("name"),
+                "short_name": r.get("short_name") or r.get("name"),
+                "category": r.get("category"),
+                "calls": fmt.count(r.get("calls")),
+                "total": fmt.ms(r.get("total_ms")),
+                "mean": fmt.us(r.get("mean_us")),
+                "share": fmt.pct(r.get("share")),
+                "bound": BOUND_LABELS.get(r.get("bound"), r.get("bound")),
+                "bound_key": r.get("bound"),
+                "achieved": _achieved(r),
+                "roof": fmt.pct(r.get("roof_fraction")),
+            }
+        )
+    return out
+
+
+def top_kernels(data: dict[str, Any], top: int | None = None) -> list[dict[str, Any]]:
+    """Per phase: the top kernels table; for a run without phases, the whole trace's."""
+    out = []
+    for phase, rows in (data.get("top_kernels") or {}).items():
+        out.append({"phase": phase, "label": phase_label(phase), "rows": kernel_rows(rows, top)})
+    if not out and (data.get("overall") or {}).get("top_kernels"):
+        out.append({"phase": "all", "label": "Whole trace", "rows": kernel_rows(data["overall"]["top_kernels"], top)})
+    return out
+
+
+def no_phases_reason(data: dict[str, Any]) -> str | None:
+    """Why there is no phase breakdown, or None when there is one."""
+    if data["phases"]:
+        return None
+    notes = (data.get("provenance") or {}).get("notes") or []
+    if data.get("run_kind") == "training":
+        text = "This is a training run (backward ops or optimizer steps are in the trace): it has no prefill or decode steps."
+    else:
+        text = "No inference step was found in this trace, so there is no prefill/decode breakdown."
+        if notes:
+            text += " " + " ".join(str(n).rstrip(".") + "." for n in notes)
+    return text + " The whole trace's kernel time is shown instead."
+
+
+# --- data quality and method ----------------------------------------------------------------
+
+_FIGURE_NAMES = {
+    "ttft_ms": "TTFT",
+    "tpot_ms": "TPOT",
+    "decode_tokens_per_s": "decode tokens/s",
+    "prefill_tokens_per_s": "prefill tokens/s",
+    "launch_overhead_ms_per_decode_step": "launch overhead per decode step",
+    "tpot_slope_ms_per_step": "TPOT trend",
+    "prefill_mfu": "prefill MFU",
+    "decode_mbu": "decode MBU",
+}
+
+
+def _figure_name(key: str) -> str:
+    if key in _FIGURE_NAMES:
+        return _FIGURE_NAMES[key]
+    phase, _, what = key.rpartition("_")
+    if phase and what in ("mfu", "mbu"):
+        return f"{phase_label(phase).lower()} {what.upper()}"
+    return key.replace("_", " ")
+
+
+def data_quality(data: dict[str, Any]) -> dict[str, Any]:
+    prov = data.get("provenance") or {}
+    dev = data.get("device") or {}
+    lacks = prov.get("lacks") or {}
+    outside = prov.get("outside_steps") or {}
+    peaks = []
+    if dev.get("spec"):
+        peaks.append({"what": "spec row", "value": str(dev["spec"]), "basis": dev.get("peak_basis") or ""})
+        peaks.append({"what": "peak bandwidth", "value": fmt.bandwidth(dev.get("peak_bandwidth")), "basis": dev.get("peak_basis") or ""})
+        peaks.append(
+            {
+                "what": "achievable bandwidth",
+                "value": fmt.bandwidth(dev.get("achievable_bandwidth")),
+                "basis": dev.get("achievable_bandwidth_basis") or "",
+            }
+        )
+        for unit, by_dtype in (dev.get("peak_flops") or {}).items():
+            for dtype, value in (by_dtype or {}).items():
+                peaks.append({"what": f"{dtype} {unit} peak", "value": fmt.flops(value), "basis": dev.get("peak_basis") or ""})
+    bases = []
+    for phase, p in (data.get("phases") or {}).items():
+        for what in ("mfu", "mbu"):
+            text = p.get(f"{what}_basis")
+            if text:
+                bases.append({"what": f"{phase_label(phase)} {what.upper()}", "basis": text})
+    return {
+        "lacks": [{"key": k, "text": v, "effect": LACK_EFFECTS.get(k)} for k, v in lacks.items()],
+        "notes": [str(n) for n in prov.get("notes") or []],
+        "reasons": [{"figure": _figure_name(k), "reason": v} for k, v in (prov.get("reasons") or {}).items()],
+        "device_match": prov.get("device_match") or {},
+        "device_reason": dev.get("reason"),
+        "outside_steps": (
+            f"{fmt.count(outside.get('units'))} units of work ({fmt.ms(outside.get('ms'))}) ran outside any step"
+            if outside.get("units") else None
+        ),
+        "unknown_bound": [
+            {"reason": k, "time": fmt.ms(v)} for k, v in (prov.get("unknown_bound_ms_by_reason") or {}).items()
+        ],
+        "unmatched_kernels": [str(k) for k in prov.get("unmatched_kernels") or []],
+        "formulas": [{"name": k.replace("_", " "), "text": v} for k, v in (prov.get("formulas") or {}).items()],
+        "thresholds": [{"id": k, "text": v} for k, v in (prov.get("finding_thresholds") or {}).items()],
+        "peaks": peaks,
+        "bases": bases,
+        "phase_source": prov.get("phase_source"),
+    }
