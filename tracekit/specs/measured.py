@@ -76,6 +76,9 @@ def measured_spec(
         vendor="CPU",
         peak_bandwidth=bandwidth,
         matrix_flops=flops,
+        # A CPU has no separate matrix unit: GEMMs and elementwise ops run on the same
+        # SIMD FMA units, so the measured matmul rate is the ceiling for vector work too.
+        vector_flops=dict(flops),
         # The factor 1.0 is no claim about kernels: these peaks were measured, so achievable = peak.
         compute_factor_source=_MEASURED_SOURCE if basis == MEASURED else basis,
         bandwidth_factor_source=_MEASURED_SOURCE if basis == MEASURED else basis,
