@@ -143,13 +143,14 @@ def findings(a: Analysis) -> list[Finding]:
             )
         )
     if len(a.steps) and bool(a.steps["graph_replay"].any()):
-        out.append(
-            Finding(
-                "graph-replay",
-                "Some steps replay a CUDA/HIP graph: per-op attribution inside a replay needs the graph-capture trace.",
-                "info",
-            )
+        captured = a.provenance.get("graph_capture")
+        text = (
+            f"Some steps replay a CUDA/HIP graph; {captured}."
+            if captured
+            else "Some steps replay a CUDA/HIP graph: per-op attribution inside a replay needs the graph-capture "
+            "trace (tracekit report --graph-capture TRACE)."
         )
+        out.append(Finding("graph-replay", text, "info"))
     return out
 
 

@@ -23,7 +23,11 @@ FORMATS = ("html", "json", "md", "text")
 @click.option("--gpu", metavar="NAME", help="Price the kernels against this GPU's spec row (see `tracekit gpus`).")
 @click.option("--spec-file", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
               help="A JSON or CSV file with the device's peaks, instead of the built-in database.")
-def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: str | None, spec_file: str | None) -> None:
+@click.option("--graph-capture", "capture", type=click.Path(exists=True), metavar="TRACE",
+              help="The trace recorded while the CUDA/HIP graph was captured: its ops give the shapes of "
+                   "the graph-replayed kernels (ROCm traces name the kernels needed to match them).")
+def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: str | None, spec_file: str | None,
+            capture: str | None) -> None:
     """Write a report of TRACE: a self-contained HTML page with charts (opens offline),
     the whole analysis as JSON for scripts and CI, or a Markdown summary for pull requests."""
     from tracekit.analysis import analyze
@@ -39,7 +43,8 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
     t = read_with_progress(trace)
-    analysis = analyze(t, gpu=gpu, spec_file=spec_file)
+    captured = read_with_progress(capture) if capture else None
+    analysis = analyze(t, gpu=gpu, spec_file=spec_file, capture=captured)
     text = renderer.render(analysis)
     if to_stdout:
         click.echo(text, nl=False)
