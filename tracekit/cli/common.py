@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from tracekit.errors import TracekitError
+from tracekit.report.output import refuse_overwrite  # noqa: F401  (one rule for every command)
 from tracekit.trace import Trace, read_trace
 
 # Below this size a read takes well under a second: no progress display.
@@ -42,8 +42,3 @@ def _size(path: str) -> int:
 
 def trace_argument(f):
     return click.argument("trace", type=click.Path(dir_okay=True, file_okay=True, path_type=str))(f)
-
-
-def refuse_overwrite(path: str, force: bool) -> None:
-    if os.path.exists(path) and not force:
-        raise TracekitError(f"{path} already exists; pass --force to overwrite it or -o to choose another name")
