@@ -181,3 +181,26 @@ def test_eager_norm_kernels_take_their_module_category():
     # A GEMM is never re-labelled by the module it runs in.
     mm = ~inside & (t["op_name"] == "aten::mm").to_numpy() & (seg.work["kind"] == "kernel").to_numpy()
     assert mm.any() and (t.loc[mm, "category"] == "gemm").all()
+
+
+def test_cpu_trace_peaks_come_from_the_sidecar_or_options(tmp_path):
+    import shutil
+
+    from conftest import SAMPLE_TRACES
+    from tracekit import read_trace
+
+    sample = SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"
+    with_sidecar = analyze(read_trace(sample))
+    assert with_sidecar.device["how"].startswith("measured by tracekit collect")
+    assert with_sidecar.metrics["prefill_mfu"] is not None
+    # The same trace without its sidecar has no peaks: the roofline is absent, with the reason.
+    alone = tmp_path / "alone.pt.trace.json.gz"
+    shutil.copy(sample, alone)
+    bare = analyze(read_trace(alone))
+    assert bare.device["spec"] is None and "--cpu-flops" in bare.device["reason"]
+    assert bare.metrics["prefill_mfu"] is None
+    assert (bare.work["bound"] == "unknown").all()
+    given = analyze(read_trace(alone), cpu_matmul_flops=1e11, cpu_bandwidth=2e10)
+    assert given.device["how"] == "peaks given as options"
+    flops = given.phases["prefill"]["flops"]
+    assert given.metrics["prefill_mfu"] == pytest.approx(flops / (given.phases["prefill"]["time_ms"] / 1e3) / 1e11, rel=0.05)

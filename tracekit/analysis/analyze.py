@@ -91,7 +91,9 @@ def _device_spec(trace: Trace, gpu, spec_file, cpu_flops, cpu_bw) -> SpecMatch:
             # Measured ceilings from collect become the achievable roof; peaks stay.
             match = SpecMatch(with_calibration(match.spec, trace.sidecar), match.how, match.reason)
         return match
-    return cpu_lookup(trace.sidecar or {}, matmul_flops=cpu_flops, bandwidth=cpu_bw)
+    # A user-given CPU matmul peak is one rate for every floating-point dtype.
+    flops = {d: cpu_flops for d in ("fp32", "bf16", "fp16")} if cpu_flops else None
+    return cpu_lookup(trace.sidecar or {}, matmul_flops=flops, bandwidth=cpu_bw)
 
 
 def _device(trace: Trace, device_type: str, match: SpecMatch) -> dict[str, Any]:

@@ -26,8 +26,12 @@ FORMATS = ("html", "json", "md", "text")
 @click.option("--graph-capture", "capture", type=click.Path(exists=True), metavar="TRACE",
               help="The trace recorded while the CUDA/HIP graph was captured: its ops give the shapes of "
                    "the graph-replayed kernels (ROCm traces name the kernels needed to match them).")
+@click.option("--cpu-flops", type=float, metavar="FLOP/S",
+              help="CPU traces: the matmul peak to price against, when the trace has no collect calibration.")
+@click.option("--cpu-bandwidth", type=float, metavar="BYTES/S",
+              help="CPU traces: the memory bandwidth to price against, when the trace has no collect calibration.")
 def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: str | None, spec_file: str | None,
-            capture: str | None) -> None:
+            capture: str | None, cpu_flops: float | None, cpu_bandwidth: float | None) -> None:
     """Write a report of TRACE: a self-contained HTML page with charts (opens offline),
     the whole analysis as JSON for scripts and CI, or a Markdown summary for pull requests."""
     from tracekit.analysis import analyze
@@ -44,7 +48,8 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
         raise TracekitError(f"{trace}: no such file or folder")
     t = read_with_progress(trace)
     captured = read_with_progress(capture) if capture else None
-    analysis = analyze(t, gpu=gpu, spec_file=spec_file, capture=captured)
+    analysis = analyze(t, gpu=gpu, spec_file=spec_file, capture=captured,
+                       cpu_matmul_flops=cpu_flops, cpu_bandwidth=cpu_bandwidth)
     text = renderer.render(analysis)
     if to_stdout:
         click.echo(text, nl=False)

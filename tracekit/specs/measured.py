@@ -129,5 +129,5 @@ def cpu_lookup(
         None,
         UNKNOWN,
         "a CPU has no datasheet peaks in tracekit and this trace has no measured ones: record it "
-        "with tracekit collect (which measures them) or give the peaks as options",
+        "with tracekit collect (which measures them) or give them with --cpu-flops and --cpu-bandwidth",
     )
