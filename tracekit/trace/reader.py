@@ -335,7 +335,7 @@ def _note_lacks(trace: Trace) -> None:
     k = trace.kernels
     if not len(k):
         lacks["gpu"] = "the trace has no GPU events (a CPU-only trace); leaf CPU ops stand in for kernels"
-    if not trace.devices:
+    if not trace.devices and len(k):
         lacks["device_properties"] = "the trace has no deviceProperties: the GPU cannot be identified from it"
     elif len(k) and trace.device_name() is None:
         lacks["device_name"] = "the GPU's name is empty in deviceProperties"

@@ -8,8 +8,13 @@ from tracekit.trace.model import Trace
 def summarize(trace: Trace, top: int = 10) -> str:
     k = trace.kernels
     lines = [f"trace      {trace.path}"]
-    name = trace.device_name()
-    lines.append(f"device     {name or 'unknown'}" + (f" (+{len(trace.devices) - 1} more described)" if len(trace.devices) > 1 else ""))
+    if trace.has_gpu:
+        name = trace.device_name() or "unknown"
+        more = f" (+{len(trace.devices) - 1} more described)" if len(trace.devices) > 1 else ""
+        lines.append(f"device     {name}{more}")
+    else:
+        cpu = ((trace.sidecar or {}).get("device") or {}).get("name")
+        lines.append(f"device     CPU only (no GPU events){': ' + cpu if cpu else ''}")
     if trace.distributed:
         lines.append(f"rank       {trace.distributed.get('rank', '?')} of {trace.distributed.get('world_size', '?')}")
     span_ms = (trace.end_ns - trace.start_ns) / 1e6
