@@ -21,7 +21,7 @@ from tracekit.analysis.roofline import BOUNDS, attribute
 from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, segment
 from tracekit.specs import SpecMatch, cpu_lookup, lookup, with_calibration
 from tracekit.specs.model import normalise_dtype
-from tracekit.trace.model import Trace
+from tracekit.trace.model import Trace, op_shapes
 
 PHASE_ORDER = (PREFILL, DECODE, MIXED, UNKNOWN)
 TOP_KERNELS = 15  # rows per phase in the report tables
@@ -74,7 +74,7 @@ def analyze(
         findings=[],
         provenance=provenance,
         top_kernels={p: _top_kernels(work[work["phase"] == p]) for p in phases},
-        roofline={p: _roofline_points(work[work["phase"] == p], spec, phases[p], trace) for p in phases},
+        roofline={p: _roofline_points(work[work["phase"] == p], spec, phases[p], attr.ops) for p in phases},
         overall=_overall(work),
     )
     analysis.findings = find.findings(analysis)
@@ -341,12 +341,12 @@ def _overall(work: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def _shape_text(trace: Trace, op_row: int) -> str | None:
+def _shape_text(ops: pd.DataFrame, op_row: int) -> str | None:
     """Input shapes and dtypes of one op, compact: ``[16, 559, 1024] bf16, [1024, 1024] bf16``."""
     if op_row < 0:
         return None
     try:
-        dims, types = trace.shapes(int(op_row))
+        dims, types = op_shapes(ops, int(op_row))
     except (IndexError, KeyError, TypeError, ValueError):
         return None
     if not dims:
@@ -362,22 +362,28 @@ def _shape_text(trace: Trace, op_row: int) -> str | None:
     return text[:200] or None
 
 
-def _roofline_points(w: pd.DataFrame, spec, phase: dict, trace: Trace | None = None) -> dict[str, Any]:
-    """Op groups (pricing op name x category x dtype) placed by intensity and achieved FLOP/s."""
-    known = w[w["flops"].notna() & w["bytes"].notna() & (w["bytes"] > 0) & (w["dur_ns"] > 0)]
+def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Op groups placed by intensity and achieved FLOP/s: one point per pricing op name
+    and input shapes (x category, dtype, unit), so the QKV, MLP and LM-head GEMMs of a
+    model stay separate points with their own intensities."""
+    known = w[w["flops"].notna() & w["bytes"].notna() & (w["bytes"] > 0) & (w["dur_ns"] > 0) & (w["pricing_op"] >= 0)]
     out: dict[str, Any] = {"points": [], "roofs": None, "reason": None}
     if spec is None:
         out["reason"] = "device peaks unknown: no roofline"
         return out
-    if not len(known):
+    if not len(known) or ops is None:
         out["reason"] = "no kernel in this phase has a known cost"
         return out
-    label = known["op_name"].fillna(known["name"].astype(str)).astype(str)
-    g = known.assign(label=label).groupby(["label", "category", "dtype", "unit"], observed=True)
-    agg = g.agg(flops=("flops", "sum"), bytes=("bytes", "sum"), dur_ns=("dur_ns", "sum"), calls=("dur_ns", "size"), kernel=("name", "first"))
+    p = known["pricing_op"].to_numpy()
+    signature = ops["input_dims"].astype(str).to_numpy()[p] + "|" + ops["input_types"].astype(str).to_numpy()[p]
+    grouped = known.assign(label=ops["name"].astype(str).to_numpy()[p], signature=signature)
+    g = grouped.groupby(["label", "signature", "category", "dtype", "unit"], observed=True)
+    agg = g.agg(
+        flops=("flops", "sum"), bytes=("bytes", "sum"), dur_ns=("dur_ns", "sum"), calls=("dur_ns", "size"),
+        kernel=("name", "first"), op=("pricing_op", "first"),
+    )
     agg = agg.sort_values("dur_ns", ascending=False).head(ROOFLINE_POINTS)
-    shapes = _group_shapes(known.assign(label=label), agg.index, trace)
-    for (lab, cat, dtype, unit), r in agg.iterrows():
+    for (lab, _, cat, dtype, unit), r in agg.iterrows():
         secs = r["dur_ns"] / 1e9
         peak = spec.peak_flops(dtype, unit)
         bw = spec.peak_bandwidth
@@ -386,7 +392,7 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, trace: Trace | None = N
             {
                 "label": str(lab),
                 "kernel": short_name(str(r["kernel"])),
-                "shapes": shapes.get((lab, cat, dtype, unit)),
+                "shapes": _shape_text(ops, int(r["op"])),
                 "category": str(cat),
                 "dtype": str(dtype),
                 "unit": str(unit),
@@ -395,7 +401,8 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, trace: Trace | None = N
                 "intensity": r["flops"] / r["bytes"],
                 "achieved_flops": r["flops"] / secs,
                 "roof_flops": roof,
-                "roof_fraction": (r["flops"] / secs) / roof if roof else None,
+                # Same definition as per kernel: time the roofline allows over time taken.
+                "roof_fraction": max(r["flops"] / peak, r["bytes"] / bw) / secs if peak and bw else None,
             }
         )
     dtypes = {(p["dtype"], p["unit"]) for p in out["points"]}
@@ -408,26 +415,6 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, trace: Trace | None = N
             if spec.peak_flops(d, u)
         ],
     }
-    return out
-
-
-def _group_shapes(w: pd.DataFrame, keys, trace: Trace | None) -> dict[tuple, str | None]:
-    """Per roofline group: the input shapes of the pricing op that took the group's most time."""
-    if trace is None or "pricing_op" not in w or not len(w):
-        return {}
-    w = w[w["pricing_op"] >= 0]
-    if not len(w):
-        return {}
-    by_op = w.groupby(["label", "category", "dtype", "unit", "pricing_op"], observed=True)["dur_ns"].sum()
-    out: dict[tuple, str | None] = {}
-    wanted = set(keys)
-    by_op = by_op.sort_values(ascending=False)
-    for (lab, cat, dtype, unit, op), _ in by_op.items():
-        key = (lab, cat, dtype, unit)
-        if key in wanted and key not in out:
-            out[key] = _shape_text(trace, op)
-            if len(out) == len(wanted):
-                break
     return out
 
 

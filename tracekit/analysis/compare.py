@@ -1,18 +1,24 @@
 """Two analyses side by side: what changed, phase by phase, and whether it matters.
 
 ``compare(before, after) -> Comparison`` holds everything ``tracekit compare``
-renders. Verdicts:
+renders; renderers read ``Comparison.to_dict()`` (the JSON contract) and compute
+nothing. Verdicts (``better`` / ``worse`` / ``within noise`` / ``not comparable``):
 
-* a figure with per-step samples on both sides (TPOT, decode tokens/s) is "within
-  noise" when the difference is under ``NOISE_SIGMAS`` standard errors of the
-  difference of means (step-to-step variation); percentiles use the same error;
-* a figure measured once per run (TTFT of a single prefill, MFU, MBU, idle share)
-  has no variation to judge by: it is "within noise" under ``FLAT_THRESHOLD``
-  relative change, and the comparison says that this is a fixed threshold.
+* a figure with per-step samples on both sides is "within noise" when the
+  difference is under ``NOISE_SIGMAS`` standard errors of the difference, estimated
+  from the step-to-step variation: for the TPOT mean and decode tokens/s from the
+  variance of the step times, for TPOT percentiles by a bootstrap of both step
+  series (seeded, so a comparison is reproducible);
+* a figure measured once per run (the TTFT of a single prefill, MFU, MBU, idle
+  share) has no variation to judge by: it is "within noise" under
+  ``FLAT_THRESHOLD`` relative change (and, for shares, under
+  ``FLAT_POINTS`` absolute change), and says that this is a fixed threshold.
 
 Kernels are matched across runs by (phase, category, launching op) rather than by
 name: the same ``aten::linear`` runs ``sm90_xmma_gemm_*`` on one GPU and
-``Cijk_*`` on another.
+``Cijk_*`` on another. Each side's "% of roof" is against its own device's spec
+row, so a kernel that got 2x faster on a new GPU but reaches 40 % of that GPU's
+roof reads off one table row.
 """
 
 from __future__ import annotations
@@ -30,11 +36,18 @@ from tracekit.analysis.model import Analysis, _clean
 from tracekit.errors import TracekitError
 
 SCHEMA_VERSION = 1
+KIND = "tracekit.comparison"
 NOISE_SIGMAS = 2.0
-FLAT_THRESHOLD = 0.02
+FLAT_THRESHOLD = 0.02  # relative change below which a one-sample figure counts as noise
+FLAT_POINTS = 0.01  # ... and, for shares (MFU, MBU, idle), absolute change below 1 point
+BOOTSTRAP = 1000  # resamples for the noise of TPOT percentiles
 TOP_MOVERS = 12
+NAME_CAP = 2000  # full kernel names kept for hover text
 
-# key -> (label, unit, better direction, where it lives in Analysis.metrics / phases)
+PHASES = ("prefill", "decode", "mixed", "unknown")
+ALL = "all"  # neither run has inference steps: the whole trace is compared
+
+# key -> (label, unit, better direction). Units: "ms", "tok/s", "" (a share, 0..1).
 HEADLINE = {
     "ttft_ms": ("TTFT", "ms", "lower"),
     "tpot_p50": ("TPOT p50", "ms", "lower"),
@@ -44,8 +57,25 @@ HEADLINE = {
     "prefill_tokens_per_s": ("prefill tokens/s", "tok/s", "higher"),
     "prefill_mfu": ("prefill MFU", "", "higher"),
     "decode_mbu": ("decode MBU", "", "higher"),
-    "prefill_idle_share": ("prefill GPU idle", "", "lower"),
-    "decode_idle_share": ("decode GPU idle", "", "lower"),
+    "prefill_idle_share": ("prefill {word} idle", "", "lower"),
+    "decode_idle_share": ("decode {word} idle", "", "lower"),
+}
+# Other spellings accepted by --fail-if.
+ALIASES = {"ttft": "ttft_ms", "tpot": "tpot_mean", "tokens_per_s": "decode_tokens_per_s", "mfu": "prefill_mfu", "mbu": "decode_mbu"}
+
+CONTEXT_LABELS = {
+    "device": "device",
+    "spec row": "spec row",
+    "phases decided by": "phases decided by",
+    "run kind": "run kind",
+    "batch": "batch size",
+    "prompt_len": "prompt length",
+    "new_tokens": "new tokens",
+    "decode_steps": "decode steps",
+    "dtype": "dtype",
+    "model": "model",
+    "prefill_tokens": "prompt tokens per prefill step",
+    "gemm_flops_per_token": "GEMM FLOPs per prompt token",
 }
 
 
@@ -66,8 +96,17 @@ class Comparison:
         return _clean(
             {
                 "schema_version": SCHEMA_VERSION,
+                "kind": KIND,
                 "before": _side(self.before),
                 "after": _side(self.after),
+                "method": {
+                    "noise_sigmas": NOISE_SIGMAS,
+                    "flat_threshold": FLAT_THRESHOLD,
+                    "flat_points": FLAT_POINTS,
+                    "bootstrap_resamples": BOOTSTRAP,
+                    "kernel_match": "by phase, category and launching op (kernel names differ across GPUs)",
+                    "roof": "each run against its own device's spec row",
+                },
                 "context": self.context,
                 "headline": self.headline,
                 "phases": self.phases,
@@ -78,17 +117,41 @@ class Comparison:
 
 
 def _side(a: Analysis) -> dict[str, Any]:
-    return {"source": a.source, "device": a.device, "phase_source": a.phase_source, "run_kind": a.run_kind}
+    src = a.source or {}
+    dev = a.device or {}
+    return {
+        "source": {k: src.get(k) for k in ("name", "path", "files", "schema_era", "events", "bytes", "tracekit_version")},
+        "device": {
+            k: dev.get(k)
+            for k in ("name", "type", "spec", "spec_key", "how", "reason", "peak_basis", "peak_bandwidth", "peak_flops")
+        },
+        "phase_source": a.phase_source,
+        "run_kind": a.run_kind,
+        "workload": _workload(a),
+        "steps": {p: int(v.get("steps") or 0) for p, v in a.phases.items()},
+    }
 
 
 def compare(before: Analysis, after: Analysis) -> Comparison:
-    headline = [_figure(k, before, after) for k in HEADLINE]
+    """Compare two analyses: ``after`` is the run under test, ``before`` the baseline."""
+    word = _device_word(before, after)
+    headline = [_figure(k, before, after, word) for k in HEADLINE]
     headline = [h for h in headline if h["before"] is not None or h["after"] is not None]
-    phases = {p: _phase_delta(p, before, after) for p in ("prefill", "decode", "mixed") if p in before.phases or p in after.phases}
+    names = [p for p in PHASES if p in before.phases or p in after.phases]
+    if not names and (len(before.work) or len(after.work)):
+        names = [ALL]
+    phases = {p: _phase_delta(p, before, after, word) for p in names}
     kernels = {p: _kernel_movers(p, before, after) for p in phases}
+    for p in phases:
+        phases[p]["explanation"] += _roof_notes(kernels[p], before, after)
     c = Comparison(before, after, _context(before, after), headline, phases, kernels)
     c.summary = _summary(c)
     return c
+
+
+def _device_word(before: Analysis, after: Analysis) -> str:
+    types = {(before.device or {}).get("type"), (after.device or {}).get("type")}
+    return "CPU" if types == {"cpu"} else "GPU"
 
 
 # --- headline ------------------------------------------------------------------------
@@ -109,25 +172,34 @@ def _decode_steps(a: Analysis) -> np.ndarray | None:
     return series if len(series) >= 2 else None
 
 
-def _figure(key: str, before: Analysis, after: Analysis) -> dict[str, Any]:
+def _figure(key: str, before: Analysis, after: Analysis, word: str = "GPU") -> dict[str, Any]:
     label, unit, better = HEADLINE[key]
+    label = label.format(word=word)
     b, a = metric_value(before, key), metric_value(after, key)
     out = {"key": key, "label": label, "unit": unit, "better": better, "before": b, "after": a,
-           "delta": None, "relative": None, "verdict": "n/a", "noise": None}
+           "delta": None, "relative": None, "verdict": "not comparable", "noise": None, "noise_basis": None,
+           "reason": None}
     if b is None or a is None:
         missing = "before" if b is None else "after"
-        out["verdict"] = f"not comparable: the {missing} run has no {label}"
+        out["reason"] = f"the {missing} run has no {label}"
         return out
     out["delta"] = a - b
     out["relative"] = (a - b) / b if b else None
-    noise = _noise(key, before, after)
+    noise, basis = _noise(key, before, after)
     out["noise"] = noise
     if noise is not None:
         meaningful = abs(a - b) > NOISE_SIGMAS * noise
-        out["noise_basis"] = f"{NOISE_SIGMAS:g} standard errors of the step-to-step variation ({NOISE_SIGMAS * noise:.3g} {unit})"
+        out["noise_basis"] = (
+            f"{basis}: changes under {NOISE_SIGMAS:g} standard errors ({_fmt(NOISE_SIGMAS * noise, unit, delta=True)}) count as noise"
+        )
     else:
-        meaningful = out["relative"] is None or abs(out["relative"]) > FLAT_THRESHOLD
-        out["noise_basis"] = f"one sample per run: changes under {FLAT_THRESHOLD:.0%} count as noise"
+        rel = out["relative"]
+        meaningful = rel is None or abs(rel) > FLAT_THRESHOLD
+        text = f"changes under {FLAT_THRESHOLD:.0%}"
+        if unit == "":
+            meaningful = meaningful and abs(a - b) > FLAT_POINTS
+            text += f" or {FLAT_POINTS * 100:g} percentage point"
+        out["noise_basis"] = f"{basis}: {text} count as noise (a fixed threshold, not a measured variation)"
     if not meaningful:
         out["verdict"] = "within noise"
     else:
@@ -136,20 +208,35 @@ def _figure(key: str, before: Analysis, after: Analysis) -> dict[str, Any]:
     return out
 
 
-def _noise(key: str, before: Analysis, after: Analysis) -> float | None:
-    """Standard error of the difference, from per-step samples where both runs have them."""
-    if key.startswith("tpot_") or key == "decode_tokens_per_s":
-        sb, sa = _decode_steps(before), _decode_steps(after)
-        if sb is None or sa is None:
-            return None
-        se = math.sqrt(sb.var(ddof=1) / len(sb) + sa.var(ddof=1) / len(sa))
-        if key == "decode_tokens_per_s":
-            # Propagate the relative error of the mean step time to the rate.
-            b = metric_value(before, key) or 0.0
-            rel = math.sqrt((sb.std(ddof=1) / sb.mean()) ** 2 / len(sb) + (sa.std(ddof=1) / sa.mean()) ** 2 / len(sa))
-            return abs(b) * rel
-        return se
-    return None
+def _noise(key: str, before: Analysis, after: Analysis) -> tuple[float | None, str]:
+    """Standard error of the difference from the per-step samples of both runs, and a
+    sentence saying what it is based on (or why there is none)."""
+    if not (key.startswith("tpot_") or key == "decode_tokens_per_s"):
+        return None, "one value per run"
+    sb, sa = _decode_steps(before), _decode_steps(after)
+    if sb is None or sa is None:
+        return None, "fewer than 2 decode steps in a run, so no step-to-step variation"
+    steps = f"step-to-step variation of {len(sb)} and {len(sa)} decode steps"
+    if key == "tpot_mean":
+        return math.sqrt(sb.var(ddof=1) / len(sb) + sa.var(ddof=1) / len(sa)), steps
+    if key == "decode_tokens_per_s":
+        # The rate is tokens over total step time: the relative error of the mean step time carries over.
+        b = abs(metric_value(before, key) or 0.0)
+        a = abs(metric_value(after, key) or 0.0)
+        rb = (sb.std(ddof=1) / sb.mean()) if sb.mean() > 0 else 0.0
+        ra = (sa.std(ddof=1) / sa.mean()) if sa.mean() > 0 else 0.0
+        return math.sqrt((b * rb) ** 2 / len(sb) + (a * ra) ** 2 / len(sa)), steps
+    q = {"tpot_p50": 50, "tpot_p90": 90, "tpot_p99": 99}.get(key)
+    if q is None:  # pragma: no cover - every tpot_ key is listed
+        return None, "one value per run"
+    return _bootstrap_se(sb, sa, q), f"{steps} (bootstrap of the p{q})"
+
+
+def _bootstrap_se(sb: np.ndarray, sa: np.ndarray, q: float) -> float:
+    rng = np.random.default_rng(0)
+    db = np.percentile(sb[rng.integers(0, len(sb), (BOOTSTRAP, len(sb)))], q, axis=1)
+    da = np.percentile(sa[rng.integers(0, len(sa), (BOOTSTRAP, len(sa)))], q, axis=1)
+    return float(np.std(da - db, ddof=1))
 
 
 # --- context -------------------------------------------------------------------------
@@ -161,11 +248,12 @@ def _context(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
 
     def add(field_: str, b: Any, a: Any, note: str) -> None:
         if b != a:
-            rows.append({"field": field_, "before": b, "after": a, "note": note})
+            rows.append({"field": field_, "label": CONTEXT_LABELS.get(field_, field_), "before": b, "after": a, "note": note})
 
     add("device", before.device.get("name"), after.device.get("name"),
         "different devices: each run is measured against its own roofline")
-    add("spec row", before.device.get("spec"), after.device.get("spec"), "peaks differ between the two runs")
+    add("spec row", before.device.get("spec"), after.device.get("spec"),
+        "different peaks: MFU, MBU and % of roof are each against their own row")
     add("phases decided by", before.phase_source, after.phase_source,
         "phases were decided differently: step boundaries may not line up")
     add("run kind", before.run_kind, after.run_kind, "the runs are of different kinds")
@@ -174,11 +262,18 @@ def _context(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
         ("batch", "different batch sizes: per-step time and tokens/s are not like for like"),
         ("prompt_len", "different prompt lengths: TTFT and the KV cache differ"),
         ("new_tokens", "different numbers of generated tokens"),
+        ("decode_steps", "different numbers of decode steps: phase totals are compared per step"),
         ("dtype", "different dtypes: peaks and bytes per element differ"),
         ("model", "different models"),
-        ("prefill_tokens", "different numbers of prompt tokens per prefill step"),
+        ("prefill_tokens", "different numbers of prompt tokens per prefill step (batch x prompt length)"),
     ):
         add(key, wb.get(key), wa.get(key), note)
+    fb, fa = wb.get("gemm_flops_per_token"), wa.get("gemm_flops_per_token")
+    if fb and fa and abs(fa / fb - 1) > 0.1 and "model" not in {r["field"] for r in rows}:
+        rows.append({
+            "field": "gemm_flops_per_token", "label": CONTEXT_LABELS["gemm_flops_per_token"], "before": fb, "after": fa,
+            "note": f"{fa / fb:.2g}x the GEMM work per token: most likely a different model (size) or shapes",
+        })
     return rows
 
 
@@ -189,6 +284,7 @@ def _workload(a: Analysis) -> dict[str, Any]:
         "batch": side.get("batch_size"),
         "prompt_len": side.get("prompt_len"),
         "new_tokens": side.get("new_tokens"),
+        "decode_steps": int((a.phases.get("decode") or {}).get("steps") or 0) or None,
         "dtype": side.get("dtype"),
         "model": side.get("preset") or side.get("model_path") or side.get("architecture"),
     }
@@ -197,68 +293,167 @@ def _workload(a: Analysis) -> dict[str, Any]:
     out["prefill_tokens"] = int(pre["tokens"].iloc[0]) if len(pre) and pd.notna(pre["tokens"].iloc[0]) else None
     if out["batch"] is None and len(steps) and steps["batch"].notna().any():
         out["batch"] = int(steps["batch"].dropna().iloc[0])
-    if out["dtype"] is None and len(a.work) and a.work["dtype"].notna().any():
-        out["dtype"] = a.work.loc[a.work["unit"] == "matrix", "dtype"].dropna().mode().iloc[0] if (a.work["unit"] == "matrix").any() else None
+    w = a.work
+    if out["dtype"] is None and len(w) and "dtype" in w and (w["unit"] == "matrix").any():
+        dt = w.loc[w["unit"] == "matrix", "dtype"].dropna()
+        out["dtype"] = str(dt.mode().iloc[0]) if len(dt) else None
+    out["gemm_flops_per_token"] = None
+    if len(pre) and pre["tokens"].notna().all() and len(w):
+        sel = w[(w["phase"] == "prefill") & (w["category"] == "gemm")]
+        flops = float(np.nansum(sel["flops"].to_numpy(dtype=float))) if len(sel) else 0.0
+        tokens = float(pre["tokens"].sum())
+        if flops > 0 and tokens > 0:
+            out["gemm_flops_per_token"] = flops / tokens
     return out
 
 
 # --- per phase -----------------------------------------------------------------------
 
 
-def _phase_delta(phase: str, before: Analysis, after: Analysis) -> dict[str, Any]:
-    pb, pa = before.phases.get(phase, {}), after.phases.get(phase, {})
+def _phase_figures(a: Analysis, phase: str) -> dict[str, Any]:
+    """time, steps, by_bound and by_category (ms) of one phase, or of the whole trace."""
+    if phase != ALL:
+        return a.phases.get(phase) or {}
+    w = a.work
+    if not len(w):
+        return {}
+    ms = w["dur_ns"] / 1e6
+    return {
+        "steps": None,
+        "time_ms": float(ms.sum()),
+        "by_bound": {str(k): float(v) for k, v in ms.groupby(w["bound"].astype(str)).sum().items()},
+        "by_category": {str(k): float(v) for k, v in ms.groupby(w["category"].astype(str)).sum().items()},
+    }
+
+
+def _phase_delta(phase: str, before: Analysis, after: Analysis, word: str = "GPU") -> dict[str, Any]:
+    pb, pa = _phase_figures(before, phase), _phase_figures(after, phase)
+    nb, na = int(pb.get("steps") or 0), int(pa.get("steps") or 0)
+    # Different step counts (e.g. 16 vs 8 decode steps): totals would mislead; compare per step.
+    per_step = bool(pb and pa and nb and na and nb != na)
+    sb = 1.0 / nb if per_step else 1.0
+    sa = 1.0 / na if per_step else 1.0
 
     def table(key: str) -> list[dict[str, Any]]:
         b, a = pb.get(key, {}) or {}, pa.get(key, {}) or {}
-        rows = [{"name": k, "before_ms": b.get(k, 0.0), "after_ms": a.get(k, 0.0), "delta_ms": a.get(k, 0.0) - b.get(k, 0.0)} for k in sorted(set(b) | set(a))]
-        return sorted(rows, key=lambda r: -abs(r["delta_ms"]))
+        rows = []
+        for k in sorted(set(b) | set(a)):
+            vb, va = float(b.get(k, 0.0) or 0.0) * sb, float(a.get(k, 0.0) or 0.0) * sa
+            rows.append({"name": k, "before_ms": vb, "after_ms": va, "delta_ms": va - vb,
+                         "relative": (va - vb) / vb if vb else None})
+        return sorted(rows, key=lambda r: (-abs(r["delta_ms"]), r["name"]))
 
+    tb, ta = pb.get("time_ms"), pa.get("time_ms")
+    time = {
+        "before": tb, "after": ta, "delta": (ta - tb) if pb and pa and tb is not None and ta is not None else None,
+        "before_per_step": (tb / nb) if tb is not None and nb else None,
+        "after_per_step": (ta / na) if ta is not None and na else None,
+    }
+    by_bound = table("by_bound")
     by_cat = table("by_category")
-    explain = []
-    total = (pa.get("time_ms") or 0.0) - (pb.get("time_ms") or 0.0)
-    for r in by_cat[:3]:
-        if abs(r["delta_ms"]) < 1e-6:
-            continue
-        verb = "grew" if r["delta_ms"] > 0 else "shrank"
-        explain.append(f"{r['name']} {verb} by {abs(r['delta_ms']):.3g} ms ({r['before_ms']:.3g} -> {r['after_ms']:.3g} ms)")
-    return {
+    out = {
         "present": {"before": bool(pb), "after": bool(pa)},
-        "time_ms": {"before": pb.get("time_ms"), "after": pa.get("time_ms"), "delta": total if pb and pa else None},
-        "by_bound": table("by_bound"),
+        "steps": {"before": nb or None, "after": na or None},
+        "basis": "per step" if per_step else "total",
+        "time_ms": time,
+        "by_bound": by_bound,
         "by_category": by_cat,
         "roof": {"before": _roof_by_category(before, phase), "after": _roof_by_category(after, phase)},
-        "explanation": explain,
     }
+    out["explanation"] = _explain(phase, out, word)
+    return out
+
+
+def _explain(phase: str, p: dict[str, Any], word: str) -> list[str]:
+    """Sentences: how the phase's time moved and which categories (and idle time) moved it."""
+    pres, steps, t = p["present"], p["steps"], p["time_ms"]
+    if not pres["before"] or not pres["after"]:
+        only = "before" if pres["before"] else "after"
+        return [f"Only the {only} run has {_phase_words(phase)}: nothing to compare it with."]
+    out = []
+    per = p["basis"] == "per step"
+    if per:
+        b, a = t["before_per_step"], t["after_per_step"]
+        head = f"{_fmt(b, 'ms')} -> {_fmt(a, 'ms')} per step ({steps['before']} vs {steps['after']} steps, so per-step figures are compared)"
+    else:
+        b, a = t["before"], t["after"]
+        n = f" over {steps['before']} step{'s' if steps['before'] != 1 else ''} each" if steps["before"] else ""
+        head = f"{_fmt(b, 'ms')} -> {_fmt(a, 'ms')}{n}"
+    rel = f" ({(a - b) / b:+.0%})" if b else ""
+    out.append(f"Time {head}{rel}.")
+    scale = max(abs(b or 0.0), abs(a or 0.0))
+    floor = 0.01 * scale  # changes under 1 % of the phase's time are not worth a sentence
+    unit = "ms per step" if per else "ms"
+    for r in p["by_category"][:3]:
+        if abs(r["delta_ms"]) <= floor:
+            continue
+        verb = "grew" if r["delta_ms"] > 0 else "shrank"
+        out.append(f"{r['name']} {verb} by {_fmt(abs(r['delta_ms']), 'ms').removesuffix(' ms')} {unit} "
+                   f"({_fmt(r['before_ms'], 'ms')} -> {_fmt(r['after_ms'], 'ms')}).")
+    idle = next((r for r in p["by_bound"] if r["name"] == "idle"), None)
+    if idle and abs(idle["delta_ms"]) > floor:
+        verb = "grew" if idle["delta_ms"] > 0 else "shrank"
+        out.append(f"{word} idle time {verb} by {_fmt(abs(idle['delta_ms']), 'ms').removesuffix(' ms')} {unit} "
+                   f"({_fmt(idle['before_ms'], 'ms')} -> {_fmt(idle['after_ms'], 'ms')}).")
+    bound_b = _dominant_bound(p["by_bound"], "before_ms")
+    bound_a = _dominant_bound(p["by_bound"], "after_ms")
+    if bound_b and bound_a and bound_b != bound_a:
+        out.append(f"Most kernel time is now {bound_a}-bound (it was {bound_b}-bound).")
+    return out
+
+
+def _dominant_bound(rows: list[dict[str, Any]], side: str) -> str | None:
+    known = {r["name"]: r[side] for r in rows if r["name"] in ("compute", "memory")}
+    total = sum(r[side] for r in rows if r["name"] != "idle")
+    if not known or not total:
+        return None
+    name, ms = max(known.items(), key=lambda kv: kv[1])
+    return name if ms > 0.5 * total else None
+
+
+def _phase_words(phase: str) -> str:
+    return {"prefill": "prefill steps", "decode": "decode steps", "mixed": "mixed steps", "unknown": "unclassified steps",
+            ALL: "kernels"}.get(phase, f"{phase} steps")
 
 
 def _roof_by_category(a: Analysis, phase: str) -> dict[str, float]:
     """Time-weighted fraction of its own roofline per category: each run on its own GPU."""
-    w = a.work[(a.work["phase"] == phase) & a.work["roof_fraction"].notna()]
+    w = a.work if phase == ALL else a.work[a.work["phase"] == phase]
+    w = w[w["roof_fraction"].notna()]
     if not len(w):
         return {}
     x = (w["roof_fraction"] * w["dur_ns"]).groupby(w["category"]).sum() / w.groupby("category")["dur_ns"].sum()
-    return {str(k): float(v) for k, v in x.items()}
+    return {str(k): float(v) for k, v in x.items() if pd.notna(v)}
 
 
 # --- kernels -------------------------------------------------------------------------
 
 
 def _groups(a: Analysis, phase: str) -> pd.DataFrame:
-    w = a.work[a.work["phase"] == phase]
+    w = a.work if phase == ALL else a.work[a.work["phase"] == phase]
     if not len(w):
-        return pd.DataFrame(columns=["key", "category", "op", "ms", "calls", "example", "roof"])
+        return pd.DataFrame(columns=["key", "category", "op_label", "ms", "calls", "example", "roof", "known"])
     op = w["op_name"].where(w["op_name"].notna(), None)
     label = [o if isinstance(o, str) else "(" + short_name(str(n), 48) + ")" for o, n in zip(op, w["name"].astype(str))]
     f = w.assign(op_label=label, roof_x=np.where(w["roof_fraction"].notna(), w["roof_fraction"] * w["dur_ns"], 0.0),
-                 known=np.where(w["roof_fraction"].notna(), w["dur_ns"], 0))
+                 known=np.where(w["roof_fraction"].notna(), w["dur_ns"], 0), category=w["category"].astype(str))
+    # The example kernel is the group's longest-running name, not whichever came first.
+    by_name = f.groupby(["category", "op_label", "name"], observed=True)["dur_ns"].sum().reset_index()
+    top = by_name.sort_values("dur_ns", ascending=False).drop_duplicates(["category", "op_label"])
     g = f.groupby(["category", "op_label"], observed=True).agg(
-        ns=("dur_ns", "sum"), calls=("dur_ns", "size"), example=("name", "first"), roof_x=("roof_x", "sum"), known=("known", "sum")
+        ns=("dur_ns", "sum"), calls=("dur_ns", "size"), roof_x=("roof_x", "sum"), known=("known", "sum"),
+        names=("name", "nunique"),
     )
-    g = g.reset_index()
+    g = g.reset_index().merge(top[["category", "op_label", "name"]].rename(columns={"name": "example"}),
+                              on=["category", "op_label"], how="left")
     g["ms"] = g["ns"] / 1e6
     g["roof"] = np.where(g["known"] > 0, g["roof_x"] / g["known"].where(g["known"] > 0, 1), np.nan)
     g["key"] = g["category"].astype(str) + " | " + g["op_label"].astype(str)
     return g
+
+
+def _val(v: Any, cast=float) -> Any:
+    return None if v is None or pd.isna(v) else cast(v)
 
 
 def _kernel_movers(phase: str, before: Analysis, after: Analysis) -> dict[str, list[dict[str, Any]]]:
@@ -266,8 +461,13 @@ def _kernel_movers(phase: str, before: Analysis, after: Analysis) -> dict[str, l
     m = gb.merge(ga, on=["key", "category", "op_label"], how="outer", suffixes=("_b", "_a"))
     rows = []
     for r in m.itertuples(index=False):
-        b = 0.0 if pd.isna(r.ms_b) else float(r.ms_b)
-        a = 0.0 if pd.isna(r.ms_a) else float(r.ms_a)
+        b = _val(r.ms_b) or 0.0
+        a = _val(r.ms_a) or 0.0
+        cb, ca = _val(r.calls_b, int), _val(r.calls_a, int)
+        mb = b * 1e3 / cb if cb else None
+        ma = a * 1e3 / ca if ca else None
+        eb = None if pd.isna(r.example_b) else str(r.example_b)
+        ea = None if pd.isna(r.example_a) else str(r.example_a)
         rows.append(
             {
                 "key": r.key,
@@ -277,20 +477,50 @@ def _kernel_movers(phase: str, before: Analysis, after: Analysis) -> dict[str, l
                 "after_ms": a,
                 "delta_ms": a - b,
                 "speedup": (b / a) if a and b else None,
-                "before_calls": None if pd.isna(r.calls_b) else int(r.calls_b),
-                "after_calls": None if pd.isna(r.calls_a) else int(r.calls_a),
-                "before_kernel": None if pd.isna(r.example_b) else short_name(str(r.example_b)),
-                "after_kernel": None if pd.isna(r.example_a) else short_name(str(r.example_a)),
-                "before_roof": None if pd.isna(r.roof_b) else float(r.roof_b),
-                "after_roof": None if pd.isna(r.roof_a) else float(r.roof_a),
+                "before_calls": cb,
+                "after_calls": ca,
+                "before_mean_us": mb,
+                "after_mean_us": ma,
+                "per_call_speedup": (mb / ma) if mb and ma else None,
+                "before_kernel": None if eb is None else short_name(eb),
+                "after_kernel": None if ea is None else short_name(ea),
+                "before_kernel_full": None if eb is None else eb[:NAME_CAP],
+                "after_kernel_full": None if ea is None else ea[:NAME_CAP],
+                "before_kernels": _val(r.names_b, int),
+                "after_kernels": _val(r.names_a, int),
+                "before_roof": _val(r.roof_b),
+                "after_roof": _val(r.roof_a),
             }
         )
     both = [r for r in rows if r["before_ms"] and r["after_ms"]]
     return {
-        "movers": sorted(both, key=lambda r: -abs(r["delta_ms"]))[:TOP_MOVERS],
-        "new": sorted([r for r in rows if not r["before_ms"] and r["after_ms"]], key=lambda r: -r["after_ms"])[:TOP_MOVERS],
-        "vanished": sorted([r for r in rows if r["before_ms"] and not r["after_ms"]], key=lambda r: -r["before_ms"])[:TOP_MOVERS],
+        "movers": sorted(both, key=lambda r: (-abs(r["delta_ms"]), r["key"]))[:TOP_MOVERS],
+        "new": sorted([r for r in rows if not r["before_ms"] and r["after_ms"]], key=lambda r: (-r["after_ms"], r["key"]))[:TOP_MOVERS],
+        "vanished": sorted([r for r in rows if r["before_ms"] and not r["after_ms"]], key=lambda r: (-r["before_ms"], r["key"]))[:TOP_MOVERS],
     }
+
+
+def _roof_notes(k: dict[str, list[dict[str, Any]]], before: Analysis, after: Analysis) -> list[str]:
+    """'aten::mm (gemm): 1.6x faster per call, at 39% of MI300X's roof (was 62% of H100 SXM's)'
+    for the biggest movers whose roof is known on both sides."""
+    db, da = (before.device or {}).get("spec"), (after.device or {}).get("spec")
+    if not db or not da:
+        return []
+    out = []
+    for r in k["movers"]:
+        if r["before_roof"] is None or r["after_roof"] is None or not r["per_call_speedup"]:
+            continue
+        s = r["per_call_speedup"]
+        if db == da and abs(s - 1) < 0.1 and abs(r["after_roof"] - r["before_roof"]) < 0.05:
+            continue  # same roof, about the same speed: nothing to point out
+        speed = f"{s:.2g}x faster" if s >= 1 else f"{1 / s:.2g}x slower"
+        where_a = f" of {da}'s roof" if db != da else " of the roof"
+        where_b = f" of {db}'s" if db != da else ""
+        out.append(f"{r['op']} ({r['category']}): {speed} per call, at {r['after_roof']:.0%}{where_a} "
+                   f"(was {r['before_roof']:.0%}{where_b}).")
+        if len(out) == 2:
+            break
+    return out
 
 
 # --- summary -------------------------------------------------------------------------
@@ -298,48 +528,95 @@ def _kernel_movers(phase: str, before: Analysis, after: Analysis) -> dict[str, l
 
 def _summary(c: Comparison) -> list[str]:
     out = []
+    if c.context:
+        parts = [f"{r['label']} {_plain(r['before'])} vs {_plain(r['after'])}" for r in c.context]
+        out.append("Not like for like: " + "; ".join(parts) + ".")
+    ctx = {r["field"]: r for r in c.context}
+    if "batch" in ctx:
+        out.extend(_batch_sentence(c, ctx["batch"]["before"], ctx["batch"]["after"]))
     for h in c.headline:
         if h["verdict"] in ("better", "worse"):
             rel = f" ({h['relative']:+.1%})" if h["relative"] is not None else ""
             out.append(f"{h['label']}: {_fmt(h['before'], h['unit'])} -> {_fmt(h['after'], h['unit'])}{rel}, {h['verdict']}.")
-    ctx = {r["field"]: r for r in c.context}
-    if "batch" in ctx:
-        b, a = ctx["batch"]["before"], ctx["batch"]["after"]
-        tps = c.figure("decode_tokens_per_s")
-        tpot = c.figure("tpot_mean")
-        if b and a and tps and tps["delta"] is not None:
-            direction = "more" if tps["delta"] > 0 else "fewer"
-            step = ""
-            if tpot and tpot["delta"] is not None:
-                step = f", while each decode step takes {'longer' if tpot['delta'] > 0 else 'less time'} ({_fmt(tpot['before'], 'ms')} -> {_fmt(tpot['after'], 'ms')})"
-            out.append(
-                f"Batch {b} -> {a}: decode produces {direction} tokens per second "
-                f"({_fmt(tps['before'], 'tok/s')} -> {_fmt(tps['after'], 'tok/s')}){step}."
-            )
+    noise = [h["label"] for h in c.headline if h["verdict"] == "within noise"]
+    if noise:
+        out.append("Within noise: " + ", ".join(noise) + ".")
     for phase, p in c.phases.items():
         if p["explanation"]:
-            out.append(f"{phase.capitalize()}: " + "; ".join(p["explanation"]) + ".")
+            out.append(f"{_phase_title(phase)}: " + " ".join(p["explanation"]))
     return out
 
 
-def _fmt(v: float | None, unit: str) -> str:
+def _batch_sentence(c: Comparison, b: Any, a: Any) -> list[str]:
+    tps = c.figure("decode_tokens_per_s")
+    tpot = c.figure("tpot_mean")
+    if not (b and a and tps and tps["delta"] is not None):
+        return []
+    if tps["verdict"] == "within noise":
+        rate = f"decode produces about as many tokens per second (within noise: {_fmt(tps['before'], 'tok/s')} -> {_fmt(tps['after'], 'tok/s')})"
+    else:
+        direction = "more" if tps["delta"] > 0 else "fewer"
+        rate = f"decode produces {direction} tokens per second ({_fmt(tps['before'], 'tok/s')} -> {_fmt(tps['after'], 'tok/s')})"
+    step = ""
+    if tpot and tpot["delta"] is not None:
+        if tpot["verdict"] == "within noise":
+            step = f", and each decode step takes about as long (within noise: {_fmt(tpot['before'], 'ms')} -> {_fmt(tpot['after'], 'ms')})"
+        else:
+            longer = "longer" if tpot["delta"] > 0 else "less time"
+            step = f", while each decode step takes {longer} ({_fmt(tpot['before'], 'ms')} -> {_fmt(tpot['after'], 'ms')})"
+    expect = ""
+    try:
+        bigger = float(a) > float(b)
+    except (TypeError, ValueError):
+        bigger = None
+    if bigger is not None and tps["verdict"] != "within noise":
+        expected = (tps["delta"] > 0) == bigger
+        expect = " as a larger batch implies" if bigger else " as a smaller batch implies"
+        if not expected:
+            expect = ", which a " + ("larger" if bigger else "smaller") + " batch does not explain"
+    return [f"Batch {b} -> {a}: {rate}{step}{expect}."]
+
+
+def _phase_title(phase: str) -> str:
+    return {ALL: "Whole trace", "unknown": "Unclassified"}.get(phase, phase.capitalize())
+
+
+def _plain(v: Any) -> str:
+    if v is None:
+        return "unknown"
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def _num(x: float) -> str:
+    """Three significant digits, thousands separated, never exponent notation: 1,003 · 0.0768."""
+    if x == 0 or not math.isfinite(x):
+        return "0" if x == 0 else str(x)
+    digits = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{digits}f}"
+
+
+def _fmt(v: float | None, unit: str, delta: bool = False) -> str:
     if v is None:
         return "n/a"
+    sign = "+" if delta and v > 0 else ""
     if unit == "":
-        return f"{v:.1%}"
-    if unit == "ms":
-        return f"{v:.3g} ms"
-    return f"{v:,.0f} {unit}"
+        return f"{sign}{_num(v * 100)} pp" if delta else f"{_num(v * 100)}%"
+    return f"{sign}{_num(v)} {unit}"
 
 
 # --- CI gates ------------------------------------------------------------------------
 
-_GATE = re.compile(r"^\s*([a-z_0-9]+)\s*(>|<)\s*([+-]?\d+(?:\.\d+)?)\s*(%|ms|)\s*$")
+_GATE = re.compile(r"^\s*([A-Za-z_0-9]+)\s*(>|<)\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(%|pp|ms|tok/s)?\s*$")
 
 
 @dataclass(frozen=True)
 class Gate:
-    """``tpot_p50>+5%``: fail when the after-run's figure rose more than 5% over before."""
+    """``tpot_p50>+5%``: fail when the after-run's figure rose more than 5 % over before.
+
+    ``op`` is ``>`` or ``<``; the threshold is relative (``%``) or an absolute change in
+    the figure's unit (``ms``, ``tok/s``, ``pp`` for shares such as MFU, or a bare number)."""
 
     metric: str
     op: str
@@ -350,26 +627,46 @@ class Gate:
     def check(self, c: Comparison) -> str | None:
         """A sentence saying how the gate failed, or None when it holds."""
         h = c.figure(self.metric)
+        label = h["label"] if h else HEADLINE[self.metric][0].format(word="GPU")
         if h is None or h["before"] is None or h["after"] is None:
-            return f"{self.text}: {self.metric} is not available in both runs"
+            which = [s for s, a in (("before", c.before), ("after", c.after)) if metric_value(a, self.metric) is None]
+            return f"{self.text}: {label} is missing from the {' and '.join(which) or 'both'} run{'s' if len(which) > 1 else ''}, so the gate cannot hold"
         change = h["relative"] if self.relative else h["delta"]
         if change is None:
-            return f"{self.text}: the before-run's {self.metric} is 0, so no relative change"
+            return f"{self.text}: the before run's {label} is 0, so there is no relative change"
         failed = change > self.threshold if self.op == ">" else change < self.threshold
         if not failed:
             return None
-        shown = f"{change:+.1%}" if self.relative else f"{change:+.4g}"
-        return f"{self.text}: {self.metric} changed {shown} ({h['before']:.4g} -> {h['after']:.4g})"
+        unit = h["unit"]
+        shown = f"{change:+.1%}" if self.relative else _fmt(change, unit, delta=True)
+        limit = f"{self.threshold:+.1%}" if self.relative else _fmt(self.threshold, unit, delta=True)
+        noise = " (within step-to-step noise, though)" if h["verdict"] == "within noise" else ""
+        return (f"{self.text}: {label} changed {shown} ({_fmt(h['before'], unit)} -> {_fmt(h['after'], unit)}), "
+                f"{'above' if self.op == '>' else 'below'} {limit}{noise}")
 
 
 def parse_gate(text: str) -> Gate:
-    m = _GATE.match(text)
+    """``METRIC>+N%``, ``METRIC<-N%``, or an absolute change: ``tpot_p50>+0.5ms``,
+    ``decode_tokens_per_s<-100tok/s``, ``decode_mbu<-2pp``, ``prefill_mfu<-0.02``."""
+    metrics = ", ".join(HEADLINE)
+    m = _GATE.match(text or "")
     if not m:
         raise TracekitError(
-            f"--fail-if {text!r} is not of the form METRIC>+N% or METRIC<-N (metrics: {', '.join(HEADLINE)})"
+            f"--fail-if {text!r} is not of the form METRIC>+N% or METRIC<-N% (or an absolute change in ms, tok/s or pp); "
+            f"metrics: {metrics}"
         )
     metric, op, number, suffix = m.groups()
+    metric = ALIASES.get(metric.lower(), metric.lower())
     if metric not in HEADLINE:
-        raise TracekitError(f"--fail-if {text!r}: unknown metric {metric!r} (metrics: {', '.join(HEADLINE)})")
+        raise TracekitError(f"--fail-if {text!r}: unknown metric {m.group(1)!r} (metrics: {metrics})")
+    unit = HEADLINE[metric][1]
     value = float(number)
-    return Gate(metric, op, value / 100 if suffix == "%" else value, suffix == "%", text.strip())
+    if suffix == "%":
+        return Gate(metric, op, value / 100, True, text.strip())
+    if suffix == "pp":
+        if unit != "":
+            raise TracekitError(f"--fail-if {text!r}: pp (percentage points) is for shares such as MFU, MBU or idle; {metric} is in {unit}")
+        value /= 100
+    elif suffix and suffix != unit:
+        raise TracekitError(f"--fail-if {text!r}: {metric} is measured in {unit or 'a share (use pp or %)'}, not {suffix}")
+    return Gate(metric, op, value, False, text.strip())

@@ -47,6 +47,8 @@ class Attribution:
     table: pd.DataFrame
     spec: GpuSpec | None
     spec_reason: str | None
+    # The op table ``pricing_op`` indexes: the trace's ops, plus the capture's when given.
+    ops: pd.DataFrame | None = None
     # How a graph-capture trace was used, when one was given.
     capture_note: str | None = None
 
@@ -84,7 +86,7 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
         table["achieved_bw"] = np.where(dur_s > 0, nbytes / dur_s, np.nan)
     spec = match.spec
     _bounds(table, spec, match.reason, kinds, category, dur_s)
-    return Attribution(table, spec, match.reason, source.note)
+    return Attribution(table, spec, match.reason, source.ops, source.note)
 
 
 def _costs(source: OpSource, work: pd.DataFrame):

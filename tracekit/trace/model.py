@@ -103,6 +103,11 @@ class Trace:
 
     def shapes(self, op_row: int) -> tuple[list | None, list | None]:
         """(Input Dims, Input type) of a cpu op, decoded; (None, None) when not recorded."""
-        dims = self.cpu_ops["input_dims"].iat[op_row]
-        types = self.cpu_ops["input_types"].iat[op_row]
-        return (json.loads(dims) if dims else None, json.loads(types) if types else None)
+        return op_shapes(self.cpu_ops, op_row)
+
+
+def op_shapes(ops: pd.DataFrame, op_row: int) -> tuple[list | None, list | None]:
+    """(Input Dims, Input type) of row ``op_row`` of a cpu-ops table, decoded."""
+    dims = ops["input_dims"].iat[op_row]
+    types = ops["input_types"].iat[op_row]
+    return (json.loads(dims) if dims else None, json.loads(types) if types else None)
