@@ -204,3 +204,19 @@ def test_cpu_trace_peaks_come_from_the_sidecar_or_options(tmp_path):
     assert given.device["how"] == "peaks given as options"
     flops = given.phases["prefill"]["flops"]
     assert given.metrics["prefill_mfu"] == pytest.approx(flops / (given.phases["prefill"]["time_ms"] / 1e3) / 1e11, rel=0.05)
+
+
+def test_per_step_attribution_adds_up_to_the_phase():
+    from conftest import SAMPLE_TRACES
+    from tracekit import read_trace
+
+    a = analyze(read_trace(SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"))
+    steps = a.to_dict()["steps"]
+    for phase in ("prefill", "decode"):
+        mine = [s for s in steps if s["phase"] == phase]
+        for bound in ("compute", "memory", "unknown"):
+            assert sum(s[f"{bound}_ms"] for s in mine) == pytest.approx(a.phases[phase]["by_bound"][bound])
+        assert sum(s["bytes"] for s in mine) == pytest.approx(a.phases[phase]["bytes"])
+    # Decode steps are memory-bound work on this CPU: weights and KV cache read per token.
+    assert all(s["memory_ms"] > s["compute_ms"] for s in steps if s["phase"] == "decode")
+    assert steps[0]["cpu_start_ms"] == 0

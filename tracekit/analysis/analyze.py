@@ -67,7 +67,7 @@ def analyze(
         workload=_workload(trace),
         run_kind=seg.run_kind,
         phase_source=seg.source,
-        steps=seg.steps,
+        steps=_steps_with_attribution(seg.steps, work, spec),
         work=work,
         phases=phases,
         metrics=metrics,
@@ -79,6 +79,26 @@ def analyze(
     )
     analysis.findings = find.findings(analysis)
     return analysis
+
+
+def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec) -> pd.DataFrame:
+    """The steps table plus, per step, kernel time by bound, FLOPs, bytes and MBU."""
+    if not len(steps):
+        return steps
+    inside = work[work["step"] >= 0]
+    ms = (inside.groupby(["step", "bound"])["dur_ns"].sum() / 1e6).unstack(fill_value=0.0)
+    out = steps.copy()
+    for b in BOUNDS:
+        out[f"{b}_ms"] = ms[b].reindex(out["step"]).fillna(0.0).to_numpy() if b in ms else 0.0
+    unknown = inside[inside["flops"].isna()].groupby("step")["dur_ns"].sum() / 1e6
+    out["unknown_cost_ms"] = unknown.reindex(out["step"]).fillna(0.0).to_numpy()
+    # min_count=1: a step whose every kernel has unknown cost has unknown FLOPs, not 0.
+    out["flops"] = inside.groupby("step")["flops"].sum(min_count=1).reindex(out["step"]).to_numpy()
+    out["bytes"] = inside.groupby("step")["bytes"].sum(min_count=1).reindex(out["step"]).to_numpy()
+    bw = spec.peak_bandwidth if spec is not None else None
+    secs = out["duration_ns"].to_numpy() / 1e9
+    out["mbu"] = np.where((secs > 0) & bool(bw), out["bytes"].to_numpy() / np.where(secs > 0, secs, 1) / (bw or 1), np.nan)
+    return out
 
 
 # --- device --------------------------------------------------------------------------

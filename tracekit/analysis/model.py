@@ -70,6 +70,9 @@ class Analysis:
 
 
 def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
+    # Times are relative to the first step's CPU start: absolute trace clocks are
+    # epoch-scale numbers nobody reads.
+    t0 = int(steps["cpu_start_ns"].min()) if len(steps) else 0
     out = []
     for r in steps.itertuples(index=False):
         out.append(
@@ -79,10 +82,10 @@ def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
                 "source": r.source,
                 "evidence": r.evidence,
                 "label": r.label,
-                "cpu_start_ms": r.cpu_start_ns / 1e6,
-                "cpu_end_ms": r.cpu_end_ns / 1e6,
-                "gpu_start_ms": r.gpu_start_ns / 1e6 if r.kernels else None,
-                "gpu_end_ms": r.gpu_end_ns / 1e6 if r.kernels else None,
+                "cpu_start_ms": (r.cpu_start_ns - t0) / 1e6,
+                "cpu_end_ms": (r.cpu_end_ns - t0) / 1e6,
+                "gpu_start_ms": (r.gpu_start_ns - t0) / 1e6 if r.kernels else None,
+                "gpu_end_ms": (r.gpu_end_ns - t0) / 1e6 if r.kernels else None,
                 "duration_ms": r.duration_ns / 1e6,
                 "gpu_busy_ms": r.gpu_busy_ns / 1e6,
                 "gpu_idle_ms": r.gpu_idle_ns / 1e6,
@@ -91,9 +94,22 @@ def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
                 "tokens": None if pd.isna(r.tokens) else int(r.tokens),
                 "batch": None if pd.isna(r.batch) else int(r.batch),
                 "graph_replay": bool(r.graph_replay),
+                # Per-step attribution (kernel time by bound, work, bandwidth use).
+                "compute_ms": _get(r, "compute_ms"),
+                "memory_ms": _get(r, "memory_ms"),
+                "unknown_ms": _get(r, "unknown_ms"),
+                "unknown_cost_ms": _get(r, "unknown_cost_ms"),
+                "flops": _get(r, "flops"),
+                "bytes": _get(r, "bytes"),
+                "mbu": _get(r, "mbu"),
             }
         )
     return out
+
+
+def _get(row: Any, name: str) -> float | None:
+    value = getattr(row, name, None)
+    return None if value is None or pd.isna(value) else float(value)
 
 
 def _clean(value: Any) -> Any:
