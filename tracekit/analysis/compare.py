@@ -267,6 +267,8 @@ def _context(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
         ("model", "different models"),
         ("prefill_tokens", "different numbers of prompt tokens per prefill step (batch x prompt length)"),
     ):
+        if key == "decode_steps" and not (wb.get(key) and wa.get(key)):
+            continue  # a phase only one run has is said in that phase, not here
         add(key, wb.get(key), wa.get(key), note)
     fb, fa = wb.get("gemm_flops_per_token"), wa.get("gemm_flops_per_token")
     if fb and fa and abs(fa / fb - 1) > 0.1 and "model" not in {r["field"] for r in rows}:
@@ -374,12 +376,12 @@ def _explain(phase: str, p: dict[str, Any], word: str) -> list[str]:
     per = p["basis"] == "per step"
     if per:
         b, a = t["before_per_step"], t["after_per_step"]
-        head = f"{_fmt(b, 'ms')} -> {_fmt(a, 'ms')} per step ({steps['before']} vs {steps['after']} steps, so per-step figures are compared)"
+        head = f"{_fmt(b, 'ms')} → {_fmt(a, 'ms')} per step ({steps['before']} vs {steps['after']} steps, so per-step figures are compared)"
     else:
         b, a = t["before"], t["after"]
         n = f" over {steps['before']} step{'s' if steps['before'] != 1 else ''} each" if steps["before"] else ""
-        head = f"{_fmt(b, 'ms')} -> {_fmt(a, 'ms')}{n}"
-    rel = f" ({(a - b) / b:+.0%})" if b else ""
+        head = f"{_fmt(b, 'ms')} → {_fmt(a, 'ms')}{n}"
+    rel = f" ({'+' if a > b else ''}{_num((a - b) / b * 100)}%)" if b else ""
     out.append(f"Time {head}{rel}.")
     scale = max(abs(b or 0.0), abs(a or 0.0))
     floor = 0.01 * scale  # changes under 1 % of the phase's time are not worth a sentence
@@ -389,12 +391,12 @@ def _explain(phase: str, p: dict[str, Any], word: str) -> list[str]:
             continue
         verb = "grew" if r["delta_ms"] > 0 else "shrank"
         out.append(f"{r['name']} {verb} by {_fmt(abs(r['delta_ms']), 'ms').removesuffix(' ms')} {unit} "
-                   f"({_fmt(r['before_ms'], 'ms')} -> {_fmt(r['after_ms'], 'ms')}).")
+                   f"({_fmt(r['before_ms'], 'ms')} → {_fmt(r['after_ms'], 'ms')}).")
     idle = next((r for r in p["by_bound"] if r["name"] == "idle"), None)
     if idle and abs(idle["delta_ms"]) > floor:
         verb = "grew" if idle["delta_ms"] > 0 else "shrank"
         out.append(f"{word} idle time {verb} by {_fmt(abs(idle['delta_ms']), 'ms').removesuffix(' ms')} {unit} "
-                   f"({_fmt(idle['before_ms'], 'ms')} -> {_fmt(idle['after_ms'], 'ms')}).")
+                   f"({_fmt(idle['before_ms'], 'ms')} → {_fmt(idle['after_ms'], 'ms')}).")
     bound_b = _dominant_bound(p["by_bound"], "before_ms")
     bound_a = _dominant_bound(p["by_bound"], "after_ms")
     if bound_b and bound_a and bound_b != bound_a:
@@ -432,7 +434,7 @@ def _roof_by_category(a: Analysis, phase: str) -> dict[str, float]:
 def _groups(a: Analysis, phase: str) -> pd.DataFrame:
     w = a.work if phase == ALL else a.work[a.work["phase"] == phase]
     if not len(w):
-        return pd.DataFrame(columns=["key", "category", "op_label", "ms", "calls", "example", "roof", "known"])
+        return pd.DataFrame(columns=["key", "category", "op_label", "ms", "calls", "example", "roof", "known", "names"])
     op = w["op_name"].where(w["op_name"].notna(), None)
     label = [o if isinstance(o, str) else "(" + short_name(str(n), 48) + ")" for o, n in zip(op, w["name"].astype(str))]
     f = w.assign(op_label=label, roof_x=np.where(w["roof_fraction"].notna(), w["roof_fraction"] * w["dur_ns"], 0.0),
@@ -527,64 +529,72 @@ def _roof_notes(k: dict[str, list[dict[str, Any]]], before: Analysis, after: Ana
 
 
 def _summary(c: Comparison) -> list[str]:
+    """The few sentences a terminal or a PR comment leads with: the batch effect, then each
+    figure's verdict. Context differences and per-phase explanations have their own keys."""
     out = []
-    if c.context:
-        parts = [f"{r['label']} {_plain(r['before'])} vs {_plain(r['after'])}" for r in c.context]
-        out.append("Not like for like: " + "; ".join(parts) + ".")
     ctx = {r["field"]: r for r in c.context}
     if "batch" in ctx:
         out.extend(_batch_sentence(c, ctx["batch"]["before"], ctx["batch"]["after"]))
     for h in c.headline:
         if h["verdict"] in ("better", "worse"):
-            rel = f" ({h['relative']:+.1%})" if h["relative"] is not None else ""
-            out.append(f"{h['label']}: {_fmt(h['before'], h['unit'])} -> {_fmt(h['after'], h['unit'])}{rel}, {h['verdict']}.")
+            rel = f" ({'+' if h['relative'] > 0 else ''}{_num(h['relative'] * 100)}%)" if h["relative"] is not None else ""
+            out.append(f"{h['label']}: {_fmt(h['before'], h['unit'])} → {_fmt(h['after'], h['unit'])}{rel}, {h['verdict']}.")
     noise = [h["label"] for h in c.headline if h["verdict"] == "within noise"]
     if noise:
         out.append("Within noise: " + ", ".join(noise) + ".")
-    for phase, p in c.phases.items():
-        if p["explanation"]:
-            out.append(f"{_phase_title(phase)}: " + " ".join(p["explanation"]))
     return out
 
 
+def context_sentence(c: Comparison | dict[str, Any]) -> str | None:
+    """"Not like for like: batch size 1 vs 8; ..." or None when the runs are alike."""
+    rows = c.context if isinstance(c, Comparison) else (c.get("context") or [])
+    if not rows:
+        return None
+    parts = [f"{r.get('label') or r['field']} {_plain(r['before'])} vs {_plain(r['after'])}" for r in rows]
+    return "Not like for like: " + "; ".join(parts) + "."
+
+
 def _batch_sentence(c: Comparison, b: Any, a: Any) -> list[str]:
+    """"Batch 1 → 8: decode produces more tokens per second (...), as a larger batch implies;
+    each decode step takes longer (...), as expected." Noise-aware: a change within noise is
+    said to be one."""
     tps = c.figure("decode_tokens_per_s")
     tpot = c.figure("tpot_mean")
     if not (b and a and tps and tps["delta"] is not None):
         return []
-    if tps["verdict"] == "within noise":
-        rate = f"decode produces about as many tokens per second (within noise: {_fmt(tps['before'], 'tok/s')} -> {_fmt(tps['after'], 'tok/s')})"
-    else:
-        direction = "more" if tps["delta"] > 0 else "fewer"
-        rate = f"decode produces {direction} tokens per second ({_fmt(tps['before'], 'tok/s')} -> {_fmt(tps['after'], 'tok/s')})"
-    step = ""
-    if tpot and tpot["delta"] is not None:
-        if tpot["verdict"] == "within noise":
-            step = f", and each decode step takes about as long (within noise: {_fmt(tpot['before'], 'ms')} -> {_fmt(tpot['after'], 'ms')})"
-        else:
-            longer = "longer" if tpot["delta"] > 0 else "less time"
-            step = f", while each decode step takes {longer} ({_fmt(tpot['before'], 'ms')} -> {_fmt(tpot['after'], 'ms')})"
-    expect = ""
     try:
-        bigger = float(a) > float(b)
+        bigger: bool | None = float(a) > float(b)
     except (TypeError, ValueError):
         bigger = None
-    if bigger is not None and tps["verdict"] != "within noise":
-        expected = (tps["delta"] > 0) == bigger
-        expect = " as a larger batch implies" if bigger else " as a smaller batch implies"
-        if not expected:
-            expect = ", which a " + ("larger" if bigger else "smaller") + " batch does not explain"
-    return [f"Batch {b} -> {a}: {rate}{step}{expect}."]
-
-
-def _phase_title(phase: str) -> str:
-    return {ALL: "Whole trace", "unknown": "Unclassified"}.get(phase, phase.capitalize())
+    implies = "as a " + ("larger" if bigger else "smaller") + " batch implies"
+    not_explained = "which a " + ("larger" if bigger else "smaller") + " batch does not explain"
+    fig = f"({_fmt(tps['before'], 'tok/s')} → {_fmt(tps['after'], 'tok/s')})"
+    if tps["verdict"] == "within noise":
+        out = f"Batch {b} → {a}: decode produces about as many tokens per second (within noise {fig})"
+    else:
+        more = tps["delta"] > 0
+        out = f"Batch {b} → {a}: decode produces {'more' if more else 'fewer'} tokens per second {fig}"
+        if bigger is not None:
+            out += ", " + (implies if more == bigger else not_explained)
+    if tpot and tpot["delta"] is not None:
+        fig = f"({_fmt(tpot['before'], 'ms')} → {_fmt(tpot['after'], 'ms')})"
+        if tpot["verdict"] == "within noise":
+            out += f"; each decode step takes about as long (within noise {fig})"
+        else:
+            longer = tpot["delta"] > 0
+            out += f"; each decode step takes {'longer' if longer else 'less time'} {fig}"
+            if bigger is not None:
+                out += ", " + ("as expected" if longer == bigger else not_explained)
+    return [out + "."]
 
 
 def _plain(v: Any) -> str:
     if v is None:
         return "unknown"
     if isinstance(v, float):
+        for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
+            if abs(v) >= scale:
+                return f"{v / scale:.3g}{prefix}"
         return f"{v:.3g}"
     return str(v)
 

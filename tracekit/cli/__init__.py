@@ -34,9 +34,9 @@ def main() -> None:
 
 def _register() -> None:
     # One place lists the subcommands, in the order a user meets them.
-    from tracekit.cli import collect, gpus, report, summary
+    from tracekit.cli import collect, compare, gpus, report, summary
 
-    for module in (collect, report, summary, gpus):
+    for module in (collect, report, compare, summary, gpus):
         main.add_command(module.command)
 
 

@@ -1,0 +1,122 @@
+"""``tracekit compare BEFORE AFTER [-o FILE]``: what changed between two runs, phase by phase."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+
+import click
+
+from tracekit.cli.common import read_with_progress, refuse_overwrite
+from tracekit.errors import TracekitError
+
+FORMATS = ("html", "json", "md", "text")
+SUMMARY_LINES = 6  # sentences printed after writing a report file
+
+
+@click.command("compare")
+@click.argument("before", type=click.Path(dir_okay=True, file_okay=True, path_type=str))
+@click.argument("after", type=click.Path(dir_okay=True, file_okay=True, path_type=str))
+@click.option("-o", "--output", metavar="FILE",
+              help="Where to write (default: reports/compare-<before>-vs-<after>.<format>); '-' writes to stdout.")
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS),
+              help="Output format (default: from FILE's extension, else html). text without -o prints to the terminal.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@click.option("--fail-if", "gates", multiple=True, metavar="EXPR",
+              help="Exit with status 1 when the after run crosses a threshold, e.g. 'tpot_p50>+5%', "
+                   "'decode_tokens_per_s<-3%', 'ttft_ms>+2ms', 'decode_mbu<-2pp'. May repeat.")
+@click.option("--gpu-before", metavar="NAME", help="Price the before run against this GPU's spec row (see `tracekit gpus`).")
+@click.option("--gpu-after", metavar="NAME", help="Price the after run against this GPU's spec row.")
+def command(before: str, after: str, output: str | None, fmt: str | None, force: bool, gates: tuple[str, ...],
+            gpu_before: str | None, gpu_after: str | None) -> None:
+    """Compare two runs: BEFORE (the baseline) and AFTER (the change), each a trace file or a
+    folder of per-rank traces. Shows context differences that make the comparison unfair
+    first, then headline deltas with a verdict per figure (better, worse, within noise),
+    per-phase time by bound and category, and kernels matched by category and op, each run
+    against its own GPU's roofline. With --fail-if it gates CI: exit status 1 when a gate fails."""
+    from tracekit.analysis import analyze
+    from tracekit.analysis.compare import compare, context_sentence, parse_gate
+    from tracekit.report import write_atomic
+    from tracekit.report.compare import choose
+    from tracekit.report.output import DEFAULT_DIR, report_stem
+
+    parsed = [parse_gate(g) for g in gates]  # a bad expression fails before any slow read
+    to_terminal = output == "-" or (output is None and fmt == "text")
+    renderer = choose(fmt, None if output == "-" else output)
+    path = None
+    if not to_terminal:
+        path = output or os.path.join(
+            DEFAULT_DIR, f"compare-{report_stem(before)}-vs-{report_stem(after)}{renderer.extension}"
+        )
+        refuse_overwrite(path, force)
+        if os.path.isdir(path):
+            raise TracekitError(f"{path} is a folder; give a file name, e.g. {os.path.join(path, 'compare' + renderer.extension)}")
+    for p in (before, after):
+        if not os.path.exists(p):
+            raise TracekitError(f"{p}: no such file or folder")
+    b = analyze(_read(before), gpu=gpu_before)
+    a = analyze(_read(after), gpu=gpu_after)
+    comparison = compare(b, a)
+    text = renderer.render(comparison)
+    # Messages go to stderr when stdout carries the report itself.
+    say = (lambda m: click.echo(m, err=True)) if to_terminal else click.echo
+    if to_terminal:
+        click.echo(text, nl=False)
+    else:
+        size = write_atomic(path, text, make_parent=output is None)
+        click.echo(f"wrote {path} ({_size(size)})")
+        lines = [s for s in [context_sentence(comparison), *comparison.summary] if s]
+        for line in lines[:SUMMARY_LINES]:
+            click.echo(f"  {line}")
+        if len(lines) > SUMMARY_LINES:
+            click.echo(f"  ... {len(lines) - SUMMARY_LINES} more in the report")
+        click.echo(_next_step(renderer.name, before, after, path))
+    if parsed:
+        failures = [f for f in (g.check(comparison) for g in parsed) if f]
+        if failures:
+            for f in failures:
+                click.echo(f"tracekit: gate failed: {f}", err=True)
+            sys.exit(1)
+        say(f"gates passed ({len(parsed)})")
+
+
+def _read(path: str):
+    try:
+        return read_with_progress(path)
+    except TracekitError as e:
+        if _is_report_json(path):
+            raise TracekitError(
+                f"{path} is a tracekit report (JSON), not a trace: compare needs the traces themselves, "
+                "because it matches kernels by op across the runs"
+            ) from None
+        raise e
+
+
+def _is_report_json(path: str) -> bool:
+    """A saved ``tracekit report --format json`` (or compare JSON): small, with our keys."""
+    try:
+        if os.path.isdir(path) or os.path.getsize(path) > 50_000_000:
+            return False
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and "schema_version" in data and ("metrics" in data or "headline" in data)
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{max(1, round(n / 1e3))} kB"
+
+
+def _next_step(name: str, before: str, after: str, path: str) -> str:
+    q = shlex.quote
+    pair = f"{q(before)} {q(after)}"
+    if name == "html":
+        return f"next: open {q(path)} in a browser (it works offline), or gate CI with: tracekit compare {pair} --fail-if 'tpot_p50>+5%'"
+    if name == "md":
+        return f"next: paste {q(path)} into a pull request; the full report with charts: tracekit compare {pair}"
+    if name == "json":
+        return f"next: the keys are schema_version, kind, before, after, method, context, headline, phases, kernels, summary; for people: tracekit compare {pair}"
+    return f"next: tracekit compare {pair} for the HTML report with charts"
