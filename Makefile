@@ -35,6 +35,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_read.py
 	$(PY) benchmarks/bench_analysis.py
+	$(PY) benchmarks/bench_report.py
 
 samples: $(STAMP)
 	TRACEKIT=$(VENV)/bin/tracekit sample_traces/regenerate.sh
