@@ -6,7 +6,6 @@ import dataclasses
 import time
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from conftest import all_real_traces, read_real

@@ -42,3 +42,8 @@ def _size(path: str) -> int:
 
 def trace_argument(f):
     return click.argument("trace", type=click.Path(dir_okay=True, file_okay=True, path_type=str))(f)
+
+
+def human_size(n: int) -> str:
+    """A written file's size for the "wrote ..." line."""
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{max(1, round(n / 1e3))} kB"

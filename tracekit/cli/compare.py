@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from tracekit.cli.common import read_with_progress, refuse_overwrite
+from tracekit.cli.common import human_size, read_with_progress, refuse_overwrite
 from tracekit.errors import TracekitError
 
 FORMATS = ("html", "json", "md", "text")
@@ -66,7 +66,7 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
         click.echo(text, nl=False)
     else:
         size = write_atomic(path, text, make_parent=output is None)
-        click.echo(f"wrote {path} ({_size(size)})")
+        click.echo(f"wrote {path} ({human_size(size)})")
         lines = [s for s in [context_sentence(comparison), *comparison.summary] if s]
         for line in lines[:SUMMARY_LINES]:
             click.echo(f"  {line}")
@@ -104,10 +104,6 @@ def _is_report_json(path: str) -> bool:
     except (OSError, ValueError, UnicodeDecodeError):
         return False
     return isinstance(data, dict) and "schema_version" in data and ("metrics" in data or "headline" in data)
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{max(1, round(n / 1e3))} kB"
 
 
 def _next_step(name: str, before: str, after: str, path: str) -> str:

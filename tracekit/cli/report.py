@@ -7,7 +7,7 @@ import shlex
 
 import click
 
-from tracekit.cli.common import read_with_progress, refuse_overwrite, trace_argument
+from tracekit.cli.common import human_size, read_with_progress, refuse_overwrite, trace_argument
 from tracekit.errors import TracekitError
 
 FORMATS = ("html", "json", "md", "text")
@@ -55,12 +55,8 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
         click.echo(text, nl=False)
         return
     size = write_atomic(path, text, make_parent=output is None)
-    click.echo(f"wrote {path} ({_size(size)})")
+    click.echo(f"wrote {path} ({human_size(size)})")
     click.echo(_next_step(renderer.name, trace, path))
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{max(1, round(n / 1e3))} kB"
 
 
 def _next_step(name: str, trace: str, path: str) -> str:

@@ -34,49 +34,61 @@ class Renderer:
         return self.render_data(analysis.to_dict())
 
 
-_RENDERERS: dict[str, type[Renderer]] = {}
 # Extra spellings of extensions, beyond each renderer's own.
 _ALIASES = {".htm": "html", ".markdown": "md"}
 
 
-def register(cls: type[Renderer]) -> type[Renderer]:
-    _RENDERERS[cls.name] = cls
-    return cls
+class Registry:
+    """Renderers of one kind of document (a report, a comparison), by name and extension."""
 
+    def __init__(self, what: str):
+        self.what = what
+        self._by_name: dict[str, type[Renderer]] = {}
 
-def renderer_names() -> list[str]:
-    return list(_RENDERERS)
+    def register(self, cls: type[Renderer]) -> type[Renderer]:
+        self._by_name[cls.name] = cls
+        return cls
 
+    def names(self) -> list[str]:
+        return list(self._by_name)
 
-def get_renderer(name: str) -> Renderer:
-    try:
-        return _RENDERERS[name]()
-    except KeyError:
-        raise TracekitError(f"unknown report format {name!r}: choose one of {', '.join(_RENDERERS)}") from None
-
-
-def format_for_path(path: str) -> str | None:
-    """The format an output file's extension asks for, or None."""
-    ext = os.path.splitext(path)[1].lower()
-    if ext in _ALIASES:
-        return _ALIASES[ext]
-    for name, cls in _RENDERERS.items():
-        if cls.extension == ext:
-            return name
-    return None
-
-
-def choose(fmt: str | None = None, path: str | None = None, default: str = "html") -> Renderer:
-    """The renderer for an explicit format name, else for the output file's extension,
-    else ``default``."""
-    if fmt:
-        return get_renderer(fmt)
-    if path and path != "-":
-        found = format_for_path(path)
-        if found is None:
-            exts = ", ".join(cls.extension for cls in _RENDERERS.values())
+    def get(self, name: str) -> Renderer:
+        try:
+            return self._by_name[name]()
+        except KeyError:
             raise TracekitError(
-                f"cannot tell the report format from {os.path.basename(path)!r}: name the file with {exts}, or pass --format"
-            )
-        return get_renderer(found)
-    return get_renderer(default)
+                f"unknown {self.what} format {name!r}: choose one of {', '.join(self._by_name)}"
+            ) from None
+
+    def format_for_path(self, path: str) -> str | None:
+        """The format an output file's extension asks for, or None."""
+        ext = os.path.splitext(path)[1].lower()
+        if ext in _ALIASES:
+            return _ALIASES[ext] if _ALIASES[ext] in self._by_name else None
+        for name, cls in self._by_name.items():
+            if cls.extension == ext:
+                return name
+        return None
+
+    def choose(self, fmt: str | None = None, path: str | None = None, default: str = "html") -> Renderer:
+        """The renderer for an explicit format name, else for the output file's extension,
+        else ``default``."""
+        if fmt:
+            return self.get(fmt)
+        if path and path != "-":
+            found = self.format_for_path(path)
+            if found is None:
+                exts = ", ".join(cls.extension for cls in self._by_name.values())
+                raise TracekitError(
+                    f"cannot tell the {self.what} format from {os.path.basename(path)!r}: name the file with {exts}, or pass --format"
+                )
+            return self.get(found)
+        return self.get(default)
+
+
+REPORTS = Registry("report")
+register = REPORTS.register
+renderer_names = REPORTS.names
+get_renderer = REPORTS.get
+format_for_path = REPORTS.format_for_path
+choose = REPORTS.choose

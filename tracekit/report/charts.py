@@ -138,7 +138,7 @@ def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
             bound_rows.append(
                 {
                     "label": phase_label(phase),
-                    "of": f"of the phase's kernel + idle time",
+                    "of": "of the phase's kernel + idle time",
                     "segments": [
                         (b, BOUND_LABELS[b] if b != "idle" else f"{word} idle", share.get(b), (p.get("by_bound") or {}).get(b), BOUND_COLORS[b])
                         for b in BOUNDS
@@ -232,7 +232,7 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
         color=[BOUND_COLORS["compute"], "#d5d5d5"], line_color=None,
         legend_label=[f"{word} busy", f"{word} idle (inside the step's {word} window)"],
     )
-    line = p.line("x", "duration", source=src, color="#222222", line_width=2, legend_label="step duration")
+    p.line("x", "duration", source=src, color="#222222", line_width=2, legend_label="step duration")
     p.scatter("x", "duration", source=src, color="#222222", size=4 if len(shown) < 200 else 2)
     if gpu:
         p.line("x", "gap", source=src, color="#c0392b", line_width=1.5, line_dash="dashed",

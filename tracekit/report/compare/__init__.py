@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
-from tracekit.errors import TracekitError
 from tracekit.report import charts as report_charts
-from tracekit.report.base import Renderer, format_for_path
+from tracekit.report.base import Registry, Renderer
 from tracekit.report.compare import charts, view
 from tracekit.report.render_html import _csp, _loader_js
 from tracekit.report.templating import html_env, render, term_text, text_env
@@ -37,12 +36,8 @@ class CompareRenderer(Renderer):
         return self.render_data(comparison.to_dict())
 
 
-_COMPARE: dict[str, type[CompareRenderer]] = {}
-
-
-def _register(cls: type[CompareRenderer]) -> type[CompareRenderer]:
-    _COMPARE[cls.name] = cls
-    return cls
+COMPARISONS = Registry("comparison")
+_register = COMPARISONS.register
 
 
 @_register
@@ -147,28 +142,9 @@ def _table(head: list[str] | None, rows: list[list[Any]]) -> list[str]:
     return out
 
 
-def renderer_names() -> list[str]:
-    return list(_COMPARE)
-
-
-def get_renderer(name: str) -> CompareRenderer:
-    try:
-        return _COMPARE[name]()
-    except KeyError:
-        raise TracekitError(f"unknown comparison format {name!r}: choose one of {', '.join(_COMPARE)}") from None
-
-
-def choose(fmt: str | None = None, path: str | None = None, default: str = "html") -> CompareRenderer:
-    """The renderer for an explicit format, else for the output file's extension, else ``default``."""
-    if fmt:
-        return get_renderer(fmt)
-    if path and path != "-":
-        found = format_for_path(path)
-        if found is None or found not in _COMPARE:
-            exts = ", ".join(cls.extension for cls in _COMPARE.values())
-            raise TracekitError(f"cannot tell the report format from {path.rsplit('/', 1)[-1]!r}: name the file with {exts}, or pass --format")
-        return get_renderer(found)
-    return get_renderer(default)
+renderer_names = COMPARISONS.names
+get_renderer = COMPARISONS.get
+choose = COMPARISONS.choose
 
 
 def render_comparison(comparison: Comparison, fmt: str = "html") -> str:
