@@ -465,7 +465,7 @@ def hostile_comparison(tmp_path_factory):
 
 
 def test_hostile_names_stay_inert_in_every_format(hostile_comparison):
-    from test_report_hostile import HOSTILE, _assert_inert_html, _outside_code, _poison
+    from test_report_hostile import HOSTILE, _assert_inert_html, _outside_code, _poison, assert_markdown_tables_intact
 
     _, c = hostile_comparison
     data = c.to_dict()
@@ -480,14 +480,7 @@ def test_hostile_names_stay_inert_in_every_format(hostile_comparison):
     _assert_inert_html(CompareHtml(include_js=False).render_data(_poison(data)))
     for md in (render_comparison(c, "md"), CompareMarkdown().render_data(_poison(data))):
         assert "<" not in _outside_code(md)
-        width = None  # every unescaped '|' is a cell border: rows keep their header's count
-        for line in md.splitlines():
-            if not line.startswith("|"):
-                width = None
-                continue
-            cells = len(re.findall(r"(?<!\\)\|", line))
-            width = width or cells
-            assert cells == width, f"a name split a Markdown table row: {line}"
+        assert_markdown_tables_intact(md)
     text = render_comparison(c, "text")
     assert "\u2028" not in text and "\x1b" not in text
     assert json.loads(render_comparison(c, "json")) == json.loads(json.dumps(data))  # verbatim

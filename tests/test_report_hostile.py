@@ -154,13 +154,8 @@ def test_html_escapes_hostile_trace_content(hostile):
     assert any(HOSTILE_ALL in s for s in strings), "step labels should be in the decode chart's data"
 
 
-def test_markdown_and_text_escape_hostile_content(hostile):
-    from tracekit.report import render
-
-    _, a = hostile
-    md = render(a, "md")
-    assert "<" not in _outside_code(md), "a raw '<' in Markdown text could become HTML"
-    # Every unescaped '|' is a cell border: each table row keeps its header's column count.
+def assert_markdown_tables_intact(md: str) -> None:
+    """Every unescaped '|' is a cell border: each table row keeps its header's column count."""
     width = None
     for line in md.splitlines():
         if not line.startswith("|"):
@@ -169,6 +164,15 @@ def test_markdown_and_text_escape_hostile_content(hostile):
         cells = len(re.findall(r"(?<!\\)\|", line))
         width = width or cells
         assert cells == width, f"a name split a Markdown table row: {line}"
+
+
+def test_markdown_and_text_escape_hostile_content(hostile):
+    from tracekit.report import render
+
+    _, a = hostile
+    md = render(a, "md")
+    assert "<" not in _outside_code(md), "a raw '<' in Markdown text could become HTML"
+    assert_markdown_tables_intact(md)
     text = render(a, "text")
     assert "\u2028" not in text and "\x1b" not in text
 
