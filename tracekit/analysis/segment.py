@@ -119,23 +119,28 @@ def segment(trace: Trace) -> Segmentation:
     ranges = _drop_nested(ranges)
     work["step"] = _assign(work, ranges)
     steps = _steps_table(ranges, work)
-    work["phase"] = np.where(work["step"] >= 0, steps["phase"].to_numpy()[np.maximum(work["step"].to_numpy(), 0)] if len(steps) else UNKNOWN, UNKNOWN)
-    if len(steps):
-        # Inferred steps get their evidence from the work they now own.
-        unresolved = (steps["source"] == SOURCE_INFERRED) & (steps["phase"] == UNKNOWN)
-        for i in np.flatnonzero(unresolved.to_numpy()):
-            # Linear inputs are no evidence: [seq, batch, hidden] and [batch, seq,
-            # hidden] layouts look alike, so a 3-D linear input cannot name the token axis.
-            phase, why = _kernel_evidence(work.loc[work["step"] == i, "name"])
-            steps.at[i, "phase"] = phase
-            steps.at[i, "evidence"] = why
-        work["phase"] = np.where(work["step"] >= 0, steps["phase"].to_numpy()[np.maximum(work["step"].to_numpy(), 0)], UNKNOWN)
+    _resolve_by_kernels(steps, work)
+    phase_of_step = steps["phase"].to_numpy() if len(steps) else np.array([UNKNOWN], dtype=object)
+    work["phase"] = np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)], UNKNOWN)
     source = min(steps["source"], key=SOURCE_ORDER.index) if len(steps) else SOURCE_NONE
     run_kind = RUN_INFERENCE if len(steps) else RUN_EMPTY
     outside = int((work["step"] < 0).sum())
     if len(steps) and outside:
         notes.append(f"{outside} of {len(work)} units of work were issued outside any step")
     return Segmentation(run_kind, device_type, work, steps, source, notes)
+
+
+def _resolve_by_kernels(steps: pd.DataFrame, work: pd.DataFrame) -> None:
+    """Inferred steps whose shapes said nothing take their phase from the kernels they own.
+
+    Linear inputs are no evidence: [seq, batch, hidden] and [batch, seq, hidden] layouts
+    look alike, so a 3-D linear input cannot name the token axis.
+    """
+    if not len(steps):
+        return
+    unresolved = (steps["source"] == SOURCE_INFERRED) & (steps["phase"] == UNKNOWN)
+    for i in np.flatnonzero(unresolved.to_numpy()):
+        steps.at[i, "phase"], steps.at[i, "evidence"] = _kernel_evidence(work.loc[work["step"] == i, "name"])
 
 
 # --- work ---------------------------------------------------------------------------
