@@ -79,10 +79,10 @@ def _high_pipe() -> tuple[int, int]:
     return hr, hw
 
 
-# Text of every visible Bokeh tooltip (inside shadow roots), and whether any element that a
-# hostile payload would create exists anywhere in the (shadow) DOM.
-_TOOLTIP_PROBE = r"""
-(() => {
+# Every element, shadow roots included (Bokeh renders into shadow DOM); the probes below
+# read the text of every visible Bokeh tooltip, and whether any element that a hostile
+# payload would create exists anywhere in the (shadow) DOM.
+_ALL_ELEMENTS = r"""
   function all(root) {
     let out = [];
     for (const el of root.querySelectorAll("*")) {
@@ -91,24 +91,16 @@ _TOOLTIP_PROBE = r"""
     }
     return out;
   }
-  const els = all(document);
+"""
+
+_TOOLTIP_PROBE = "(() => {\n" + _ALL_ELEMENTS + r"""  const els = all(document);
   const tips = els.filter(e => typeof e.className === "string" && e.className.includes("bk-tooltip-content")
                                && e.getBoundingClientRect().width > 0);
   return tips.map(t => t.textContent).join(" | ");
 })()
 """
 
-FORBIDDEN_PROBE = r"""
-(() => {
-  function all(root) {
-    let out = [];
-    for (const el of root.querySelectorAll("*")) {
-      out.push(el);
-      if (el.shadowRoot) out = out.concat(all(el.shadowRoot));
-    }
-    return out;
-  }
-  const els = all(document);
+FORBIDDEN_PROBE = "(() => {\n" + _ALL_ELEMENTS + r"""  const els = all(document);
   return {
     pwned: window.__tkPwned === undefined ? null : window.__tkPwned,
     ids: els.filter(e => e.id && e.id.startsWith("tk-pwned")).map(e => e.tagName + "#" + e.id),

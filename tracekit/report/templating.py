@@ -102,16 +102,22 @@ def _filters() -> dict[str, Any]:
     }
 
 
-@functools.lru_cache(maxsize=None)
-def html_env() -> jinja2.Environment:
+def _env(autoescape: bool, **options: Any) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(template_dirs()),
-        autoescape=True,
+        autoescape=autoescape,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        **options,
     )
     env.filters.update(_filters())
+    return env
+
+
+@functools.lru_cache(maxsize=None)
+def html_env() -> jinja2.Environment:
+    env = _env(autoescape=True)
     env.filters["script_json"] = script_json
     return env
 
@@ -119,16 +125,7 @@ def html_env() -> jinja2.Environment:
 @functools.lru_cache(maxsize=None)
 def text_env() -> jinja2.Environment:
     """For Markdown and terminal text: no HTML escaping; templates apply ``md``/``term``."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(template_dirs()),
-        autoescape=False,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters.update(_filters())
-    return env
+    return _env(autoescape=False, keep_trailing_newline=True)
 
 
 def render(env: jinja2.Environment, name: str, **context: Any) -> str:
