@@ -27,6 +27,11 @@ REAL = {
     "v100_ddp": "v100_ddp_train_large.json.gz",
     "v100_pt19": "v100_resnet50_train_pt1.9-schema.pt.trace.json.gz",
     "v100_ns": "v100_resnet_ns-timestamps.pt.trace.json.gz",
+    # Serving traces as engines record them (see PROVENANCE.md).
+    "b200_vllm": "b200_vllm-gpt-oss-120b-tp8_prefill-eager.json.gz",
+    "gb10_vllm": "gb10_vllm-qwen3.5-27b-nvfp4_decode-10steps.pt.trace.json.gz",
+    "b300_qwen3_moe": "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz",
+    "mi300x_qwen3_moe": "mi300x_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz",
 }
 
 
@@ -53,3 +58,15 @@ def read_real(key: str):
     if key not in _CACHE:
         _CACHE[key] = read_trace(path)
     return _CACHE[key]
+
+
+# A GPU that tracekit's database does not hold: tests of "unknown device" behaviour
+# rename a real trace's device to it.
+UNKNOWN_GPU = "NVIDIA GeForce RTX 4070 Laptop GPU"
+
+
+def with_device_name(trace, name: str = UNKNOWN_GPU):
+    """A copy of a trace whose deviceProperties name another GPU (the events are unchanged)."""
+    import dataclasses
+
+    return dataclasses.replace(trace, devices={d: {**p, "name": name} for d, p in trace.devices.items()})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import SAMPLE_TRACES, SHARED_TRACES, all_real_traces, read_real
+from conftest import SAMPLE_TRACES, SHARED_TRACES, all_real_traces, read_real, with_device_name
 
 from tracekit.cli import main
 from tracekit.errors import TracekitError
@@ -170,7 +170,10 @@ def test_html_view_model_sections():
 def test_html_view_model_says_why_charts_are_missing():
     vm = HtmlRenderer().view_model(_analysis("h100_hf").to_dict())  # one prefill step, no decode
     assert vm["decode"]["chart"] is None and "no decode step" in vm["decode"]["reason"]
-    vm = HtmlRenderer().view_model(_analysis("rtx4080_nanovllm").to_dict())  # GPU not in the database
+    from tracekit.analysis import analyze
+
+    unknown = analyze(with_device_name(read_real("rtx4080_nanovllm")))  # GPU not in the database
+    vm = HtmlRenderer().view_model(unknown.to_dict())
     assert vm["rooflines"][0]["chart"] is None and "--gpu" in vm["rooflines"][0]["reason"]
     vm = HtmlRenderer().view_model(_analysis("v100_ddp").to_dict())  # training
     assert "training run" in vm["no_phases"] and vm["phases"] == [] and vm["rooflines"] == []

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import all_real_traces, read_real
-from tracekit import markers
+from tracekit import frameworks, markers
 from tracekit.analysis import segment as seg
 from tracekit.analysis.latency import latency
 
@@ -102,7 +102,12 @@ def _phase_agreement(a: seg.Segmentation, b: seg.Segmentation) -> float:
 def test_annotation_free_path_agrees(key):
     trace = read_real(key)
     annotated = seg.segment(trace)
-    bare = seg.segment(_strip_annotations(trace))
+    # Without annotations the steps are SGLang's forward_batch_generation frames; without
+    # those too, passes found from the token embedding or module spans.
+    frames = seg.segment(_strip_annotations(trace))
+    assert frames.source == seg.SOURCE_SGLANG_FRAMES
+    assert _phase_agreement(annotated, frames) >= 0.95
+    bare = seg.segment(dataclasses.replace(_strip_annotations(trace), python=trace.python.iloc[0:0]))
     assert bare.source == seg.SOURCE_INFERRED
     assert _phase_agreement(annotated, bare) >= 0.95
 
@@ -127,7 +132,7 @@ def test_busy_union_merges_streams_and_counts_launch_gaps():
     "name, phase, tokens, batch",
     [
         ("step[EXTEND bs=15 toks=15360]", "prefill", 15360, 15),
-        ("step[DECODE bs=32]", "decode", None, 32),
+        ("step[DECODE bs=32]", "decode", 32, 32),  # one new token per request
         ("step[MIXED bs=4 toks=300]", "mixed", 300, 4),
         ("execute_context_2(100)_generation_0(0)", "prefill", 100, 2),
         ("execute_context_0(0)_generation_8(8)", "decode", 8, 8),
@@ -143,15 +148,14 @@ def test_busy_union_merges_streams_and_counts_launch_gaps():
     ],
 )
 def test_framework_annotation_names(name, phase, tokens, batch):
-    parsed = seg._parse_framework(name)
-    assert parsed is not None and parsed[0] == phase
-    t, b = seg._tokens_batch(name)
-    assert t == tokens and b == batch
+    parsed = frameworks.parse_annotation(name)
+    assert parsed is not None and parsed.phase == phase and parsed.problem is None
+    assert parsed.tokens == tokens and parsed.batch == batch
 
 
 @pytest.mark.parametrize("name", ["ProfilerStep#3", "capture_32_DECODE", "decoder_layer", "nccl:all_reduce", "step[IDLE]"])
 def test_names_that_are_not_steps(name):
-    assert seg._parse_framework(name) is None
+    assert frameworks.parse_annotation(name) is None
 
 
 # --- a real CPU run recorded in the test -----------------------------------------------

@@ -82,8 +82,13 @@ REAL_EXPECTED = {
     "v100_ddp": "v100-sxm2-32gb",
     "v100_pt19": "v100-sxm2-32gb",
     "v100_ns": "v100-sxm2-32gb",
-    # Not in the research table; added to the database from a public HGX B300 table.
+    # Not in the research table; added to the database from public tables (see each row's sources).
     "b300_moe": "b300",
+    "b300_qwen3_moe": "b300",
+    "rtx4080_nanovllm": "rtx-4080-laptop",
+    "gb10_vllm": "gb10",
+    "b200_vllm": "b200",
+    "mi300x_qwen3_moe": "mi300x",
 }
 
 
@@ -101,7 +106,6 @@ def test_real_trace_devices_resolve_to_their_row(trace, key):
 @pytest.mark.parametrize(
     "trace,why",
     [
-        ("rtx4080_nanovllm", "not in tracekit's GPU database"),
         ("mi250_toy", "which tracekit will not guess between"),
     ],
 )
@@ -113,11 +117,14 @@ def test_real_trace_devices_not_in_database_are_unknown_with_reason(trace, why):
 
 
 def test_laptop_gpu_is_not_mapped_to_a_datacenter_part():
-    # RTX 4080 Laptop: (8.9, 58 SMs) like an L4, but 11.6 GiB: no row may claim it.
+    # RTX 4080 Laptop: (8.9, 58 SMs) like an L4, but 11.6 GiB: its own row, never the L4's.
     dev = {"name": "NVIDIA GeForce RTX 4080 Laptop GPU", "computeMajor": 8, "computeMinor": 9,
            "numSms": 58, "totalGlobalMem": 12450922496}
-    match = lookup(dev)
-    assert match.spec is None
+    assert lookup(dev).spec.key == "rtx-4080-laptop"
+    # A laptop part the database lacks stays unknown, even where its properties resemble a row.
+    other = {**dev, "name": "NVIDIA GeForce RTX 4070 Laptop GPU", "numSms": 36, "totalGlobalMem": 8585216000}
+    match = lookup(other)
+    assert match.spec is None and "not in tracekit's GPU database" in match.reason
     assert "L4" not in match.reason
 
 
@@ -158,9 +165,10 @@ def test_l4_normalised_name_is_not_a_prefix_match():
 def test_h200_matches_without_sxm_suffix():
     assert lookup(props("h200-sxm", name="NVIDIA H200")).spec.key == "h200-sxm"
     assert lookup({"name": "nvidia  h200"}).how == NORMALISED
-    # The NVL part is a different SKU with lower peaks: unknown, and the reason points at H200 SXM.
+    # The NVL part is a different SKU with lower peaks: its own row, never the SXM's.
     nvl = lookup(props("h200-sxm", name="NVIDIA H200 NVL"))
-    assert nvl.spec is None and "--gpu h200-sxm" in nvl.reason
+    assert nvl.spec.key == "h200-nvl"
+    assert nvl.spec.peak_flops("bf16") < spec("h200-sxm").peak_flops("bf16")
 
 
 def test_gh200_names_map_to_gh200_not_h100():

@@ -20,8 +20,6 @@ from tracekit.analysis import taxonomy as tx
 from tracekit.analysis.taxonomy import (
     categorize,
     categorize_many,
-    is_decode_attention,
-    is_prefill_attention,
     unmatched,
 )
 
@@ -245,23 +243,34 @@ def test_word_boundaries_in_rules():
 
 
 def test_decode_and_prefill_attention_evidence():
+    from tracekit.analysis.evidence import is_decode_attention, is_prefill_attention
+
     decode = ["void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4>>",
               "void flash::flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128>>",
               "void paged_attention_ll4mi_QKV_mfma16_kernel<0, __hip_bfloat16>",
               "void flashinfer::BatchDecodeWithPagedKVCacheKernel<...>",
-              "_fwd_grouped_kernel_stage1"]
-    prefill = ["_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernel",
-               "void flashinfer::BatchPrefillWithPagedKVCacheKernel<...>",
-               "_fwd_kernel_context_attention"]
+              "_fwd_grouped_kernel_stage1",
+              "kernel_unified_attention_3d",
+              "fmhaSm100fKernel_QkvBfloat16OBfloat16H128PagedKvCausalP64MultiCtasKvCgaVarSeqQ8Kv128StaticSwapsAbForGen"]
+    prefill = ["void flashinfer::BatchPrefillWithRaggedKVCacheKernel<...>",
+               "_fwd_kernel_context_attention",
+               "fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvCausalP16VarSeqQ128Kv128PersistentContext"]
+    # Engines run paged "prefill" kernels for decode too: weak evidence only.
+    weak = ["_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernel",
+            "void flashinfer::BatchPrefillWithPagedKVCacheKernel<...>"]
     neutral = ["void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64>>",
+               "kernel_unified_attention_2d",
                "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
                "prefill_metadata_kernel"]  # says prefill, but is no attention kernel
     for name in decode:
-        assert is_decode_attention(name) and not is_prefill_attention(name), name
+        assert is_decode_attention(name) and not is_prefill_attention(name, weak=True), name
     for name in prefill:
         assert is_prefill_attention(name) and not is_decode_attention(name), name
+    for name in weak:
+        assert is_prefill_attention(name, weak=True) and not is_prefill_attention(name), name
+        assert not is_decode_attention(name), name
     for name in neutral:
-        assert not is_decode_attention(name) and not is_prefill_attention(name), name
+        assert not is_decode_attention(name) and not is_prefill_attention(name, weak=True), name
 
 
 def test_categorize_many_matches_categorize_and_caches(monkeypatch):

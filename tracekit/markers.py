@@ -5,10 +5,12 @@ context managers emit ``record_function`` ranges with these names; segmentation
 parses them back. Keep both sides on this module so the names exist once.
 
 Names:
-    ``tracekit::prefill bs=8 tokens=1024``   one prefill pass (tokens = batch x prompt)
-    ``tracekit::decode#3 bs=8``              decode step 3 (one token per sequence)
-    ``tracekit::generate``                   the whole profiled generation (optional)
-The ``key=value`` suffixes are optional; segmentation uses them when present.
+    ``tracekit::prefill bs=8 tokens=1024 kv=1024``   one prefill pass (tokens = batch x prompt)
+    ``tracekit::decode#3 bs=8 kv=8224``              decode step 3 (one token per sequence)
+    ``tracekit::generate``                           the whole profiled generation (optional)
+The ``key=value`` suffixes are optional; segmentation uses them when present. ``kv`` is
+the keys the step's attention reads, summed over sequences (cache plus new tokens): the
+number a model-based cost of attention needs.
 """
 
 from __future__ import annotations
@@ -35,22 +37,26 @@ class Marker:
     index: int | None
     batch: int | None
     tokens: int | None
+    kv_tokens: int | None = None
 
 
-def prefill_name(batch: int | None = None, tokens: int | None = None) -> str:
-    return _with_fields(PREFILL, batch, tokens)
+def prefill_name(batch: int | None = None, tokens: int | None = None, kv_tokens: int | None = None) -> str:
+    return _with_fields(PREFILL, batch, tokens, kv_tokens)
 
 
-def decode_name(index: int, batch: int | None = None, tokens: int | None = None) -> str:
-    return _with_fields(f"{DECODE}#{int(index)}", batch, tokens)
+def decode_name(index: int, batch: int | None = None, tokens: int | None = None,
+                kv_tokens: int | None = None) -> str:
+    return _with_fields(f"{DECODE}#{int(index)}", batch, tokens, kv_tokens)
 
 
-def _with_fields(base: str, batch: int | None, tokens: int | None) -> str:
+def _with_fields(base: str, batch: int | None, tokens: int | None, kv_tokens: int | None = None) -> str:
     parts = [base]
     if batch is not None:
         parts.append(f"bs={int(batch)}")
     if tokens is not None:
         parts.append(f"tokens={int(tokens)}")
+    if kv_tokens is not None:
+        parts.append(f"kv={int(kv_tokens)}")
     return " ".join(parts)
 
 
@@ -67,6 +73,7 @@ def parse(name: str) -> Marker | None:
         index=int(m.group(2)) if m.group(2) is not None else None,
         batch=int(fields["bs"]) if "bs" in fields else None,
         tokens=int(fields["tokens"]) if "tokens" in fields else None,
+        kv_tokens=int(fields["kv"]) if "kv" in fields else None,
     )
 
 

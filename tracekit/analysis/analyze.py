@@ -19,7 +19,9 @@ from tracekit.analysis.latency import latency
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.roofline import BOUNDS, attribute
 from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, segment
-from tracekit.specs import SpecMatch, cpu_lookup, lookup, with_calibration
+from tracekit.analysis.split import phase_weights, split_mixed
+from tracekit.specs import SpecMatch, cpu_lookup, with_calibration
+from tracekit.specs.identify import identify
 from tracekit.specs.model import normalise_dtype
 from tracekit.trace.model import Trace, op_shapes
 
@@ -44,9 +46,12 @@ def analyze(
     match = _device_spec(trace, gpu, spec_file, cpu_matmul_flops, cpu_bandwidth)
     attr = attribute(trace, seg, match, capture=capture)
     work = pd.concat([seg.work.reset_index(drop=True), attr.table.reset_index(drop=True)], axis=1)
-    lat = latency(seg)
+    split = split_mixed(seg.steps, work, work["category"].to_numpy())
+    work["prefill_share"] = split.prefill_share
+    lat = latency(seg, split.step_prefill_fraction)
     spec = match.spec
-    phases = {p: _phase(p, work, seg.steps, lat.phases.get(p, {}), spec) for p in PHASE_ORDER if p in set(seg.steps["phase"])}
+    by_phase = {p: _phase_work(work, p) for p in PHASE_ORDER if p in lat.phases}
+    phases = {p: _phase(p, w, lat.phases[p], spec) for p, w in by_phase.items()}
     metrics = _metrics(lat, phases)
     metrics["unprofiled"] = _unprofiled(trace)
     device = _device(trace, seg.device_type, match)
@@ -67,22 +72,35 @@ def analyze(
         workload=_workload(trace),
         run_kind=seg.run_kind,
         phase_source=seg.source,
-        steps=_steps_with_attribution(seg.steps, work, spec),
+        steps=_steps_with_attribution(seg.steps, work, spec, split.by_step),
         work=work,
         phases=phases,
         metrics=metrics,
         findings=[],
         provenance=provenance,
-        top_kernels={p: _top_kernels(work[work["phase"] == p]) for p in phases},
-        roofline={p: _roofline_points(work[work["phase"] == p], spec, phases[p], attr.ops) for p in phases},
+        top_kernels={p: _top_kernels(w) for p, w in by_phase.items()},
+        roofline={p: _roofline_points(w, spec, phases[p], attr.ops) for p, w in by_phase.items()},
         overall=_overall(work),
     )
     analysis.findings = find.findings(analysis)
     return analysis
 
 
-def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec) -> pd.DataFrame:
-    """The steps table plus, per step, kernel time by bound, FLOPs, bytes and MBU."""
+def _phase_work(work: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """The units of work of a phase, each weighted by its share in the phase: the prefill or
+    decode part of a split mixed step's kernel counts with its share of time, FLOPs and bytes."""
+    weight = phase_weights(work["phase"].to_numpy(), work["prefill_share"].to_numpy(), phase)
+    keep = weight > 0
+    w = work[keep]
+    if (weight[keep] == 1.0).all():
+        return w
+    f = weight[keep]
+    return w.assign(dur_ns=w["dur_ns"].to_numpy() * f, flops=w["flops"].to_numpy() * f, bytes=w["bytes"].to_numpy() * f)
+
+
+def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split: dict | None = None) -> pd.DataFrame:
+    """The steps table plus, per step, kernel time by bound, FLOPs, bytes and MBU, and the
+    prefill/decode split of mixed steps."""
     if not len(steps):
         return steps
     inside = work[work["step"] >= 0]
@@ -98,6 +116,7 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec) -> pd
     bw = spec.peak_bandwidth if spec is not None else None
     secs = out["duration_ns"].to_numpy() / 1e9
     out["mbu"] = np.where((secs > 0) & bool(bw), out["bytes"].to_numpy() / np.where(secs > 0, secs, 1) / (bw or 1), np.nan)
+    out["split"] = [(split or {}).get(int(i)) for i in out["step"]]
     return out
 
 
@@ -106,7 +125,9 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec) -> pd
 
 def _device_spec(trace: Trace, gpu, spec_file, cpu_flops, cpu_bw) -> SpecMatch:
     if trace.has_gpu or gpu or spec_file:
-        match = lookup(trace.device_props(), gpu=gpu, spec_file=spec_file)
+        props, note = trace.device_resolution()
+        names = trace.kernels["name"].cat.categories if hasattr(trace.kernels["name"], "cat") else trace.kernels["name"]
+        match = identify(props, note, (str(n) for n in names), gpu=gpu, spec_file=spec_file)
         if match.spec is not None and trace.sidecar:
             # Measured ceilings from collect become the achievable roof; peaks stay.
             match = SpecMatch(with_calibration(match.spec, trace.sidecar), match.how, match.reason)
@@ -146,8 +167,8 @@ def _workload(trace: Trace) -> dict[str, Any] | None:
 # --- per phase -----------------------------------------------------------------------
 
 
-def _phase(phase: str, work: pd.DataFrame, steps: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
-    w = work[work["phase"] == phase]
+def _phase(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
+    """Figures of one phase from its (weighted) units of work and its latency aggregates."""
     ms = w["dur_ns"].to_numpy() / 1e6
     kernel_ms = float(ms.sum())
     by_bound = {b: float(ms[(w["bound"] == b).to_numpy()].sum()) for b in BOUNDS}
@@ -161,7 +182,9 @@ def _phase(phase: str, work: pd.DataFrame, steps: pd.DataFrame, lat: dict, spec)
     mfu, mfu_ach, mfu_basis, mfu_reason = _mfu(w, time_ms, spec)
     mbu, mbu_ach, mbu_basis, mbu_reason = _mbu(nbytes, time_ms, spec, unknown_cost, kernel_ms)
     return {
-        "steps": int((steps["phase"] == phase).sum()),
+        "steps": int(lat.get("steps", 0)),
+        # Split mixed steps whose part in this phase the figures include.
+        "mixed_steps": int(lat.get("mixed_steps", 0)),
         "time_ms": time_ms,
         "gpu_time_ms": float(lat.get("gpu_busy_ms", 0.0) + lat.get("gpu_idle_ms", 0.0)),
         "gpu_busy_ms": float(lat.get("gpu_busy_ms", 0.0)),
@@ -235,6 +258,10 @@ def _metrics(lat, phases) -> dict[str, Any]:
     pre = phases.get(PREFILL, {})
     dec = phases.get(DECODE, {})
     return {
+        "latency_semantics": lat.semantics,
+        "prefill_step_ms": lat.prefill_step_ms,
+        "decode_step_ms": lat.decode_step_ms,
+        "decode_step_series_ms": lat.decode_step_series_ms,
         "ttft_ms": lat.ttft_ms,
         "tpot_ms": lat.tpot_ms,
         "tpot_series_ms": lat.tpot_series_ms,
@@ -441,9 +468,12 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
 # --- provenance ----------------------------------------------------------------------
 
 FORMULAS = {
-    "step_duration": "from the step's CPU start to the later of its CPU end and its last GPU work's end",
-    "ttft": "duration of the first prefill step: its CPU start to the end of the GPU work that produced the first token",
-    "tpot": "durations of the decode steps (mean and percentiles over steps)",
+    "step_duration": "from the step's CPU start (or the end of the previous step's work, when the GPU runs behind) to the later of its CPU end and its last GPU work's end",
+    "ttft": "duration of the first prefill step: its CPU start to the end of the GPU work that produced the first token (request-level runs only)",
+    "tpot": "durations of the decode steps (mean and percentiles over steps; request-level runs only)",
+    "prefill_step_time": "durations of the steps holding prefill work, mixed steps included whole",
+    "decode_step_time": "durations of the steps holding decode work, mixed steps included whole: the inter-token latency a decoding request sees",
+    "mixed_split": "a mixed step's kernel time: attention by each side's query-key pairs, other work by each side's tokens; its busy, idle and duration shared in that proportion",
     "gpu_busy": "union of the step's kernel, memcpy and memset intervals, all streams merged",
     "gpu_idle": "the step's GPU window (first start to last end) minus busy time",
     "launch_overhead": "idle gaps inside a decode step whose next kernel was launched by the CPU only after the GPU went idle",
@@ -453,8 +483,8 @@ FORMULAS = {
     "mbu": "bytes the phase's kernels must move (weights, KV cache, activations; each tensor read or written once) / phase time / peak bandwidth",
     "cost": "FLOPs and bytes of the outermost op with a cost model, shared among the kernels it launched by duration",
     "idle_share": "GPU idle time / (GPU busy + idle time) over the phase's steps",
-    "decode_tokens_per_s": "tokens generated by the decode steps (batch size per step) / sum of decode step durations",
-    "prefill_tokens_per_s": "prompt tokens of the prefill steps / sum of prefill step durations",
+    "decode_tokens_per_s": "tokens generated by the decode steps (batch size per step; the decode side of split mixed steps) / the decode phase's time",
+    "prefill_tokens_per_s": "prompt tokens of the prefill steps (the prefill side of split mixed steps) / the prefill phase's time",
 }
 
 

@@ -53,6 +53,11 @@ HEADLINE = {
     "tpot_p50": ("TPOT p50", "ms", "lower"),
     "tpot_p90": ("TPOT p90", "ms", "lower"),
     "tpot_mean": ("TPOT mean", "ms", "lower"),
+    # Serving-engine runs: per-phase step times (the decode step time is the inter-token latency).
+    "prefill_step_p50": ("prefill step p50", "ms", "lower"),
+    "decode_step_p50": ("decode step p50", "ms", "lower"),
+    "decode_step_p90": ("decode step p90", "ms", "lower"),
+    "decode_step_mean": ("decode step mean", "ms", "lower"),
     "decode_tokens_per_s": ("decode tokens/s", "tok/s", "higher"),
     "prefill_tokens_per_s": ("prefill tokens/s", "tok/s", "higher"),
     "prefill_mfu": ("prefill MFU", "", "higher"),
@@ -61,7 +66,8 @@ HEADLINE = {
     "decode_idle_share": ("decode {word} idle", "", "lower"),
 }
 # Other spellings accepted by --fail-if.
-ALIASES = {"ttft": "ttft_ms", "tpot": "tpot_mean", "tokens_per_s": "decode_tokens_per_s", "mfu": "prefill_mfu", "mbu": "decode_mbu"}
+ALIASES = {"ttft": "ttft_ms", "tpot": "tpot_mean", "tokens_per_s": "decode_tokens_per_s", "mfu": "prefill_mfu",
+           "mbu": "decode_mbu", "itl": "decode_step_mean", "itl_p50": "decode_step_p50", "itl_p90": "decode_step_p90"}
 
 CONTEXT_LABELS = {
     "device": "device",
@@ -161,14 +167,19 @@ def metric_value(a: Analysis, key: str) -> float | None:
     m = a.metrics
     if key.startswith("tpot_"):
         return (m.get("tpot_ms") or {}).get(key[5:])
+    for phase in ("prefill", "decode"):
+        if key.startswith(f"{phase}_step_"):
+            return (m.get(f"{phase}_step_ms") or {}).get(key[len(phase) + 6:])
     if key.endswith("_idle_share"):
         return (m.get("idle_share") or {}).get(key[: -len("_idle_share")])
     return m.get(key)
 
 
-def _decode_steps(a: Analysis) -> np.ndarray | None:
-    """Per-step decode durations (ms), when there are enough to estimate variation."""
-    series = np.asarray(a.metrics.get("tpot_series_ms") or [], dtype=float)
+def _decode_steps(a: Analysis, key: str = "tpot_") -> np.ndarray | None:
+    """Per-step decode durations (ms), when there are enough to estimate variation: the
+    decode steps of a request-level run, or every step holding decode work of an engine run."""
+    series_key = "decode_step_series_ms" if key.startswith("decode_step_") else "tpot_series_ms"
+    series = np.asarray(a.metrics.get(series_key) or a.metrics.get("tpot_series_ms") or [], dtype=float)
     return series if len(series) >= 2 else None
 
 
@@ -211,13 +222,13 @@ def _figure(key: str, before: Analysis, after: Analysis, word: str = "GPU") -> d
 def _noise(key: str, before: Analysis, after: Analysis) -> tuple[float | None, str]:
     """Standard error of the difference from the per-step samples of both runs, and a
     sentence saying what it is based on (or why there is none)."""
-    if not (key.startswith("tpot_") or key == "decode_tokens_per_s"):
+    if not (key.startswith(("tpot_", "decode_step_")) or key == "decode_tokens_per_s"):
         return None, "one value per run"
-    sb, sa = _decode_steps(before), _decode_steps(after)
+    sb, sa = _decode_steps(before, key), _decode_steps(after, key)
     if sb is None or sa is None:
         return None, "fewer than 2 decode steps in a run, so no step-to-step variation"
     steps = f"step-to-step variation of {len(sb)} and {len(sa)} decode steps"
-    if key == "tpot_mean":
+    if key in ("tpot_mean", "decode_step_mean"):
         return math.sqrt(sb.var(ddof=1) / len(sb) + sa.var(ddof=1) / len(sa)), steps
     if key == "decode_tokens_per_s":
         # The rate is tokens over total step time: the relative error of the mean step time carries over.
@@ -226,7 +237,7 @@ def _noise(key: str, before: Analysis, after: Analysis) -> tuple[float | None, s
         rb = (sb.std(ddof=1) / sb.mean()) if sb.mean() > 0 else 0.0
         ra = (sa.std(ddof=1) / sa.mean()) if sa.mean() > 0 else 0.0
         return math.sqrt((b * rb) ** 2 / len(sb) + (a * ra) ** 2 / len(sa)), steps
-    q = {"tpot_p50": 50, "tpot_p90": 90, "tpot_p99": 99}.get(key)
+    q = {"tpot_p50": 50, "tpot_p90": 90, "tpot_p99": 99, "decode_step_p50": 50, "decode_step_p90": 90}.get(key)
     if q is None:  # pragma: no cover - every tpot_ key is listed
         return None, "one value per run"
     return _bootstrap_se(sb, sa, q), f"{steps} (bootstrap of the p{q})"

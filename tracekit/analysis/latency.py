@@ -1,8 +1,24 @@
-"""Latency figures from the steps table: TTFT, TPOT, throughput, busy/idle, launch overhead.
+"""Latency figures from the steps table: step times, TTFT/TPOT, throughput, busy/idle.
 
-Step duration is from the CPU start of the step to whichever ends last, the CPU
-range or the step's last GPU work: that is when the step's token exists. A figure
-the trace cannot support is None, with the reason in ``reasons``; never 0.
+Step duration is from the CPU start of the step (or the end of the previous step's
+work, when the GPU runs behind) to whichever ends last, the CPU range or the step's
+last GPU work: that is when the step's token exists. A figure the trace cannot
+support is None, with the reason in ``reasons``; never 0.
+
+Two readings of the same steps, chosen by where the steps came from:
+
+- **request** (tracekit's markers, a user's loop, inferred passes): the steps are one
+  batch of sequences from prompt to last token, so the first prefill step is the time
+  to first token (TTFT) and each decode step a time per output token (TPOT).
+- **engine** (vLLM / SGLang annotations or step frames, the launch pattern): a
+  continuous-batching engine's steps serve many requests at different stages, so the
+  first prefill step is no request's TTFT. The figures are per-phase step times:
+  ``prefill_step_ms`` over the steps holding prefill work and ``decode_step_ms`` (the
+  inter-token latency a decoding request sees) over the steps holding decode work, mixed
+  steps counting in both; TTFT and TPOT are None, with that reason.
+
+Split mixed steps (``split``) count in each phase's time, busy and idle by the share of
+their GPU time that phase holds; tokens/s per phase is that phase's tokens over that time.
 """
 
 from __future__ import annotations
@@ -10,17 +26,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from tracekit import frameworks
 from tracekit.analysis.segment import DECODE, MIXED, PREFILL, Segmentation
 
 NS_PER_MS = 1e6
+REQUEST, ENGINE = "request", "engine steps"
+
+_ENGINE_TTFT = ("a serving engine's prefill step is no request's time to first token (requests are batched "
+                "continuously); see the prefill step time")
+_ENGINE_TPOT = "a serving engine's decode steps are read as inter-token latency; see the decode step time"
 
 
 @dataclass
 class Latency:
+    semantics: str = REQUEST
     ttft_ms: float | None = None
     tpot_ms: dict[str, float] | None = None  # mean, p50, p90, p99
     # Per decode step, in step order: the series the "decode over time" chart shows.
     tpot_series_ms: list[float] = field(default_factory=list)
+    # Per-phase step times (mean, p50, p90, p99) over the steps holding that phase's work.
+    prefill_step_ms: dict[str, float] | None = None
+    decode_step_ms: dict[str, float] | None = None
+    decode_step_series_ms: list[float] = field(default_factory=list)
     # Least-squares slope of decode step time against step index (ms per step):
     # the cost of the growing KV cache, plus noise.
     tpot_slope_ms_per_step: float | None = None
@@ -29,78 +57,132 @@ class Latency:
     prefill_tokens_per_s: float | None = None
     launch_overhead_ms_per_decode_step: float | None = None
     launch_overhead_share_of_decode: float | None = None
-    # Per phase: {"steps", "time_ms", "gpu_busy_ms", "gpu_idle_ms", "busy_share", "idle_share"}.
+    # Per phase: {"steps", "mixed_steps", "time_ms", "gpu_busy_ms", "gpu_idle_ms", "busy_share", "idle_share"}.
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
 
 
-def latency(seg: Segmentation) -> Latency:
+def _stats(d: np.ndarray) -> dict[str, float]:
+    return {
+        "mean": float(d.mean()),
+        "p50": float(np.percentile(d, 50)),
+        "p90": float(np.percentile(d, 90)),
+        "p99": float(np.percentile(d, 99)),
+    }
+
+
+def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None) -> Latency:
+    """``prefill_fraction``: per step, the prefill share of a split mixed step (NaN otherwise)."""
     out = Latency()
     steps = seg.steps
     why = out.reasons
     if not len(steps):
         reason = "no inference steps were found" + (f" ({seg.notes[0]})" if seg.notes else "")
-        for key in ("ttft_ms", "tpot_ms", "decode_tokens_per_s", "prefill_tokens_per_s", "launch_overhead_ms_per_decode_step"):
+        for key in ("ttft_ms", "tpot_ms", "decode_tokens_per_s", "prefill_tokens_per_s",
+                    "launch_overhead_ms_per_decode_step", "prefill_step_ms", "decode_step_ms"):
             why[key] = reason
         return out
+    engine = seg.source in frameworks.ENGINE_SOURCES
+    out.semantics = ENGINE if engine else REQUEST
+    frac = np.full(len(steps), np.nan) if prefill_fraction is None else np.asarray(prefill_fraction, dtype=float)
+    split = ~np.isnan(frac)
+    phase = steps["phase"].to_numpy()
+    dur_ms = steps["duration_ns"].to_numpy() / NS_PER_MS
+    weight = {
+        PREFILL: np.where(phase == PREFILL, 1.0, np.where(split, frac, 0.0)),
+        DECODE: np.where(phase == DECODE, 1.0, np.where(split, 1.0 - frac, 0.0)),
+        MIXED: ((phase == MIXED) & ~split).astype(float),
+        "unknown": (phase == "unknown").astype(float),
+    }
+    holds = {PREFILL: (phase == PREFILL) | (phase == MIXED), DECODE: (phase == DECODE) | (phase == MIXED)}
 
-    pre = steps[steps["phase"] == PREFILL]
-    dec = steps[steps["phase"] == DECODE]
-    dur_ms = steps["duration_ns"] / NS_PER_MS
-
-    if len(pre):
-        out.ttft_ms = float(dur_ms[pre.index[0]])
-        toks = pre["tokens"]
-        if toks.notna().all() and pre["duration_ns"].sum() > 0:
-            out.prefill_tokens_per_s = float(toks.sum() / (pre["duration_ns"].sum() / 1e9))
+    # Per-phase step times: every step holding the phase's work, mixed ones whole.
+    for p, key in ((PREFILL, "prefill_step_ms"), (DECODE, "decode_step_ms")):
+        d = dur_ms[holds[p]]
+        if len(d):
+            setattr(out, key, _stats(d))
         else:
-            why["prefill_tokens_per_s"] = "the number of prompt tokens per prefill step is not in the trace"
+            why[key] = f"the trace holds no step with {p} work"
+    out.decode_step_series_ms = [float(x) for x in dur_ms[holds[DECODE]]]
+
+    pre = np.flatnonzero(phase == PREFILL)
+    dec = np.flatnonzero(phase == DECODE)
+    if engine:
+        why["ttft_ms"], why["tpot_ms"] = _ENGINE_TTFT, _ENGINE_TPOT
+    elif len(pre):
+        out.ttft_ms = float(dur_ms[pre[0]])
     else:
-        why["ttft_ms"] = why["prefill_tokens_per_s"] = "the trace holds no prefill step"
+        why["ttft_ms"] = "the trace holds no prefill step"
+    series = dur_ms[holds[DECODE]] if engine else dur_ms[dec]
+    if len(dec) and not engine:
+        out.tpot_series_ms = [float(x) for x in series]
+        out.tpot_ms = _stats(series)
+    elif not engine:
+        why["tpot_ms"] = "the trace holds no decode step"
+    if len(series) >= 3:
+        out.tpot_slope_ms_per_step = float(np.polyfit(np.arange(len(series)), series, 1)[0])
+        q = max(1, len(series) // 4)
+        out.tpot_growth = float(series[-q:].mean() / series[:q].mean() - 1) if series[:q].mean() > 0 else None
+    elif len(series):
+        why["tpot_slope_ms_per_step"] = "fewer than 3 decode steps: no trend"
 
-    if len(dec):
-        d = dur_ms[dec.index].to_numpy()
-        out.tpot_series_ms = [float(x) for x in d]
-        out.tpot_ms = {
-            "mean": float(d.mean()),
-            "p50": float(np.percentile(d, 50)),
-            "p90": float(np.percentile(d, 90)),
-            "p99": float(np.percentile(d, 99)),
-        }
-        if len(d) >= 3:
-            out.tpot_slope_ms_per_step = float(np.polyfit(np.arange(len(d)), d, 1)[0])
-            q = max(1, len(d) // 4)
-            out.tpot_growth = float(d[-q:].mean() / d[:q].mean() - 1) if d[:q].mean() > 0 else None
-        else:
-            why["tpot_slope_ms_per_step"] = "fewer than 3 decode steps: no trend"
-        per_step = dec["batch"].where(dec["batch"].notna(), dec["tokens"])
-        if per_step.notna().all() and dec["duration_ns"].sum() > 0:
-            out.decode_tokens_per_s = float(per_step.sum() / (dec["duration_ns"].sum() / 1e9))
-        else:
-            why["decode_tokens_per_s"] = "the batch size of the decode steps is not in the trace"
+    _throughput(out, steps, phase, split, weight, dur_ms)
+    if len(dec) or split.any():
         if seg.device_type == "gpu":
-            gap_ms = dec["launch_gap_ns"].to_numpy() / NS_PER_MS
+            gap_ms = steps["launch_gap_ns"].to_numpy()[holds[DECODE]] / NS_PER_MS
+            d = dur_ms[holds[DECODE]]
             out.launch_overhead_ms_per_decode_step = float(gap_ms.mean())
             out.launch_overhead_share_of_decode = float(gap_ms.sum() / d.sum()) if d.sum() > 0 else None
         else:
             why["launch_overhead_ms_per_decode_step"] = "a CPU-only trace has no device waiting on kernel launches"
     else:
-        why["tpot_ms"] = why["decode_tokens_per_s"] = "the trace holds no decode step"
         why["launch_overhead_ms_per_decode_step"] = "the trace holds no decode step"
 
-    for phase in (PREFILL, DECODE, MIXED, "unknown"):
-        sel = steps[steps["phase"] == phase]
-        if not len(sel):
+    busy_ns = steps["gpu_busy_ns"].to_numpy().astype(float)
+    idle_ns = steps["gpu_idle_ns"].to_numpy().astype(float)
+    for p, w in weight.items():
+        if not w.any():
             continue
-        busy = float(sel["gpu_busy_ns"].sum())
-        idle = float(sel["gpu_idle_ns"].sum())
+        busy = float((w * busy_ns).sum())
+        idle = float((w * idle_ns).sum())
         window = busy + idle
-        out.phases[phase] = {
-            "steps": int(len(sel)),
-            "time_ms": float(sel["duration_ns"].sum() / NS_PER_MS),
+        out.phases[p] = {
+            "steps": int((phase == p).sum()) if p != MIXED else int(((phase == MIXED) & ~split).sum()),
+            "mixed_steps": int(split.sum()) if p in (PREFILL, DECODE) else 0,
+            "time_ms": float((w * dur_ms).sum()),
             "gpu_busy_ms": busy / NS_PER_MS,
             "gpu_idle_ms": idle / NS_PER_MS,
             "busy_share": busy / window if window else None,
             "idle_share": idle / window if window else None,
         }
     return out
+
+
+def _throughput(out: Latency, steps, phase, split, weight, dur_ms) -> None:
+    """Tokens/s per phase: the phase's tokens (split mixed steps: that side's) over the phase's time."""
+    why = out.reasons
+    for p, attr, label in ((PREFILL, "prefill_tokens_per_s", "prompt tokens"), (DECODE, "decode_tokens_per_s", "tokens generated")):
+        mine = np.flatnonzero((phase == p) | split)
+        if not len(mine):
+            why[attr] = f"the trace holds no {p} step"
+            continue
+        tokens = []
+        for i in mine.tolist():
+            side = steps.at[i, f"{p}_side"]
+            if phase[i] == p:
+                if p == DECODE:
+                    n = steps.at[i, "batch"] if not np.isnan(steps.at[i, "batch"]) else steps.at[i, "tokens"]
+                else:
+                    n = steps.at[i, "tokens"]
+                if np.isnan(n) and side is not None and side.tokens is not None:
+                    n = side.tokens
+            else:
+                n = side.tokens if side is not None and side.tokens is not None else np.nan
+            tokens.append(n)
+        tokens = np.array(tokens, dtype=float)
+        secs = float((weight[p][mine] * dur_ms[mine]).sum()) / 1e3
+        if np.isnan(tokens).any() or secs <= 0:
+            why[attr] = (f"the number of {label} per {p} step is not in the trace" if p == PREFILL
+                         else "the batch size of the decode steps is not in the trace")
+            continue
+        setattr(out, attr, float(tokens.sum() / secs))

@@ -102,6 +102,8 @@ def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
                 "flops": _get(r, "flops"),
                 "bytes": _get(r, "bytes"),
                 "mbu": _get(r, "mbu"),
+                # Mixed steps: the prefill and decode parts (requests, tokens, kv_tokens, gpu_ms).
+                **({"split": r.split} if getattr(r, "split", None) else {}),
             }
         )
     return out

@@ -7,18 +7,23 @@ leaf aten ops) belongs to the step whose CPU range contains the moment it was
 *issued* on the same thread: the kernel's launch call, found through the
 correlation id, because GPU work runs late and often outside the CPU range.
 
-Where step ranges come from, strongest first (``Step source`` in reports):
+Where step ranges come from, strongest first (``Step source`` in reports; the
+grammars live in ``tracekit.frameworks``):
 
-1. tracekit's own markers (``tracekit.markers``), written by ``tracekit collect``.
-2. Framework annotations: SGLang ``step[EXTEND|DECODE|MIXED ...]``, vLLM
-   ``execute_..._context_N(...)_generation_M(...)``, and user ``record_function``
-   ranges whose names say prefill or decode.
-3. Inference from the trace when there are no annotations: forward passes are
-   found from the token-embedding lookups that start each pass (or the outermost
-   ``nn.Module`` spans, or ``ProfilerStep#N``), and each is classified from
-   evidence: the tokens-per-sequence dimension of embedding, attention and linear
-   input shapes (1 = decode), and decode- or prefill-only attention kernels. When
-   the evidence is too weak the phase stays ``unknown``.
+1. tracekit's own markers, written by ``tracekit collect``.
+2. Engine annotations: SGLang ``step[EXTEND|DECODE|MIXED ...]``, vLLM
+   ``execute_..._context_N(...)_generation_M(...)`` (both state each phase's requests
+   and tokens), and user ``record_function`` ranges whose names say prefill or decode.
+3. Engine step frames when a trace has no annotations but Python stacks: vLLM's
+   ``execute_model``, SGLang's ``forward_batch_generation``.
+4. Inference: forward passes found from the token-embedding lookups that start each
+   pass (or the outermost ``nn.Module`` spans); else steps found from the launch
+   pattern (``launches``); else ``ProfilerStep#N``; else the whole trace as one pass.
+
+Steps whose source does not state the phase take it from evidence (``evidence``):
+op shapes, phase-only attention kernels, then the structure of the run's steps
+(GEMM grid sizes, graph replay, kernel counts). When the evidence is too weak the
+phase stays ``unknown``. A step that launched no GPU work is not a step.
 
 A trace with backward ops or optimizer steps is a training run: no prefill or
 decode steps are invented for it.
@@ -26,40 +31,28 @@ decode steps are invented for it.
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from tracekit import markers
-from tracekit.analysis import taxonomy
+from tracekit import frameworks
+from tracekit.analysis import evidence
+from tracekit.analysis.launches import launch_steps
+from tracekit.frameworks import (  # noqa: F401  (the step sources, re-exported for callers)
+    DECODE, MIXED, PREFILL, SOURCE_INFERRED, SOURCE_LAUNCHES, SOURCE_MARKERS, SOURCE_NONE, SOURCE_ORDER,
+    SOURCE_SGLANG, SOURCE_SGLANG_FRAMES, SOURCE_USER, SOURCE_VLLM, SOURCE_VLLM_FRAMES, UNKNOWN,
+)
 from tracekit.trace.links import op_parents
 from tracekit.trace.model import Trace
 
-PREFILL, DECODE, MIXED, UNKNOWN = "prefill", "decode", "mixed", "unknown"
 PHASES = (PREFILL, DECODE, MIXED, UNKNOWN)
-
-SOURCE_MARKERS = "tracekit markers"
-SOURCE_SGLANG = "SGLang step annotations"
-SOURCE_VLLM = "vLLM-style execute annotations"
-SOURCE_USER = "user record_function ranges"
-SOURCE_INFERRED = "inferred from the trace (no phase annotations)"
-SOURCE_NONE = "none"
-# Strongest first: a run's overall source is the strongest one any step used.
-SOURCE_ORDER = (SOURCE_MARKERS, SOURCE_SGLANG, SOURCE_VLLM, SOURCE_USER, SOURCE_INFERRED, SOURCE_NONE)
 
 RUN_INFERENCE, RUN_TRAINING, RUN_EMPTY = "inference", "training", "no steps found"
 
-_SGLANG_RE = re.compile(r"^step\[(EXTEND|PREFILL|DECODE|MIXED|IDLE)\b([^\]]*)\]", re.IGNORECASE)
-_VLLM_RE = re.compile(
-    r"^execute(?:_(\d+))?_context_(\d+)\(([^)]*)\)_generation_(\d+)\(([^)]*)\)", re.IGNORECASE
-)
-_USER_RE = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE)
-_KV_RE = re.compile(r"(\w+)=(\d+)")
-_TRAINING_OP_RE = re.compile(r"Backward|autograd::engine::evaluate_function")
-_ATTENTION_OP_RE = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|attention_forward", re.I)
+_TRAINING_OP_RE = r"Backward|autograd::engine::evaluate_function"
+# Malformed annotations are reported by name, a few at most.
+_MAX_PROBLEM_NOTES = 5
 
 
 @dataclass
@@ -69,7 +62,7 @@ class Segmentation:
     run_kind: str
     device_type: str  # "gpu" or "cpu" (CPU-only trace: leaf ops are the work)
     # One row per unit of device work. Columns: name, kind, start_ns, end_ns, dur_ns,
-    # op (cpu_ops row or -1), graph (bool), issue_ns, issue_tid, step (-1 = outside), phase.
+    # op (cpu_ops row or -1), graph (bool), ctas, issue_ns, issue_tid, step (-1 = outside), phase.
     work: pd.DataFrame
     # One row per step; see ``_STEP_COLUMNS``.
     steps: pd.DataFrame
@@ -96,7 +89,12 @@ _STEP_COLUMNS = {
     "tokens": "float64",
     "batch": "float64",
     "graph_replay": "bool",
+    # The batch of each phase, as the annotation states it (frameworks.BatchSide or None).
+    "prefill_side": "object",
+    "decode_side": "object",
 }
+_RANGE_COLUMNS = ["start", "end", "tid", "phase", "source", "evidence", "label", "tokens", "batch",
+                  "prefill_side", "decode_side"]
 
 
 def segment(trace: Trace) -> Segmentation:
@@ -104,22 +102,33 @@ def segment(trace: Trace) -> Segmentation:
     work, device_type = _work_table(trace)
     notes: list[str] = []
 
-    candidates = _annotated_ranges(trace)
+    candidates = _annotated_ranges(trace, notes)
     if not candidates and _is_training(trace):
         work["step"] = -1
         work["phase"] = UNKNOWN
         notes.append("backward ops or optimizer steps found: this is a training run, not inference")
         return Segmentation(RUN_TRAINING, device_type, work, _empty_steps(), SOURCE_NONE, notes)
     if not candidates:
-        candidates = _inferred_passes(trace, work)
+        candidates = _frame_ranges(trace)
+        if candidates:
+            notes.append(f"no phase annotations: steps are the engine's step frames ({candidates[0][4]}), "
+                         "phases come from trace evidence")
+    if not candidates:
+        candidates = _inferred_passes(trace, work, notes)
         if candidates:
             notes.append("no phase annotations: forward passes were found and classified from trace evidence")
 
-    ranges = pd.DataFrame(candidates, columns=["start", "end", "tid", "phase", "source", "evidence", "label", "tokens", "batch"])
+    ranges = pd.DataFrame(candidates, columns=_RANGE_COLUMNS)
     ranges = _drop_nested(ranges)
     work["step"] = _assign(work, ranges)
+    if device_type == "gpu" and len(ranges):
+        ranges, dropped = _drop_empty(ranges, work)
+        if dropped:
+            notes.append(f"{dropped} step range{'s' if dropped != 1 else ''} launched no GPU work and "
+                         f"{'are' if dropped != 1 else 'is'} not counted as a step")
+            work["step"] = _assign(work, ranges)
     steps = _steps_table(ranges, work)
-    _resolve_by_kernels(steps, work)
+    _resolve_phases(steps, work)
     phase_of_step = steps["phase"].to_numpy() if len(steps) else np.array([UNKNOWN], dtype=object)
     work["phase"] = np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)], UNKNOWN)
     source = min(steps["source"], key=SOURCE_ORDER.index) if len(steps) else SOURCE_NONE
@@ -130,17 +139,50 @@ def segment(trace: Trace) -> Segmentation:
     return Segmentation(run_kind, device_type, work, steps, source, notes)
 
 
-def _resolve_by_kernels(steps: pd.DataFrame, work: pd.DataFrame) -> None:
-    """Inferred steps whose shapes said nothing take their phase from the kernels they own.
+def _resolve_phases(steps: pd.DataFrame, work: pd.DataFrame) -> None:
+    """Steps whose source left the phase unknown take it from the evidence of their work.
 
-    Linear inputs are no evidence: [seq, batch, hidden] and [batch, seq, hidden] layouts
-    look alike, so a 3-D linear input cannot name the token axis.
+    Kernel names first; where they are silent or weak, the structure of the run's steps.
     """
     if not len(steps):
         return
-    unresolved = (steps["source"] == SOURCE_INFERRED) & (steps["phase"] == UNKNOWN)
-    for i in np.flatnonzero(unresolved.to_numpy()):
-        steps.at[i, "phase"], steps.at[i, "evidence"] = _kernel_evidence(work.loc[work["step"] == i, "name"])
+    todo = np.flatnonzero((steps["phase"] == UNKNOWN).to_numpy())
+    if not len(todo):
+        return
+    names = work["name"].astype(str).to_numpy()
+    step_of = work["step"].to_numpy()
+    weak: dict[int, tuple[str, str]] = {}
+    undecided = []
+    for i in todo.tolist():
+        phase, why, strong = evidence.name_evidence(names[step_of == i])
+        if phase != UNKNOWN and strong:
+            steps.at[i, "phase"], steps.at[i, "evidence"] = phase, _joined(steps.at[i, "evidence"], why)
+            continue
+        if phase != UNKNOWN:
+            weak[i] = (phase, why)
+        undecided.append(i)
+    if not undecided:
+        return
+    if not evidence.generates_tokens(work.loc[work["step"] >= 0, "name"]):
+        why = ("too little evidence to tell prefill from decode: no op shapes show tokens per sequence, and no "
+               "KV-cache writes or paged attention kernels show autoregressive generation")
+        for i in undecided:
+            steps.at[i, "phase"], steps.at[i, "evidence"] = UNKNOWN, _joined(steps.at[i, "evidence"], why)
+        return
+    engine = steps["source"].isin(list(frameworks.ENGINE_SOURCES)).to_numpy()
+    decided = evidence.structural_phases(evidence.step_features(work, len(steps)), np.array(undecided), engine)
+    for i in undecided:
+        phase, why = decided.get(i) or weak.get(i) or (UNKNOWN, None)
+        if why is None:
+            why = ("neither op shapes nor kernel names show prefill or decode: too little evidence to decide")
+        steps.at[i, "phase"], steps.at[i, "evidence"] = phase, _joined(steps.at[i, "evidence"], why)
+
+
+def _joined(before: str | None, why: str) -> str:
+    """Evidence text: what the source said (when it said something useful), then the verdict."""
+    if not before or before in ("no op shapes recorded", "op shapes do not show tokens per sequence"):
+        return why
+    return f"{before}; {why}"
 
 
 # --- work ---------------------------------------------------------------------------
@@ -165,6 +207,7 @@ def _work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
                 "dur_ns": k["dur_ns"],
                 "op": k["op"],
                 "graph": k["graph"],
+                "ctas": k["ctas"] if "ctas" in k else -1,
                 "issue_ns": issue_ns.astype(np.int64),
                 "issue_tid": issue_tid.astype(np.int64),
             }
@@ -182,6 +225,7 @@ def _work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
             "dur_ns": leaves["dur_ns"].to_numpy(),
             "op": leaf.astype(np.int64),
             "graph": False,
+            "ctas": -1,
             "issue_ns": leaves["start_ns"].to_numpy(),
             "issue_tid": leaves["tid"].to_numpy(),
         }
@@ -221,74 +265,48 @@ def _compute_leaves(ops: pd.DataFrame) -> np.ndarray:
 # --- annotated ranges ----------------------------------------------------------------
 
 
-def _annotated_ranges(trace: Trace) -> list[tuple]:
-    """(start, end, tid, phase, source, evidence, label, tokens, batch) for every annotated step."""
+def _annotated_ranges(trace: Trace, notes: list[str]) -> list[tuple]:
+    """One range row (``_RANGE_COLUMNS``) per annotated step; malformed annotations noted."""
     ann = trace.annotations
     if not len(ann):
         return []
     cpu = ann[ann["side"] == "cpu"]
     ours: list[tuple] = []
     framework: list[tuple] = []
+    problems: dict[str, int] = {}
     for name, start, end, tid in zip(cpu["name"].astype(str), cpu["start_ns"], cpu["end_ns"], cpu["tid"]):
-        m = markers.parse(name)
-        if m is not None:
-            if m.phase in (PREFILL, DECODE):
-                evidence = f"marker {name!r}"
-                ours.append((start, end, tid, m.phase, SOURCE_MARKERS, evidence, name, m.tokens, m.batch))
+        parsed = frameworks.parse_annotation(name)
+        if parsed is None:
             continue
-        parsed = _parse_framework(name)
-        if parsed is not None:
-            framework.append((start, end, tid, *parsed, name, *_tokens_batch(name)))
+        if parsed.problem:
+            problems[parsed.problem] = problems.get(parsed.problem, 0) + 1
+        row = (start, end, tid, parsed.phase, parsed.source, parsed.evidence, name,
+               parsed.tokens, parsed.batch, parsed.prefill, parsed.decode)
+        (ours if parsed.source == SOURCE_MARKERS else framework).append(row)
+    for text, count in list(problems.items())[:_MAX_PROBLEM_NOTES]:
+        notes.append(f"{text}{f' ({count} ranges)' if count > 1 else ''}: that part is ignored")
+    if len(problems) > _MAX_PROBLEM_NOTES:
+        notes.append(f"{len(problems) - _MAX_PROBLEM_NOTES} more malformed step annotations")
     # tracekit's markers, where present, are the whole truth for the trace.
     return ours or framework
 
 
-def _parse_framework(name: str) -> tuple[str, str, str] | None:
-    """(phase, source, evidence) that a framework or user annotation name encodes."""
-    m = _SGLANG_RE.match(name)
-    if m:
-        mode = m.group(1).upper()
-        if mode == "IDLE":
-            return None
-        phase = {"EXTEND": PREFILL, "PREFILL": PREFILL, "DECODE": DECODE, "MIXED": MIXED}[mode]
-        return phase, SOURCE_SGLANG, f"SGLang forward mode {mode}"
-    m = _VLLM_RE.match(name)
-    if m:
-        ctx, gen = int(m.group(2)), int(m.group(4))
-        if ctx and gen:
-            phase = MIXED
-        elif ctx:
-            phase = PREFILL
-        elif gen:
-            phase = DECODE
-        else:
-            return None
-        return phase, SOURCE_VLLM, f"vLLM batch with {ctx} context (prefill) and {gen} generation (decode) requests"
-    if name.startswith(("ProfilerStep#", "capture_")):
-        return None
-    m = _USER_RE.search(name)
-    if m:
-        return m.group(1).lower(), SOURCE_USER, f"range name {name!r} says {m.group(1).lower()}"
-    return None
-
-
-def _tokens_batch(name: str) -> tuple[float | None, float | None]:
-    """Tokens and batch size an annotation states (SGLang bs=/toks=, vLLM counts)."""
-    m = _VLLM_RE.match(name)
-    if m:
-        requests = int(m.group(2)) + int(m.group(4))
-        tokens = int(m.group(1)) if m.group(1) else _sum_tokens(m.group(3)) + _sum_tokens(m.group(5))
-        return float(tokens), float(requests)
-    fields = dict(_KV_RE.findall(name))
-    batch = float(fields["bs"]) if "bs" in fields else None
-    tokens = float(fields.get("toks", fields.get("tokens"))) if ("toks" in fields or "tokens" in fields) else None
-    return tokens, batch
-
-
-def _sum_tokens(text: str) -> int:
-    # Simple form "(<tokens>)"; detailed form "(sq<query tokens>sk<...>...)".
-    m = re.match(r"^\s*(\d+)\s*$", text) or re.match(r"^sq(\d+)", text)
-    return int(m.group(1)) if m else 0
+def _frame_ranges(trace: Trace) -> list[tuple]:
+    """Range rows for an engine's per-step Python frames (vLLM ``execute_model``, ...)."""
+    py = trace.python
+    if not len(py):
+        return []
+    names = py["name"].cat.categories if hasattr(py["name"], "cat") else pd.unique(py["name"])
+    sources = {str(n): frameworks.step_frame_source(str(n)) for n in names}
+    sources = {n: src for n, src in sources.items() if src}
+    if not sources:
+        return []
+    sel = py[py["name"].astype(str).isin(list(sources))]
+    return [
+        (int(r.start_ns), int(r.end_ns), int(r.tid), UNKNOWN, sources[str(r.name)], None, str(r.name),
+         None, None, None, None)
+        for r in sel.itertuples()
+    ]
 
 
 def _drop_nested(ranges: pd.DataFrame) -> pd.DataFrame:
@@ -297,7 +315,7 @@ def _drop_nested(ranges: pd.DataFrame) -> pd.DataFrame:
         return ranges
     ranges = ranges.sort_values(["tid", "start", "end"], ascending=[True, True, False]).reset_index(drop=True)
     keep = []
-    for tid, group in ranges.groupby("tid", sort=False):
+    for _, group in ranges.groupby("tid", sort=False):
         last_end = None
         last_idx = None
         for idx, row in group.iterrows():
@@ -310,10 +328,26 @@ def _drop_nested(ranges: pd.DataFrame) -> pd.DataFrame:
                 for col in ("tokens", "batch"):
                     if pd.isna(ranges.at[last_idx, col]) and not pd.isna(row[col]):
                         ranges.at[last_idx, col] = row[col]
+                for col in ("prefill_side", "decode_side"):
+                    mine, theirs = ranges.at[last_idx, col], row[col]
+                    if theirs is not None and not _isna(theirs):
+                        ranges.at[last_idx, col] = theirs.merged(mine) if mine is not None and not _isna(mine) \
+                            else theirs
                 continue
             keep.append(idx)
             last_end, last_idx = row["end"], idx
     return ranges.loc[keep].sort_values("start").reset_index(drop=True)
+
+
+def _isna(value) -> bool:
+    return isinstance(value, float) and np.isnan(value)
+
+
+def _drop_empty(ranges: pd.DataFrame, work: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Ranges that own at least one unit of GPU work, and how many were dropped."""
+    owned = np.bincount(work["step"].to_numpy()[work["step"].to_numpy() >= 0], minlength=len(ranges))
+    keep = owned[: len(ranges)] > 0
+    return ranges[keep].reset_index(drop=True), int((~keep).sum())
 
 
 # --- inferred passes -----------------------------------------------------------------
@@ -327,7 +361,7 @@ def _is_training(trace: Trace) -> bool:
     return bool(ann.str.startswith("Optimizer.step").any())
 
 
-def _inferred_passes(trace: Trace, work: pd.DataFrame) -> list[tuple]:
+def _inferred_passes(trace: Trace, work: pd.DataFrame, notes: list[str]) -> list[tuple]:
     """Forward passes of an unannotated trace, each classified from its op shapes.
 
     A pass starts at an *anchor*: a token-embedding lookup (the first thing a
@@ -335,26 +369,36 @@ def _inferred_passes(trace: Trace, work: pd.DataFrame) -> list[tuple]:
     span, and lasts until the next anchor on its thread; the first pass takes in
     everything before it and the last everything after, so no work between passes
     is lost (a sampler after the model, a graph replay outside any module span).
-    ``ProfilerStep#N`` ranges are the fallback, then the whole trace as one pass.
+    Without anchors: steps from the launch pattern, then ``ProfilerStep#N`` ranges,
+    then the whole trace as one pass.
     """
     ops = trace.cpu_ops
-    if not len(ops):
+    if not len(ops) and not len(trace.kernels):
         return []
-    anchors = _embedding_anchors(ops) or _module_anchors(trace)
+    anchors = (_embedding_anchors(ops) if len(ops) else []) or _module_anchors(trace)
+    source = SOURCE_INFERRED
     if anchors:
         bounds = _passes_from_anchors(anchors, work, trace)
     else:
-        bounds = _profiler_steps(trace)
+        bounds = launch_steps(trace, work)
+        if bounds:
+            source = SOURCE_LAUNCHES
+            notes.append(f"no annotations, step frames or token-embedding anchors: {len(bounds)} steps were "
+                         "found from the repeating launch pattern")
+        else:
+            bounds = _profiler_steps(trace)
     if not bounds:
+        if not len(ops):
+            return []
         tids = work["issue_tid"][work["issue_tid"] >= 0]
         tid = int(tids.mode().iloc[0]) if len(tids) else int(ops["tid"].mode().iloc[0])
         lo, hi = _thread_span(trace, tid)
         bounds = [(lo, hi, tid, "whole trace")]
     out = []
     for start, end, tid, label in bounds:
-        inside = ops[(ops["tid"] == tid) & (ops["start_ns"] >= start) & (ops["start_ns"] < end)]
-        phase, evidence, tokens, batch = _shape_evidence(inside)
-        out.append((start, end, tid, phase, SOURCE_INFERRED, evidence, label, tokens, batch))
+        inside = ops[(ops["tid"] == tid) & (ops["start_ns"] >= start) & (ops["start_ns"] < end)] if len(ops) else ops
+        phase, why, tokens, batch = evidence.shape_evidence(inside)
+        out.append((start, end, tid, phase, source, why, label, tokens, batch, None, None))
     return out
 
 
@@ -390,7 +434,7 @@ def _embedding_anchors(ops: pd.DataFrame) -> list[tuple[int, int, str]]:
     emb = ops[ops["name"] == "aten::embedding"]
     rows = []
     for i, dims in zip(emb.index, emb["input_dims"]):
-        d = _loads(dims)
+        d = evidence._loads(dims)
         if d and len(d) >= 2 and isinstance(d[0], list) and len(d[0]) == 2:
             rows.append((i, d[0][0]))
     if not rows:
@@ -425,61 +469,8 @@ def _profiler_steps(trace: Trace) -> list[tuple]:
     ann = trace.annotations
     if not len(ann):
         return []
-    ps = ann[(ann["side"] == "cpu") & ann["name"].astype(str).str.startswith("ProfilerStep#")]
+    ps = ann[(ann["side"] == "cpu") & ann["name"].astype(str).map(frameworks.pytorch.is_profiler_step)]
     return [(int(r.start_ns), int(r.end_ns), int(r.tid), str(r.name)) for r in ps.itertuples()]
-
-
-def _shape_evidence(ops: pd.DataFrame) -> tuple[str, str, float | None, float | None]:
-    """(phase, evidence, tokens, batch) from the shapes of a pass's ops; unknown when silent."""
-    if not len(ops) or ops["input_dims"].isna().all():
-        return UNKNOWN, "no op shapes recorded", None, None
-    names = ops["name"].astype(str)
-    # Token embedding input ids [batch, tokens per sequence].
-    for dims in ops.loc[names == "aten::embedding", "input_dims"]:
-        d = _loads(dims)
-        if d and len(d) >= 2 and isinstance(d[1], list) and len(d[1]) == 2:
-            b, t = d[1]
-            return _by_tokens(t, f"token ids of shape [{b}, {t}] in aten::embedding", b * t, b)
-    # Attention query [batch, heads, query tokens, head dim].
-    for name, dims in zip(names[names.str.contains(_ATTENTION_OP_RE)], ops.loc[names.str.contains(_ATTENTION_OP_RE), "input_dims"]):
-        d = _loads(dims)
-        if d and isinstance(d[0], list) and len(d[0]) == 4:
-            b, _, lq, _ = d[0]
-            return _by_tokens(lq, f"query of shape {d[0]} in {name}", b * lq, b)
-    return UNKNOWN, "op shapes do not show tokens per sequence", None, None
-
-
-def _by_tokens(t: int, where: str, tokens: int, batch: int) -> tuple[str, str, float, float]:
-    if t == 1:
-        return DECODE, f"one token per sequence: {where}", float(tokens), float(batch)
-    return PREFILL, f"{t} tokens per sequence: {where}", float(tokens), float(batch)
-
-
-def _kernel_evidence(names: pd.Series) -> tuple[str, str]:
-    """Phase that decode- or prefill-only attention kernels imply, or unknown."""
-    unique = pd.unique(names.astype(str))
-    dec = [n for n in unique if taxonomy.is_decode_attention(n)]
-    pre = [n for n in unique if taxonomy.is_prefill_attention(n)]
-    if dec and pre:
-        return MIXED, f"both decode ({_short(dec[0])}) and prefill ({_short(pre[0])}) attention kernels"
-    if dec:
-        return DECODE, f"decode attention kernel {_short(dec[0])}"
-    if pre:
-        return PREFILL, f"prefill attention kernel {_short(pre[0])}"
-    return UNKNOWN, "neither op shapes nor kernel names show prefill or decode: too little evidence to decide"
-
-
-def _short(name: str, width: int = 60) -> str:
-    return name if len(name) <= width else name[: width - 3] + "..."
-
-
-def _loads(text):
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
 
 
 # --- assignment and the steps table --------------------------------------------------
@@ -527,11 +518,18 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     ends = work["end_ns"].to_numpy()
     issues = work["issue_ns"].to_numpy()
     graph = work["graph"].to_numpy()
+    # When the GPU runs behind the CPU (asynchronous scheduling), a step's GPU work waits
+    # for the previous step's: its time starts when that work ended, so that step
+    # durations add up to the run's span instead of counting the queue twice.
+    previous_end: dict[int, int] = {}
     for i, r in enumerate(ranges.itertuples()):
         mine = order[bounds[i] : bounds[i + 1]]
         busy, gap, g0, g1 = _busy(starts[mine], ends[mine], issues[mine])
         cpu0, cpu1 = int(r.start), int(r.end)
-        duration = (max(cpu1, g1) - cpu0) if len(mine) else cpu1 - cpu0
+        end = max(cpu1, g1) if len(mine) else cpu1
+        begin = max(cpu0, previous_end.get(int(r.tid), cpu0))
+        previous_end[int(r.tid)] = max(end, previous_end.get(int(r.tid), end))
+        duration = max(end - begin, 0)
         rows.append(
             {
                 "step": i,
@@ -552,9 +550,15 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
                 "tokens": np.nan if r.tokens is None or pd.isna(r.tokens) else float(r.tokens),
                 "batch": np.nan if r.batch is None or pd.isna(r.batch) else float(r.batch),
                 "graph_replay": bool(graph[mine].any()) if len(mine) else False,
+                "prefill_side": _side(r.prefill_side),
+                "decode_side": _side(r.decode_side),
             }
         )
     return pd.DataFrame(rows).astype(_STEP_COLUMNS)
+
+
+def _side(value):
+    return None if value is None or _isna(value) else value
 
 
 def _busy(starts: np.ndarray, ends: np.ndarray, issues: np.ndarray) -> tuple[int, int, int, int]:

@@ -49,6 +49,8 @@ REDUCTION = "reduction"
 EMBEDDING = "embedding"
 ROPE = "rope"
 MOE = "moe"
+LINEAR_ATTENTION = "linear_attention"
+QUANTIZE = "quantize"
 SAMPLING = "sampling"
 KV_CACHE = "kv_cache"
 COMMUNICATION = "communication"
@@ -58,8 +60,8 @@ CONV = "conv"
 OTHER = "other"
 
 CATEGORIES = (
-    GEMM, ATTENTION, NORMALIZATION, ACTIVATION, ELEMENTWISE, REDUCTION, EMBEDDING, ROPE,
-    MOE, SAMPLING, KV_CACHE, COMMUNICATION, MEMCPY, MEMSET, CONV, OTHER,
+    GEMM, ATTENTION, LINEAR_ATTENTION, NORMALIZATION, ACTIVATION, ELEMENTWISE, REDUCTION, EMBEDDING, ROPE,
+    MOE, QUANTIZE, SAMPLING, KV_CACHE, COMMUNICATION, MEMCPY, MEMSET, CONV, OTHER,
 )
 
 # (category, pattern, why / real example). Order matters: first match wins.
@@ -73,18 +75,24 @@ KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
     (MEMCPY, r"^memcpy\b", "Kineto names copy-engine events 'Memcpy HtoD (Pinned -> Device)'"),
     (MEMSET, r"^memset\b", "Kineto names memset events 'Memset (Device)'"),
     (MOE, r"moe|fused_experts|grouped_?gemm|topk_?(softmax|sigmoid)|grouped_topk|"
-          r"expert|shuffle_rows",
-     "MoE routing / grouped GEMM: moe_align_block_size, fused_moe_kernel, topk_softmax"),
+          r"expert|shuffle_rows|matmul_ogs|^bmm_\w*_dynb",
+     "MoE routing / grouped GEMM: moe_align_block_size, fused_moe_kernel, topk_softmax, Triton "
+     "_matmul_ogs_*, TensorRT-LLM bmm_*_dynBatch (one batch per expert)"),
+    (LINEAR_ATTENTION, r"gated_delta|delta_rule|fused_recurrent|chunk_gla|causal_conv1d|selective_scan|"
+                       r"mamba|(?<![a-z])ssd_|_ssm_|chunk_scan|chunk_state|state_passing|lightning_attn|"
+                       r"linear_attn",
+     "linear attention / state-space layers (Qwen3-Next/3.5 gated DeltaNet, Mamba): "
+     "fused_recurrent_gated_delta_rule_*, _causal_conv1d_update_kernel; before attention and conv"),
     (ATTENTION, r"flash_fwd|flash_bwd|flash::|pytorch_flash|flash_?attn|flash_?mla|fmha|"
                 r"mha_|paged_?attention|(batch|single)(prefill|decode)with|mergestate|"
                 r"attention|_attn_|attn_fwd|sdpa|xqa|mmha",
      "flash_fwd_splitkv_kernel, FmhaBatchPrefillWithPagedKVCacheKernel, "
      "paged_attention_ll4mi_QKV_mfma16_kernel, BatchDecodeWithPagedKVCacheKernel"),
     (KV_CACHE, r"reshape_and_cache|concat_and_cache|store_?kv_?cache|store_cache|kv_?cache|"
-               r"kv_buffer|kv_indices|copy_blocks|swap_blocks",
+               r"kv_buffer|kv_indices|copy_blocks|swap_blocks|slot_mapping|page_indices",
      "KV-cache writes and page bookkeeping: store_kvcache, reshape_and_cache_flash, "
      "create_flashinfer_kv_indices_triton"),
-    (NORMALIZATION, r"rms_?norm|layer_?norm|group_?norm|batch_?norm|instance_?norm|"
+    (NORMALIZATION, r"rms_?norm|layer_?norm|group_?norm|batch_?norm|instance_?norm|qk_?norm|l2_?norm|"
                     r"\bbn_(fw|bw)|cudnn::bn_|gammabetabackward|rowwisemoments|"
                     r"triton_\w+_fused\w*(mean\w*rsqrt|var_mean)",
      "add_rmsnorm_quant_kernel, vectorized_layer_norm_kernel, cudnn::bn_fw_tr_1C11_*, "
@@ -104,13 +112,16 @@ KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
      "cuDNN convolution: implicit_convolve_sgemm, sm80_xmma_fprop_implicit_gemm_*, "
      "volta_scudnn_128x64_relu_*, cutlass_tensorop_s1688dgrad_*"),
     (GEMM, r"^cijk_|^nvjet|(?<!fb)gemm|gemv|matmul|splitkreduce|cublas|hipblas|wvsplitk|marlin|"
-           r"triton_tem_",
+           r"triton_tem_|^bmm_",
      "cuBLAS/cuBLASLt (sm90_xmma_gemm_*, nvjet_sm103_*, ampere_sgemm_*, splitKreduce), "
      "hipBLASLt/Tensile Cijk_*, CUTLASS *gemm*, Triton matmul, inductor templates; "
      "not fbgemm_gpu::* (embedding/sparse helpers)"),
     (ACTIVATION, r"silu|gelu|swish|swiglu|geglu|act_and_mul|relu|sigmoid|tanh|mish|softplus|"
                  r"hardswish|threshold_kernel",
      "act_and_mul_kernel<silu>, silu_kernel, GeluCUDAKernelImpl, threshold (ReLU)"),
+    (QUANTIZE, r"quant(?!ile)|cvt_\w*fp[48]|fp[48]_?quant",
+     "activation quantisation before FP8/FP4 GEMMs: scaled_fp8_quant_kernel, cvt_fp16_to_fp4, "
+     "quantize_with_block_size; after norms and activations, whose fused +quant kernels keep their job"),
     (REDUCTION, r"softmax|reduce_kernel|devicereduce|reducebykey|segmentedreduce|scan|cumsum|"
                 r"logsumexp|(max|avg)_?pool|welford|nllcriterion",
      "softmax_warp_forward, reduce_kernel<sum/mean/max>, cub DeviceScan, max_pool2d; "
@@ -119,6 +130,8 @@ KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
 
 # Kernel families that only say how they run (tier 3 above).
 GENERIC_RULES: tuple[tuple[str, str, str], ...] = (
+    (ELEMENTWISE, r"alloc_\w*kernel|future_token|position_kernel",
+     "serving-engine bookkeeping: SGLang alloc_decode_kernel, resolve_future_token_ids_kernel"),
     (REDUCTION, r"triton_(red|per)_", "inductor reductions / persistent reductions"),
     (ELEMENTWISE, r"triton_poi_", "inductor pointwise kernels"),
     (ELEMENTWISE, r"elementwise|functor|copy|catarray|multi_tensor_apply|foreach|gather|"
@@ -140,7 +153,8 @@ OP_RULES: tuple[tuple[str, str, str], ...] = (
     (NORMALIZATION, r"(layer|rms|group|batch|instance)_?norm",
      "aten::layer_norm, aten::rms_norm, aiter::rmsnorm (not aten::norm, a reduction)"),
     (ROPE, r"rotary|rope(?!r)", "sgl_kernel::rotary_embedding"),
-    (SAMPLING, r"::(argmax|topk|multinomial)$|sampl", "aten::argmax, aten::topk"),
+    (SAMPLING, r"::(argmax|topk|multinomial|sort|argsort)$|sampl",
+     "aten::argmax, aten::topk, aten::sort (top-p sampling sorts the logits; radix-sort kernels say nothing)"),
     (EMBEDDING, r"embedding|index_select", "aten::embedding, aten::index_select"),
     (CONV, r"conv(?!ert)", "aten::cudnn_convolution, aten::convolution_backward"),
     (GEMM, r"::(mm|bmm|addmm|addmv|mv|dot|matmul|linear|baddbmm|addbmm|_scaled_mm|einsum|"
@@ -159,17 +173,6 @@ OP_RULES: tuple[tuple[str, str, str], ...] = (
                   r"remainder|atan2|minimum|maximum|nan_to_num|arange|repeat|triu|tril)_?$",
      "aten ops that run TensorIterator-style one-pass kernels (copy_, cat, fill_, index, ...)"),
 )
-
-_DECODE_ATTENTION = re.compile(
-    r"flash_fwd_splitkv|batchdecodewith|singledecodewith|paged_?attention|decode_?attention|"
-    r"flash_?decoding|fmha_fwd_splitkv|flash_?mla|mla_decode|xqa|mmha|"
-    r"_fwd_(grouped_)?kernel_stage[12]",
-    re.IGNORECASE,
-)
-_PREFILL_ATTENTION = re.compile(
-    r"prefill|context_?attention|extend_?attention", re.IGNORECASE,
-)
-
 
 def _compile(rules: tuple[tuple[str, str, str], ...]) -> tuple[tuple[str, re.Pattern[str]], ...]:
     return tuple((category, re.compile(pattern, re.IGNORECASE)) for category, pattern, _ in rules)
@@ -235,26 +238,6 @@ def unmatched(names: Iterable[str], op_names: Iterable[str | None] | None = None
     """Distinct kernel names that fall into ``other``, sorted, for reports to list."""
     pairs = zip(names, op_names) if op_names is not None else ((n, None) for n in names)
     return sorted({name for name, op in set(pairs) if categorize(name, op) == OTHER})
-
-
-def is_decode_attention(kernel_name: str) -> bool:
-    """True when the kernel's name says it is a decode-attention kernel.
-
-    Split-KV / paged decode kernels only run for decode (one or few query tokens
-    against a long cache): flash ``flash_fwd_splitkv*``, vLLM/ROCm ``paged_attention*``,
-    FlashInfer ``BatchDecodeWith*``, Triton ``_fwd_kernel_stage1/2`` decode, FlashMLA.
-    Only attention kernels qualify: a "paged" or "decode" word elsewhere is no evidence.
-    """
-    return bool(_DECODE_ATTENTION.search(kernel_name or "")) and categorize(kernel_name) == ATTENTION
-
-
-def is_prefill_attention(kernel_name: str) -> bool:
-    """True when the kernel's name says prefill (FlashInfer/CK ``*Prefill*``, context/extend).
-
-    A plain ``flash_fwd_kernel`` is no evidence either way: frameworks run it for both.
-    Only attention kernels qualify (not, say, a "prefill" metadata kernel).
-    """
-    return bool(_PREFILL_ATTENTION.search(kernel_name or "")) and categorize(kernel_name) == ATTENTION
 
 
 # Modules whose generic kernels (eager elementwise chains, reductions) still do one

@@ -68,12 +68,15 @@ class _Marker(contextlib.ContextDecorator):
         return False
 
 
-def phase(name: str, batch: int | None = None, tokens: int | None = None, index: int | None = None) -> _Marker:
+def phase(name: str, batch: int | None = None, tokens: int | None = None, index: int | None = None,
+          kv_tokens: int | None = None) -> _Marker:
     """Mark one phase of an inference run: ``"prefill"``, ``"decode"`` or ``"generate"``.
 
     ``batch`` is the number of sequences; ``tokens`` the tokens processed (for prefill,
-    batch x prompt length). A ``"decode"`` phase without ``index`` is numbered
-    automatically (0, 1, ... after the latest prefill); prefer ``decode_step(i)``.
+    batch x prompt length); ``kv_tokens`` the keys attention reads, summed over sequences
+    (cache plus new tokens), which lets ``report --model`` price attention. A ``"decode"``
+    phase without ``index`` is numbered automatically (0, 1, ... after the latest
+    prefill); prefer ``decode_step(i)``.
     """
     if name not in _PHASES:
         from tracekit.errors import TracekitError
@@ -83,13 +86,13 @@ def phase(name: str, batch: int | None = None, tokens: int | None = None, index:
 
         def name_fn():
             _local.decode_index = 0
-            return markers.prefill_name(batch, tokens)
+            return markers.prefill_name(batch, tokens, kv_tokens)
 
     elif name == "decode":
 
         def name_fn():
             i = _next_decode_index() if index is None else int(index)
-            return markers.decode_name(i, batch, tokens)
+            return markers.decode_name(i, batch, tokens, kv_tokens)
 
     else:
 
@@ -99,9 +102,10 @@ def phase(name: str, batch: int | None = None, tokens: int | None = None, index:
     return _Marker(name_fn)
 
 
-def decode_step(i: int, batch: int | None = None) -> _Marker:
-    """Mark decode step ``i`` (0-based): one forward pass producing one token per sequence."""
-    return phase("decode", batch=batch, index=i)
+def decode_step(i: int, batch: int | None = None, kv_tokens: int | None = None) -> _Marker:
+    """Mark decode step ``i`` (0-based): one forward pass producing one token per sequence.
+    ``kv_tokens``: keys attention reads in this step, summed over sequences."""
+    return phase("decode", batch=batch, index=i, kv_tokens=kv_tokens)
 
 
 def generate() -> _Marker:

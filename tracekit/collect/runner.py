@@ -208,7 +208,7 @@ class Generator:
             t_start = clock()
             with rf(markers.GENERATE) if mark_generate else contextlib.nullcontext():
                 t0 = clock()
-                with rf(markers.prefill_name(B, B * P)):
+                with rf(markers.prefill_name(B, B * P, B * P)):
                     tok, cache = self._forward(self.model.forward, self.prompt, cache, self._prefill_pos, self._prefill_cpos, True)
                     self.sync()
                 t1 = clock()
@@ -221,7 +221,7 @@ class Generator:
                         on_step()
                     t0 = clock()
                     outside += t0 - t_cb
-                    with rf(markers.decode_name(i, B)):
+                    with rf(markers.decode_name(i, B, B, B * (P + i + 1))):
                         tok, cache = self._forward(
                             self._decode_forward, tok, cache, self._decode_pos[i], self._decode_cpos[i], False
                         )

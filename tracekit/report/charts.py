@@ -194,7 +194,8 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
     from bokeh.plotting import figure
 
     word = device_word(data)
-    steps = [s for s in data.get("steps") or [] if s.get("phase") == "decode"]
+    # Mixed steps hold decode work too: an engine's decoding requests wait for them.
+    steps = [s for s in data.get("steps") or [] if s.get("phase") in ("decode", "mixed")]
     if not steps:
         why = ((data.get("provenance") or {}).get("reasons") or {}).get("tpot_ms")
         if data.get("run_kind") == "training":

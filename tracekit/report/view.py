@@ -138,29 +138,53 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
 
-    wall = f"; without the profiler tracekit collect measured {fmt.ms(unprof['ttft_ms'])}" if unprof.get("ttft_ms") else ""
-    add(
-        "ttft_ms", "TTFT", m.get("ttft_ms"), fmt.ms(m.get("ttft_ms")),
-        "first prefill step, in the profiled run",
-        f"Time to first token: {formulas.get('ttft', '')}{wall}.",
-    )
-    steps_text = f"{n_decode} decode step{'s' if n_decode != 1 else ''}" if n_decode else "the decode steps"
-    for q in ("p50", "p90"):
-        wall = (
-            f"; without the profiler tracekit collect measured {fmt.ms(unprof[f'tpot_{q}_ms'])}"
-            if unprof.get(f"tpot_{q}_ms") else ""
-        )
+    engine = m.get("latency_semantics") == "engine steps"
+    if engine:
+        # A serving engine's steps: per-phase step times, not one request's TTFT/TPOT.
+        pstep = m.get("prefill_step_ms") or {}
+        dstep = m.get("decode_step_ms") or {}
+        mixed = sum(1 for s in data.get("steps") or [] if s.get("phase") == "mixed")
+        incl = f", {mixed} mixed included" if mixed else ""
+        add("prefill_step_p50", "Prefill step p50", pstep.get("p50"), fmt.ms(pstep.get("p50")),
+            f"steps holding prefill work{incl}",
+            f"Prefill step time: {formulas.get('prefill_step_time', '')}. A serving engine batches requests "
+            "continuously, so no step is one request's time to first token.",
+            reason_key="prefill_step_ms")
+        for q in ("p50", "p90"):
+            add(f"decode_step_{q}", f"Decode step {q} (ITL)", dstep.get(q), fmt.ms(dstep.get(q)),
+                f"{q} of the steps holding decode work{incl}: inter-token latency",
+                f"Decode step time: {formulas.get('decode_step_time', '')}.",
+                reason_key="decode_step_ms")
+    else:
+        wall = f"; without the profiler tracekit collect measured {fmt.ms(unprof['ttft_ms'])}" if unprof.get("ttft_ms") else ""
         add(
-            f"tpot_{q}", f"TPOT {q}", tpot.get(q), fmt.ms(tpot.get(q)),
-            f"{q} of {steps_text}, in the profiled run",
-            f"Time per output token: {formulas.get('tpot', '')}{wall}.",
-            reason_key="tpot_ms",
+            "ttft_ms", "TTFT", m.get("ttft_ms"), fmt.ms(m.get("ttft_ms")),
+            "first prefill step, in the profiled run",
+            f"Time to first token: {formulas.get('ttft', '')}{wall}.",
         )
+        steps_text = f"{n_decode} decode step{'s' if n_decode != 1 else ''}" if n_decode else "the decode steps"
+        for q in ("p50", "p90"):
+            wall = (
+                f"; without the profiler tracekit collect measured {fmt.ms(unprof[f'tpot_{q}_ms'])}"
+                if unprof.get(f"tpot_{q}_ms") else ""
+            )
+            add(
+                f"tpot_{q}", f"TPOT {q}", tpot.get(q), fmt.ms(tpot.get(q)),
+                f"{q} of {steps_text}, in the profiled run",
+                f"Time per output token: {formulas.get('tpot', '')}{wall}.",
+                reason_key="tpot_ms",
+            )
     add(
         "decode_tokens_per_s", "Decode tokens/s", m.get("decode_tokens_per_s"), fmt.per_s(m.get("decode_tokens_per_s")),
         "tokens generated / decode time",
         f"Decode throughput: {formulas.get('decode_tokens_per_s', '')}.",
     )
+    if engine:
+        add(
+            "prefill_tokens_per_s", "Prefill tokens/s", m.get("prefill_tokens_per_s"),
+            fmt.per_s(m.get("prefill_tokens_per_s")), "prompt tokens / prefill time",
+            f"Prefill throughput: {formulas.get('prefill_tokens_per_s', '')}.",
+        )
     pre = phases.get("prefill") or {}
     add(
         "prefill_mfu", "Prefill MFU", m.get("prefill_mfu"), fmt.pct(m.get("prefill_mfu")),
@@ -193,10 +217,13 @@ def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     for phase, p in data["phases"].items():
         bb = p.get("by_bound") or {}
         share = p.get("by_bound_share") or {}
+        mixed = p.get("mixed_steps") or 0
         rows.append(
             {
                 "phase": phase,
-                "label": phase_label(phase),
+                "label": phase_label(phase) + (f" (incl. part of {mixed} mixed)" if mixed else ""),
+                "mixed_note": (f"includes the {phase} part of {mixed} mixed step{'s' if mixed != 1 else ''}, "
+                               "split by tokens and attention query-key pairs") if mixed else None,
                 "steps": fmt.count(p.get("steps")),
                 "time": fmt.ms(p.get("time_ms")),
                 "gpu_busy": fmt.ms(p.get("gpu_busy_ms")),

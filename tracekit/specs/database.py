@@ -14,6 +14,10 @@ ENTRY fields (units in the names; only ``name`` is required in a user file):
 - ``compute_capability`` [major, minor], ``num_sms``, ``total_global_mem`` (bytes, as a trace
   reports it; null where never observed), ``memory_gb`` (nominal), ``memory_type``.
 - ``memory_bandwidth_GBps``: peak DRAM bandwidth, GB/s = 1e9 B/s.
+- ``interconnect``: the scale-up link between GPUs of one node ("NVLink 4", "Infinity Fabric");
+  ``interconnect_GBps``: its peak bandwidth per GPU *per direction* (NVIDIA quotes the two
+  directions added: H100's "900 GB/s" NVLink is 450 here). The roof of collectives (all-reduce,
+  all-gather); null where the part has no such link (PCIe-only cards).
 - ``matrix_tflops`` / ``vector_tflops``: dense peaks (never 2:4 sparse), TFLOP/s = 1e12 (TOP/s
   for int8), keyed by ``fp64 tf32 fp32 fp16 bf16 fp8 int8 fp4``. Matrix rates use FP32
   accumulate. A missing dtype means unsupported or unknown. Matrix ``fp32`` is given only where
@@ -71,6 +75,8 @@ class Entry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     memory_gb: float | None = None
     memory_type: str = ""
     memory_bandwidth_GBps: float | None = None
+    interconnect: str = ""
+    interconnect_GBps: float | None = None
     boost_clock_MHz: float | None = None
     l2_cache_MB: float | None = None
     tdp_W: float | None = None
@@ -101,6 +107,8 @@ def _problems(entry: Entry) -> list[str]:
         problems.append("it gives no peak (matrix_tflops, vector_tflops or memory_bandwidth_GBps)")
     if entry.memory_bandwidth_GBps is not None and entry.memory_bandwidth_GBps <= 0:
         problems.append("memory_bandwidth_GBps must be positive")
+    if entry.interconnect_GBps is not None and entry.interconnect_GBps <= 0:
+        problems.append("interconnect_GBps must be positive")
     for what, factor in (("compute", entry.achievable.compute), ("bandwidth", entry.achievable.bandwidth)):
         if not 0 < factor <= 1:
             problems.append(f"achievable.{what} must be in (0, 1]")
@@ -119,6 +127,8 @@ def to_spec(entry: Entry, *, peak_basis: str = "datasheet peak") -> GpuSpec:
         name=entry.name,
         vendor=entry.vendor,
         peak_bandwidth=None if bandwidth is None else bandwidth * GIGA,
+        interconnect=entry.interconnect,
+        interconnect_bandwidth=None if entry.interconnect_GBps is None else entry.interconnect_GBps * GIGA,
         matrix_flops={d: v * TERA for d, v in entry.matrix_tflops.items()},
         vector_flops={d: v * TERA for d, v in entry.vector_tflops.items()},
         achievable_compute_factor=entry.achievable.compute,

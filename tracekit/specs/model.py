@@ -83,6 +83,10 @@ class GpuSpec:
     vendor: str
     # Bytes per second; None when unknown (the bandwidth roofline is then absent).
     peak_bandwidth: float | None
+    # The scale-up link between the GPUs of a node, bytes/s per GPU per direction; the
+    # roof of collectives. None when unknown or absent (PCIe-only parts).
+    interconnect: str = ""
+    interconnect_bandwidth: float | None = None
     # FLOP/s (OP/s for int8) by canonical dtype.
     matrix_flops: Mapping[str, float] = field(default_factory=dict, hash=False)
     vector_flops: Mapping[str, float] = field(default_factory=dict, hash=False)
@@ -195,6 +199,8 @@ class GpuSpec:
             "memory_gb": self.memory_gb,
             "memory_type": self.memory_type,
             "peak_bandwidth": self.peak_bandwidth,
+            "interconnect": self.interconnect,
+            "interconnect_bandwidth": self.interconnect_bandwidth,
             "peak_flops": {"matrix": dict(self.matrix_flops), "vector": dict(self.vector_flops)},
             "achievable": {
                 "compute_factor": self.achievable_compute_factor,

@@ -45,6 +45,10 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     input_dims: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=_ABSENT, name="Concrete Inputs")
+    # Kernel launch grid ([x, y, z] CTAs): the one shape-like fact a trace without
+    # recorded shapes still has (GEMM grids grow with the tokens of a step). Raw, so a
+    # malformed grid costs that kernel its grid, not the whole read.
+    grid: msgspec.Raw = _ABSENT
 
 
 _NO_ARGS = Args()

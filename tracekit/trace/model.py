@@ -9,6 +9,7 @@ where the trace does not give the link.
 ``kernels``      every GPU activity: kernels, memcpy and memset (``kind`` says which)
     name, kind ("kernel" | "memcpy" | "memset"), start_ns, end_ns, dur_ns,
     device, stream, correlation, external_id,
+    ctas     blocks launched (grid x * y * z), -1 where the trace has no grid
     launch   -> row in ``runtime`` of the launching runtime call (by correlation)
     op       -> row in ``cpu_ops`` of the op that launched it (through the launch)
     graph    bool: launched by a cudaGraphLaunch / hipGraphLaunch (graph replay)
@@ -89,21 +90,41 @@ class Trace:
 
     def device_props(self, device: int | None = None) -> dict[str, Any] | None:
         """deviceProperties of a device (the first GPU used when None), or None if absent."""
+        return self.device_resolution(device)[0]
+
+    def device_resolution(self, device: int | None = None) -> tuple[dict[str, Any] | None, str | None]:
+        """(deviceProperties of the device the kernels ran on, how they were found when not by id).
+
+        Kernel device ids and deviceProperties ids disagree when the process saw
+        renumbered devices (CUDA/HIP_VISIBLE_DEVICES: kernels on device 6, properties for
+        0-3) and on ROCm, which numbers kernel devices by HSA agent. When every listed
+        device is the same part there is no doubt which one it was.
+        """
         if device is None:
             used = self.kernels["device"] if len(self.kernels) else pd.Series(dtype="int64")
             used = used[used >= 0]
             device = int(used.mode().iloc[0]) if len(used) else (min(self.devices) if self.devices else None)
         if device in self.devices:
-            return self.devices[device]
-        # ROCm traces number kernel devices by HSA agent (e.g. 9) while
-        # deviceProperties counts from 0; with one GPU described there is no doubt.
+            return self.devices[device], None
+        if not self.devices:
+            return None, None
         if len(self.devices) == 1:
-            return next(iter(self.devices.values()))
-        return None
-
+            return next(iter(self.devices.values())), None
+        identities = {_identity(p) for p in self.devices.values()}
+        listed = ", ".join(str(d) for d in sorted(self.devices))
+        if len(identities) == 1:
+            props = next(iter(self.devices.values()))
+            return props, (f"kernels ran on device {device}, which deviceProperties does not list (it lists "
+                           f"devices {listed}, all {props.get('name')!r}): renumbered visible devices, so that part")
+        return None, (f"kernels ran on device {device}, which deviceProperties does not list, and its devices "
+                      f"{listed} are not all the same part")
     def shapes(self, op_row: int) -> tuple[list | None, list | None]:
         """(Input Dims, Input type) of a cpu op, decoded; (None, None) when not recorded."""
         return op_shapes(self.cpu_ops, op_row)
+
+
+def _identity(props: dict[str, Any]) -> tuple:
+    return tuple(props.get(k) for k in ("name", "computeMajor", "computeMinor", "numSms", "totalGlobalMem"))
 
 
 def op_shapes(ops: pd.DataFrame, op_row: int) -> tuple[list | None, list | None]:

@@ -216,6 +216,7 @@ def _table(name: str, rows: tuple[list, list], base_ns: int) -> pd.DataFrame:
         cols["stream"] = np.where(stream >= 0, stream, _ints(_TID, evs)) if (stream < 0).any() else stream
         cols["correlation"] = _ints(_CORR, args)
         cols["external_id"] = ext
+        cols["ctas"] = _ctas(map(_GRID, args))
     else:
         cols["pid"] = _ints(_PID, evs)
         cols["tid"] = _ints(_TID, evs)
@@ -254,7 +255,40 @@ _TS, _DUR, _ARGS, _NAME, _PID, _TID = (attrgetter(a) for a in ("ts", "dur", "arg
 _EXT, _EXT_LC, _CORR, _DEVICE, _STREAM = (
     attrgetter(a) for a in ("external_id", "external_id_lc", "correlation", "device", "stream")
 )
-_DIMS, _TYPES, _CONCRETE, _KERNEL = (attrgetter(a) for a in ("input_dims", "input_types", "concrete", "kernel"))
+_DIMS, _TYPES, _CONCRETE, _KERNEL, _GRID = (
+    attrgetter(a) for a in ("input_dims", "input_types", "concrete", "kernel", "grid")
+)
+
+
+def _ctas(grids) -> np.ndarray:
+    """Blocks launched (x * y * z of ``grid``) per kernel; -1 where the trace has no grid.
+
+    A trace holds few distinct grids among many kernels, so each raw text is parsed once.
+    """
+    seen: dict[bytes, int] = {}
+    out = []
+    for raw in grids:
+        key = bytes(raw)
+        n = seen.get(key)
+        if n is None:
+            n = seen[key] = _grid_product(key)
+        out.append(n)
+    return np.array(out, dtype=np.int64)
+
+
+def _grid_product(text: bytes) -> int:
+    if not text:
+        return -1
+    try:
+        dims = json.loads(text)
+    except ValueError:
+        return -1
+    if not isinstance(dims, list) or not dims or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        return -1
+    n = 1
+    for d in dims:
+        n *= d
+    return n
 
 
 def _empty(columns: dict[str, str]) -> Callable[[], pd.DataFrame]:
@@ -264,7 +298,8 @@ def _empty(columns: dict[str, str]) -> Callable[[], pd.DataFrame]:
 _TIME = {"name": "category", "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64"}
 _EMPTY = {
     "kernels": _empty(
-        {**_TIME, "kind": "category", "device": "int64", "stream": "int64", "correlation": "int64", "external_id": "int64"}
+        {**_TIME, "kind": "category", "device": "int64", "stream": "int64", "correlation": "int64", "external_id": "int64",
+         "ctas": "int64"}
     ),
     "runtime": _empty(
         {**_TIME, "api": "category", "pid": "int64", "tid": "int64", "correlation": "int64", "external_id": "int64", "kernel": "object"}

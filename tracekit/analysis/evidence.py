@@ -1,0 +1,213 @@
+"""Evidence for a step's phase when no annotation states it.
+
+Three kinds, tried in this order by ``segment``:
+
+1. **Shapes** (``shape_evidence``): the tokens-per-sequence axis of the token-embedding
+   ids or the attention query (1 = decode). Linear inputs are no evidence: a 3-D
+   [seq, batch, hidden] and a [batch, seq, hidden] input look alike.
+2. **Kernel names** (``name_evidence``): attention kernels that only run for one phase.
+   Decode-only: split-KV and paged decode kernels (``flash_fwd_splitkv``,
+   ``BatchDecodeWith*``, ``paged_attention*``, Triton ``unified_attention_3d``,
+   TensorRT-LLM FMHA ``...ForGen``). Prefill-only: ragged/context kernels
+   (``BatchPrefillWithRaggedKVCache``, ``context_attention``, ``extend_attention``,
+   TensorRT-LLM FMHA ``...Context``). FlashInfer's and CK's
+   ``BatchPrefillWithPagedKVCache`` is weak evidence only: engines run it for decode
+   too (tensor-core decode of grouped-query attention).
+3. **Structure across the run's steps** (``structural_phases``), the evidence that
+   survives missing shapes: a step whose GEMMs launch several times the blocks of the
+   run's typical step (GEMM grids grow with the tokens of a step), or that runs eager
+   with many more kernels while the others replay graphs, holds prefill work; the
+   light steps beside it are decode. A step replaying CUDA/HIP graphs is decode
+   (engines capture graphs for decode batch sizes), unless its names say otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis import taxonomy
+from tracekit.frameworks import DECODE, MIXED, PREFILL, UNKNOWN
+
+_ATTENTION_OP_RE = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|attention_forward", re.I)
+
+_DECODE_ONLY = re.compile(
+    r"flash_fwd_splitkv|batchdecodewith|singledecodewith|paged_?attention|decode_?attention|"
+    r"flash_?decoding|fmha_fwd_splitkv|flash_?mla|mla_decode|xqa|mmha|"
+    r"_fwd_(grouped_)?kernel_stage[12]|unified_attention_3d|fmha\w*forgen",
+    re.IGNORECASE,
+)
+_PREFILL_ONLY = re.compile(
+    r"batchprefillwithraggedkvcache|singleprefillwith|context_?attention|extend_?attention|"
+    r"fmha\w*context",
+    re.IGNORECASE,
+)
+_PREFILL_WEAK = re.compile(r"prefill", re.IGNORECASE)
+# Attention over a paged KV cache: the run is autoregressive generation.
+_PAGED_KV = re.compile(r"paged|kv_?cache|pagedkv", re.IGNORECASE)
+
+# A step is "heavy" (holds prefill work) when its GEMMs launch at least this many times
+# the blocks per GEMM launch of the run's median step, or run eager with this many
+# times the median kernels while most steps replay graphs.
+HEAVY_GEMM_BLOCKS = 3.0
+HEAVY_EAGER_KERNELS = 1.3
+
+
+def _loads(text):
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+# --- 1. shapes -------------------------------------------------------------------------
+
+
+def shape_evidence(ops: pd.DataFrame) -> tuple[str, str, float | None, float | None]:
+    """(phase, evidence, tokens, batch) from the shapes of a pass's ops; unknown when silent."""
+    if not len(ops) or ops["input_dims"].isna().all():
+        return UNKNOWN, "no op shapes recorded", None, None
+    names = ops["name"].astype(str)
+    # Token embedding input ids [batch, tokens per sequence].
+    for dims in ops.loc[names == "aten::embedding", "input_dims"]:
+        d = _loads(dims)
+        if d and len(d) >= 2 and isinstance(d[1], list) and len(d[1]) == 2:
+            b, t = d[1]
+            return _by_tokens(t, f"token ids of shape [{b}, {t}] in aten::embedding", b * t, b)
+    # Attention query [batch, heads, query tokens, head dim].
+    attn = names.str.contains(_ATTENTION_OP_RE)
+    for name, dims in zip(names[attn], ops.loc[attn, "input_dims"]):
+        d = _loads(dims)
+        if d and isinstance(d[0], list) and len(d[0]) == 4:
+            b, _, lq, _ = d[0]
+            return _by_tokens(lq, f"query of shape {d[0]} in {name}", b * lq, b)
+    return UNKNOWN, "op shapes do not show tokens per sequence", None, None
+
+
+def _by_tokens(t: int, where: str, tokens: int, batch: int) -> tuple[str, str, float, float]:
+    if t == 1:
+        return DECODE, f"one token per sequence: {where}", float(tokens), float(batch)
+    return PREFILL, f"{t} tokens per sequence: {where}", float(tokens), float(batch)
+
+
+# --- 2. kernel names -------------------------------------------------------------------
+
+
+def is_decode_attention(name: str) -> bool:
+    return bool(_DECODE_ONLY.search(name or "")) and taxonomy.categorize(name) == taxonomy.ATTENTION
+
+
+def is_prefill_attention(name: str, weak: bool = False) -> bool:
+    pattern = _PREFILL_WEAK if weak else _PREFILL_ONLY
+    return bool(pattern.search(name or "")) and taxonomy.categorize(name) == taxonomy.ATTENTION
+
+
+def name_evidence(names) -> tuple[str, str, bool]:
+    """(phase, evidence, strong) from the attention kernels among ``names``.
+
+    ``strong`` is False for the weak prefill names (``BatchPrefillWithPagedKVCache``),
+    which structural evidence may overrule.
+    """
+    unique = pd.unique(pd.Series(names, dtype=object).astype(str))
+    dec = [n for n in unique if is_decode_attention(n)]
+    pre = [n for n in unique if is_prefill_attention(n)]
+    if dec and pre:
+        return MIXED, f"both decode ({_short(dec[0])}) and prefill ({_short(pre[0])}) attention kernels", True
+    if dec:
+        return DECODE, f"decode attention kernel {_short(dec[0])}", True
+    if pre:
+        return PREFILL, f"prefill attention kernel {_short(pre[0])}", True
+    weak = [n for n in unique if is_prefill_attention(n, weak=True)]
+    if weak:
+        return PREFILL, f"prefill attention kernel {_short(weak[0])}", False
+    return UNKNOWN, "neither op shapes nor kernel names show prefill or decode: too little evidence to decide", False
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+# --- 3. structure across steps ---------------------------------------------------------
+
+
+def generates_tokens(names) -> bool:
+    """True when kernels show autoregressive generation: KV-cache writes or attention over a
+    paged KV cache. Without it, steps that differ in size are no evidence of prefill and
+    decode (a classifier's repeated forward passes differ for other reasons)."""
+    for n in pd.unique(pd.Series(names, dtype=object).astype(str)):
+        cat = taxonomy.categorize(n)
+        if cat == taxonomy.KV_CACHE or (cat == taxonomy.ATTENTION and (
+                _PAGED_KV.search(n) or _DECODE_ONLY.search(n) or _PREFILL_WEAK.search(n))):
+            return True
+    return False
+
+
+def step_features(work: pd.DataFrame, n_steps: int) -> pd.DataFrame:
+    """Per step: kernels, graph-replayed share, GEMM launches, GEMM blocks per launch."""
+    inside = work[work["step"] >= 0]
+    gemmish = inside["name"].astype(str).map(_gemm_like_cached)
+    ctas = inside["ctas"] if "ctas" in inside else pd.Series(-1, index=inside.index)
+    g = inside[gemmish.to_numpy() & (ctas.to_numpy() > 0)]
+    out = pd.DataFrame(index=pd.RangeIndex(n_steps))
+    out["kernels"] = inside.groupby("step").size().reindex(out.index, fill_value=0)
+    out["graph_share"] = inside.groupby("step")["graph"].mean().reindex(out.index).fillna(0.0)
+    out["gemm_launches"] = g.groupby("step").size().reindex(out.index, fill_value=0)
+    out["gemm_blocks"] = (g.groupby("step")["ctas"].sum() / g.groupby("step").size()).reindex(out.index)
+    return out
+
+
+_GEMM_CACHE: dict[str, bool] = {}
+
+
+def _gemm_like_cached(name: str) -> bool:
+    hit = _GEMM_CACHE.get(name)
+    if hit is None:
+        hit = _GEMM_CACHE[name] = taxonomy.categorize(name) in (taxonomy.GEMM, taxonomy.MOE)
+        if len(_GEMM_CACHE) > 100_000:
+            _GEMM_CACHE.clear()
+    return hit
+
+
+def structural_phases(features: pd.DataFrame, todo: np.ndarray, engine: np.ndarray) -> dict[int, tuple[str, str]]:
+    """{step: (phase, evidence)} for the steps in ``todo`` that structure decides.
+
+    ``engine`` flags the steps known to be an inference engine's steps (engine frames,
+    the launch pattern, engine annotations): only their relative weight is evidence.
+    Passes found from ``nn.Module`` spans of an arbitrary model may differ in size for
+    reasons that have nothing to do with prefill and decode.
+    """
+    out: dict[int, tuple[str, str]] = {}
+    if not len(todo):
+        return out
+    f = features[engine].reset_index(drop=True) if engine.any() else features.iloc[0:0]
+    index = np.flatnonzero(engine)
+    median_blocks = float(np.nanmedian(f["gemm_blocks"])) if f["gemm_blocks"].notna().any() else None
+    median_kernels = float(np.median(f["kernels"])) if len(f) else 0.0
+    mostly_graphs = float((f["graph_share"] > 0.5).mean()) > 0.5 if len(f) else False
+    heavy = {}
+    if len(f) >= 2:
+        for j, i in enumerate(index.tolist()):
+            blocks = f["gemm_blocks"].iat[j]
+            if median_blocks and not np.isnan(blocks) and blocks >= HEAVY_GEMM_BLOCKS * median_blocks:
+                heavy[i] = (f"its GEMMs launch {blocks / median_blocks:.1f}x the blocks per launch of the run's "
+                            "median step (GEMM grids grow with a step's tokens)")
+            elif (mostly_graphs and f["graph_share"].iat[j] <= 0.5 and median_kernels
+                  and f["kernels"].iat[j] >= HEAVY_EAGER_KERNELS * median_kernels):
+                heavy[i] = (f"it runs eager with {f['kernels'].iat[j] / median_kernels:.1f}x the kernels of the "
+                            "run's median step while most steps replay graphs")
+    for i in todo.tolist():
+        share = features["graph_share"].iat[i]
+        if i in heavy:
+            out[i] = (PREFILL, f"holds prefill work: {heavy[i]}")
+        elif heavy and engine[i] and len(heavy) < len(f):
+            out[i] = (DECODE, "a light step beside the run's heavy (prefill) steps: its GEMM grids and kernel "
+                              "count are the run's typical ones")
+        elif share > 0.5:
+            out[i] = (DECODE, f"replays CUDA/HIP graphs ({share:.0%} of its kernels); "
+                              "engines capture graphs for decode batch sizes")
+    return out

@@ -1,0 +1,91 @@
+"""What inference engines write into a trace, one module per engine.
+
+Segmentation asks this package, and never matches an engine's strings itself:
+
+- ``parse_annotation(name)``: the step a range name describes (tracekit markers,
+  SGLang ``step[...]``, vLLM ``execute_...``, user ranges naming a phase), as a
+  ``StepAnnotation`` with the batch of each phase (``BatchSide``), or None;
+- ``step_frame_source(name)``: whether a Python frame is one engine step (vLLM
+  ``execute_model``, SGLang ``forward_batch_generation``) when there are no annotations;
+- ``rank_from_path(path)``: rank (and stage) from a per-rank trace file name;
+- ``capture(name)``: a graph-capture range (vLLM/SGLang ``capture_<n>_<mode>``).
+
+Sources, strongest first (``SOURCE_ORDER``): a run's step source is the strongest any
+step used, and when two annotations cover one step the stronger decides its phase.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tracekit.frameworks import markers, pytorch, sglang, user, vllm
+from tracekit.frameworks.base import DECODE, MIXED, PREFILL, UNKNOWN, BatchSide, StepAnnotation
+
+SOURCE_MARKERS = markers.SOURCE
+SOURCE_SGLANG = sglang.SOURCE
+SOURCE_VLLM = vllm.SOURCE
+SOURCE_USER = user.SOURCE
+SOURCE_VLLM_FRAMES = vllm.FRAME_SOURCE
+SOURCE_SGLANG_FRAMES = sglang.FRAME_SOURCE
+SOURCE_INFERRED = "inferred from the trace (no phase annotations)"
+SOURCE_LAUNCHES = "found from the launch pattern (no annotations or step frames)"
+SOURCE_NONE = "none"
+SOURCE_ORDER = (
+    SOURCE_MARKERS, SOURCE_SGLANG, SOURCE_VLLM, SOURCE_USER, SOURCE_VLLM_FRAMES,
+    SOURCE_SGLANG_FRAMES, SOURCE_INFERRED, SOURCE_LAUNCHES, SOURCE_NONE,
+)
+# Sources whose steps are a serving engine's: continuous batching, so a step's time is
+# not a request's latency (TTFT/TPOT give way to per-phase step times).
+ENGINE_SOURCES = frozenset({SOURCE_SGLANG, SOURCE_VLLM, SOURCE_VLLM_FRAMES, SOURCE_SGLANG_FRAMES, SOURCE_LAUNCHES})
+
+# Annotation grammars, strongest first.
+_PARSERS = (markers, sglang, vllm, user)
+
+
+def parse_annotation(name: str) -> StepAnnotation | None:
+    """The step a range name describes, or None when it names no step."""
+    for module in _PARSERS:
+        if module is user and (markers.is_ours(name) or pytorch.is_profiler_step(name)):
+            return None
+        parsed = module.parse(name)
+        if parsed is not None:
+            return parsed
+        if module is markers and markers.is_ours(name):
+            return None  # tracekit::generate and friends: ours, and not steps
+        if module in (sglang, vllm) and module.is_candidate(name):
+            return None  # an engine's empty or IDLE step
+    return None
+
+
+def step_frame_source(name: str) -> str | None:
+    """The source name when a Python frame is one engine step, else None."""
+    if vllm.is_step_frame(name):
+        return SOURCE_VLLM_FRAMES
+    if sglang.is_step_frame(name):
+        return SOURCE_SGLANG_FRAMES
+    return None
+
+
+def capture(name: str) -> tuple[int, str] | None:
+    """(batch size, mode) of a graph-capture range ``capture_<n>_<mode>``, else None."""
+    return vllm.capture(name)
+
+
+def rank_from_path(path: str) -> dict | None:
+    """{"rank": r, "source": ..., (SGLang) "dp"/"pp"/"ep"/"stage"} from a trace file name, or None."""
+    base = os.path.basename(path)
+    found = sglang.rank_from_filename(base)
+    if found is not None:
+        return {**found, "source": "SGLang per-rank file name"}
+    rank = vllm.rank_from_filename(base)
+    if rank is not None:
+        return {"rank": rank, "source": "per-rank file name (rank<N>)"}
+    return None
+
+
+__all__ = [
+    "DECODE", "ENGINE_SOURCES", "MIXED", "PREFILL", "SOURCE_INFERRED", "SOURCE_LAUNCHES", "SOURCE_MARKERS",
+    "SOURCE_NONE", "SOURCE_ORDER", "SOURCE_SGLANG", "SOURCE_SGLANG_FRAMES", "SOURCE_USER", "SOURCE_VLLM",
+    "SOURCE_VLLM_FRAMES", "UNKNOWN", "BatchSide", "StepAnnotation", "capture", "parse_annotation",
+    "rank_from_path", "step_frame_source",
+]

@@ -1,0 +1,134 @@
+"""vLLM: step annotations, step frames, graph-capture annotations, per-rank file names.
+
+Step annotation (one ``record_function`` range per engine step), two forms:
+
+- detailed: ``execute_<T>_context_<C>(sq<Q>sk<K>sqsq<ΣQ²>sqsk<ΣQK>)_generation_<G>(sq..sk..sqsq..sqsk..)``:
+  T tokens scheduled in all; C prefill (context) requests computing Q query tokens over
+  K keys, and the sums over requests of q² and q·k that causal attention's work needs;
+  G decode (generation) requests with the same four numbers;
+- older: ``execute_context_<C>(<Q>[_<ΣQ²>])_generation_<G>(<Q>[_<ΣQ²>])``.
+
+A step with C > 0 and G > 0 is a mixed (chunked-prefill) step.
+
+Step frame (no annotations, ``with_stack`` on): the Python frame
+``vllm/v1/worker/gpu_model_runner.py(NNN): execute_model`` (V0:
+``vllm/worker/model_runner.py``); the executor and worker frames of the same name
+enclose it and are not steps.
+
+Graph capture: ``capture_<n>_<mode>`` ranges around each captured graph.
+
+Per-rank files: the worker names its trace ``<instance>-rank-<r>.<time>.pt.trace.json.gz``
+(older builds and forks: ``rank<r>.<time>...``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from tracekit.frameworks.base import BatchSide, StepAnnotation, phase_of, sides_total, UNKNOWN
+
+SOURCE = "vLLM-style execute annotations"
+FRAME_SOURCE = "vLLM execute_model frames"
+
+_EXECUTE = re.compile(
+    r"^execute(?:_(?P<total>\d+))?_context_(?P<ctx>\d+)\((?P<ctx_args>[^()]*)\)"
+    r"_generation_(?P<gen>\d+)\((?P<gen_args>[^()]*)\)"
+)
+# Longest keys first: "sqsq" must not be read as "sq" followed by garbage.
+_FIELD = re.compile(r"(sqsq|sqsk|sq|sk)[=:]?(\d+)")
+_FIELD_NAMES = {"sq": "tokens", "sk": "kv_tokens", "sqsq": "sum_q2", "sqsk": "sum_qk"}
+_OLD_ARGS = re.compile(r"^(\d+)(?:_(\d+))?$")
+_FRAME = re.compile(r"(?:^|/)vllm/(?:[\w.]+/)*\w*model_runner\.py\(\d+\): execute_model$")
+_CAPTURE = re.compile(r"^capture_(\d+)_(\w+)$")
+_RANK_FILE = re.compile(r"(?:^|[-_.])rank[-_]?(\d+)(?=[._-])", re.IGNORECASE)
+
+
+def is_candidate(name: str) -> bool:
+    """Names that claim to be a vLLM step annotation (parsed or reported as malformed)."""
+    return name.startswith("execute") and "_context_" in name and "_generation_" in name
+
+
+def parse(name: str) -> StepAnnotation | None:
+    """The step a vLLM ``execute_...`` annotation describes; None for other names.
+
+    A name that starts like one but does not parse gives phase UNKNOWN and a
+    ``problem``: the range is still a step, its phase then comes from kernel evidence.
+    """
+    if not is_candidate(name):
+        return None
+    m = _EXECUTE.match(name.strip())
+    if m is None:
+        return StepAnnotation(UNKNOWN, SOURCE, "malformed vLLM execute annotation",
+                              problem=f"vLLM step annotation {name[:120]!r} does not follow "
+                                      "execute_[T_]context_C(...)_generation_G(...)")
+    problems: list[str] = []
+    prefill = _side(int(m["ctx"]), m["ctx_args"], "context", problems)
+    decode = _side(int(m["gen"]), m["gen_args"], "generation", problems)
+    tokens, requests = sides_total(prefill, decode)
+    if m["total"] is not None:
+        total = int(m["total"])
+        if tokens is not None and total != tokens:
+            problems.append(f"it schedules {total} tokens but its parts add up to {tokens}")
+        tokens = total
+    phase = phase_of(prefill, decode)
+    if phase is None:
+        return None  # an empty step (no requests): nothing was computed
+    evidence = (f"vLLM batch: {prefill.requests} context (prefill) and {decode.requests} "
+                "generation (decode) requests")
+    return StepAnnotation(phase, SOURCE, evidence, prefill=prefill, decode=decode, tokens=tokens,
+                          batch=requests, problem="; ".join(problems) or None)
+
+
+def _side(requests: int, text: str, what: str, problems: list[str]) -> BatchSide:
+    """One side's counts: detailed ``sq..sk..`` fields, or the older ``<tokens>[_<Σq²>]``."""
+    text = text.strip()
+    values: dict[str, int] = {}
+    if text:
+        old = _OLD_ARGS.match(text)
+        if old:
+            values["tokens"] = int(old[1])
+            if old[2] is not None:
+                values["sum_q2"] = int(old[2])
+        else:
+            found = _FIELD.findall(text)
+            rest = _FIELD.sub("", text).strip(" ,_;")
+            if not found or rest:
+                problems.append(f"its {what} counts {text[:60]!r} are not sq/sk/sqsq/sqsk numbers")
+            for key, value in found:
+                values[_FIELD_NAMES[key]] = int(value)
+    side = BatchSide(requests=requests, **values)
+    return _consistent(side, what, problems)
+
+
+def _consistent(side: BatchSide, what: str, problems: list[str]) -> BatchSide:
+    """Drop counts that contradict each other (a request has >= 1 token, k >= q, q² >= q)."""
+    bad = []
+    if side.tokens is not None and side.requests and side.tokens < side.requests:
+        bad.append("tokens")
+    if side.sum_q2 is not None and side.tokens is not None and side.sum_q2 < side.tokens:
+        bad.append("sum_q2")
+    if side.kv_tokens is not None and side.tokens is not None and side.kv_tokens < side.tokens:
+        bad.append("kv_tokens")
+    if side.sum_qk is not None and side.sum_q2 is not None and side.sum_qk < side.sum_q2:
+        bad.append("sum_qk")
+    if not bad:
+        return side
+    problems.append(f"its {what} counts contradict each other ({', '.join(bad)} ignored)")
+    return BatchSide(**{k: (None if k in bad else v) for k, v in side.to_dict().items()})
+
+
+def is_step_frame(name: str) -> bool:
+    """The model runner's ``execute_model`` Python frame: one engine step."""
+    return bool(_FRAME.search(name))
+
+
+def capture(name: str) -> tuple[int, str] | None:
+    """(batch size, mode) of a ``capture_<n>_<mode>`` graph-capture range, else None."""
+    m = _CAPTURE.match(name)
+    return (int(m[1]), m[2]) if m else None
+
+
+def rank_from_filename(basename: str) -> int | None:
+    """Rank in a vLLM per-rank trace file name, else None."""
+    m = _RANK_FILE.search(basename)
+    return int(m[1]) if m else None
