@@ -212,7 +212,7 @@ def _check_contract(d: dict) -> None:
         assert s["gpu_busy_ms"] >= 0 and s["gpu_idle_ms"] >= 0
     for name, p in d["phases"].items():
         assert name in _PHASES
-        assert set(p["by_bound"]) == {"compute", "memory", "unknown", "idle"}
+        assert set(p["by_bound"]) == {"compute", "memory", "interconnect", "unknown", "idle"}
         assert isinstance(p["by_category"], dict) and "gpu_time_ms" in p and "mfu" in p and "mbu" in p
     m = d["metrics"]
     assert {"ttft_ms", "tpot_ms", "decode_tokens_per_s"} <= set(m)

@@ -304,3 +304,12 @@ def test_unmatched_lists_distinct_other_names_sorted():
     names = ["zzz_custom", "ampere_sgemm_64x64_nn", "aaa_custom", "zzz_custom"]
     assert unmatched(names) == ["aaa_custom", "zzz_custom"]
     assert unmatched(["zzz_custom"], ["aten::mm"]) == []
+
+
+def test_rules_are_written_in_lower_case():
+    # Matching lower-cases the text once and compiles the patterns case-sensitively (speed):
+    # an upper-case letter in a pattern would never match.
+    for rules in (tx.KERNEL_RULES, tx.GENERIC_RULES, tx.OP_RULES, tx.MODULE_RULES):
+        for category, pattern, _ in rules:
+            letters = [c for i, c in enumerate(pattern) if c.isalpha() and not (i and pattern[i - 1] == "\\")]
+            assert all(c.islower() for c in letters), (category, pattern)

@@ -17,9 +17,12 @@ from tracekit import __version__
 from tracekit.analysis import findings as find
 from tracekit.analysis.latency import latency
 from tracekit.analysis.model import Analysis
-from tracekit.analysis.roofline import BOUNDS, attribute
+from tracekit.analysis.roofline import BOUNDS, CAPTURE, COST_SOURCES, MODEL, SHAPES, attribute
 from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, segment
 from tracekit.analysis.split import phase_weights, split_mixed
+from tracekit.errors import TracekitError
+from tracekit.models import ModelSpec, load_model
+from tracekit.models.registry import from_sidecar
 from tracekit.specs import SpecMatch, cpu_lookup, with_calibration
 from tracekit.specs.identify import identify
 from tracekit.specs.model import normalise_dtype
@@ -28,6 +31,8 @@ from tracekit.trace.model import Trace, op_shapes
 PHASE_ORDER = (PREFILL, DECODE, MIXED, UNKNOWN)
 TOP_KERNELS = 15  # rows per phase in the report tables
 ROOFLINE_POINTS = 40  # op groups per phase on the roofline chart
+# A roof fraction above 1 by more than timing noise is not shown as fact.
+ROOF_TOLERANCE = 0.02
 
 
 def analyze(
@@ -38,15 +43,28 @@ def analyze(
     cpu_matmul_flops: float | None = None,
     cpu_bandwidth: float | None = None,
     capture: Trace | None = None,
+    model: ModelSpec | str | None = None,
+    tp: int | None = None,
+    costs: str = "auto",
+    weights: str | None = None,
 ) -> Analysis:
     """Analyse a trace. ``gpu``/``spec_file`` override the device lookup; the two
     ``cpu_*`` peaks (FLOP/s, bytes/s) stand in for a CPU trace's missing calibration;
-    ``capture`` is the graph-capture trace that describes graph-replayed kernels."""
+    ``capture`` is the graph-capture trace that describes graph-replayed kernels.
+
+    ``model`` (a ``ModelSpec``, or a registry name / config.json / checkpoint folder, with
+    ``weights`` overriding its stored precision) prices kernels the shapes cannot, at
+    tensor-parallel degree ``tp`` (default: distributedInfo's world size); ``costs`` is
+    ``auto`` (shapes where recorded, the model elsewhere), ``shapes`` or ``model``. A run
+    tracekit collected is priced by the model config its sidecar recorded."""
     seg = segment(trace)
     match = _device_spec(trace, gpu, spec_file, cpu_matmul_flops, cpu_bandwidth)
-    attr = attribute(trace, seg, match, capture=capture)
+    spec_model, model_how = _model(trace, model, weights)
+    tp_value, tp_how = _tp(trace, tp)
+    attr = attribute(trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs)
     work = pd.concat([seg.work.reset_index(drop=True), attr.table.reset_index(drop=True)], axis=1)
-    split = split_mixed(seg.steps, work, work["category"].to_numpy())
+    split = split_mixed(seg.steps, work, work["category"].to_numpy(),
+                        attr.model_costs.prefill_share if attr.model_costs is not None else None)
     work["prefill_share"] = split.prefill_share
     lat = latency(seg, split.step_prefill_fraction)
     spec = match.spec
@@ -58,6 +76,7 @@ def analyze(
     provenance = _provenance(trace, seg, lat, match, phases, work)
     if attr.capture_note:
         provenance["graph_capture"] = attr.capture_note
+    model_view = _model_view(spec_model, model_how, tp_value, tp_how, costs, attr.model_costs, model)
     analysis = Analysis(
         source={
             "path": trace.path,
@@ -81,6 +100,7 @@ def analyze(
         top_kernels={p: _top_kernels(w) for p, w in by_phase.items()},
         roofline={p: _roofline_points(w, spec, phases[p], attr.ops) for p, w in by_phase.items()},
         overall=_overall(work),
+        model=model_view,
     )
     analysis.findings = find.findings(analysis)
     return analysis
@@ -118,6 +138,71 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split
     out["mbu"] = np.where((secs > 0) & bool(bw), out["bytes"].to_numpy() / np.where(secs > 0, secs, 1) / (bw or 1), np.nan)
     out["split"] = [(split or {}).get(int(i)) for i in out["step"]]
     return out
+
+
+# --- model ---------------------------------------------------------------------------
+
+
+def _model(trace: Trace, model, weights: str | None) -> tuple[ModelSpec | None, str | None]:
+    """The model to price by, and how it was chosen."""
+    if isinstance(model, ModelSpec):
+        return model, "given"
+    if isinstance(model, str):
+        return load_model(model, weights=weights), "--model"
+    if weights is not None:
+        raise TracekitError("--weights says how a model's weights are stored: pass --model too")
+    try:
+        collected = from_sidecar(trace.sidecar)
+    except TracekitError:
+        collected = None  # an unusual recorded config: the run is still analysed from its shapes
+    return (collected, "the config tracekit collect recorded with the trace") if collected else (None, None)
+
+
+def _tp(trace: Trace, tp: int | None) -> tuple[int, str]:
+    """Tensor-parallel degree of the run, and where it came from."""
+    if tp is not None:
+        if tp < 1:
+            raise TracekitError(f"--tp must be at least 1, not {tp}")
+        return int(tp), "--tp"
+    world = (trace.distributed or {}).get("world_size")
+    if isinstance(world, int) and world >= 1:
+        return world, "distributedInfo's world size (pass --tp if the run was data- or expert-parallel)"
+    if trace.sidecar:
+        return 1, "tracekit collect runs one process"
+    return 1, "assumed 1: the trace has no distributedInfo (pass --tp)"
+
+
+def _model_view(spec: ModelSpec | None, how: str | None, tp: int, tp_how: str, costs: str, mcosts,
+                asked) -> dict[str, Any] | None:
+    """What the report says about the model that priced the kernels (``Analysis.model``)."""
+    if spec is None:
+        return None
+    out: dict[str, Any] = {
+        "name": spec.name,
+        "source": spec.source,
+        "chosen_by": how,
+        "summary": spec.summary(),
+        "parameters": spec.parameters(),
+        "tp": tp,
+        "tp_source": tp_how,
+        "precision": {c: spec.weight(c).name for c in ("attention", "linear_attention", "mlp", "experts",
+                                                        "shared_experts", "lm_head") if _has(spec, c)},
+        "precision_source": spec.precision_source,
+        "costs": costs,
+    }
+    if mcosts is not None:
+        out["kv_cache_dtype"] = mcosts.kv_dtype
+        out["kv_cache_how"] = mcosts.kv_how
+        out["layer_check"] = mcosts.layer_check
+        out["dtype_conflicts"] = {c: {"kernels": k, "model": m} for c, (k, m) in mcosts.dtype_conflicts.items()}
+    return out
+
+
+def _has(spec: ModelSpec, cls: str) -> bool:
+    from tracekit.models.config import DENSE, LINEAR, MOE
+
+    return {"linear_attention": spec.count(attention=LINEAR) > 0, "mlp": spec.count(mlp=DENSE) > 0,
+            "experts": spec.count(mlp=MOE) > 0, "shared_experts": bool(spec.shared_intermediate)}.get(cls, True)
 
 
 # --- device --------------------------------------------------------------------------
@@ -181,6 +266,9 @@ def _phase(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
     time_ms = float(lat.get("time_ms", 0.0))
     mfu, mfu_ach, mfu_basis, mfu_reason = _mfu(w, time_ms, spec)
     mbu, mbu_ach, mbu_basis, mbu_reason = _mbu(nbytes, time_ms, spec, unknown_cost, kernel_ms)
+    if mbu_basis:
+        mbu_basis += "; " + _sources_text(w, "bytes")
+    sources = (w.groupby("cost_source")["dur_ns"].sum() / 1e6) if "cost_source" in w else pd.Series(dtype=float)
     return {
         "steps": int(lat.get("steps", 0)),
         # Split mixed steps whose part in this phase the figures include.
@@ -204,6 +292,8 @@ def _phase(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
         "flops": flops,
         "bytes": nbytes,
         "unknown_cost_share": float(unknown_cost / kernel_ms) if kernel_ms else None,
+        # Kernel time priced by each source: recorded shapes, the capture trace, the model, none.
+        "cost_source_ms": {s: float(sources.get(s, 0.0)) for s in COST_SOURCES},
         "mfu": mfu,
         "mfu_achievable": mfu_ach,
         "mfu_basis": mfu_basis,
@@ -216,25 +306,51 @@ def _phase(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
 
 
 def _mfu(w: pd.DataFrame, time_ms: float, spec) -> tuple:
-    """Matrix FLOPs of the phase over its time, against the peak of its main matrix dtype."""
+    """Matrix FLOPs of the phase over its time, each dtype's FLOPs against its own matrix peak.
+
+    With one dtype this is FLOPs / time / peak. With several (FP8 experts beside BF16
+    projections), it is the time the FLOPs need at their peaks over the phase's time:
+    sum over dtypes of FLOPs / peak, over the time."""
     matrix = w[(w["unit"] == "matrix") & w["flops"].notna()]
     if spec is None:
         return None, None, None, "device peaks unknown"
     if not len(matrix):
-        return None, None, None, "no GEMM or attention work with known shapes in this phase"
+        return None, None, None, "no GEMM or attention work with a known cost in this phase"
     if time_ms <= 0:
         return None, None, None, "phase time is zero"
-    by_dtype = matrix.groupby("dtype")["flops"].sum()
-    dtype = str(by_dtype.idxmax())
-    peak = spec.peak_flops(dtype, "matrix")
-    if not peak:
-        return None, None, None, spec.no_peak_reason(dtype, "matrix") or f"no matrix peak for {dtype}"
-    rate = float(matrix["flops"].sum()) / (time_ms / 1e3)
-    ach = spec.achievable_flops(dtype, "matrix")
-    basis = f"{dtype} matrix peak of {spec.name}: {peak / 1e12:,.1f} TFLOP/s ({spec.peak_basis})"
-    if ach:
-        basis += f"; achievable {ach / 1e12:,.1f} TFLOP/s ({spec.achievable_flops_basis(dtype, 'matrix')})"
-    return rate / peak, (rate / ach if ach else None), basis, None
+    by_dtype = matrix.groupby("dtype")["flops"].sum().sort_values(ascending=False)
+    total = float(by_dtype.sum())
+    need = need_ach = 0.0
+    parts = []
+    for dtype, flops in by_dtype.items():
+        peak = spec.peak_flops(str(dtype), "matrix")
+        if not peak:
+            return None, None, None, spec.no_peak_reason(str(dtype), "matrix") or f"no matrix peak for {dtype}"
+        ach = spec.achievable_flops(str(dtype), "matrix") or peak
+        need += flops / peak
+        need_ach += flops / ach
+        share = f" for {flops / total:.0%} of the matrix FLOPs" if len(by_dtype) > 1 else ""
+        text = f"{dtype} matrix peak of {spec.name}: {peak / 1e12:,.1f} TFLOP/s ({spec.peak_basis}){share}"
+        if ach != peak:
+            text += f"; achievable {ach / 1e12:,.1f} TFLOP/s ({spec.achievable_flops_basis(str(dtype), 'matrix')})"
+        parts.append(text)
+    secs = time_ms / 1e3
+    basis = "; ".join(parts) + "; " + _sources_text(matrix, "flops")
+    return need / secs, need_ach / secs, basis, None
+
+
+def _sources_text(w: pd.DataFrame, what: str) -> str:
+    """Where a figure's FLOPs or bytes came from: "FLOPs from the model 96%, recorded shapes 4%"."""
+    if "cost_source" not in w or not len(w):
+        return f"{'FLOPs' if what == 'flops' else 'bytes'} from recorded shapes"
+    known = w[w[what].notna()]
+    by = known.groupby("cost_source")[what].sum()
+    total = float(by.sum())
+    if total <= 0:
+        return f"{'FLOPs' if what == 'flops' else 'bytes'}: none known"
+    label = {SHAPES: "recorded shapes", CAPTURE: "the graph-capture trace's shapes", MODEL: "the model"}
+    parts = [f"{label.get(s, s)} {v / total:.0%}" for s, v in by.sort_values(ascending=False).items() if v > 0]
+    return f"{'FLOPs' if what == 'flops' else 'bytes'} from " + ", ".join(parts)
 
 
 def _mbu(nbytes: float, time_ms: float, spec, unknown_ms: float, kernel_ms: float) -> tuple:
@@ -410,36 +526,51 @@ def _shape_text(ops: pd.DataFrame, op_row: int) -> str | None:
 
 
 def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None = None) -> dict[str, Any]:
-    """Op groups placed by intensity and achieved FLOP/s: one point per pricing op name
-    and input shapes (x category, dtype, unit), so the QKV, MLP and LM-head GEMMs of a
-    model stay separate points with their own intensities."""
-    known = w[w["flops"].notna() & w["bytes"].notna() & (w["bytes"] > 0) & (w["dur_ns"] > 0) & (w["pricing_op"] >= 0)]
+    """Work groups placed by intensity and achieved FLOP/s. Shape-priced work: one point per
+    pricing op name and input shapes (x category, dtype, unit), so the QKV, MLP and LM-head
+    GEMMs of a model stay separate points with their own intensities. Model-priced work: one
+    point per model component (x dtype, unit), the grain the model prices at."""
+    known = w[w["flops"].notna() & w["bytes"].notna() & (w["bytes"] > 0) & (w["dur_ns"] > 0)
+              & (w["bound"] != "interconnect")]
     out: dict[str, Any] = {"points": [], "roofs": None, "reason": None}
     if spec is None:
         out["reason"] = "device peaks unknown: no roofline"
         return out
-    if not len(known) or ops is None:
+    if not len(known):
         out["reason"] = "no kernel in this phase has a known cost"
         return out
-    p = known["pricing_op"].to_numpy()
-    signature = ops["input_dims"].astype(str).to_numpy()[p] + "|" + ops["input_types"].astype(str).to_numpy()[p]
-    grouped = known.assign(label=ops["name"].astype(str).to_numpy()[p], signature=signature)
-    g = grouped.groupby(["label", "signature", "category", "dtype", "unit"], observed=True)
-    agg = g.agg(
-        flops=("flops", "sum"), bytes=("bytes", "sum"), dur_ns=("dur_ns", "sum"), calls=("dur_ns", "size"),
-        kernel=("name", "first"), op=("pricing_op", "first"),
-    )
-    agg = agg.sort_values("dur_ns", ascending=False).head(ROOFLINE_POINTS)
+    groups = []
+    shaped = known[(known["pricing_op"] >= 0) & (known["cost_source"] != "model")] if ops is not None else known.iloc[0:0]
+    if len(shaped):
+        p = shaped["pricing_op"].to_numpy()
+        dims = ops["input_dims"].to_numpy(dtype=object)[p]
+        types = ops["input_types"].to_numpy(dtype=object)[p]
+        signature = [f"{d}|{t}" for d, t in zip(dims, types)]
+        g = shaped.assign(label=ops["name"].astype(str).to_numpy()[p], signature=signature)
+        groups.append(g.groupby(["label", "signature", "category", "dtype", "unit"], observed=True).agg(
+            flops=("flops", "sum"), bytes=("bytes", "sum"), dur_ns=("dur_ns", "sum"), calls=("dur_ns", "size"),
+            kernel=("name", "first"), op=("pricing_op", "first"), source=("cost_source", "first")))
+    modelled = known[known["cost_source"] == "model"]
+    if len(modelled):
+        m = modelled.assign(label="model: " + modelled["component"].astype(str).str.replace("_", " "),
+                            signature=modelled["component"].astype(str))
+        agg = m.groupby(["label", "signature", "category", "dtype", "unit"], observed=True).agg(
+            flops=("flops", "sum"), bytes=("bytes", "sum"), dur_ns=("dur_ns", "sum"), calls=("dur_ns", "size"),
+            kernel=("name", "first"), source=("cost_source", "first"))
+        agg["op"] = -1
+        groups.append(agg)
+    agg = pd.concat(groups).sort_values("dur_ns", ascending=False).head(ROOFLINE_POINTS)
     for (lab, _, cat, dtype, unit), r in agg.iterrows():
         secs = r["dur_ns"] / 1e9
         peak = spec.peak_flops(dtype, unit)
         bw = spec.peak_bandwidth
         roof = min(peak, (r["flops"] / r["bytes"]) * bw) if peak and bw else None
+        fraction = max(r["flops"] / peak, r["bytes"] / bw) / secs if peak and bw else None
         out["points"].append(
             {
                 "label": str(lab),
                 "kernel": short_name(str(r["kernel"])),
-                "shapes": _shape_text(ops, int(r["op"])),
+                "shapes": _shape_text(ops, int(r["op"])) if ops is not None else None,
                 "category": str(cat),
                 "dtype": str(dtype),
                 "unit": str(unit),
@@ -448,8 +579,10 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
                 "intensity": r["flops"] / r["bytes"],
                 "achieved_flops": r["flops"] / secs,
                 "roof_flops": roof,
+                "cost_source": str(r["source"]),
                 # Same definition as per kernel: time the roofline allows over time taken.
-                "roof_fraction": max(r["flops"] / peak, r["bytes"] / bw) / secs if peak and bw else None,
+                # Above the roof is not a fact (the cost overstates the work): no fraction then.
+                "roof_fraction": fraction if fraction is not None and fraction <= 1.0 + ROOF_TOLERANCE else None,
             }
         )
     dtypes = {(p["dtype"], p["unit"]) for p in out["points"]}

@@ -107,6 +107,44 @@ def is_prefill_attention(name: str, weak: bool = False) -> bool:
     return bool(pattern.search(name or "")) and taxonomy.categorize(name) == taxonomy.ATTENTION
 
 
+class NameFlags:
+    """Per distinct kernel name (a work table's name categories), what it says about phases;
+    each name's regexes run once, however many steps and kernels carry it."""
+
+    def __init__(self, names) -> None:
+        self.names = [str(n) for n in names]
+        n = len(self.names)
+        self.decode, self.prefill, self.weak, self.generation = (np.zeros(n, dtype=bool) for _ in range(4))
+        for i, name in enumerate(self.names):
+            cat = taxonomy.categorize(name)
+            if cat == taxonomy.KV_CACHE:
+                self.generation[i] = True
+            if cat != taxonomy.ATTENTION:
+                continue  # a "decode" or "prefill" word outside attention is no evidence
+            self.decode[i] = bool(_DECODE_ONLY.search(name))
+            self.prefill[i] = bool(_PREFILL_ONLY.search(name))
+            self.weak[i] = bool(_PREFILL_WEAK.search(name))
+            self.generation[i] = self.decode[i] or self.weak[i] or bool(_PAGED_KV.search(name))
+
+
+def name_evidence_codes(codes: np.ndarray, flags: NameFlags) -> tuple[str, str, bool]:
+    """``name_evidence`` for the kernels whose name codes (into ``flags.names``) are ``codes``."""
+    codes = np.unique(codes[codes >= 0])
+    dec = codes[flags.decode[codes]]
+    pre = codes[flags.prefill[codes]]
+    first = lambda c: _short(flags.names[int(c[0])])  # noqa: E731
+    if len(dec) and len(pre):
+        return MIXED, f"both decode ({first(dec)}) and prefill ({first(pre)}) attention kernels", True
+    if len(dec):
+        return DECODE, f"decode attention kernel {first(dec)}", True
+    if len(pre):
+        return PREFILL, f"prefill attention kernel {first(pre)}", True
+    weak = codes[flags.weak[codes]]
+    if len(weak):
+        return PREFILL, f"prefill attention kernel {first(weak)}", False
+    return UNKNOWN, "neither op shapes nor kernel names show prefill or decode: too little evidence to decide", False
+
+
 def name_evidence(names) -> tuple[str, str, bool]:
     """(phase, evidence, strong) from the attention kernels among ``names``.
 
@@ -114,18 +152,7 @@ def name_evidence(names) -> tuple[str, str, bool]:
     which structural evidence may overrule.
     """
     unique = pd.unique(pd.Series(names, dtype=object).astype(str))
-    dec = [n for n in unique if is_decode_attention(n)]
-    pre = [n for n in unique if is_prefill_attention(n)]
-    if dec and pre:
-        return MIXED, f"both decode ({_short(dec[0])}) and prefill ({_short(pre[0])}) attention kernels", True
-    if dec:
-        return DECODE, f"decode attention kernel {_short(dec[0])}", True
-    if pre:
-        return PREFILL, f"prefill attention kernel {_short(pre[0])}", True
-    weak = [n for n in unique if is_prefill_attention(n, weak=True)]
-    if weak:
-        return PREFILL, f"prefill attention kernel {_short(weak[0])}", False
-    return UNKNOWN, "neither op shapes nor kernel names show prefill or decode: too little evidence to decide", False
+    return name_evidence_codes(np.arange(len(unique)), NameFlags(unique))
 
 
 def _short(name: str, width: int = 60) -> str:
@@ -135,22 +162,29 @@ def _short(name: str, width: int = 60) -> str:
 # --- 3. structure across steps ---------------------------------------------------------
 
 
+def _generation_evidence(name: str) -> bool:
+    cat = taxonomy.categorize(name)
+    return cat == taxonomy.KV_CACHE or (cat == taxonomy.ATTENTION and bool(
+        _PAGED_KV.search(name) or _DECODE_ONLY.search(name) or _PREFILL_WEAK.search(name)))
+
+
 def generates_tokens(names) -> bool:
     """True when kernels show autoregressive generation: KV-cache writes or attention over a
     paged KV cache. Without it, steps that differ in size are no evidence of prefill and
     decode (a classifier's repeated forward passes differ for other reasons)."""
-    for n in pd.unique(pd.Series(names, dtype=object).astype(str)):
-        cat = taxonomy.categorize(n)
-        if cat == taxonomy.KV_CACHE or (cat == taxonomy.ATTENTION and (
-                _PAGED_KV.search(n) or _DECODE_ONLY.search(n) or _PREFILL_WEAK.search(n))):
-            return True
-    return False
+    return any(_generation_evidence(n) for n in pd.unique(pd.Series(names, dtype=object).astype(str)))
 
 
 def step_features(work: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     """Per step: kernels, graph-replayed share, GEMM launches, GEMM blocks per launch."""
     inside = work[work["step"] >= 0]
-    gemmish = inside["name"].astype(str).map(_gemm_like_cached)
+    names = inside["name"]
+    if hasattr(names, "cat"):
+        gemm_code = np.array([_gemm_like_cached(str(n)) for n in names.cat.categories], dtype=bool)
+        codes = names.cat.codes.to_numpy()
+        gemmish = pd.Series(np.where(codes >= 0, gemm_code[np.maximum(codes, 0)], False), index=inside.index)
+    else:
+        gemmish = names.astype(str).map(_gemm_like_cached)
     ctas = inside["ctas"] if "ctas" in inside else pd.Series(-1, index=inside.index)
     g = inside[gemmish.to_numpy() & (ctas.to_numpy() > 0)]
     out = pd.DataFrame(index=pd.RangeIndex(n_steps))

@@ -13,6 +13,11 @@
 | tpot-growth           | decode steps' last quarter is >= TPOT_GROWTH slower than the first  |
 | outside-steps         | >= OUTSIDE_SHARE of the trace's work ran outside any step           |
 | graph-replay          | a step was replayed from a CUDA/HIP graph                           |
+| cost-sources          | a model priced kernels: how much kernel time each source priced     |
+| model-precision       | kernel names show another GEMM precision than the model's weights   |
+| model-mismatch        | the steps' attention kernels do not fit the model's layers          |
+| experts-concentrated  | routed experts' uniform-routing bytes exceed the bandwidth roof     |
+| model-undescribed     | a model component needs more than the roofline allows in its time   |
 """
 
 from __future__ import annotations
@@ -78,8 +83,9 @@ def findings(a: Analysis) -> list[Finding]:
         kernel = p["kernel_ms"]
         if not kernel:
             continue
-        bound, ms = max(((b, p["by_bound"][b]) for b in ("compute", "memory", "unknown")), key=lambda x: x[1])
-        what = {"compute": "compute-bound", "memory": "memory-bound", "unknown": "of unknown bound"}[bound]
+        bound, ms = max(((b, p["by_bound"][b]) for b in ("compute", "memory", "interconnect", "unknown")), key=lambda x: x[1])
+        what = {"compute": "compute-bound", "memory": "memory-bound", "interconnect": "interconnect-bound",
+                "unknown": "of unknown bound"}[bound]
         text = f"{_PHASE_TEXT.get(phase, phase).capitalize()}: {ms / kernel:.0%} of kernel time is {what}"
         if p.get("idle_share") is not None:
             text += f", and the {unit} is idle {p['idle_share']:.0%} of the phase"
@@ -112,14 +118,19 @@ def findings(a: Analysis) -> list[Finding]:
         share = p.get("unknown_cost_share")
         if share is not None and share >= UNKNOWN_COST_SHARE:
             why = _main_reason(a, phase)
+            hint = ""
+            if a.model is None and a.device.get("type") == "gpu":
+                hint = ("; pass --model NAME (tracekit models lists the architectures), a config.json or a "
+                        "checkpoint folder to price them from the model")
             out.append(
                 Finding(
                     "unknown-cost",
-                    f"{share:.0%} of {_PHASE_TEXT.get(phase, phase)} kernel time has unknown cost: {why}.",
+                    f"{share:.0%} of {_PHASE_TEXT.get(phase, phase)} kernel time has unknown cost: {why}{hint}.",
                     "warning",
                     phase,
                 )
             )
+    out += _model_findings(a)
     growth = a.metrics.get("tpot_growth")
     if growth is not None and growth >= TPOT_GROWTH:
         out.append(
@@ -144,13 +155,61 @@ def findings(a: Analysis) -> list[Finding]:
         )
     if len(a.steps) and bool(a.steps["graph_replay"].any()):
         captured = a.provenance.get("graph_capture")
-        text = (
-            f"Some steps replay a CUDA/HIP graph; {captured}."
-            if captured
-            else "Some steps replay a CUDA/HIP graph: per-op attribution inside a replay needs the graph-capture "
-            "trace (tracekit report --graph-capture TRACE)."
-        )
+        replayed = a.work[a.work["graph"]]
+        by_model = float(replayed.loc[replayed["cost_source"] == "model", "dur_ns"].sum()) if len(replayed) else 0.0
+        if captured:
+            text = f"Some steps replay a CUDA/HIP graph; {captured}."
+        elif by_model and by_model >= 0.5 * float(replayed["dur_ns"].sum()):
+            text = (f"Some steps replay a CUDA/HIP graph: the model prices {by_model / replayed['dur_ns'].sum():.0%} "
+                    "of the replayed kernel time (the ops and shapes behind a replay are not in the trace).")
+        else:
+            text = ("Some steps replay a CUDA/HIP graph: the ops and shapes behind a replay are not in this trace; "
+                    "pass --model NAME to price the replayed kernels from the architecture, or the graph-capture "
+                    "trace (tracekit report --graph-capture TRACE).")
         out.append(Finding("graph-replay", text, "info"))
+    return out
+
+
+def _model_findings(a: Analysis) -> list[Finding]:
+    """What the model path found: where costs came from, and where the model does not fit."""
+    m = a.model
+    if not m:
+        return []
+    out = []
+    w = a.work
+    total = float(w["dur_ns"].sum())
+    if total:
+        by = w.groupby("cost_source")["dur_ns"].sum() / total
+        label = {"shapes": "recorded shapes", "capture": "the graph-capture trace", "model": "the model",
+                 "none": "nothing (unknown cost)"}
+        parts = ", ".join(f"{v:.0%} by {label.get(k, k)}" for k, v in by.sort_values(ascending=False).items() if v >= 0.005)
+        out.append(Finding("cost-sources", f"Kernel time was priced {parts}; the model is {m['name']} "
+                                           f"(TP {m['tp']}: {m['tp_source']}; weights: {m['precision_source']}).", "info"))
+    for comp, c in (m.get("dtype_conflicts") or {}).items():
+        out.append(Finding(
+            "model-precision",
+            f"Kernel names show {c['kernels']} GEMMs ({comp.replace('_', ' ')}), but {m['name']}'s weights run at "
+            f"{c['model']}: if the checkpoint is quantised, pass --weights (e.g. --weights nvfp4) or its own "
+            "config.json, or the bytes and bounds of those kernels are wrong.", "warning"))
+    if m.get("layer_check"):
+        out.append(Finding("model-mismatch", f"The trace may not be {m['name']}: {m['layer_check']}; check --model.",
+                           "warning"))
+    reasons = w["cost_reason"].astype(str)
+    capped = w[reasons.str.startswith("uniform routing would touch")]
+    if len(capped):
+        out.append(Finding(
+            "experts-concentrated",
+            f"Routed experts ({capped['dur_ns'].sum() / 1e6:.3g} ms) ran faster than reading the weights of the "
+            "experts uniform routing would touch allows at peak bandwidth: the step's tokens concentrated on fewer "
+            "experts. Their bytes are capped at the roof and their fraction of the roof is not shown.", "info"))
+    undescribed = w[reasons.str.contains("does not describe them")]
+    if len(undescribed):
+        comps = sorted(set(undescribed["component"].dropna().astype(str)))
+        out.append(Finding(
+            "model-undescribed",
+            f"The model's work for {', '.join(c.replace('_', ' ') for c in comps)} would take longer at the roofline "
+            f"than those kernels ran ({undescribed['dur_ns'].sum() / 1e6:.3g} ms): the model, --tp or --weights does "
+            "not describe them, so their cost is left unknown.", "warning"))
     return out
 
 

@@ -48,6 +48,8 @@ class Analysis:
     # The whole trace regardless of phase (kernel time by category, top kernels): all a
     # training trace without steps can show.
     overall: dict[str, Any] = field(default_factory=dict)
+    # The model that priced kernels the shapes could not (None: no model given or recorded).
+    model: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(
@@ -63,6 +65,7 @@ class Analysis:
                 "top_kernels": self.top_kernels,
                 "roofline": self.roofline,
                 "overall": self.overall,
+                "model": self.model,
                 "findings": [f.to_dict() for f in self.findings],
                 "provenance": {"phase_source": self.phase_source, **self.provenance},
             }
@@ -94,9 +97,13 @@ def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
                 "tokens": None if pd.isna(r.tokens) else int(r.tokens),
                 "batch": None if pd.isna(r.batch) else int(r.batch),
                 "graph_replay": bool(r.graph_replay),
+                # The batch of each phase as the step's annotation states it (None: not stated).
+                "prefill": _side(getattr(r, "prefill_side", None)),
+                "decode": _side(getattr(r, "decode_side", None)),
                 # Per-step attribution (kernel time by bound, work, bandwidth use).
                 "compute_ms": _get(r, "compute_ms"),
                 "memory_ms": _get(r, "memory_ms"),
+                "interconnect_ms": _get(r, "interconnect_ms"),
                 "unknown_ms": _get(r, "unknown_ms"),
                 "unknown_cost_ms": _get(r, "unknown_cost_ms"),
                 "flops": _get(r, "flops"),
@@ -107,6 +114,10 @@ def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _side(side: Any) -> dict[str, Any] | None:
+    return side.to_dict() if hasattr(side, "to_dict") else None
 
 
 def _get(row: Any, name: str) -> float | None:

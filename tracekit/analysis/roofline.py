@@ -24,26 +24,39 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import costs, taxonomy
+from tracekit.analysis import model_costs as mc
+from tracekit.analysis.model_costs import ModelCosts
+from tracekit.models.config import ModelSpec
 from tracekit.analysis.segment import Segmentation
+from tracekit.frameworks import ENGINE_SOURCES
 from tracekit.specs import GpuSpec, SpecMatch
 from tracekit.analysis.capture import OpSource, own_ops, with_capture
 from tracekit.trace.links import enclosing
 from tracekit.trace.model import Trace
 
-COMPUTE, MEMORY, UNKNOWN = "compute", "memory", "unknown"
-BOUNDS = (COMPUTE, MEMORY, UNKNOWN)
+COMPUTE, MEMORY, INTERCONNECT, UNKNOWN = "compute", "memory", "interconnect", "unknown"
+# A collective with known bytes is bound by the link between GPUs, priced against the spec
+# row's interconnect bandwidth per direction.
+BOUNDS = (COMPUTE, MEMORY, INTERCONNECT, UNKNOWN)
 
 # Copy-engine transfers have no FLOPs: they are bandwidth work by nature.
 _COPY_KINDS = ("memcpy", "memset")
+
+
+# Where a unit's FLOPs and bytes came from.
+SHAPES, CAPTURE, MODEL, NONE = "shapes", "capture", "model", "none"
+COST_SOURCES = (SHAPES, CAPTURE, MODEL, NONE)
+# ``--costs``: shapes where present and the model elsewhere, or one of them only.
+POLICIES = ("auto", "shapes", "model")
 
 
 @dataclass
 class Attribution:
     """Per-unit roofline columns, aligned row for row with ``Segmentation.work``."""
 
-    # category, op_name, flops, bytes, dtype, unit, cost_reason, intensity, peak_flops,
-    # peak_bw, ridge, bound, bound_reason, achieved_flops, achieved_bw, roof_fraction,
-    # roof_fraction_achievable
+    # category, op_name, flops, bytes, dtype, unit, cost_reason, cost_source, component,
+    # intensity, peak_flops, peak_bw, ridge, bound, bound_reason, achieved_flops,
+    # achieved_bw, roof_fraction, roof_fraction_achievable
     table: pd.DataFrame
     spec: GpuSpec | None
     spec_reason: str | None
@@ -51,13 +64,19 @@ class Attribution:
     ops: pd.DataFrame | None = None
     # How a graph-capture trace was used, when one was given.
     capture_note: str | None = None
+    # What the model path found (KV dtype, layer check, dtype conflicts), when a model was given.
+    model_costs: ModelCosts | None = None
 
 
-def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace | None = None) -> Attribution:
+def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace | None = None,
+              model: ModelSpec | None = None, tp: int = 1, policy: str = "auto") -> Attribution:
     """Roofline columns for every unit of work. ``capture``: the graph-capture trace
-    whose ops describe this trace's graph-replayed kernels."""
+    whose ops describe this trace's graph-replayed kernels; ``model`` and ``tp``: the
+    architecture that prices what shapes cannot (``policy``: see ``POLICIES``)."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     work = seg.work
-    source = with_capture(trace, work, capture) if capture is not None else own_ops(trace, work)
+    source = with_capture(trace, work, capture, seg.steps) if capture is not None else own_ops(trace, work)
     ops, op = source.ops, source.op
     op_names = ops["name"].astype(str).to_numpy() if len(ops) else np.array([], dtype=object)
     op_name = np.where(op >= 0, op_names[np.maximum(op, 0)] if len(ops) else None, None)
@@ -65,8 +84,29 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     kinds = work["kind"].astype(str).to_numpy()
     category = _refine_by_module(taxonomy.categorize_many(names, op_name, kinds), trace, work)
 
-    flops, nbytes, dtype, unit, reason, pricing = _costs(source, work)
+    flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(seg, model, tp, names))
     dtype = _refine_dtype(dtype, unit, names)
+    shaped = ~np.isnan(flops)
+    cost_source = np.where(shaped, np.where(pricing >= len(trace.cpu_ops), CAPTURE, SHAPES), NONE).astype(object)
+    if policy == "model":
+        flops[:], nbytes[:], dtype[:], unit[:] = np.nan, np.nan, None, None
+        cost_source[:] = NONE
+        shaped[:] = False
+    model_costs = None
+    component = np.full(len(work), None, dtype=object)
+    if model is not None and policy != "shapes":
+        known = (np.where(shaped, flops, np.nan), np.where(shaped, nbytes, np.nan)) if shaped.any() else None
+        model_costs = mc.price(model, tp, seg.steps, work, category, seg.source, known=known)
+        component = model_costs.component
+        use = ~shaped & ~np.isnan(model_costs.flops)
+        flops[use], nbytes[use] = model_costs.flops[use], model_costs.bytes[use]
+        dtype[use], unit[use] = model_costs.dtype[use], model_costs.unit[use]
+        cost_source[use] = MODEL
+        reason[use] = None
+        still = ~shaped & ~use & (model_costs.reason != None)  # noqa: E711
+        reason[still] = model_costs.reason[still]
+    elif policy == "model":
+        reason[:] = "--costs model needs --model (or a collected run's recorded config)"
     dur_s = work["dur_ns"].to_numpy() / 1e9
     table = pd.DataFrame(
         {
@@ -78,6 +118,8 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
             "dtype": dtype,
             "unit": unit,
             "cost_reason": reason,
+            "cost_source": cost_source,
+            "component": component,
         }
     )
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -86,11 +128,33 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
         table["achieved_bw"] = np.where(dur_s > 0, nbytes / dur_s, np.nan)
     spec = match.spec
     _bounds(table, spec, match.reason, kinds, category, dur_s)
-    return Attribution(table, spec, match.reason, source.ops, source.note)
+    if model_costs is not None and spec is not None:
+        _model_above_roof(table, work["step"].to_numpy(), dur_s, spec, match.reason, kinds, category)
+    return Attribution(table, spec, match.reason, source.ops, source.note, model_costs)
 
 
-def _costs(source: OpSource, work: pd.DataFrame):
-    """FLOPs, bytes, dtype, unit, reason and pricing op (row of ``source.ops``) per unit of work."""
+def _contexts(seg: Segmentation, model: ModelSpec | None, tp: int, names: np.ndarray):
+    """Per step, the context engine custom ops need to be priced from their shapes (``OpContext``)."""
+    _, kv_bytes, _ = mc.kv_cache_dtype(pd.unique(names), "model")
+    sides = mc.step_sides(seg.steps, seg.source in ENGINE_SOURCES) if len(seg.steps) else []
+    cache: dict[int, costs.OpContext] = {}
+
+    def context(step: int) -> costs.OpContext:
+        if step not in cache:
+            pairs = keys = None
+            note = ""
+            if 0 <= step < len(sides) and sides[step]:
+                pairs, keys, note = mc.attention_per_layer(model, sides[step])
+            cache[step] = costs.OpContext(tp=tp, pairs=pairs, keys=keys, kv_bytes=kv_bytes, model=model,
+                                          window_note=note)
+        return cache[step]
+
+    return context
+
+
+def _costs(source: OpSource, work: pd.DataFrame, context=None):
+    """FLOPs, bytes, dtype, unit, reason and pricing op (row of ``source.ops``) per unit of work.
+    ``context(step)``: the ``OpContext`` of a step, for ops whose cost needs one."""
     n = len(work)
     flops = np.full(n, np.nan)
     nbytes = np.full(n, np.nan)
@@ -142,8 +206,12 @@ def _costs(source: OpSource, work: pd.DataFrame):
     dims = ops["input_dims"].to_numpy()
     types = ops["input_types"].to_numpy()
     concrete = ops["concrete_inputs"].to_numpy()
+    step_of = work["step"].to_numpy() if "step" in work else np.full(len(work), -1)
     for p, rows in zip(keys.tolist(), groups):
-        cost = costs.op_cost_json(names[p], dims[p], types[p], concrete[p])
+        if context is not None and costs.needs_context(names[p]):
+            cost = costs.price_in_context(names[p], dims[p], types[p], concrete[p], context(int(step_of[rows[0]])))
+        else:
+            cost = costs.op_cost_json(names[p], dims[p], types[p], concrete[p])
         if not isinstance(cost, costs.OpCost):
             reason[rows] = cost.reason
             continue
@@ -190,13 +258,76 @@ _INTEGER_DTYPES = ("int64", "int32", "int16", "uint8", "bool")
 
 
 def _refine_dtype(dtype: np.ndarray, unit: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """The dtype whose peak a matrix kernel runs at: what its name states (an MXFP8 x MXFP4
+    MoE GEMM under a bf16 op runs at the FP8 rate), else the op's."""
     out = dtype.copy()
+    matrix = np.flatnonzero(unit == costs.MATRIX)
+    if len(matrix):
+        said = np.array([mc.name_dtype(n) for n in names[matrix]], dtype=object)
+        hit = said != None  # noqa: E711
+        out[matrix[hit]] = said[hit]
     fp32_matrix = np.flatnonzero((dtype == "fp32") & (unit == costs.MATRIX))
     if len(fp32_matrix):
         tf32 = np.array([bool(_TF32_KERNEL.search(n)) for n in names[fp32_matrix]], dtype=bool)
         out[fp32_matrix[tf32]] = "tf32"
     out[np.isin(dtype, _INTEGER_DTYPES) & (unit == costs.VECTOR)] = "fp32"
     return out
+
+
+# The model's minimal work of a component can take longer at the roof than its kernels ran
+# only when the model does not describe them: tolerate timing noise, nothing more.
+ABOVE_ROOF = 1.02
+
+
+def _model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, spec: GpuSpec, spec_reason,
+                      kinds, category) -> None:
+    """Model-priced work that would need more than the roofline allows in its kernels' time.
+
+    Never shown as fact. Routed experts are priced at the experts uniform routing touches,
+    an upper bound: above the roof, routing concentrated on fewer experts, so their bytes are
+    capped at what peak bandwidth moves in the kernels' time (an upper bound still; the roof
+    fraction is then not shown). Any other component above the roof is left unpriced, with the
+    reason: the model (or --tp, or --weights) does not describe those kernels.
+    """
+    model = (table["cost_source"].to_numpy() == MODEL) & ~np.isnan(table["roof_fraction"].to_numpy())
+    if not model.any():
+        return
+    comp = table["component"].to_numpy()
+    frame = pd.DataFrame({"step": step[model], "comp": comp[model], "row": np.flatnonzero(model),
+                          "dur": dur_s[model], "roof_s": table["roof_fraction"].to_numpy()[model] * dur_s[model]})
+    flops, nbytes = table["flops"].to_numpy().copy(), table["bytes"].to_numpy().copy()
+    reason = table["cost_reason"].to_numpy().copy()
+    capped = np.zeros(len(table), dtype=bool)
+    dropped = np.zeros(len(table), dtype=bool)
+    for (_, c), g in frame.groupby(["step", "comp"], sort=False):
+        need, took = g["roof_s"].sum(), g["dur"].sum()
+        if took <= 0 or need <= ABOVE_ROOF * took:
+            continue
+        rows = g["row"].to_numpy()
+        if c == "experts":
+            nbytes[rows] *= took / need  # memory-bound at any expert count: bytes are the time's roof
+            capped[rows] = True
+            reason[rows] = (f"uniform routing would touch experts whose weights need {need / took:.0%} of the "
+                            "bandwidth roof in these kernels' time: routing concentrated on fewer experts; bytes "
+                            "capped at what peak bandwidth moves in that time")
+        else:
+            flops[rows], nbytes[rows] = np.nan, np.nan
+            dropped[rows] = True
+            reason[rows] = (f"the model's {str(c).replace('_', ' ')} work would take {need / took:.0%} of these "
+                            "kernels' time even at the roofline: the model (or --tp, --weights) does not describe "
+                            "them, so their cost is left unknown")
+    if not (capped.any() or dropped.any()):
+        return
+    table["flops"], table["bytes"], table["cost_reason"] = flops, nbytes, reason
+    table.loc[dropped, "cost_source"] = NONE
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["intensity"] = np.where(nbytes > 0, flops / nbytes, np.nan)
+        table["achieved_flops"] = np.where(dur_s > 0, flops / dur_s, np.nan)
+        table["achieved_bw"] = np.where(dur_s > 0, nbytes / dur_s, np.nan)
+    _bounds(table, spec, spec_reason, kinds, category, dur_s)
+    table.loc[capped, "roof_fraction"] = np.nan
+    table.loc[capped, "roof_fraction_achievable"] = np.nan
+    table.loc[capped, "bound_reason"] = reason[capped]
 
 
 def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, kinds, category, dur_s) -> None:
@@ -241,8 +372,21 @@ def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, 
     bound[copies] = MEMORY
     why[copies] = None
     comm = (category == taxonomy.COMMUNICATION) & ~copies
-    bound[comm] = UNKNOWN
-    why[comm] = "communication: bound by the interconnect, not this device's roofline"
+    link = spec.interconnect_bandwidth if spec is not None else None
+    priced = comm & ~np.isnan(nbytes) & (nbytes > 0)
+    if link:
+        bound[priced] = INTERCONNECT
+        with np.errstate(divide="ignore", invalid="ignore"):
+            table.loc[priced, "roof_fraction"] = np.where(dur_s[priced] > 0, nbytes[priced] / link / dur_s[priced], np.nan)
+        peak_bw[comm] = link
+        unpriced = comm & ~priced
+        bound[unpriced] = UNKNOWN
+        why[unpriced] = (table["cost_reason"].to_numpy()[unpriced] if unpriced.any() else why[unpriced])
+    else:
+        bound[comm] = UNKNOWN
+        why[comm] = ("communication: bound by the interconnect, and "
+                     + (f"{spec.name}'s spec row gives no interconnect bandwidth" if spec is not None
+                        else "the device has no spec row"))
     why[bound != UNKNOWN] = None
     table["peak_flops"] = peak_f
     table["peak_bw"] = peak_bw

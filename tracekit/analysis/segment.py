@@ -149,12 +149,16 @@ def _resolve_phases(steps: pd.DataFrame, work: pd.DataFrame) -> None:
     todo = np.flatnonzero((steps["phase"] == UNKNOWN).to_numpy())
     if not len(todo):
         return
-    names = work["name"].astype(str).to_numpy()
+    names = work["name"] if hasattr(work["name"], "cat") else work["name"].astype("category")
+    flags = evidence.NameFlags(names.cat.categories)
+    codes = names.cat.codes.to_numpy()
     step_of = work["step"].to_numpy()
+    order = np.argsort(step_of, kind="stable")
+    bounds = np.searchsorted(step_of[order], np.arange(len(steps) + 1))
     weak: dict[int, tuple[str, str]] = {}
     undecided = []
     for i in todo.tolist():
-        phase, why, strong = evidence.name_evidence(names[step_of == i])
+        phase, why, strong = evidence.name_evidence_codes(codes[order[bounds[i]:bounds[i + 1]]], flags)
         if phase != UNKNOWN and strong:
             steps.at[i, "phase"], steps.at[i, "evidence"] = phase, _joined(steps.at[i, "evidence"], why)
             continue
@@ -163,7 +167,8 @@ def _resolve_phases(steps: pd.DataFrame, work: pd.DataFrame) -> None:
         undecided.append(i)
     if not undecided:
         return
-    if not evidence.generates_tokens(work.loc[work["step"] >= 0, "name"]):
+    inside = np.unique(codes[(step_of >= 0) & (codes >= 0)])
+    if not flags.generation[inside].any():
         why = ("too little evidence to tell prefill from decode: no op shapes show tokens per sequence, and no "
                "KV-cache writes or paged attention kernels show autoregressive generation")
         for i in undecided:

@@ -26,6 +26,8 @@ from tracekit.analysis import taxonomy
 from tracekit.frameworks import DECODE, MIXED, PREFILL, BatchSide
 
 BASIS = "attention kernels by each side's query-key pairs, all other work by each side's tokens"
+MODEL_BASIS = ("the model's work of each side: attention and linear attention by each side's FLOPs and bytes, "
+               "token-proportional work by tokens")
 
 
 @dataclass
@@ -38,7 +40,10 @@ class Split:
     by_step: dict[int, dict]
 
 
-def split_mixed(steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray) -> Split:
+def split_mixed(steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray,
+                model_share: np.ndarray | None = None) -> Split:
+    """``model_share``: per unit, the prefill share the model gives (NaN where it gives none),
+    used instead of the token and pair proportions where present."""
     share = np.full(len(work), np.nan)
     fraction = np.full(len(steps), np.nan)
     by_step: dict[int, dict] = {}
@@ -55,6 +60,11 @@ def split_mixed(steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray) -
         by_tokens, by_pairs = shares
         rows = step_of == i
         share[rows] = np.where(attention[rows], by_pairs, by_tokens)
+        by_model = False
+        if model_share is not None:
+            known = rows & ~np.isnan(model_share)
+            share[known] = model_share[known]
+            by_model = bool(known.any())
         total = dur[rows].sum()
         p = float((dur[rows] * share[rows]).sum() / total) if total > 0 else by_tokens
         fraction[i] = p
@@ -62,8 +72,8 @@ def split_mixed(steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray) -
         by_step[i] = {
             PREFILL: {**_counts(pre), "gpu_ms": busy_ms * p},
             DECODE: {**_counts(dec), "gpu_ms": busy_ms * (1 - p)},
-            "basis": BASIS if by_pairs != by_tokens or not attention[rows].any()
-            else "all work by each side's tokens (query-key pairs not stated)",
+            "basis": (MODEL_BASIS if by_model else BASIS if by_pairs != by_tokens or not attention[rows].any()
+                      else "all work by each side's tokens (query-key pairs not stated)"),
         }
     return Split(share, fraction, by_step)
 

@@ -47,3 +47,26 @@ def trace_argument(f):
 def human_size(n: int) -> str:
     """A written file's size for the "wrote ..." line."""
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{max(1, round(n / 1e3))} kB"
+
+
+# --- the model-based cost options, shared by report, summary and compare ----------------
+
+COSTS = ("auto", "shapes", "model")
+
+
+def model_options(f):
+    """``--model``, ``--tp``, ``--weights`` and ``--costs``: price kernels from the architecture."""
+    from tracekit.models import WEIGHT_CHOICES
+
+    f = click.option("--costs", type=click.Choice(COSTS), default="auto", show_default=True,
+                     help="Where FLOPs and bytes come from: recorded shapes where present and the model "
+                          "elsewhere, or one of them only (--costs model cross-checks the model).")(f)
+    f = click.option("--weights", type=click.Choice(WEIGHT_CHOICES), metavar="PRECISION",
+                     help="How the model's linear layers are stored when its config does not say "
+                          f"({', '.join(WEIGHT_CHOICES)}); LM head and embeddings stay at the config's dtype.")(f)
+    f = click.option("--tp", type=click.IntRange(min=1), metavar="N",
+                     help="Tensor-parallel degree of the run (default: distributedInfo's world size).")(f)
+    f = click.option("--model", metavar="NAME|PATH",
+                     help="The model that ran: a name from `tracekit models`, a config.json, or a checkpoint "
+                          "folder holding one. Prices the kernels that have no recorded shapes.")(f)
+    return f

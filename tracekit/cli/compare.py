@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from tracekit.cli.common import human_size, read_with_progress, refuse_overwrite
+from tracekit.cli.common import human_size, model_options, read_with_progress, refuse_overwrite
 from tracekit.errors import TracekitError
 
 FORMATS = ("html", "json", "md", "text")
@@ -29,8 +29,10 @@ SUMMARY_LINES = 6  # sentences printed after writing a report file
                    "'decode_tokens_per_s<-3%', 'ttft_ms>+2ms', 'decode_mbu<-2pp'. May repeat.")
 @click.option("--gpu-before", metavar="NAME", help="Price the before run against this GPU's spec row (see `tracekit gpus`).")
 @click.option("--gpu-after", metavar="NAME", help="Price the after run against this GPU's spec row.")
+@model_options
 def command(before: str, after: str, output: str | None, fmt: str | None, force: bool, gates: tuple[str, ...],
-            gpu_before: str | None, gpu_after: str | None) -> None:
+            gpu_before: str | None, gpu_after: str | None, model: str | None, tp: int | None,
+            weights: str | None, costs: str) -> None:
     """Compare two runs: BEFORE (the baseline) and AFTER (the change), each a trace file or a
     folder of per-rank traces. Shows context differences that make the comparison unfair
     first, then headline deltas with a verdict per figure (better, worse, within noise),
@@ -56,8 +58,13 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     for p in (before, after):
         if not os.path.exists(p):
             raise TracekitError(f"{p}: no such file or folder")
-    b = analyze(_read(before), gpu=gpu_before)
-    a = analyze(_read(after), gpu=gpu_after)
+    from tracekit.cli.report import _load_model
+
+    spec_model = _load_model(model, weights)  # the same model prices both runs
+    b = analyze(_read(before), gpu=gpu_before, model=spec_model, tp=tp, costs=costs,
+                weights=weights if spec_model is None else None)
+    a = analyze(_read(after), gpu=gpu_after, model=spec_model, tp=tp, costs=costs,
+                weights=weights if spec_model is None else None)
     comparison = compare(b, a)
     text = renderer.render(comparison)
     # Messages go to stderr when stdout carries the report itself.

@@ -7,7 +7,7 @@ import shlex
 
 import click
 
-from tracekit.cli.common import human_size, read_with_progress, refuse_overwrite, trace_argument
+from tracekit.cli.common import human_size, model_options, read_with_progress, refuse_overwrite, trace_argument
 from tracekit.errors import TracekitError
 
 FORMATS = ("html", "json", "md", "text")
@@ -30,8 +30,10 @@ FORMATS = ("html", "json", "md", "text")
               help="CPU traces: the matmul peak to price against, when the trace has no collect calibration.")
 @click.option("--cpu-bandwidth", type=float, metavar="BYTES/S",
               help="CPU traces: the memory bandwidth to price against, when the trace has no collect calibration.")
+@model_options
 def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: str | None, spec_file: str | None,
-            capture: str | None, cpu_flops: float | None, cpu_bandwidth: float | None) -> None:
+            capture: str | None, cpu_flops: float | None, cpu_bandwidth: float | None, model: str | None,
+            tp: int | None, weights: str | None, costs: str) -> None:
     """Write a report of TRACE: a self-contained HTML page with charts (opens offline),
     the whole analysis as JSON for scripts and CI, or a Markdown summary for pull requests."""
     from tracekit.analysis import analyze
@@ -46,10 +48,12 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
             raise TracekitError(f"{output} is a folder; give a file name, e.g. {os.path.join(output, 'report' + renderer.extension)}")
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
+    spec_model = _load_model(model, weights)  # a bad --model fails before the slow read
     t = read_with_progress(trace)
     captured = read_with_progress(capture) if capture else None
     analysis = analyze(t, gpu=gpu, spec_file=spec_file, capture=captured,
-                       cpu_matmul_flops=cpu_flops, cpu_bandwidth=cpu_bandwidth)
+                       cpu_matmul_flops=cpu_flops, cpu_bandwidth=cpu_bandwidth, model=spec_model, tp=tp,
+                       costs=costs, weights=weights if spec_model is None else None)
     text = renderer.render(analysis)
     if to_stdout:
         click.echo(text, nl=False)
@@ -57,6 +61,14 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
     size = write_atomic(path, text, make_parent=output is None)
     click.echo(f"wrote {path} ({human_size(size)})")
     click.echo(_next_step(renderer.name, trace, path))
+
+
+def _load_model(model: str | None, weights: str | None):
+    if model is None:
+        return None
+    from tracekit.models import load_model
+
+    return load_model(model, weights=weights)
 
 
 def _next_step(name: str, trace: str, path: str) -> str:

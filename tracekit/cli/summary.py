@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli.common import read_with_progress, trace_argument
+from tracekit.cli.common import model_options, read_with_progress, trace_argument
 from tracekit.trace.summary import summarize
 
 
@@ -14,15 +14,21 @@ from tracekit.trace.summary import summarize
 @click.option("--gpu", metavar="NAME", help="Price the kernels against this GPU's spec row (see `tracekit gpus`).")
 @click.option("--spec-file", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
               help="A JSON or CSV file with the device's peaks, instead of the built-in database.")
-def command(trace: str, top: int, gpu: str | None, spec_file: str | None) -> None:
+@model_options
+def command(trace: str, top: int, gpu: str | None, spec_file: str | None, model: str | None, tp: int | None,
+            weights: str | None, costs: str) -> None:
     """Print what a trace holds (device, event counts, top kernels), then its headline
     figures (TTFT, TPOT, tokens/s, MFU, MBU, idle) and the prefill/decode phase table."""
     from tracekit.analysis import analyze
     from tracekit.report.render_text import TextRenderer
 
+    from tracekit.cli.report import _load_model
+
+    spec_model = _load_model(model, weights)
     t = read_with_progress(trace)
     click.echo(summarize(t, top=top))
-    analysis = analyze(t, gpu=gpu, spec_file=spec_file)
+    analysis = analyze(t, gpu=gpu, spec_file=spec_file, model=spec_model, tp=tp, costs=costs,
+                       weights=weights if spec_model is None else None)
     click.echo("")
     click.echo(TextRenderer(show_header=False).render(analysis).rstrip("\n"))
     click.echo("")

@@ -71,15 +71,32 @@ def capture(name: str) -> tuple[int, str] | None:
     return vllm.capture(name)
 
 
-def rank_from_path(path: str) -> dict | None:
-    """{"rank": r, "source": ..., (SGLang) "dp"/"pp"/"ep"/"stage"} from a trace file name, or None."""
-    base = os.path.basename(path)
+def rank_from_path(path: str, siblings: list[str] | tuple[str, ...] = ()) -> dict | None:
+    """Rank, and world size when the run's other files are among ``siblings``, from a per-rank
+    trace file name: {"rank", "world_size" (or absent), "source", SGLang "dp"/"pp"/"ep"/"stage"}."""
+    found = _rank_and_run(os.path.basename(path))
+    if found is None:
+        return None
+    info, run = found
+    ranks = {info["rank"]}
+    for other in siblings:
+        got = _rank_and_run(os.path.basename(other))
+        if got is not None and got[1] == run:
+            ranks.add(got[0]["rank"])
+    if len(ranks) > 1:
+        info["world_size"] = len(ranks)
+    return info
+
+
+def _rank_and_run(base: str) -> tuple[dict, str] | None:
     found = sglang.rank_from_filename(base)
     if found is not None:
-        return {**found, "source": "SGLang per-rank file name"}
-    rank = vllm.rank_from_filename(base)
-    if rank is not None:
-        return {"rank": rank, "source": "per-rank file name (rank<N>)"}
+        run = str(found.pop("run"))
+        return {**found, "source": "SGLang per-rank file name"}, "sglang:" + run
+    got = vllm.rank_from_filename(base)
+    if got is not None:
+        rank, run = got
+        return {"rank": rank, "source": "per-rank file name (rank<N>)"}, "vllm:" + run
     return None
 
 

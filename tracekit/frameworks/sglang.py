@@ -68,11 +68,12 @@ def is_step_frame(name: str) -> bool:
 
 
 def rank_from_filename(basename: str) -> dict[str, int | str] | None:
-    """{"rank": tp rank, "dp"/"pp"/"ep": ..., "stage": ...} from an SGLang trace file name."""
+    """{"rank": tp rank, "dp"/"pp"/"ep": ..., "stage": ..., "run": run key} from an SGLang trace
+    file name. Files of one run share the run key: the profile id and the stage."""
     m = _RANK_FILE.search(basename)
     if not m:
         return None
-    out: dict[str, int | str] = {"rank": int(m["tp"])}
+    out: dict[str, int | str] = {"rank": int(m["tp"]), "run": basename[: m.start()] + "|" + (m["stage"] or "").upper()}
     for key in ("dp", "pp", "ep"):
         if m[key] is not None:
             out[key] = int(m[key])

@@ -62,6 +62,9 @@ def parse(name: str) -> StepAnnotation | None:
                               problem=f"vLLM step annotation {name[:120]!r} does not follow "
                                       "execute_[T_]context_C(...)_generation_G(...)")
     problems: list[str] = []
+    rest = name.strip()[m.end():]
+    if rest:
+        problems.append(f"trailing text {rest[:40]!r} after the generation counts")
     prefill = _side(int(m["ctx"]), m["ctx_args"], "context", problems)
     decode = _side(int(m["gen"]), m["gen_args"], "generation", problems)
     tokens, requests = sides_total(prefill, decode)
@@ -128,7 +131,8 @@ def capture(name: str) -> tuple[int, str] | None:
     return (int(m[1]), m[2]) if m else None
 
 
-def rank_from_filename(basename: str) -> int | None:
-    """Rank in a vLLM per-rank trace file name, else None."""
+def rank_from_filename(basename: str) -> tuple[int, str] | None:
+    """(rank, run key) of a vLLM per-rank trace file name, else None. Files of one run share
+    the run key: the name before the rank."""
     m = _RANK_FILE.search(basename)
-    return int(m[1]) if m else None
+    return (int(m[1]), basename[: m.start()]) if m else None

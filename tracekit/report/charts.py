@@ -23,7 +23,8 @@ BOKEH_COMPONENTS = ["bokeh"]
 # The decode chart shows at most this many steps (every k-th beyond it, said on the page).
 MAX_STEP_BARS = 2000
 
-BOUND_COLORS = {"compute": "#2f6db5", "memory": "#e07b1f", "unknown": "#9a9a9a", "idle": "#e4e4e4"}
+BOUND_COLORS = {"compute": "#2f6db5", "memory": "#e07b1f", "interconnect": "#7b52ab", "unknown": "#9a9a9a",
+                "idle": "#e4e4e4"}
 # Categories avoid the bound colours' exact tones so the two side-by-side charts don't read alike.
 CATEGORY_COLORS = {
     "gemm": "#5b9bd5",

@@ -21,11 +21,11 @@ class TextRenderer(Renderer):
 
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         phases = view.phase_rows(data)
-        head = ["phase", "steps", "time", "busy", "idle", "idle %", "compute", "memory", "unknown", "MFU", "MBU"]
+        head = ["phase", "steps", "time", "busy", "idle", "idle %", "compute", "memory", "link", "unknown", "MFU", "MBU"]
         cells = [
             [
                 term_text(r["label"]), r["steps"], r["time"], r["gpu_busy"], r["gpu_idle"], r["idle_share"],
-                *(b["share"] for b in r["bounds"][:3]), r["mfu"], r["mbu"],
+                *(b["share"] for b in r["bounds"][:4]), r["mfu"], r["mbu"],
             ]
             for r in phases
         ]

@@ -13,8 +13,9 @@ from typing import Any
 from tracekit.report import formatting as fmt
 
 PHASE_LABELS = {"prefill": "Prefill", "decode": "Decode", "mixed": "Mixed", "unknown": "Unclassified"}
-BOUNDS = ("compute", "memory", "unknown", "idle")
-BOUND_LABELS = {"compute": "compute-bound", "memory": "memory-bound", "unknown": "unknown bound", "idle": "idle"}
+BOUNDS = ("compute", "memory", "interconnect", "unknown", "idle")
+BOUND_LABELS = {"compute": "compute-bound", "memory": "memory-bound", "interconnect": "interconnect-bound",
+                "unknown": "unknown bound", "idle": "idle"}
 
 # What each gap in a trace (``Trace.lacks`` keys) takes away from the report.
 LACK_EFFECTS = {

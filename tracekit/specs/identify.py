@@ -7,8 +7,8 @@
 3. when the trace has no usable properties (none, or a generic name without the fields
    to tell parts apart), the architecture tags its kernel names carry: NVIDIA ``sm90``,
    ``sm_100a``, ``Sm120``, ``cutlass_80_`` and AMD ``gfx942`` / ``ISA942``. Kernels built
-   for an architecture run on it (or a later one), so the newest tag found names the
-   family. A family with one row in the database is that row; otherwise the reason names
+   for an architecture run on it (NVIDIA: or a later minor version of it), so the newest
+   tag found names the family. A family with one row in the database is that row; otherwise the reason names
    the candidates and the ``--gpu`` to pass. A named GPU missing from the database is
    never replaced by a family member (an H20 is not an H100).
 """
@@ -51,6 +51,14 @@ def architecture(kernel_names: Iterable[str]) -> tuple[str, str, tuple[int, int]
     return best
 
 
+def _runs(tag: str, built: tuple[int, int], device: tuple[int, int]) -> bool:
+    """Whether kernels built for ``built`` run on a ``device``: NVIDIA code runs on the same
+    major architecture at the same or a later minor version; AMD code only on its own gfx id."""
+    if tag.startswith("gfx"):
+        return device == built
+    return device[0] == built[0] and device[1] >= built[1]
+
+
 def identify(props: Mapping[str, Any] | None, note: str | None, kernel_names: Iterable[str], *,
              gpu: str | None = None, spec_file: str | Path | None = None) -> SpecMatch:
     """The spec row to price the trace against, how it was found, or why there is none."""
@@ -62,12 +70,14 @@ def identify(props: Mapping[str, Any] | None, note: str | None, kernel_names: It
     name = (props or {}).get("name") if props else None
     if isinstance(name, str) and name.strip().casefold() not in GENERIC_NAMES:
         return match  # a named part the database lacks: no family member stands in for it
+    why = match.reason or "the trace does not identify its GPU"
+    if note:
+        why = f"{note}; {why}"
     arch = architecture(kernel_names)
     if arch is None:
-        return replace(match, reason=f"{note}; {match.reason}") if note else match
+        return replace(match, reason=why)
     vendor, tag, cc = arch
-    family = [s for s in all_specs() if s.vendor == vendor and s.compute_capability == cc]
-    why = match.reason or "the trace does not identify its GPU"
+    family = [s for s in all_specs() if s.vendor == vendor and s.compute_capability and _runs(tag, cc, s.compute_capability)]
     if len(family) == 1:
         return SpecMatch(family[0], f"architecture tag {tag} in kernel names (the only {vendor} part of that "
                                     f"architecture in tracekit's database; {why})")

@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tracekit import markers
+from tracekit import frameworks, markers
 from tracekit.errors import TracekitError
 from tracekit.trace import decode as dec
 from tracekit.trace import links
@@ -60,12 +60,12 @@ def read_trace(path: str | os.PathLike, progress: Progress | None = None) -> Tra
         files = dec.list_trace_files(path)
         if not files:
             raise TracekitError(f"{path} is a directory with no trace files (*.json, *.json.gz, *.json.zst)")
-        parts = [_read_file(f, progress) for f in files]
+        parts = [_read_file(f, progress, siblings=files) for f in files]
         return _merge(path, parts)
     return _read_file(path, progress)
 
 
-def _read_file(path: str, progress: Progress | None) -> Trace:
+def _read_file(path: str, progress: Progress | None, siblings: list[str] | None = None) -> Trace:
     if progress:
         progress(f"reading {os.path.basename(path)}")
     data = dec.read_bytes(path)
@@ -99,11 +99,25 @@ def _read_file(path: str, progress: Progress | None) -> Trace:
         n_events=len(events),
         n_bytes=len(data),
     )
+    if trace.distributed is None:
+        trace.distributed = _rank_from_name(path, siblings)
     if progress:
         progress("linking kernels to launches and ops")
     links.link(trace)
     _note_lacks(trace)
     return trace
+
+
+def _rank_from_name(path: str, siblings: list[str] | None) -> dict | None:
+    """Rank (and world size) from a per-rank file name when distributedInfo is missing; the
+    run's other files are looked for beside it."""
+    if siblings is None:
+        folder = os.path.dirname(os.path.abspath(path))
+        try:
+            siblings = dec.list_trace_files(folder)
+        except OSError:
+            siblings = []
+    return frameworks.rank_from_path(path, siblings)
 
 
 def _is_int(v) -> bool:
@@ -374,8 +388,13 @@ def _note_lacks(trace: Trace) -> None:
         lacks["device_properties"] = "the trace has no deviceProperties: the GPU cannot be identified from it"
     elif len(k) and trace.device_name() is None:
         lacks["device_name"] = "the GPU's name is empty in deviceProperties"
-    if trace.distributed is None:
+    dist = trace.distributed
+    if dist is None:
         lacks["distributed"] = "no distributedInfo: rank and world size unknown"
+    elif dist.get("source"):
+        world = f", world size {dist['world_size']} from the run's files beside it" if dist.get("world_size") else \
+            ", world size unknown"
+        lacks["distributed"] = f"no distributedInfo: rank {dist['rank']} from the {dist['source']}{world}"
     ops = trace.cpu_ops
     if not len(ops):
         lacks["cpu_ops"] = "no CPU ops were recorded: kernels cannot be tied to the ops that launched them"

@@ -15,7 +15,7 @@ from tracekit.report.view import BOUND_LABELS, phase_label
 
 SIDES = ("before", "after")
 VERDICT_CLASS = {"better": "better", "worse": "worse", "within noise": "noise", "not comparable": "na"}
-BOUND_ORDER = ("compute", "memory", "unknown", "idle")
+BOUND_ORDER = ("compute", "memory", "interconnect", "unknown", "idle")
 _WORKLOAD = (
     ("model", "model"),
     ("batch", "batch"),

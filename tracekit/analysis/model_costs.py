@@ -1,0 +1,379 @@
+"""Costs from the model: each kernel's FLOPs and bytes from the architecture, the step's batch
+and the tensor-parallel degree, for traces without recorded shapes (serving traces, graph
+replays, engine custom ops).
+
+For every step the model gives the work of each layer component (``tracekit.models.costs``);
+the kernels carry it:
+
+- a kernel's component comes from its taxonomy category and name (``component_of``): a GEMM
+  is ``linear``, except the step's LM head (its last GEMM, of a name launched once in the
+  step); MoE grouped GEMMs are ``experts``, the other MoE kernels ``routing``; ...
+- pooled components (GEMMs, experts, routing, attention, linear attention, collectives) are
+  shared among the step's kernels of that component in proportion to their durations;
+- per-launch components (norms, rotary, activations, KV-cache writes, quantisation,
+  embedding, sampling) are priced launch by launch: each processes every token of the step;
+- generic kernels (copies, fills, elementwise and reduction helpers) have no model cost: the
+  model does not say what they move.
+
+Precision: GEMM and attention kernels run at the dtype their names state (``e2m1``: FP4,
+``e4m3``: FP8, ``bf16``; scale types ``ue4m3``/``ue8m0`` are not operands); otherwise at the
+model's stored precision's compute dtype. The KV cache is FP8 when kernel names say so.
+A step whose tokens the trace does not state gets no model cost, with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracekit import frameworks
+from tracekit.analysis import taxonomy
+from tracekit.frameworks import DECODE, MIXED, PREFILL, BatchSide
+from tracekit.models import costs as mc
+from tracekit.models.config import ModelSpec
+
+_EXPERT_GEMM = re.compile(r"gemm|matmul|^bmm_|fused_moe_kernel|fused_experts|grouped|marlin|_ogs", re.I)
+_QK_NORM = re.compile(r"qk_?norm", re.I)
+# Only names that say "fused add" read and write a residual too; AITER's add_rmsnorm_quant
+# template also serves plain (q/k) norms, so a bare "add_rmsnorm" is priced as the floor.
+_FUSED_ADD = re.compile(r"fused_?add", re.I)
+_KV_WRITE = re.compile(r"reshape_and_cache|concat_and_cache|store_?kv|store_cache|set_kv|kv_buffer|rope_store|"
+                       r"rope_reshape_and_cache", re.I)
+# Operand dtypes in kernel names. Scale types (ue4m3, ue8m0) are not operands.
+_FP4 = re.compile(r"e2m1|nvfp4|mxfp4|float4|(?<![a-z])fp4", re.I)
+_FP8 = re.compile(r"(?<![u])e4m3|(?<![u])e5m2|(?<![a-z])fp8|float8|f8f6f4|mxf8", re.I)
+_BF16 = re.compile(r"bf16|bfloat16|df16b", re.I)  # DF16b: __bf16 in Itanium-mangled (HIP) names
+_FP16 = re.compile(r"(?<![b])f16(?![0-9b])|(?<![a-z])half", re.I)
+# Template arguments that name a KV-cache *option*, not an operand dtype (vLLM's
+# Fp8KVCacheDataType 0 means "auto": the cache holds the model dtype).
+_NOT_OPERAND = re.compile(r"fp8kvcachedatatype\)\d|kv_?cache_?dtype\w*", re.I)
+_KV_FP8 = re.compile(r"fp8kvcachedatatype\)[12]|kv_?(cache_?)?fp8|qkve4m3|kv_?e4m3", re.I)
+
+SOURCE_MODEL = "model"
+
+
+@dataclass
+class ModelCosts:
+    """Per unit of work (aligned with the work table): the model's FLOPs, bytes, dtype, unit,
+    component and reason, and what the run told about itself."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    dtype: np.ndarray
+    unit: np.ndarray
+    component: np.ndarray
+    reason: np.ndarray
+    # Per step: the prefill share of each unit of a mixed step by the model (NaN elsewhere).
+    prefill_share: np.ndarray
+    kv_dtype: str = "bf16"
+    kv_how: str = ""
+    notes: list[str] = field(default_factory=list)
+    # Kernel dtypes that contradict the model's stored precision: {component: (kernel dtype, model dtype)}.
+    dtype_conflicts: dict[str, tuple[str, str]] = field(default_factory=dict)
+    layer_check: str | None = None
+
+
+def name_dtype(name: str) -> str | None:
+    """The operand dtype a kernel's name states; mixed FP8 x FP4 runs at the FP8 rate."""
+    name = _NOT_OPERAND.sub("", name)
+    fp4, fp8 = bool(_FP4.search(name)), bool(_FP8.search(name))
+    if fp8:
+        return "fp8"
+    if fp4:
+        return "fp4"
+    if _BF16.search(name):
+        return "bf16"
+    if _FP16.search(name):
+        return "fp16"
+    return None
+
+
+def component_of(category: str, name: str) -> str | None:
+    """The model component a kernel does work of; None for generic kernels."""
+    if category == taxonomy.GEMM:
+        return "linear"
+    if category == taxonomy.MOE:
+        return "experts" if _EXPERT_GEMM.search(name) else "routing"
+    if category in (taxonomy.ATTENTION, taxonomy.LINEAR_ATTENTION, taxonomy.COMMUNICATION):
+        return {taxonomy.ATTENTION: "attention", taxonomy.LINEAR_ATTENTION: "linear_attention",
+                taxonomy.COMMUNICATION: "communication"}[category]
+    if category == taxonomy.NORMALIZATION:
+        return "qk_norm" if _QK_NORM.search(name) else "norm"
+    if category == taxonomy.KV_CACHE:
+        return "kv_write" if _KV_WRITE.search(name) else None
+    return {taxonomy.ROPE: "rope", taxonomy.ACTIVATION: "activation", taxonomy.QUANTIZE: "quantize",
+            taxonomy.EMBEDDING: "embedding", taxonomy.SAMPLING: "sampling"}.get(category)
+
+
+def _side(bs: BatchSide | None, engine: bool, phase: str) -> mc.Side | None:
+    if bs is None or not bs.requests:
+        return None
+    tokens = bs.tokens if bs.tokens is not None else (bs.requests if phase == DECODE else None)
+    if tokens is None:
+        return None
+    # Logits for one token per request: what engines, Hugging Face generate() and tracekit's
+    # own runs (logits_to_keep=1) compute. A bare forward computing every position's logits
+    # is priced from its shapes, which say so.
+    logits = bs.requests
+    return mc.Side(float(bs.requests), float(tokens), None if bs.kv_tokens is None else float(bs.kv_tokens),
+                   bs.attention_pairs(), float(logits))
+
+
+def step_sides(steps: pd.DataFrame, engine: bool) -> list[dict[str, mc.Side]]:
+    """Per step: {phase: Side} of its prefill and decode work, from what its source stated."""
+    out = []
+    for r in steps.itertuples():
+        sides: dict[str, mc.Side] = {}
+        for phase, bs in ((PREFILL, r.prefill_side), (DECODE, r.decode_side)):
+            s = _side(bs if isinstance(bs, BatchSide) else None, engine, phase)
+            if s is not None:
+                sides[phase] = s
+        if not sides and r.phase in (PREFILL, DECODE) and not np.isnan(r.tokens):
+            batch = r.batch if not np.isnan(r.batch) else None
+            tokens = float(r.tokens)
+            if r.phase == PREFILL and batch:
+                q = tokens / batch  # sequences of one length, no cached prefix
+                bs = BatchSide(int(batch), int(tokens), int(tokens), int(batch * q * q), int(batch * q * q))
+            else:
+                bs = BatchSide(int(batch or tokens), int(tokens))
+            s = _side(bs, engine, r.phase)
+            if s is not None:
+                sides[r.phase] = s
+        out.append(sides)
+    return out
+
+
+def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray,
+          source: str, known: tuple[np.ndarray, np.ndarray] | None = None) -> ModelCosts:
+    """The model's cost of every unit of work (NaN where it has none, with the reason).
+
+    ``known``: (FLOPs, bytes) already priced from recorded shapes (NaN elsewhere). Those
+    units keep their shape costs, and a pooled component's model work, less what its
+    shape-priced kernels in the step already account for, is shared among the rest."""
+    n = len(work)
+    flops, nbytes = np.full(n, np.nan), np.full(n, np.nan)
+    dtype, unit = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
+    comp = np.full(n, None, dtype=object)
+    reason = np.full(n, None, dtype=object)
+    share = np.full(n, np.nan)
+    names = work["name"].astype(str).to_numpy()
+    step_of = work["step"].to_numpy()
+    dur = work["dur_ns"].to_numpy().astype(float)
+    start = work["start_ns"].to_numpy()
+    out = ModelCosts(flops, nbytes, dtype, unit, comp, reason, share)
+    act_bytes = mc_bytes(model.dtype)
+    unique = pd.unique(names)
+    out.kv_dtype, kv, out.kv_how = kv_cache_dtype(unique, model.dtype)
+    kv_bytes = kv if kv is not None else act_bytes
+    # One answer per distinct (name, category): traces repeat a few hundred names many times.
+    name_codes, name_uniques = pd.factorize(names)
+    cat_codes, cat_uniques = pd.factorize(pd.Series(category, dtype=object).fillna(""))
+    pair = name_codes.astype(np.int64) * (len(cat_uniques) + 1) + cat_codes
+    keys, inverse = np.unique(pair, return_inverse=True)
+    per_key = np.array([component_of(str(cat_uniques[k % (len(cat_uniques) + 1)]),
+                                     str(name_uniques[k // (len(cat_uniques) + 1)])) for k in keys], dtype=object)
+    comp[:] = per_key[inverse]
+    fused = np.array([bool(_FUSED_ADD.search(str(u))) for u in name_uniques], dtype=bool)[name_codes]
+    reason[:] = "generic kernel (copy, fill, elementwise or reduction helper): the model does not say what it moves"
+    reason[step_of < 0] = "issued outside any step: no step batch to price it with"
+    engine = source in frameworks.ENGINE_SOURCES
+    sides = step_sides(steps, engine)
+    order = np.argsort(step_of, kind="stable")
+    bounds = np.searchsorted(step_of[order], np.arange(len(steps) + 1))
+    kernel_dtypes: dict[str, set[str]] = {}
+    for i, sd in enumerate(sides):
+        rows = order[bounds[i]:bounds[i + 1]]
+        if not len(rows):
+            continue
+        _lm_head(rows, comp, names, start)
+        if not sd:
+            reason[rows[comp[rows] != None]] = (  # noqa: E711
+                "the step's tokens are not in the trace (no engine annotation states its batch): the model "
+                "cannot price it")
+            continue
+        total = _combined(model, tp, sd, act_bytes, kv_bytes)
+        all_tokens = sum(s.tokens for s in sd.values())
+        logit_tokens = sum(s.logit_tokens for s in sd.values())
+        for c in set(comp[rows]) - {None}:
+            mine = rows[comp[rows] == c]
+            if c in mc.POOLED or c == "lm_head":
+                work_c = total.get(c)
+                if c == "linear" and "lm_head" not in set(comp[rows]):
+                    work_c = _plus(work_c, total.get("lm_head"))  # the LM head ran among the other GEMMs
+                if work_c is None:
+                    reason[mine] = f"the model has no {c.replace('_', ' ')} work for this kernel ({model.name})"
+                    continue
+                if isinstance(work_c, mc.Missing):
+                    reason[mine] = work_c.reason
+                    continue
+                f_total, b_total = work_c.flops, work_c.bytes
+                if known is not None:
+                    done = ~np.isnan(known[0][mine])
+                    f_total = max(f_total - float(np.nansum(known[0][mine][done])), 0.0)
+                    b_total = max(b_total - float(np.nansum(known[1][mine][done])), 0.0)
+                    mine = mine[~done]
+                    if not len(mine):
+                        continue
+                d = dur[mine]
+                w = d / d.sum() if d.sum() > 0 else np.full(len(mine), 1.0 / len(mine))
+                flops[mine], nbytes[mine] = f_total * w, b_total * w
+                unit[mine] = work_c.unit
+                dtype[mine] = [_kernel_dtype(names[r], work_c) for r in mine]
+                if work_c.unit == mc.MATRIX and c in ("linear", "experts"):
+                    kernel_dtypes.setdefault(c, set()).update(
+                        name_dtype(names[r]) for r in mine if name_dtype(names[r]))
+                reason[mine] = None
+            else:
+                _per_launch(model, tp, c, mine, fused, all_tokens, logit_tokens, flops, nbytes, dtype, unit, reason,
+                            act_bytes, kv_bytes)
+        if steps.at[i, "phase"] == MIXED and PREFILL in sd and DECODE in sd:
+            _mixed_share(model, tp, sd, rows, comp, share, act_bytes, kv_bytes)
+    for c, seen in kernel_dtypes.items():
+        stored = model.weight("experts" if c == "experts" else "mlp").compute
+        if seen and stored not in seen and not (seen & {"bf16", "fp16"} and stored in ("bf16", "fp16")):
+            out.dtype_conflicts[c] = ("/".join(sorted(seen)), stored)
+    out.layer_check = _layer_check(model, work, comp, steps)
+    return out
+
+
+def kv_cache_dtype(names, default: str) -> tuple[str, float | None, str]:
+    """(dtype, bytes per element or None for "the model's", how) of the KV cache, from kernel names."""
+    fp8 = next((str(n) for n in names if _KV_FP8.search(str(n))), None)
+    if fp8:
+        return "fp8", 1.0, f"fp8: kernel {fp8[:80]!r} reads an FP8 KV cache"
+    return default, None, f"{default}: the model's dtype (no kernel name says FP8 KV cache)"
+
+
+def attention_per_layer(model: ModelSpec | None, sides: dict[str, mc.Side]) -> tuple[float | None, float | None, str]:
+    """(query-key pairs, keys read, note) of one softmax-attention layer in a step: the sides
+    summed; with a model, averaged over its full and sliding-window layers."""
+    pairs = keys = 0.0
+    kinds = [(None, 1)]
+    if model is not None:
+        layers = [layer for layer in model.layers if layer.attention != "linear"]
+        windows = sorted({layer.window for layer in layers}, key=lambda w: (w is None, w or 0))
+        kinds = [(w, sum(1 for layer in layers if layer.window == w)) for w in windows] or kinds
+    n = sum(c for _, c in kinds)
+    for side in sides.values():
+        for window, count in kinds:
+            geo = mc.attention_geometry(side, window)
+            if geo is None:
+                return None, None, ""
+            pairs += geo[0] * count / n
+            keys += geo[1] * count / n
+    note = "" if len(kinds) == 1 else f" (averaged over the model's {n} layers, sliding windows {[w for w, _ in kinds if w]})"
+    return pairs, keys, note
+
+
+def mc_bytes(dtype: str) -> float:
+    return {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}.get(dtype, 2.0)
+
+
+def _combined(model, tp, sides: dict[str, mc.Side], act_bytes, kv_bytes) -> dict[str, mc.Work | mc.Missing]:
+    """The step's pooled components over its sides: the weights are read once for the step."""
+    if len(sides) == 1:
+        return mc.step_costs(model, next(iter(sides.values())), tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes,
+                             act_dtype=model.dtype)
+    s = list(sides.values())
+    merged = mc.Side(sum(x.requests for x in s), sum(x.tokens for x in s),
+                     None if any(x.kv_tokens is None for x in s) else sum(x.kv_tokens for x in s),
+                     None if any(x.pairs is None for x in s) else sum(x.pairs for x in s),
+                     sum(x.logit_tokens for x in s))
+    whole = mc.step_costs(model, merged, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes, act_dtype=model.dtype)
+    # Attention is not additive in the merged side's keys (sliding windows): sum the sides.
+    parts = [mc.step_costs(model, x, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes, act_dtype=model.dtype) for x in s]
+    for c in ("attention", "linear_attention"):
+        if c in whole:
+            ws = [p.get(c) for p in parts]
+            whole[c] = next((w for w in ws if isinstance(w, mc.Missing)), None) or _sum(ws)
+    return whole
+
+
+def _sum(works):
+    works = [w for w in works if isinstance(w, mc.Work)]
+    if not works:
+        return None
+    return mc.Work(sum(w.flops for w in works), sum(w.bytes for w in works), works[0].dtype, works[0].unit,
+                   works[0].note)
+
+
+def _plus(a, b):
+    if not isinstance(a, mc.Work) or not isinstance(b, mc.Work):
+        return a
+    return mc.Work(a.flops + b.flops, a.bytes + b.bytes, a.dtype, a.unit, a.note + "; LM head included")
+
+
+def _lm_head(rows: np.ndarray, comp: np.ndarray, names: np.ndarray, start: np.ndarray) -> None:
+    """Mark the step's LM head: its last GEMM, when that kernel's name is launched once in the step."""
+    gemm = rows[comp[rows] == "linear"]
+    if len(gemm) < 2:
+        return
+    last = gemm[np.argmax(start[gemm])]
+    if int((names[gemm] == names[last]).sum()) == 1:
+        comp[last] = "lm_head"
+
+
+def _kernel_dtype(name: str, work: mc.Work) -> str:
+    if work.unit != mc.MATRIX:
+        return work.dtype
+    return name_dtype(name) or work.dtype
+
+
+def _per_launch(model, tp, c, mine, fused, tokens, logit_tokens, flops, nbytes, dtype, unit, reason, act_bytes,
+                kv_bytes) -> None:
+    """Each launch processes every token of the step: its per-token size times the tokens."""
+    moe_only = bool(model.experts and model.count(mlp="dense") == 0)
+    if c == "sampling":
+        # Sampling reads the logits of every logit token (fp32) at least once.
+        f = np.full(len(mine), logit_tokens * model.vocab)
+        b = np.full(len(mine), logit_tokens * model.vocab * 4.0)
+    else:
+        plain = mc.per_token(model, c, tp, fused_add=False, moe_layer=moe_only, act_bytes=act_bytes, kv_bytes=kv_bytes)
+        if plain is None:
+            return
+        added = mc.per_token(model, c, tp, fused_add=True, moe_layer=moe_only, act_bytes=act_bytes, kv_bytes=kv_bytes)
+        with_add = fused[mine]
+        f = np.where(with_add, added[0], plain[0]) * tokens
+        b = np.where(with_add, added[1], plain[1]) * tokens
+    flops[mine], nbytes[mine], dtype[mine], unit[mine], reason[mine] = f, b, model.dtype, mc.VECTOR, None
+
+
+def _mixed_share(model, tp, sides, rows, comp, share, act_bytes, kv_bytes) -> None:
+    """Prefill share of each unit of a mixed step by the model: the share of each component's
+    roofline work (FLOPs and bytes, the weights split by tokens) its prefill side holds."""
+    pre = mc.step_costs(model, sides[PREFILL], tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes, act_dtype=model.dtype)
+    dec = mc.step_costs(model, sides[DECODE], tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes, act_dtype=model.dtype)
+    tok_share = sides[PREFILL].tokens / (sides[PREFILL].tokens + sides[DECODE].tokens)
+    for c in set(comp[rows]) - {None}:
+        mine = rows[comp[rows] == c]
+        p, d = pre.get(c), dec.get(c)
+        if isinstance(p, mc.Work) and isinstance(d, mc.Work) and c in ("attention", "linear_attention"):
+            tp_, td = max(p.flops, 1.0) + p.bytes, max(d.flops, 1.0) + d.bytes
+            share[mine] = tp_ / (tp_ + td)
+        else:
+            share[mine] = tok_share
+
+
+def _layer_check(model: ModelSpec, work: pd.DataFrame, comp: np.ndarray, steps: pd.DataFrame) -> str | None:
+    """A sentence when the trace's steps run a number of attention kernels that does not fit
+    the model's layers (a sign --model names another model)."""
+    step_of = work["step"].to_numpy()
+    layers = {"attention": model.n_layers - model.count(attention="linear"),
+              "linear_attention": model.count(attention="linear")}
+    problems = []
+    for c, want in layers.items():
+        mine = step_of[(comp == c) & (step_of >= 0)]
+        if not len(mine) or not want:
+            if len(mine) and not want:
+                problems.append(f"the trace runs {c.replace('_', ' ')} kernels but {model.name} has no such layers")
+            continue
+        per_step = np.bincount(mine, minlength=len(steps))
+        per_step = per_step[per_step > 0]
+        typical = int(np.median(per_step))
+        if typical < want or typical % want:
+            problems.append(f"its steps run {typical} {c.replace('_', ' ')} kernels each, which does not fit "
+                            f"{model.name}'s {want} {c.replace('_', ' ')} layers")
+    return "; ".join(problems) or None
