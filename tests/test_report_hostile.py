@@ -132,7 +132,11 @@ def test_hostile_strings_reach_the_analysis(hostile):
     labels = [s["label"] for s in d["steps"]]
     assert all(HOSTILE_ALL in label for label in labels) and len(labels) == 17
     names = [r["name"] for r in d["top_kernels"]["decode"]]
-    assert any(HOSTILE[0] in n for n in names) and any(HOSTILE[2] in n for n in names)
+    assert any(HOSTILE[0] in n for n in names)
+    # Every renamed op reaches the analysis (whether it ranks among the top kernels depends
+    # on the sample's timings).
+    work = set(a.work["name"].astype(str))
+    assert any(HOSTILE[2] in n for n in work)
     assert d["workload"]["workload"]["model_path"] == HOSTILE_ALL
 
 

@@ -569,3 +569,32 @@ def test_cli_match():
     unknown = CliRunner().invoke(command, ["--match", "NVIDIA Z900 Imaginary", "--json"])
     view = json.loads(unknown.output)
     assert view["known"] is False and "not in tracekit's GPU database" in view["reason"]
+
+
+def test_low_precision_peaks_where_the_architecture_has_them():
+    """FP8 tensor cores since Ada/Hopper (8.9) and CDNA3; FP4 since Blackwell (10.0) and CDNA4:
+    every such row gives the dense peak, so quantised GEMMs are priced at their own rate."""
+    for s in all_specs():
+        cc = s.compute_capability
+        if cc is None:
+            continue
+        if s.vendor == "NVIDIA":
+            fp8, fp4 = cc >= (8, 9), cc >= (10, 0)
+        else:
+            fp8, fp4 = cc >= (9, 4), cc >= (9, 5)
+        if fp8:
+            assert "fp8" in s.matrix_flops, s.key
+        if fp4:
+            assert "fp4" in s.matrix_flops, s.key
+        if "fp4" in s.matrix_flops and "fp8" in s.matrix_flops:
+            assert s.matrix_flops["fp4"] >= s.matrix_flops["fp8"], s.key
+
+
+def test_interconnect_bandwidth_is_per_direction_with_a_source():
+    for s in all_specs():
+        if s.interconnect_bandwidth is not None:
+            assert s.interconnect and s.provenance.get("interconnect_source"), s.key
+            # NVIDIA quotes both directions added; the row stores one: below 1 TB/s up to NVLink 5.
+            assert 0 < s.interconnect_bandwidth <= 1.0e12, s.key
+    assert spec("h100-sxm").interconnect_bandwidth == pytest.approx(450e9)
+    assert spec("b200").interconnect_bandwidth == pytest.approx(900e9)

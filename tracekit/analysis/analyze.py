@@ -17,7 +17,7 @@ from tracekit import __version__
 from tracekit.analysis import findings as find
 from tracekit.analysis.latency import latency
 from tracekit.analysis.model import Analysis
-from tracekit.analysis.roofline import BOUNDS, CAPTURE, COST_SOURCES, MODEL, SHAPES, attribute
+from tracekit.analysis.roofline import ABOVE_ROOF, BOUNDS, CAPTURE, COST_SOURCES, MODEL, SHAPES, attribute
 from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, segment
 from tracekit.analysis.split import phase_weights, split_mixed
 from tracekit.errors import TracekitError
@@ -268,7 +268,8 @@ def _phase(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
     mbu, mbu_ach, mbu_basis, mbu_reason = _mbu(nbytes, time_ms, spec, unknown_cost, kernel_ms)
     if mbu_basis:
         mbu_basis += "; " + _sources_text(w, "bytes")
-    sources = (w.groupby("cost_source")["dur_ns"].sum() / 1e6) if "cost_source" in w else pd.Series(dtype=float)
+    src = w["cost_source"].to_numpy() if "cost_source" in w else np.full(len(w), "shapes", dtype=object)
+    sources = {s: float(ms[src == s].sum()) for s in COST_SOURCES}
     return {
         "steps": int(lat.get("steps", 0)),
         # Split mixed steps whose part in this phase the figures include.
@@ -343,13 +344,14 @@ def _sources_text(w: pd.DataFrame, what: str) -> str:
     """Where a figure's FLOPs or bytes came from: "FLOPs from the model 96%, recorded shapes 4%"."""
     if "cost_source" not in w or not len(w):
         return f"{'FLOPs' if what == 'flops' else 'bytes'} from recorded shapes"
-    known = w[w[what].notna()]
-    by = known.groupby("cost_source")[what].sum()
-    total = float(by.sum())
+    values = np.nan_to_num(w[what].to_numpy(dtype=float))
+    source = w["cost_source"].to_numpy()
+    by = {s: float(values[source == s].sum()) for s in (SHAPES, CAPTURE, MODEL)}
+    total = sum(by.values())
     if total <= 0:
         return f"{'FLOPs' if what == 'flops' else 'bytes'}: none known"
     label = {SHAPES: "recorded shapes", CAPTURE: "the graph-capture trace's shapes", MODEL: "the model"}
-    parts = [f"{label.get(s, s)} {v / total:.0%}" for s, v in by.sort_values(ascending=False).items() if v > 0]
+    parts = [f"{label[s]} {v / total:.0%}" for s, v in sorted(by.items(), key=lambda kv: -kv[1]) if v > 0]
     return f"{'FLOPs' if what == 'flops' else 'bytes'} from " + ", ".join(parts)
 
 
@@ -465,7 +467,8 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
             "flops": g["flops"].sum(min_count=1),
             "bytes": g["bytes"].sum(min_count=1),
             "category": g["category"].first(),
-            "bound": g["bound"].agg(lambda s: s.value_counts().index[0]),
+            "bound": _mode(w, "bound"),
+            "cost_source": _mode(w, "cost_source") if "cost_source" in w else "shapes",
             "roof_x_dur": g["_roof_x_dur"].sum(),
             "known_dur": g["_known_dur"].sum(),
         }
@@ -483,12 +486,20 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
                 "mean_us": r["total_ns"] / r["calls"] / 1e3,
                 "share": r["total_ns"] / total if total else None,
                 "bound": r["bound"],
+                # Where the kernel's FLOPs and bytes came from (shapes, capture, model, none).
+                "cost_source": r["cost_source"],
                 "achieved_tflops": (r["flops"] / secs / 1e12) if secs and pd.notna(r["flops"]) else None,
                 "achieved_gbps": (r["bytes"] / secs / 1e9) if secs and pd.notna(r["bytes"]) else None,
                 "roof_fraction": (r["roof_x_dur"] / r["known_dur"]) if r["known_dur"] else None,
             }
         )
     return rows
+
+
+def _mode(w: pd.DataFrame, col: str) -> pd.Series:
+    """Per kernel name, the most common value of ``col`` (one groupby, not one per name)."""
+    counts = w.groupby(["name", col], observed=True).size()
+    return counts.groupby(level=0, observed=True).idxmax().map(lambda key: key[1])
 
 
 def _overall(work: pd.DataFrame) -> dict[str, Any]:
@@ -539,28 +550,43 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
     if not len(known):
         out["reason"] = "no kernel in this phase has a known cost"
         return out
-    groups = []
-    shaped = known[(known["pricing_op"] >= 0) & (known["cost_source"] != "model")] if ops is not None else known.iloc[0:0]
-    if len(shaped):
-        p = shaped["pricing_op"].to_numpy()
-        dims = ops["input_dims"].to_numpy(dtype=object)[p]
-        types = ops["input_types"].to_numpy(dtype=object)[p]
-        signature = [f"{d}|{t}" for d, t in zip(dims, types)]
-        g = shaped.assign(label=ops["name"].astype(str).to_numpy()[p], signature=signature)
-        groups.append(g.groupby(["label", "signature", "category", "dtype", "unit"], observed=True).agg(
-            flops=("flops", "sum"), bytes=("bytes", "sum"), dur_ns=("dur_ns", "sum"), calls=("dur_ns", "size"),
-            kernel=("name", "first"), op=("pricing_op", "first"), source=("cost_source", "first")))
-    modelled = known[known["cost_source"] == "model"]
-    if len(modelled):
-        m = modelled.assign(label="model: " + modelled["component"].astype(str).str.replace("_", " "),
-                            signature=modelled["component"].astype(str))
-        agg = m.groupby(["label", "signature", "category", "dtype", "unit"], observed=True).agg(
-            flops=("flops", "sum"), bytes=("bytes", "sum"), dur_ns=("dur_ns", "sum"), calls=("dur_ns", "size"),
-            kernel=("name", "first"), source=("cost_source", "first"))
-        agg["op"] = -1
-        groups.append(agg)
-    agg = pd.concat(groups).sort_values("dur_ns", ascending=False).head(ROOFLINE_POINTS)
-    for (lab, _, cat, dtype, unit), r in agg.iterrows():
+    model_rows = (known["cost_source"] == "model").to_numpy()
+    shaped_rows = (known["pricing_op"] >= 0).to_numpy() & ~model_rows if ops is not None else np.zeros(len(known), bool)
+    keep = shaped_rows | model_rows
+    known = known[keep]
+    shaped_rows, model_rows = shaped_rows[keep], model_rows[keep]
+    p = np.maximum(known["pricing_op"].to_numpy(), 0)
+    has_ops = ops is not None and len(ops) > 0
+    op_names = ops["name"].astype(str).to_numpy() if has_ops else np.array([""], dtype=object)
+    dims_code = pd.factorize(ops["input_dims"].astype(object).fillna(""))[0] if has_ops else np.zeros(1, np.int64)
+    comp_codes, comp_uniques = pd.factorize(known["component"].astype(object).fillna(""))
+    comp_label = np.array(["model: " + str(c).replace("_", " ") for c in comp_uniques] + [""], dtype=object)
+    # Group keys: a shape-priced unit by its op's name and input dims, a model-priced one by
+    # its component; each with category, dtype and unit. Aggregated with factorised codes
+    # (np.bincount), not a pandas groupby per key: this runs for every phase of every report.
+    label = np.where(model_rows, comp_label[comp_codes], op_names[p if has_ops else 0])
+    signature = np.where(model_rows, -1 - comp_codes, dims_code[p if has_ops else 0])
+    keys = [label, signature, known["category"].astype(object).to_numpy(), known["dtype"].astype(object).to_numpy(),
+            known["unit"].astype(object).to_numpy()]
+    gid = np.zeros(len(known), dtype=np.int64)
+    for col in keys:
+        codes, uniques = pd.factorize(pd.Series(col, dtype=object).fillna(""))
+        gid = gid * (len(uniques) + 1) + codes
+    groups, first, inverse = np.unique(gid, return_index=True, return_inverse=True)
+    sums = {c: np.bincount(inverse, weights=known[c].to_numpy(dtype=float), minlength=len(groups))
+            for c in ("flops", "bytes", "dur_ns")}
+    calls = np.bincount(inverse, minlength=len(groups))
+    order = np.argsort(-sums["dur_ns"], kind="stable")[:ROOFLINE_POINTS]
+    names = known["name"].astype(str).to_numpy()
+    sources = known["cost_source"].astype(object).to_numpy()
+    rows = []
+    for g in order:
+        i = first[g]
+        rows.append(((keys[0][i], None, keys[2][i], keys[3][i], keys[4][i]),
+                     {"flops": sums["flops"][g], "bytes": sums["bytes"][g], "dur_ns": sums["dur_ns"][g],
+                      "calls": calls[g], "kernel": names[i], "source": sources[i],
+                      "op": int(known["pricing_op"].iat[i]) if shaped_rows[i] else -1}))
+    for (lab, _, cat, dtype, unit), r in rows:
         secs = r["dur_ns"] / 1e9
         peak = spec.peak_flops(dtype, unit)
         bw = spec.peak_bandwidth
@@ -570,7 +596,7 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
             {
                 "label": str(lab),
                 "kernel": short_name(str(r["kernel"])),
-                "shapes": _shape_text(ops, int(r["op"])) if ops is not None else None,
+                "shapes": _shape_text(ops, int(r["op"])) if ops is not None and r["op"] >= 0 else None,
                 "category": str(cat),
                 "dtype": str(dtype),
                 "unit": str(unit),
@@ -654,5 +680,8 @@ def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[
             "unknown-cost": f">= {find.UNKNOWN_COST_SHARE:.0%} of a phase's kernel time has unknown cost",
             "tpot-growth": f"the last quarter of decode steps is >= {find.TPOT_GROWTH:.0%} slower than the first",
             "outside-steps": f">= {find.OUTSIDE_SHARE:.0%} of the trace's kernel time ran outside any step",
+            "cost-sources": f"the model priced >= {find.COST_SOURCES_SHARE:.0%} of the trace's kernel time",
+            "experts-concentrated": "routed experts' bytes under uniform routing exceed peak bandwidth x their time",
+            "model-undescribed": f"a model component needs > {ABOVE_ROOF:.0%} of its kernels' time at the roofline",
         },
     }

@@ -13,7 +13,7 @@
 | tpot-growth           | decode steps' last quarter is >= TPOT_GROWTH slower than the first  |
 | outside-steps         | >= OUTSIDE_SHARE of the trace's work ran outside any step           |
 | graph-replay          | a step was replayed from a CUDA/HIP graph                           |
-| cost-sources          | a model priced kernels: how much kernel time each source priced     |
+| cost-sources          | the model priced >= COST_SOURCES_SHARE of kernel time: each source's share |
 | model-precision       | kernel names show another GEMM precision than the model's weights   |
 | model-mismatch        | the steps' attention kernels do not fit the model's layers          |
 | experts-concentrated  | routed experts' uniform-routing bytes exceed the bandwidth roof     |
@@ -23,6 +23,8 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from tracekit.analysis.model import Finding
 
@@ -34,6 +36,7 @@ ATTENTION_SHARE = 0.25
 UNKNOWN_COST_SHARE = 0.20
 TPOT_GROWTH = 0.20
 OUTSIDE_SHARE = 0.10
+COST_SOURCES_SHARE = 0.01
 
 _PHASE_TEXT = {"unknown": "unclassified steps'", "mixed": "mixed steps'"}
 
@@ -178,8 +181,11 @@ def _model_findings(a: Analysis) -> list[Finding]:
     out = []
     w = a.work
     total = float(w["dur_ns"].sum())
-    if total:
-        by = w.groupby("cost_source")["dur_ns"].sum() / total
+    dur = w["dur_ns"].to_numpy(dtype=float)
+    source = w["cost_source"].to_numpy()
+    by = pd.Series({s: float(dur[source == s].sum()) / total for s in ("shapes", "capture", "model", "none")}) \
+        if total else pd.Series(dtype=float)
+    if total and by.get("model", 0.0) >= COST_SOURCES_SHARE:
         label = {"shapes": "recorded shapes", "capture": "the graph-capture trace", "model": "the model",
                  "none": "nothing (unknown cost)"}
         parts = ", ".join(f"{v:.0%} by {label.get(k, k)}" for k, v in by.sort_values(ascending=False).items() if v >= 0.005)
@@ -194,15 +200,15 @@ def _model_findings(a: Analysis) -> list[Finding]:
     if m.get("layer_check"):
         out.append(Finding("model-mismatch", f"The trace may not be {m['name']}: {m['layer_check']}; check --model.",
                            "warning"))
-    reasons = w["cost_reason"].astype(str)
-    capped = w[reasons.str.startswith("uniform routing would touch")]
+    check = w["model_check"] if "model_check" in w else pd.Series(None, index=w.index, dtype=object)
+    capped = w[(check == "capped").to_numpy()]
     if len(capped):
         out.append(Finding(
             "experts-concentrated",
             f"Routed experts ({capped['dur_ns'].sum() / 1e6:.3g} ms) ran faster than reading the weights of the "
             "experts uniform routing would touch allows at peak bandwidth: the step's tokens concentrated on fewer "
             "experts. Their bytes are capped at the roof and their fraction of the roof is not shown.", "info"))
-    undescribed = w[reasons.str.contains("does not describe them")]
+    undescribed = w[(check == "undescribed").to_numpy()]
     if len(undescribed):
         comps = sorted(set(undescribed["component"].dropna().astype(str)))
         out.append(Finding(

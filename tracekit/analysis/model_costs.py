@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -40,6 +41,9 @@ _QK_NORM = re.compile(r"qk_?norm", re.I)
 # Only names that say "fused add" read and write a residual too; AITER's add_rmsnorm_quant
 # template also serves plain (q/k) norms, so a bare "add_rmsnorm" is priced as the floor.
 _FUSED_ADD = re.compile(r"fused_?add", re.I)
+# Norm and activation kernels that also quantise their output (one fused launch).
+_OUT_FP4 = re.compile(r"to_fp4|fp4_?quant|nvfp4", re.I)
+_OUT_FP8 = re.compile(r"to_fp8|fp8_?quant|scaled_fp8|_quant_fp8", re.I)
 _KV_WRITE = re.compile(r"reshape_and_cache|concat_and_cache|store_?kv|store_cache|set_kv|kv_buffer|rope_store|"
                        r"rope_reshape_and_cache", re.I)
 # Operand dtypes in kernel names. Scale types (ue4m3, ue8m0) are not operands.
@@ -76,6 +80,7 @@ class ModelCosts:
     layer_check: str | None = None
 
 
+@lru_cache(maxsize=1 << 16)
 def name_dtype(name: str) -> str | None:
     """The operand dtype a kernel's name states; mixed FP8 x FP4 runs at the FP8 rate."""
     name = _NOT_OPERAND.sub("", name)
@@ -91,6 +96,14 @@ def name_dtype(name: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=1 << 16)
+def _name_flags(name: str) -> tuple[bool, float, bool]:
+    """(fused add, quantised output element size or NaN, reads an FP8 KV cache) of a kernel name."""
+    out = 0.5 + 1 / 16 if _OUT_FP4.search(name) else 1.0 if _OUT_FP8.search(name) else float("nan")
+    return bool(_FUSED_ADD.search(name)), out, bool(_KV_FP8.search(name))
+
+
+@lru_cache(maxsize=1 << 16)
 def component_of(category: str, name: str) -> str | None:
     """The model component a kernel does work of; None for generic kernels."""
     if category == taxonomy.GEMM:
@@ -147,7 +160,8 @@ def step_sides(steps: pd.DataFrame, engine: bool) -> list[dict[str, mc.Side]]:
 
 
 def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray,
-          source: str, known: tuple[np.ndarray, np.ndarray] | None = None) -> ModelCosts:
+          source: str, known: tuple[np.ndarray, np.ndarray] | None = None,
+          sides: list[dict[str, mc.Side]] | None = None) -> ModelCosts:
     """The model's cost of every unit of work (NaN where it has none, with the reason).
 
     ``known``: (FLOPs, bytes) already priced from recorded shapes (NaN elsewhere). Those
@@ -159,28 +173,31 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
     comp = np.full(n, None, dtype=object)
     reason = np.full(n, None, dtype=object)
     share = np.full(n, np.nan)
-    names = work["name"].astype(str).to_numpy()
+    col = work["name"] if hasattr(work["name"], "cat") else work["name"].astype("category")
+    name_codes = col.cat.codes.to_numpy().astype(np.int64)
+    name_uniques = [str(n) for n in col.cat.categories]
     step_of = work["step"].to_numpy()
     dur = work["dur_ns"].to_numpy().astype(float)
     start = work["start_ns"].to_numpy()
     out = ModelCosts(flops, nbytes, dtype, unit, comp, reason, share)
     act_bytes = mc_bytes(model.dtype)
-    unique = pd.unique(names)
-    out.kv_dtype, kv, out.kv_how = kv_cache_dtype(unique, model.dtype)
+    out.kv_dtype, kv, out.kv_how = kv_cache_dtype(name_uniques, model.dtype)
     kv_bytes = kv if kv is not None else act_bytes
     # One answer per distinct (name, category): traces repeat a few hundred names many times.
-    name_codes, name_uniques = pd.factorize(names)
     cat_codes, cat_uniques = pd.factorize(pd.Series(category, dtype=object).fillna(""))
     pair = name_codes.astype(np.int64) * (len(cat_uniques) + 1) + cat_codes
     keys, inverse = np.unique(pair, return_inverse=True)
     per_key = np.array([component_of(str(cat_uniques[k % (len(cat_uniques) + 1)]),
                                      str(name_uniques[k // (len(cat_uniques) + 1)])) for k in keys], dtype=object)
     comp[:] = per_key[inverse]
-    fused = np.array([bool(_FUSED_ADD.search(str(u))) for u in name_uniques], dtype=bool)[name_codes]
+    flags = [_name_flags(u) for u in name_uniques]
+    fused = np.array([f[0] for f in flags], dtype=bool)[name_codes]
+    out_size = np.array([f[1] for f in flags])[name_codes]
+    hint = np.array([name_dtype(str(u)) for u in name_uniques], dtype=object)[name_codes]
     reason[:] = "generic kernel (copy, fill, elementwise or reduction helper): the model does not say what it moves"
     reason[step_of < 0] = "issued outside any step: no step batch to price it with"
-    engine = source in frameworks.ENGINE_SOURCES
-    sides = step_sides(steps, engine)
+    if sides is None:
+        sides = step_sides(steps, source in frameworks.ENGINE_SOURCES)
     order = np.argsort(step_of, kind="stable")
     bounds = np.searchsorted(step_of[order], np.arange(len(steps) + 1))
     kernel_dtypes: dict[str, set[str]] = {}
@@ -188,7 +205,7 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
         rows = order[bounds[i]:bounds[i + 1]]
         if not len(rows):
             continue
-        _lm_head(rows, comp, names, start)
+        _lm_head(rows, comp, name_codes, start)
         if not sd:
             reason[rows[comp[rows] != None]] = (  # noqa: E711
                 "the step's tokens are not in the trace (no engine annotation states its batch): the model "
@@ -221,14 +238,17 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                 w = d / d.sum() if d.sum() > 0 else np.full(len(mine), 1.0 / len(mine))
                 flops[mine], nbytes[mine] = f_total * w, b_total * w
                 unit[mine] = work_c.unit
-                dtype[mine] = [_kernel_dtype(names[r], work_c) for r in mine]
-                if work_c.unit == mc.MATRIX and c in ("linear", "experts"):
-                    kernel_dtypes.setdefault(c, set()).update(
-                        name_dtype(names[r]) for r in mine if name_dtype(names[r]))
+                if work_c.unit == mc.MATRIX:
+                    said = hint[mine]
+                    dtype[mine] = np.where(said != None, said, work_c.dtype)  # noqa: E711
+                    if c in ("linear", "experts"):
+                        kernel_dtypes.setdefault(c, set()).update(set(said.tolist()) - {None})
+                else:
+                    dtype[mine] = work_c.dtype
                 reason[mine] = None
             else:
-                _per_launch(model, tp, c, mine, fused, all_tokens, logit_tokens, flops, nbytes, dtype, unit, reason,
-                            act_bytes, kv_bytes)
+                _per_launch(model, tp, c, mine, fused, out_size, all_tokens, logit_tokens, flops, nbytes, dtype,
+                            unit, reason, act_bytes, kv_bytes)
         if steps.at[i, "phase"] == MIXED and PREFILL in sd and DECODE in sd:
             _mixed_share(model, tp, sd, rows, comp, share, act_bytes, kv_bytes)
     for c, seen in kernel_dtypes.items():
@@ -241,7 +261,7 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
 
 def kv_cache_dtype(names, default: str) -> tuple[str, float | None, str]:
     """(dtype, bytes per element or None for "the model's", how) of the KV cache, from kernel names."""
-    fp8 = next((str(n) for n in names if _KV_FP8.search(str(n))), None)
+    fp8 = next((str(n) for n in names if _name_flags(str(n))[2]), None)
     if fp8:
         return "fp8", 1.0, f"fp8: kernel {fp8[:80]!r} reads an FP8 KV cache"
     return default, None, f"{default}: the model's dtype (no kernel name says FP8 KV cache)"
@@ -316,14 +336,8 @@ def _lm_head(rows: np.ndarray, comp: np.ndarray, names: np.ndarray, start: np.nd
         comp[last] = "lm_head"
 
 
-def _kernel_dtype(name: str, work: mc.Work) -> str:
-    if work.unit != mc.MATRIX:
-        return work.dtype
-    return name_dtype(name) or work.dtype
-
-
-def _per_launch(model, tp, c, mine, fused, tokens, logit_tokens, flops, nbytes, dtype, unit, reason, act_bytes,
-                kv_bytes) -> None:
+def _per_launch(model, tp, c, mine, fused, out_size, tokens, logit_tokens, flops, nbytes, dtype, unit, reason,
+                act_bytes, kv_bytes) -> None:
     """Each launch processes every token of the step: its per-token size times the tokens."""
     moe_only = bool(model.experts and model.count(mlp="dense") == 0)
     if c == "sampling":
@@ -331,13 +345,16 @@ def _per_launch(model, tp, c, mine, fused, tokens, logit_tokens, flops, nbytes, 
         f = np.full(len(mine), logit_tokens * model.vocab)
         b = np.full(len(mine), logit_tokens * model.vocab * 4.0)
     else:
-        plain = mc.per_token(model, c, tp, fused_add=False, moe_layer=moe_only, act_bytes=act_bytes, kv_bytes=kv_bytes)
-        if plain is None:
-            return
-        added = mc.per_token(model, c, tp, fused_add=True, moe_layer=moe_only, act_bytes=act_bytes, kv_bytes=kv_bytes)
-        with_add = fused[mine]
-        f = np.where(with_add, added[0], plain[0]) * tokens
-        b = np.where(with_add, added[1], plain[1]) * tokens
+        f, b = np.zeros(len(mine)), np.zeros(len(mine))
+        sizes = np.nan_to_num(out_size[mine], nan=-1.0)  # -1: the activation dtype
+        adds = fused[mine]
+        for add, size in {(bool(a), float(s)) for a, s in zip(adds, sizes)}:
+            sel = (adds == add) & (sizes == size)
+            per = mc.per_token(model, c, tp, fused_add=add, moe_layer=moe_only, act_bytes=act_bytes,
+                               kv_bytes=kv_bytes, out_bytes=None if size < 0 else size)
+            if per is None:
+                return
+            f[sel], b[sel] = per[0] * tokens, per[1] * tokens
     flops[mine], nbytes[mine], dtype[mine], unit[mine], reason[mine] = f, b, model.dtype, mc.VECTOR, None
 
 

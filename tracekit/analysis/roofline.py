@@ -27,6 +27,7 @@ from tracekit.analysis import costs, taxonomy
 from tracekit.analysis import model_costs as mc
 from tracekit.analysis.model_costs import ModelCosts
 from tracekit.models.config import ModelSpec
+from tracekit.models.costs import POOLED
 from tracekit.analysis.segment import Segmentation
 from tracekit.frameworks import ENGINE_SOURCES
 from tracekit.specs import GpuSpec, SpecMatch
@@ -84,7 +85,8 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     kinds = work["kind"].astype(str).to_numpy()
     category = _refine_by_module(taxonomy.categorize_many(names, op_name, kinds), trace, work)
 
-    flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(seg, model, tp, names))
+    sides = mc.step_sides(seg.steps, seg.source in ENGINE_SOURCES) if len(seg.steps) else []
+    flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(sides, model, tp, names))
     dtype = _refine_dtype(dtype, unit, names)
     shaped = ~np.isnan(flops)
     cost_source = np.where(shaped, np.where(pricing >= len(trace.cpu_ops), CAPTURE, SHAPES), NONE).astype(object)
@@ -96,7 +98,7 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     component = np.full(len(work), None, dtype=object)
     if model is not None and policy != "shapes":
         known = (np.where(shaped, flops, np.nan), np.where(shaped, nbytes, np.nan)) if shaped.any() else None
-        model_costs = mc.price(model, tp, seg.steps, work, category, seg.source, known=known)
+        model_costs = mc.price(model, tp, seg.steps, work, category, seg.source, known=known, sides=sides)
         component = model_costs.component
         use = ~shaped & ~np.isnan(model_costs.flops)
         flops[use], nbytes[use] = model_costs.flops[use], model_costs.bytes[use]
@@ -120,6 +122,9 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
             "cost_reason": reason,
             "cost_source": cost_source,
             "component": component,
+            # What the above-roof check did to a model-priced unit: "capped" (routed experts'
+            # bytes capped at the roof) or "undescribed" (cost left unknown); None otherwise.
+            "model_check": np.full(len(work), None, dtype=object),
         }
     )
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -133,10 +138,9 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     return Attribution(table, spec, match.reason, source.ops, source.note, model_costs)
 
 
-def _contexts(seg: Segmentation, model: ModelSpec | None, tp: int, names: np.ndarray):
+def _contexts(sides: list, model: ModelSpec | None, tp: int, names: np.ndarray):
     """Per step, the context engine custom ops need to be priced from their shapes (``OpContext``)."""
     _, kv_bytes, _ = mc.kv_cache_dtype(pd.unique(names), "model")
-    sides = mc.step_sides(seg.steps, seg.source in ENGINE_SOURCES) if len(seg.steps) else []
     cache: dict[int, costs.OpContext] = {}
 
     def context(step: int) -> costs.OpContext:
@@ -293,41 +297,63 @@ def _model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, 
     if not model.any():
         return
     comp = table["component"].to_numpy()
-    frame = pd.DataFrame({"step": step[model], "comp": comp[model], "row": np.flatnonzero(model),
-                          "dur": dur_s[model], "roof_s": table["roof_fraction"].to_numpy()[model] * dur_s[model]})
+    rows_m = np.flatnonzero(model)
+    need_m = table["roof_fraction"].to_numpy()[rows_m] * dur_s[rows_m]
+    took_m = dur_s[rows_m]
+    comp_m = comp[rows_m]
     flops, nbytes = table["flops"].to_numpy().copy(), table["bytes"].to_numpy().copy()
     reason = table["cost_reason"].to_numpy().copy()
     capped = np.zeros(len(table), dtype=bool)
     dropped = np.zeros(len(table), dtype=bool)
-    for (_, c), g in frame.groupby(["step", "comp"], sort=False):
-        need, took = g["roof_s"].sum(), g["dur"].sum()
-        if took <= 0 or need <= ABOVE_ROOF * took:
-            continue
-        rows = g["row"].to_numpy()
+    pooled = set(POOLED) | {"lm_head"}
+    is_pooled = np.array([c in pooled for c in comp_m], dtype=bool)
+    cases: list[tuple[str, np.ndarray, float]] = []
+    # Pooled components share one cost by duration, so they are judged as a whole per step
+    # (np.bincount over step x component codes); a per-launch kernel is judged on its own.
+    if is_pooled.any():
+        codes, uniques = pd.factorize(pd.Series(comp_m[is_pooled], dtype=object))
+        gid = step[rows_m[is_pooled]].astype(np.int64) * (len(uniques) + 1) + codes
+        groups, inverse = np.unique(gid, return_inverse=True)
+        need = np.bincount(inverse, weights=need_m[is_pooled], minlength=len(groups))
+        took = np.bincount(inverse, weights=took_m[is_pooled], minlength=len(groups))
+        for g in np.flatnonzero((took > 0) & (need > ABOVE_ROOF * took)):
+            members = rows_m[is_pooled][inverse == g]
+            cases.append((str(uniques[codes[inverse == g][0]]), members, float(need[g] / took[g])))
+    single = ~is_pooled & (took_m > 0) & (need_m > ABOVE_ROOF * np.where(took_m > 0, took_m, 1))
+    for i in np.flatnonzero(single):
+        cases.append((str(comp_m[i]), rows_m[i:i + 1], float(need_m[i] / took_m[i])))
+    for c, rows, ratio in cases:
         if c == "experts":
-            nbytes[rows] *= took / need  # memory-bound at any expert count: bytes are the time's roof
+            nbytes[rows] /= ratio  # memory-bound at any expert count: bytes are the time's roof
             capped[rows] = True
-            reason[rows] = (f"uniform routing would touch experts whose weights need {need / took:.0%} of the "
+            reason[rows] = (f"uniform routing would touch experts whose weights need {ratio:.0%} of the "
                             "bandwidth roof in these kernels' time: routing concentrated on fewer experts; bytes "
                             "capped at what peak bandwidth moves in that time")
         else:
             flops[rows], nbytes[rows] = np.nan, np.nan
             dropped[rows] = True
-            reason[rows] = (f"the model's {str(c).replace('_', ' ')} work would take {need / took:.0%} of these "
+            reason[rows] = (f"the model's {str(c).replace('_', ' ')} work would take {ratio:.0%} of these "
                             "kernels' time even at the roofline: the model (or --tp, --weights) does not describe "
                             "them, so their cost is left unknown")
     if not (capped.any() or dropped.any()):
         return
     table["flops"], table["bytes"], table["cost_reason"] = flops, nbytes, reason
-    table.loc[dropped, "cost_source"] = NONE
+    changed = capped | dropped
     with np.errstate(divide="ignore", invalid="ignore"):
-        table["intensity"] = np.where(nbytes > 0, flops / nbytes, np.nan)
-        table["achieved_flops"] = np.where(dur_s > 0, flops / dur_s, np.nan)
-        table["achieved_bw"] = np.where(dur_s > 0, nbytes / dur_s, np.nan)
-    _bounds(table, spec, spec_reason, kinds, category, dur_s)
-    table.loc[capped, "roof_fraction"] = np.nan
-    table.loc[capped, "roof_fraction_achievable"] = np.nan
-    table.loc[capped, "bound_reason"] = reason[capped]
+        table.loc[changed, "intensity"] = np.where(nbytes[changed] > 0, flops[changed] / nbytes[changed], np.nan)
+        table.loc[changed, "achieved_bw"] = np.where(dur_s[changed] > 0, nbytes[changed] / dur_s[changed], np.nan)
+        table.loc[changed, "achieved_flops"] = np.where(dur_s[changed] > 0, flops[changed] / dur_s[changed], np.nan)
+    for col in ("roof_fraction", "roof_fraction_achievable"):
+        table.loc[changed, col] = np.nan
+    # Capped experts stay memory-bound (their intensity is far below any ridge at any expert
+    # count); work the model does not describe has unknown cost and bound.
+    table.loc[capped, "bound"] = MEMORY
+    table.loc[dropped, "cost_source"] = NONE
+    table.loc[dropped, "bound"] = UNKNOWN
+    table.loc[changed, "bound_reason"] = reason[changed]
+    check = table["model_check"].to_numpy().copy()
+    check[capped], check[dropped] = "capped", "undescribed"
+    table["model_check"] = check
 
 
 def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, kinds, category, dur_s) -> None:

@@ -9,12 +9,12 @@ import click
 from tracekit.specs import GpuSpec, SpecMatch, all_specs, match_device
 
 COLUMNS = (
-    "GPU", "key", "vendor", "memory GB", "bandwidth TB/s", "bf16 TFLOP/s", "fp16 TFLOP/s",
-    "fp32 vector TFLOP/s", "ridge bf16 FLOP/B", "achievable compute/bw", "device names",
+    "GPU", "key", "vendor", "memory GB", "bandwidth TB/s", "bf16 TFLOP/s", "fp16 TFLOP/s", "fp8 TFLOP/s",
+    "fp4 TFLOP/s", "fp32 vector TFLOP/s", "ridge bf16 FLOP/B", "link GB/s", "achievable compute/bw", "device names",
 )
 FOOTER = (
     "Matrix rates are dense (no 2:4 sparsity) with FP32 accumulate; the ridge point is bf16 matrix "
-    "peak / bandwidth. Achievable = factor x datasheet peak (sources: tracekit gpus --json). "
+    "peak / bandwidth; link is the GPU-to-GPU interconnect (NVLink, Infinity Fabric) per direction. Achievable = factor x datasheet peak (sources: tracekit gpus --json). "
     "A GPU not listed is reported as unknown: pass --gpu KEY or a spec file."
 )
 
@@ -33,8 +33,11 @@ def table_row(spec: GpuSpec) -> tuple[str, ...]:
         _number(spec.peak_bandwidth, 1e12, ".2f"),
         _number(spec.peak_flops("bf16", "matrix"), 1e12, ",.1f"),
         _number(spec.peak_flops("fp16", "matrix"), 1e12, ",.1f"),
+        _number(spec.matrix_flops.get("fp8"), 1e12, ",.1f"),
+        _number(spec.matrix_flops.get("fp4"), 1e12, ",.1f"),
         _number(spec.peak_flops("fp32", "vector"), 1e12, ",.1f"),
         _number(spec.ridge_point("bf16", "matrix"), 1, ".0f"),
+        _number(spec.interconnect_bandwidth, 1e9, ",.0f"),
         f"{spec.achievable_compute_factor:.2f}/{spec.achievable_bandwidth_factor:.2f}",
         "; ".join(spec.device_names) or "(none observed; use --gpu)",
     )
@@ -42,7 +45,7 @@ def table_row(spec: GpuSpec) -> tuple[str, ...]:
 
 def format_table(rows: list[tuple[str, ...]]) -> str:
     """Left-aligned text columns, numbers right-aligned."""
-    numeric = {i for i, c in enumerate(COLUMNS) if c.endswith(("GB", "TB/s", "TFLOP/s", "FLOP/B"))}
+    numeric = {i for i, c in enumerate(COLUMNS) if c.endswith(("GB", "TB/s", "GB/s", "TFLOP/s", "FLOP/B"))}
     widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
 
     def line(row: tuple[str, ...]) -> str:

@@ -133,8 +133,12 @@ class ModelSpec:
         return len(self.layers)
 
     def count(self, attention: str | None = None, mlp: str | None = None) -> int:
-        return sum(1 for layer in self.layers
-                   if (attention is None or layer.attention == attention) and (mlp is None or layer.mlp == mlp))
+        cache = self.__dict__.setdefault("_counts", {})  # a frozen value: counts never change
+        key = (attention, mlp)
+        if key not in cache:
+            cache[key] = sum(1 for layer in self.layers
+                             if (attention is None or layer.attention == attention) and (mlp is None or layer.mlp == mlp))
+        return cache[key]
 
     def weight(self, cls: str) -> Precision:
         return self.precision.get(cls) or PRECISIONS[self.dtype]

@@ -288,12 +288,15 @@ def _linear_attention(m: ModelSpec, side: Side, tp: int, act_bytes: float, act_d
 
 
 def per_token(m: ModelSpec, component: str, tp: int = 1, *, fused_add: bool = False, moe_layer: bool = False,
-              act_bytes: float = 2.0, kv_bytes: float = 2.0) -> tuple[float, float] | None:
-    """(FLOPs, bytes) per token of one launch of a per-launch kernel; None when not modelled."""
+              act_bytes: float = 2.0, kv_bytes: float = 2.0, out_bytes: float | None = None) -> tuple[float, float] | None:
+    """(FLOPs, bytes) per token of one launch of a per-launch kernel; None when not modelled.
+    ``out_bytes``: element size of the output when the kernel quantises it (fused norm or
+    activation + FP8/FP4 quantisation), else the activation size."""
     h = m.hidden
+    out = act_bytes if out_bytes is None else out_bytes
     hq, hkv = _rank(m.heads, tp), _rank(m.kv_heads, tp)
     if component == "norm":
-        return NORM_FLOPS * h, h * act_bytes * (4 if fused_add else 2)
+        return NORM_FLOPS * h, h * (act_bytes + out) + (2 * h * act_bytes if fused_add else 0)
     if component == "qk_norm":
         e = (hq + hkv) * m.head_dim
         return NORM_FLOPS * e, 2 * e * act_bytes
@@ -302,7 +305,7 @@ def per_token(m: ModelSpec, component: str, tp: int = 1, *, fused_add: bool = Fa
         return ROPE_FLOPS * e, 2 * e * act_bytes
     if component == "activation":
         width = m.top_k * m.expert_intermediate / tp if moe_layer else _rank(m.intermediate, tp)
-        return ACT_FLOPS * width, 3 * width * act_bytes
+        return ACT_FLOPS * width, width * (2 * act_bytes + out)
     if component == "kv_write":
         e = hkv * (m.head_dim + m.v_head_dim) if m.count(attention=MLA) == 0 else m.kv_lora_rank + m.qk_rope_dim
         return 0.0, e * (act_bytes + kv_bytes)

@@ -65,7 +65,11 @@ def load_model(name_or_path: str, *, weights: str | None = None) -> ModelSpec:
         return from_config(cfg, label, f"config.json at {path}", weights=weights)
     entry = find_entry(name_or_path)
     if entry is None:
-        close = [e["key"] for e in registry_entries() if _fold(name_or_path) in _fold(e["key"])][:6]
+        import difflib
+
+        keys = [e["key"] for e in registry_entries()]
+        close = difflib.get_close_matches(_fold(name_or_path), keys, n=4, cutoff=0.6) or \
+            [k for k in keys if _fold(name_or_path) in k][:4]
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise TracekitError(f"--model {name_or_path!r} is neither a config.json, a folder holding one, nor a model in "
                             f"tracekit's registry (tracekit models lists it){hint}")

@@ -96,10 +96,50 @@ def header(data: dict[str, Any]) -> dict[str, Any]:
         ],
         "versions": [{"label": k, "value": fmt.plain(v)} for k, v in versions.items() if v is not None],
         "collected": side.get("created"),
+        "model": model_view(data),
         "run_kind": data.get("run_kind"),
         "phase_source": (data.get("provenance") or {}).get("phase_source"),
         "tracekit_version": src.get("tracekit_version"),
     }
+
+
+COST_SOURCE_LABELS = {"shapes": "recorded shapes", "capture": "graph-capture shapes", "model": "the model",
+                      "none": "unknown"}
+
+
+def model_view(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The model that priced kernels the shapes could not, as display text; None without one."""
+    m = data.get("model")
+    if not m:
+        return None
+    precision = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (m.get("precision") or {}).items())
+    return {
+        "name": m.get("name"),
+        "summary": m.get("summary"),
+        "source": m.get("source"),
+        "chosen_by": m.get("chosen_by"),
+        "tp": f"{m.get('tp')} ({m.get('tp_source')})",
+        "precision": f"{precision} ({m.get('precision_source')})",
+        "kv_cache": m.get("kv_cache_how"),
+        "costs": {"auto": "recorded shapes where present, the model elsewhere", "shapes": "recorded shapes only",
+                  "model": "the model only (--costs model)"}.get(m.get("costs"), m.get("costs")),
+        "layer_check": m.get("layer_check"),
+    }
+
+
+def cost_sources(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per phase: how much kernel time each cost source priced."""
+    rows = []
+    for phase, p in (data.get("phases") or {}).items():
+        by = p.get("cost_source_ms") or {}
+        total = sum(by.values())
+        rows.append({
+            "phase": phase,
+            "label": phase_label(phase),
+            "parts": [{"source": s, "label": COST_SOURCE_LABELS.get(s, s), "time": fmt.ms(v),
+                       "share": fmt.pct(v / total if total else None)} for s, v in by.items() if v > 0],
+        })
+    return rows
 
 
 # --- headline figures --------------------------------------------------------------------
@@ -280,6 +320,7 @@ def kernel_rows(rows: list[dict[str, Any]], top: int | None = None) -> list[dict
                 "mean": fmt.us(r.get("mean_us")),
                 "share": fmt.pct(r.get("share")),
                 "bound": BOUND_LABELS.get(r.get("bound"), r.get("bound")),
+                "cost_source": COST_SOURCE_LABELS.get(r.get("cost_source"), r.get("cost_source") or fmt.MISSING),
                 "bound_key": r.get("bound"),
                 "achieved": _achieved(r),
                 "roof": fmt.pct(r.get("roof_fraction")),
@@ -379,4 +420,6 @@ def data_quality(data: dict[str, Any]) -> dict[str, Any]:
         "peaks": peaks,
         "bases": bases,
         "phase_source": prov.get("phase_source"),
+        "cost_sources": cost_sources(data),
+        "model": model_view(data),
     }

@@ -1,0 +1,443 @@
+"""The model path: the registry, config reading, per-component step costs, and pricing
+serving traces by the model (known bound, bounds per phase, cross-checks with shapes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import read_real
+from tracekit.analysis import analyze
+from tracekit.analysis import costs as op_costs
+from tracekit.cli import main
+from tracekit.errors import TracekitError
+from tracekit.models import from_config, load_model, registry_entries, with_weights
+from tracekit.models import costs as mc
+from tracekit.models.config import FULL, LINEAR, MLA, MOE, SLIDING, expected_experts
+
+# --- the registry and config reading ------------------------------------------------------
+
+
+def test_every_registry_entry_reads_and_has_a_source():
+    keys = set()
+    for e in registry_entries():
+        assert e["key"] not in keys and e["source"].startswith("https://")
+        keys.add(e["key"])
+        m = from_config(e["config"], e["key"], e["source"])
+        assert m.n_layers > 0 and m.hidden > 0 and m.parameters() > 0
+    for wanted in ("llama-3.1-8b-instruct", "qwen3-8b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3",
+                   "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b-instruct-v0.1", "gemma-3-27b-it", "qwen3.5-27b"):
+        assert wanted in keys
+
+
+@pytest.mark.parametrize(
+    "key, published",
+    [
+        # Totals the model cards publish (decoder, embeddings and LM head; norms and biases aside).
+        ("llama-3.1-8b-instruct", 8.03e9),
+        ("llama-3.1-70b-instruct", 70.6e9),
+        ("qwen3-8b", 8.19e9),
+        ("qwen3-30b-a3b", 30.5e9),
+        ("qwen3-235b-a22b", 235e9),
+        ("gpt-oss-120b", 116.8e9),
+        ("gpt-oss-20b", 20.9e9),
+        ("deepseek-v3", 671e9),
+        ("mixtral-8x7b-instruct-v0.1", 46.7e9),
+        ("qwen3.5-27b", 27e9),
+    ],
+)
+def test_parameter_counts_match_the_model_cards(key, published):
+    assert load_model(key).parameters() == pytest.approx(published, rel=0.01)
+
+
+def test_layer_kinds_experts_and_precision_are_read():
+    q35 = load_model("qwen3.5-27b")  # hybrid: gated DeltaNet every layer but each 4th
+    assert (q35.count(attention=LINEAR), q35.count(attention=FULL)) == (48, 16)
+    assert q35.attn_output_gate and q35.rotary_fraction == 0.25
+    oss = load_model("openai/gpt-oss-120b")  # by its Hugging Face id
+    assert (oss.count(attention=SLIDING), oss.count(attention=FULL)) == (18, 18)
+    assert {layer.window for layer in oss.layers if layer.attention == SLIDING} == {128}
+    assert (oss.experts, oss.top_k) == (128, 4)
+    assert oss.weight("experts").name == "mxfp4" and oss.weight("attention").name == "bf16"
+    assert oss.weight("lm_head").name == "bf16"
+    ds = load_model("DeepSeek-V3")
+    assert ds.count(attention=MLA) == 61 and ds.count(mlp=MOE) == 58  # first 3 layers dense
+    assert ds.weight("experts").name == "fp8" and ds.shared_intermediate == 2048
+    gemma = load_model("gemma-3-27b-it")  # multimodal: the decoder is text_config
+    assert gemma.count(attention=SLIDING) == 52 and gemma.count(attention=FULL) == 10 and gemma.tied_embeddings
+    mixed = load_model("qwen3.6-27b-nvfp4")  # modelopt mixed precision
+    assert mixed.weight("attention").name == "fp8" and mixed.weight("mlp").name == "nvfp4-w4a16"
+
+
+def test_a_local_config_json_or_checkpoint_folder(tmp_path):
+    cfg = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "intermediate_size": 1024, "vocab_size": 1000, "torch_dtype": "bfloat16",
+           "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}
+    folder = tmp_path / "my-checkpoint"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    for name in (str(folder), str(folder / "config.json")):
+        m = load_model(name)
+        assert m.n_layers == 4 and m.weight("mlp").name == "int4" and m.weight("lm_head").name == "bf16"
+        assert "config.json at" in m.source
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"model_type": "t5", "is_encoder_decoder": True, "hidden_size": 8}, "encoder-decoder"),
+        ({"model_type": "llama", "num_hidden_layers": 2}, "hidden_size"),
+        ({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "vocab_size": 10, "intermediate_size": 64, "quantization_config": {"quant_method": "hqq"}}, "'hqq'"),
+        ({"model_type": "x", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 10,
+          "intermediate_size": 64, "layer_types": ["mamba", "full_attention"]}, "'mamba'"),
+        ({"model_type": "x", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 10,
+          "num_local_experts": 8}, "num_experts_per_tok"),
+    ],
+)
+def test_configs_tracekit_does_not_understand_are_one_sentence(config, message):
+    with pytest.raises(TracekitError) as e:
+        from_config(config, "m", "test")
+    assert message in e.value.message and "\n" not in e.value.message
+
+
+def test_unknown_model_names_are_one_sentence_with_suggestions(tmp_path):
+    with pytest.raises(TracekitError) as e:
+        load_model("qwen3-9b")
+    assert "tracekit models" in e.value.message and "qwen3-8b" in e.value.message
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TracekitError, match="no config.json"):
+        load_model(str(tmp_path / "empty"))
+
+
+def test_weights_override_quantises_the_linear_layers_only():
+    m = with_weights(load_model("qwen3.5-27b"), "nvfp4")
+    assert m.weight("mlp").name == "nvfp4" and m.weight("linear_attention").name == "nvfp4"
+    assert m.weight("lm_head").name == "bf16" and m.weight("router").name == "bf16"
+    with pytest.raises(TracekitError):
+        with_weights(m, "fp3")
+
+
+# --- step costs -------------------------------------------------------------------------
+
+
+def _side(tokens, requests, kv=None, pairs=None):
+    return mc.Side(float(requests), float(tokens), kv, pairs, float(requests))
+
+
+def test_decode_reads_every_weight_once():
+    m = load_model("llama-3.1-8b-instruct")
+    costs = mc.step_costs(m, _side(1, 1, kv=1000.0, pairs=1000.0))
+    weights = costs["linear"].bytes + costs["lm_head"].bytes
+    # 8.03B parameters less the embedding table (a gather, not a GEMM), 2 bytes each.
+    assert weights == pytest.approx((8.03e9 - 128256 * 4096) * 2, rel=0.01)
+    # Attention reads the 1000 cached keys and values of 8 KV heads of 128 dims in 32 layers.
+    assert costs["attention"].bytes == pytest.approx(32 * 1000 * 8 * 256 * 2, rel=0.01)
+    assert costs["linear"].flops == pytest.approx(2 * (8.03e9 - 2 * 128256 * 4096), rel=0.01)
+
+
+def test_tensor_parallel_splits_the_work_per_rank():
+    m = load_model("llama-3.1-70b-instruct")
+    one = mc.step_costs(m, _side(512, 1, kv=512.0, pairs=512 * 513 / 2))
+    eight = mc.step_costs(m, _side(512, 1, kv=512.0, pairs=512 * 513 / 2), tp=8)
+    assert eight["linear"].flops == pytest.approx(one["linear"].flops / 8, rel=0.01)
+    assert eight["attention"].flops == pytest.approx(one["attention"].flops / 8, rel=0.01)
+    # Two all-reduces per layer plus the embedding's, each moving 2 (N-1)/N of T x hidden per rank.
+    assert eight["communication"].bytes == pytest.approx(
+        (2 * 80 + 1) * 2 * 7 / 8 * 512 * 8192 * 2 + 7 / 8 * 128256 * 2, rel=0.01)
+    assert "communication" not in one
+
+
+def test_experts_touched_follow_uniform_routing():
+    assert expected_experts(128, 8, 1) == pytest.approx(8)
+    assert expected_experts(128, 8, 16) == pytest.approx(128 * (1 - (1 - 8 / 128) ** 16))
+    assert expected_experts(128, 8, 10_000) == pytest.approx(128)
+    m = load_model("qwen3-30b-a3b")
+    small = mc.step_costs(m, _side(1, 1, kv=10.0, pairs=10.0))["experts"].bytes
+    big = mc.step_costs(m, _side(4096, 4096, kv=4096.0, pairs=4096.0))["experts"].bytes
+    per_expert = 3 * 2048 * 768 * 2 * 48
+    assert small == pytest.approx(8 * per_expert, rel=0.05) and big > 120 * per_expert
+
+
+def test_sliding_windows_cap_pairs_and_keys():
+    pairs, keys = mc.attention_geometry(_side(1, 1, kv=5000.0, pairs=5000.0), 128)
+    assert (pairs, keys) == (128, 128)
+    pairs, keys = mc.attention_geometry(_side(1000, 1, kv=1000.0, pairs=1000 * 1001 / 2), 128)
+    assert pairs == pytest.approx(128 * 129 / 2 + (1000 - 128) * 128) and keys == 1000
+    assert mc.attention_geometry(_side(16, 16), None) is None  # keys not stated
+
+
+def test_analytic_flops_match_flop_counter_on_a_llama():
+    """The model's matrix FLOPs against torch's FlopCounterMode on the same Llama, for a
+    prefill (causal attention, SDPA's count adjusted to causal) and a decode step."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils import flop_counter
+
+    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                                   attn_implementation="sdpa")
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    spec = from_config(cfg.to_dict(), "llama", "test")
+    sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
+            lambda q, k, v, *a, out_shape=None, **kw: flop_counter.sdpa_flop_count(q, k, v)}
+    batch, prompt = 2, 32
+    ids = torch.randint(0, 1000, (batch, prompt))
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    logits_kw = "logits_to_keep" if "logits_to_keep" in params else "num_logits_to_keep"
+    with torch.no_grad(), flop_counter.FlopCounterMode(display=False, custom_mapping=sdpa) as counter:
+        model(ids, use_cache=False, **{logits_kw: 1})
+    counted = counter.get_total_flops()
+    # FlopCounterMode counts SDPA as full attention; the model counts the causal pairs.
+    full = 2 * batch * 4 * prompt * prompt * (64 + 64) * 2
+    causal = 2 * batch * 4 * (prompt * (prompt + 1) / 2) * (64 + 64) * 2
+    side = mc.Side(batch, batch * prompt, batch * prompt, batch * prompt * (prompt + 1) / 2, batch)
+    ours = sum(w.flops for c, w in mc.step_costs(spec, side, act_bytes=4.0).items()
+               if c in ("linear", "lm_head", "attention"))
+    assert ours == pytest.approx(counted - full + causal, rel=0.01)
+
+
+# --- pricing real serving traces by the model --------------------------------------------
+
+SERVING = [
+    # (trace, model, weights)
+    ("b300_qwen3_moe", "qwen3-30b-a3b", None),
+    ("mi300x_qwen3_moe", "qwen3-30b-a3b", None),
+    ("mi300x_extend", "qwen3-8b", None),
+    ("mi300x_decode", "qwen3-8b", None),
+    ("b200_vllm", "gpt-oss-120b", None),
+    ("gb10_vllm", "qwen3.5-27b", "nvfp4"),
+]
+_CACHE: dict = {}
+
+
+def _priced(key, model, weights, costs="auto"):
+    if (key, costs) not in _CACHE:
+        _CACHE[key, costs] = analyze(read_real(key), model=model, weights=weights, costs=costs)
+    return _CACHE[key, costs]
+
+
+@pytest.mark.parametrize("key, model, weights", SERVING)
+def test_the_model_gives_nearly_all_serving_kernel_time_a_bound(key, model, weights):
+    a = _priced(key, model, weights)
+    w = a.work
+    known = float(w.loc[w["bound"] != "unknown", "dur_ns"].sum() / w["dur_ns"].sum())
+    assert known >= 0.90, (key, known)
+    d = a.to_dict()
+    for phase, p in d["phases"].items():
+        assert p["mfu"] is not None and p["mbu"] is not None, (phase, p["mfu_reason"], p["mbu_reason"])
+        assert "FLOPs from" in p["mfu_basis"] and "bytes from" in p["mbu_basis"]
+        gemm = {b: ms for c, by in p["by_category_bound"].items() if c in ("gemm", "moe") for b, ms in by.items()}
+        if phase == "decode":
+            assert gemm.get("memory", 0) >= 0.9 * sum(gemm.values()), (key, gemm)
+        if phase == "prefill":
+            dense = p["by_category_bound"]["gemm"]
+            assert dense.get("compute", 0) >= max(dense.get("memory", 0), dense.get("unknown", 0)), (key, dense)
+    # No roof fraction above 100% is shown as fact.
+    fractions = w["roof_fraction"].dropna()
+    assert (fractions <= 1.02).all(), w.loc[fractions.index[fractions > 1.02], ["name", "component", "cost_source"]]
+
+
+def test_without_a_model_serving_kernels_have_unknown_cost_and_the_report_says_what_to_pass():
+    d = analyze(read_real("b300_qwen3_moe")).to_dict()
+    assert d["model"] is None
+    unknown = next(f for f in d["findings"] if f["id"] == "unknown-cost")
+    assert "--model" in unknown["text"]
+    assert d["phases"]["decode"]["cost_source_ms"]["none"] > 0.9 * d["phases"]["decode"]["kernel_ms"]
+
+
+@pytest.mark.parametrize(
+    "key, model",
+    [("h100_hf", "qwen1.5-0.5b-chat"), ("mi300x_extend", "qwen3-8b"), ("b200_vllm", "gpt-oss-120b")],
+)
+def test_model_costs_agree_with_shape_costs_where_both_price(key, model):
+    shapes = _priced(key, model, None, "shapes").work
+    by_model = _priced(key, model, None, "model").work
+    assert (by_model["cost_source"].isin(["model", "none"])).all()
+    for step in sorted(set(shapes["step"][shapes["step"] >= 0])):
+        both = ((shapes["step"] == step) & shapes["flops"].notna() & by_model["flops"].notna()).to_numpy()
+        covered = shapes["dur_ns"][both].sum() / shapes["dur_ns"][shapes["step"] == step].sum()
+        assert covered > 0.5, (key, step, covered)
+        f_s, f_m = shapes["flops"][both].sum(), by_model["flops"][both].sum()
+        b_s, b_m = shapes["bytes"][both].sum(), by_model["bytes"][both].sum()
+        assert f_m == pytest.approx(f_s, rel=0.05), (key, step)
+        assert b_m == pytest.approx(b_s, rel=0.25), (key, step)
+
+
+def test_a_collected_run_is_priced_by_its_recorded_model_and_agrees_with_its_shapes(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tracekit import read_trace
+    from tracekit.collect import CollectOptions, collect
+
+    result = collect(CollectOptions(preset="tiny", batch_size=2, prompt_len=32, new_tokens=3,
+                                    output=str(tmp_path / "run"), progress=False, threads=1, calibrate=False,
+                                    seed=0, force=True))
+    trace = read_trace(result.trace_path)
+    shapes, by_model = analyze(trace, costs="shapes"), analyze(trace, costs="model")
+    assert by_model.model["chosen_by"].startswith("the config tracekit collect recorded")
+    for step in range(len(shapes.steps)):
+        s, m = shapes.work, by_model.work
+        both = ((s["step"] == step) & s["flops"].notna() & m["flops"].notna()
+                & (s["unit"] == "matrix")).to_numpy()
+        assert both.any()
+        assert m["flops"][both].sum() == pytest.approx(s["flops"][both].sum(), rel=0.05), step
+        assert m["bytes"][both].sum() == pytest.approx(s["bytes"][both].sum(), rel=0.25), step
+
+
+def test_mixed_steps_split_by_the_model():
+    from test_serving import MIXED, _with_annotation
+
+    a = analyze(_with_annotation(read_real("gb10_vllm"), 3, MIXED), model="qwen3.5-27b", weights="nvfp4")
+    split = a.to_dict()["steps"][3]["split"]
+    assert "model" in split["basis"]
+    assert split["prefill"]["gpu_ms"] + split["decode"]["gpu_ms"] == pytest.approx(a.to_dict()["steps"][3]["gpu_busy_ms"])
+
+
+def test_kernel_precision_and_a_wrong_model_are_said():
+    a = analyze(read_real("gb10_vllm"), model="qwen3.5-27b")  # the trace's GEMMs are NVFP4
+    ids = {f.id: f.text for f in a.findings}
+    assert "--weights" in ids["model-precision"] and "fp4" in ids["model-precision"]
+    assert "model-undescribed" in ids  # bf16 weights cannot be read that fast: left unknown, not >100%
+    wrong = analyze(read_real("b200_vllm"), model="qwen3-30b-a3b")  # 48 layers; gpt-oss-120b has 36
+    assert "model-mismatch" in {f.id for f in wrong.findings}
+
+
+def test_the_report_says_where_costs_came_from():
+    from tracekit.report import render
+
+    a = _priced("b200_vllm", "gpt-oss-120b", None)
+    d = a.to_dict()
+    sources = d["phases"]["prefill"]["cost_source_ms"]
+    assert sources["model"] > 0 and sources["shapes"] > 0
+    assert sum(sources.values()) == pytest.approx(d["phases"]["prefill"]["kernel_ms"])
+    assert {r["cost_source"] for r in d["top_kernels"]["prefill"]} <= {"model", "shapes", "none"}
+    replayed = _priced("b300_qwen3_moe", "qwen3-30b-a3b", None).to_dict()
+    assert {r["cost_source"] for r in replayed["top_kernels"]["decode"]} >= {"model"}
+    html = render(a, "html")
+    assert "Where the FLOPs and bytes came from" in html and "gpt-oss-120b" in html
+    assert d["model"]["tp"] == 8 and "distributedInfo" in d["model"]["tp_source"]
+    assert d["model"]["kv_cache_dtype"] == "fp8"  # the FMHA kernels read an FP8 cache
+    points = d["roofline"]["prefill"]["points"]
+    assert any(p["cost_source"] == "model" and p["label"].startswith("model: ") for p in points)
+
+
+def test_collectives_are_interconnect_bound_against_the_link():
+    w = _priced("b200_vllm", "gpt-oss-120b", None).work
+    comm = w[w["category"] == "communication"]
+    assert (comm["bound"] == "interconnect").mean() > 0.95
+    assert comm["peak_bw"].dropna().eq(900e9).all()  # B200: NVLink 5, 900 GB/s per direction
+
+
+# --- engine custom ops priced from their shapes ---------------------------------------------
+
+
+def _price(op, dims, types, concrete=None, ctx=None):
+    d, t, c = json.dumps(dims), json.dumps(types), json.dumps(concrete) if concrete else None
+    if ctx is not None:
+        return op_costs.price_in_context(op, d, t, c, ctx)
+    return op_costs.op_cost_json(op, d, t, c)
+
+
+def test_vllm_custom_ops_from_shapes():
+    bf = "c10::BFloat16"
+    norm = _price("_C::fused_add_rms_norm", [[888, 2880], [888, 2880], [2880], []], [bf, bf, bf, "Scalar"])
+    assert norm.bytes == 4 * 888 * 2880 * 2 + 2880 * 2
+    quant = _price("_C::static_scaled_fp8_quant", [[888, 512], [888, 512], []], ["c10::Float8_e4m3fn", bf, "float"])
+    assert quant.bytes == 888 * 512 * 2 + 888 * 512 + 4  # bf16 in, fp8 out, one fp32 scale
+    cache = _price("_C_cache_ops::reshape_and_cache_flash",
+                   [[888, 1, 64], [888, 1, 64], [100, 16, 1, 64], [100, 16, 1, 64], [888], [], [], []],
+                   [bf, bf, "unsigned char", "unsigned char", "long int", "", "float", "float"])
+    assert cache.bytes == 2 * 888 * 64 * 2 + 888 * 8 + 2 * 888 * 64 * 1  # written at the FP8 cache's 1 byte
+    rope = _price("_C::rotary_embedding", [[888], [888, 512], [888, 64], [], [131072, 64], []],
+                  ["long int", bf, bf, "Scalar", bf, "Scalar"], ["", "", "", "64", "", "True"])
+    assert rope.bytes >= 2 * 888 * (512 + 64) * 2
+
+
+def test_custom_ops_that_need_the_run():
+    bf = "c10::BFloat16"
+    ar = [[[888, 2880], []], [bf, ""]]
+    assert "one rank" in _price("c10d::allreduce_", *ar, ctx=op_costs.OpContext(tp=1)).reason
+    eight = _price("c10d::allreduce_", *ar, ctx=op_costs.OpContext(tp=8))
+    assert eight.bytes == pytest.approx(2 * 7 / 8 * 888 * 2880 * 2)
+    attn = [[[888, 8, 64], [888, 1, 64], [888, 1, 64], [888, 8, 64], [], [], []],
+            ["c10::Float8_e4m3fn", bf, bf, bf, "", "", ""]]
+    missing = _price("vllm::unified_attention_with_output", *attn, ctx=op_costs.OpContext(tp=8))
+    assert "pairs" in missing.reason
+    priced = _price("vllm::unified_attention_with_output", *attn,
+                    ctx=op_costs.OpContext(tp=8, pairs=394716.0, keys=888.0, kv_bytes=1.0))
+    assert priced.flops == 2 * 8 * 394716 * 128 and priced.dtype == "fp8"
+    moe = [[[888, 3072], [888, 128], []], [bf, bf, ""]]
+    assert "--model" in _price("vllm::moe_forward", *moe, ctx=op_costs.OpContext(tp=8)).reason
+    with_model = _price("vllm::moe_forward", *moe, ctx=op_costs.OpContext(tp=8, model=load_model("gpt-oss-120b")))
+    assert with_model.flops == pytest.approx(2 * 888 * 4 * 3 * 2880 * 2880 / 8, rel=0.05)
+
+
+# --- graph-capture traces that do not name their kernels ------------------------------------
+
+
+def test_capture_without_kernel_names_is_matched_by_order():
+    from tracekit.analysis.capture import with_capture
+    from tracekit.analysis.segment import segment
+
+    replay, capture = read_real("mi300x_decode"), read_real("mi300x_capture")
+    seg = segment(replay)
+    by_name = with_capture(replay, seg.work, capture, seg.steps)
+    cuda_like = dataclasses.replace(capture, runtime=capture.runtime.assign(kernel=None))  # as CUDA writes them
+    by_order = with_capture(replay, seg.work, cuda_like, seg.steps)
+    assert "by position in the captured graph" in by_order.note
+    replayed = seg.work["graph"].to_numpy()
+    assert (by_order.op[replayed] >= 0).all()
+    assert (by_order.op[replayed] == by_name.op[replayed]).mean() > 0.99
+
+
+# --- the command line ---------------------------------------------------------------------
+
+
+def test_models_command_lists_the_registry_and_shows_one():
+    runner = CliRunner()
+    res = runner.invoke(main, ["models", "--json"])
+    assert res.exit_code == 0
+    keys = {r["key"] for r in json.loads(res.output)}
+    assert keys == {e["key"] for e in registry_entries()}
+    res = runner.invoke(main, ["models", "--show", "gpt-oss-120b"])
+    assert res.exit_code == 0 and "mxfp4" in res.output and "huggingface.co" in res.output
+
+
+def test_report_with_a_model_and_bad_model_options(tmp_path):
+    from conftest import real_trace_path
+
+    runner = CliRunner()
+    trace = str(real_trace_path("b300_qwen3_moe"))
+    out = tmp_path / "r.json"
+    res = runner.invoke(main, ["report", trace, "--model", "qwen3-30b-a3b", "--tp", "1", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["model"]["name"] == "Qwen3-30B-A3B" and data["model"]["tp_source"] == "--tp"
+    for args, message in ((["--model", "no-such-model"], "registry"), (["--model", "qwen3-8b", "--tp", "0"], "--tp"),
+                          (["--weights", "nvfp4"], "--model"), (["--model", "qwen3-8b", "--weights", "fp3"], "fp3")):
+        res = runner.invoke(main, ["report", trace, "-o", str(tmp_path / "x.json"), *args])
+        assert res.exit_code == 2 and message in res.output, (args, res.output)
+        assert "Traceback" not in res.output
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_compare_prices_both_runs_with_the_model(tmp_path):
+    from conftest import real_trace_path
+
+    res = CliRunner().invoke(main, ["compare", str(real_trace_path("b300_qwen3_moe")),
+                                    str(real_trace_path("mi300x_qwen3_moe")), "--model", "qwen3-30b-a3b",
+                                    "-f", "json", "-o", str(tmp_path / "c.json")])
+    assert res.exit_code == 0, res.output
+    c = json.loads((tmp_path / "c.json").read_text())
+    mbu = next(h for h in c["headline"] if h["key"] == "decode_mbu")
+    assert mbu["before"] is not None and mbu["after"] is not None
+    assert not math.isnan(mbu["before"])
+    assert np.isfinite([mbu["before"], mbu["after"]]).all()
