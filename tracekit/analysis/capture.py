@@ -54,11 +54,7 @@ def with_capture(trace: Trace, work: pd.DataFrame, capture: Trace, steps: pd.Dat
     launches = _captured_launches(capture)
     if not len(launches):
         return _by_order(trace, work, capture, base, replayed, steps)
-    offset = len(trace.cpu_ops)
-    ops = pd.concat([trace.cpu_ops, capture.cpu_ops], ignore_index=True)
-    ops["name"] = ops["name"].astype("category")
-    cap_parents = op_parents(capture.cpu_ops)
-    parents = np.concatenate([base.parents, np.where(cap_parents >= 0, cap_parents + offset, -1)])
+    ops, parents, offset = _joined_ops(trace, capture, base)
     op = base.op
     names = work["name"].astype(str).to_numpy()
     starts = work["start_ns"].to_numpy()
@@ -133,11 +129,7 @@ def _by_order(trace: Trace, work: pd.DataFrame, capture: Trace, base: OpSource, 
             "kernels in its launch calls, so the replayed kernels cannot be matched to captured ops"
         )
         return base
-    offset = len(trace.cpu_ops)
-    ops = pd.concat([trace.cpu_ops, capture.cpu_ops], ignore_index=True)
-    ops["name"] = ops["name"].astype("category")
-    cap_parents = op_parents(capture.cpu_ops)
-    parents = np.concatenate([base.parents, np.where(cap_parents >= 0, cap_parents + offset, -1)])
+    ops, parents, offset = _joined_ops(trace, capture, base)
     op = base.op
     starts = work["start_ns"].to_numpy()
     launch = trace.kernels["launch"].to_numpy()
@@ -163,6 +155,16 @@ def _by_order(trace: Trace, work: pd.DataFrame, capture: Trace, base: OpSource, 
         f"({replays} replays matched a captured graph of the same length)"
     )
     return OpSource(ops, parents, op, note)
+
+
+def _joined_ops(trace: Trace, capture: Trace, base: OpSource) -> tuple[pd.DataFrame, np.ndarray, int]:
+    """The trace's ops followed by the capture's (rows of the capture offset), with parents."""
+    offset = len(trace.cpu_ops)
+    ops = pd.concat([trace.cpu_ops, capture.cpu_ops], ignore_index=True)
+    ops["name"] = ops["name"].astype("category")
+    cap_parents = op_parents(capture.cpu_ops)
+    parents = np.concatenate([base.parents, np.where(cap_parents >= 0, cap_parents + offset, -1)])
+    return ops, parents, offset
 
 
 def _step_batches(steps: pd.DataFrame | None) -> dict[int, int]:

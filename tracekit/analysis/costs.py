@@ -35,24 +35,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-MATRIX = "matrix"
-VECTOR = "vector"
+from tracekit.models.costs import MATRIX as MODEL_MATRIX
+from tracekit.models.costs import VECTOR as MODEL_VECTOR
+from tracekit.models.costs import Missing as ModelMissing
+from tracekit.models.costs import Work as ModelWork
+
+MATRIX, VECTOR = MODEL_MATRIX, MODEL_VECTOR  # the units, one spelling for both cost paths
 
 
-@dataclass(frozen=True)
-class OpCost:
-    flops: float
-    bytes: float
-    dtype: str
-    unit: str
-    note: str
-
-
-@dataclass(frozen=True)
-class NoCost:
-    """Why an op could not be priced (shown to users as "cost unknown because ...")."""
-
-    reason: str
+# One cost value for both paths: an op priced from its shapes, a component priced from the
+# model. NoCost says why an op could not be priced (shown as "cost unknown because ...").
+OpCost = ModelWork
+NoCost = ModelMissing
 
 
 class Work(NamedTuple):
@@ -785,12 +779,10 @@ def price_in_context(op_name: str, dims_json: str | None, types_json: str | None
     model = CONTEXT_MODELS.get(op_name)
     if model is None:
         return op_cost_json(op_name, dims_json, types_json, concrete_json)
-    try:
-        dims = json.loads(dims_json) if dims_json else None
-        types = json.loads(types_json) if types_json else None
-        concrete = json.loads(concrete_json) if concrete_json else None
-    except json.JSONDecodeError as err:
-        return NoCost(f"{op_name}: shape record is not valid JSON ({err.msg})")
+    decoded = _decoded(op_name, dims_json, types_json, concrete_json)
+    if isinstance(decoded, NoCost):
+        return decoded
+    dims, types, concrete = decoded
     if not dims or not types:
         return NoCost(f"{op_name}: input shapes not recorded (profile with record_shapes=True)")
     try:
@@ -836,10 +828,14 @@ def why_no_cost(op_name: str, input_dims: list | None, input_types: list | None 
 def op_cost_json(op_name: str, dims_json: str | None, types_json: str | None,
                  concrete_json: str | None = None) -> OpCost | NoCost:
     """``price`` on the raw JSON text a trace stores, cached: shapes repeat thousands of times."""
+    decoded = _decoded(op_name, dims_json, types_json, concrete_json)
+    return decoded if isinstance(decoded, NoCost) else price(op_name, *decoded)
+
+
+def _decoded(op_name: str, dims_json: str | None, types_json: str | None, concrete_json: str | None):
+    """(Input Dims, Input type, Concrete Inputs) decoded from a trace's JSON text, or why not."""
     try:
-        dims = json.loads(dims_json) if dims_json else None
-        types = json.loads(types_json) if types_json else None
-        concrete = json.loads(concrete_json) if concrete_json else None
+        return (json.loads(dims_json) if dims_json else None, json.loads(types_json) if types_json else None,
+                json.loads(concrete_json) if concrete_json else None)
     except json.JSONDecodeError as err:
         return NoCost(f"{op_name}: shape record is not valid JSON ({err.msg})")
-    return price(op_name, dims, types, concrete)
