@@ -28,7 +28,7 @@ SOURCE_USER = user.SOURCE
 SOURCE_VLLM_FRAMES = vllm.FRAME_SOURCE
 SOURCE_SGLANG_FRAMES = sglang.FRAME_SOURCE
 SOURCE_INFERRED = "inferred from the trace (no phase annotations)"
-SOURCE_LAUNCHES = "found from the launch pattern (no annotations or step frames)"
+SOURCE_LAUNCHES = "the repeating launch pattern (no annotations or step frames)"
 SOURCE_NONE = "none"
 SOURCE_ORDER = (
     SOURCE_MARKERS, SOURCE_SGLANG, SOURCE_VLLM, SOURCE_USER, SOURCE_VLLM_FRAMES,
