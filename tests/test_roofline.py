@@ -65,10 +65,9 @@ def test_sglang_decode_is_not_compute_bound():
     a = analyze(read_real("mi300x_decode"))
     dec = a.phases["decode"]
     assert dec["by_bound"]["compute"] < 0.05 * dec["kernel_ms"]
-    # Without the capture trace the replayed kernels' cost is unknown, and the step is
-    # launch-bound: the GPU idles most of it.
+    # The GPU idles most of the step, blocked by a host copy (tests/test_idle.py), not by launches.
     assert dec["idle_share"] > 0.5
-    assert any(f.id == "decode-launch-bound" for f in a.findings)
+    assert not any(f.id == "launch-bound" for f in a.findings)
 
 
 def test_b300_moe_few_token_gemms_are_memory_bound():

@@ -15,9 +15,12 @@ import pandas as pd
 
 from tracekit import __version__
 from tracekit.analysis import findings as find
-from tracekit.analysis.latency import latency
+from tracekit.analysis.advice import THRESHOLDS as advice_thresholds
+from tracekit.analysis.idle import idle_causes
+from tracekit.analysis.latency import latency, step_weights
 from tracekit.analysis.model import Analysis
-from tracekit.analysis.roofline import ABOVE_ROOF, BOUNDS, CAPTURE, COST_SOURCES, MODEL, SHAPES, attribute
+from tracekit.analysis.roofline import (ABOVE_ROOF, BOUNDS, CAPTURE, COST_SOURCES, LATENCY_ROOF, LIMITERS, MODEL,
+                                       SHAPES, attribute, limiter)
 from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, segment
 from tracekit.analysis.split import phase_weights, split_mixed
 from tracekit.errors import TracekitError
@@ -66,10 +69,16 @@ def analyze(
     split = split_mixed(seg.steps, work, work["category"].to_numpy(),
                         attr.model_costs.prefill_share if attr.model_costs is not None else None)
     work["prefill_share"] = split.prefill_share
-    lat = latency(seg, split.step_prefill_fraction)
+    idle = idle_causes(trace, seg)
+    launch_ns = idle.by_step[:, 1] if len(seg.steps) else None
+    lat = latency(seg, split.step_prefill_fraction, launch_ns)
     spec = match.spec
     by_phase = {p: _phase_work(work, p) for p in PHASE_ORDER if p in lat.phases}
     phases = {p: _phase(p, w, lat.phases[p], spec) for p, w in by_phase.items()}
+    weights = step_weights(seg.steps, split.step_prefill_fraction)
+    for p, v in phases.items():
+        v["idle_by_cause"] = idle.phase_causes(weights[p])
+        v["idle_top"] = idle.top(weights[p], v["time_ms"], work)
     metrics = _metrics(lat, phases)
     metrics["unprofiled"] = _unprofiled(trace)
     device = _device(trace, seg.device_type, match)
@@ -91,7 +100,7 @@ def analyze(
         workload=_workload(trace),
         run_kind=seg.run_kind,
         phase_source=seg.source,
-        steps=_steps_with_attribution(seg.steps, work, spec, split.by_step),
+        steps=_steps_with_attribution(seg.steps, work, spec, split.by_step, idle),
         work=work,
         phases=phases,
         metrics=metrics,
@@ -118,11 +127,12 @@ def _phase_work(work: pd.DataFrame, phase: str) -> pd.DataFrame:
     return w.assign(dur_ns=w["dur_ns"].to_numpy() * f, flops=w["flops"].to_numpy() * f, bytes=w["bytes"].to_numpy() * f)
 
 
-def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split: dict | None = None) -> pd.DataFrame:
-    """The steps table plus, per step, kernel time by bound, FLOPs, bytes and MBU, and the
-    prefill/decode split of mixed steps."""
+def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split: dict | None = None,
+                            idle=None) -> pd.DataFrame:
+    """The steps table plus, per step, kernel time by bound, FLOPs, bytes and MBU, idle time by
+    cause, and the prefill/decode split of mixed steps."""
     if not len(steps):
-        return steps
+        return steps.assign(launch_gap_ns=pd.Series(dtype="int64"), idle_by_cause=pd.Series(dtype=object))
     inside = work[work["step"] >= 0]
     ms = (inside.groupby(["step", "bound"])["dur_ns"].sum() / 1e6).unstack(fill_value=0.0)
     out = steps.copy()
@@ -137,6 +147,8 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split
     secs = out["duration_ns"].to_numpy() / 1e9
     out["mbu"] = np.where((secs > 0) & bool(bw), out["bytes"].to_numpy() / np.where(secs > 0, secs, 1) / (bw or 1), np.nan)
     out["split"] = [(split or {}).get(int(i)) for i in out["step"]]
+    out["idle_by_cause"] = [idle.step_causes(i) if idle is not None else None for i in range(len(out))]
+    out["launch_gap_ns"] = idle.by_step[:, 1] if idle is not None else 0
     return out
 
 
@@ -258,6 +270,8 @@ def _phase(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
     kernel_ms = float(ms.sum())
     by_bound = {b: float(ms[(w["bound"] == b).to_numpy()].sum()) for b in BOUNDS}
     by_bound["idle"] = float(lat.get("gpu_idle_ms", 0.0))
+    by_limiter = {m: float(ms[(w["limiter"] == m).to_numpy()].sum()) for m in LIMITERS}
+    by_limiter["idle"] = by_bound["idle"]
     by_category = w.groupby("category")["dur_ns"].sum().sort_values(ascending=False) / 1e6
     cat_bound = (w.groupby(["category", "bound"])["dur_ns"].sum() / 1e6).unstack(fill_value=0.0)
     unknown_cost = ms[np.isnan(w["flops"].to_numpy())].sum()
@@ -285,6 +299,10 @@ def _phase(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
         # Shares for the phase-breakdown chart: of the phase's kernel time plus idle time
         # (by bound), and of its kernel time (by category).
         "by_bound_share": _shares(by_bound),
+        # What limits the kernels (roofline.limiter): the bound's roof, or latency below
+        # LATENCY_ROOF of it; with idle, like by_bound.
+        "by_limiter": by_limiter,
+        "by_limiter_share": _shares(by_limiter),
         "by_category": {str(k): float(v) for k, v in by_category.items()},
         "by_category_share": {str(k): (float(v) / kernel_ms if kernel_ms else None) for k, v in by_category.items()},
         "by_category_bound": {
@@ -468,6 +486,7 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
             "bytes": g["bytes"].sum(min_count=1),
             "category": g["category"].first(),
             "bound": _mode(w, "bound"),
+            "limiter": _mode(w, "limiter"),
             "cost_source": _mode(w, "cost_source") if "cost_source" in w else "shapes",
             "roof_x_dur": g["_roof_x_dur"].sum(),
             "known_dur": g["_known_dur"].sum(),
@@ -476,6 +495,10 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
     rows = []
     for name, r in table.iterrows():
         secs = r["total_ns"] / 1e9
+        roof = (r["roof_x_dur"] / r["known_dur"]) if r["known_dur"] else None
+        # The row's limiter follows its time-weighted roof fraction, as shown beside it; a
+        # kernel without one (experts capped at the roof) keeps its units' limiter.
+        row_limiter = str(limiter([r["bound"]], [roof])[0]) if roof is not None else r["limiter"]
         rows.append(
             {
                 "name": str(name),
@@ -486,11 +509,12 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
                 "mean_us": r["total_ns"] / r["calls"] / 1e3,
                 "share": r["total_ns"] / total if total else None,
                 "bound": r["bound"],
+                "limiter": row_limiter,
                 # Where the kernel's FLOPs and bytes came from (shapes, capture, model, none).
                 "cost_source": r["cost_source"],
                 "achieved_tflops": (r["flops"] / secs / 1e12) if secs and pd.notna(r["flops"]) else None,
                 "achieved_gbps": (r["bytes"] / secs / 1e9) if secs and pd.notna(r["bytes"]) else None,
-                "roof_fraction": (r["roof_x_dur"] / r["known_dur"]) if r["known_dur"] else None,
+                "roof_fraction": roof,
             }
         )
     return rows
@@ -592,6 +616,7 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
         bw = spec.peak_bandwidth
         roof = min(peak, (r["flops"] / r["bytes"]) * bw) if peak and bw else None
         fraction = max(r["flops"] / peak, r["bytes"] / bw) / secs if peak and bw else None
+        bound = ("compute" if r["flops"] / peak >= r["bytes"] / bw else "memory") if peak and bw else "unknown"
         out["points"].append(
             {
                 "label": str(lab),
@@ -606,6 +631,8 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
                 "achieved_flops": r["flops"] / secs,
                 "roof_flops": roof,
                 "cost_source": str(r["source"]),
+                "bound": bound,
+                "limiter": str(limiter([bound], [fraction if fraction is not None else np.nan])[0]),
                 # Same definition as per kernel: time the roofline allows over time taken.
                 # Above the roof is not a fact (the cost overstates the work): no fraction then.
                 "roof_fraction": fraction if fraction is not None and fraction <= 1.0 + ROOF_TOLERANCE else None,
@@ -635,9 +662,11 @@ FORMULAS = {
     "mixed_split": "a mixed step's kernel time: attention by each side's query-key pairs, other work by each side's tokens; its busy, idle and duration shared in that proportion",
     "gpu_busy": "union of the step's kernel, memcpy and memset intervals, all streams merged",
     "gpu_idle": "the step's GPU window (first start to last end) minus busy time",
-    "launch_overhead": "idle gaps inside a decode step whose next kernel was launched by the CPU only after the GPU went idle",
+    "launch_overhead": "GPU idle inside the decode steps caused by kernel launches (idle cause launch)",
+    "idle_by_cause": "each GPU-idle gap inside a step split by what the thread launching the next kernel did meanwhile: sync (blocked in a synchronising call), launch (issuing launches: launch calls, the launching op, pauses between launches under 50 us, the first 10 us after the issue), host (other recorded host work for longer), wait (kernel issued, GPU waited on another stream, an event or the device), unattributed",
     "bound": "compute-bound when FLOPs / peak FLOP/s >= bytes / peak bandwidth for the op's dtype and unit (matrix or vector), else memory-bound",
     "roof_fraction": "max(FLOPs / peak FLOP/s, bytes / peak bandwidth) / kernel duration",
+    "limiter": f"the bound (compute, memory, interconnect) when the kernel reaches >= {LATENCY_ROOF:.0%} of that roof; latency below it (grid too small to fill the GPU, occupancy, launch or dependency latency); unknown without a roof fraction",
     "mfu": "matrix FLOPs of the phase's kernels with known shapes / phase time / matrix peak of the phase's main dtype",
     "mbu": "bytes the phase's kernels must move (weights, KV cache, activations; each tensor read or written once) / phase time / peak bandwidth",
     "cost": "FLOPs and bytes of the outermost op with a cost model, shared among the kernels it launched by duration",
@@ -675,7 +704,8 @@ def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[
         "unmatched_kernels": sorted(set(work.loc[work["category"] == "other", "name"].astype(str)))[:50],
         "formulas": FORMULAS,
         "finding_thresholds": {
-            "decode-launch-bound": f"decode GPU idle share >= {find.LAUNCH_BOUND_IDLE:.0%}",
+            "decode-overhead-bound": f"CPU trace: decode time between compute ops >= {find.LAUNCH_BOUND_IDLE:.0%}",
+            **advice_thresholds,
             "decode-attention-share": f"attention >= {find.ATTENTION_SHARE:.0%} of decode kernel time",
             "unknown-cost": f">= {find.UNKNOWN_COST_SHARE:.0%} of a phase's kernel time has unknown cost",
             "tpot-growth": f"the last quarter of decode steps is >= {find.TPOT_GROWTH:.0%} slower than the first",

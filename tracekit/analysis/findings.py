@@ -5,7 +5,8 @@
 | training-run          | the trace is a training run (backward ops / optimizer steps)        |
 | no-steps              | no inference step was found                                        |
 | device-unknown        | the device has no spec row: the roofline is absent                  |
-| decode-launch-bound   | decode GPU idle share >= LAUNCH_BOUND_IDLE                          |
+| decode-overhead-bound | CPU trace: decode time between compute ops >= LAUNCH_BOUND_IDLE     |
+| (advice)              | host-sync, launch-bound, host-bound, gpu-waits, fuse-elementwise, decode-batch, fp8-weights: see analysis.advice |
 | phase-bound           | per phase, the bound holding the most kernel time (always, one each)|
 | prefill-gemm-efficiency | prefill GEMMs with known cost: time-weighted fraction of roof     |
 | decode-attention-share | attention >= ATTENTION_SHARE of decode kernel time                 |
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from tracekit.analysis.advice import advice
 from tracekit.analysis.model import Finding
 
 if TYPE_CHECKING:
@@ -64,24 +66,13 @@ def findings(a: Analysis) -> list[Finding]:
     dec = a.phases.get("decode")
     cpu = a.device.get("type") == "cpu"
     unit = "CPU" if cpu else "GPU"
-    if dec and (dec.get("idle_share") or 0) >= LAUNCH_BOUND_IDLE:
-        graphs = bool(a.steps.loc[a.steps["phase"] == "decode", "graph_replay"].any())
-        if cpu:
-            text = (
-                f"Decode is overhead-bound: {dec['idle_share']:.0%} of each decode step passes between compute ops "
-                "(Python and framework dispatch); torch.compile or a larger batch would help."
-            )
-        elif graphs:
-            text = (
-                f"Decode is launch-bound: the GPU is idle {dec['idle_share']:.0%} of each decode step although the steps "
-                "replay a graph, so the CPU work around the replay (scheduling, sampling, Python) is what the GPU waits for."
-            )
-        else:
-            text = (
-                f"Decode is launch-bound: the GPU is idle {dec['idle_share']:.0%} of each decode step; "
-                "CUDA graphs or a larger batch would help."
-            )
-        out.append(Finding("decode-launch-bound", text, "warning", "decode"))
+    if cpu and dec and (dec.get("idle_share") or 0) >= LAUNCH_BOUND_IDLE:
+        out.append(Finding(
+            "decode-overhead-bound",
+            f"Decode is overhead-bound: {dec['idle_share']:.0%} of each decode step passes between compute ops "
+            "(Python and framework dispatch); torch.compile or a larger batch would help.", "warning", "decode"))
+    # What the GPU waits for and what to try, largest time at stake first (analysis.advice).
+    out += advice(a)
     for phase, p in a.phases.items():
         kernel = p["kernel_ms"]
         if not kernel:

@@ -71,8 +71,24 @@ def _stats(d: np.ndarray) -> dict[str, float]:
     }
 
 
-def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None) -> Latency:
-    """``prefill_fraction``: per step, the prefill share of a split mixed step (NaN otherwise)."""
+def step_weights(steps, prefill_fraction: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per phase, each step's share in it: 1 for the phase's own steps, a split mixed step's
+    prefill or decode fraction, 0 otherwise."""
+    frac = np.full(len(steps), np.nan) if prefill_fraction is None else np.asarray(prefill_fraction, dtype=float)
+    split = ~np.isnan(frac)
+    phase = steps["phase"].to_numpy()
+    return {
+        PREFILL: np.where(phase == PREFILL, 1.0, np.where(split, frac, 0.0)),
+        DECODE: np.where(phase == DECODE, 1.0, np.where(split, 1.0 - frac, 0.0)),
+        MIXED: ((phase == MIXED) & ~split).astype(float),
+        "unknown": (phase == "unknown").astype(float),
+    }
+
+
+def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None,
+            launch_ns: np.ndarray | None = None) -> Latency:
+    """``prefill_fraction``: per step, the prefill share of a split mixed step (NaN otherwise);
+    ``launch_ns``: per step, the GPU idle time caused by kernel launches (``analysis.idle``)."""
     out = Latency()
     steps = seg.steps
     why = out.reasons
@@ -88,12 +104,7 @@ def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None) -> La
     split = ~np.isnan(frac)
     phase = steps["phase"].to_numpy()
     dur_ms = steps["duration_ns"].to_numpy() / NS_PER_MS
-    weight = {
-        PREFILL: np.where(phase == PREFILL, 1.0, np.where(split, frac, 0.0)),
-        DECODE: np.where(phase == DECODE, 1.0, np.where(split, 1.0 - frac, 0.0)),
-        MIXED: ((phase == MIXED) & ~split).astype(float),
-        "unknown": (phase == "unknown").astype(float),
-    }
+    weight = step_weights(steps, prefill_fraction)
     holds = {PREFILL: (phase == PREFILL) | (phase == MIXED), DECODE: (phase == DECODE) | (phase == MIXED)}
 
     # Per-phase step times: every step holding the phase's work, mixed ones whole.
@@ -129,7 +140,8 @@ def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None) -> La
     _throughput(out, steps, phase, split, weight, dur_ms)
     if len(dec) or split.any():
         if seg.device_type == "gpu":
-            gap_ms = steps["launch_gap_ns"].to_numpy()[holds[DECODE]] / NS_PER_MS
+            launch = np.zeros(len(steps)) if launch_ns is None else np.asarray(launch_ns, dtype=float)
+            gap_ms = launch[holds[DECODE]] / NS_PER_MS
             d = dur_ms[holds[DECODE]]
             out.launch_overhead_ms_per_decode_step = float(gap_ms.mean())
             out.launch_overhead_share_of_decode = float(gap_ms.sum() / d.sum()) if d.sum() > 0 else None

@@ -23,9 +23,13 @@ class Finding:
     text: str
     severity: str = "info"  # "info" | "warning"
     phase: str | None = None
+    # Advice: what to try, and the time it could save (ms over the trace's steps of the phase).
+    action: str | None = None
+    at_stake_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "text": self.text, "severity": self.severity, "phase": self.phase}
+        return {"id": self.id, "text": self.text, "severity": self.severity, "phase": self.phase,
+                "action": self.action, "at_stake_ms": self.at_stake_ms}
 
 
 @dataclass
@@ -93,6 +97,8 @@ def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
                 "gpu_busy_ms": r.gpu_busy_ns / 1e6,
                 "gpu_idle_ms": r.gpu_idle_ns / 1e6,
                 "launch_gap_ms": r.launch_gap_ns / 1e6,
+                # GPU idle inside the step by cause (analysis.idle), ms.
+                "idle_by_cause": getattr(r, "idle_by_cause", None),
                 "kernels": int(r.kernels),
                 "tokens": None if pd.isna(r.tokens) else int(r.tokens),
                 "batch": None if pd.isna(r.batch) else int(r.batch),

@@ -40,6 +40,14 @@ COMPUTE, MEMORY, INTERCONNECT, UNKNOWN = "compute", "memory", "interconnect", "u
 # row's interconnect bandwidth per direction.
 BOUNDS = (COMPUTE, MEMORY, INTERCONNECT, UNKNOWN)
 
+# What limits a kernel (``limiter``): the roof on its side of the ridge (compute, memory,
+# interconnect) when it reaches at least LATENCY_ROOF of that roof; below that neither roof
+# limits it and ``latency`` does: too small a grid to fill the GPU, low occupancy, launch and
+# synchronisation latency, serial dependencies. ``unknown`` when the roof fraction is.
+LATENCY = "latency"
+LATENCY_ROOF = 0.3
+LIMITERS = (COMPUTE, MEMORY, INTERCONNECT, LATENCY, UNKNOWN)
+
 # Copy-engine transfers have no FLOPs: they are bandwidth work by nature.
 _COPY_KINDS = ("memcpy", "memset")
 
@@ -57,7 +65,7 @@ class Attribution:
 
     # category, op_name, flops, bytes, dtype, unit, cost_reason, cost_source, component,
     # intensity, peak_flops, peak_bw, ridge, bound, bound_reason, achieved_flops,
-    # achieved_bw, roof_fraction, roof_fraction_achievable
+    # achieved_bw, roof_fraction, roof_fraction_achievable, limiter
     table: pd.DataFrame
     spec: GpuSpec | None
     spec_reason: str | None
@@ -135,6 +143,8 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     _bounds(table, spec, match.reason, kinds, category, dur_s)
     if model_costs is not None and spec is not None:
         _model_above_roof(table, work["step"].to_numpy(), dur_s, spec, match.reason, kinds, category)
+    table["limiter"] = limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
+                               table["model_check"].to_numpy() == "capped")
     return Attribution(table, spec, match.reason, source.ops, source.note, model_costs)
 
 
@@ -354,6 +364,19 @@ def _model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, 
     check = table["model_check"].to_numpy().copy()
     check[capped], check[dropped] = "capped", "undescribed"
     table["model_check"] = check
+
+
+def limiter(bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | None = None) -> np.ndarray:
+    """Per unit (or aggregate): the bound when the roof fraction reaches LATENCY_ROOF, latency
+    below it, unknown without one. ``at_roof``: units known to sit at their roof (routed
+    experts capped there) keep their bound though their fraction is hidden."""
+    rf = np.asarray(roof_fraction, dtype=float)
+    bound = np.asarray(bound, dtype=object)
+    out = np.where(np.isnan(rf), UNKNOWN, np.where(rf < LATENCY_ROOF, LATENCY, bound)).astype(object)
+    out[bound == UNKNOWN] = UNKNOWN
+    if at_roof is not None:
+        out[np.asarray(at_roof, dtype=bool)] = bound[np.asarray(at_roof, dtype=bool)]
+    return out
 
 
 def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, kinds, category, dur_s) -> None:

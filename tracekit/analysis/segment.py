@@ -62,7 +62,7 @@ class Segmentation:
     run_kind: str
     device_type: str  # "gpu" or "cpu" (CPU-only trace: leaf ops are the work)
     # One row per unit of device work. Columns: name, kind, start_ns, end_ns, dur_ns,
-    # op (cpu_ops row or -1), graph (bool), ctas, issue_ns, issue_tid, step (-1 = outside), phase.
+    # op (cpu_ops row or -1), launch (runtime row or -1), stream, graph (bool), ctas, issue_ns, issue_tid, step (-1 = outside), phase.
     work: pd.DataFrame
     # One row per step; see ``_STEP_COLUMNS``.
     steps: pd.DataFrame
@@ -83,7 +83,6 @@ _STEP_COLUMNS = {
     "gpu_end_ns": "int64",
     "gpu_busy_ns": "int64",
     "gpu_idle_ns": "int64",
-    "launch_gap_ns": "int64",
     "duration_ns": "int64",
     "kernels": "int64",
     "tokens": "float64",
@@ -211,6 +210,8 @@ def _work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
                 "end_ns": k["end_ns"],
                 "dur_ns": k["dur_ns"],
                 "op": k["op"],
+                "launch": launch.astype(np.int64),
+                "stream": k["stream"],
                 "graph": k["graph"],
                 "ctas": k["ctas"] if "ctas" in k else -1,
                 "issue_ns": issue_ns.astype(np.int64),
@@ -229,6 +230,8 @@ def _work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
             "end_ns": leaves["end_ns"].to_numpy(),
             "dur_ns": leaves["dur_ns"].to_numpy(),
             "op": leaf.astype(np.int64),
+            "launch": -1,
+            "stream": -1,
             "graph": False,
             "ctas": -1,
             "issue_ns": leaves["start_ns"].to_numpy(),
@@ -521,7 +524,6 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     bounds = np.searchsorted(step_of[order], np.arange(len(ranges) + 1))
     starts = work["start_ns"].to_numpy()
     ends = work["end_ns"].to_numpy()
-    issues = work["issue_ns"].to_numpy()
     graph = work["graph"].to_numpy()
     # When the GPU runs behind the CPU (asynchronous scheduling), a step's GPU work waits
     # for the previous step's: its time starts when that work ended, so that step
@@ -529,7 +531,7 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     previous_end: dict[int, int] = {}
     for i, r in enumerate(ranges.itertuples()):
         mine = order[bounds[i] : bounds[i + 1]]
-        busy, gap, g0, g1 = _busy(starts[mine], ends[mine], issues[mine])
+        busy, g0, g1 = _busy(starts[mine], ends[mine])
         cpu0, cpu1 = int(r.start), int(r.end)
         end = max(cpu1, g1) if len(mine) else cpu1
         begin = max(cpu0, previous_end.get(int(r.tid), cpu0))
@@ -549,7 +551,6 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
                 "gpu_end_ns": g1,
                 "gpu_busy_ns": busy,
                 "gpu_idle_ns": (g1 - g0 - busy) if len(mine) else 0,
-                "launch_gap_ns": gap,
                 "duration_ns": duration,
                 "kernels": len(mine),
                 "tokens": np.nan if r.tokens is None or pd.isna(r.tokens) else float(r.tokens),
@@ -566,21 +567,15 @@ def _side(value):
     return None if value is None or _isna(value) else value
 
 
-def _busy(starts: np.ndarray, ends: np.ndarray, issues: np.ndarray) -> tuple[int, int, int, int]:
-    """(busy ns as the union of intervals, launch-bound idle ns, first start, last end).
-
-    Launch-bound idle: gaps in which the device waited for work the CPU had not yet
-    issued (the next item was launched after the device went idle).
-    """
+def _busy(starts: np.ndarray, ends: np.ndarray) -> tuple[int, int, int]:
+    """(busy ns as the union of intervals, first start, last end)."""
     if not len(starts):
-        return 0, 0, -1, -1
+        return 0, -1, -1
     o = np.argsort(starts, kind="stable")
-    s, e, iss = starts[o], ends[o], issues[o]
+    s, e = starts[o], ends[o]
     run_end = np.maximum.accumulate(e)
-    gaps = np.maximum(s[1:] - run_end[:-1], 0)
     busy = int((e - s).sum() - _overlap(s, e, run_end))
-    late = iss[1:] >= run_end[:-1]
-    return busy, int(gaps[late].sum()), int(s[0]), int(run_end[-1])
+    return busy, int(s[0]), int(run_end[-1])
 
 
 def _overlap(s: np.ndarray, e: np.ndarray, run_end: np.ndarray) -> int:

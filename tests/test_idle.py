@@ -1,0 +1,223 @@
+"""Why the GPU waits (idle causes), what limits a kernel (limiter), and advice with time at stake."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import read_real
+
+from tracekit.analysis import advice as adv
+from tracekit.analysis import idle
+from tracekit.analysis.analyze import analyze
+from tracekit.analysis.roofline import LATENCY_ROOF
+
+
+def _ids(a) -> dict:
+    return {f.id: f for f in a.findings}
+
+
+def _launch_bound(trace):
+    """The trace with every kernel moved to start just after its launch and end before the next
+    launch: the GPU drains each kernel before the host issues the next (a launch-bound run)."""
+    k = trace.kernels
+    k = k[k["launch"].to_numpy() >= 0].reset_index(drop=True)
+    issue = trace.runtime["start_ns"].to_numpy()[k["launch"].to_numpy()]
+    o = np.argsort(issue, kind="stable")
+    start, dur = k["start_ns"].to_numpy().copy(), k["dur_ns"].to_numpy().copy()
+    nxt = np.append(issue[o][1:], issue[o][-1] + 10**9)
+    start[o] = issue[o] + 5_000
+    dur[o] = np.clip(np.minimum(dur[o], nxt - start[o] - 1_000), 1_000, None)
+    k = k.assign(start_ns=start, dur_ns=dur, end_ns=start + dur)
+    return dataclasses.replace(trace, kernels=k)
+
+
+def _as_decode(trace):
+    """The trace with its one step annotated as a tracekit decode step (as a user's loop would)."""
+    step = trace.annotations.iloc[[0]].copy()
+    step["name"] = "tracekit::decode#0 bs=16"
+    return dataclasses.replace(trace, annotations=pd.concat([trace.annotations, step], ignore_index=True))
+
+
+def _graphs(trace):
+    return dataclasses.replace(trace, kernels=trace.kernels.assign(graph=True))
+
+
+# --- idle causes ---------------------------------------------------------------------
+
+
+def test_split_of_one_gap_by_what_the_host_did():
+    # Five gaps of one thread, each showing one cause. Times in ns.
+    cov = idle._Coverage({
+        "sync": (np.array([1_000]), np.array([9_000])),
+        "launch": (np.array([1_000, 20_000]), np.array([9_000, 21_000])),
+        "busy": (np.array([1_000, 20_000, 300_000]), np.array([9_000, 21_000, 600_000])),
+    })
+    g = pd.DataFrame({
+        "start_ns": [0, 19_000, 300_000, 700_000, 1_000_000],
+        "end_ns": [10_000, 60_000, 560_000, 960_000, 1_500_000],
+        # issued: at the end (blocked), mid-gap (short pause), late (long host work),
+        # late (nothing recorded), long before the gap (waiting).
+        "issue_ns": [9_500, 50_000, 550_000, 950_000, 100],
+        "op_start_ns": [-1] * 5,
+        "op_end_ns": [-1] * 5,
+    })
+    parts = idle._split(g, cov)
+    c = {name: parts[:, i] for i, name in enumerate(idle.CAUSES)}
+    assert c["sync"][0] == 8_000 and c["launch"][0] == 2_000
+    assert c["launch"][1] == 41_000  # a short pause between launches, plus the start latency
+    assert c["host"][2] == 250_000 and c["launch"][2] == 10_000
+    assert c["unattributed"][3] == 250_000
+    assert c["wait"][4] == 500_000 and c["launch"][4] == 0
+    assert (parts.sum(axis=1) == g["end_ns"] - g["start_ns"]).all()
+
+
+def test_inside_the_launching_op_is_launch_cost():
+    cov = idle._Coverage({"sync": (np.zeros(0), np.zeros(0)), "launch": (np.zeros(0), np.zeros(0)),
+                          "busy": (np.array([0]), np.array([1_000_000]))})
+    g = pd.DataFrame({"start_ns": [0], "end_ns": [500_000], "issue_ns": [495_000],
+                      "op_start_ns": [300_000], "op_end_ns": [496_000]})
+    c = dict(zip(idle.CAUSES, idle._split(g, cov)[0]))
+    # 300 us of other host work, then 195 us inside the op that launched the kernel.
+    assert c["host"] == 300_000 and c["launch"] == 195_000 + 5_000
+
+
+@pytest.mark.parametrize("key, phase, frame", [("mi300x_decode", "decode", "cuda_graph_runner.py"),
+                                               ("mi300x_extend", "prefill", "forward_batch_info.py")])
+def test_blocking_host_copy_is_the_idle_cause(key, phase, frame):
+    a = analyze(read_real(key))
+    p = a.phases[phase]
+    assert sum(p["idle_by_cause"].values()) == pytest.approx(p["gpu_idle_ms"], rel=1e-6)
+    top = p["idle_top"][0]
+    assert top["cause"] == "sync" and top["call"] == "hipMemcpyWithStream" and top["op"] == "aten::copy_"
+    assert any(frame in s for s in top["stack"])
+    assert top["ms"] > 450 and top["share"] > 0.45
+    f = _ids(a)["host-sync"]
+    assert "hipMemcpyWithStream" in f.text and "aten::copy_" in f.text and f"{top['share']:.0%}" in f.text
+    assert f.at_stake_ms == pytest.approx(top["share"] * p["time_ms"])
+    assert "launch-bound" not in _ids(a)
+    d = a.to_dict()
+    assert d["phases"][phase]["idle_top"][0]["call"] == "hipMemcpyWithStream"
+    assert d["steps"][0]["idle_by_cause"]["sync"] > 450
+    # The launch overhead figure counts only launches, not the blocking copy.
+    if phase == "decode":
+        assert a.metrics["launch_overhead_ms_per_decode_step"] < 5
+
+
+def test_launches_after_the_gpu_drained_are_launch_bound():
+    a = analyze(_launch_bound(read_real("h100_hf")))
+    p = a.phases["prefill"]
+    causes = p["idle_by_cause"]
+    assert max(causes, key=causes.get) == "launch"
+    assert causes["launch"] > 0.3 * p["time_ms"]
+    f = _ids(a)["launch-bound"]
+    assert f.action and f.at_stake_ms == pytest.approx(causes["launch"])
+
+
+def test_gb10_gpu_behind_the_host_blames_no_launches():
+    a = analyze(read_real("gb10_vllm"))
+    p = a.phases["decode"]
+    causes = p["idle_by_cause"]
+    assert sum(causes.values()) < 0.03 * p["time_ms"]
+    assert causes["launch"] < 0.005 * p["time_ms"]
+    assert max(causes, key=causes.get) != "launch"
+    assert not {"launch-bound", "host-sync", "host-bound"} & set(_ids(a))
+
+
+# --- limiter -------------------------------------------------------------------------
+
+
+def test_h100_prefill_limiters():
+    a = analyze(read_real("h100_hf"))
+    rows = a.top_kernels["prefill"]
+    gemm = [r for r in rows if r["category"] == "gemm"]
+    assert gemm and all(r["limiter"] == "compute" for r in gemm)
+    fa = [r for r in rows if "flash_fwd" in r["name"]]
+    assert fa and fa[0]["bound"] == "memory" and fa[0]["limiter"] == "latency"
+    assert fa[0]["roof_fraction"] < LATENCY_ROOF
+    near_roof = [r for r in rows if r["category"] == "elementwise" and 0.88 <= (r["roof_fraction"] or 0) <= 0.92]
+    assert near_roof and all(r["limiter"] == "memory" for r in near_roof)
+    p = a.phases["prefill"]
+    lim = p["by_limiter"]
+    assert sum(v for k, v in lim.items() if k != "idle") == pytest.approx(p["kernel_ms"])
+    assert lim["latency"] > 0 and lim["compute"] == pytest.approx(p["by_bound"]["compute"], rel=0.05)
+    points = a.roofline["prefill"]["points"]
+    assert {q["limiter"] for q in points} >= {"compute", "memory", "latency"}
+
+
+def test_capped_experts_keep_their_memory_limiter():
+    a = analyze(read_real("b300_qwen3_moe"), model="qwen3-30b-a3b")
+    w = a.work
+    capped = w[w["model_check"] == "capped"]
+    assert len(capped) and (capped["limiter"] == "memory").all()
+
+
+# --- advice --------------------------------------------------------------------------
+
+
+def test_fusion_advice_for_eager_elementwise_chains():
+    a = analyze(read_real("h100_hf"))
+    f = _ids(a)["fuse-elementwise"]
+    p = a.phases["prefill"]
+    fusible = sum(p["by_category"].get(c, 0.0) for c in adv.FUSIBLE)
+    assert f.action and 0 < f.at_stake_ms < fusible
+    assert f"{fusible / p['kernel_ms']:.0%}" in f.text
+
+
+def test_no_fusion_advice_for_compiled_runs():
+    trace = read_real("h100_hf")
+    side = dataclasses.replace(trace, sidecar={"workload": {"compile": True}})
+    assert "fuse-elementwise" not in _ids(analyze(side))
+    k = trace.kernels
+    names = k["name"].astype(str).to_numpy().copy()
+    names[::100] = "triton_poi_fused_add_mul_0"  # a few Inductor kernels among the eager ones
+    inductor = dataclasses.replace(trace, kernels=k.assign(name=names))
+    assert "fuse-elementwise" not in _ids(analyze(inductor))
+
+
+def test_cuda_graph_advice_only_when_decode_does_not_replay_one():
+    eager = analyze(_as_decode(_launch_bound(read_real("h100_hf"))))
+    f = _ids(eager)["launch-bound"]
+    assert f.phase == "decode" and "CUDA graph" in f.action and f.at_stake_ms > 0
+    replayed = analyze(_graphs(_as_decode(_launch_bound(read_real("h100_hf")))))
+    g = _ids(replayed)["launch-bound"]
+    assert "replay a graph" in g.text and g.action is None and g.at_stake_ms is None
+
+
+def test_sync_advice_only_with_blocking_calls():
+    assert _ids(analyze(read_real("mi300x_decode")))["host-sync"].action
+    assert "host-sync" not in _ids(analyze(read_real("b300_qwen3_moe")))
+
+
+def test_decode_weight_advice():
+    a = analyze(read_real("b300_qwen3_moe"), model="qwen3-30b-a3b")
+    ids = _ids(a)
+    batch, fp8 = ids["decode-batch"], ids["fp8-weights"]
+    dec = a.work[(a.work["phase"] == "decode") & a.work["category"].isin(["gemm", "moe"])
+                 & (a.work["bound"] == "memory") & (a.work["unit"] == "matrix") & a.work["flops"].notna()]
+    mem_ms = dec["dur_ns"].sum() / 1e6
+    assert 0 < batch.at_stake_ms < mem_ms and "16 tokens per step" in batch.text
+    assert fp8.at_stake_ms == pytest.approx(dec.loc[dec["dtype"] == "bf16", "dur_ns"].sum() / 2e6)
+    # Ordered by time at stake.
+    stakes = [f.at_stake_ms for f in a.findings if f.at_stake_ms is not None]
+    assert stakes == sorted(stakes, reverse=True)
+
+
+def test_no_decode_weight_advice_without_evidence():
+    # Without a model the replayed GEMMs have no cost: nothing says they are memory-bound.
+    ids = _ids(analyze(read_real("mi300x_qwen3_moe")))
+    assert "decode-batch" not in ids and "fp8-weights" not in ids
+    # Weights already FP4: no FP8 advice.
+    assert "fp8-weights" not in _ids(analyze(read_real("gb10_vllm"), model="qwen3.5-27b", weights="nvfp4"))
+    # A GPU without FP8: no FP8 advice, the batch advice stays.
+    a100 = _ids(analyze(read_real("b300_qwen3_moe"), model="qwen3-30b-a3b", gpu="a100-sxm4-80gb"))
+    assert "fp8-weights" not in a100 and "decode-batch" in a100
+
+
+def test_advice_in_json():
+    d = analyze(read_real("mi300x_decode")).to_dict()
+    f = next(f for f in d["findings"] if f["id"] == "host-sync")
+    assert f["action"] and f["at_stake_ms"] > 400
+    assert all("action" in f and "at_stake_ms" in f for f in d["findings"])

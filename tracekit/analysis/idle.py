@@ -1,0 +1,438 @@
+"""Why the GPU waits: every GPU-idle interval inside a step, attributed to what the
+launching host thread was doing then.
+
+Inside a step's GPU window, the gaps between busy intervals (all streams merged) are idle;
+together they are the step's ``gpu_idle``. Each gap is split by what the thread that
+launched the next kernel did during it:
+
+- ``sync``: blocked in a synchronising call: stream/device/event synchronize, a synchronous
+  memcpy or memset (``cudaMemcpy``, ``hipMemcpyWithStream``), ``cudaFree``, or an op that
+  synchronises (``aten::item``, ``_local_scalar_dense``, ``nonzero``, ...). While blocked the
+  host can issue nothing, so sync wins over every other cause.
+- ``launch``: the next kernel was not issued yet and the host was issuing launches slower
+  than the GPU drains them: time in launch calls, every pause between launches shorter than
+  ``LAUNCH_GAP_NS`` (the per-kernel cost of Python, framework and driver dispatch), and the
+  first ``LAUNCH_LATENCY_NS`` after the issue (the driver starting the kernel).
+- ``host``: the next kernel was not issued yet and for longer than ``LAUNCH_GAP_NS`` the
+  host was in other recorded work: scheduling, input preparation, sampling, detokenising.
+- ``wait``: the next kernel was issued and the host was not blocked, but the GPU had not
+  started it: it waited on another stream or an event, or inside a graph replay, on the
+  device's own kernel-to-kernel latency.
+- ``unattributed``: the launching thread recorded nothing for longer than ``LAUNCH_GAP_NS``
+  (untraced work, another process), or the kernel's launch is not in the trace.
+
+``describe`` names an interval's call, op and the frames around it; ``top`` groups the
+largest intervals of a set of steps by that description.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis.segment import Segmentation
+from tracekit.trace.links import _parents, op_parents
+from tracekit.trace.model import Trace
+
+SYNC, LAUNCH, HOST, WAIT, UNATTRIBUTED = "sync", "launch", "host", "wait", "unattributed"
+CAUSES = (SYNC, LAUNCH, HOST, WAIT, UNATTRIBUTED)
+# A host pause between two launches shorter than this is the cost of issuing the next kernel
+# (eager PyTorch spends roughly 5-50 us of Python, dispatcher and driver per op); a longer one is
+# other host work. Launch-bound decode is thousands of such short pauses.
+LAUNCH_GAP_NS = 50_000
+# After a kernel is issued the driver needs a few microseconds to start it on an idle GPU.
+LAUNCH_LATENCY_NS = 10_000
+TOP = 10  # idle_top rows per phase
+_CANDIDATES = 300  # largest (gap, cause) cells described before grouping
+
+_SYNC_CALL = re.compile(
+    r"synchronize|^(cuda|hip|cu)memcpy(?!.*async)|^(cuda|hip|cu)memset(?!.*async)|memcpywithstream|"
+    r"^(cuda|hip)free(host)?$|^cumemfree",
+    re.IGNORECASE,
+)
+_LAUNCH_CALL = re.compile(r"launch|memcpy.*async|memset.*async", re.IGNORECASE)
+SYNC_OPS = frozenset(
+    "aten::" + n
+    for n in ("item", "_local_scalar_dense", "nonzero", "is_nonzero", "equal", "allclose", "unique",
+              "_unique2", "masked_select", "tolist")
+)
+_STDLIB = frozenset(sys.stdlib_module_names)
+
+
+@dataclass
+class IdleCauses:
+    # Per step, ns by cause (columns in CAUSES order).
+    by_step: np.ndarray
+    # One row per idle gap: step, start_ns, end_ns, tid (launching thread), next (work row
+    # of the kernel after the gap), and ns by cause (one column per cause).
+    gaps: pd.DataFrame
+    trace: Trace = field(repr=False, default=None)
+    _threads: dict = field(default_factory=dict, repr=False)
+
+    def step_causes(self, i: int) -> dict[str, float]:
+        """{cause: ms} of step ``i``."""
+        return {c: float(self.by_step[i, j]) / 1e6 for j, c in enumerate(CAUSES)}
+
+    def phase_causes(self, weight: np.ndarray) -> dict[str, float]:
+        """{cause: ms} over steps weighted by their share in a phase."""
+        total = (self.by_step * np.asarray(weight, dtype=float)[:, None]).sum(axis=0) if len(self.by_step) \
+            else np.zeros(len(CAUSES))
+        return {c: float(total[j]) / 1e6 for j, c in enumerate(CAUSES)}
+
+    def top(self, weight: np.ndarray, phase_ms: float, work: pd.DataFrame, n: int = TOP) -> list[dict]:
+        """The largest idle intervals of the steps with ``weight`` > 0, grouped by what they
+        were (cause, call, op, stack), largest total first. ``share`` is of the phase's time,
+        a split mixed step's interval counting by the phase's part of that step."""
+        g = self.gaps
+        if not len(g):
+            return []
+        w = np.asarray(weight, dtype=float)[g["step"].to_numpy()]
+        cells = []
+        for cause in CAUSES:
+            ns = g[cause].to_numpy()
+            keep = np.flatnonzero((ns > 0) & (w > 0))
+            cells += [(int(ns[i]), int(i), cause) for i in keep]
+        cells.sort(reverse=True)
+        groups: dict[tuple, dict] = {}
+        for ns, i, cause in cells[:_CANDIDATES]:
+            d = self.describe(i, cause, work)
+            key = (cause, d["call"], d["op"], tuple(d["stack"]))
+            row = groups.setdefault(key, {"cause": cause, **d, "ms": 0.0, "count": 0, "_weighted": 0.0})
+            row["ms"] += ns / 1e6
+            row["count"] += 1
+            row["_weighted"] += ns / 1e6 * w[i]
+        out = sorted(groups.values(), key=lambda r: -r["ms"])[:n]
+        for r in out:
+            r["share"] = float(r.pop("_weighted") / phase_ms) if phase_ms else None
+        return out
+
+    def describe(self, gap: int, cause: str, work: pd.DataFrame) -> dict:
+        """The call, its op and the frames around the launching thread during one gap."""
+        g = self.gaps.iloc[gap]
+        trace, tid = self.trace, int(g["tid"])
+        a, b, nxt = int(g["start_ns"]), int(g["end_ns"]), int(g["next"])
+        if tid < 0:
+            return {"call": None, "op": None, "stack": []}
+        th = self._thread(tid)
+        call = op_row = None
+        t = (a + b) // 2
+        if cause == SYNC:
+            call, op_row, t = th.blocking_call(a, b)
+        elif cause in (LAUNCH, WAIT) and nxt >= 0:
+            launch = int(work["launch"].iat[nxt]) if "launch" in work else -1
+            if launch >= 0:
+                call = str(trace.runtime["name"].iat[launch])
+                t = int(trace.runtime["start_ns"].iat[launch])
+            op_row = int(work["op"].iat[nxt])
+            op_row = op_row if op_row >= 0 else None
+        else:
+            issue = int(work["issue_ns"].iat[nxt]) if nxt >= 0 else -1
+            t = (a + min(b, issue)) // 2 if a < issue else t
+            op_row = th.op_at(t)
+        ops = th.op_chain(op_row) if op_row is not None else []
+        return {"call": call, "op": ops[-1] if ops else None, "stack": _dedupe(th.frames_at(t) + ops)}
+
+    def _thread(self, tid: int) -> _Thread:
+        if tid not in self._threads:
+            self._threads[tid] = _Thread(self.trace, tid)
+        return self._threads[tid]
+
+
+def idle_causes(trace: Trace, seg: Segmentation) -> IdleCauses:
+    """Idle time of every step by cause, and every idle gap with its parts."""
+    steps, work = seg.steps, seg.work
+    by_step = np.zeros((len(steps), len(CAUSES)), dtype=np.int64)
+    gaps = _gaps(steps, work, trace.cpu_ops) if len(steps) and seg.device_type == "gpu" else _no_gaps()
+    if not len(gaps):
+        return IdleCauses(by_step, gaps, trace)
+    parts = np.zeros((len(gaps), len(CAUSES)), dtype=np.int64)
+    tids = gaps["tid"].to_numpy()
+    for tid in np.unique(tids):
+        rows = np.flatnonzero(tids == tid)
+        g = gaps.iloc[rows]
+        parts[rows] = _split(g, _Coverage.of_thread(trace, int(tid)) if tid >= 0 else None)
+    for j, c in enumerate(CAUSES):
+        gaps[c] = parts[:, j]
+        by_step[:, j] = np.bincount(gaps["step"].to_numpy(), weights=parts[:, j], minlength=len(steps))
+    return IdleCauses(by_step, gaps, trace)
+
+
+def _no_gaps() -> pd.DataFrame:
+    cols = ("step", "start_ns", "end_ns", "tid", "next", "issue_ns", "op_start_ns", "op_end_ns")
+    return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+
+
+def _gaps(steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """Every gap inside each step's GPU window, with the kernel that ends it."""
+    inside = np.flatnonzero(work["step"].to_numpy() >= 0)
+    step = work["step"].to_numpy()[inside]
+    start = work["start_ns"].to_numpy()[inside]
+    end = work["end_ns"].to_numpy()[inside]
+    o = np.lexsort((start, step))
+    step, start, end, rows = step[o], start[o], end[o], inside[o]
+    if len(step) < 2:
+        return _no_gaps()
+    # Running end of the busy time within each step: one cumulative max over keys that put
+    # each step's ends above all earlier steps' (relative times keep int64 from overflowing).
+    first = np.ones(len(step), dtype=bool)
+    first[1:] = step[1:] != step[:-1]
+    group = np.cumsum(first) - 1
+    offset = int(min(start.min(), end.min()))
+    span = int(end.max()) - offset + 1
+    run_end = np.maximum.accumulate(group * span + (end - offset)) - group * span + offset
+    is_gap = ~first[1:] & (start[1:] > run_end[:-1])
+    at = np.flatnonzero(is_gap) + 1
+    nxt = rows[at]
+    issue_tid = work["issue_tid"].to_numpy()[nxt]
+    step_tid = steps["tid"].to_numpy()[step[at]]
+    op = work["op"].to_numpy()[nxt]
+    has_op = (op >= 0) if len(ops) else np.zeros(len(op), dtype=bool)
+    op_at = np.maximum(op, 0)
+    op_start = np.where(has_op, ops["start_ns"].to_numpy()[op_at] if len(ops) else 0, -1)
+    op_end = np.where(has_op, ops["end_ns"].to_numpy()[op_at] if len(ops) else 0, -1)
+    return pd.DataFrame({
+        "step": step[at].astype(np.int64),
+        "start_ns": run_end[at - 1].astype(np.int64),
+        "end_ns": start[at].astype(np.int64),
+        # The launching thread; a kernel with no launch in the trace: the step's thread.
+        "tid": np.where(issue_tid >= 0, issue_tid, step_tid).astype(np.int64),
+        "next": nxt.astype(np.int64),
+        "issue_ns": work["issue_ns"].to_numpy()[nxt].astype(np.int64),
+        # The op that launched that kernel (-1: none): its time before the launch is the launch's.
+        "op_start_ns": op_start.astype(np.int64),
+        "op_end_ns": op_end.astype(np.int64),
+    })
+
+
+def _split(g: pd.DataFrame, cov: _Coverage | None) -> np.ndarray:
+    """ns by cause of each gap of one launching thread (see the module docstring)."""
+    a, b, issue = g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), g["issue_ns"].to_numpy()
+    out = np.zeros((len(g), len(CAUSES)), dtype=np.int64)
+    known = issue >= 0
+    c = np.clip(issue, a, b)  # before c the next kernel was not issued yet
+    if cov is None:
+        out[:, CAUSES.index(UNATTRIBUTED)] = b - a
+        return out
+    sync_before, sync_after = cov.sync(a, c), cov.sync(c, b)
+    out[:, 0] = sync_before + sync_after
+    # Before the issue. Inside the op that launched the next kernel, all of it is that
+    # launch's cost; outside it, launch calls are launches, other recorded work is the host's.
+    free = (c - a) - sync_before
+    op_s, op_e = g["op_start_ns"].to_numpy(), g["op_end_ns"].to_numpy()
+    w0 = np.where(op_s >= 0, np.clip(op_s, a, c), a)
+    w1 = np.where(op_s >= 0, np.clip(op_e, w0, c), a)
+    sync_in = cov.sync(w0, w1)
+    own = (w1 - w0) - sync_in
+    calls_out = (cov.launch(a, c) - cov.launch(w0, w1)) - (sync_before - sync_in)
+    busy_out = (cov.busy(a, c) - cov.busy(w0, w1)) - (cov.launch(a, c) - cov.launch(w0, w1))
+    short = (c - a) <= LAUNCH_GAP_NS
+    launch = np.where(short, free, own + calls_out)
+    host = np.where(short, 0, busy_out)
+    # After the issue: the driver's start latency, then waiting.
+    lat_end = np.clip(issue + LAUNCH_LATENCY_NS, c, b)
+    latency = (lat_end - c) - cov.sync(c, lat_end)
+    waiting = (b - lat_end) - cov.sync(lat_end, b)
+    out[:, 1] = np.where(known, launch + latency, 0)
+    out[:, 2] = np.where(known, host, 0)
+    out[:, 3] = np.where(known, waiting, 0)
+    out[:, 4] = np.where(known, free - launch - host, (b - a) - out[:, 0])
+    return np.maximum(out, 0)
+
+
+class _Coverage:
+    """Merged intervals of one thread's activity, with O(log n) "time covered in [a, b]"."""
+
+    def __init__(self, sets: dict[str, tuple[np.ndarray, np.ndarray]]):
+        self._sets = {k: _prefix(*_union(s, e)) for k, (s, e) in sets.items()}
+
+    @classmethod
+    def of_thread(cls, trace: Trace, tid: int) -> _Coverage:
+        rt, ops, py = (_on(t, tid) for t in (trace.runtime, trace.cpu_ops, trace.python))
+        names = rt["name"].astype(str)
+        is_sync = _name_mask(names, _SYNC_CALL)
+        is_launch = _name_mask(names, _LAUNCH_CALL) & ~is_sync
+        sync_ops = ops["name"].astype(str).isin(SYNC_OPS).to_numpy()
+        s_rt, e_rt = rt["start_ns"].to_numpy(), rt["end_ns"].to_numpy()
+        s_op, e_op = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+        sync = (np.concatenate([s_rt[is_sync], s_op[sync_ops]]), np.concatenate([e_rt[is_sync], e_op[sync_ops]]))
+        launch = (np.concatenate([sync[0], s_rt[is_launch]]), np.concatenate([sync[1], e_rt[is_launch]]))
+        busy = (np.concatenate([launch[0], s_rt, s_op, py["start_ns"].to_numpy()]),
+                np.concatenate([launch[1], e_rt, e_op, py["end_ns"].to_numpy()]))
+        return cls({"sync": sync, "launch": launch, "busy": busy})
+
+    def _covered(self, key: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        starts, ends, before = self._sets[key]
+        return np.maximum(_cum(starts, ends, before, b) - _cum(starts, ends, before, a), 0)
+
+    def sync(self, a, b):
+        return self._covered("sync", a, b)
+
+    def launch(self, a, b):
+        """Sync or launch calls."""
+        return self._covered("launch", a, b)
+
+    def busy(self, a, b):
+        """Any recorded activity (runtime calls, ops, Python frames)."""
+        return self._covered("busy", a, b)
+
+
+def _on(table: pd.DataFrame, tid: int) -> pd.DataFrame:
+    return table[table["tid"].to_numpy() == tid] if len(table) else table
+
+
+def _name_mask(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
+    """Regex test once per distinct name."""
+    if not len(names):
+        return np.zeros(0, dtype=bool)
+    codes, uniques = pd.factorize(names)
+    return np.array([bool(pattern.search(n)) for n in uniques], dtype=bool)[codes]
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, merged intervals."""
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    if not len(starts):
+        return starts, ends
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    run = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.append(run[idx[1:] - 1], run[-1])
+
+
+def _prefix(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merged intervals plus the time covered before each one starts."""
+    return starts, ends, np.concatenate([[0], np.cumsum(ends - starts)[:-1]]).astype(np.int64) if len(starts) \
+        else np.zeros(0, np.int64)
+
+
+def _cum(starts: np.ndarray, ends: np.ndarray, before: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Time covered by the merged intervals up to each ``t``."""
+    t = np.asarray(t, dtype=np.int64)
+    if not len(starts):
+        return np.zeros(t.shape, dtype=np.int64)
+    i = np.searchsorted(starts, t, side="right") - 1
+    j = np.maximum(i, 0)
+    inside = np.clip(np.minimum(t, ends[j]) - starts[j], 0, None)
+    return np.where(i >= 0, before[j] + inside, 0)
+
+
+class _Thread:
+    """One host thread's calls, ops and Python frames, for naming what it was doing."""
+
+    def __init__(self, trace: Trace, tid: int):
+        self.trace = trace
+        rt = trace.runtime
+        mine = np.flatnonzero(rt["tid"].to_numpy() == tid) if len(rt) else np.zeros(0, np.int64)
+        names = rt["name"].astype(str).iloc[mine] if len(rt) else pd.Series(dtype=str)
+        self.sync_rows = mine[_name_mask(names, _SYNC_CALL)] if len(mine) else mine
+        ops = trace.cpu_ops
+        self.op_rows = np.flatnonzero(ops["tid"].to_numpy() == tid) if len(ops) else np.zeros(0, np.int64)
+        self._ops = _Nest(ops, self.op_rows)
+        self._op_parents = None
+        py = trace.python
+        self._py = _Nest(py, np.flatnonzero(py["tid"].to_numpy() == tid) if len(py) else np.zeros(0, np.int64))
+
+    def blocking_call(self, a: int, b: int) -> tuple[str | None, int | None, int]:
+        """The synchronising call (or op) overlapping [a, b] the most: name, op row, midpoint."""
+        rt, ops = self.trace.runtime, self.trace.cpu_ops
+        best = (0, None, None, (a + b) // 2)
+        for rows, table in ((self.sync_rows, rt), (self.op_rows, ops)):
+            if not len(rows):
+                continue
+            s, e = table["start_ns"].to_numpy()[rows], table["end_ns"].to_numpy()[rows]
+            hit = np.flatnonzero((s < b) & (e > a))
+            if table is ops:
+                hit = hit[ops["name"].iloc[rows[hit]].astype(str).isin(SYNC_OPS).to_numpy()]
+            for h in hit:
+                ov = min(e[h], b) - max(s[h], a)
+                if ov > best[0]:
+                    r = int(rows[h])
+                    if table is rt:
+                        op = int(rt["op"].iat[r]) if "op" in rt else -1
+                        best = (ov, str(rt["name"].iat[r]), op if op >= 0 else None, (int(s[h]) + int(e[h])) // 2)
+                    else:
+                        best = (ov, None, r, (int(s[h]) + int(e[h])) // 2)
+        return best[1], best[2], best[3]
+
+    def op_at(self, t: int) -> int | None:
+        rows = self._ops.at(t)
+        return rows[0] if rows else None
+
+    def op_chain(self, row: int, keep: int = 4) -> list[str]:
+        """Op names from the outermost (up to ``keep``) to ``row``."""
+        if self._op_parents is None:
+            self._op_parents = op_parents(self.trace.cpu_ops)
+        chain = []
+        names = self.trace.cpu_ops["name"]
+        while row >= 0 and len(chain) < keep:
+            chain.append(str(names.iat[row]))
+            row = int(self._op_parents[row])
+        return list(reversed(chain))
+
+    def frames_at(self, t: int, keep: int = 3) -> list[str]:
+        """The innermost framework/user Python frames around ``t``, outermost first: library
+        frames (torch, the standard library, builtins) are skipped."""
+        names = self.trace.python["name"]
+        out = []
+        for row in self._py.at(t):
+            name = str(names.iat[row])
+            if _is_library_frame(name):
+                continue
+            out.append(_short_frame(name))
+            if len(out) == keep:
+                break
+        return list(reversed(out))
+
+
+class _Nest:
+    """Properly nested intervals of one thread: which enclose time t, innermost first."""
+
+    def __init__(self, table: pd.DataFrame, rows: np.ndarray):
+        if len(rows):
+            s, e = table["start_ns"].to_numpy()[rows], table["end_ns"].to_numpy()[rows]
+            o = np.lexsort((-(e - s), s))
+            self.rows, self.start, self.end = rows[o], s[o], e[o]
+        else:
+            self.rows = self.start = self.end = np.zeros(0, np.int64)
+        self._parent = None
+
+    def at(self, t: int) -> list[int]:
+        if not len(self.rows):
+            return []
+        if self._parent is None:
+            self._parent = _parents(self.start, self.end)
+        i = int(np.searchsorted(self.start, t, side="right")) - 1
+        out = []
+        while i >= 0:
+            if self.end[i] >= t:
+                out.append(int(self.rows[i]))
+            i = int(self._parent[i])
+        return out
+
+
+def _is_library_frame(name: str) -> bool:
+    if name.startswith("<"):
+        return True
+    path = name.split("(", 1)[0]
+    top = path.lstrip("/").split("/", 1)[0].removesuffix(".py") if not path.startswith("/") else ""
+    return top in _STDLIB or top in ("torch", "triton", "<string>") or path.startswith("/usr/lib/python")
+
+
+def _short_frame(name: str) -> str:
+    """``/x/sglang/srt/model_executor/cuda_graph_runner.py(276): f`` -> ``cuda_graph_runner.py(276): f``."""
+    return name.rsplit("/", 1)[-1]
+
+
+def _dedupe(names: list[str]) -> list[str]:
+    out: list[str] = []
+    for n in names:
+        if not out or out[-1] != n:
+            out.append(n)
+    return out
