@@ -123,6 +123,7 @@ class PageRun:
     charts: list[dict] = field(default_factory=list)
     tooltips: list[str] = field(default_factory=list)
     evaluated: dict = field(default_factory=dict)
+    element_shots: dict = field(default_factory=dict)  # element id -> screenshot path
 
     @property
     def errors(self) -> list[str]:
@@ -218,9 +219,11 @@ class Chromium:
             self._events.append(m)
 
     def open(self, path: str | Path, screenshot: str | Path | None = None, width: int = 1400,
-             wait_s: float = 20.0, evaluate: dict[str, str] | None = None, hover: str | None = None) -> PageRun:
+             wait_s: float = 20.0, evaluate: dict[str, str] | None = None, hover: str | None = None,
+             element_shots: dict[str, str | Path] | None = None, hover_y: tuple = (0.75, 0.55)) -> PageRun:
         """Load a page, wait for its charts, optionally hover over chart ``hover`` (an
-        element id) and record the tooltips' text, evaluate expressions, screenshot."""
+        element id) and record the tooltips' text, evaluate expressions, screenshot the page
+        and, per ``element_shots`` entry {element id: path}, that element alone."""
         url = Path(path).resolve().as_uri()
         run = PageRun(url=url)
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -244,7 +247,7 @@ class Chromium:
         self._handle_dialogs(sid, first_event, run)
         run.charts = self._eval(sid, _CHART_PROBE) or []
         if hover:
-            run.tooltips = self._hover(sid, hover)
+            run.tooltips = self._hover(sid, hover, hover_y)
         for key, expr in (evaluate or {}).items():
             run.evaluated[key] = self._eval(sid, expr)
         if screenshot:
@@ -255,14 +258,26 @@ class Chromium:
             self.pump(0.5)
             shot = self.send("Page.captureScreenshot", {"format": "png"}, session=sid)
             Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+        for element_id, out in (element_shots or {}).items():
+            rect = self._eval(sid, "(() => { const e = document.getElementById(" + json.dumps(element_id) + ");"
+                                   " if (!e) return null; const r = e.getBoundingClientRect();"
+                                   " return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height]; })()")
+            if not rect or not rect[2] or not rect[3]:
+                continue
+            clip = {"x": rect[0], "y": rect[1], "width": rect[2], "height": rect[3], "scale": 1}
+            shot = self.send("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True},
+                             session=sid)
+            Path(out).write_bytes(base64.b64decode(shot["data"]))
+            run.element_shots[element_id] = str(out)
         self.pump(0.2)
         self._handle_dialogs(sid, first_event, run)
         self._collect(sid, first_event, run)
         self.send("Target.closeTarget", {"targetId": target})
         return run
 
-    def _hover(self, sid: str, element_id: str) -> list[str]:
-        """Move the mouse across the middle of a chart; return the tooltip texts seen."""
+    def _hover(self, sid: str, element_id: str, hover_y: tuple = (0.75, 0.55)) -> list[str]:
+        """Move the mouse across a chart at heights ``hover_y`` (fractions from the top);
+        return the tooltip texts seen."""
         rect = self._eval(sid, "(() => { const e = document.getElementById(" + json.dumps(element_id) + ");"
                                " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
                                " return [r.left, r.top, r.width, r.height]; })()")
@@ -272,7 +287,7 @@ class Chromium:
         left, top, w, h = rect
         seen = []
         for frac in (0.2, 0.35, 0.5, 0.65, 0.8):
-            for yfrac in (0.75, 0.55):
+            for yfrac in hover_y:
                 self.send("Input.dispatchMouseEvent",
                           {"type": "mouseMoved", "x": left + w * frac, "y": top + h * yfrac}, session=sid)
                 self.pump(0.15)
@@ -410,6 +425,37 @@ def test_report_renders_in_chromium(browser, tmp_path, name):
 
 
 @needs_browser
+@pytest.mark.parametrize("key", ["mi300x_decode", "gb10_vllm"])
+def test_step_timeline_in_chromium(browser, tmp_path, key):
+    """The slowest and typical steps' timelines draw, hover names what is under the mouse,
+    and their screenshots are kept: one blocking copy (MI300X) and a GPU behind the host (GB10)."""
+    from tracekit.analysis import analyze
+    from tracekit.report import render
+    from tracekit.report.render_html import HtmlRenderer
+
+    analysis = analyze(read_real(key))
+    d = analysis.to_dict()
+    html = render(analysis, "html")
+    assert len(html) < 3_000_000
+    page = tmp_path / f"{key}.html"
+    page.write_text(html, encoding="utf-8")
+    ids = [f"tk-chart-timeline-{i}" for i in range(len(d["timelines"]))]
+    assert ids and all(f'id="{i}"' in html for i in ids)
+    folder = _shots(tmp_path)
+    shots = {i: folder / f"{key}-{i}.png" for i in ids}
+    # The lanes fill the chart's top part; the legend sits below them.
+    run = browser.open(page, screenshot=folder / f"{key}-page.png", element_shots=shots, hover=ids[0],
+                       hover_y=(0.15, 0.25, 0.35))
+    _check_page(run, len(HtmlRenderer().view_model(d)["chart_items"]))
+    drawn = {c["id"]: c for c in run.charts}
+    for i, path in shots.items():
+        assert drawn[i]["painted"] > 0
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert run.tooltips and any("name:" in t for t in run.tooltips)
+
+
+@needs_browser
 def test_decode_chart_hover_shows_step_figures(browser, tmp_path):
     from tracekit.analysis import analyze
     from tracekit.report import render
@@ -455,7 +501,8 @@ def test_page_without_bokeh_says_so(browser, tmp_path):
 
 if __name__ == "__main__":
     with Chromium() as browser:
-        result = browser.open(sys.argv[1], screenshot=sys.argv[2] if len(sys.argv) > 2 else None)
+        shots = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in sys.argv[3:]}  # ELEMENT_ID=PATH ...
+        result = browser.open(sys.argv[1], screenshot=sys.argv[2] if len(sys.argv) > 2 else None, element_shots=shots)
     print(json.dumps({k: v for k, v in result.__dict__.items()}, indent=1))
     print("errors:", result.errors)
     print("foreign requests:", result.foreign_requests)

@@ -136,15 +136,15 @@ def _idle(a: Analysis, phase: str, p: dict) -> list[Finding]:
 
 
 def _where(row: dict) -> str:
-    """`call` in `op`, under `frame`: as much of it as the trace names."""
+    """call in op, under frame: as much of it as the trace names."""
     parts = []
     if row.get("call"):
-        parts.append(f"`{row['call']}`")
+        parts.append(str(row["call"]))
     if row.get("op"):
-        parts.append(("in " if parts else "") + f"`{row['op']}`")
+        parts.append(("in " if parts else "") + str(row["op"]))
     frame = next((s for s in reversed(row.get("stack") or []) if ".py(" in s), None)
     if frame:
-        parts.append(("under " if parts else "") + f"`{frame}`")
+        parts.append(("under " if parts else "") + frame)
     return " ".join(parts) if parts else "host work"
 
 

@@ -23,6 +23,7 @@ from tracekit.analysis.roofline import (ABOVE_ROOF, BOUNDS, CAPTURE, COST_SOURCE
                                        SHAPES, attribute, limiter)
 from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, segment
 from tracekit.analysis.split import phase_weights, split_mixed
+from tracekit.analysis.timeline import timelines
 from tracekit.errors import TracekitError
 from tracekit.models import ModelSpec, load_model
 from tracekit.models.registry import from_sidecar
@@ -110,6 +111,7 @@ def analyze(
         roofline={p: _roofline_points(w, spec, phases[p], attr.ops) for p, w in by_phase.items()},
         overall=_overall(work),
         model=model_view,
+        timelines=timelines(trace, seg.steps, work, idle, lambda n: short_name(n, 70), seg.device_type),
     )
     analysis.findings = find.findings(analysis)
     return analysis
@@ -701,6 +703,8 @@ def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[
         "device_match": {"how": match.how, "reason": match.reason},
         "outside_steps": {"units": int(len(outside)), "ms": float(outside["dur_ns"].sum() / 1e6)},
         "unknown_bound_ms_by_reason": {str(k): float(v) for k, v in why_unknown.items()},
+        # A kernel below this fraction of its roof is latency-limited (roofline.limiter).
+        "latency_roof": LATENCY_ROOF,
         "unmatched_kernels": sorted(set(work.loc[work["category"] == "other", "name"].astype(str)))[:50],
         "formulas": FORMULAS,
         "finding_thresholds": {

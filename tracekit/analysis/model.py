@@ -54,6 +54,8 @@ class Analysis:
     overall: dict[str, Any] = field(default_factory=dict)
     # The model that priced kernels the shapes could not (None: no model given or recorded).
     model: dict[str, Any] | None = None
+    # The slowest and a typical step, lane by lane (analysis.timeline).
+    timelines: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(
@@ -70,6 +72,7 @@ class Analysis:
                 "roofline": self.roofline,
                 "overall": self.overall,
                 "model": self.model,
+                "timelines": self.timelines,
                 "findings": [f.to_dict() for f in self.findings],
                 "provenance": {"phase_source": self.phase_source, **self.provenance},
             }

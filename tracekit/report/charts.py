@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from tracekit.report import formatting as fmt
-from tracekit.report.view import BOUND_LABELS, BOUNDS, device_word, phase_label
+from tracekit.report.view import BOUND_LABELS, BOUNDS, LIMITERS, device_word, limiter_labels, phase_label
 
 # Bokeh's JS bundles: only the core one is needed (no widgets, tables, WebGL, MathJax).
 BOKEH_COMPONENTS = ["bokeh"]
@@ -25,6 +25,7 @@ MAX_STEP_BARS = 2000
 
 BOUND_COLORS = {"compute": "#2f6db5", "memory": "#e07b1f", "interconnect": "#7b52ab", "unknown": "#9a9a9a",
                 "idle": "#e4e4e4"}
+LIMITER_COLORS = {**BOUND_COLORS, "latency": "#c2185b"}
 # Categories avoid the bound colours' exact tones so the two side-by-side charts don't read alike.
 CATEGORY_COLORS = {
     "gemm": "#5b9bd5",
@@ -138,7 +139,7 @@ def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
             share = p.get("by_bound_share") or {}
             bound_rows.append(
                 {
-                    "label": phase_label(phase),
+                    "label": f"{phase_label(phase)}: bound",
                     "of": "of the phase's kernel + idle time",
                     "segments": [
                         (b, BOUND_LABELS[b] if b != "idle" else f"{word} idle", share.get(b), (p.get("by_bound") or {}).get(b), BOUND_COLORS[b])
@@ -146,6 +147,20 @@ def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
                     ],
                 }
             )
+            if p.get("by_limiter"):
+                lshare = p.get("by_limiter_share") or {}
+                labels = limiter_labels(data)
+                bound_rows.append(
+                    {
+                        "label": f"{phase_label(phase)}: limiter",
+                        "of": "of the phase's kernel + idle time",
+                        "segments": [
+                            (k, f"limited by {labels[k]}" if k != "idle" else f"{word} idle", lshare.get(k),
+                             p["by_limiter"].get(k), LIMITER_COLORS[k])
+                            for k in LIMITERS
+                        ],
+                    }
+                )
             for c in p.get("by_category") or {}:
                 if c not in cats:
                     cats.append(c)
@@ -176,12 +191,13 @@ def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
                 ],
             }
         ]
-    height = 90 + 46 * max(len(bound_rows), len(cat_rows))
+    height = 90 + 40 * max(len(bound_rows), len(cat_rows))
     height = max(height, 84 + 21 * len(cats))  # room for the category legend
     out: dict[str, Any] = {"charts": []}
     if bound_rows:
         out["charts"].append(
-            _stacked_share_bars(f"{word} time by bound", bound_rows, "share of kernel + idle time", "tk-chart-bound", height)
+            _stacked_share_bars(f"{word} time by bound and by limiter", bound_rows, "share of kernel + idle time",
+                                "tk-chart-bound", height)
         )
     out["charts"].append(_stacked_share_bars("Kernel time by category", cat_rows, "share of kernel time", "tk-chart-category", height))
     return out
@@ -267,6 +283,78 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
     if stride > 1:
         note = f"{total:,} decode steps: one in every {stride} is shown."
     return {"id": "tk-chart-decode", **_item(p, "tk-chart-decode"), "note": note}
+
+
+# --- step timeline --------------------------------------------------------------------------
+
+CAUSE_COLORS = {"sync": "#c0392b", "launch": "#f39c12", "host": "#8e44ad", "wait": "#3498db",
+                "unattributed": "#95a5a6"}
+CALL_COLORS = {"sync": "#c0392b", "launch": "#7f8c8d", "other": "#c8ccd1"}
+HOST_OP_COLOR = "#5d6d7e"
+
+
+def step_timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
+    """One step, lane by lane (host ops, runtime calls, GPU idle by cause, GPU streams by
+    kernel category), from ``timelines[index]`` of the JSON contract."""
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+    from bokeh.plotting import figure
+
+    tl = (data.get("timelines") or [])[index]
+    keys, labels = tl["keys"], tl["labels"]
+    lanes = [lane["name"] for lane in tl["lanes"]]
+    cols: dict[str, list] = {k: [] for k in ("y", "left", "right", "color", "legend", "label", "what", "time", "count")}
+    cats: list[str] = []
+    for lane in tl["lanes"]:
+        kind = lane["kind"]
+        for a, b, k, t, n in lane["segments"]:
+            key = keys[k]
+            if kind == "stream":
+                if key not in cats:
+                    cats.append(key)
+                color, legend = category_color(key, cats.index(key)), key
+            elif kind == "idle":
+                color, legend = CAUSE_COLORS.get(key, "#95a5a6"), f"idle: {key}"
+            elif kind == "host_calls":
+                color, legend = CALL_COLORS.get(key, "#c8ccd1"), f"call: {key}"
+            else:
+                color, legend = HOST_OP_COLOR, "host op"
+            cols["y"].append(lane["name"])
+            cols["left"].append(a)
+            # At least visible; idle gaps keep their width (a widened gap would hide busy time).
+            cols["right"].append(b if kind == "idle" else max(b, a + tl["span_ms"] / 4000))
+            cols["color"].append(color)
+            cols["legend"].append(legend)
+            cols["label"].append(labels[t])
+            cols["what"].append(key)
+            cols["time"].append(f"{fmt.ms(a)} + {fmt.ms(b - a)}")
+            cols["count"].append(fmt.count(n))
+    word = device_word(data)
+    title = (f"{phase_label(tl['phase'])} step {tl['step']}, the {tl['why']}: {fmt.ms(tl['duration_ms'])}, "
+             f"{fmt.count(tl['kernels'])} kernels")
+    p = figure(
+        title=title, y_range=FactorRange(*lanes[::-1]), x_range=(0, tl["span_ms"] * 1.01),
+        height=70 + 34 * len(lanes), sizing_mode="stretch_width",
+        tools="xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location="above",
+        x_axis_label=f"ms from the step's start ({word} idle coloured by cause)",
+    )
+    r = p.hbar(y="y", left="left", right="right", height=0.7, color="color", line_color=None,
+               legend_field="legend", source=ColumnDataSource(cols))
+    p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@y"), ("what", "@what"), ("name", "@label"),
+                                                  ("at", "@time"), ("events", "@count")]))
+    p.ygrid.grid_line_color = None
+    _style(p)
+    # Below, in rows: a right-hand legend of ~20 entries would be taller than the lanes.
+    leg = p.legend[0]
+    p.add_layout(leg, "below")
+    leg.orientation = "horizontal"
+    leg.ncols = 7
+    leg.label_text_font = FONT
+    leg.label_text_font_size = "11px"
+    leg.click_policy = "none"
+    leg.border_line_color = None
+    p.height += 22 * math.ceil(len(set(cols["legend"])) / 7)
+    chart_id = f"tk-chart-timeline-{index}"
+    return {"id": chart_id, **_item(p, chart_id)}
 
 
 # --- roofline ------------------------------------------------------------------------------

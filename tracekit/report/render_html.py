@@ -29,8 +29,9 @@ class HtmlRenderer(Renderer):
         breakdown = charts.phase_breakdown(data)
         decode = charts.decode_steps(data)
         rooflines = [dict(charts.roofline(data, phase, i), phase=view.phase_label(phase)) for i, phase in enumerate(data["phases"])]
+        steps = [charts.step_timeline(data, i) for i in range(len(data.get("timelines") or []))]
         items = [c["item"] for c in breakdown.get("charts", [])]
-        items += [c["item"] for c in [decode, *rooflines] if "item" in c]
+        items += [c["item"] for c in [decode, *steps, *rooflines] if "item" in c]
         return {
             "header": view.header(data),
             "headline": view.headline(data),
@@ -47,6 +48,9 @@ class HtmlRenderer(Renderer):
                 "reason": breakdown.get("reason"),
             },
             "decode": {"chart": decode.get("id"), "reason": decode.get("reason"), "note": decode.get("note")},
+            "timelines": [dict(view.timeline(data, i), chart=c["id"]) for i, c in enumerate(steps)],
+            "idle": view.idle_rows(data),
+            "latency_roof": view.fmt.pct((data.get("provenance") or {}).get("latency_roof")),
             "rooflines": [
                 {"phase": r["phase"], "chart": r.get("id"), "reason": r.get("reason"), "note": r.get("note")} for r in rooflines
             ],

@@ -27,6 +27,7 @@ class MarkdownRenderer(Renderer):
             "phases": view.phase_rows(data),
             "no_phases": view.no_phases_reason(data),
             "findings": view.findings(data),
+            "idle": view.idle_lines(data),
             "top_kernels": view.top_kernels(data, self.top),
             "device_word": view.device_word(data),
         }

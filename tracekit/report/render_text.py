@@ -21,11 +21,12 @@ class TextRenderer(Renderer):
 
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         phases = view.phase_rows(data)
-        head = ["phase", "steps", "time", "busy", "idle", "idle %", "compute", "memory", "link", "unknown", "MFU", "MBU"]
+        head = ["phase", "steps", "time", "busy", "idle", "idle %", "compute", "memory", "link", "unknown", "latency",
+                "MFU", "MBU"]
         cells = [
             [
                 term_text(r["label"]), r["steps"], r["time"], r["gpu_busy"], r["gpu_idle"], r["idle_share"],
-                *(b["share"] for b in r["bounds"][:4]), r["mfu"], r["mbu"],
+                *(b["share"] for b in r["bounds"][:4]), r["latency_share"], r["mfu"], r["mbu"],
             ]
             for r in phases
         ]
@@ -46,6 +47,7 @@ class TextRenderer(Renderer):
             "table": table,
             "no_phases": view.no_phases_reason(data),
             "findings": view.findings(data),
+            "idle": view.idle_lines(data),
             "device_word": view.device_word(data),
             "show_header": self.show_header,
         }

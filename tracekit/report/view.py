@@ -16,6 +16,11 @@ PHASE_LABELS = {"prefill": "Prefill", "decode": "Decode", "mixed": "Mixed", "unk
 BOUNDS = ("compute", "memory", "interconnect", "unknown", "idle")
 BOUND_LABELS = {"compute": "compute-bound", "memory": "memory-bound", "interconnect": "interconnect-bound",
                 "unknown": "unknown bound", "idle": "idle"}
+LIMITERS = ("compute", "memory", "interconnect", "latency", "unknown", "idle")
+LIMITER_LABELS = {"compute": "compute roof", "memory": "bandwidth roof", "interconnect": "link roof",
+                  "latency": "latency", "unknown": "unknown", "idle": "idle"}
+CAUSE_LABELS = {"sync": "sync (host blocked)", "launch": "launch", "host": "host work", "wait": "waiting on streams/events",
+                "unattributed": "unattributed"}
 
 # What each gap in a trace (``Trace.lacks`` keys) takes away from the report.
 LACK_EFFECTS = {
@@ -44,6 +49,13 @@ _WORKLOAD_FIELDS = (
     ("compile", "torch.compile"),
     ("cuda_graphs", "CUDA graphs"),
 )
+
+
+def limiter_labels(data: dict[str, Any]) -> dict[str, str]:
+    """Limiter names for display; latency says the roof fraction below which it applies."""
+    roof = (data.get("provenance") or {}).get("latency_roof")
+    below = f" (below {fmt.pct(roof)} of its roof)" if roof is not None else ""
+    return {**LIMITER_LABELS, "latency": "latency" + below}
 
 
 def phase_label(phase: str) -> str:
@@ -203,6 +215,13 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
             "first prefill step, in the profiled run",
             f"Time to first token: {formulas.get('ttft', '')}{wall}.",
         )
+        overhead = unprof.get("profiler_overhead_ratio")
+        over = f"; the profiler slowed the run {overhead:.2f}×" if overhead else ""
+        if unprof.get("ttft_ms") is not None:
+            add("ttft_unprofiled_ms", "TTFT, no profiler", unprof["ttft_ms"], fmt.ms(unprof["ttft_ms"]),
+                f"tracekit collect, profiler off (profiled: {fmt.ms(m.get('ttft_ms'))}){over}",
+                "Time to first token of the same run measured without the profiler (synchronised wall clock)"
+                f"{over}.")
         steps_text = f"{n_decode} decode step{'s' if n_decode != 1 else ''}" if n_decode else "the decode steps"
         for q in ("p50", "p90"):
             wall = (
@@ -215,6 +234,11 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
                 f"Time per output token: {formulas.get('tpot', '')}{wall}.",
                 reason_key="tpot_ms",
             )
+        if unprof.get("tpot_p50_ms") is not None:
+            add("tpot_p50_unprofiled", "TPOT p50, no profiler", unprof["tpot_p50_ms"], fmt.ms(unprof["tpot_p50_ms"]),
+                f"tracekit collect, profiler off (profiled: {fmt.ms(tpot.get('p50'))}){over}",
+                "Time per output token of the same run measured without the profiler, p50 over its decode steps"
+                f" (p90 {fmt.ms(unprof.get('tpot_p90_ms'))}){over}.")
     add(
         "decode_tokens_per_s", "Decode tokens/s", m.get("decode_tokens_per_s"), fmt.per_s(m.get("decode_tokens_per_s")),
         "tokens generated / decode time",
@@ -255,6 +279,7 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
 def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     why = (data.get("provenance") or {}).get("reasons") or {}
     rows = []
+    labels = limiter_labels(data)
     for phase, p in data["phases"].items():
         bb = p.get("by_bound") or {}
         share = p.get("by_bound_share") or {}
@@ -276,6 +301,15 @@ def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                     {"bound": b, "label": BOUND_LABELS[b], "ms": fmt.ms(bb.get(b)), "share": fmt.pct(share.get(b))}
                     for b in BOUNDS
                 ],
+                "limiters": [
+                    {"limiter": k, "label": labels[k], "ms": fmt.ms((p.get("by_limiter") or {}).get(k)),
+                     "share": fmt.pct((p.get("by_limiter_share") or {}).get(k))}
+                    for k in LIMITERS
+                ],
+                "latency_share": fmt.pct((p.get("by_limiter_share") or {}).get("latency")),
+                "limiter_note": "; ".join(
+                    f"{labels[k]} {fmt.pct((p.get('by_limiter_share') or {}).get(k))}" for k in LIMITERS
+                    if (p.get("by_limiter") or {}).get(k)),
                 "mfu": fmt.pct(p.get("mfu")),
                 "mfu_note": p.get("mfu_basis") or p.get("mfu_reason") or why.get(f"{phase}_mfu"),
                 "mbu": fmt.pct(p.get("mbu")),
@@ -293,9 +327,70 @@ def findings(data: dict[str, Any]) -> list[dict[str, Any]]:
             "text": f.get("text"),
             "severity": f.get("severity") or "info",
             "phase": phase_label(f["phase"]) if f.get("phase") else None,
+            "action": f.get("action"),
+            "at_stake": fmt.ms(f["at_stake_ms"]) if f.get("at_stake_ms") is not None else None,
         }
         for f in data.get("findings") or []
     ]
+
+
+# --- idle ----------------------------------------------------------------------------------
+
+
+def idle_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per phase: idle time by cause, and the largest idle intervals with their call, op, frames."""
+    out = []
+    for phase, p in (data.get("phases") or {}).items():
+        causes = p.get("idle_by_cause") or {}
+        time = p.get("time_ms") or 0.0
+        if not causes or not sum(causes.values()):
+            continue
+        out.append({
+            "phase": phase,
+            "label": phase_label(phase),
+            "idle": fmt.ms(p.get("gpu_idle_ms")),
+            "idle_share": fmt.pct(p.get("idle_share")),
+            "causes": [{"cause": c, "label": CAUSE_LABELS.get(c, c), "time": fmt.ms(v),
+                        "share": fmt.pct(v / time if time else None)} for c, v in causes.items() if v > 0],
+            "top": [{"cause": CAUSE_LABELS.get(r["cause"], r["cause"]), "call": r.get("call") or fmt.MISSING,
+                     "op": r.get("op") or fmt.MISSING, "stack": " › ".join(r.get("stack") or []) or fmt.MISSING,
+                     "time": fmt.ms(r.get("ms")), "share": fmt.pct(r.get("share")), "count": fmt.count(r.get("count"))}
+                    for r in p.get("idle_top") or []],
+        })
+    return out
+
+
+def idle_lines(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per phase with idle time: "sync 463 ms (98%), wait 0.5 ms (0.1%)" (largest first, share
+    of the phase's time) and the largest interval, for the text and Markdown summaries."""
+    out = []
+    for phase, p in (data.get("phases") or {}).items():
+        causes, time = p.get("idle_by_cause") or {}, p.get("time_ms") or 0.0
+        parts = [f"{c} {fmt.ms(v)} ({fmt.pct(v / time if time else None)})"
+                 for c, v in sorted(causes.items(), key=lambda kv: -kv[1]) if v > 0]
+        if not parts:
+            continue
+        top = (p.get("idle_top") or [None])[0]
+        where = None
+        if top:
+            named = " in ".join(str(x) for x in (top.get("call"), top.get("op")) if x)
+            frame = next((f for f in reversed(top.get("stack") or []) if ".py(" in f), None)
+            where = f"{top['cause']}, {named or 'host work'}{f' under {frame}' if frame else ''}, {fmt.ms(top['ms'])}"
+        out.append({"phase": phase, "label": phase_label(phase), "line": ", ".join(parts), "top": where})
+    return out
+
+
+def timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
+    """The caption of one step timeline."""
+    tl = (data.get("timelines") or [])[index]
+    causes = tl.get("idle_by_cause") or {}
+    idle = ", ".join(f"{c} {fmt.ms(v)}" for c, v in sorted(causes.items(), key=lambda kv: -kv[1]) if v > 0)
+    return {
+        "title": f"{phase_label(tl['phase'])} step {tl['step']}: the {tl['why']}",
+        "text": (f"{fmt.ms(tl['duration_ms'])}, {fmt.count(tl['kernels'])} kernels; host thread {tl['host_tid']}"
+                 + (f"; {device_word(data)} idle by cause: {idle}" if idle else "")),
+        "merged": any(seg[4] > 1 for lane in tl["lanes"] for seg in lane["segments"]),
+    }
 
 
 def _achieved(row: dict[str, Any]) -> str:
@@ -322,6 +417,7 @@ def kernel_rows(rows: list[dict[str, Any]], top: int | None = None) -> list[dict
                 "bound": BOUND_LABELS.get(r.get("bound"), r.get("bound")),
                 "cost_source": COST_SOURCE_LABELS.get(r.get("cost_source"), r.get("cost_source") or fmt.MISSING),
                 "bound_key": r.get("bound"),
+                "limiter": r.get("limiter") or "unknown",
                 "achieved": _achieved(r),
                 "roof": fmt.pct(r.get("roof_fraction")),
             }

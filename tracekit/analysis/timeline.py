@@ -1,0 +1,195 @@
+"""Step timelines: what the host thread and the GPU streams did during one step, and why
+the GPU was idle, for the slowest and a typical step.
+
+Each timeline is lanes of segments ``[start_ms, end_ms, key, label, count]``, times from the
+step's start, ``key`` and ``label`` indexes into the timeline's ``keys`` and ``labels``
+(kernel names repeat thousands of times; each is stored once): the launching host
+thread's top-level ops and its runtime calls (sync, launch, other), the GPU's idle gaps by
+their largest cause, and one lane per GPU stream with its kernels by category. A step with
+thousands of kernels is still drawn at kernel level, but segments of one kind that sit
+closer together than a pixel's worth of the step (1/RESOLUTION of its span) are merged into
+one with a count, and each lane keeps at most MAX_SEGMENTS: the page stays small.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis.idle import CAUSES, IdleCauses, _LAUNCH_CALL, _SYNC_CALL, _name_mask
+from tracekit.trace.links import op_parents
+from tracekit.trace.model import Trace
+
+RESOLUTION = 2000  # merge segments closer than span / RESOLUTION
+MAX_SEGMENTS = 1500  # per lane
+MAX_STREAMS = 4  # stream lanes; the rest share one
+LABEL_CHARS = 70
+
+
+def timelines(trace: Trace, steps: pd.DataFrame, work: pd.DataFrame, idle: IdleCauses,
+              short_name=lambda s: s, device_type: str = "gpu") -> list[dict[str, Any]]:
+    """The slowest step's timeline and the typical (median-duration) step's, when different.
+    None for a CPU-only trace: its ops are the work, with no device waiting on them."""
+    if not len(steps) or "category" not in work or device_type != "gpu":
+        return []
+    with_work = steps[steps["kernels"] > 0]
+    if not len(with_work):
+        return []
+    dur = with_work["duration_ns"].to_numpy()
+    slowest = int(with_work["step"].iat[int(np.argmax(dur))])
+    typical = int(with_work["step"].iat[int(np.argmin(np.abs(dur - np.median(dur))))])
+    picks = [(slowest, "slowest step")]
+    if typical != slowest:
+        picks.append((typical, "typical step (median duration)"))
+    t0 = int(steps["cpu_start_ns"].min())
+    return [_timeline(trace, steps[steps["step"] == i].iloc[0], work, idle, why, t0, short_name) for i, why in picks]
+
+
+def _timeline(trace, st, work, idle, why, t0, short_name) -> dict[str, Any]:
+    mine = work[work["step"].to_numpy() == int(st.step)]
+    start = int(min(st.cpu_start_ns, st.gpu_start_ns if st.gpu_start_ns >= 0 else st.cpu_start_ns))
+    end = int(max(st.cpu_end_ns, st.gpu_end_ns))
+    span = max(end - start, 1)
+    tids = mine["issue_tid"].to_numpy()
+    tid = int(pd.Series(tids[tids >= 0]).mode().iloc[0]) if (tids >= 0).any() else int(st.tid)
+    lanes = [_host_ops(trace, tid, start, end, span), _host_calls(trace, tid, start, end, span),
+             _idle_lane(idle, int(st.step), start, span)]
+    lanes += _streams(mine, start, span, short_name)
+    keys, labels = _Table(), _Table()
+    for lane in lanes:
+        lane["segments"] = [[a, b, keys.index(k), labels.index(t), c] for a, b, k, t, c in lane["segments"]]
+    return {
+        "step": int(st.step),
+        "phase": st.phase,
+        "why": why,
+        "label": str(st.label) if st.label is not None else None,
+        "start_ms": (start - t0) / 1e6,
+        "duration_ms": st.duration_ns / 1e6,
+        "span_ms": span / 1e6,
+        "kernels": int(len(mine)),
+        "host_tid": tid,
+        "idle_by_cause": idle.step_causes(int(st.step)) if len(idle.by_step) else None,
+        "keys": keys.values,
+        "labels": labels.values,
+        "lanes": [lane for lane in lanes if lane["segments"]],
+    }
+
+
+class _Table:
+    """Distinct strings in first-seen order, and each one's index."""
+
+    def __init__(self):
+        self.values: list[str] = []
+        self._at: dict[str, int] = {}
+
+    def index(self, value: str) -> int:
+        if value not in self._at:
+            self._at[value] = len(self.values)
+            self.values.append(value)
+        return self._at[value]
+
+
+def _host_ops(trace: Trace, tid: int, start: int, end: int, span: int) -> dict[str, Any]:
+    ops = trace.cpu_ops
+    if not len(ops):
+        return _lane("host ops", "host_ops", [])
+    rows = np.flatnonzero((ops["tid"].to_numpy() == tid) & (ops["start_ns"].to_numpy() < end)
+                          & (ops["end_ns"].to_numpy() > start))
+    if not len(rows):
+        return _lane(f"host thread {tid}: ops", "host_ops", [])
+    parents = op_parents(ops)
+    # Top level within the window: an op whose parent is outside it, or none.
+    par = parents[rows]
+    inside = np.isin(par, rows)
+    top = rows[~inside]
+    names = ops["name"].astype(str).to_numpy()[top]
+    segs = _segments(ops["start_ns"].to_numpy()[top], ops["end_ns"].to_numpy()[top], names, names, start, span)
+    return _lane(f"host thread {tid}: ops", "host_ops", segs)
+
+
+def _host_calls(trace: Trace, tid: int, start: int, end: int, span: int) -> dict[str, Any]:
+    rt = trace.runtime
+    if not len(rt):
+        return _lane("runtime calls", "host_calls", [])
+    rows = np.flatnonzero((rt["tid"].to_numpy() == tid) & (rt["start_ns"].to_numpy() < end)
+                          & (rt["end_ns"].to_numpy() > start))
+    names = rt["name"].astype(str).iloc[rows]
+    sync = _name_mask(names, _SYNC_CALL)
+    launch = _name_mask(names, _LAUNCH_CALL) & ~sync
+    kind = np.where(sync, "sync", np.where(launch, "launch", "other")).astype(object)
+    segs = _segments(rt["start_ns"].to_numpy()[rows], rt["end_ns"].to_numpy()[rows], kind, names.to_numpy(),
+                     start, span)
+    return _lane(f"host thread {tid}: runtime calls", "host_calls", segs)
+
+
+def _idle_lane(idle: IdleCauses, step: int, start: int, span: int) -> dict[str, Any]:
+    g = idle.gaps
+    if not len(g):
+        return _lane("GPU idle, by cause", "idle", [])
+    g = g[g["step"].to_numpy() == step]
+    parts = g[list(CAUSES)].to_numpy()
+    main = np.array(CAUSES, dtype=object)[parts.argmax(axis=1)] if len(g) else np.zeros(0, dtype=object)
+    labels = np.array([", ".join(f"{c} {v / 1e6:.3g} ms" for c, v in zip(CAUSES, row) if v > 0) for row in parts],
+                      dtype=object)
+    # Gaps are not merged (a merged run of gaps would paint the kernels between them as idle);
+    # beyond MAX_SEGMENTS only the longest are kept, the rest being narrower than a pixel.
+    keep = np.sort(np.argsort(-(g["end_ns"].to_numpy() - g["start_ns"].to_numpy()), kind="stable")[:MAX_SEGMENTS])
+    segs = _segments(g["start_ns"].to_numpy()[keep], g["end_ns"].to_numpy()[keep], main[keep], labels[keep], start,
+                     span, merge=False)
+    return _lane("GPU idle, by cause", "idle", segs)
+
+
+def _streams(mine: pd.DataFrame, start: int, span: int, short_name) -> list[dict[str, Any]]:
+    if not len(mine):
+        return []
+    stream = mine["stream"].to_numpy() if "stream" in mine else np.zeros(len(mine), dtype=np.int64)
+    busy = pd.Series(mine["dur_ns"].to_numpy()).groupby(stream).sum().sort_values(ascending=False)
+    keep = list(busy.index[:MAX_STREAMS])
+    out = []
+    groups = [(f"GPU stream {s}", stream == s) for s in keep]
+    if len(busy) > MAX_STREAMS:
+        groups.append((f"GPU, {len(busy) - MAX_STREAMS} other streams", ~np.isin(stream, keep)))
+    names = mine["name"].astype(str).to_numpy()
+    cats = mine["category"].astype(str).to_numpy()
+    for title, sel in groups:
+        rows = np.flatnonzero(sel)
+        labels = np.array([short_name(n) for n in names[rows]], dtype=object)
+        segs = _segments(mine["start_ns"].to_numpy()[rows], mine["end_ns"].to_numpy()[rows], cats[rows], labels,
+                         start, span)
+        out.append(_lane(title, "stream", segs))
+    return out
+
+
+def _lane(name: str, kind: str, segments: list) -> dict[str, Any]:
+    return {"name": name, "kind": kind, "segments": segments}
+
+
+def _segments(s: np.ndarray, e: np.ndarray, key: np.ndarray, label: np.ndarray, start: int, span: int,
+              merge: bool = True) -> list:
+    """[start_ms, end_ms, key, label, count] per segment, from ``start``; with ``merge``,
+    neighbours with the same key closer than span / RESOLUTION merged (coarser until at most
+    MAX_SEGMENTS)."""
+    if not len(s):
+        return []
+    o = np.argsort(s, kind="stable")
+    s, e, key, label = s[o], e[o], np.asarray(key, dtype=object)[o], np.asarray(label, dtype=object)[o]
+    tol = span / RESOLUTION if merge else -1
+    while True:
+        run_end = np.maximum.accumulate(e)
+        new = np.ones(len(s), dtype=bool)
+        new[1:] = (key[1:] != key[:-1]) | (s[1:] - run_end[:-1] > tol)
+        if new.sum() <= MAX_SEGMENTS or not merge:
+            break
+        tol *= 4
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    count = last - first + 1
+    ends = run_end[last]
+    out = []
+    for f, c, stop in zip(first, count, ends):
+        text = str(label[f]) if c == 1 else f"{c} × {key[f]}"
+        out.append([round((s[f] - start) / 1e6, 4), round((stop - start) / 1e6, 4), str(key[f]),
+                    text[:LABEL_CHARS], int(c)])
+    return out
