@@ -221,3 +221,87 @@ def test_advice_in_json():
     f = next(f for f in d["findings"] if f["id"] == "host-sync")
     assert f["action"] and f["at_stake_ms"] > 400
     assert all("action" in f and "at_stake_ms" in f for f in d["findings"])
+
+
+# --- in the reports ------------------------------------------------------------------
+
+
+def test_reports_name_the_blocking_copy():
+    from tracekit.report import render
+
+    a = analyze(read_real("mi300x_decode"))
+    html, md, text = render(a, "html"), render(a, "md"), render(a, "text")
+    top = a.phases["decode"]["idle_top"][0]
+    assert 'class="idle-top"' in html and "<code>hipMemcpyWithStream</code>" in html
+    assert "At stake: 463 ms" in html and 'data-cause="sync"' in html
+    assert "GPU idle, decode: sync 463 ms" in md and "**Try:**" in md
+    assert "GPU idle by cause" in text and "largest: sync, hipMemcpyWithStream in aten::copy_" in text
+    assert "try: make the copy" in text and top["call"] in md
+
+
+def test_reports_show_limiters():
+    from tracekit.report import render
+
+    a = analyze(read_real("h100_hf"))
+    html, md = render(a, "html"), render(a, "md")
+    fa = next(r for r in a.top_kernels["prefill"] if "flash_fwd" in r["name"])
+    assert fa["limiter"] == "latency"
+    assert '<td class="limiter">latency</td>' in html and '<td class="limiter">compute</td>' in html
+    assert "Latency-limited" in html and "| Limiter |" in md
+
+
+def test_timelines_are_bounded_and_complete():
+    from tracekit.analysis import timeline
+
+    a = analyze(read_real("gb10_vllm"))
+    tls = a.to_dict()["timelines"]
+    steps = a.steps.set_index("step")
+    durations = steps["duration_ns"]
+    assert [t["why"] for t in tls] == ["slowest step", "typical step (median duration)"]
+    assert tls[0]["step"] == int(durations.idxmax())
+    for t in tls:
+        kernels = [lane for lane in t["lanes"] if lane["kind"] == "stream"]
+        # Every kernel of the step is drawn, alone or in a merged segment with its count.
+        assert sum(seg[4] for lane in kernels for seg in lane["segments"]) == steps.at[t["step"], "kernels"]
+        assert all(len(lane["segments"]) <= timeline.MAX_SEGMENTS for lane in t["lanes"])
+        idle_lane = next(lane for lane in t["lanes"] if lane["kind"] == "idle")
+        drawn = sum(seg[1] - seg[0] for seg in idle_lane["segments"])
+        assert drawn == pytest.approx(steps.at[t["step"], "gpu_idle_ns"] / 1e6, rel=0.01)
+        assert {t["keys"][seg[2]] for seg in idle_lane["segments"]} <= set(idle.CAUSES)
+
+
+def test_cpu_traces_have_no_timeline():
+    from conftest import SAMPLE_TRACES
+
+    from tracekit import read_trace
+
+    path = SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    a = analyze(read_trace(str(path)))
+    assert a.timelines == [] and a.phases["decode"]["idle_by_cause"]["launch"] == 0
+
+
+def test_unprofiled_latency_in_the_headline():
+    from click.testing import CliRunner
+    from conftest import SAMPLE_TRACES
+
+    from tracekit import read_trace
+    from tracekit.cli import main
+    from tracekit.report import render
+    from tracekit.report.view import headline
+
+    path = SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    a = analyze(read_trace(str(path)))
+    d = a.to_dict()
+    unprof = d["metrics"]["unprofiled"]
+    figures = {f["key"]: f for f in headline(d)}
+    assert figures["ttft_unprofiled_ms"]["raw"] == unprof["ttft_ms"]
+    assert figures["tpot_p50_unprofiled"]["raw"] == unprof["tpot_p50_ms"]
+    assert f"{unprof['profiler_overhead_ratio']:.2f}×" in figures["ttft_unprofiled_ms"]["note"]
+    for fmt_ in ("html", "md", "text"):
+        assert "TTFT, no profiler" in render(a, fmt_) and "TPOT p50, no profiler" in render(a, fmt_)
+    out = CliRunner().invoke(main, ["summary", str(path)]).stdout
+    assert "TTFT, no profiler" in out

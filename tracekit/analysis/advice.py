@@ -11,6 +11,7 @@ show: idle by cause and the largest idle intervals, kernel time by category, bou
 | gpu-waits        | waiting on streams/events is the largest cause and >= WAIT_SHARE       | none (no action the trace supports)        |
 | fuse-elementwise | elementwise/normalization/activation/RoPE >= FUSION_SHARE of kernel time, the run not compiled | per run of back-to-back such kernels, all but its longest kernel |
 | decode-batch     | memory-bound decode GEMMs >= DECODE_GEMM_SHARE of decode kernel time   | their time minus what their FLOPs need at the achievable compute peak |
+| decode-overhead-bound | CPU-only run: decode time between compute ops >= CPU_OVERHEAD_SHARE, not compiled | that time |
 | fp8-weights      | memory-bound decode GEMMs on 16-bit weights >= FP8_SHARE of decode kernel time, and the GPU has an FP8 matrix peak | half their time (FP8 halves the weight bytes) |
 
 Advice whose time at stake is under MIN_AT_STAKE of its phase's time is not given (a
@@ -40,6 +41,7 @@ WAIT_SHARE = 0.20
 FUSION_SHARE = 0.20
 DECODE_GEMM_SHARE = 0.30
 FP8_SHARE = 0.20
+CPU_OVERHEAD_SHARE = 0.30
 MIN_AT_STAKE = 0.01
 
 FUSIBLE = (tx.ELEMENTWISE, tx.NORMALIZATION, tx.ACTIVATION, tx.ROPE)
@@ -57,6 +59,7 @@ THRESHOLDS = {
     "fuse-elementwise": f"elementwise, normalization, activation and RoPE kernels >= {FUSION_SHARE:.0%} of a phase's "
                         "kernel time in a run not compiled with torch.compile",
     "decode-batch": f"memory-bound decode GEMMs >= {DECODE_GEMM_SHARE:.0%} of decode kernel time",
+    "decode-overhead-bound": f"CPU-only run: decode time between compute ops >= {CPU_OVERHEAD_SHARE:.0%}",
     "fp8-weights": f"memory-bound 16-bit decode GEMMs >= {FP8_SHARE:.0%} of decode kernel time on a GPU with an FP8 peak",
 }
 
@@ -67,6 +70,8 @@ def advice(a: Analysis) -> list[Finding]:
         if a.device.get("type") == "gpu":
             out += _idle(a, phase, p)
         out += _fusion(a, phase, p)
+    if a.device.get("type") == "cpu" and "decode" in a.phases:
+        out += _cpu_overhead(a, a.phases["decode"])
     if "decode" in a.phases:
         out += _decode_weights(a, a.phases["decode"])
     out = [f for f in out if f.at_stake_ms is None
@@ -160,6 +165,18 @@ def _sync_action(row: dict) -> str:
     return f"avoid reading GPU values on the host{at} (.item(), .tolist(), nonzero) inside the step"
 
 
+def _cpu_overhead(a: Analysis, p: dict) -> list[Finding]:
+    """A CPU-only run: the time between compute ops is Python and framework dispatch."""
+    share, idle = p.get("idle_share") or 0.0, p.get("gpu_idle_ms") or 0.0
+    if share < CPU_OVERHEAD_SHARE:
+        return []
+    w, _ = _phase_units(a, "decode")
+    action = None if compiled(a, w) else "torch.compile the model (fewer, fused ops) or decode a larger batch per step"
+    return [Finding("decode-overhead-bound",
+                    f"Decode is overhead-bound: {share:.0%} of each decode step passes between compute ops "
+                    "(Python and framework dispatch).", "warning", "decode", action, idle if action else None)]
+
+
 # --- fusion --------------------------------------------------------------------------
 
 
@@ -250,9 +267,9 @@ def _decode_weights(a: Analysis, p: dict) -> list[Finding]:
         intensity = float(np.nansum(flops) / np.nansum(m["bytes"].to_numpy() * f))
         ridge = float(np.nanmedian(m["ridge"].to_numpy()))
         tokens = _decode_tokens(a)
-        per = f" for {tokens:,.0f} tokens per step" if tokens else ""
+        per = f" for {tokens:,.3g} token{'s' if tokens != 1 else ''} per step" if tokens else ""
         text = (f"Decode GEMMs read their weights{per}: {_ms(mem_ms)} ({mem_ms / kernel:.0%} of decode kernel time) "
-                f"is memory-bound at {intensity:,.0f} FLOP/byte against a ridge of {ridge:,.0f}; a larger batch shares "
+                f"is memory-bound at {intensity:,.3g} FLOP/byte against a ridge of {ridge:,.3g}; a larger batch shares "
                 f"each weight read among more tokens (at the achievable compute peak their FLOPs need {_ms(need_ms)})")
         if at_stake > 0:
             out.append(Finding("decode-batch", text + ".", "info", "decode", _batch_action(a), at_stake))

@@ -708,7 +708,6 @@ def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[
         "unmatched_kernels": sorted(set(work.loc[work["category"] == "other", "name"].astype(str)))[:50],
         "formulas": FORMULAS,
         "finding_thresholds": {
-            "decode-overhead-bound": f"CPU trace: decode time between compute ops >= {find.LAUNCH_BOUND_IDLE:.0%}",
             **advice_thresholds,
             "decode-attention-share": f"attention >= {find.ATTENTION_SHARE:.0%} of decode kernel time",
             "unknown-cost": f">= {find.UNKNOWN_COST_SHARE:.0%} of a phase's kernel time has unknown cost",

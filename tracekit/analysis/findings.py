@@ -5,8 +5,7 @@
 | training-run          | the trace is a training run (backward ops / optimizer steps)        |
 | no-steps              | no inference step was found                                        |
 | device-unknown        | the device has no spec row: the roofline is absent                  |
-| decode-overhead-bound | CPU trace: decode time between compute ops >= LAUNCH_BOUND_IDLE     |
-| (advice)              | host-sync, launch-bound, host-bound, gpu-waits, fuse-elementwise, decode-batch, fp8-weights: see analysis.advice |
+| (advice)              | host-sync, launch-bound, host-bound, gpu-waits, decode-overhead-bound, fuse-elementwise, decode-batch, fp8-weights: see analysis.advice |
 | phase-bound           | per phase, the bound holding the most kernel time (always, one each)|
 | prefill-gemm-efficiency | prefill GEMMs with known cost: time-weighted fraction of roof     |
 | decode-attention-share | attention >= ATTENTION_SHARE of decode kernel time                 |
@@ -33,7 +32,6 @@ from tracekit.analysis.model import Finding
 if TYPE_CHECKING:
     from tracekit.analysis.model import Analysis
 
-LAUNCH_BOUND_IDLE = 0.30
 ATTENTION_SHARE = 0.25
 UNKNOWN_COST_SHARE = 0.20
 TPOT_GROWTH = 0.20
@@ -66,11 +64,6 @@ def findings(a: Analysis) -> list[Finding]:
     dec = a.phases.get("decode")
     cpu = a.device.get("type") == "cpu"
     unit = "CPU" if cpu else "GPU"
-    if cpu and dec and (dec.get("idle_share") or 0) >= LAUNCH_BOUND_IDLE:
-        out.append(Finding(
-            "decode-overhead-bound",
-            f"Decode is overhead-bound: {dec['idle_share']:.0%} of each decode step passes between compute ops "
-            "(Python and framework dispatch); torch.compile or a larger batch would help.", "warning", "decode"))
     # What the GPU waits for and what to try, largest time at stake first (analysis.advice).
     out += advice(a)
     for phase, p in a.phases.items():
