@@ -305,3 +305,13 @@ def test_unprofiled_latency_in_the_headline():
         assert "TTFT, no profiler" in render(a, fmt_) and "TPOT p50, no profiler" in render(a, fmt_)
     out = CliRunner().invoke(main, ["summary", str(path)]).stdout
     assert "TTFT, no profiler" in out
+
+
+def test_host_work_advice_only_when_host_work_is_the_cause():
+    a = analyze(read_real("rtx4080_nanovllm"))
+    f = _ids(a)["host-bound"]
+    causes = a.phases["decode"]["idle_by_cause"]
+    assert max(causes, key=causes.get) == "host" and f.at_stake_ms == pytest.approx(causes["host"])
+    assert f.action and "largest:" in f.text
+    # A step whose idle is one blocking copy gets the sync advice, not host work's.
+    assert "host-bound" not in _ids(analyze(read_real("mi300x_decode")))

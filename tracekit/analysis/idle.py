@@ -35,7 +35,6 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.segment import Segmentation
-from tracekit.trace.links import _parents, op_parents
 from tracekit.trace.model import Trace
 
 SYNC, LAUNCH, HOST, WAIT, UNATTRIBUTED = "sync", "launch", "host", "wait", "unattributed"
@@ -47,7 +46,7 @@ LAUNCH_GAP_NS = 50_000
 # After a kernel is issued the driver needs a few microseconds to start it on an idle GPU.
 LAUNCH_LATENCY_NS = 10_000
 TOP = 10  # idle_top rows per phase
-_CANDIDATES = 300  # largest (gap, cause) cells described before grouping
+_CANDIDATES = 100  # largest (gap, cause) cells described before grouping
 
 _SYNC_CALL = re.compile(
     r"synchronize|^(cuda|hip|cu)memcpy(?!.*async)|^(cuda|hip|cu)memset(?!.*async)|memcpywithstream|"
@@ -72,6 +71,9 @@ class IdleCauses:
     gaps: pd.DataFrame
     trace: Trace = field(repr=False, default=None)
     _threads: dict = field(default_factory=dict, repr=False)
+    _cols: dict | None = field(default=None, repr=False)
+    _work: dict | None = field(default=None, repr=False)
+    _rt: tuple | None = field(default=None, repr=False)
 
     def step_causes(self, i: int) -> dict[str, float]:
         """{cause: ms} of step ``i``."""
@@ -91,14 +93,13 @@ class IdleCauses:
         if not len(g):
             return []
         w = np.asarray(weight, dtype=float)[g["step"].to_numpy()]
-        cells = []
-        for cause in CAUSES:
-            ns = g[cause].to_numpy()
-            keep = np.flatnonzero((ns > 0) & (w > 0))
-            cells += [(int(ns[i]), int(i), cause) for i in keep]
-        cells.sort(reverse=True)
+        parts = g[list(CAUSES)].to_numpy() * (w > 0)[:, None]
+        # The largest (gap, cause) cells; smaller ones cannot reach the top groups' sizes.
+        flat = np.argsort(-parts, axis=None, kind="stable")[:_CANDIDATES]
+        cells = [(int(parts.flat[f]), int(f // len(CAUSES)), CAUSES[f % len(CAUSES)]) for f in flat
+                 if parts.flat[f] > 0]
         groups: dict[tuple, dict] = {}
-        for ns, i, cause in cells[:_CANDIDATES]:
+        for ns, i, cause in cells:
             d = self.describe(i, cause, work)
             key = (cause, d["call"], d["op"], tuple(d["stack"]))
             row = groups.setdefault(key, {"cause": cause, **d, "ms": 0.0, "count": 0, "_weighted": 0.0})
@@ -112,9 +113,13 @@ class IdleCauses:
 
     def describe(self, gap: int, cause: str, work: pd.DataFrame) -> dict:
         """The call, its op and the frames around the launching thread during one gap."""
-        g = self.gaps.iloc[gap]
-        trace, tid = self.trace, int(g["tid"])
-        a, b, nxt = int(g["start_ns"]), int(g["end_ns"]), int(g["next"])
+        if self._cols is None:
+            self._cols = {c: self.gaps[c].to_numpy() for c in ("tid", "start_ns", "end_ns", "next")}
+            self._work = {c: work[c].to_numpy() for c in ("launch", "op", "issue_ns") if c in work}
+            rt = self.trace.runtime
+            self._rt = (rt["name"].astype(str).to_numpy(), rt["start_ns"].to_numpy()) if len(rt) else None
+        c, wk = self._cols, self._work
+        tid, a, b, nxt = int(c["tid"][gap]), int(c["start_ns"][gap]), int(c["end_ns"][gap]), int(c["next"][gap])
         if tid < 0:
             return {"call": None, "op": None, "stack": []}
         th = self._thread(tid)
@@ -123,14 +128,13 @@ class IdleCauses:
         if cause == SYNC:
             call, op_row, t = th.blocking_call(a, b)
         elif cause in (LAUNCH, WAIT) and nxt >= 0:
-            launch = int(work["launch"].iat[nxt]) if "launch" in work else -1
-            if launch >= 0:
-                call = str(trace.runtime["name"].iat[launch])
-                t = int(trace.runtime["start_ns"].iat[launch])
-            op_row = int(work["op"].iat[nxt])
+            launch = int(wk["launch"][nxt]) if "launch" in wk else -1
+            if launch >= 0 and self._rt is not None:
+                call, t = str(self._rt[0][launch]), int(self._rt[1][launch])
+            op_row = int(wk["op"][nxt])
             op_row = op_row if op_row >= 0 else None
         else:
-            issue = int(work["issue_ns"].iat[nxt]) if nxt >= 0 else -1
+            issue = int(wk["issue_ns"][nxt]) if nxt >= 0 else -1
             t = (a + min(b, issue)) // 2 if a < issue else t
             op_row = th.op_at(t)
         ops = th.op_chain(op_row) if op_row is not None else []
@@ -328,37 +332,39 @@ class _Thread:
 
     def __init__(self, trace: Trace, tid: int):
         self.trace = trace
-        rt = trace.runtime
+        rt, ops, py = trace.runtime, trace.cpu_ops, trace.python
         mine = np.flatnonzero(rt["tid"].to_numpy() == tid) if len(rt) else np.zeros(0, np.int64)
         names = rt["name"].astype(str).iloc[mine] if len(rt) else pd.Series(dtype=str)
-        self.sync_rows = mine[_name_mask(names, _SYNC_CALL)] if len(mine) else mine
-        ops = trace.cpu_ops
-        self.op_rows = np.flatnonzero(ops["tid"].to_numpy() == tid) if len(ops) else np.zeros(0, np.int64)
-        self._ops = _Nest(ops, self.op_rows)
-        self._op_parents = None
-        py = trace.python
+        rows = mine[_name_mask(names, _SYNC_CALL)] if len(mine) else mine
+        op_rows = np.flatnonzero(ops["tid"].to_numpy() == tid) if len(ops) else np.zeros(0, np.int64)
+        sync_ops = op_rows[ops["name"].astype(str).iloc[op_rows].isin(SYNC_OPS).to_numpy()] if len(op_rows) else op_rows
+        # Synchronising calls (runtime rows) and ops (op rows): start, end, kind, row.
+        self._sync = [(rt, rows, True), (ops, sync_ops, False)]
+        self._sync = [(t["start_ns"].to_numpy()[r], t["end_ns"].to_numpy()[r], is_rt, r)
+                      for t, r, is_rt in self._sync if len(r)]
+        self._rt_names = rt["name"].astype(str).to_numpy() if len(rt) else None
+        self._rt_ops = rt["op"].to_numpy() if len(rt) and "op" in rt else None
+        self._op_names = ops["name"].astype(str).to_numpy() if len(ops) else None
+        self._op_start, self._op_end = (ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()) if len(ops) else (None, None)
+        self._ops = _Nest(ops, op_rows)
+        self._py_names = py["name"].astype(str).to_numpy() if len(py) else None
         self._py = _Nest(py, np.flatnonzero(py["tid"].to_numpy() == tid) if len(py) else np.zeros(0, np.int64))
+        self._frame: dict[int, str | None] = {}
 
     def blocking_call(self, a: int, b: int) -> tuple[str | None, int | None, int]:
         """The synchronising call (or op) overlapping [a, b] the most: name, op row, midpoint."""
-        rt, ops = self.trace.runtime, self.trace.cpu_ops
         best = (0, None, None, (a + b) // 2)
-        for rows, table in ((self.sync_rows, rt), (self.op_rows, ops)):
-            if not len(rows):
+        for s, e, is_rt, rows in self._sync:
+            ov = np.minimum(e, b) - np.maximum(s, a)
+            h = int(np.argmax(ov))
+            if ov[h] <= best[0]:
                 continue
-            s, e = table["start_ns"].to_numpy()[rows], table["end_ns"].to_numpy()[rows]
-            hit = np.flatnonzero((s < b) & (e > a))
-            if table is ops:
-                hit = hit[ops["name"].iloc[rows[hit]].astype(str).isin(SYNC_OPS).to_numpy()]
-            for h in hit:
-                ov = min(e[h], b) - max(s[h], a)
-                if ov > best[0]:
-                    r = int(rows[h])
-                    if table is rt:
-                        op = int(rt["op"].iat[r]) if "op" in rt else -1
-                        best = (ov, str(rt["name"].iat[r]), op if op >= 0 else None, (int(s[h]) + int(e[h])) // 2)
-                    else:
-                        best = (ov, None, r, (int(s[h]) + int(e[h])) // 2)
+            r, mid = int(rows[h]), (int(s[h]) + int(e[h])) // 2
+            if is_rt:
+                op = int(self._rt_ops[r]) if self._rt_ops is not None else -1
+                best = (int(ov[h]), self._rt_names[r], op if op >= 0 else None, mid)
+            else:
+                best = (int(ov[h]), None, r, mid)
         return best[1], best[2], best[3]
 
     def op_at(self, t: int) -> int | None:
@@ -366,55 +372,50 @@ class _Thread:
         return rows[0] if rows else None
 
     def op_chain(self, row: int, keep: int = 4) -> list[str]:
-        """Op names from the outermost (up to ``keep``) to ``row``."""
-        if self._op_parents is None:
-            self._op_parents = op_parents(self.trace.cpu_ops)
-        chain = []
-        names = self.trace.cpu_ops["name"]
-        while row >= 0 and len(chain) < keep:
-            chain.append(str(names.iat[row]))
-            row = int(self._op_parents[row])
-        return list(reversed(chain))
+        """Op names from the outermost (up to ``keep`` levels) to ``row``."""
+        s, e = int(self._op_start[row]), int(self._op_end[row])
+        around = self._ops.at(s, e)  # innermost first; ``row`` itself among them
+        if row in around:
+            around = around[around.index(row):]
+        else:
+            around = [row] + around
+        return [self._op_names[r] for r in reversed(around[:keep])]
 
     def frames_at(self, t: int, keep: int = 3) -> list[str]:
         """The innermost framework/user Python frames around ``t``, outermost first: library
         frames (torch, the standard library, builtins) are skipped."""
-        names = self.trace.python["name"]
         out = []
         for row in self._py.at(t):
-            name = str(names.iat[row])
-            if _is_library_frame(name):
-                continue
-            out.append(_short_frame(name))
-            if len(out) == keep:
-                break
+            if row not in self._frame:
+                name = self._py_names[row]
+                self._frame[row] = None if _is_library_frame(name) else _short_frame(name)
+            if self._frame[row] is not None:
+                out.append(self._frame[row])
+                if len(out) == keep:
+                    break
         return list(reversed(out))
 
 
 class _Nest:
-    """Properly nested intervals of one thread: which enclose time t, innermost first."""
+    """Properly nested intervals of one thread: which enclose a time or an interval, innermost
+    first. A scan per query (no parent table): the queries are a few hundred per trace, the
+    Python frames of a thread can be hundreds of thousands."""
 
     def __init__(self, table: pd.DataFrame, rows: np.ndarray):
         if len(rows):
             s, e = table["start_ns"].to_numpy()[rows], table["end_ns"].to_numpy()[rows]
-            o = np.lexsort((-(e - s), s))
+            o = np.lexsort((-(e - s), s))  # outer before inner at equal starts
             self.rows, self.start, self.end = rows[o], s[o], e[o]
         else:
             self.rows = self.start = self.end = np.zeros(0, np.int64)
-        self._parent = None
 
-    def at(self, t: int) -> list[int]:
+    def at(self, t: int, until: int | None = None) -> list[int]:
+        """Rows enclosing [t, until] (``until`` defaults to t), innermost first."""
         if not len(self.rows):
             return []
-        if self._parent is None:
-            self._parent = _parents(self.start, self.end)
-        i = int(np.searchsorted(self.start, t, side="right")) - 1
-        out = []
-        while i >= 0:
-            if self.end[i] >= t:
-                out.append(int(self.rows[i]))
-            i = int(self._parent[i])
-        return out
+        i = int(np.searchsorted(self.start, t, side="right"))
+        hit = np.flatnonzero(self.end[:i] >= (t if until is None else until))
+        return self.rows[hit[::-1]].tolist()
 
 
 def _is_library_frame(name: str) -> bool:

@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.idle import CAUSES, IdleCauses, _LAUNCH_CALL, _SYNC_CALL, _name_mask
-from tracekit.trace.links import op_parents
 from tracekit.trace.model import Trace
 
 RESOLUTION = 2000  # merge segments closer than span / RESOLUTION
@@ -99,11 +98,11 @@ def _host_ops(trace: Trace, tid: int, start: int, end: int, span: int) -> dict[s
                           & (ops["end_ns"].to_numpy() > start))
     if not len(rows):
         return _lane(f"host thread {tid}: ops", "host_ops", [])
-    parents = op_parents(ops)
-    # Top level within the window: an op whose parent is outside it, or none.
-    par = parents[rows]
-    inside = np.isin(par, rows)
-    top = rows[~inside]
+    # Top level within the window: ops no other op of the window encloses.
+    s, e = ops["start_ns"].to_numpy()[rows], ops["end_ns"].to_numpy()[rows]
+    o = np.lexsort((-(e - s), s))
+    rows, s, e = rows[o], s[o], e[o]
+    top = rows[e > np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(e)[:-1]])]
     names = ops["name"].astype(str).to_numpy()[top]
     segs = _segments(ops["start_ns"].to_numpy()[top], ops["end_ns"].to_numpy()[top], names, names, start, span)
     return _lane(f"host thread {tid}: ops", "host_ops", segs)
@@ -129,14 +128,14 @@ def _idle_lane(idle: IdleCauses, step: int, start: int, span: int) -> dict[str, 
     if not len(g):
         return _lane("GPU idle, by cause", "idle", [])
     g = g[g["step"].to_numpy() == step]
-    parts = g[list(CAUSES)].to_numpy()
-    main = np.array(CAUSES, dtype=object)[parts.argmax(axis=1)] if len(g) else np.zeros(0, dtype=object)
-    labels = np.array([", ".join(f"{c} {v / 1e6:.3g} ms" for c, v in zip(CAUSES, row) if v > 0) for row in parts],
-                      dtype=object)
     # Gaps are not merged (a merged run of gaps would paint the kernels between them as idle);
     # beyond MAX_SEGMENTS only the longest are kept, the rest being narrower than a pixel.
     keep = np.sort(np.argsort(-(g["end_ns"].to_numpy() - g["start_ns"].to_numpy()), kind="stable")[:MAX_SEGMENTS])
-    segs = _segments(g["start_ns"].to_numpy()[keep], g["end_ns"].to_numpy()[keep], main[keep], labels[keep], start,
+    parts = g[list(CAUSES)].to_numpy()[keep]
+    main = np.array(CAUSES, dtype=object)[parts.argmax(axis=1)] if len(keep) else np.zeros(0, dtype=object)
+    labels = np.array([", ".join(f"{c} {v / 1e6:.3g} ms" for c, v in zip(CAUSES, row) if v > 0)
+                       for row in parts.tolist()], dtype=object)
+    segs = _segments(g["start_ns"].to_numpy()[keep], g["end_ns"].to_numpy()[keep], main, labels, start,
                      span, merge=False)
     return _lane("GPU idle, by cause", "idle", segs)
 
@@ -151,11 +150,12 @@ def _streams(mine: pd.DataFrame, start: int, span: int, short_name) -> list[dict
     groups = [(f"GPU stream {s}", stream == s) for s in keep]
     if len(busy) > MAX_STREAMS:
         groups.append((f"GPU, {len(busy) - MAX_STREAMS} other streams", ~np.isin(stream, keep)))
-    names = mine["name"].astype(str).to_numpy()
+    codes, uniques = pd.factorize(mine["name"].astype(str))
+    short = np.array([short_name(n) for n in uniques], dtype=object)  # once per distinct name
     cats = mine["category"].astype(str).to_numpy()
     for title, sel in groups:
         rows = np.flatnonzero(sel)
-        labels = np.array([short_name(n) for n in names[rows]], dtype=object)
+        labels = short[codes[rows]]
         segs = _segments(mine["start_ns"].to_numpy()[rows], mine["end_ns"].to_numpy()[rows], cats[rows], labels,
                          start, span)
         out.append(_lane(title, "stream", segs))
@@ -185,11 +185,9 @@ def _segments(s: np.ndarray, e: np.ndarray, key: np.ndarray, label: np.ndarray, 
         tol *= 4
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(s) - 1)
-    count = last - first + 1
-    ends = run_end[last]
-    out = []
-    for f, c, stop in zip(first, count, ends):
-        text = str(label[f]) if c == 1 else f"{c} × {key[f]}"
-        out.append([round((s[f] - start) / 1e6, 4), round((stop - start) / 1e6, 4), str(key[f]),
-                    text[:LABEL_CHARS], int(c)])
-    return out
+    count = (last - first + 1).tolist()
+    a = np.round((s[first] - start) / 1e6, 4).tolist()
+    b = np.round((run_end[last] - start) / 1e6, 4).tolist()
+    keys, labels = key[first].tolist(), label[first].tolist()
+    return [[x, y, str(k), (str(t) if c == 1 else f"{c} × {k}")[:LABEL_CHARS], c]
+            for x, y, k, t, c in zip(a, b, keys, labels, count)]
