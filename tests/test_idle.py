@@ -226,15 +226,18 @@ def test_advice_in_json():
 # --- in the reports ------------------------------------------------------------------
 
 
-def test_reports_name_the_blocking_copy():
+@pytest.mark.parametrize("key, phase", [("mi300x_decode", "decode"), ("mi300x_extend", "prefill")])
+def test_reports_name_the_blocking_copy(key, phase):
     from tracekit.report import render
+    from tracekit.report import formatting as fmt
 
-    a = analyze(read_real("mi300x_decode"))
+    a = analyze(read_real(key))
     html, md, text = render(a, "html"), render(a, "md"), render(a, "text")
-    top = a.phases["decode"]["idle_top"][0]
+    top = a.phases[phase]["idle_top"][0]
+    f = _ids(a)["host-sync"]
     assert 'class="idle-top"' in html and "<code>hipMemcpyWithStream</code>" in html
-    assert "At stake: 463 ms" in html and 'data-cause="sync"' in html
-    assert "GPU idle, decode: sync 463 ms" in md and "**Try:**" in md
+    assert f"At stake: {fmt.ms(f.at_stake_ms)}" in html and 'data-cause="sync"' in html
+    assert f"GPU idle, {phase}: sync {fmt.ms(a.phases[phase]['idle_by_cause']['sync'])}" in md and "**Try:**" in md
     assert "GPU idle by cause" in text and "largest: sync, hipMemcpyWithStream in aten::copy_" in text
     assert "try: make the copy" in text and top["call"] in md
 
