@@ -456,6 +456,21 @@ def test_step_timeline_in_chromium(browser, tmp_path, key):
 
 
 @needs_browser
+def test_projection_page_in_chromium(browser, tmp_path):
+    """tracekit project's page: both GPUs' breakdowns and both rooflines draw, nothing fetched."""
+    from tracekit.analysis.project import project
+    from tracekit.report.project import ProjectHtml
+
+    pj = project(read_real("b300_qwen3_moe"), "mi300x", model="qwen3-30b-a3b")
+    page = tmp_path / "projection.html"
+    page.write_text(ProjectHtml().render(pj), encoding="utf-8")
+    expected = len(ProjectHtml().view_model(pj.to_dict())["chart_items"])
+    assert expected == 4  # limiter and category bars, the measured and the projected roofline
+    run = browser.open(page, screenshot=_shots(tmp_path) / "projection.png")
+    _check_page(run, expected)
+
+
+@needs_browser
 def test_decode_chart_hover_shows_step_figures(browser, tmp_path):
     from tracekit.analysis import analyze
     from tracekit.report import render

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,12 +17,12 @@ import pandas as pd
 from tracekit import __version__
 from tracekit.analysis import findings as find
 from tracekit.analysis.advice import THRESHOLDS as advice_thresholds
-from tracekit.analysis.idle import idle_causes
+from tracekit.analysis.idle import IdleCauses, idle_causes
 from tracekit.analysis.latency import latency, step_weights
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.roofline import (ABOVE_ROOF, BOUNDS, CAPTURE, COST_SOURCES, LATENCY_ROOF, LIMITERS, MODEL,
                                        SHAPES, attribute, limiter)
-from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, segment
+from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, Segmentation, segment
 from tracekit.analysis.split import phase_weights, split_mixed
 from tracekit.analysis.timeline import timelines
 from tracekit.errors import TracekitError
@@ -37,6 +38,21 @@ TOP_KERNELS = 15  # rows per phase in the report tables
 ROOFLINE_POINTS = 40  # op groups per phase on the roofline chart
 # A roof fraction above 1 by more than timing noise is not shown as fact.
 ROOF_TOLERANCE = 0.02
+
+
+@dataclass
+class Parts:
+    """What assembling an ``Analysis`` needs beyond the trace: the segmentation, the priced
+    units of work, the mixed-step split, idle causes, and how the model priced. ``project``
+    re-prices these on another GPU and assembles again."""
+
+    seg: Segmentation
+    work: pd.DataFrame
+    split: Any
+    idle: IdleCauses
+    ops: pd.DataFrame | None
+    model_view: dict[str, Any] | None
+    capture_note: str | None = None
 
 
 def analyze(
@@ -61,6 +77,15 @@ def analyze(
     tensor-parallel degree ``tp`` (default: distributedInfo's world size); ``costs`` is
     ``auto`` (shapes where recorded, the model elsewhere), ``shapes`` or ``model``. A run
     tracekit collected is priced by the model config its sidecar recorded."""
+    parts, match = measure(trace, gpu=gpu, spec_file=spec_file, cpu_matmul_flops=cpu_matmul_flops,
+                           cpu_bandwidth=cpu_bandwidth, capture=capture, model=model, tp=tp, costs=costs,
+                           weights=weights)
+    return assemble(trace, parts, match)
+
+
+def measure(trace: Trace, *, gpu=None, spec_file=None, cpu_matmul_flops=None, cpu_bandwidth=None, capture=None,
+            model=None, tp=None, costs="auto", weights=None) -> tuple[Parts, SpecMatch]:
+    """Segment, price and split the trace's work against its device (``analyze``'s options)."""
     seg = segment(trace)
     match = _device_spec(trace, gpu, spec_file, cpu_matmul_flops, cpu_bandwidth)
     spec_model, model_how = _model(trace, model, weights)
@@ -70,7 +95,15 @@ def analyze(
     split = split_mixed(seg.steps, work, work["category"].to_numpy(),
                         attr.model_costs.prefill_share if attr.model_costs is not None else None)
     work["prefill_share"] = split.prefill_share
-    idle = idle_causes(trace, seg)
+    model_view = _model_view(spec_model, model_how, tp_value, tp_how, costs, attr.model_costs, model)
+    return Parts(seg, work, split, idle_causes(trace, seg), attr.ops, model_view, attr.capture_note), match
+
+
+def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str | None = None,
+             with_timelines: bool = True) -> Analysis:
+    """Every figure, table and finding of ``parts`` priced against ``match``'s spec row.
+    ``device_name`` replaces the trace's device (a projection onto another GPU)."""
+    seg, work, split, idle = parts.seg, parts.work, parts.split, parts.idle
     launch_ns = idle.by_step[:, 1] if len(seg.steps) else None
     lat = latency(seg, split.step_prefill_fraction, launch_ns)
     spec = match.spec
@@ -83,10 +116,11 @@ def analyze(
     metrics = _metrics(lat, phases)
     metrics["unprofiled"] = _unprofiled(trace)
     device = _device(trace, seg.device_type, match)
+    if device_name is not None:
+        device["name"] = device_name
     provenance = _provenance(trace, seg, lat, match, phases, work)
-    if attr.capture_note:
-        provenance["graph_capture"] = attr.capture_note
-    model_view = _model_view(spec_model, model_how, tp_value, tp_how, costs, attr.model_costs, model)
+    if parts.capture_note:
+        provenance["graph_capture"] = parts.capture_note
     analysis = Analysis(
         source={
             "path": trace.path,
@@ -108,10 +142,11 @@ def analyze(
         findings=[],
         provenance=provenance,
         top_kernels={p: _top_kernels(w) for p, w in by_phase.items()},
-        roofline={p: _roofline_points(w, spec, phases[p], attr.ops) for p, w in by_phase.items()},
+        roofline={p: _roofline_points(w, spec, phases[p], parts.ops) for p, w in by_phase.items()},
         overall=_overall(work),
-        model=model_view,
-        timelines=timelines(trace, seg.steps, work, idle, lambda n: short_name(n, 70), seg.device_type),
+        model=parts.model_view,
+        timelines=timelines(trace, seg.steps, work, idle, lambda n: short_name(n, 70), seg.device_type)
+        if with_timelines else [],
     )
     analysis.findings = find.findings(analysis)
     return analysis

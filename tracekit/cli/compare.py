@@ -29,10 +29,13 @@ SUMMARY_LINES = 6  # sentences printed after writing a report file
                    "'decode_tokens_per_s<-3%', 'ttft_ms>+2ms', 'decode_mbu<-2pp'. May repeat.")
 @click.option("--gpu-before", metavar="NAME", help="Price the before run against this GPU's spec row (see `tracekit gpus`).")
 @click.option("--gpu-after", metavar="NAME", help="Price the after run against this GPU's spec row.")
+@click.option("--project-before", metavar="GPU",
+              help="Compare the before run as projected onto GPU (see `tracekit project`), not as measured.")
+@click.option("--project-after", metavar="GPU", help="Compare the after run as projected onto GPU.")
 @model_options
 def command(before: str, after: str, output: str | None, fmt: str | None, force: bool, gates: tuple[str, ...],
-            gpu_before: str | None, gpu_after: str | None, model: str | None, tp: int | None,
-            weights: str | None, costs: str) -> None:
+            gpu_before: str | None, gpu_after: str | None, project_before: str | None, project_after: str | None,
+            model: str | None, tp: int | None, weights: str | None, costs: str) -> None:
     """Compare two runs: BEFORE (the baseline) and AFTER (the change), each a trace file or a
     folder of per-rank traces. Shows context differences that make the comparison unfair
     first, then headline deltas with a verdict per figure (better, worse, within noise),
@@ -45,6 +48,9 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     from tracekit.report.output import DEFAULT_DIR, report_stem
 
     parsed = [parse_gate(g) for g in gates]  # a bad expression fails before any slow read
+    from tracekit.specs.lookup import spec_by_name
+
+    targets = [spec_by_name(g) if g else None for g in (project_before, project_after)]
     to_terminal = output == "-" or (output is None and fmt == "text")
     renderer = choose(fmt, None if output == "-" else output)
     path = None
@@ -61,10 +67,8 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     from tracekit.cli.report import _load_model
 
     spec_model = _load_model(model, weights)  # the same model prices both runs
-    b = analyze(_read(before), gpu=gpu_before, model=spec_model, tp=tp, costs=costs,
-                weights=weights if spec_model is None else None)
-    a = analyze(_read(after), gpu=gpu_after, model=spec_model, tp=tp, costs=costs,
-                weights=weights if spec_model is None else None)
+    b, a = (_side(_read(p), g, t, model=spec_model, tp=tp, costs=costs, weights=weights if spec_model is None else None)
+            for p, g, t in ((before, gpu_before, targets[0]), (after, gpu_after, targets[1])))
     comparison = compare(b, a)
     text = renderer.render(comparison)
     # Messages go to stderr when stdout carries the report itself.
@@ -87,6 +91,17 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
                 click.echo(f"tracekit: gate failed: {f}", err=True)
             sys.exit(1)
         say(f"gates passed ({len(parsed)})")
+
+
+def _side(trace, gpu, target, **options):
+    """One side of the comparison: the run as measured, or as projected onto ``target``."""
+    from tracekit.analysis import analyze
+
+    if target is None:
+        return analyze(trace, gpu=gpu, **options)
+    from tracekit.analysis.project import project
+
+    return project(trace, target, gpu=gpu, **options).projected["achievable"]
 
 
 def _read(path: str):

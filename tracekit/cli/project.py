@@ -1,0 +1,71 @@
+"""``tracekit project TRACE --to GPU``: what a measured run would do on another GPU."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import click
+
+from tracekit.cli.common import human_size, model_options, read_with_progress, refuse_overwrite, trace_argument
+from tracekit.errors import TracekitError
+
+FORMATS = ("html", "json", "md", "text")
+
+
+@click.command("project")
+@trace_argument
+@click.option("--to", "to", required=True, metavar="GPU",
+              help="The GPU to project onto: a name or key from `tracekit gpus` (e.g. mi300x, h100-sxm, b200).")
+@click.option("-o", "--output", metavar="FILE",
+              help="Where to write (default: reports/<trace name>-on-<gpu>.<format>); '-' writes to stdout.")
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS),
+              help="Output format (default: from FILE's extension, else html). text without -o prints to the terminal.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@click.option("--gpu", metavar="NAME", help="The GPU the trace was measured on, when its spec row is not found.")
+@model_options
+def command(trace: str, to: str, output: str | None, fmt: str | None, force: bool, gpu: str | None,
+            model: str | None, tp: int | None, weights: str | None, costs: str) -> None:
+    """Project TRACE onto another GPU: every kernel re-priced on the target's roofline at the
+    fraction of the roof it reached where it was measured (compute-limited work with the
+    peak FLOP/s for its dtype, memory-limited work with bandwidth, collectives with the
+    interconnect), host and idle time as measured. Gives GPU busy time, step time, TTFT/TPOT
+    or step latency and tokens/s per phase, as a range from datasheet to achievable ceilings.
+
+    \b
+    Example:
+      tracekit project b300_decode.json.gz --to mi300x --model qwen3-30b-a3b
+    """
+    from tracekit.analysis.project import project
+    from tracekit.cli.report import _load_model
+    from tracekit.report import write_atomic
+    from tracekit.report.output import DEFAULT_DIR, report_stem
+    from tracekit.report.project import choose
+    from tracekit.specs.lookup import spec_by_name
+
+    target = spec_by_name(to)  # a bad --to fails before the slow read
+    to_terminal = output == "-" or (output is None and fmt == "text")
+    renderer = choose(fmt, None if output == "-" else output)
+    path = None
+    if not to_terminal:
+        path = output or os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-on-{target.key}{renderer.extension}")
+        refuse_overwrite(path, force)
+        if os.path.isdir(path):
+            raise TracekitError(f"{path} is a folder; give a file name, e.g. {os.path.join(path, 'projection' + renderer.extension)}")
+    if not os.path.exists(trace):
+        raise TracekitError(f"{trace}: no such file or folder")
+    spec_model = _load_model(model, weights)
+    projection = project(read_with_progress(trace), target, gpu=gpu, model=spec_model, tp=tp, costs=costs,
+                         weights=weights if spec_model is None else None)
+    text = renderer.render(projection)
+    if to_terminal:
+        click.echo(text, nl=False)
+        return
+    size = write_atomic(path, text, make_parent=output is None)
+    click.echo(f"wrote {path} ({human_size(size)})")
+    for phase, p in projection.phases.items():
+        click.echo(f"  {phase}: GPU busy {p['measured_gpu_busy_ms']:.3g} ms on {projection.source.device.get('name')} -> "
+                   f"{p['projected_gpu_busy_ms']:.3g} ms on {target.name}")
+    q = shlex.quote
+    click.echo(f"next: open {q(path)} in a browser, or compare with a run measured there: "
+               f"tracekit compare {q(trace)} OTHER_TRACE --project-before {q(target.key)}")

@@ -1,0 +1,194 @@
+"""Renderers of a projection (``tracekit project``): HTML, JSON, Markdown, terminal text.
+
+Each builds a plain view-model from ``Projection.to_dict()`` and renders a template
+(``templates/project.*``). The HTML page puts the measured and the projected run side by
+side: headline figures with the projected range, per phase the time by limiter and by
+category on both GPUs, and both rooflines.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from markupsafe import Markup
+
+from tracekit.report import charts
+from tracekit.report import formatting as fmt
+from tracekit.report.base import Registry, Renderer
+from tracekit.report.compare.charts import _height, _stacked_ms
+from tracekit.report.render_html import _csp, _loader_js
+from tracekit.report.templating import html_env, render, term_text, text_env
+from tracekit.report.view import LIMITERS, limiter_labels, phase_label
+
+if TYPE_CHECKING:
+    from tracekit.analysis.project import Projection
+
+_UNITS = {"ttft_ms": "ms", "tpot_p50": "ms", "prefill_step_p50": "ms", "decode_step_p50": "ms",
+          "prefill_tokens_per_s": "tok/s", "decode_tokens_per_s": "tok/s", "prefill_mfu": "%", "decode_mbu": "%"}
+
+
+def _value(v: float | None, unit: str) -> str:
+    if v is None:
+        return fmt.MISSING
+    return {"ms": fmt.ms, "tok/s": fmt.per_s, "%": fmt.pct}[unit](v)
+
+
+def _range(r: list | None, unit: str) -> str:
+    return f"{_value(r[0], unit)} to {_value(r[1], unit)}" if r else fmt.MISSING
+
+
+def _change(measured: float | None, projected: float | None) -> str:
+    if not measured or projected is None:
+        return fmt.MISSING
+    ratio = projected / measured
+    return f"{ratio:.2f}×"
+
+
+def view_model(data: dict[str, Any]) -> dict[str, Any]:
+    src, tgt = data["source"], data["target"]
+    headline = [{"label": h["label"], "measured": _value(h["measured"], _UNITS[h["key"]]),
+                 "projected": _value(h["projected"], _UNITS[h["key"]]), "range": _range(h["range"], _UNITS[h["key"]]),
+                 "change": _change(h["measured"], h["projected"]), "key": h["key"]} for h in data["headline"]]
+    phases = []
+    for phase, p in data["phases"].items():
+        r = p["projected_range"]
+        phases.append({
+            "phase": phase, "label": phase_label(phase),
+            "busy": fmt.ms(p["measured_gpu_busy_ms"]), "busy_p": fmt.ms(p["projected_gpu_busy_ms"]),
+            "busy_r": _range(r["gpu_busy_ms"], "ms"),
+            "step": fmt.ms(p["measured_step_ms"]), "step_p": fmt.ms(p["projected_step_ms"]),
+            "step_r": _range(r["step_ms"], "ms"),
+            "tps": fmt.per_s(p["measured_tokens_per_s"]), "tps_p": fmt.per_s(p["projected_tokens_per_s"]),
+            "tps_r": _range(r["tokens_per_s"], "tok/s"),
+            "latency_kept": fmt.ms(p["latency_kept_gpu_busy_ms"]),
+        })
+    return {
+        "title": f"{src.get('name')}: {src.get('device')} → {tgt['spec']}",
+        "source": src, "target": tgt,
+        "target_bw": fmt.bandwidth(tgt.get("peak_bandwidth")),
+        "target_bw_ach": fmt.bandwidth(tgt.get("achievable_bandwidth")),
+        "headline": headline, "phases": phases, "notes": data["notes"],
+        "method": list(data["method"]),
+        "tracekit_version": (data.get("measured") or {}).get("source", {}).get("tracekit_version"),
+    }
+
+
+def _charts(data: dict[str, Any]) -> tuple[list[dict], dict[str, dict]]:
+    """Per phase: time by limiter and by category on both GPUs (ms), then both rooflines."""
+    items, ids = [], {}
+    measured, projected = data["measured"], data["projected"]
+    sides = (("measured on " + str(data["source"].get("device")), measured),
+             ("projected on " + str(data["target"]["spec"]), projected))
+    labels = limiter_labels(measured)
+    for i, phase in enumerate(data["phases"]):
+        rows_l, rows_c, cats = [], [], []
+        for _, a in sides:
+            for c, v in sorted(((a["phases"].get(phase) or {}).get("by_category") or {}).items(), key=lambda kv: -kv[1]):
+                if c not in cats:
+                    cats.append(c)
+        for label, a in sides:
+            p = a["phases"].get(phase) or {}
+            lim = p.get("by_limiter") or {}
+            rows_l.append({"label": label, "segments": [
+                (labels[k] if k != "idle" else "GPU idle", lim.get(k), charts.LIMITER_COLORS[k]) for k in LIMITERS]})
+            cat = p.get("by_category") or {}
+            rows_c.append({"label": label, "segments": [(c, cat.get(c), charts.category_color(c, j))
+                                                        for j, c in enumerate(cats)]})
+        h = _height(max(len(LIMITERS), len(cats)))
+        lim_chart = _stacked_ms(f"{phase_label(phase)}: GPU time by limiter", rows_l, "ms (kernel time + GPU idle)",
+                                f"tk-prj-{phase}-limiter", h)
+        cat_chart = _stacked_ms(f"{phase_label(phase)}: kernel time by category", rows_c, "ms of kernel time",
+                                f"tk-prj-{phase}-category", h)
+        roofs = [dict(charts.roofline(a, phase, 100 * k + i), side=label) for k, (label, a) in enumerate(sides)]
+        items += [lim_chart["item"], cat_chart["item"]] + [r["item"] for r in roofs if "item" in r]
+        ids[phase] = {"limiter": lim_chart["id"], "category": cat_chart["id"],
+                      "roofs": [{"id": r.get("id"), "reason": r.get("reason"), "side": r["side"]} for r in roofs]}
+    return items, ids
+
+
+PROJECTIONS = Registry("projection")
+_register = PROJECTIONS.register
+
+
+class ProjectRenderer(Renderer):
+    def render(self, projection: Projection) -> str:  # type: ignore[override]
+        return self.render_data(projection.to_dict())
+
+
+@_register
+class ProjectHtml(ProjectRenderer):
+    name = "html"
+    extension = ".html"
+    description = "a self-contained HTML page: both GPUs side by side, with both rooflines"
+
+    def __init__(self, include_js: bool = True):
+        self.include_js = include_js
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        vm = view_model(data)
+        items, ids = _charts(data)
+        for p in vm["phases"]:
+            p["charts"] = ids.get(p["phase"], {})
+        vm["chart_items"] = items
+        return vm
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        vm = self.view_model(data)
+        js = charts.inline_bokeh_js() if self.include_js and vm["chart_items"] else None
+        loader = _loader_js()
+        return render(html_env(), "project.html.j2", vm=vm, bokeh_js=Markup(js) if js else None,
+                      loader_js=Markup(loader), csp=_csp([js, loader]))
+
+
+@_register
+class ProjectJson(ProjectRenderer):
+    name = "json"
+    extension = ".json"
+    description = "the whole projection as JSON (Projection.to_dict(), schema_version 1)"
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        return data
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
+@_register
+class ProjectMarkdown(ProjectRenderer):
+    name = "md"
+    extension = ".md"
+    description = "a compact Markdown summary"
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        return view_model(data)
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        return render(text_env(), "project.md.j2", vm=self.view_model(data))
+
+
+@_register
+class ProjectText(ProjectRenderer):
+    name = "text"
+    extension = ".txt"
+    description = "a terminal table"
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        vm = view_model(data)
+        rows = [["figure", "measured", "projected", "change", "range"]] + [
+            [term_text(h[k]) for k in ("label", "measured", "projected", "change", "range")] for h in vm["headline"]]
+        widths = [max(len(str(r[i])) for r in rows) for i in range(5)]
+        vm["table"] = ["  ".join(str(c).ljust(w) if i in (0, 4) else str(c).rjust(w)
+                                 for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+        return vm
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        return render(text_env(), "project.txt.j2", vm=self.view_model(data))
+
+
+choose = PROJECTIONS.choose
+get_renderer = PROJECTIONS.get
+
+
+def render_projection(projection: Projection, fmt_: str = "html") -> str:
+    return get_renderer(fmt_).render(projection)
