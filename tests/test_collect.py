@@ -451,3 +451,16 @@ def test_generation_loop_speaks_the_transformers_4_interface():
     assert calls[0] == ((3, 5), None, 0, [0, 1, 2, 3, 4], 1)
     assert calls[1] == ((3, 1), 1, 5, [5], 0)
     assert calls[2] == ((3, 1), 2, 6, [6], 0)
+
+
+def test_plan_runs_on_a_collected_run(tiny_run, tmp_path):
+    from tracekit.cli import main
+
+    out = tmp_path / "plan.json"
+    r = CliRunner().invoke(main, ["plan", tiny_run[0].trace_path, "--isl", str(PROMPT), "--osl", str(NEW),
+                                  "--rate", "2", "--ttft-slo", "1s", "--tpot-slo", "200ms", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    # The recorded config priced the fit: the model's roofline, not a linear guess.
+    assert d["inputs"]["model"] and "roofline" in d["costs"]["fit"]
+    assert d["costs"]["decode_steps"] == NEW and len(d["options"]) == 2

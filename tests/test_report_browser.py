@@ -471,6 +471,18 @@ def test_projection_page_in_chromium(browser, tmp_path):
 
 
 @needs_browser
+def test_plan_page_in_chromium(browser, tmp_path):
+    from tracekit.analysis.plan import Demand, PhaseCosts, Slo, plan
+    from tracekit.report.plan import PlanHtml
+
+    costs = PhaseCosts(lambda n: 2e-4 * n, lambda b, ctx: 0.02 + 2e-4 * b, device="a test GPU")
+    page = tmp_path / "plan.html"
+    page.write_text(PlanHtml().render(plan(costs, Demand(4.0, 1000, 100), Slo(1.0, 0.03))), encoding="utf-8")
+    run = browser.open(page, screenshot=_shots(tmp_path) / "plan.png")
+    _check_page(run, 1)
+
+
+@needs_browser
 def test_decode_chart_hover_shows_step_figures(browser, tmp_path):
     from tracekit.analysis import analyze
     from tracekit.report import render

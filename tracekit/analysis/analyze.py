@@ -192,6 +192,12 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split
 # --- model ---------------------------------------------------------------------------
 
 
+def resolve_model(trace: Trace, model=None, weights: str | None = None) -> ModelSpec | None:
+    """The model that prices ``trace``: ``model`` (a spec, registry name or path) or the config
+    its collect sidecar recorded; None without either."""
+    return _model(trace, model, weights)[0]
+
+
 def _model(trace: Trace, model, weights: str | None) -> tuple[ModelSpec | None, str | None]:
     """The model to price by, and how it was chosen."""
     if isinstance(model, ModelSpec):

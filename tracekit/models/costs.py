@@ -142,6 +142,20 @@ def parameter_counts(m: ModelSpec) -> dict[str, float]:
     return out
 
 
+def weight_bytes(m: ModelSpec, tp: int = 1) -> float:
+    """Bytes of the weights one rank holds, each class at its stored precision (split by tp)."""
+    return sum(n * m.weight(cls).bytes_per_param for cls, n in parameter_counts(m).items()) / tp
+
+
+def kv_bytes_per_token(m: ModelSpec, tp: int = 1, kv_bytes: float = 2.0) -> float:
+    """KV-cache bytes one token adds on one rank: K and V of every full or sliding-window
+    attention layer (sliding layers counted in full: an upper bound), MLA's latent and rope key;
+    linear-attention layers keep a fixed state instead."""
+    mha = m.count(attention=FULL) + m.count(attention=SLIDING)
+    per = mha * _rank(m.kv_heads, tp) * (m.head_dim + m.v_head_dim) * kv_bytes
+    return per + m.count(attention=MLA) * (m.kv_lora_rank + m.qk_rope_dim) * kv_bytes
+
+
 # --- attention geometry ------------------------------------------------------------------
 
 

@@ -1,0 +1,115 @@
+"""``tracekit plan TRACE... --isl N --osl N --rate R --ttft-slo T --tpot-slo T``: size a deployment."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+
+import click
+
+from tracekit.cli.common import human_size, model_options, read_with_progress, refuse_overwrite
+from tracekit.errors import TracekitError
+
+FORMATS = ("html", "json", "md", "text")
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|us)\s*$", re.IGNORECASE)
+
+
+def duration_s(text: str, what: str) -> float:
+    """``500ms``, ``0.5s``, ``800us`` -> seconds; a bare number is refused (ms or s?)."""
+    m = _DURATION.match(text or "")
+    if not m:
+        raise TracekitError(f"{what} {text!r} needs a unit: e.g. 500ms or 0.5s")
+    value, unit = float(m.group(1)), m.group(2).lower()
+    seconds = value * {"s": 1.0, "ms": 1e-3, "us": 1e-6}[unit]
+    if seconds <= 0:
+        raise TracekitError(f"{what} must be positive, not {text!r}")
+    return seconds
+
+
+@click.command("plan")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=True, file_okay=True, path_type=str))
+@click.option("--isl", type=click.IntRange(min=1), required=True, metavar="N", help="Prompt tokens per request.")
+@click.option("--osl", type=click.IntRange(min=1), required=True, metavar="N", help="Output tokens per request.")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), required=True, metavar="R",
+              help="Requests per second to serve.")
+@click.option("--ttft-slo", required=True, metavar="TIME", help="Time-to-first-token objective, e.g. 500ms.")
+@click.option("--tpot-slo", required=True, metavar="TIME", help="Time-per-output-token objective, e.g. 50ms.")
+@click.option("--gpu", metavar="NAME",
+              help="The GPU to plan for; runs measured on another are projected onto it (see `tracekit project`).")
+@click.option("--max-gpus", type=click.IntRange(min=1), default=64, show_default=True, metavar="N",
+              help="The most GPUs an option may use.")
+@click.option("--kv-link", type=click.FloatRange(min=0, min_open=True), metavar="GB/S",
+              help="Bandwidth that carries a prompt's KV cache from prefill to decode GPUs (disaggregated).")
+@click.option("-o", "--output", metavar="FILE",
+              help="Where to write (default: reports/plan-<trace name>.<format>); '-' writes to stdout.")
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS),
+              help="Output format (default: from FILE's extension, else html). text without -o prints to the terminal.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@model_options
+def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: str, tpot_slo: str, gpu: str | None,
+            max_gpus: int, kv_link: float | None, output: str | None, fmt: str | None, force: bool,
+            model: str | None, tp: int | None, weights: str | None, costs: str) -> None:
+    """Size a colocated and a disaggregated (prefill and decode on separate GPUs) deployment
+    from the phase costs measured in TRACE(s): prefill time as a function of prompt tokens and
+    decode step time as a function of batch and context, fitted from the run's steps and the
+    model's roofline. Reports, per option, GPUs per phase, capacity against demand, expected
+    TTFT and TPOT at that load, whether the SLOs are met and goodput per GPU, and recommends
+    the cheapest that meets them.
+
+    \b
+    Example:
+      tracekit plan prefill.json.gz decode.json.gz --model qwen3-8b --isl 2048 --osl 256 \\
+          --rate 4 --ttft-slo 500ms --tpot-slo 50ms --kv-link 50
+    """
+    from tracekit.analysis.analyze import analyze, resolve_model
+    from tracekit.analysis.plan import Demand, Slo, fit_costs, plan
+    from tracekit.analysis.project import project
+    from tracekit.cli.report import _load_model
+    from tracekit.report import write_atomic
+    from tracekit.report.output import DEFAULT_DIR, report_stem
+    from tracekit.report.plan import choose
+    from tracekit.specs.lookup import spec_by_name
+
+    slo = Slo(duration_s(ttft_slo, "--ttft-slo"), duration_s(tpot_slo, "--tpot-slo"))
+    target = spec_by_name(gpu) if gpu else None
+    to_terminal = output == "-" or (output is None and fmt == "text")
+    renderer = choose(fmt, None if output == "-" else output)
+    path = None
+    if not to_terminal:
+        path = output or os.path.join(DEFAULT_DIR, f"plan-{report_stem(traces[0])}{renderer.extension}")
+        refuse_overwrite(path, force)
+        if os.path.isdir(path):
+            raise TracekitError(f"{path} is a folder; give a file name, e.g. {os.path.join(path, 'plan' + renderer.extension)}")
+    for p in traces:
+        if not os.path.exists(p):
+            raise TracekitError(f"{p}: no such file or folder")
+    spec_model = _load_model(model, weights)
+    read = [read_with_progress(p) for p in traces]
+    spec_model = spec_model or resolve_model(read[0])
+    options = dict(model=spec_model, tp=tp, costs=costs, weights=None)
+    analyses = []
+    for t in read:
+        a = analyze(t, **options)
+        if target is not None and a.device.get("spec_key") != target.key:
+            a = project(t, target, **options).projected["achievable"]
+        analyses.append(a)
+    spec = target
+    if spec is None and analyses[0].device.get("type") == "gpu" and analyses[0].device.get("spec_key"):
+        spec = spec_by_name(analyses[0].device["spec_key"])
+    phase_costs = fit_costs(analyses, spec_model, memory_gb=spec.memory_gb if spec is not None else None)
+    result = plan(phase_costs, Demand(rate, isl, osl), slo, max_gpus=max_gpus,
+                  kv_link=kv_link * 1e9 if kv_link else None,
+                  inputs={"traces": list(traces), "name": report_stem(traces[0]), "max_gpus": max_gpus,
+                          "model": spec_model.name if spec_model is not None else None,
+                          "gpu": target.key if target is not None else None})
+    text = renderer.render(result)
+    if to_terminal:
+        click.echo(text, nl=False)
+        return
+    size = write_atomic(path, text, make_parent=output is None)
+    click.echo(f"wrote {path} ({human_size(size)})")
+    click.echo(f"  {result.why}")
+    for m in result.missing:
+        click.echo(f"  missing: {m}")
+    click.echo(f"next: open {shlex.quote(path)} in a browser, or print it: tracekit plan ... -f text")

@@ -1,0 +1,175 @@
+"""Renderers of a deployment plan (``tracekit plan``): HTML, JSON, Markdown, terminal text.
+
+Each builds a plain view-model from ``Plan.to_dict()`` and renders ``templates/plan.*``.
+The HTML page adds a capacity chart: per option, each phase's capacity against the demand.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from markupsafe import Markup
+
+from tracekit.report import charts
+from tracekit.report import formatting as fmt
+from tracekit.report.base import Registry, Renderer
+from tracekit.report.render_html import _csp, _loader_js
+from tracekit.report.templating import html_env, render, term_text, text_env
+
+if TYPE_CHECKING:
+    from tracekit.analysis.plan import Plan
+
+
+def view_model(data: dict[str, Any]) -> dict[str, Any]:
+    i, c, d = data["inputs"], data["costs"], data["demand"]
+    options = []
+    for o in data["options"]:
+        split = (f"{o['total_gpus']} shared" if o["shared"] else f"{o['prefill_gpus']} + {o['decode_gpus']}")
+        options.append({
+            "name": o["name"], "gpus": split, "total": o["total_gpus"],
+            "ttft": fmt.ms(o["ttft_ms"]), "tpot": fmt.ms(o["tpot_ms"]),
+            "batch": fmt.num(o["decode_batch"]) if o["decode_batch"] is not None else fmt.MISSING,
+            "prefill_capacity": fmt.per_s(o["prefill_capacity_tokens_per_s"]),
+            "decode_capacity": fmt.per_s(o["decode_capacity_tokens_per_s"]),
+            "goodput": fmt.per_s(o["goodput_per_gpu"]) if o["meets_slo"] else fmt.MISSING,
+            "meets": "yes" if o["meets_slo"] else "no", "reasons": o["reasons"],
+            "recommended": o["name"] == data["recommended"],
+        })
+    return {
+        "title": f"{i.get('name') or 'plan'} on {c['device']}",
+        "inputs": [
+            ("traces", ", ".join(i.get("traces") or [])), ("GPU", c["device"]), ("TP per replica", str(c["tp"])),
+            ("model", i.get("model") or fmt.MISSING),
+            ("requests", f"{fmt.num(i['rate'])}/s of {i['isl']} prompt + {i['osl']} output tokens"),
+            ("SLOs", f"TTFT ≤ {fmt.ms(i['ttft_slo_ms'])}, TPOT ≤ {fmt.ms(i['tpot_slo_ms'])}"),
+            ("KV link", f"{fmt.num(i['kv_link_gbps'])} GB/s" if i.get("kv_link_gbps") else "not given (no transfer time)"),
+            ("max GPUs", str(i.get("max_gpus"))),
+        ],
+        "costs": [
+            ("prefill of the prompt", fmt.ms(c["prefill_ms_at_isl"])),
+            ("decode step, one request", fmt.ms(c["decode_step_ms_batch1"])),
+            ("fitted from", f"{c.get('prefill_steps')} prefill and {c.get('decode_steps')} decode steps: {c.get('fit')}"),
+            ("KV cache per token", fmt.si(c.get("kv_bytes_per_token"), "B") if c.get("kv_bytes_per_token") else fmt.MISSING),
+            ("weights per replica", fmt.si(c.get("weights_bytes"), "B") if c.get("weights_bytes") else fmt.MISSING),
+            ("memory per replica", fmt.si(c.get("memory_bytes"), "B") if c.get("memory_bytes") else fmt.MISSING),
+        ],
+        "demand": {"prefill": fmt.per_s(d["prefill_tokens_per_s"]), "decode": fmt.per_s(d["decode_tokens_per_s"])},
+        "options": options, "recommended": data["recommended"], "why": data["why"], "missing": data["missing"],
+        "notes": data["notes"], "method": data["method"].split("\n\n"),
+    }
+
+
+def capacity_chart(data: dict[str, Any]) -> dict[str, Any]:
+    """Per option and phase: capacity (tokens/s) as a bar, the demand as a line."""
+    from bokeh.models import ColumnDataSource, HoverTool, Span
+    from bokeh.plotting import figure
+
+    rows = {"y": [], "value": [], "color": [], "label": [], "text": []}
+    colors = {"prefill": "#2f6db5", "decode": "#e07b1f"}
+    demand = data["demand"]
+    for o in data["options"]:
+        for phase in ("prefill", "decode"):
+            cap = o[f"{phase}_capacity_tokens_per_s"]
+            need = demand[f"{phase}_tokens_per_s"]
+            rows["y"].append(f"{o['name']} ({o['total_gpus']} GPUs): {phase}")
+            rows["value"].append(cap / need if need else 0.0)
+            rows["color"].append(colors[phase])
+            rows["label"].append(phase)
+            rows["text"].append(f"{fmt.per_s(cap)} of capacity for {fmt.per_s(need)} of demand")
+    p = figure(title="Capacity over demand, per option and phase", y_range=rows["y"][::-1], height=90 + 34 * len(rows["y"]),
+               sizing_mode="stretch_width", tools="save", toolbar_location="above",
+               x_axis_label="capacity / demand (1 = exactly the demand)")
+    r = p.hbar(y="y", right="value", height=0.6, color="color", legend_field="label", source=ColumnDataSource(rows))
+    p.add_layout(Span(location=1.0, dimension="height", line_color="#222222", line_dash="dashed", line_width=1.5))
+    p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@y"), ("", "@text")]))
+    p.ygrid.grid_line_color = None
+    charts._style(p)
+    charts._legend_outside(p)
+    return charts._item(p, "tk-chart-capacity")
+
+
+PLANS = Registry("plan")
+_register = PLANS.register
+
+
+class PlanRenderer(Renderer):
+    def render(self, plan: Plan) -> str:  # type: ignore[override]
+        return self.render_data(plan.to_dict())
+
+
+@_register
+class PlanHtml(PlanRenderer):
+    name = "html"
+    extension = ".html"
+    description = "a self-contained HTML page with the options and a capacity chart"
+
+    def __init__(self, include_js: bool = True):
+        self.include_js = include_js
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        vm = view_model(data)
+        chart = capacity_chart(data)
+        vm["chart"], vm["chart_items"] = chart["id"], [chart["item"]]
+        return vm
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        vm = self.view_model(data)
+        js = charts.inline_bokeh_js() if self.include_js else None
+        loader = _loader_js()
+        return render(html_env(), "plan.html.j2", vm=vm, bokeh_js=Markup(js) if js else None,
+                      loader_js=Markup(loader), csp=_csp([js, loader]))
+
+
+@_register
+class PlanJson(PlanRenderer):
+    name = "json"
+    extension = ".json"
+    description = "the whole plan as JSON (Plan.to_dict(), schema_version 1)"
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        return data
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
+@_register
+class PlanMarkdown(PlanRenderer):
+    name = "md"
+    extension = ".md"
+    description = "a compact Markdown summary"
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        return view_model(data)
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        return render(text_env(), "plan.md.j2", vm=self.view_model(data))
+
+
+@_register
+class PlanText(PlanRenderer):
+    name = "text"
+    extension = ".txt"
+    description = "a terminal table"
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        vm = view_model(data)
+        head = ["option", "GPUs", "TTFT", "TPOT", "batch", "prefill cap.", "decode cap.", "meets SLOs", "goodput/GPU"]
+        cells = [[term_text(o[k]) for k in ("name", "gpus", "ttft", "tpot", "batch", "prefill_capacity",
+                                            "decode_capacity", "meets", "goodput")] for o in vm["options"]]
+        widths = [max(len(str(r[i])) for r in [head, *cells]) for i in range(len(head))]
+        vm["table"] = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in
+                                 enumerate(zip(r, widths))).rstrip() for r in [head, *cells]]
+        return vm
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        return render(text_env(), "plan.txt.j2", vm=self.view_model(data))
+
+
+choose = PLANS.choose
+get_renderer = PLANS.get
+
+
+def render_plan(plan: Plan, fmt_: str = "html") -> str:
+    return get_renderer(fmt_).render(plan)
