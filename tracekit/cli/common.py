@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from tracekit.errors import TracekitError
 from tracekit.report.output import refuse_overwrite  # noqa: F401  (one rule for every command)
 from tracekit.trace import Trace, read_trace
 
@@ -70,3 +71,45 @@ def model_options(f):
                      help="The model that ran: a name from `tracekit models`, a config.json, or a checkpoint "
                           "folder holding one. Prices the kernels that have no recorded shapes.")(f)
     return f
+
+
+# --- where a document goes: a file, or the terminal ------------------------------------
+
+
+def output_options(default: str, formats=("html", "json", "md", "text")):
+    """``-o/--output``, ``-f/--format`` and ``--force``; ``default`` says where it goes without -o."""
+    def wrap(f):
+        f = click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")(f)
+        f = click.option("-f", "--format", "fmt", type=click.Choice(formats),
+                         help="Output format (default: from FILE's extension, else html). text without -o prints "
+                              "to the terminal.")(f)
+        return click.option("-o", "--output", metavar="FILE",
+                            help=f"Where to write (default: {default}); '-' writes to stdout.")(f)
+    return wrap
+
+
+def output_target(output: str | None, fmt: str | None, choose, default_path, force: bool):
+    """(renderer, path, to_terminal) for ``-o``/``-f``: ``-o -`` or ``-f text`` without ``-o``
+    prints; otherwise the path (``default_path(extension)`` without ``-o``) is checked before any
+    slow work: an existing file needs ``--force``, a folder is refused."""
+    to_terminal = output == "-" or (output is None and fmt == "text")
+    renderer = choose(fmt, None if output == "-" else output)
+    if to_terminal:
+        return renderer, None, True
+    path = output or default_path(renderer.extension)
+    refuse_overwrite(path, force)
+    if os.path.isdir(path):
+        raise TracekitError(f"{path} is a folder; give a file name, e.g. "
+                            f"{os.path.join(path, 'report' + renderer.extension)}")
+    return renderer, path, False
+
+
+def deliver(text: str, path: str | None, made_default: bool) -> None:
+    """Print ``text`` (no path) or write it atomically and say where (creating the default folder)."""
+    from tracekit.report import write_atomic
+
+    if path is None:
+        click.echo(text, nl=False)
+        return
+    size = write_atomic(path, text, make_parent=made_default)
+    click.echo(f"wrote {path} ({human_size(size)})")

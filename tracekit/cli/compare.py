@@ -9,21 +9,16 @@ import sys
 
 import click
 
-from tracekit.cli.common import human_size, model_options, read_with_progress, refuse_overwrite
+from tracekit.cli.common import deliver, model_options, output_options, output_target, read_with_progress
 from tracekit.errors import TracekitError
 
-FORMATS = ("html", "json", "md", "text")
 SUMMARY_LINES = 6  # sentences printed after writing a report file
 
 
 @click.command("compare")
 @click.argument("before", type=click.Path(dir_okay=True, file_okay=True, path_type=str))
 @click.argument("after", type=click.Path(dir_okay=True, file_okay=True, path_type=str))
-@click.option("-o", "--output", metavar="FILE",
-              help="Where to write (default: reports/compare-<before>-vs-<after>.<format>); '-' writes to stdout.")
-@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS),
-              help="Output format (default: from FILE's extension, else html). text without -o prints to the terminal.")
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@output_options("reports/compare-<before>-vs-<after>.<format>")
 @click.option("--fail-if", "gates", multiple=True, metavar="EXPR",
               help="Exit with status 1 when the after run crosses a threshold, e.g. 'tpot_p50>+5%', "
                    "'decode_tokens_per_s<-3%', 'ttft_ms>+2ms', 'decode_mbu<-2pp'. May repeat.")
@@ -43,7 +38,6 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     against its own GPU's roofline. With --fail-if it gates CI: exit status 1 when a gate fails."""
     from tracekit.analysis import analyze
     from tracekit.analysis.compare import compare, context_sentence, parse_gate
-    from tracekit.report import write_atomic
     from tracekit.report.compare import choose
     from tracekit.report.output import DEFAULT_DIR, report_stem
 
@@ -51,16 +45,9 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     from tracekit.specs.lookup import spec_by_name
 
     targets = [spec_by_name(g) if g else None for g in (project_before, project_after)]
-    to_terminal = output == "-" or (output is None and fmt == "text")
-    renderer = choose(fmt, None if output == "-" else output)
-    path = None
-    if not to_terminal:
-        path = output or os.path.join(
-            DEFAULT_DIR, f"compare-{report_stem(before)}-vs-{report_stem(after)}{renderer.extension}"
-        )
-        refuse_overwrite(path, force)
-        if os.path.isdir(path):
-            raise TracekitError(f"{path} is a folder; give a file name, e.g. {os.path.join(path, 'compare' + renderer.extension)}")
+    renderer, path, to_terminal = output_target(
+        output, fmt, choose,
+        lambda ext: os.path.join(DEFAULT_DIR, f"compare-{report_stem(before)}-vs-{report_stem(after)}{ext}"), force)
     for p in (before, after):
         if not os.path.exists(p):
             raise TracekitError(f"{p}: no such file or folder")
@@ -70,14 +57,10 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     b, a = (_side(_read(p), g, t, model=spec_model, tp=tp, costs=costs, weights=weights if spec_model is None else None)
             for p, g, t in ((before, gpu_before, targets[0]), (after, gpu_after, targets[1])))
     comparison = compare(b, a)
-    text = renderer.render(comparison)
     # Messages go to stderr when stdout carries the report itself.
     say = (lambda m: click.echo(m, err=True)) if to_terminal else click.echo
-    if to_terminal:
-        click.echo(text, nl=False)
-    else:
-        size = write_atomic(path, text, make_parent=output is None)
-        click.echo(f"wrote {path} ({human_size(size)})")
+    deliver(renderer.render(comparison), path, output is None)
+    if not to_terminal:
         lines = [s for s in [context_sentence(comparison), *comparison.summary] if s]
         for line in lines[:SUMMARY_LINES]:
             click.echo(f"  {line}")

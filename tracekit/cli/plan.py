@@ -8,10 +8,9 @@ import shlex
 
 import click
 
-from tracekit.cli.common import human_size, model_options, read_with_progress, refuse_overwrite
+from tracekit.cli.common import deliver, model_options, output_options, output_target, read_with_progress
 from tracekit.errors import TracekitError
 
-FORMATS = ("html", "json", "md", "text")
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|us)\s*$", re.IGNORECASE)
 
 
@@ -41,11 +40,7 @@ def duration_s(text: str, what: str) -> float:
               help="The most GPUs an option may use.")
 @click.option("--kv-link", type=click.FloatRange(min=0, min_open=True), metavar="GB/S",
               help="Bandwidth that carries a prompt's KV cache from prefill to decode GPUs (disaggregated).")
-@click.option("-o", "--output", metavar="FILE",
-              help="Where to write (default: reports/plan-<trace name>.<format>); '-' writes to stdout.")
-@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS),
-              help="Output format (default: from FILE's extension, else html). text without -o prints to the terminal.")
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@output_options("reports/plan-<trace name>.<format>")
 @model_options
 def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: str, tpot_slo: str, gpu: str | None,
             max_gpus: int, kv_link: float | None, output: str | None, fmt: str | None, force: bool,
@@ -66,21 +61,14 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
     from tracekit.analysis.plan import Demand, Slo, fit_costs, plan
     from tracekit.analysis.project import project
     from tracekit.cli.report import _load_model
-    from tracekit.report import write_atomic
     from tracekit.report.output import DEFAULT_DIR, report_stem
     from tracekit.report.plan import choose
     from tracekit.specs.lookup import spec_by_name
 
     slo = Slo(duration_s(ttft_slo, "--ttft-slo"), duration_s(tpot_slo, "--tpot-slo"))
     target = spec_by_name(gpu) if gpu else None
-    to_terminal = output == "-" or (output is None and fmt == "text")
-    renderer = choose(fmt, None if output == "-" else output)
-    path = None
-    if not to_terminal:
-        path = output or os.path.join(DEFAULT_DIR, f"plan-{report_stem(traces[0])}{renderer.extension}")
-        refuse_overwrite(path, force)
-        if os.path.isdir(path):
-            raise TracekitError(f"{path} is a folder; give a file name, e.g. {os.path.join(path, 'plan' + renderer.extension)}")
+    renderer, path, to_terminal = output_target(
+        output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"plan-{report_stem(traces[0])}{ext}"), force)
     for p in traces:
         if not os.path.exists(p):
             raise TracekitError(f"{p}: no such file or folder")
@@ -103,12 +91,9 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
                   inputs={"traces": list(traces), "name": report_stem(traces[0]), "max_gpus": max_gpus,
                           "model": spec_model.name if spec_model is not None else None,
                           "gpu": target.key if target is not None else None})
-    text = renderer.render(result)
+    deliver(renderer.render(result), path, output is None)
     if to_terminal:
-        click.echo(text, nl=False)
         return
-    size = write_atomic(path, text, make_parent=output is None)
-    click.echo(f"wrote {path} ({human_size(size)})")
     click.echo(f"  {result.why}")
     for m in result.missing:
         click.echo(f"  missing: {m}")

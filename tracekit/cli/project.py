@@ -7,21 +7,16 @@ import shlex
 
 import click
 
-from tracekit.cli.common import human_size, model_options, read_with_progress, refuse_overwrite, trace_argument
+from tracekit.cli.common import deliver, model_options, output_options, output_target, read_with_progress, trace_argument
 from tracekit.errors import TracekitError
 
-FORMATS = ("html", "json", "md", "text")
 
 
 @click.command("project")
 @trace_argument
 @click.option("--to", "to", required=True, metavar="GPU",
               help="The GPU to project onto: a name or key from `tracekit gpus` (e.g. mi300x, h100-sxm, b200).")
-@click.option("-o", "--output", metavar="FILE",
-              help="Where to write (default: reports/<trace name>-on-<gpu>.<format>); '-' writes to stdout.")
-@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS),
-              help="Output format (default: from FILE's extension, else html). text without -o prints to the terminal.")
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@output_options("reports/<trace name>-on-<gpu>.<format>")
 @click.option("--gpu", metavar="NAME", help="The GPU the trace was measured on, when its spec row is not found.")
 @model_options
 def command(trace: str, to: str, output: str | None, fmt: str | None, force: bool, gpu: str | None,
@@ -38,31 +33,21 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
     """
     from tracekit.analysis.project import project
     from tracekit.cli.report import _load_model
-    from tracekit.report import write_atomic
     from tracekit.report.output import DEFAULT_DIR, report_stem
     from tracekit.report.project import choose
     from tracekit.specs.lookup import spec_by_name
 
     target = spec_by_name(to)  # a bad --to fails before the slow read
-    to_terminal = output == "-" or (output is None and fmt == "text")
-    renderer = choose(fmt, None if output == "-" else output)
-    path = None
-    if not to_terminal:
-        path = output or os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-on-{target.key}{renderer.extension}")
-        refuse_overwrite(path, force)
-        if os.path.isdir(path):
-            raise TracekitError(f"{path} is a folder; give a file name, e.g. {os.path.join(path, 'projection' + renderer.extension)}")
+    renderer, path, to_terminal = output_target(
+        output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-on-{target.key}{ext}"), force)
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
     spec_model = _load_model(model, weights)
     projection = project(read_with_progress(trace), target, gpu=gpu, model=spec_model, tp=tp, costs=costs,
                          weights=weights if spec_model is None else None)
-    text = renderer.render(projection)
+    deliver(renderer.render(projection), path, output is None)
     if to_terminal:
-        click.echo(text, nl=False)
         return
-    size = write_atomic(path, text, make_parent=output is None)
-    click.echo(f"wrote {path} ({human_size(size)})")
     for phase, p in projection.phases.items():
         click.echo(f"  {phase}: GPU busy {p['measured_gpu_busy_ms']:.3g} ms on {projection.source.device.get('name')} -> "
                    f"{p['projected_gpu_busy_ms']:.3g} ms on {target.name}")

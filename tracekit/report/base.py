@@ -8,6 +8,7 @@ JSON lacks — then renders a template. Tests assert on the view-model.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,8 +31,53 @@ class Renderer:
         """Render from the JSON contract (``Analysis.to_dict()`` or a saved JSON report)."""
         raise NotImplementedError
 
-    def render(self, analysis: Analysis) -> str:
-        return self.render_data(analysis.to_dict())
+    def render(self, document: Analysis) -> str:
+        """Any document with ``to_dict()``: an Analysis, a Comparison, a Projection, a Plan."""
+        return self.render_data(document.to_dict())
+
+
+class JsonDocument(Renderer):
+    """``--format json`` of any document: its ``to_dict()`` as it stands."""
+
+    name = "json"
+    extension = ".json"
+
+    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
+        return data
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
+class TextTemplate(Renderer):
+    """A Markdown or terminal document: ``template`` (a text template) from ``view_model(data)``."""
+
+    template = ""
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        from tracekit.report.templating import render, text_env
+
+        return render(text_env(), self.template, vm=self.view_model(data))
+
+
+def text_table(head: list[str] | None, rows: list[list[Any]]) -> list[str]:
+    """Terminal columns padded to width: the first column and the last left-aligned, numbers
+    right-aligned (when there is a header)."""
+    allrows = ([head] if head else []) + rows
+    if not allrows:
+        return []
+    n = max(len(r) for r in allrows)
+    widths = [max(len(str(r[i])) for r in allrows if i < len(r)) for i in range(n)]
+    out = []
+    for r in allrows:
+        cells = []
+        for i, c in enumerate(r):
+            s = str(c)
+            last = i == len(r) - 1
+            numeric = i > 0 and not last and any(ch.isdigit() for ch in s) and head is not None
+            cells.append(s.rjust(widths[i]) if numeric else (s if last else s.ljust(widths[i])))
+        out.append("  ".join(cells).rstrip())
+    return out
 
 
 # Extra spellings of extensions, beyond each renderer's own.

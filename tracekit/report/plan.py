@@ -6,16 +6,13 @@ The HTML page adds a capacity chart: per option, each phase's capacity against t
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
-
-from markupsafe import Markup
 
 from tracekit.report import charts
 from tracekit.report import formatting as fmt
-from tracekit.report.base import Registry, Renderer
-from tracekit.report.render_html import _csp, _loader_js
-from tracekit.report.templating import html_env, render, term_text, text_env
+from tracekit.report.base import JsonDocument, Registry, TextTemplate, text_table
+from tracekit.report.render_html import HtmlPage
+from tracekit.report.templating import term_text
 
 if TYPE_CHECKING:
     from tracekit.analysis.plan import Plan
@@ -93,19 +90,10 @@ PLANS = Registry("plan")
 _register = PLANS.register
 
 
-class PlanRenderer(Renderer):
-    def render(self, plan: Plan) -> str:  # type: ignore[override]
-        return self.render_data(plan.to_dict())
-
-
 @_register
-class PlanHtml(PlanRenderer):
-    name = "html"
-    extension = ".html"
+class PlanHtml(HtmlPage):
     description = "a self-contained HTML page with the options and a capacity chart"
-
-    def __init__(self, include_js: bool = True):
-        self.include_js = include_js
+    template = "plan.html.j2"
 
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         vm = view_model(data)
@@ -113,58 +101,33 @@ class PlanHtml(PlanRenderer):
         vm["chart"], vm["chart_items"] = chart["id"], [chart["item"]]
         return vm
 
-    def render_data(self, data: dict[str, Any]) -> str:
-        vm = self.view_model(data)
-        js = charts.inline_bokeh_js() if self.include_js else None
-        loader = _loader_js()
-        return render(html_env(), "plan.html.j2", vm=vm, bokeh_js=Markup(js) if js else None,
-                      loader_js=Markup(loader), csp=_csp([js, loader]))
-
 
 @_register
-class PlanJson(PlanRenderer):
-    name = "json"
-    extension = ".json"
+class PlanJson(JsonDocument):
     description = "the whole plan as JSON (Plan.to_dict(), schema_version 1)"
 
-    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
-        return data
-
-    def render_data(self, data: dict[str, Any]) -> str:
-        return json.dumps(data, indent=2, allow_nan=False) + "\n"
-
 
 @_register
-class PlanMarkdown(PlanRenderer):
-    name = "md"
-    extension = ".md"
+class PlanMarkdown(TextTemplate):
+    name, extension, template = "md", ".md", "plan.md.j2"
     description = "a compact Markdown summary"
 
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         return view_model(data)
 
-    def render_data(self, data: dict[str, Any]) -> str:
-        return render(text_env(), "plan.md.j2", vm=self.view_model(data))
-
 
 @_register
-class PlanText(PlanRenderer):
-    name = "text"
-    extension = ".txt"
+class PlanText(TextTemplate):
+    name, extension, template = "text", ".txt", "plan.txt.j2"
     description = "a terminal table"
 
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         vm = view_model(data)
         head = ["option", "GPUs", "TTFT", "TPOT", "batch", "prefill cap.", "decode cap.", "meets SLOs", "goodput/GPU"]
-        cells = [[term_text(o[k]) for k in ("name", "gpus", "ttft", "tpot", "batch", "prefill_capacity",
-                                            "decode_capacity", "meets", "goodput")] for o in vm["options"]]
-        widths = [max(len(str(r[i])) for r in [head, *cells]) for i in range(len(head))]
-        vm["table"] = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in
-                                 enumerate(zip(r, widths))).rstrip() for r in [head, *cells]]
+        vm["table"] = text_table(head, [[term_text(o[k]) for k in (
+            "name", "gpus", "ttft", "tpot", "batch", "prefill_capacity", "decode_capacity", "meets", "goodput")]
+            for o in vm["options"]])
         return vm
-
-    def render_data(self, data: dict[str, Any]) -> str:
-        return render(text_env(), "plan.txt.j2", vm=self.view_model(data))
 
 
 choose = PLANS.choose

@@ -8,17 +8,14 @@ category on both GPUs, and both rooflines.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
-
-from markupsafe import Markup
 
 from tracekit.report import charts
 from tracekit.report import formatting as fmt
-from tracekit.report.base import Registry, Renderer
+from tracekit.report.base import JsonDocument, Registry, TextTemplate, text_table
 from tracekit.report.compare.charts import _height, _stacked_ms
-from tracekit.report.render_html import _csp, _loader_js
-from tracekit.report.templating import html_env, render, term_text, text_env
+from tracekit.report.render_html import HtmlPage
+from tracekit.report.templating import term_text
 from tracekit.report.view import LIMITERS, limiter_labels, phase_label
 
 if TYPE_CHECKING:
@@ -111,19 +108,10 @@ PROJECTIONS = Registry("projection")
 _register = PROJECTIONS.register
 
 
-class ProjectRenderer(Renderer):
-    def render(self, projection: Projection) -> str:  # type: ignore[override]
-        return self.render_data(projection.to_dict())
-
-
 @_register
-class ProjectHtml(ProjectRenderer):
-    name = "html"
-    extension = ".html"
+class ProjectHtml(HtmlPage):
     description = "a self-contained HTML page: both GPUs side by side, with both rooflines"
-
-    def __init__(self, include_js: bool = True):
-        self.include_js = include_js
+    template = "project.html.j2"
 
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         vm = view_model(data)
@@ -133,57 +121,31 @@ class ProjectHtml(ProjectRenderer):
         vm["chart_items"] = items
         return vm
 
-    def render_data(self, data: dict[str, Any]) -> str:
-        vm = self.view_model(data)
-        js = charts.inline_bokeh_js() if self.include_js and vm["chart_items"] else None
-        loader = _loader_js()
-        return render(html_env(), "project.html.j2", vm=vm, bokeh_js=Markup(js) if js else None,
-                      loader_js=Markup(loader), csp=_csp([js, loader]))
-
 
 @_register
-class ProjectJson(ProjectRenderer):
-    name = "json"
-    extension = ".json"
+class ProjectJson(JsonDocument):
     description = "the whole projection as JSON (Projection.to_dict(), schema_version 1)"
 
-    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
-        return data
-
-    def render_data(self, data: dict[str, Any]) -> str:
-        return json.dumps(data, indent=2, allow_nan=False) + "\n"
-
 
 @_register
-class ProjectMarkdown(ProjectRenderer):
-    name = "md"
-    extension = ".md"
+class ProjectMarkdown(TextTemplate):
+    name, extension, template = "md", ".md", "project.md.j2"
     description = "a compact Markdown summary"
 
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         return view_model(data)
 
-    def render_data(self, data: dict[str, Any]) -> str:
-        return render(text_env(), "project.md.j2", vm=self.view_model(data))
-
 
 @_register
-class ProjectText(ProjectRenderer):
-    name = "text"
-    extension = ".txt"
+class ProjectText(TextTemplate):
+    name, extension, template = "text", ".txt", "project.txt.j2"
     description = "a terminal table"
 
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         vm = view_model(data)
-        rows = [["figure", "measured", "projected", "change", "range"]] + [
-            [term_text(h[k]) for k in ("label", "measured", "projected", "change", "range")] for h in vm["headline"]]
-        widths = [max(len(str(r[i])) for r in rows) for i in range(5)]
-        vm["table"] = ["  ".join(str(c).ljust(w) if i in (0, 4) else str(c).rjust(w)
-                                 for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+        vm["table"] = text_table(["figure", "measured", "projected", "change", "range"], [
+            [term_text(h[k]) for k in ("label", "measured", "projected", "change", "range")] for h in vm["headline"]])
         return vm
-
-    def render_data(self, data: dict[str, Any]) -> str:
-        return render(text_env(), "project.txt.j2", vm=self.view_model(data))
 
 
 choose = PROJECTIONS.choose

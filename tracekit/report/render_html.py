@@ -14,16 +14,34 @@ from tracekit.report.base import Renderer, register
 from tracekit.report.templating import html_env, render
 
 
-@register
-class HtmlRenderer(Renderer):
+class HtmlPage(Renderer):
+    """A self-contained page: ``template`` rendered with the view-model, its Bokeh charts
+    (``vm["chart_items"]``) and the bundle inlined, and a CSP that lets only those scripts run."""
+
     name = "html"
     extension = ".html"
-    description = "a single self-contained HTML page with interactive charts (opens offline)"
+    template = ""
 
-    def __init__(self, top: int | None = None, include_js: bool = True):
-        self.top = top
+    def __init__(self, include_js: bool = True):
         # include_js=False leaves Bokeh's 1.3 MB bundle out (for tests of the page text).
         self.include_js = include_js
+
+    def render_data(self, data: dict[str, Any]) -> str:
+        vm = self.view_model(data)
+        js = charts.inline_bokeh_js() if self.include_js and vm.get("chart_items") else None
+        loader = _loader_js()
+        return render(html_env(), self.template, vm=vm, bokeh_js=Markup(js) if js else None,
+                      loader_js=Markup(loader), csp=_csp([js, loader]))
+
+
+@register
+class HtmlRenderer(HtmlPage):
+    description = "a single self-contained HTML page with interactive charts (opens offline)"
+    template = "report.html.j2"
+
+    def __init__(self, top: int | None = None, include_js: bool = True):
+        super().__init__(include_js)
+        self.top = top
 
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         breakdown = charts.phase_breakdown(data)
@@ -60,16 +78,6 @@ class HtmlRenderer(Renderer):
             "chart_items": items,
             "schema_version": data.get("schema_version"),
         }
-
-    def render_data(self, data: dict[str, Any]) -> str:
-        vm = self.view_model(data)
-        js = charts.inline_bokeh_js() if self.include_js and vm["chart_items"] else None
-        loader = _loader_js()
-        return render(
-            html_env(), "report.html.j2", vm=vm,
-            bokeh_js=Markup(js) if js else None, loader_js=Markup(loader), csp=_csp([js, loader]),
-        )
-
 
 @functools.lru_cache(maxsize=1)
 def _loader_js() -> str:

@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from tracekit.report.base import Renderer, register
+from tracekit.report.base import JsonDocument, register
 
 
 @register
-class JsonRenderer(Renderer):
-    name = "json"
-    extension = ".json"
+class JsonRenderer(JsonDocument):
     description = "the whole analysis as JSON (schema_version, stable keys; see docs/json-schema.md)"
-
-    def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
-        return data
-
-    def render_data(self, data: dict[str, Any]) -> str:
-        return json.dumps(data, indent=2, allow_nan=False) + "\n"
