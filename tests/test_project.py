@@ -126,3 +126,14 @@ def test_compare_takes_a_projection_as_one_side(tmp_path):
     assert "projected from AMD Instinct MI300X" in d["before"]["device"]["name"]
     step = next(h for h in d["headline"] if h["key"] == "decode_step_p50")
     assert step["before"] == pytest.approx(step["after"], rel=0.30)
+
+
+def test_project_needs_the_measured_gpus_peaks():
+    from conftest import with_device_name
+
+    from tracekit.errors import TracekitError
+
+    with pytest.raises(TracekitError, match="measured GPU has no spec row.*pass --gpu"):
+        project(with_device_name(read_real("h100_hf")), "b200")
+    # Saying which GPU it ran on is enough.
+    assert project(with_device_name(read_real("h100_hf")), "b200", gpu="h100-sxm").phases["prefill"]

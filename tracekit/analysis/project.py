@@ -331,7 +331,7 @@ def _headline(source: Analysis, projected: dict[str, Analysis]) -> list[dict[str
 
 
 def _notes(parts: Parts, source: Analysis, phases: dict) -> list[str]:
-    out = []
+    out = [] if phases else [f"the trace holds no inference step ({source.run_kind}): there is no phase to project"]
     for phase, f in phases.items():
         by = f["measured_by_limiter_ms"]
         total = sum(by.values())
