@@ -129,3 +129,17 @@ def test_plan_needs_both_phases(tmp_path):
     r = CliRunner().invoke(main, ["plan", str(real_trace_path("mi300x_decode")), "--isl", "8", "--osl", "8", "--rate",
                                   "1", "--ttft-slo", "1s", "--tpot-slo", "50ms", "-o", str(tmp_path / "x.html")])
     assert r.exit_code == 2 and "no prefill step" in r.output
+
+
+def test_plan_for_another_gpu_goes_through_project(tmp_path):
+    pre, dec = str(real_trace_path("mi300x_extend")), str(real_trace_path("mi300x_decode"))
+    base = ["plan", pre, dec, "--model", "qwen3-8b", "--isl", "2048", "--osl", "256", "--rate", "2",
+            "--ttft-slo", "2s", "--tpot-slo", "1s"]
+    here, there = tmp_path / "mi300x.json", tmp_path / "b300.json"
+    assert CliRunner().invoke(main, [*base, "-o", str(here)]).exit_code == 0
+    r = CliRunner().invoke(main, [*base, "--gpu", "b300", "-o", str(there)])
+    assert r.exit_code == 0, r.output
+    a, b = json.loads(here.read_text())["costs"], json.loads(there.read_text())["costs"]
+    assert a["device"] == "MI300X" and b["device"] == "B300 (HGX)"
+    # B300's faster GEMMs shorten the prefill; its larger memory holds the same weights.
+    assert b["prefill_ms_at_isl"] < a["prefill_ms_at_isl"] and b["memory_bytes"] > a["memory_bytes"]
