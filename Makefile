@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # GPU machine pass the one for your CUDA/ROCm, e.g. `make demo TORCH_SPEC=torch`.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo demo-samples test bench samples clean venv
+.PHONY: demo demo-samples test bench samples clean venv fuzz
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -31,6 +31,10 @@ test: $(STAMP)
 	@$(PY) -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
+
+FUZZ_SECONDS ?= 300
+fuzz: $(STAMP)
+	$(PY) benchmarks/fuzz.py --seconds $(FUZZ_SECONDS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_read.py

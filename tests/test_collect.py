@@ -367,6 +367,9 @@ def test_script_option_and_failures(tmp_path):
     res = CliRunner().invoke(command, ["--no-calibrate", "--script", str(script), "-o", str(tmp_path / "b")])
     assert "exited with status 3" in _message(res)
     assert not (tmp_path / ("b" + markers.TRACE_SUFFIX)).exists()
+    script.write_text("import sys\nsys.exit('boom')\n")  # a message exits with status 1
+    res = CliRunner().invoke(command, ["--no-calibrate", "--script", str(script), "-o", str(tmp_path / "b2")])
+    assert "exited with status 1 (boom)" in _message(res) and "status boom" not in _message(res)
     res = CliRunner().invoke(command, ["--no-calibrate", "-o", str(tmp_path / "c"), "--", "python", str(tmp_path / "nope.py")])
     assert "does not exist" in _message(res)
 
@@ -464,3 +467,18 @@ def test_plan_runs_on_a_collected_run(tiny_run, tmp_path):
     # The recorded config priced the fit: the model's roofline, not a linear guess.
     assert d["inputs"]["model"] and "roofline" in d["costs"]["fit"]
     assert d["costs"]["decode_steps"] == NEW and len(d["options"]) == 2
+
+
+def test_calibration_is_measured_again_when_implausible(monkeypatch):
+    from tracekit.collect import calibrate as cal
+
+    rates = iter([1e6, 1e6, 50e9])  # busy, busy, then a free core
+    monkeypatch.setattr(cal, "matmul_flops", lambda dev, dtype, budget: (next(rates), 256))
+    monkeypatch.setattr(cal, "copy_bandwidth", lambda dev, budget: (20e9, 1 << 26))
+    out = cal.calibrate("cpu", torch.float32)
+    assert out["checks"]["attempts"] == 3 and out["checks"]["plausible"] is True
+    assert out["matmul_flops"]["fp32"] == 50e9
+    monkeypatch.setattr(cal, "matmul_flops", lambda dev, dtype, budget: (1e6, 256))
+    stuck = cal.calibrate("cpu", torch.float32)
+    assert stuck["checks"]["plausible"] is False and stuck["checks"]["attempts"] == cal.ATTEMPTS
+    assert "below the floor" in stuck["checks"]["problems"][0]

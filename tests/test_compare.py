@@ -316,7 +316,7 @@ def test_bad_gate_is_one_sentence_and_exit_2_before_reading(expr, tmp_path):
         ("tpot_p50>5%", "tpot_p50", ">", 0.05, True),
         (" decode_tokens_per_s < -3.5% ", "decode_tokens_per_s", "<", -0.035, True),
         ("ttft_ms>+2ms", "ttft_ms", ">", 2.0, False),
-        ("ttft>+2", "ttft_ms", ">", 2.0, False),
+        ("ttft>+2ms", "ttft_ms", ">", 2.0, False),
         ("decode_mbu<-2pp", "decode_mbu", "<", -0.02, False),
         ("prefill_mfu<-0.02", "prefill_mfu", "<", -0.02, False),
         ("decode_tokens_per_s<-100tok/s", "decode_tokens_per_s", "<", -100.0, False),
@@ -326,6 +326,13 @@ def test_parse_gate(text, metric, op, threshold, relative):
     g = parse_gate(text)
     assert (g.metric, g.op, g.relative) == (metric, op, relative)
     assert g.threshold == pytest.approx(threshold)
+
+
+@pytest.mark.parametrize("text", ["tpot_p50>+5", "ttft>+2", "decode_tokens_per_s<-100"])
+def test_a_gate_without_a_unit_is_refused(text):
+    # "+5" could be ms or %: guessing would gate on the wrong threshold.
+    with pytest.raises(TracekitError, match="has no unit"):
+        parse_gate(text)
 
 
 def test_gate_check_on_hand_built_runs():
@@ -351,8 +358,9 @@ def test_default_output_name_and_summary_lines(collected, tmp_path, monkeypatch)
     assert "Not like for like: batch size 1 vs 8" in res.stdout
     assert "decode produces more tokens per second" in res.stdout
     assert (tmp_path / "reports" / "compare-tiny-bs1-vs-tiny-bs8.html").is_file()
+    # A rerun replaces the file tracekit named itself, and says so (issue 13).
     again = _cli(collected[1], collected[8])
-    assert again.exit_code == 2 and "already exists; pass --force" in again.stderr
+    assert again.exit_code == 0 and again.stdout.startswith("replaced reports/compare-tiny-bs1-vs-tiny-bs8.html (")
 
 
 def test_a_saved_report_json_is_refused_with_a_sentence(collected, tmp_path):
@@ -526,3 +534,60 @@ def test_batch_sentence_says_when_a_change_is_noise():
     c = compare(run(8, steps), run(1, steps + 3))  # smaller batch yet slower steps: said
     (sentence,) = [s for s in c.summary if s.startswith("Batch 8 → 1")]
     assert "each decode step takes longer" in sentence and "which a smaller batch does not explain" in sentence
+
+
+# --- fair comparisons (measured ceilings, threads, collect settings) --------------------
+
+
+def _sample_with(**changes):
+    import dataclasses
+
+    from tracekit import read_trace
+
+    path = SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    t = read_trace(str(path))
+    side = json.loads(json.dumps(t.sidecar))
+    for dotted, value in changes.items():
+        *keys, last = dotted.split(".")
+        node = side
+        for k in keys:
+            node = node.setdefault(k, {})
+        node[last] = value
+    return dataclasses.replace(t, sidecar=side)
+
+
+def test_different_ceilings_threads_and_settings_are_not_like_for_like():
+    from tracekit.analysis import analyze
+
+    base = analyze(_sample_with())
+    same = compare(base, analyze(_sample_with()))
+    assert same.context == []  # like for like
+    other = analyze(_sample_with(**{"calibration.matmul_flops": {"fp32": 4.0e10}, "device.threads": 2,
+                                    "workload.compile": True, "schedule.skip_decode_steps": 3}))
+    fields = {r["field"] for r in compare(base, other).context}
+    assert {"ceiling_matmul", "threads", "compile", "schedule"} <= fields
+    # Within 20% the ceilings count as the same machine.
+    close = analyze(_sample_with(**{"calibration.matmul_flops": {"fp32": 0.9e11}}))
+    assert "ceiling_matmul" not in {r["field"] for r in compare(base, close).context}
+
+
+def test_an_efficiency_verdict_against_its_latency_says_why():
+    import dataclasses
+
+    from tracekit.analysis import analyze
+
+    b = analyze(_sample_with())
+    # The after run: TTFT 10% worse, yet MFU "better" because its peak fell 2.5x.
+    dev = json.loads(json.dumps(b.device))
+    dev["peak_flops"]["matrix"] = {k: v / 2.5 for k, v in dev["peak_flops"]["matrix"].items()}
+    metrics = dict(b.metrics, ttft_ms=b.metrics["ttft_ms"] * 1.1, prefill_mfu=b.metrics["prefill_mfu"] * 2.27)
+    a = dataclasses.replace(b, device=dev, metrics=metrics)
+    c = compare(b, a)
+    mfu = c.figure("prefill_mfu")
+    assert mfu["verdict"] == "better" and c.figure("ttft_ms")["verdict"] == "worse"
+    assert "while TTFT is worse" in mfu["disagreement"] and "0.4x" in mfu["disagreement"]
+    from tracekit.report.compare import render_comparison
+
+    assert mfu["disagreement"] in render_comparison(c, "text").replace("\n", " ")

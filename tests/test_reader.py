@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from conftest import REAL, read_real, real_trace_path
-from tracekit import Trace, read_trace
+from tracekit import Trace, TracekitError, read_trace
 
 ALL = sorted(REAL)
 
@@ -565,28 +565,48 @@ def test_directory_of_rank_traces_merges_with_links_intact(tmp_path):
 
 
 def test_directory_ranks_without_distributed_info_are_numbered_by_file(tmp_path):
+    """Without distributedInfo, the engine's per-rank file names give the ranks, and the
+    merge keeps each rank's links pointing at its own rows."""
+    doc = json.loads(_small_json())
     d = tmp_path / "ranks"
     d.mkdir()
-    shutil.copy(real_trace_path("a100_triton"), d / "a.json.gz")
-    shutil.copy(real_trace_path(SMALL), d / "b.json.gz")
+    (d / "rank0.json").write_text(json.dumps(doc))
+    # rank 1 lacks the first kernel: a different file of the same run.
+    first_kernel = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel")
+    del doc["traceEvents"][first_kernel]
+    (d / "rank1.json").write_text(json.dumps(doc))
     t = read_trace(d)
-    assert Counter(t.kernels["rank"].tolist()) == {0: 1, 1: 36}
+    assert Counter(t.kernels["rank"].tolist()) == {0: 36, 1: 35}
+    assert t.distributed["source"].startswith("per-rank file name")
     linked = t.kernels[t.kernels["launch"] >= 0]
     assert (t.runtime["rank"].to_numpy()[linked["launch"]] == linked["rank"].to_numpy()).all()
     assert (t.runtime["correlation"].to_numpy()[linked["launch"]] == linked["correlation"].to_numpy()).all()
 
 
 def test_directory_with_a_malformed_rank_numbers_ranks_by_file(tmp_path):
-    """distributedInfo is untrusted: a rank that is not an integer must not break the merge."""
+    """distributedInfo is untrusted: a rank that is not an integer gives way to the file name."""
     doc = json.loads(_small_json())
     d = tmp_path / "ranks"
     d.mkdir()
     for i, rank in enumerate([[0, 1], "one"]):
         doc["distributedInfo"] = {"rank": rank, "world_size": 2}
+        doc["traceEvents"] = doc["traceEvents"][: len(doc["traceEvents"]) - i]  # not a copy
         (d / f"rank{i}.json").write_text(json.dumps(doc))
     t = read_trace(d)
-    assert Counter(t.kernels["rank"].tolist()) == {0: 36, 1: 36}
+    assert set(t.kernels["rank"].tolist()) == {0, 1}
     assert t.kernels["rank"].dtype == np.int64
+
+
+def test_directory_with_a_malformed_rank_and_no_rank_in_the_name_is_refused(tmp_path):
+    doc = json.loads(_small_json())
+    d = tmp_path / "ranks"
+    d.mkdir()
+    for i, rank in enumerate([[0, 1], "one"]):
+        doc["distributedInfo"] = {"rank": rank, "world_size": 2}
+        doc["traceEvents"] = doc["traceEvents"][: len(doc["traceEvents"]) - i]
+        (d / f"{'ab'[i]}.json").write_text(json.dumps(doc))
+    with pytest.raises(TracekitError, match="say no rank"):
+        read_trace(d)
 
 
 def test_runtime_to_op_trusts_external_id_only_when_the_op_encloses_the_call(tmp_path):

@@ -32,15 +32,44 @@ def _write(path, data: bytes):
 
 
 # name -> (build(tmp_path) -> path, regex the message must match besides naming the path)
+# Truncated files are salvaged up to their last complete event (tests/test_reader_truncated.py);
+# the truncated cases here are cut before any complete event, so nothing can be recovered.
+def _before_first_event(key: str) -> bytes:
+    """The trace's JSON cut a few bytes into its first event."""
+    raw = _raw(key)
+    first = raw.index(b"{", raw.index(b'"traceEvents"'))
+    return raw[: first + 20]
+
+
 def _truncated_gzip(tmp):
-    gz = real_trace_path("b300_moe").read_bytes()
-    return _write(tmp / "cut.json.gz", gz[: len(gz) // 2])
+    # The deflate data is all there, but the stream stops before the gzip trailer.
+    gz = gzip.compress(_before_first_event("b300_moe"), mtime=0)
+    return _write(tmp / "cut.json.gz", gz[:-8])
 
 
 def _truncated_zstd(tmp):
     zstandard = pytest.importorskip("zstandard")
-    z = zstandard.ZstdCompressor().compress(_raw("b300_moe"))
+    z = zstandard.ZstdCompressor().compress(_before_first_event("b300_moe"))
     return _write(tmp / "cut.json.zst", z[: len(z) // 2])
+
+
+def _corrupt_gzip(tmp):
+    # A flipped byte mid-stream: a complete but damaged file, refused rather than salvaged.
+    gz = bytearray(real_trace_path("b300_moe").read_bytes())
+    gz[len(gz) // 2] ^= 0xFF
+    return _write(tmp / "corrupt.json.gz", bytes(gz))
+
+
+def _gzip_then_garbage(tmp):
+    gz = real_trace_path("b300_moe").read_bytes()
+    return _write(tmp / "garbage.json.gz", gz + b"this is not gzip")
+
+
+def _corrupt_json_mid_file(tmp):
+    # Broken in the middle, complete at the end: not a truncation, so not salvaged.
+    raw = _raw("b300_moe")
+    mid = raw.index(b"},", len(raw) // 2)
+    return _write(tmp / "corrupt.json", raw[:mid] + b"};" + raw[mid + 2 :])
 
 
 def _no_traces_dir(tmp):
@@ -70,9 +99,19 @@ CASES = {
     "not_json": (lambda tmp: _write(tmp / "t.json", b"this is a log file, not JSON\n"), r"not JSON"),
     "binary": (lambda tmp: _write(tmp / "t.json", bytes(range(256)) * 4), r"not JSON"),
     "gzip_of_text": (lambda tmp: _write(tmp / "t.json.gz", gzip.compress(b"hello")), r"not JSON"),
-    "truncated_gzip": (_truncated_gzip, r"truncated|corrupt"),
-    "truncated_zstd": (_truncated_zstd, r"truncated|corrupt"),
-    "truncated_json": (lambda tmp: _write(tmp / "t.json", _raw("b300_moe")[:5000]), r"truncated"),
+    "truncated_gzip_before_any_event": (_truncated_gzip, r"truncated"),
+    "truncated_zstd_before_any_event": (_truncated_zstd, r"truncated"),
+    "truncated_json_before_any_event": (
+        lambda tmp: _write(tmp / "t.json", _before_first_event("b300_moe")),
+        r"before any complete event .*truncated",
+    ),
+    "truncated_json_inside_metadata": (
+        lambda tmp: _write(tmp / "t.json", _raw("b300_moe")[:100]),
+        r"truncated",
+    ),
+    "corrupt_gzip": (_corrupt_gzip, r"corrupt gzip"),
+    "gzip_then_garbage": (_gzip_then_garbage, r"corrupt gzip"),
+    "corrupt_json_mid_file": (_corrupt_json_mid_file, r"not valid JSON"),
     "invalid_utf8_json": (
         lambda tmp: _write(tmp / "t.json", b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "\xff\xfe", "ts": 1, "dur": 1}]}'),
         r"not valid JSON",

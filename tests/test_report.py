@@ -309,13 +309,16 @@ def test_cli_report_default_path_force_and_formats(tmp_path, monkeypatch):
     out = tmp_path / "reports" / "tiny-bs1.html"
     assert out.exists() and f"wrote {os.path.join('reports', 'tiny-bs1.html')}" in res.output
     assert "next:" in res.output
-    before = out.stat().st_mtime_ns
+    # A rerun replaces the file tracekit named itself, and says so; an explicit -o needs --force.
     res = runner.invoke(main, ["report", trace])
-    assert res.exit_code == 2 and "already exists" in res.output and "--force" in res.output
-    assert out.stat().st_mtime_ns == before
-    assert runner.invoke(main, ["report", trace, "--force"]).exit_code == 0
+    assert res.exit_code == 0 and f"replaced {os.path.join('reports', 'tiny-bs1.html')}" in res.output
     res = runner.invoke(main, ["report", trace, "-o", "s.md"])
     assert res.exit_code == 0 and (tmp_path / "s.md").read_text().startswith("### tracekit:")
+    before = (tmp_path / "s.md").stat().st_mtime_ns
+    res = runner.invoke(main, ["report", trace, "-o", "s.md"])
+    assert res.exit_code == 2 and "already exists" in res.output and "--force" in res.output
+    assert (tmp_path / "s.md").stat().st_mtime_ns == before
+    assert runner.invoke(main, ["report", trace, "-o", "s.md", "--force"]).exit_code == 0
     res = runner.invoke(main, ["report", trace, "--format", "json"])
     assert res.exit_code == 0 and json.loads((tmp_path / "reports" / "tiny-bs1.json").read_text())["schema_version"] == 1
     res = runner.invoke(main, ["report", trace, "-f", "json", "-o", "-"])

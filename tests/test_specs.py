@@ -467,7 +467,7 @@ def test_user_spec_file_in_toml(tmp_path):
         (json.dumps({**GOOD_SPEC, "peak_tflops": 1}), "peak_tflops"),
         (json.dumps({"name": "empty"}), "gives no peak"),
         (json.dumps({**GOOD_SPEC, "achievable": {"compute": 1.5}}), "achievable.compute"),
-        (json.dumps([GOOD_SPEC]), "not a valid GPU spec"),
+        (json.dumps([GOOD_SPEC, GOOD_SPEC]), "not a valid GPU spec"),
     ],
 )
 def test_bad_user_spec_file_is_one_clear_error(tmp_path, content, message):

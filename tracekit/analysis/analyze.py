@@ -17,6 +17,7 @@ import pandas as pd
 from tracekit import __version__
 from tracekit.analysis import findings as find
 from tracekit.analysis.advice import THRESHOLDS as advice_thresholds
+from tracekit.analysis.ceilings import check_ceilings
 from tracekit.analysis.idle import IdleCauses, idle_causes
 from tracekit.analysis.latency import latency, step_weights
 from tracekit.analysis.model import Analysis
@@ -53,6 +54,8 @@ class Parts:
     ops: pd.DataFrame | None
     model_view: dict[str, Any] | None
     capture_note: str | None = None
+    # Why the measured ceilings were replaced (analysis.ceilings), when they were.
+    ceilings_note: str | None = None
 
 
 def analyze(
@@ -91,12 +94,18 @@ def measure(trace: Trace, *, gpu=None, spec_file=None, cpu_matmul_flops=None, cp
     spec_model, model_how = _model(trace, model, weights)
     tp_value, tp_how = _tp(trace, tp)
     attr = attribute(trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs)
+    checked = check_ceilings(seg.work, attr.table, match, (trace.sidecar or {}).get("calibration"))
+    ceilings_note = None
+    if checked is not None:  # the measured ceilings were wrong: price again against corrected ones
+        match, ceilings_note = checked
+        attr = attribute(trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs)
     work = pd.concat([seg.work.reset_index(drop=True), attr.table.reset_index(drop=True)], axis=1)
     split = split_mixed(seg.steps, work, work["category"].to_numpy(),
                         attr.model_costs.prefill_share if attr.model_costs is not None else None)
     work["prefill_share"] = split.prefill_share
     model_view = _model_view(spec_model, model_how, tp_value, tp_how, costs, attr.model_costs, model)
-    return Parts(seg, work, split, idle_causes(trace, seg), attr.ops, model_view, attr.capture_note), match
+    return Parts(seg, work, split, idle_causes(trace, seg), attr.ops, model_view, attr.capture_note,
+                 ceilings_note), match
 
 
 def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str | None = None,
@@ -121,6 +130,8 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
     provenance = _provenance(trace, seg, lat, match, phases, work)
     if parts.capture_note:
         provenance["graph_capture"] = parts.capture_note
+    if parts.ceilings_note:
+        provenance["ceilings"] = parts.ceilings_note
     analysis = Analysis(
         source={
             "path": trace.path,
@@ -398,6 +409,9 @@ def _mfu(w: pd.DataFrame, time_ms: float, spec) -> tuple:
         parts.append(text)
     secs = time_ms / 1e3
     basis = "; ".join(parts) + "; " + _sources_text(matrix, "flops")
+    if need / secs > 1 + ROOF_TOLERANCE:
+        return None, None, None, (f"the matrix FLOPs counted would be {need / secs:.0%} of the peak: above 100% is "
+                                  "not a fact, so the FLOPs or the peak are wrong")
     return need / secs, need_ach / secs, basis, None
 
 
@@ -427,6 +441,9 @@ def _mbu(nbytes: float, time_ms: float, spec, unknown_ms: float, kernel_ms: floa
     rate = nbytes / (time_ms / 1e3)
     peak = spec.peak_bandwidth
     ach = spec.achievable_bandwidth
+    if rate / peak > 1 + ROOF_TOLERANCE:
+        return None, None, None, (f"the bytes counted would move at {rate / peak:.0%} of the peak bandwidth: above "
+                                  "100% is not a fact (data served from caches, or bytes counted twice)")
     basis = f"peak bandwidth of {spec.name}: {peak / 1e9:,.0f} GB/s ({spec.peak_basis})"
     if ach:
         basis += f"; achievable {ach / 1e9:,.0f} GB/s ({spec.achievable_bandwidth_basis})"
@@ -539,6 +556,8 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
     for name, r in table.iterrows():
         secs = r["total_ns"] / 1e9
         roof = (r["roof_x_dur"] / r["known_dur"]) if r["known_dur"] else None
+        if roof is not None and roof > 1 + ROOF_TOLERANCE:
+            roof = None  # above the roof is not a fact: the counted work or the peak is off
         # The row's limiter follows its time-weighted roof fraction, as shown beside it; a
         # kernel without one (experts capped at the roof) keeps its units' limiter.
         row_limiter = str(limiter([r["bound"]], [roof])[0]) if roof is not None else r["limiter"]

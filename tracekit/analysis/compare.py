@@ -143,6 +143,7 @@ def compare(before: Analysis, after: Analysis) -> Comparison:
     word = _device_word(before, after)
     headline = [_figure(k, before, after, word) for k in HEADLINE]
     headline = [h for h in headline if h["before"] is not None or h["after"] is not None]
+    _explain_disagreements(headline, before, after)
     names = [p for p in PHASES if p in before.phases or p in after.phases]
     if not names and (len(before.work) or len(after.work)):
         names = [ALL]
@@ -189,7 +190,7 @@ def _figure(key: str, before: Analysis, after: Analysis, word: str = "GPU") -> d
     b, a = metric_value(before, key), metric_value(after, key)
     out = {"key": key, "label": label, "unit": unit, "better": better, "before": b, "after": a,
            "delta": None, "relative": None, "verdict": "not comparable", "noise": None, "noise_basis": None,
-           "reason": None}
+           "reason": None, "disagreement": None}
     if b is None or a is None:
         missing = "before" if b is None else "after"
         out["reason"] = f"the {missing} run has no {label}"
@@ -217,6 +218,44 @@ def _figure(key: str, before: Analysis, after: Analysis, word: str = "GPU") -> d
         improved = (a < b) if better == "lower" else (a > b)
         out["verdict"] = "better" if improved else "worse"
     return out
+
+
+# An efficiency figure and the latency it should move with: (efficiency, latency, phase, work, peak).
+_PAIRS = (("prefill_mfu", ("ttft_ms", "prefill_step_p50"), "prefill", "flops", "matrix FLOP/s"),
+          ("decode_mbu", ("tpot_p50", "decode_step_p50"), "decode", "bytes", "bandwidth"))
+
+
+def _explain_disagreements(headline: list[dict[str, Any]], before: Analysis, after: Analysis) -> None:
+    """When an efficiency verdict disagrees with its latency's (MFU better while TTFT got worse),
+    say why in the efficiency figure's ``disagreement``: MFU = work / time / peak, so the work counted
+    or the peak it is measured against changed more than the time did."""
+    by = {h["key"]: h for h in headline}
+    for eff_key, lat_keys, phase, work, peak_name in _PAIRS:
+        eff = by.get(eff_key)
+        lat = next((by[k] for k in lat_keys if k in by and by[k]["verdict"] in ("better", "worse")), None)
+        if eff is None or lat is None or eff["verdict"] not in ("better", "worse") or eff["verdict"] == lat["verdict"]:
+            continue
+        pb, pa = before.phases.get(phase) or {}, after.phases.get(phase) or {}
+        parts = []
+        wb, wa = pb.get(work), pa.get(work)
+        if wb and wa and abs(wa / wb - 1) > FLAT_THRESHOLD:
+            parts.append(f"the {'FLOPs' if work == 'flops' else 'bytes'} counted in the phase changed {wa / wb:.2g}x "
+                         "(different shapes, batch or model)")
+        kb, ka = _peak(before, work), _peak(after, work)
+        if kb and ka and abs(ka / kb - 1) > FLAT_THRESHOLD:
+            parts.append(f"the {peak_name} it is measured against changed {ka / kb:.2g}x (different spec rows or "
+                         "measured ceilings)")
+        text = (f"{eff['label']} is {eff['verdict']} while {lat['label']} is {lat['verdict']}: "
+                + ("; ".join(parts) if parts else "the phase's time counts idle and host time its latency does not"))
+        eff["disagreement"] = text
+
+
+def _peak(a: Analysis, work: str) -> float | None:
+    dev = a.device or {}
+    if work == "bytes":
+        return dev.get("peak_bandwidth")
+    matrix = (dev.get("peak_flops") or {}).get("matrix") or {}
+    return max(matrix.values()) if matrix else None
 
 
 def _noise(key: str, before: Analysis, after: Analysis) -> tuple[float | None, str]:
@@ -281,6 +320,8 @@ def _context(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
         if key == "decode_steps" and not (wb.get(key) and wa.get(key)):
             continue  # a phase only one run has is said in that phase, not here
         add(key, wb.get(key), wa.get(key), note)
+    for key, label, note in _collect_settings(before, after):
+        rows.append({"field": key, "label": label, "before": note[0], "after": note[1], "note": note[2]})
     fb, fa = wb.get("gemm_flops_per_token"), wa.get("gemm_flops_per_token")
     if fb and fa and abs(fa / fb - 1) > 0.1 and "model" not in {r["field"] for r in rows}:
         rows.append({
@@ -288,6 +329,52 @@ def _context(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
             "note": f"{fa / fb:.2g}x the GEMM work per token: most likely a different model (size) or shapes",
         })
     return rows
+
+
+# Measured ceilings more than this far apart make MFU, MBU and % of roof incomparable.
+CEILING_GAP = 0.20
+
+
+def _collect_settings(before: Analysis, after: Analysis) -> list[tuple[str, str, tuple]]:
+    """How tracekit collect ran each side, where the sidecars say: measured ceilings, CPU
+    threads, torch.compile, CUDA graphs and the recording schedule. (key, label, (before,
+    after, note)) for each that differs."""
+    sb, sa = before.workload or {}, after.workload or {}
+    out = []
+    cb, ca = sb.get("calibration") or {}, sa.get("calibration") or {}
+    for what, get, unit in (("matmul", lambda c: next(iter((c.get("matmul_flops") or {}).values()), None), 1e12),
+                            ("copy bandwidth", lambda c: c.get("copy_bandwidth"), 1e9)):
+        vb, va = get(cb), get(ca)
+        if vb and va and max(vb, va) / min(vb, va) > 1 + CEILING_GAP:
+            u = "TFLOP/s" if unit == 1e12 else "GB/s"
+            out.append((f"ceiling_{what}", f"measured {what} ceiling", (
+                f"{vb / unit:.3g} {u}", f"{va / unit:.3g} {u}",
+                f"the measured ceilings differ {max(vb, va) / min(vb, va):.2g}x: MFU, MBU and % of roof are against "
+                "different roofs (a busy machine measures low)")))
+    for key, label, get, note in (
+        ("threads", "CPU threads", lambda s: (s.get("device") or {}).get("threads"),
+         "different thread counts: CPU timings are not like for like"),
+        ("compile", "torch.compile", lambda s: (s.get("workload") or {}).get("compile"),
+         "one run was compiled: kernels and their count differ"),
+        ("cuda_graphs", "CUDA graphs", lambda s: (s.get("workload") or {}).get("cuda_graphs"),
+         "one run replays CUDA graphs: launch overhead differs"),
+        ("schedule", "recording schedule", lambda s: _schedule(s),
+         "tracekit collect recorded different steps (warm-up, skipped or recorded decode steps)"),
+    ):
+        vb, va = get(sb), get(sa)
+        if sb and sa and vb != va:
+            out.append((key, label, (vb, va, note)))
+    return out
+
+
+def _schedule(side: dict) -> str | None:
+    sched = side.get("schedule") or {}
+    timing = side.get("timing") or {}
+    keys = ("skip_decode_steps", "profiler_warmup_steps", "record_decode_steps")
+    parts = [f"{k.replace('_', ' ')} {sched[k]}" for k in keys if sched.get(k) is not None]
+    if timing.get("warmup_runs") is not None:
+        parts.append(f"warm-up runs {timing['warmup_runs']}")
+    return ", ".join(parts) or None
 
 
 def _workload(a: Analysis) -> dict[str, Any]:
@@ -690,4 +777,8 @@ def parse_gate(text: str) -> Gate:
         value /= 100
     elif suffix and suffix != unit:
         raise TracekitError(f"--fail-if {text!r}: {metric} is measured in {unit or 'a share (use pp or %)'}, not {suffix}")
+    elif not suffix and unit:  # a share's bare number is its absolute change (0.02 = 2 points)
+        example = f"{op}{number}{unit}"
+        raise TracekitError(f"--fail-if {text!r} has no unit: write {metric}{op}{number}% for a relative change or "
+                            f"{metric}{example} for an absolute one")
     return Gate(metric, op, value, False, text.strip())

@@ -4,6 +4,7 @@
 |-----------------------|--------------------------------------------------------------------|
 | training-run          | the trace is a training run (backward ops / optimizer steps)        |
 | no-steps              | no inference step was found                                        |
+| ceilings-implausible  | the run's kernels beat the measured ceilings (analysis.ceilings)    |
 | device-unknown        | the device has no spec row: the roofline is absent                  |
 | (advice)              | host-sync, launch-bound, host-bound, gpu-waits, decode-overhead-bound, fuse-elementwise, decode-batch, fp8-weights: see analysis.advice |
 | phase-bound           | per phase, the bound holding the most kernel time (always, one each)|
@@ -53,6 +54,8 @@ def findings(a: Analysis) -> list[Finding]:
         )
     elif not len(a.steps):
         out.append(Finding("no-steps", "No inference step was found in the trace.", "warning"))
+    if a.provenance.get("ceilings"):
+        out.append(Finding("ceilings-implausible", a.provenance["ceilings"] + ".", "warning"))
     if a.device.get("spec") is None:
         out.append(
             Finding(
@@ -73,7 +76,8 @@ def findings(a: Analysis) -> list[Finding]:
         bound, ms = max(((b, p["by_bound"][b]) for b in ("compute", "memory", "interconnect", "unknown")), key=lambda x: x[1])
         what = {"compute": "compute-bound", "memory": "memory-bound", "interconnect": "interconnect-bound",
                 "unknown": "of unknown bound"}[bound]
-        text = f"{_PHASE_TEXT.get(phase, phase).capitalize()}: {ms / kernel:.0%} of kernel time is {what}"
+        label = {"unknown": "Unclassified steps", "mixed": "Mixed steps"}.get(phase, phase.capitalize())
+        text = f"{label}: {ms / kernel:.0%} of kernel time is {what}"
         if p.get("idle_share") is not None:
             text += f", and the {unit} is idle {p['idle_share']:.0%} of the phase"
         out.append(Finding("phase-bound", text + ".", "info", phase))

@@ -416,9 +416,10 @@ def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, 
         roof_ach = np.fmax(flops / ach_f, nbytes / ach_bw)
         table["roof_fraction_achievable"] = np.where(ok & (dur_s > 0), roof_ach / dur_s, np.nan)
         table["ridge"] = peak_f / peak_bw
-    # Copies are bandwidth work even when no op tells their size.
-    copies = np.isin(kinds, _COPY_KINDS) & ~ok
+    # Copies and fills are bandwidth work (they do no FLOPs), priced or not.
+    copies = np.isin(kinds, _COPY_KINDS)
     bound[copies] = MEMORY
+    copies &= ~ok
     why[copies] = None
     comm = (category == taxonomy.COMMUNICATION) & ~copies
     link = spec.interconnect_bandwidth if spec is not None else None

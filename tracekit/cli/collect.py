@@ -154,14 +154,25 @@ def summary_lines(sc: dict) -> list[str]:
         if t.get("ttft_ms") is not None and tpot:
             med = sorted(tpot)[len(tpot) // 2]
             lines.append(f"TTFT {t['ttft_ms']:.2f} ms, TPOT {med:.2f} ms (median), without the profiler")
-        if t.get("profiler_overhead_ratio") is not None:
-            lines.append(f"profiler overhead: {t['profiler_overhead_ratio']:.2f}x the unprofiled time")
+        ratio = t.get("profiler_overhead_ratio")
+        if ratio is not None:
+            lines.append(f"profiler overhead: {ratio:.2f}x the unprofiled time" if ratio >= 1 else
+                         f"profiler overhead: none measurable (profiled / unprofiled {ratio:.2f}: below 1 is "
+                         "measurement noise)")
     cal = sc.get("calibration")
     if cal:
         flops = next(iter(cal.get("matmul_flops", {}).values()), None)
         bw = cal.get("copy_bandwidth")
         if flops and bw:
             lines.append(f"measured ceilings: {flops / 1e12:.3g} TFLOP/s matmul ({cal.get('dtype')}), {bw / 1e9:.3g} GB/s copy")
+        checks = cal.get("checks") or {}
+        if checks.get("plausible") is False:
+            lines.append(f"the ceilings stayed implausible after {checks.get('attempts')} measurements "
+                         f"({'; '.join(checks.get('problems') or [])}): the machine is busy; "
+                         + ("the report will raise them to what the run achieved" if cal.get("device") == "cpu"
+                            else "the report will use the datasheet row instead"))
+        elif (checks.get("attempts") or 1) > 1:
+            lines.append(f"the ceilings were measured {checks['attempts']} times: the first were implausible")
     return lines
 
 

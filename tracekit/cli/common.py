@@ -89,27 +89,29 @@ def output_options(default: str, formats=("html", "json", "md", "text")):
 
 
 def output_target(output: str | None, fmt: str | None, choose, default_path, force: bool):
-    """(renderer, path, to_terminal) for ``-o``/``-f``: ``-o -`` or ``-f text`` without ``-o``
-    prints; otherwise the path (``default_path(extension)`` without ``-o``) is checked before any
-    slow work: an existing file needs ``--force``, a folder is refused."""
-    to_terminal = output == "-" or (output is None and fmt == "text")
-    renderer = choose(fmt, None if output == "-" else output)
-    if to_terminal:
-        return renderer, None, True
+    """(renderer, path, replacing) for ``-o``/``-f``: ``-o -`` or ``-f text`` without ``-o``
+    prints (path None); otherwise the path (``default_path(extension)`` without ``-o``) is
+    checked before any slow work (``report.output.check_output``). A stream target such as
+    ``/dev/null`` takes the format from ``-f`` (default html)."""
+    from tracekit.report.output import check_output, is_stream, refuse_folder
+
+    refuse_folder(output)
+    if output == "-" or (output is None and fmt == "text"):
+        return choose(fmt, None), None, False
+    stream = output is not None and is_stream(output)
+    renderer = choose(fmt, None if stream else output)
     path = output or default_path(renderer.extension)
-    refuse_overwrite(path, force)
-    if os.path.isdir(path):
-        raise TracekitError(f"{path} is a folder; give a file name, e.g. "
-                            f"{os.path.join(path, 'report' + renderer.extension)}")
-    return renderer, path, False
+    replacing = check_output(path, force=force, ours=output is None)
+    return renderer, path, replacing
 
 
-def deliver(text: str, path: str | None, made_default: bool) -> None:
-    """Print ``text`` (no path) or write it atomically and say where (creating the default folder)."""
+def deliver(text: str, path: str | None, made_default: bool, replacing: bool = False) -> None:
+    """Print ``text`` (no path) or write it atomically and say where (creating the default
+    folder); a rerun replacing tracekit's own default file says so."""
     from tracekit.report import write_atomic
 
     if path is None:
         click.echo(text, nl=False)
         return
     size = write_atomic(path, text, make_parent=made_default)
-    click.echo(f"wrote {path} ({human_size(size)})")
+    click.echo(f"{'replaced' if replacing and made_default else 'wrote'} {path} ({human_size(size)})")

@@ -45,7 +45,7 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     from tracekit.specs.lookup import spec_by_name
 
     targets = [spec_by_name(g) if g else None for g in (project_before, project_after)]
-    renderer, path, to_terminal = output_target(
+    renderer, path, replacing = output_target(
         output, fmt, choose,
         lambda ext: os.path.join(DEFAULT_DIR, f"compare-{report_stem(before)}-vs-{report_stem(after)}{ext}"), force)
     for p in (before, after):
@@ -57,9 +57,10 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     b, a = (_side(_read(p), g, t, model=spec_model, tp=tp, costs=costs, weights=weights if spec_model is None else None)
             for p, g, t in ((before, gpu_before, targets[0]), (after, gpu_after, targets[1])))
     comparison = compare(b, a)
+    to_terminal = path is None
     # Messages go to stderr when stdout carries the report itself.
     say = (lambda m: click.echo(m, err=True)) if to_terminal else click.echo
-    deliver(renderer.render(comparison), path, output is None)
+    deliver(renderer.render(comparison), path, output is None, replacing)
     if not to_terminal:
         lines = [s for s in [context_sentence(comparison), *comparison.summary] if s]
         for line in lines[:SUMMARY_LINES]:

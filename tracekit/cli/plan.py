@@ -67,7 +67,7 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
 
     slo = Slo(duration_s(ttft_slo, "--ttft-slo"), duration_s(tpot_slo, "--tpot-slo"))
     target = spec_by_name(gpu) if gpu else None
-    renderer, path, to_terminal = output_target(
+    renderer, path, replacing = output_target(
         output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"plan-{report_stem(traces[0])}{ext}"), force)
     for p in traces:
         if not os.path.exists(p):
@@ -91,7 +91,8 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
                   inputs={"traces": list(traces), "name": report_stem(traces[0]), "max_gpus": max_gpus,
                           "model": spec_model.name if spec_model is not None else None,
                           "gpu": target.key if target is not None else None})
-    deliver(renderer.render(result), path, output is None)
+    deliver(renderer.render(result), path, output is None, replacing)
+    to_terminal = path is None
     if to_terminal:
         return
     click.echo(f"  {result.why}")

@@ -38,14 +38,15 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
     from tracekit.specs.lookup import spec_by_name
 
     target = spec_by_name(to)  # a bad --to fails before the slow read
-    renderer, path, to_terminal = output_target(
+    renderer, path, replacing = output_target(
         output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-on-{target.key}{ext}"), force)
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
     spec_model = _load_model(model, weights)
     projection = project(read_with_progress(trace), target, gpu=gpu, model=spec_model, tp=tp, costs=costs,
                          weights=weights if spec_model is None else None)
-    deliver(renderer.render(projection), path, output is None)
+    deliver(renderer.render(projection), path, output is None, replacing)
+    to_terminal = path is None
     if to_terminal:
         return
     for phase, p in projection.phases.items():

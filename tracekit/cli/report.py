@@ -7,7 +7,7 @@ import shlex
 
 import click
 
-from tracekit.cli.common import human_size, model_options, read_with_progress, refuse_overwrite, trace_argument
+from tracekit.cli.common import human_size, model_options, read_with_progress, trace_argument
 from tracekit.errors import TracekitError
 
 FORMATS = ("html", "json", "md", "text")
@@ -22,7 +22,7 @@ FORMATS = ("html", "json", "md", "text")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("--gpu", metavar="NAME", help="Price the kernels against this GPU's spec row (see `tracekit gpus`).")
 @click.option("--spec-file", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
-              help="A JSON or CSV file with the device's peaks, instead of the built-in database.")
+              help="The device's peaks from a JSON, CSV or TOML file (a `tracekit gpus --json` row works as is).")
 @click.option("--graph-capture", "capture", type=click.Path(exists=True), metavar="TRACE",
               help="The trace recorded while the CUDA/HIP graph was captured: its ops give the shapes of "
                    "the graph-replayed kernels (ROCm traces name the kernels needed to match them).")
@@ -38,14 +38,13 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
     the whole analysis as JSON for scripts and CI, or a Markdown summary for pull requests."""
     from tracekit.analysis import analyze
     from tracekit.report import choose, default_output, write_atomic
+    from tracekit.report.output import check_output, is_stream, refuse_folder
 
-    renderer = choose(fmt, output)
     to_stdout = output == "-"
+    refuse_folder(output)
+    renderer = choose(fmt, None if output and is_stream(output) else output)
     path = output if output else default_output(trace, renderer.extension)
-    if not to_stdout:
-        refuse_overwrite(path, force)  # before the slow read
-        if output and os.path.isdir(output):
-            raise TracekitError(f"{output} is a folder; give a file name, e.g. {os.path.join(output, 'report' + renderer.extension)}")
+    replacing = False if to_stdout else check_output(path, force=force, ours=output is None)  # before the slow read
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
     spec_model = _load_model(model, weights)  # a bad --model fails before the slow read
@@ -59,8 +58,9 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
         click.echo(text, nl=False)
         return
     size = write_atomic(path, text, make_parent=output is None)
-    click.echo(f"wrote {path} ({human_size(size)})")
-    click.echo(_next_step(renderer.name, trace, path))
+    click.echo(f"{'replaced' if replacing else 'wrote'} {path} ({human_size(size)})")
+    if not is_stream(path):
+        click.echo(_next_step(renderer.name, trace, path))
 
 
 def _load_model(model: str | None, weights: str | None):

@@ -13,7 +13,7 @@ from tracekit.trace.summary import summarize
 @click.option("--top", default=10, show_default=True, help="How many kernels to list by total time.")
 @click.option("--gpu", metavar="NAME", help="Price the kernels against this GPU's spec row (see `tracekit gpus`).")
 @click.option("--spec-file", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
-              help="A JSON or CSV file with the device's peaks, instead of the built-in database.")
+              help="The device's peaks from a JSON, CSV or TOML file (a `tracekit gpus --json` row works as is).")
 @model_options
 def command(trace: str, top: int, gpu: str | None, spec_file: str | None, model: str | None, tp: int | None,
             weights: str | None, costs: str) -> None:

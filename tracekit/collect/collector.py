@@ -115,8 +115,9 @@ def resolve_output(output: str | None, stem: str, force: bool) -> str:
         os.makedirs(parent, exist_ok=True)
     except OSError as e:
         raise TracekitError(f"cannot create the output folder {parent}: {e.strerror}") from None
-    if not os.access(parent, os.W_OK):
-        raise TracekitError(f"cannot write to the output folder {parent}")
+    from tracekit.report.output import probe
+
+    probe(parent, path)  # before the (possibly long) run: permission bits lie, /sys takes no files
     return path
 
 
@@ -415,8 +416,13 @@ def _finish(tmp: str, trace_path: str, data: dict[str, Any], force: bool) -> Non
     if not force and _taken(trace_path):  # something appeared while we ran
         _remove(tmp)
         raise TracekitError(f"{trace_path} appeared while collecting: pass --force to overwrite it")
-    sidecar.write(markers.sidecar_path_for(trace_path), data)
-    os.replace(tmp, trace_path)
+    try:
+        sidecar.write(markers.sidecar_path_for(trace_path), data)
+        os.replace(tmp, trace_path)
+    except OSError as e:
+        # The run is done and recorded: never lose it to a failing last step.
+        raise TracekitError(f"could not move the recorded trace to {trace_path} ({e.strerror or e}); it is kept at "
+                            f"{tmp}") from None
 
 
 def _remove(path: str) -> None:

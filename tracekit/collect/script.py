@@ -79,7 +79,9 @@ def run_target(target: ScriptTarget) -> float:
     except SystemExit as e:
         code = e.code
         if code not in (None, 0):
-            raise TracekitError(f"{target.label} exited with status {code}; no trace written") from None
+            # sys.exit("message") exits with status 1 and prints the message.
+            how = f"with status {code}" if isinstance(code, int) else f"with status 1 ({code})"
+            raise TracekitError(f"{target.label} exited {how}; no trace written") from None
     except ImportError as e:
         if target.module is not None and getattr(e, "name", None) == target.module:
             raise TracekitError(f"no module named {target.module!r} to run") from None

@@ -16,7 +16,8 @@ Written next to ``<name>.pt.trace.json.gz`` as ``<name>.tracekit.json``
                  profiler_overhead_ratio (profiled / unprofiled time of what the trace records)
                  warmup_runs, synchronized
     calibration: device, device_name, dtype, matmul_flops {dtype: FLOP/s}, copy_bandwidth (B/s),
-                 method, ... (None with --no-calibrate)
+                 method, checks {plausible, problems, attempts, against, load_average_1m}, ...
+                 (None with --no-calibrate)
     schedule:    skip_decode_steps, profiler_warmup_steps, record_decode_steps,
                  prefill_recorded, recorded_decode_steps [first, last], decode_steps_total
     markers:     prefill, decode (the marker prefixes in tracekit.markers)

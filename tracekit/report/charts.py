@@ -32,7 +32,7 @@ CATEGORY_COLORS = {
     "attention": "#8e44ad",
     "elementwise": "#16a085",
     "activation": "#f1c40f",
-    "normalization": "#27ae60",
+    "normalization": "#b7950b",
     "reduction": "#a3c93a",
     "embedding": "#c0392b",
     "rope": "#e84393",
@@ -268,7 +268,9 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
     )
     top = max(max(cols["duration"]), max(b + i for b, i in zip(cols["busy"], cols["idle"]))) or 1.0
     p.y_range = Range1d(0, top * 1.12)
-    p.x_range = Range1d(min(cols["x"]) - stride, max(cols["x"]) + stride)
+    # A few steps' worth of axis at least: one step would otherwise be a bar across the chart.
+    pad = max(stride, 3 * stride - (max(cols["x"]) - min(cols["x"])) / 2)
+    p.x_range = Range1d(min(cols["x"]) - pad, max(cols["x"]) + pad)
     p.xaxis.ticker.min_interval = 1
     p.xgrid.grid_line_color = None
     _style(p)

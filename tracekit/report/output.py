@@ -38,8 +38,52 @@ def default_output(trace_path: str, extension: str, folder: str = DEFAULT_DIR) -
 
 
 def refuse_overwrite(path: str, force: bool) -> None:
-    if os.path.exists(path) and not force:
+    if os.path.isfile(path) and not force:
         raise TracekitError(f"{path} already exists; pass --force to overwrite it or -o to choose another name")
+
+
+def is_stream(path: str) -> bool:
+    """An existing target that is not a regular file (``/dev/null``, a FIFO, a terminal):
+    written directly, never replaced through a rename."""
+    return os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
+
+
+def refuse_folder(path: str | None) -> None:
+    """A folder given where a file is needed (checked before the format is chosen from it)."""
+    if path and os.path.isdir(path):
+        raise TracekitError(f"{path} is a folder; give a file name, e.g. {os.path.join(path, 'report.html')}")
+
+
+def check_output(path: str, *, force: bool, ours: bool) -> bool:
+    """Refuse, before any slow work, an output that cannot be written: a folder, an existing
+    file without ``force`` (unless tracekit named it itself, ``ours``: a rerun replaces its own
+    default file), a missing parent (unless ``ours``: tracekit creates its ``reports/``), a
+    parent that cannot be written (probed by creating a file there). Returns whether an
+    existing file will be replaced."""
+    if is_stream(path):
+        return False
+    refuse_folder(path)
+    replacing = os.path.isfile(path)
+    if replacing and not (force or ours):
+        refuse_overwrite(path, force)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        if not ours:
+            raise TracekitError(f"cannot write {path}: the folder {os.path.dirname(path) or '.'} does not exist")
+        return replacing
+    probe(folder, path)
+    return replacing
+
+
+def probe(folder: str, path: str) -> None:
+    """Create and remove a file in ``folder``: the only sure test that ``path`` can be written
+    there (permission bits lie for root, /proc and /sys accept no files at all)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tracekit-probe-")
+    except OSError as e:
+        raise TracekitError(f"cannot write {path}: {e.strerror or e} in {folder}") from None
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def _umask() -> int:
@@ -51,14 +95,24 @@ def _umask() -> int:
 def write_atomic(path: str, text: str, *, make_parent: bool = False) -> int:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a
     rename, so a failure leaves either the old file or none, never half a report.
-    Returns the number of bytes written."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        if not make_parent:
-            raise TracekitError(f"cannot write {path}: the folder {os.path.dirname(path) or '.'} does not exist")
-        os.makedirs(folder, exist_ok=True)
+    A stream target (``/dev/null``) is written directly. Returns the number of bytes written."""
     data = text.encode("utf-8")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tracekit-", suffix=".tmp")
+    if is_stream(path):
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise TracekitError(f"cannot write {path}: {e.strerror or e}") from None
+        return len(data)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        if not os.path.isdir(folder):
+            if not make_parent:
+                raise TracekitError(f"cannot write {path}: the folder {os.path.dirname(path) or '.'} does not exist")
+            os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tracekit-", suffix=".tmp")
+    except OSError as e:
+        raise TracekitError(f"cannot write {path}: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

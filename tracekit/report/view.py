@@ -58,6 +58,11 @@ def limiter_labels(data: dict[str, Any]) -> dict[str, str]:
     return {**LIMITER_LABELS, "latency": "latency" + below}
 
 
+def phase_source_text(source: str | None) -> str:
+    """How phases were decided, as a phrase: "none" means no step was found."""
+    return "no inference steps found" if source in (None, "none") else str(source)
+
+
 def phase_label(phase: str) -> str:
     return PHASE_LABELS.get(phase, str(phase).capitalize())
 
@@ -110,7 +115,7 @@ def header(data: dict[str, Any]) -> dict[str, Any]:
         "collected": side.get("created"),
         "model": model_view(data),
         "run_kind": data.get("run_kind"),
-        "phase_source": (data.get("provenance") or {}).get("phase_source"),
+        "phase_source": phase_source_text((data.get("provenance") or {}).get("phase_source")),
         "tracekit_version": src.get("tracekit_version"),
     }
 
@@ -216,7 +221,9 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
             f"Time to first token: {formulas.get('ttft', '')}{wall}.",
         )
         overhead = unprof.get("profiler_overhead_ratio")
-        over = f"; the profiler slowed the run {overhead:.2f}×" if overhead else ""
+        over = ((f"; the profiler slowed the run {overhead:.2f}×" if overhead >= 1 else
+                 f"; no profiler overhead measurable (ratio {overhead:.2f}: below 1 is measurement noise)")
+                if overhead else "")
         if unprof.get("ttft_ms") is not None:
             add("ttft_unprofiled_ms", "TTFT, no profiler", unprof["ttft_ms"], fmt.ms(unprof["ttft_ms"]),
                 f"tracekit collect, profiler off (profiled: {fmt.ms(m.get('ttft_ms'))}){over}",

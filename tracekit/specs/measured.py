@@ -8,6 +8,8 @@ The contract with ``tracekit.collect`` (both sides use exactly these keys)::
         "device": "cpu",            # or "cuda" / "cuda:0" for a GPU run
         "device_name": "...",       # may be None
         "method": "...",            # how it was measured: becomes the spec's sources
+        "checks": {"plausible": bool, "problems": [...], "attempts": n, "against": "...",
+                   "load_average_1m": x},  # collect's sanity check (absent in older sidecars)
     }
 
 ``calibration`` itself is None when collect ran with ``--no-calibrate``.
@@ -105,6 +107,8 @@ def with_calibration(spec: GpuSpec, sidecar: Mapping[str, Any]) -> GpuSpec:
     calibration = _calibration(sidecar)
     if calibration is None or str(calibration.get("device", "")).lower() == "cpu":
         return spec
+    if (calibration.get("checks") or {}).get("plausible") is False:
+        return spec  # collect could not get a believable measurement: the datasheet row stands
     return replace(
         spec,
         measured_matmul_flops=_by_dtype(calibration.get("matmul_flops", {})),

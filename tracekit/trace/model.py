@@ -59,7 +59,8 @@ class Trace:
     devices: dict[int, dict[str, Any]] = field(default_factory=dict)
     # distributedInfo (rank, world_size, backend, ...) or None.
     distributed: dict[str, Any] | None = None
-    # Top-level keys other than traceEvents / deviceProperties / distributedInfo.
+    # Top-level keys other than traceEvents / deviceProperties / distributedInfo, and
+    # ``truncated`` ({events_recovered, bytes_read, how}) when the file was cut off mid-write.
     metadata: dict[str, Any] = field(default_factory=dict)
     # The ``<name>.tracekit.json`` sidecar written by ``tracekit collect``, if found.
     sidecar: dict[str, Any] | None = None

@@ -21,6 +21,7 @@ from tracekit import frameworks, markers
 from tracekit.errors import TracekitError
 from tracekit.trace import decode as dec
 from tracekit.trace import links
+from tracekit.trace.runs import check_one_run
 from tracekit.trace.model import ERA_2022, ERA_CURRENT, ERA_PT19, Trace
 
 # Lower-cased event category -> (table, kind).
@@ -50,26 +51,36 @@ _MAX_US = 9.2e15
 Progress = Callable[[str], None]
 
 
-def read_trace(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
+def read_trace(path: str | os.PathLike, progress: Progress | None = None, *, max_bytes: int | None = None) -> Trace:
     """Read a ``.json``/``.json.gz``/``.json.zst`` trace or a directory of per-rank traces.
 
-    Raises ``TracekitError`` with one sentence for anything that is not a readable trace.
+    A file cut off mid-write is read up to its last complete event and says so in
+    ``lacks["truncated"]`` and ``metadata["truncated"]``. ``max_bytes`` caps the
+    decompressed size of a compressed file (default: $TRACEKIT_MAX_DECOMPRESSED_GB,
+    else half the machine's memory), so a compression bomb is an error, not an
+    out-of-memory kill. Raises ``TracekitError`` with one sentence for anything
+    that is not a readable trace.
     """
     path = os.fspath(path)
+    limit = dec.max_decompressed_bytes(max_bytes)
     if os.path.isdir(path):
         files = dec.list_trace_files(path)
         if not files:
             raise TracekitError(f"{path} is a directory with no trace files (*.json, *.json.gz, *.json.zst)")
-        parts = [_read_file(f, progress, siblings=files) for f in files]
+        parts = [_read_file(f, progress, siblings=files, max_bytes=limit) for f in files]
+        check_one_run(path, parts)
         return _merge(path, parts)
-    return _read_file(path, progress)
+    return _read_file(path, progress, max_bytes=limit)
 
 
-def _read_file(path: str, progress: Progress | None, siblings: list[str] | None = None) -> Trace:
+def _read_file(
+    path: str, progress: Progress | None, siblings: list[str] | None = None, max_bytes: int | None = None
+) -> Trace:
     if progress:
         progress(f"reading {os.path.basename(path)}")
-    data = dec.read_bytes(path)
-    events, meta = dec.decode(path, data)
+    data, stream_cut = dec.read_bytes(path, max_bytes)
+    n_read = len(data)
+    events, meta, data, json_cut = _decode(path, data)
     if progress:
         progress("building tables")
     try:
@@ -82,6 +93,10 @@ def _read_file(path: str, progress: Progress | None, siblings: list[str] | None 
     except (ValueError, OverflowError, TypeError) as e:
         raise TracekitError(f"{path} holds malformed events ({e})") from None
     n_x = sum(len(t) for t in tables.values())
+    if n_x == 0 and (stream_cut or json_cut):
+        raise TracekitError(
+            f"{path} is truncated before its first profiler event (no complete 'X' event survives the cut)"
+        )
     if n_x == 0:
         raise TracekitError(f"{path} is a trace with no profiler events (no complete 'X' events)")
     trace = Trace(
@@ -97,15 +112,51 @@ def _read_file(path: str, progress: Progress | None, siblings: list[str] | None 
         sidecar=_sidecar(path),
         era=_era(cats, events),
         n_events=len(events),
-        n_bytes=len(data),
+        n_bytes=n_read,
     )
-    if trace.distributed is None:
-        trace.distributed = _rank_from_name(path, siblings)
+    if trace.distributed is None or not _is_int(trace.distributed.get("rank")):
+        # distributedInfo is untrusted: a rank that is not an integer gives way to the
+        # engine's per-rank file name, when there is one.
+        trace.distributed = _rank_from_name(path, siblings) or trace.distributed
     if progress:
         progress("linking kernels to launches and ops")
     links.link(trace)
     _note_lacks(trace)
+    if stream_cut or json_cut:
+        _note_truncation(trace, stream_cut or "JSON ended early", json_cut)
     return trace
+
+
+def _note_truncation(trace: Trace, how: str, json_cut: bool) -> None:
+    """Say that the file was cut off mid-write, in words and as facts."""
+    n = trace.n_events
+    trace.metadata["truncated"] = {"events_recovered": n, "bytes_read": trace.n_bytes, "how": how}
+    if json_cut:
+        trace.lacks["truncated"] = (
+            f"the file ends in the middle of the trace (truncated while being written): {n:,} complete events "
+            "were recovered, the rest is lost"
+        )
+    else:
+        # Cut inside the compressed stream's trailer: every event is there, unverified.
+        trace.lacks["truncated"] = (
+            f"the {how.split()[0]} stream ends before its end marker (truncated while being written), but the JSON "
+            f"inside is complete: all {n:,} events were read, their checksum could not be verified"
+        )
+
+
+def _decode(path: str, data: bytes) -> tuple[list, dict, bytes, bool]:
+    """(events, metadata, the bytes they were decoded from, whether the JSON was cut short).
+
+    A document that ends early is decoded as if it closed after its last complete
+    event; the closed bytes are returned for the exact-timestamp second decode.
+    """
+    try:
+        events, meta = dec.decode(path, data)
+        return events, meta, data, False
+    except dec.TruncatedJSON:
+        closed = dec.close_truncated(path, data)
+    events, meta = dec.decode(path, closed)
+    return events, meta, closed, True
 
 
 def _rank_from_name(path: str, siblings: list[str] | None) -> dict | None:

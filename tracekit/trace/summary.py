@@ -10,7 +10,9 @@ def summarize(trace: Trace, top: int = 10) -> str:
     lines = [f"trace      {trace.path}"]
     if trace.has_gpu:
         name = trace.device_name() or "unknown"
-        more = f" (+{len(trace.devices) - 1} more described)" if len(trace.devices) > 1 else ""
+        others = len(trace.devices) - 1
+        more = f" (the trace lists {others} other device{'s' if others != 1 else ''} it ran no kernels on)" \
+            if others > 0 else ""
         lines.append(f"device     {name}{more}")
     else:
         cpu = ((trace.sidecar or {}).get("device") or {}).get("name")

@@ -11,7 +11,7 @@ from typing import Any
 
 from tracekit.report import formatting as fmt
 from tracekit.report.output import report_stem
-from tracekit.report.view import BOUND_LABELS, phase_label
+from tracekit.report.view import BOUND_LABELS, phase_label, phase_source_text
 
 SIDES = ("before", "after")
 VERDICT_CLASS = {"better": "better", "worse": "worse", "within noise": "noise", "not comparable": "na"}
@@ -93,6 +93,8 @@ def speedup(x: float | None) -> str:
     """before time / after time as "1.6x faster" or "2.3x slower"."""
     if not x:
         return fmt.MISSING
+    if abs(x - 1) < 0.005:
+        return "same speed"
     return f"{fmt.num(x, 2)}x faster" if x >= 1 else f"{fmt.num(1 / x, 2)}x slower"
 
 
@@ -123,7 +125,7 @@ def run_header(data: dict[str, Any], side: str) -> dict[str, Any]:
         "spec_reason": dev.get("reason"),
         "peak_basis": dev.get("peak_basis"),
         "peak_bandwidth": fmt.bandwidth(dev.get("peak_bandwidth")),
-        "phase_source": s.get("phase_source"),
+        "phase_source": phase_source_text(s.get("phase_source")),
         "run_kind": s.get("run_kind"),
         "steps": ", ".join(f"{n} {phase_label(p).lower()}" for p, n in (s.get("steps") or {}).items()) or "none",
         "workload": [{"label": label, "value": _plain(work[k])} for k, label in _WORKLOAD if work.get(k) is not None],
@@ -165,6 +167,8 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "verdict_class": VERDICT_CLASS.get(verdict, "na"),
                 "basis": basis,
                 "noise": signed(h.get("noise"), unit).lstrip("+") if h.get("noise") is not None else None,
+                # Why an efficiency verdict disagrees with its latency's, when it does.
+                "disagreement": h.get("disagreement"),
             }
         )
     return out

@@ -1,0 +1,66 @@
+"""Is a folder of traces one run? Only the ranks of one run may be merged into one timeline.
+
+A folder holding unrelated traces (nightly profiles, several GPUs, a copy of the same file)
+merged into one "run" gives nonsense: a 43-hour span, bound shares adding up to more than
+100%. Files are one run when
+
+- no two are the same trace (a copy) or claim the same rank,
+- each says which rank it is (``distributedInfo``, or the engine's per-rank file name) and
+  they agree on the world size,
+- they ran on one GPU type, and
+- their time spans overlap (the ranks of a run are profiled together).
+
+``check_one_run`` raises ``TracekitError`` saying which condition fails and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tracekit.errors import TracekitError
+from tracekit.trace.model import Trace
+
+_ONE_BY_ONE = "analyse them one by one (tracekit report FILE), or put each run's ranks in a folder of their own"
+
+
+def fingerprint(t: Trace) -> tuple:
+    """What tells a copy from a rank without hashing gigabytes: two ranks never have the same
+    decompressed size, event count and first and last timestamps to the nanosecond."""
+    return t.n_bytes, t.n_events, t.start_ns, t.end_ns
+
+
+def check_one_run(folder: str, parts: list[Trace]) -> None:
+    """Refuse to merge ``parts`` (read from ``folder``) unless they are the ranks of one run."""
+    if len(parts) < 2:
+        return
+    names = [os.path.basename(t.path) for t in parts]
+    seen: dict[tuple, str] = {}
+    for name, fp in zip(names, map(fingerprint, parts)):
+        if fp in seen:
+            raise TracekitError(f"{folder}: {seen[fp]} and {name} are the same trace (identical files); remove one")
+        seen[fp] = name
+    ranks = [(t.distributed or {}).get("rank") for t in parts]
+    missing = [n for n, r in zip(names, ranks) if not isinstance(r, int)]
+    if missing:
+        raise TracekitError(f"{folder} holds {len(parts)} traces but {', '.join(missing[:3])}"
+                            f"{' and others' if len(missing) > 3 else ''} say no rank: they may be unrelated runs; "
+                            + _ONE_BY_ONE)
+    by_rank: dict[int, str] = {}
+    for name, r in zip(names, ranks):
+        if r in by_rank:
+            raise TracekitError(f"{folder}: {by_rank[r]} and {name} are both rank {r}: they are different runs; "
+                                + _ONE_BY_ONE)
+        by_rank[r] = name
+    worlds = {(t.distributed or {}).get("world_size") for t in parts} - {None}
+    if len(worlds) > 1:
+        raise TracekitError(f"{folder}: the traces disagree on the world size ({', '.join(map(str, sorted(worlds)))}): "
+                            "they are ranks of different runs; " + _ONE_BY_ONE)
+    gpus = {t.device_name() for t in parts if t.has_gpu} - {None}
+    if len(gpus) > 1:
+        raise TracekitError(f"{folder}: the traces ran on different GPUs ({', '.join(sorted(gpus))}): they are not one "
+                            "run; " + _ONE_BY_ONE)
+    start = max(t.start_ns for t in parts)
+    end = min(t.end_ns for t in parts)
+    if start > end:
+        raise TracekitError(f"{folder}: the traces' time spans do not overlap (the ranks of a run are profiled "
+                            "together): they are separate runs; " + _ONE_BY_ONE)
