@@ -222,6 +222,23 @@ def test_cli_summary_of_a_truncated_trace_exits_0_and_says_so(tmp_path):
     assert "Traceback" not in result.output
 
 
+def test_report_of_a_truncated_trace_says_so_in_provenance_and_html(tmp_path):
+    raw = _raw("h100_hf")
+    path = tmp_path / "cut.json"
+    path.write_bytes(raw[: int(len(raw) * 0.6)])
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(main, ["report", str(path), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    prov = json.loads(out.read_text())["provenance"]
+    assert prov["truncated"]["how"] == "JSON ended early"
+    assert prov["truncated"]["events_recovered"] == complete_before(ends_of("h100_hf"), int(len(raw) * 0.6))
+    assert "truncated while being written" in prov["lacks"]["truncated"]
+    html = tmp_path / "r.html"
+    assert CliRunner().invoke(main, ["report", str(path), "-o", str(html)]).exit_code == 0
+    page = html.read_text()
+    assert "truncated while being written" in page and "only the part of the run that was written" in page
+
+
 def test_complete_trace_is_not_marked_truncated():
     t = read_trace(real_trace_path("h100_hf"))
     assert "truncated" not in t.lacks and "truncated" not in t.metadata

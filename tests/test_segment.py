@@ -249,3 +249,14 @@ def test_cpu_run_without_markers_reaches_same_phases(cpu_run):
     assert _phase_agreement(annotated, bare) >= 0.95
     # On a CPU trace the "kernels" are leaf aten ops; the GEMMs are among them.
     assert bare.work["name"].astype(str).isin(["aten::addmm", "aten::mm", "aten::bmm"]).any()
+
+
+def test_module_anchors_on_a_thread_without_ops_still_segment():
+    """Found by the fuzz campaign: nn.Module frames on a thread that ran no op or runtime
+    call (a mangled tid) made the pass boundaries ask for the span of an empty thread."""
+    t = _strip_annotations(read_real("rtx4080_nanovllm"))
+    py = t.python.copy()
+    lonely = int(max(t.cpu_ops["tid"].max(), t.runtime["tid"].max(), py["tid"].max())) + 1
+    py.loc[py["name"].astype(str).str.startswith("nn.Module: "), "tid"] = lonely
+    s = seg.segment(dataclasses.replace(t, python=py))
+    assert s.source == seg.SOURCE_INFERRED and len(s.steps) > 0

@@ -759,6 +759,8 @@ def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[
         "device_type": seg.device_type,
         "notes": list(seg.notes),
         "lacks": dict(trace.lacks),
+        # A salvaged file's facts (events_recovered, bytes_read, how); None for a whole one.
+        "truncated": trace.metadata.get("truncated"),
         "reasons": reasons,
         "device_match": {"how": match.how, "reason": match.reason},
         "outside_steps": {"units": int(len(outside)), "ms": float(outside["dur_ns"].sum() / 1e6)},

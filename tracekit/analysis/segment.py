@@ -411,9 +411,10 @@ def _inferred_passes(trace: Trace, work: pd.DataFrame, notes: list[str]) -> list
 
 
 def _thread_span(trace: Trace, tid: int) -> tuple[int, int]:
-    """First start and last end of anything the CPU thread did (ops and runtime calls)."""
+    """First start and last end of anything the CPU thread did (ops and runtime calls; its
+    python frames when it has neither: a module anchor may sit on such a thread)."""
     spans = [t[t["tid"] == tid] for t in (trace.cpu_ops, trace.runtime) if len(t)]
-    spans = [t for t in spans if len(t)]
+    spans = [t for t in spans if len(t)] or [trace.python[trace.python["tid"] == tid]]
     return int(min(t["start_ns"].min() for t in spans)), int(max(t["end_ns"].max() for t in spans))
 
 

@@ -34,6 +34,7 @@ LACK_EFFECTS = {
     "graph_ops": "graph-replayed kernels have no op shapes, so their cost is unknown (the graph-capture trace has them)",
     "op_links": "those kernels have unknown cost and count as unknown bound",
     "annotations": "phases are inferred from shapes and kernel names rather than read from markers",
+    "truncated": "every figure covers only the part of the run that was written before the cut",
 }
 
 _WORKLOAD_FIELDS = (
