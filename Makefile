@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_read.py
 	$(PY) benchmarks/bench_analysis.py
 	$(PY) benchmarks/bench_report.py
+	$(PY) benchmarks/bench_batch.py
 
 samples: $(STAMP)
 	TRACEKIT=$(VENV)/bin/tracekit sample_traces/regenerate.sh

@@ -70,3 +70,31 @@ def with_device_name(trace, name: str = UNKNOWN_GPU):
     import dataclasses
 
     return dataclasses.replace(trace, devices={d: {**p, "name": name} for d, p in trace.devices.items()})
+
+
+# -- a real tensor-parallel run, collected once per session ------------------------------------
+
+# `tracekit collect --tp 2` of the tiny preset on this machine (gloo on the CPU): small prompt,
+# 4 decode steps, so that the two rank processes finish in seconds.
+TP2_ARGS = ["--tp", "2", "--preset", "tiny", "-b", "1", "-p", "16", "-n", "4", "--warmup", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="session")
+def tp2_collect(tmp_path_factory):
+    """(folder, CLI result) of one real ``tracekit collect --tp 2`` run; skips without torch."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    folder = tmp_path_factory.mktemp("tp2") / "run"
+    result = CliRunner().invoke(main, ["collect", *TP2_ARGS, "-o", str(folder)])
+    assert result.exit_code == 0, result.output
+    return folder, result
+
+
+@pytest.fixture(scope="session")
+def tp2_run(tp2_collect):
+    """The folder of a real ``collect --tp 2`` run: rank0/rank1 .pt.trace.json.gz plus sidecars."""
+    return tp2_collect[0]

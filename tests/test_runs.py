@@ -38,7 +38,7 @@ def test_ranks_of_one_run_are_merged(tmp_path):
 def test_unrelated_traces_are_not_merged(tmp_path):
     shutil.copy(real_trace_path("h100_hf"), tmp_path / "a.json.gz")
     shutil.copy(real_trace_path("mi300x_decode"), tmp_path / "b.json.gz")
-    with pytest.raises(TracekitError, match="say no rank.*one by one"):
+    with pytest.raises(TracekitError, match="say no rank.*one by one.*tracekit batch"):
         read_trace(tmp_path)
     r = CliRunner().invoke(main, ["summary", str(tmp_path)])
     assert r.exit_code == 2 and "Traceback" not in r.output

@@ -21,6 +21,7 @@ from tracekit.analysis.ceilings import check_ceilings
 from tracekit.analysis.idle import IdleCauses, idle_causes
 from tracekit.analysis.latency import latency, step_weights
 from tracekit.analysis.model import Analysis
+from tracekit.analysis.ranks import rank_view
 from tracekit.analysis.roofline import (ABOVE_ROOF, BOUNDS, CAPTURE, COST_SOURCES, LATENCY_ROOF, LIMITERS, MODEL,
                                        SHAPES, attribute, limiter)
 from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, Segmentation, segment
@@ -159,6 +160,10 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
         timelines=timelines(trace, seg.steps, work, idle, lambda n: short_name(n, 70), seg.device_type)
         if with_timelines else [],
     )
+    # Ranks are measured, never projected: a projection onto another GPU has none.
+    ranks = rank_view(trace, seg) if device_name is None else None
+    if ranks:
+        analysis.ranks, analysis.rank_summary = ranks["ranks"], ranks["summary"]
     analysis.findings = find.findings(analysis)
     return analysis
 

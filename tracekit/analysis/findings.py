@@ -19,6 +19,7 @@
 | model-mismatch        | the steps' attention kernels do not fit the model's layers          |
 | experts-concentrated  | routed experts' uniform-routing bytes exceed the bandwidth roof     |
 | model-undescribed     | a model component needs more than the roofline allows in its time   |
+| rank-straggler        | the other ranks lose >= SKEW_SHARE of their time span waiting inside collectives for one rank (analysis.ranks) |
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ UNKNOWN_COST_SHARE = 0.20
 TPOT_GROWTH = 0.20
 OUTSIDE_SHARE = 0.10
 COST_SOURCES_SHARE = 0.01
+SKEW_SHARE = 0.05
 
 _PHASE_TEXT = {"unknown": "unclassified steps'", "mixed": "mixed steps'"}
 
@@ -122,6 +124,7 @@ def findings(a: Analysis) -> list[Finding]:
                 )
             )
     out += _model_findings(a)
+    out += _rank_findings(a)
     growth = a.metrics.get("tpot_growth")
     if growth is not None and growth >= TPOT_GROWTH:
         out.append(
@@ -205,6 +208,23 @@ def _model_findings(a: Analysis) -> list[Finding]:
             f"than those kernels ran ({undescribed['dur_ns'].sum() / 1e6:.3g} ms): the model, --tp or --weights does "
             "not describe them, so their cost is left unknown.", "warning"))
     return out
+
+
+def _rank_findings(a: Analysis) -> list[Finding]:
+    """The straggler of a multi-rank run, when the others lose a material share waiting for it."""
+    s = a.rank_summary or {}
+    share = s.get("lost_share")
+    if s.get("straggler") is None or share is None or share < SKEW_SHARE:
+        return []
+    others = len([r for r in a.ranks if r.get("collective_wait_ms") is not None]) - 1
+    who = "the other rank waits" if others == 1 else f"the other {others} ranks wait"
+    of_coll = s.get("lost_share_of_collective")
+    coll = f", {of_coll:.0%} of their collective time" if of_coll is not None else ""
+    return [Finding(
+        "rank-straggler",
+        f"Rank {s['straggler']} is the straggler: {who} {s['lost_ms']:.3g} ms for it inside collectives "
+        f"({share:.0%} of their time span{coll}; matched {s['wait_method']}). Look at what rank "
+        f"{s['straggler']} does before its collectives (extra work, a slower device, host stalls).", "warning")]
 
 
 def _main_reason(a: Analysis, phase: str) -> str:

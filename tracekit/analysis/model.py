@@ -56,6 +56,10 @@ class Analysis:
     model: dict[str, Any] | None = None
     # The slowest and a typical step, lane by lane (analysis.timeline).
     timelines: list[dict[str, Any]] = field(default_factory=list)
+    # Ranks side by side (analysis.ranks): one entry per rank of a multi-rank run, and the
+    # straggler / skew / missing ranks; empty and None for a single-process trace.
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    rank_summary: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(
@@ -73,6 +77,7 @@ class Analysis:
                 "overall": self.overall,
                 "model": self.model,
                 "timelines": self.timelines,
+                **({"ranks": self.ranks, "rank_summary": self.rank_summary} if self.ranks else {}),
                 "findings": [f.to_dict() for f in self.findings],
                 "provenance": {"phase_source": self.phase_source, **self.provenance},
             }

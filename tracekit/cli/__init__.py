@@ -34,9 +34,9 @@ def main() -> None:
 
 def _register() -> None:
     # One place lists the subcommands, in the order a user meets them.
-    from tracekit.cli import collect, compare, gpus, models, plan, project, report, summary
+    from tracekit.cli import batch, collect, compare, gpus, models, plan, project, report, summary
 
-    for module in (collect, report, compare, summary, project, plan, gpus, models):
+    for module in (collect, report, compare, summary, batch, project, plan, gpus, models):
         main.add_command(module.command)
 
 

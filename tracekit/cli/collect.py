@@ -20,6 +20,7 @@ _PRESET_HELP = "tiny (CPU, seconds), 1b (Llama-3.2-1B shapes), 8b (Llama-3-8B sh
         "  tracekit collect                                # tiny Llama on this machine, then: tracekit report\n"
         "  tracekit collect --preset 8b -b 16 -p 2048 -n 128\n"
         "  tracekit collect --model ./my-checkpoint --dtype bf16\n"
+        "  tracekit collect --tp 2 -o tp2/                 # 2 tensor-parallel ranks, then: tracekit report tp2/\n"
         "  tracekit collect -- python serve_bench.py --requests 8   # your own code, marked with tracekit.phase"
     ),
 )
@@ -37,6 +38,9 @@ _PRESET_HELP = "tiny (CPU, seconds), 1b (Llama-3.2-1B shapes), 8b (Llama-3-8B sh
 @click.option("--skip-steps", type=int, default=0, show_default=True, help="Decode steps to run before recording starts (long runs).")
 @click.option("--record-steps", type=int, default=None, help="Decode steps to record [default: all].")
 @click.option("--profiler-warmup", type=int, default=1, show_default=True, help="Profiler warm-up steps before recording (with --skip-steps).")
+@click.option("--tp", type=int, default=None, metavar="N",
+              help="Run the preset tensor-parallel over N processes (gloo on the CPU, NCCL on N GPUs); "
+                   "-o is then a folder that gets one trace and sidecar per rank.")
 @click.option("--layers", type=int, default=None, help="Override a preset's layer count (smaller runs of big shapes).")
 @click.option("--threads", type=int, default=None, help="CPU threads for torch (torch.set_num_threads) [default: torch's].")
 @click.option("--no-calibrate", is_flag=True, help="Skip measuring this device's matmul FLOP/s and copy bandwidth.")
@@ -60,6 +64,7 @@ def command(
     skip_steps,
     record_steps,
     profiler_warmup,
+    tp,
     layers,
     threads,
     no_calibrate,
@@ -112,6 +117,9 @@ def command(
         threads=threads,
         progress=progress,
     )
+    if tp is not None:
+        _collect_tp(opts, tp)
+        return
     if opts.script:
         click.echo(f"tracekit: profiling {shlex.join(opts.script)}", err=True)
     result = collect(opts)
@@ -122,6 +130,27 @@ def command(
     click.echo(f"trace:   {result.trace_path}")
     click.echo(f"sidecar: {result.sidecar_path}")
     click.echo(f"next:    tracekit report {shlex.quote(_display(result.trace_path))}")
+
+
+def _collect_tp(opts, tp: int) -> None:
+    from tracekit.collect.parallel import collect_tp
+
+    result = collect_tp(opts, tp, announce=lambda line: click.echo(f"tracekit: {line}", err=True))
+    first = result.ranks[0].sidecar
+    for line in summary_lines(first):
+        click.echo(line)
+    tpi = (first.get("workload") or {}).get("tensor_parallel") or {}
+    shard = tpi.get("shard") or {}
+    click.echo(f"tensor-parallel: {tp} rank{'s' if tp != 1 else ''} over {result.backend}, each with "
+               f"{shard.get('num_attention_heads')} heads, {shard.get('num_key_value_heads')} KV heads and MLP width "
+               f"{shard.get('intermediate_size')}; {tpi.get('all_reduces_per_step')} all-reduces per forward pass")
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    folder = _display(result.folder)
+    names = f"{os.path.basename(result.trace_paths[0])}" + (
+        f" .. {os.path.basename(result.trace_paths[-1])}" if tp > 1 else "")
+    click.echo(f"wrote {tp} rank trace{'s' if tp != 1 else ''} to {folder} ({names}, each with its sidecar)")
+    click.echo(f"next:    tracekit report {shlex.quote(folder)}")
 
 
 def _preset_names() -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 
 import click
 
@@ -30,10 +31,13 @@ FORMATS = ("html", "json", "md", "text")
               help="CPU traces: the matmul peak to price against, when the trace has no collect calibration.")
 @click.option("--cpu-bandwidth", type=float, metavar="BYTES/S",
               help="CPU traces: the memory bandwidth to price against, when the trace has no collect calibration.")
+@click.option("--with-hta", is_flag=True,
+              help="Also run HolisticTraceAnalysis on the same files and add its temporal and idle-time breakdowns, "
+                   "communication/computation overlap and kernel-launch statistics (needs: pip install 'tracekit[hta]').")
 @model_options
 def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: str | None, spec_file: str | None,
-            capture: str | None, cpu_flops: float | None, cpu_bandwidth: float | None, model: str | None,
-            tp: int | None, weights: str | None, costs: str) -> None:
+            capture: str | None, cpu_flops: float | None, cpu_bandwidth: float | None, with_hta: bool,
+            model: str | None, tp: int | None, weights: str | None, costs: str) -> None:
     """Write a report of TRACE: a self-contained HTML page with charts (opens offline),
     the whole analysis as JSON for scripts and CI, or a Markdown summary for pull requests."""
     from tracekit.analysis import analyze
@@ -48,12 +52,23 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
     spec_model = _load_model(model, weights)  # a bad --model fails before the slow read
+    if with_hta:
+        from tracekit.analysis.hta import require
+
+        require()  # a missing extra fails before the slow read too
     t = read_with_progress(trace)
     captured = read_with_progress(capture) if capture else None
     analysis = analyze(t, gpu=gpu, spec_file=spec_file, capture=captured,
                        cpu_matmul_flops=cpu_flops, cpu_bandwidth=cpu_bandwidth, model=spec_model, tp=tp,
                        costs=costs, weights=weights if spec_model is None else None)
-    text = renderer.render(analysis)
+    data = analysis.to_dict()
+    if with_hta:
+        from tracekit.analysis.hta import run_hta
+
+        if sys.stderr.isatty():  # HTA parses ~10 MB/s on its own: say what the wait is
+            click.echo("running HolisticTraceAnalysis on the same files...", err=True)
+        data["hta"] = run_hta(t.metadata.get("files") or [t.path])
+    text = renderer.render_data(data)
     if to_stdout:
         click.echo(text, nl=False)
         return

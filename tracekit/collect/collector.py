@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from tracekit import markers
 from tracekit.errors import TracekitError
@@ -121,7 +121,7 @@ def resolve_output(output: str | None, stem: str, force: bool) -> str:
     return path
 
 
-def _tmp_trace_path(path: str) -> str:
+def tmp_trace_path(path: str) -> str:
     folder, name = os.path.split(os.path.abspath(path))
     suffix = ".json.gz" if path.endswith(".gz") else ".json"
     return os.path.join(folder, f".{name}.tmp{os.getpid()}{suffix}")
@@ -196,7 +196,19 @@ def collect(opts: CollectOptions) -> CollectResult:
             torch.set_num_threads(saved_threads)
 
 
-def _collect_generation(opts: CollectOptions) -> CollectResult:
+@dataclass(frozen=True)
+class GenerationPlan:
+    """What a generation run will do, settled from the options before anything is built."""
+
+    preset: Any  # workloads.Preset, or None for --model
+    batch: int
+    prompt_len: int
+    new_tokens: int
+    stem: str  # the default file name's stem
+
+
+def plan_generation(opts: CollectOptions) -> GenerationPlan:
+    """The preset (or checkpoint) and the sizes of the run; one sentence for bad choices."""
     from tracekit.collect import workloads
 
     if opts.model:
@@ -216,11 +228,124 @@ def _collect_generation(opts: CollectOptions) -> CollectResult:
     new_tokens = opts.new_tokens or defaults["new_tokens"]
     if opts.skip_steps >= new_tokens:
         raise TracekitError(f"--skip-steps {opts.skip_steps} leaves none of the {new_tokens} decode steps to record")
-    stem = f"{stem_name}-bs{batch}-p{prompt_len}-n{new_tokens}"
+    return GenerationPlan(preset, batch, prompt_len, new_tokens, f"{stem_name}-bs{batch}-p{prompt_len}-n{new_tokens}")
+
+
+def workload_info(wl, opts: CollectOptions, plan: GenerationPlan, device: str, dtype) -> dict[str, Any]:
+    """The sidecar's ``workload`` entry."""
+    from tracekit.collect import workloads
+
+    info = {
+        "kind": wl.kind,
+        "preset": wl.preset,
+        "model_path": wl.model_path,
+        "model_config": workloads.config_dict(wl.config),
+        "architecture": wl.architecture,
+        "parameters": wl.parameters,
+        "dtype": workloads.short_dtype(dtype),
+        "batch_size": plan.batch,
+        "prompt_len": plan.prompt_len,
+        "new_tokens": plan.new_tokens,
+        "device": device,
+        "compile": bool(opts.compile or opts.cuda_graphs),
+        "cuda_graphs": bool(opts.cuda_graphs),
+    }
+    if opts.layers is not None:
+        info["layers_override"] = opts.layers
+    return info
+
+
+def measure(gen, opts: CollectOptions, progress: Progress, tmp: str, trace_meta: dict[str, str],
+            agree: Callable[[bool], bool] | None = None):
+    """Warm up, time unprofiled runs, then profile one run into ``tmp``.
+
+    Returns (median plain run, number of plain runs, profiled run, schedule). ``agree`` turns
+    this process's "time another run?" into the decision every process acts on (the ranks of a
+    tensor-parallel run must run the same number of generations, or one waits forever in a
+    collective); None: decide alone.
+    """
+    from tracekit.collect import runner
+
+    # Warm-up: allocator, kernels, library init, torch.compile.
+    for k in range(opts.warmup):
+        progress.stage(f"warm-up {k + 1}/{opts.warmup}")
+        gen.run(mark=False, on_step=progress.step)
+
+    # Wall clock without the profiler: the median of a few runs (by total time).
+    progress.stage("timing")
+    plain_runs = []
+    t_budget = time.perf_counter() + TIMING_BUDGET_S
+    with runner.quiet_gc():
+        while True:
+            plain_runs.append(gen.run(mark=True, on_step=progress.step if not plain_runs else None))
+            fastest = min(r.wall_ms for r in plain_runs) / 1e3
+            more = not (len(plain_runs) >= 5 or
+                        ((len(plain_runs) >= 3 or fastest > 0.25) and time.perf_counter() + fastest > t_budget))
+            if agree is not None:
+                more = agree(more)
+            if not more:
+                break
+    plain = sorted(plain_runs, key=lambda r: r.wall_ms)[len(plain_runs) // 2]
+
+    # The profiled run.
+    progress.stage("profiling")
+    schedule = runner.Schedule(opts.skip_steps, opts.record_steps, opts.profiler_warmup)
+    try:
+        with runner.quiet_gc():
+            prof = runner.profiled_run(gen, schedule, tmp, on_step=progress.step, metadata=trace_meta)
+    except BaseException:
+        _remove(tmp)
+        raise
+    return plain, len(plain_runs), prof, schedule
+
+
+def timing_info(plain, n_plain: int, prof, schedule, opts: CollectOptions, device: str, new_tokens: int) -> dict[str, Any]:
+    """The sidecar's ``timing`` entry."""
+    from tracekit.collect import runner
+
+    return {
+        "ttft_ms": plain.ttft_ms,
+        "tpot_ms": plain.tpot_ms,
+        "wall_ms": plain.wall_ms,
+        "profiled_wall_ms": prof.wall_ms,
+        "profiled_ttft_ms": prof.ttft_ms,
+        "profiled_tpot_ms": prof.tpot_ms,
+        "profiler_overhead_ratio": runner.recorded_ratio(prof, plain, schedule, new_tokens),
+        "timed_runs": n_plain,
+        "warmup_runs": opts.warmup,
+        "synchronized": device.startswith("cuda"),
+        "method": (
+            "perf_counter around each marked step of tracekit's generation loop; median (by total time) "
+            f"of {n_plain} unprofiled run(s) after {opts.warmup} warm-up run(s)"
+            + ("; torch.cuda.synchronize() ends every step" if device.startswith("cuda") else "")
+        ),
+    }
+
+
+def measurement_notes(dev_info: dict[str, Any], device: str, ratio: float | None) -> list[str]:
+    """Warnings about the measurement, as sentences (the sidecar's ``notes``)."""
+    notes = []
+    load, cores = dev_info.get("load_average_1m"), dev_info.get("cores") or 1
+    if device == "cpu" and load is not None and load >= 0.75 * cores:
+        hint = "" if dev_info.get("threads") == 1 else ", or pass --threads 1, which does not stall when cores are shared"
+        notes.append(
+            f"the machine was busy (load average {load:.1f} on {cores} cores): CPU timings include waiting "
+            f"for other processes; collect on an idle machine{hint}"
+        )
+    if ratio is not None and device == "cpu" and ratio >= 3.0:
+        notes.append(f"the profiler slowed this CPU run {ratio:.1f}x (more than the 3x expected)")
+    return notes
+
+
+def _collect_generation(opts: CollectOptions) -> CollectResult:
+    from tracekit.collect import workloads
+
+    plan = plan_generation(opts)
+    preset, batch, prompt_len, new_tokens = plan.preset, plan.batch, plan.prompt_len, plan.new_tokens
     torch = require_torch()
     require_transformers()
     # Check the output before the (possibly long) run.
-    trace_path = resolve_output(opts.output, stem, opts.force)
+    trace_path = resolve_output(opts.output, plan.stem, opts.force)
     from tracekit.collect import runner, sidecar
     from tracekit.collect.calibrate import calibrate
 
@@ -232,7 +357,6 @@ def _collect_generation(opts: CollectOptions) -> CollectResult:
 
     forwards = new_tokens + 1
     progress = Progress(opts.progress, total=(opts.warmup + 2) * forwards)
-    notes: list[str] = []
     try:
         what = preset.name if preset else opts.model
         progress.stage(f"building {what} on {device}")
@@ -244,54 +368,9 @@ def _collect_generation(opts: CollectOptions) -> CollectResult:
             wl, batch, prompt_len, new_tokens, compile=opts.compile, cuda_graphs=opts.cuda_graphs, seed=opts.seed
         )
         dev_info = sidecar.device_info(device)
-
-        # Warm-up: allocator, kernels, library init, torch.compile.
-        for k in range(opts.warmup):
-            progress.stage(f"warm-up {k + 1}/{opts.warmup}")
-            gen.run(mark=False, on_step=progress.step)
-
-        # Wall clock without the profiler: the median of a few runs (by total time).
-        progress.stage("timing")
-        plain_runs = []
-        t_budget = time.perf_counter() + TIMING_BUDGET_S
-        with runner.quiet_gc():
-            while True:
-                plain_runs.append(gen.run(mark=True, on_step=progress.step if not plain_runs else None))
-                fastest = min(r.wall_ms for r in plain_runs) / 1e3
-                if len(plain_runs) >= 5:
-                    break
-                if (len(plain_runs) >= 3 or fastest > 0.25) and time.perf_counter() + fastest > t_budget:
-                    break
-        plain = sorted(plain_runs, key=lambda r: r.wall_ms)[len(plain_runs) // 2]
-
-        # The profiled run.
-        progress.stage("profiling")
-        schedule = runner.Schedule(opts.skip_steps, opts.record_steps, opts.profiler_warmup)
-        tmp = _tmp_trace_path(trace_path)
-        workload_info = {
-            "kind": wl.kind,
-            "preset": wl.preset,
-            "model_path": wl.model_path,
-            "model_config": workloads.config_dict(wl.config),
-            "architecture": wl.architecture,
-            "parameters": wl.parameters,
-            "dtype": workloads.short_dtype(dtype),
-            "batch_size": batch,
-            "prompt_len": prompt_len,
-            "new_tokens": new_tokens,
-            "device": device,
-            "compile": bool(opts.compile or opts.cuda_graphs),
-            "cuda_graphs": bool(opts.cuda_graphs),
-        }
-        if opts.layers is not None:
-            workload_info["layers_override"] = opts.layers
-        trace_meta = _trace_metadata(workload_info, trace_path)
-        try:
-            with runner.quiet_gc():
-                prof = runner.profiled_run(gen, schedule, tmp, on_step=progress.step, metadata=trace_meta)
-        except BaseException:
-            _remove(tmp)
-            raise
+        info = workload_info(wl, opts, plan, device, dtype)
+        tmp = tmp_trace_path(trace_path)
+        plain, n_plain, prof, schedule = measure(gen, opts, progress, tmp, trace_metadata(info, trace_path))
 
         calibration = None
         if opts.calibrate:
@@ -301,37 +380,12 @@ def _collect_generation(opts: CollectOptions) -> CollectResult:
                 torch.cuda.empty_cache()
             calibration = calibrate(device, dtype, device_name=dev_info.get("name"))
 
-        ratio = runner.recorded_ratio(prof, plain, schedule, new_tokens)
-        timing = {
-            "ttft_ms": plain.ttft_ms,
-            "tpot_ms": plain.tpot_ms,
-            "wall_ms": plain.wall_ms,
-            "profiled_wall_ms": prof.wall_ms,
-            "profiled_ttft_ms": prof.ttft_ms,
-            "profiled_tpot_ms": prof.tpot_ms,
-            "profiler_overhead_ratio": ratio,
-            "timed_runs": len(plain_runs),
-            "warmup_runs": opts.warmup,
-            "synchronized": device.startswith("cuda"),
-            "method": (
-                "perf_counter around each marked step of tracekit's generation loop; median (by total time) "
-                f"of {len(plain_runs)} unprofiled run(s) after {opts.warmup} warm-up run(s)"
-                + ("; torch.cuda.synchronize() ends every step" if device.startswith("cuda") else "")
-            ),
-        }
-        load, cores = dev_info.get("load_average_1m"), dev_info.get("cores") or 1
-        if device == "cpu" and load is not None and load >= 0.75 * cores:
-            hint = "" if dev_info.get("threads") == 1 else ", or pass --threads 1, which does not stall when cores are shared"
-            notes.append(
-                f"the machine was busy (load average {load:.1f} on {cores} cores): CPU timings include waiting "
-                f"for other processes; collect on an idle machine{hint}"
-            )
-        if ratio is not None and device == "cpu" and ratio >= 3.0:
-            notes.append(f"the profiler slowed this CPU run {ratio:.1f}x (more than the 3x expected)")
-        data = sidecar.build(workload_info, dev_info, timing, calibration, schedule.describe(new_tokens))
+        timing = timing_info(plain, n_plain, prof, schedule, opts, device, new_tokens)
+        notes = measurement_notes(dev_info, device, timing["profiler_overhead_ratio"])
+        data = sidecar.build(info, dev_info, timing, calibration, schedule.describe(new_tokens))
         data["notes"] = notes
         progress.stage("writing")
-        _finish(tmp, trace_path, data, opts.force)
+        finish(tmp, trace_path, data, opts.force)
     finally:
         progress.close()
     return CollectResult(trace_path, markers.sidecar_path_for(trace_path), data, notes)
@@ -366,10 +420,10 @@ def _collect_script(opts: CollectOptions) -> CollectResult:
         "script": target.path if target.path is not None else f"-m {target.module}",
         "argv": list(target.argv[1:]),
     }
-    tmp = _tmp_trace_path(trace_path)
+    tmp = tmp_trace_path(trace_path)
     prof = runner.make_profiler(torch.device(device).type)
     try:
-        with runner.running(prof, _trace_metadata(workload_info, trace_path)):
+        with runner.running(prof, trace_metadata(workload_info, trace_path)):
             wall = run_target(target)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
@@ -390,14 +444,14 @@ def _collect_script(opts: CollectOptions) -> CollectResult:
     }
     schedule = {"skip_decode_steps": 0, "profiler_warmup_steps": 0, "record_decode_steps": None, "prefill_recorded": True}
     data = sidecar.build(workload_info, dev_info, timing, calibration, schedule)
-    _finish(tmp, trace_path, data, opts.force)
+    finish(tmp, trace_path, data, opts.force)
     return CollectResult(trace_path, markers.sidecar_path_for(trace_path), data, [])
 
 
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _trace_metadata(workload: dict[str, Any], trace_path: str) -> dict[str, str]:
+def trace_metadata(workload: dict[str, Any], trace_path: str) -> dict[str, str]:
     """A small summary stored inside the trace itself (top-level key ``tracekit``)."""
     from tracekit import __version__
 
@@ -410,7 +464,7 @@ def _trace_metadata(workload: dict[str, Any], trace_path: str) -> dict[str, str]
     }
 
 
-def _finish(tmp: str, trace_path: str, data: dict[str, Any], force: bool) -> None:
+def finish(tmp: str, trace_path: str, data: dict[str, Any], force: bool) -> None:
     from tracekit.collect import sidecar
 
     if not force and _taken(trace_path):  # something appeared while we ran

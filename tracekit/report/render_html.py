@@ -9,7 +9,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from tracekit.report import charts, view
+from tracekit.report import charts, hta_view, ranks_chart, ranks_view, view
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import html_env, render
 
@@ -50,10 +50,14 @@ class HtmlRenderer(HtmlPage):
         steps = [charts.step_timeline(data, i) for i in range(len(data.get("timelines") or []))]
         items = [c["item"] for c in breakdown.get("charts", [])]
         items += [c["item"] for c in [decode, *steps, *rooflines] if "item" in c]
+        rank_chart = ranks_chart.rank_steps(data)
+        items += [rank_chart["item"]] if rank_chart else []
+        ranks = ranks_view.ranks(data)
         return {
             "header": view.header(data),
             "headline": view.headline(data),
             "findings": view.findings(data),
+            "ranks": {**ranks, "chart": rank_chart.get("id")} if ranks else None,
             "phases": view.phase_rows(data),
             "no_phases": view.no_phases_reason(data),
             "no_roofline": (
@@ -74,6 +78,7 @@ class HtmlRenderer(HtmlPage):
             ],
             "top_kernels": view.top_kernels(data, self.top),
             "quality": view.data_quality(data),
+            "hta": hta_view.section(data),
             # Chart specs for Bokeh, embedded through the script_json filter.
             "chart_items": items,
             "schema_version": data.get("schema_version"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import view
+from tracekit.report import hta_view, ranks_view, view
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import render, text_env
 
@@ -27,9 +27,11 @@ class MarkdownRenderer(Renderer):
             "phases": view.phase_rows(data),
             "no_phases": view.no_phases_reason(data),
             "findings": view.findings(data),
+            "ranks": ranks_view.ranks(data),
             "idle": view.idle_lines(data),
             "top_kernels": view.top_kernels(data, self.top),
             "device_word": view.device_word(data),
+            "hta": hta_view.md_lines(data),
         }
 
     def render_data(self, data: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import view
+from tracekit.report import ranks_view, view
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import render, term_text, text_env
 
@@ -48,6 +48,7 @@ class TextRenderer(Renderer):
             "no_phases": view.no_phases_reason(data),
             "findings": view.findings(data),
             "idle": view.idle_lines(data),
+            "ranks": ranks_view.text_lines(data),
             "device_word": view.device_word(data),
             "show_header": self.show_header,
         }

@@ -20,7 +20,8 @@ import os
 from tracekit.errors import TracekitError
 from tracekit.trace.model import Trace
 
-_ONE_BY_ONE = "analyse them one by one (tracekit report FILE), or put each run's ranks in a folder of their own"
+_ONE_BY_ONE = ("analyse them one by one (tracekit report FILE) or all at once (tracekit batch FOLDER, a row per "
+               "trace), or put each run's ranks in a folder of their own")
 
 
 def fingerprint(t: Trace) -> tuple:
