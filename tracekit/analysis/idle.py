@@ -251,7 +251,7 @@ class _Coverage:
     """Merged intervals of one thread's activity, with O(log n) "time covered in [a, b]"."""
 
     def __init__(self, sets: dict[str, tuple[np.ndarray, np.ndarray]]):
-        self._sets = {k: _prefix(*_union(s, e)) for k, (s, e) in sets.items()}
+        self._sets = {k: _prefix(*union_intervals(s, e)) for k, (s, e) in sets.items()}
 
     @classmethod
     def of_thread(cls, trace: Trace, tid: int) -> _Coverage:
@@ -296,8 +296,8 @@ def _name_mask(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
     return np.array([bool(pattern.search(n)) for n in uniques], dtype=bool)[codes]
 
 
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted, merged intervals."""
+def union_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, merged intervals (starts, ends) of possibly overlapping ones."""
     starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
     if not len(starts):
         return starts, ends

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import taxonomy
+from tracekit.analysis.idle import union_intervals
 from tracekit.analysis.segment import Segmentation, segment
 from tracekit.trace.model import Trace
 
@@ -206,19 +207,6 @@ def _step_of(t: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     return np.where(ok, idx[np.maximum(pos, 0)], -1)
 
 
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted, merged intervals."""
-    if not len(starts):
-        return starts, ends
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
-    run = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > run[:-1]
-    idx = np.flatnonzero(new)
-    return s[idx], np.append(run[idx[1:] - 1], run[-1])
-
-
 def _covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Length of [a, b) covered by the merged intervals (us, ue), for each pair."""
     if not len(us) or not len(a):
@@ -240,7 +228,7 @@ def _overlap_ns(r: _Rank) -> int:
     for lane in np.unique(r.coll_lane):
         mine = r.coll_lane == lane
         sel = other & (r.act_lane != lane)
-        us, ue = _union(r.act_start[sel], r.act_end[sel])
+        us, ue = union_intervals(r.act_start[sel], r.act_end[sel])
         total += int(_covered(us, ue, r.coll_start[mine], r.coll_end[mine]).sum())
     return total
 
@@ -312,7 +300,7 @@ def _step_collective(r: _Rank, dur: np.ndarray | None = None) -> np.ndarray:
 
 
 def _entry(r: _Rank, world: int | None, wait_ns: int | None, step_wait: np.ndarray | None) -> dict[str, Any]:
-    us, ue = _union(r.act_start, r.act_end)
+    us, ue = union_intervals(r.act_start, r.act_end)
     span = int(ue[-1] - us[0]) if len(us) else 0
     busy = int((ue - us).sum())
     kernel = int((r.act_end - r.act_start)[r.act_kernel].sum())
