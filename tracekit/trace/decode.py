@@ -5,23 +5,25 @@ event (hundreds of thousands of them) only for us to pick a dozen fields out of
 each; instead msgspec decodes straight into small typed structs and skips every
 field we do not name, which is where the speed comes from (see benchmarks/).
 
-Only this module knows the JSON field names; ``reader`` turns the structs into
-tables.
+Only this module knows the JSON field names; ``columns`` turns the structs into
+tables. The reader decodes the events chunk by chunk (``stream`` cuts the text and
+decodes each chunk with ``EVENTS``); ``decode`` decodes a whole document at once,
+the path for documents the stream cannot cut, and the one that words every error.
 """
 
 from __future__ import annotations
 
 import decimal
-import math
 import os
 import re
-import zlib
 from typing import Any, Union
 
 import msgspec
 import numpy as np
 
 from tracekit.errors import TracekitError
+from tracekit.trace import inflate
+from tracekit.trace.limits import max_decompressed_bytes
 
 
 _ABSENT = msgspec.Raw(b"")
@@ -110,193 +112,22 @@ _EXACT_DOCUMENT = msgspec.json.Decoder(ExactDocument)
 # The top level without materialising traceEvents: a cheap skim for metadata.
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ANY = msgspec.json.Decoder()
+# For the stream (``stream``): chunks of events as JSON arrays, and the top level without them.
+EVENTS, EXACT_EVENTS, TOP, ANY = _EVENTS, _EXACT_EVENTS, _TOP, _ANY
 
 TRACE_EXTENSIONS = (".json", ".json.gz", ".json.zst")
 
 
-# The size guard. A deflate stream expands at most ~1000x and a zstd one ~30000x, so a
-# small file can claim any amount of memory; the guard stops at a limit instead of
-# letting the kernel kill the process. Default: half the machine's physical memory.
-# Reading needs ~2.6x the JSON size in memory (benchmarks/bench_read.py), so a trace
-# over half the memory could not be analysed anyway: the default never refuses a
-# readable trace, yet stops a bomb while half the memory is still free. Where the
-# memory size is unknown (no sysconf, e.g. Windows), 32 GB, as generous as a workstation.
-MAX_SIZE_ENV = "TRACEKIT_MAX_DECOMPRESSED_GB"
-_GB = 10**9
-_GZIP_MAGIC = b"\x1f\x8b"
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_FALLBACK_LIMIT = 32 * _GB
-
-
-def max_decompressed_bytes(max_bytes: int | None = None) -> int:
-    """The decompressed-size limit in bytes: ``max_bytes``, else $TRACEKIT_MAX_DECOMPRESSED_GB, else the default."""
-    if max_bytes is not None:
-        if not _positive_finite(max_bytes):
-            raise TracekitError(f"max_bytes must be a positive number of bytes, not {max_bytes!r}")
-        return max(1, int(max_bytes))
-    raw = os.environ.get(MAX_SIZE_ENV, "").strip()
-    if raw:
-        try:
-            gb = float(raw)
-        except ValueError:
-            gb = math.nan
-        if not _positive_finite(gb):
-            raise TracekitError(f"{MAX_SIZE_ENV} must be a positive number of GB, not {raw!r}")
-        return max(1, int(gb * _GB))
-    return _default_limit()
-
-
-def _positive_finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-
-
-def _default_limit() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-    except (AttributeError, ValueError, OSError):
-        return _FALLBACK_LIMIT
-
-
-def _too_big(path: str, limit: int) -> TracekitError:
-    return TracekitError(
-        f"{path} decompresses to more than {limit / _GB:.3g} GB, the limit that guards against "
-        f"compression bombs; set {MAX_SIZE_ENV} (a number of GB) to raise it"
-    )
-
-
 def read_bytes(path: str, max_bytes: int | None = None) -> tuple[bytes, str | None]:
-    """(decompressed bytes of a trace file, how its stream was cut or None), or a TracekitError.
+    """(decompressed bytes of a whole trace file, how its stream was cut or None), or a TracekitError.
 
-    A gzip or zstd stream that ends early (a profiler killed while flushing) gives
-    what it decompresses to before the cut, with "gzip stream ended early" (or zstd);
-    the JSON inside is then cut too, and ``close_truncated`` salvages its events.
-    ``max_bytes`` caps the decompressed size (see ``max_decompressed_bytes``).
+    The non-streaming path (the reader streams; this is its fallback for documents the
+    stream cannot cut, and the reference the tests compare the stream with). A gzip or
+    zstd stream that ends early gives what it decompresses to before the cut, with
+    "gzip stream ended early" (or zstd); the JSON inside is then cut too, and
+    ``close_truncated`` salvages its events. ``max_bytes`` caps the decompressed size.
     """
-    data = _file_bytes(path)
-    if data[:2] == _GZIP_MAGIC:
-        kind, unpack = "gzip", _gunzip
-    elif data[:4] == _ZSTD_MAGIC:
-        kind, unpack = "zstd", _unzstd
-    else:
-        # Plain JSON is not guarded: its size is the file's, already on disk and read.
-        return data, None
-    out, ended_early = unpack(path, data, max_decompressed_bytes(max_bytes))
-    if not ended_early:
-        return out, None
-    if not out:
-        raise TracekitError(f"{path} is a truncated {kind} file that ends before any trace data")
-    return out, f"{kind} stream ended early"
-
-
-def _file_bytes(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise TracekitError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TracekitError(f"{path} is a directory, not a trace file") from None
-    except OSError as e:
-        raise TracekitError(f"{path} cannot be read: {e.strerror or e}") from None
-    if not data:
-        raise TracekitError(f"{path} is empty, not a trace")
-    return data
-
-
-# Gzip output is taken at most this much per call, so the size guard sees a bomb one
-# slice after the limit rather than when memory is full. It is large so that an
-# ordinary trace comes out of one call as one bytes object: nothing to join, hence
-# gzip.decompress's speed. Compressed input is fed in slices too, because a call cut
-# short by the output bound copies the input it did not reach (unconsumed_tail).
-_GZIP_OUT_SLICE = 256 << 20
-_GZIP_IN_SLICE = 16 << 20
-_ZERO_PADDING = re.compile(rb"\0*")
-
-
-def _gunzip(path: str, data: bytes, limit: int) -> tuple[bytes, bool]:
-    """(decompressed bytes, whether the stream ends early) of one or more gzip members.
-
-    zlib's streaming object (rather than gzip.decompress) because it hands over what a
-    truncated stream decompresses to instead of raising, and can stop at the limit.
-    """
-    parts: list[bytes] = []
-    total = 0
-    view = memoryview(data)
-    pos = 0  # where the input not yet fed to zlib starts
-    member = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    pending: Union[bytes, memoryview] = b""
-    try:
-        while True:
-            if not pending:
-                if pos >= len(data):
-                    break
-                pending = view[pos : pos + _GZIP_IN_SLICE]
-                pos += len(pending)
-            out = member.decompress(pending, min(limit - total + 1, _GZIP_OUT_SLICE))
-            total += len(out)
-            if total > limit:
-                raise _too_big(path, limit)
-            parts.append(out)
-            pending = member.unconsumed_tail
-            if member.eof:
-                pos = _next_gzip_member(path, data, pos - len(member.unused_data))
-                if pos >= len(data):
-                    return b"".join(parts), False
-                member = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    except zlib.error as e:
-        raise TracekitError(f"{path} is a corrupt gzip file ({e})") from None
-    return b"".join(parts), True
-
-
-def _next_gzip_member(path: str, data: bytes, end: int) -> int:
-    """Where the member after the one ending at ``end`` starts (len(data) when none does)."""
-    # gzip and gzip.decompress accept zero padding between and after members.
-    start = _ZERO_PADDING.match(data, end).end()
-    rest = data[start : start + 2]
-    if rest and not _GZIP_MAGIC.startswith(rest):
-        raise TracekitError(f"{path} is a corrupt gzip file (data that is not gzip follows the compressed stream)")
-    return start
-
-
-# zstd expands at most ~32,000x (a 4-byte RLE block gives 128 KiB), and zstandard's
-# streaming object has no output bound, so the input is fed in slices this small:
-# at most ~64 MiB comes out per call, and the calls cost nothing measurable.
-_ZSTD_IN_SLICE = 2048
-
-
-def _unzstd(path: str, data: bytes, limit: int) -> tuple[bytes, bool]:
-    """(decompressed bytes, whether the stream ends early) of one or more zstd frames."""
-    try:
-        import zstandard
-    except ImportError:
-        raise TracekitError(
-            f"{path} is zstd-compressed; install the zstd extra (pip install 'tracekit[zstd]') or decompress it"
-        ) from None
-    # One decompressobj per frame: it stops at the end of a frame (multi-frame
-    # files come from pzstd and concatenation), and says nothing about a
-    # truncated one except by not reaching ``eof``.
-    parts: list[bytes] = []
-    total = 0
-    view = memoryview(data)
-    pos = 0
-    frame = None
-    try:
-        while pos < len(data):
-            if frame is None:
-                frame = zstandard.ZstdDecompressor().decompressobj()
-            chunk = view[pos : pos + _ZSTD_IN_SLICE]
-            out = frame.decompress(chunk)
-            total += len(out)
-            if total > limit:
-                raise _too_big(path, limit)
-            parts.append(out)
-            pos += len(chunk)
-            if frame.eof:
-                pos -= len(frame.unused_data)
-                frame = None
-    except zstandard.ZstdError as e:
-        raise TracekitError(f"{path} is a corrupt zstd file ({e})") from None
-    return b"".join(parts), frame is not None
+    return inflate.read_all(path, max_decompressed_bytes(max_bytes))
 
 
 class TruncatedJSON(TracekitError):

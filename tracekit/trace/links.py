@@ -27,7 +27,7 @@ def link(trace: Trace) -> None:
     launch = _lookup(rt["correlation"].to_numpy(), k["correlation"].to_numpy()) if len(k) else np.empty(0, np.int64)
     k["launch"] = launch
     if len(k):
-        graph_rows = np.flatnonzero(rt["name"].astype(str).str.endswith(GRAPH_LAUNCHES).to_numpy())
+        graph_rows = np.flatnonzero(_ends_with(rt["name"], GRAPH_LAUNCHES))
         graph = np.isin(launch, graph_rows) & (launch >= 0)
         op = np.where(launch >= 0, rt["op"].to_numpy()[np.maximum(launch, 0)] if len(rt) else -1, -1)
         k["graph"] = graph
@@ -35,6 +35,15 @@ def link(trace: Trace) -> None:
     else:
         k["graph"] = pd.Series(dtype=bool)
         k["op"] = pd.Series(dtype="int64")
+
+
+def _ends_with(names: pd.Series, suffixes: tuple[str, ...]) -> np.ndarray:
+    """Which rows' names end with one of ``suffixes``: tested once per distinct name when
+    the column is categorical (the reader's always is), not once per row."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        per_name = np.array([str(c).endswith(suffixes) for c in names.cat.categories] + [False], dtype=bool)
+        return per_name[names.cat.codes.to_numpy()]  # code -1 (missing) picks the final False
+    return names.astype(str).str.endswith(suffixes).to_numpy()
 
 
 def _lookup(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -82,15 +91,26 @@ def enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid) -> np.ndarray:
         # Ops sorted by start (longer first on ties, so a parent precedes its child).
         order = rows[np.lexsort((-(op_end[rows] - op_start[rows]), op_start[rows]))]
         starts = op_start[order]
-        parent = _parents(starts, op_end[order])
+        ends = op_end[order]
         qs = np.flatnonzero(q_tid == tid)
         cand = np.searchsorted(starts, q_start[qs], side="right") - 1
-        for qi, c in zip(qs, cand):
-            # Walk up from the latest-starting op to the first that still encloses.
-            while c >= 0 and op_end[order[c]] < q_end[qi]:
+        # Most queries sit in the latest-starting op itself: settled in one vectorised step.
+        direct = (cand >= 0) & (ends[np.maximum(cand, 0)] >= q_end[qs])
+        out[qs[direct]] = order[cand[direct]]
+        walk = np.flatnonzero((cand >= 0) & ~direct)
+        if not len(walk):
+            continue
+        # The others walk up the nesting from there to the first op that still encloses.
+        parent = _parents(starts, ends).tolist()
+        ends_l = ends.tolist()
+        found = []
+        for c, qe in zip(cand[walk].tolist(), q_end[qs[walk]].tolist()):
+            while c >= 0 and ends_l[c] < qe:
                 c = parent[c]
-            if c >= 0:
-                out[qi] = order[c]
+            found.append(c)
+        found_a = np.array(found, dtype=np.int64)
+        hit = found_a >= 0
+        out[qs[walk[hit]]] = order[found_a[hit]]
     return out
 
 
@@ -100,18 +120,17 @@ def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     An interval that merely touches the previous one (end == next start, common with
     microsecond timestamps) is a sibling, not a parent.
     """
-    parent = np.full(len(starts), -1, dtype=np.int64)
+    parent = [-1] * len(starts)
     stack: list[int] = []
     ends_list = ends.tolist()
-    starts_list = starts.tolist()
-    for i in range(len(starts_list)):
-        s, e = starts_list[i], ends_list[i]
+    push, pop = stack.append, stack.pop
+    for i, (s, e) in enumerate(zip(starts.tolist(), ends_list)):
         while stack and ends_list[stack[-1]] <= s and ends_list[stack[-1]] < e:
-            stack.pop()
+            pop()
         if stack and ends_list[stack[-1]] >= e:
             parent[i] = stack[-1]
-        stack.append(i)
-    return parent
+        push(i)
+    return np.array(parent, dtype=np.int64)
 
 
 def op_parents(ops: pd.DataFrame) -> np.ndarray:

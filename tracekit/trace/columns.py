@@ -1,0 +1,412 @@
+"""Decoded events -> the ``Trace`` tables, one chunk of events at a time.
+
+``stream`` hands over the trace's events in chunks; each chunk is turned into compact
+columns here (int64 nanoseconds and ids, int32 name codes, shared strings for shapes)
+and its event objects are dropped before the next one is decoded, so memory holds
+the columns plus one chunk. ``tables`` then concatenates the columns into the same
+DataFrames, row order and dtypes as reading the whole document at once would give:
+the tests compare the two.
+
+Categories are matched case-insensitively so every schema era (PyTorch 1.8-1.9
+``Kernel``/``Runtime``/``Operator``, 2022, current) lands in the same tables.
+"""
+
+from __future__ import annotations
+
+import json
+from operator import attrgetter
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from tracekit import markers
+from tracekit.trace import decode as dec
+
+# Lower-cased event category -> (table, kind).
+TABLE_OF = {
+    "kernel": ("kernels", "kernel"),
+    "gpu_memcpy": ("kernels", "memcpy"),
+    "memcpy": ("kernels", "memcpy"),
+    "gpu_memset": ("kernels", "memset"),
+    "memset": ("kernels", "memset"),
+    "cuda_runtime": ("runtime", "runtime"),
+    "runtime": ("runtime", "runtime"),
+    "cuda_driver": ("runtime", "driver"),
+    "cpu_op": ("cpu_ops", None),
+    "operator": ("cpu_ops", None),
+    "user_annotation": ("annotations", "cpu"),
+    "gpu_user_annotation": ("annotations", "gpu"),
+    "python_function": ("python", None),
+}
+# The column that holds each table's kind, and the kinds it can hold.
+_KIND_COLUMN = {"kernels": "kind", "runtime": "api", "annotations": "side"}
+_KINDS = ("kernel", "memcpy", "memset", "runtime", "driver", "cpu", "gpu")
+_KIND_CODE = {k: i for i, k in enumerate(_KINDS)}
+
+# Float microseconds hold whole nanoseconds exactly below about 2**42 us
+# (~50 days of clock). Epoch-based fractional timestamps exceed that; those
+# chunks are decoded a second time with exact decimals.
+_EXACT_LIMIT_US = float(2**42)
+# Beyond this many microseconds (~146 years of clock) int64 nanoseconds overflow.
+_MAX_US = 9.2e15
+_RANGE_PREFIXES = ("ProfilerStep#", markers.PREFIX)
+_COMPLETE = (dec.Event, dec.ExactEvent)
+_LAUNCH_FLOWS = ("ac2g", "async_cpu_to_gpu", "async")
+
+_CAT, _TS, _DUR, _ARGS, _NAME, _PID, _TID = (
+    attrgetter(a) for a in ("cat", "ts", "dur", "args", "name", "pid", "tid")
+)
+_EXT, _EXT_LC, _CORR, _DEVICE, _STREAM = (
+    attrgetter(a) for a in ("external_id", "external_id_lc", "correlation", "device", "stream")
+)
+_DIMS, _TYPES, _CONCRETE, _KERNEL, _GRID = (
+    attrgetter(a) for a in ("input_dims", "input_types", "concrete", "kernel", "grid")
+)
+
+TABLES = ("kernels", "runtime", "cpu_ops", "annotations", "python")
+
+
+class Builder:
+    """Accumulates the columns of every table from chunks of decoded events, in file order."""
+
+    def __init__(self) -> None:
+        self.n_events = 0
+        self.cats: set[str] = set()  # lower-cased categories of complete events, for the era
+        self.launch_flow: str | None = None  # category of the last CPU-to-GPU flow start
+        # Every distinct string is kept once: names (as codes), shapes and kernel names
+        # (as shared objects), so a column of a million names costs four bytes a row.
+        self._names: dict[str, int] = {}
+        self._texts: dict[bytes, str] = {}
+        self._grids: dict[bytes, int] = {}
+        # Category -> its rank of first appearance in the file: the whole-document
+        # reader grouped rows by category in that order before sorting by time, and
+        # ties in time keep that order.
+        self._cat_rank: dict[object, int] = {}
+        self._parts: dict[str, dict[str, list]] = {t: {} for t in TABLES}
+
+    # -- one chunk ----------------------------------------------------------------------
+
+    def add(self, events: list, exact: Callable[[], list] | None = None) -> None:
+        """Take one chunk of decoded events; ``exact`` re-decodes the chunk with decimal timestamps.
+
+        Raises ValueError, OverflowError or TypeError on malformed events.
+        """
+        self.n_events += len(events)
+        self._note_flow(events)
+        complete = [e for e in events if type(e) in _COMPLETE]
+        groups = self._group(complete)
+        if exact is not None and _needs_exact(groups):
+            complete = [e for e in exact() if type(e) in _COMPLETE]
+            groups = self._group(complete)
+        for table, (evs, kinds, ranks) in groups.items():
+            if evs:
+                self._columns(table, evs, kinds, ranks)
+
+    def _note_flow(self, events: list) -> None:
+        # Flow categories live only on flow events, never on the complete events the tables
+        # are built from; the last launch flow of the file dates the schema.
+        for e in reversed(events):
+            if type(e) is dec.FlowStart and e.cat and e.cat.lower() in _LAUNCH_FLOWS:
+                self.launch_flow = e.cat.lower()
+                return
+
+    def _group(self, events: list) -> dict[str, tuple[list, list, list]]:
+        """Complete events grouped by destination table as (events, kind codes, category ranks).
+
+        Grouping goes through pandas.factorize on the category column rather than a
+        Python branch per event: a trace has ~15 distinct categories and 10^5-10^6 events.
+        """
+        out: dict[str, tuple[list, list, list]] = {t: ([], [], []) for t in TABLES}
+        if not events:
+            return out
+        codes, uniques = pd.factorize(pd.array(list(map(_CAT, events)), dtype=object))
+        for code, cat in enumerate(uniques):
+            if isinstance(cat, str):
+                self.cats.add(cat.lower())
+            rank = self._cat_rank.setdefault(cat, len(self._cat_rank))
+            dest = TABLE_OF.get(cat) or TABLE_OF.get(str(cat).lower())
+            if dest is None:
+                continue
+            table, kind = dest
+            picked = [events[i] for i in np.flatnonzero(codes == code).tolist()]
+            if table == "cpu_ops":
+                # PyTorch 1.x recorded record_function ranges (ProfilerStep#N, user
+                # ranges) as ordinary operators; they are annotations in later eras.
+                is_range = [e.name.startswith(_RANGE_PREFIXES) for e in picked]
+                if any(is_range):
+                    ranges = [e for e, r in zip(picked, is_range) if r]
+                    _extend(out["annotations"], ranges, _KIND_CODE["cpu"], rank)
+                    picked = [e for e, r in zip(picked, is_range) if not r]
+            _extend(out[table], picked, _KIND_CODE.get(kind, -1), rank)
+        return out
+
+    def _columns(self, table: str, evs: list, kinds: list, ranks: list) -> None:
+        n = len(evs)
+        cols: dict[str, object] = {
+            "name": self._name_codes(evs),
+            "start_ns": _ns(list(map(_TS, evs))),
+            "dur_ns": _dur_ns(np.fromiter(map(_DUR, evs), dtype=np.float64, count=n)),
+            "_rank": np.array(ranks, dtype=np.int32),
+        }
+        args = list(map(_ARGS, evs))
+        if table in ("kernels", "runtime", "cpu_ops", "annotations"):
+            ext = _ints(_EXT, args)
+            ext_lc = _ints(_EXT_LC, args)
+            ext = np.where(ext >= 0, ext, ext_lc)
+        if table in _KIND_COLUMN:
+            cols[_KIND_COLUMN[table]] = np.array(kinds, dtype=np.int8)
+        if table == "kernels":
+            # Old traces carry the device only in pid and the stream only in tid ("stream 7").
+            device = _ints(_DEVICE, args)
+            cols["device"] = np.where(device >= 0, device, _ints(_PID, evs)) if (device < 0).any() else device
+            stream = _ints(_STREAM, args)
+            cols["stream"] = np.where(stream >= 0, stream, _ints(_TID, evs)) if (stream < 0).any() else stream
+            cols["correlation"] = _ints(_CORR, args)
+            cols["external_id"] = ext
+            cols["ctas"] = self._ctas(map(_GRID, args), n)
+        else:
+            cols["pid"] = _ints(_PID, evs)
+            cols["tid"] = _ints(_TID, evs)
+        if table == "runtime":
+            cols["correlation"] = _ints(_CORR, args)
+            cols["external_id"] = ext
+            texts = self._texts
+            cols["kernel"] = [texts.setdefault(k, k) if k else None for k in map(_KERNEL, args)]
+        elif table == "cpu_ops":
+            cols["external_id"] = ext
+            # Copied out as shared text: a msgspec.Raw would keep the chunk's buffer alive.
+            cols["input_dims"] = self._raw_texts(map(_DIMS, args))
+            cols["input_types"] = self._raw_texts(map(_TYPES, args))
+            cols["concrete_inputs"] = self._raw_texts(map(_CONCRETE, args))
+        elif table == "annotations":
+            cols["device"] = _ints(_DEVICE, args)
+            cols["stream"] = _ints(_STREAM, args)
+            cols["external_id"] = ext
+        parts = self._parts[table]
+        for c, v in cols.items():
+            column = parts.get(c)
+            if column is None:
+                column = parts[c] = _Growing(v.dtype) if isinstance(v, np.ndarray) else []
+            column.extend(v)
+
+    def _name_codes(self, evs: list) -> np.ndarray:
+        # A chunk holds few distinct names: factorize, then map those few to global codes.
+        local, uniques = pd.factorize(pd.array(list(map(_NAME, evs)), dtype=object))
+        names = self._names
+        to_global = np.array([names.setdefault(u, len(names)) for u in uniques], dtype=np.int32)
+        return to_global[local] if len(to_global) else np.zeros(len(evs), dtype=np.int32)
+
+    def _raw_texts(self, raws) -> list:
+        texts = self._texts
+        out = []
+        for r in raws:
+            if not r:
+                out.append(None)
+                continue
+            key = bytes(r)
+            s = texts.get(key)
+            if s is None:
+                s = texts[key] = key.decode()
+            out.append(s)
+        return out
+
+    def _ctas(self, grids, n: int) -> np.ndarray:
+        """Blocks launched (x * y * z of ``grid``) per kernel; -1 where the trace has no grid.
+
+        A trace holds few distinct grids among many kernels, so each raw text is parsed once.
+        """
+        seen = self._grids
+        out = []
+        for raw in grids:
+            key = bytes(raw)
+            v = seen.get(key)
+            if v is None:
+                v = seen[key] = _grid_product(key)
+            out.append(v)
+        return np.array(out, dtype=np.int64)
+
+    # -- the tables ---------------------------------------------------------------------
+
+    def tables(self, base_ns: int) -> dict[str, pd.DataFrame]:
+        """The five tables, times shifted by ``base_ns``, rows in time order (ties in file order by category)."""
+        names = list(self._names)
+        return {t: self._table(t, names, base_ns) for t in TABLES}
+
+    def _table(self, table: str, names: list[str], base_ns: int) -> pd.DataFrame:
+        parts = self._parts[table]
+        if not parts:
+            return EMPTY[table]()
+        col = {c: v.array() if isinstance(v, _Growing) else v for c, v in parts.items()}
+        self._parts[table] = {}
+        start = col["start_ns"] + base_ns
+        dur = col["dur_ns"]
+        ranks = col.pop("_rank")
+        order = None
+        if not (np.diff(start) >= 0).all():
+            # Stable: rows that start together keep the whole-document order (category, then file).
+            order = np.argsort(start, kind="stable") if (ranks == ranks[0]).all() else np.lexsort((ranks, start))
+        elif len(ranks) and not (ranks == ranks[0]).all() and not (np.diff(ranks)[np.diff(start) == 0] >= 0).all():
+            order = np.lexsort((ranks, start))
+        out: dict[str, object] = {
+            "name": _categorical(col["name"], names),
+            "start_ns": start,
+            "end_ns": start + dur,
+            "dur_ns": dur,
+        }
+        for c in _ORDER[table]:
+            if c in out:
+                continue
+            v = col[c]
+            if c in ("kind", "api", "side"):
+                out[c] = _categorical(v, _KINDS)
+            elif isinstance(v, np.ndarray):
+                out[c] = v
+            else:
+                # Explicitly object dtype: pandas >= 3 would infer its string dtype and turn
+                # the None of "not recorded" into NaN.
+                out[c] = pd.Series(v, dtype=object)
+        del col
+        if order is not None:
+            for c in list(out):
+                v = out[c]
+                out[c] = v.take(order) if isinstance(v, (np.ndarray, pd.Categorical)) else v.iloc[order].reset_index(drop=True)
+                del v
+        # copy=False: the columns are fresh arrays nobody else holds; copying them into
+        # consolidated blocks would hold each table twice at the peak.
+        return pd.DataFrame(out, copy=False)
+
+
+def _extend(group: tuple[list, list, list], evs: list, kind: int, rank: int) -> None:
+    group[0].extend(evs)
+    group[1].extend([kind] * len(evs))
+    group[2].extend([rank] * len(evs))
+
+
+def _needs_exact(groups: dict[str, tuple[list, list, list]]) -> bool:
+    for evs, _, _ in groups.values():
+        arr = np.fromiter(map(_TS, evs), dtype=np.float64, count=len(evs))
+        if arr.max(initial=0.0) >= _EXACT_LIMIT_US and np.any(arr != np.floor(arr)):
+            return True
+    return False
+
+
+def _ns(ts: list) -> np.ndarray:
+    """Microsecond timestamps (float or Decimal) -> int64 nanoseconds, exact to the ns."""
+    if ts and not isinstance(ts[0], float):
+        # Decimals from the exact decode path.
+        return np.array([int((t * 1000).to_integral_value()) for t in ts], dtype=np.int64)
+    arr = np.asarray(ts, dtype=np.float64)
+    if not (np.abs(arr) < _MAX_US).all():
+        raise ValueError("a timestamp is not a number of microseconds that int64 nanoseconds can hold")
+    whole = np.floor(arr)
+    # Split whole and fractional microseconds so the integer part never goes
+    # through a float multiply (1.7e15 us * 1000 is not exact in float64).
+    return whole.astype(np.int64) * 1000 + np.rint((arr - whole) * 1000).astype(np.int64)
+
+
+def _dur_ns(dur_us: np.ndarray) -> np.ndarray:
+    if not (np.abs(dur_us) < _MAX_US).all():
+        raise ValueError("a duration is not a number of microseconds that int64 nanoseconds can hold")
+    return np.maximum(np.rint(dur_us * 1000).astype(np.int64), 0)
+
+
+def _ints(get: attrgetter, objs: list) -> np.ndarray:
+    """An id column as int64; -1 where absent."""
+    try:
+        return np.fromiter(map(get, objs), dtype=np.int64, count=len(objs))
+    except (ValueError, TypeError):
+        # Rare: ids written as strings ("stream 7", ROCm streams); keep the digits.
+        return np.array([_thread_id(v) for v in map(get, objs)], dtype=np.int64)
+
+
+def _thread_id(v) -> int:
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        digits = "".join(ch for ch in v if ch.isdigit())
+        return int(digits) if digits else -1
+    return -1
+
+
+def _grid_product(text: bytes) -> int:
+    if not text:
+        return -1
+    try:
+        dims = json.loads(text)
+    except ValueError:
+        return -1
+    if not isinstance(dims, list) or not dims or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        return -1
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+class _Growing:
+    """A numpy column that chunks are appended to, its capacity doubling as it fills.
+
+    Rather than a list of per-chunk arrays joined at the end: the join would hold each
+    column twice, and the per-chunk arrays, interleaved in the heap with every other
+    column's, leave holes the allocator cannot give back, so the process would keep
+    both at its peak. A large capacity is its own mapping, returned whole when it
+    grows, and the pages past the end that are never written are never resident.
+    """
+
+    __slots__ = ("data", "n")
+
+    def __init__(self, dtype) -> None:
+        self.data = np.empty(1 << 12, dtype=dtype)
+        self.n = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self.data):
+            grown = np.empty(max(need, 2 * len(self.data)), dtype=self.data.dtype)
+            grown[: self.n] = self.data[: self.n]
+            self.data = grown
+        self.data[self.n : need] = values
+        self.n = need
+
+    def array(self) -> np.ndarray:
+        return self.data[: self.n]
+
+
+def _categorical(codes: np.ndarray, vocab) -> pd.Categorical:
+    """Codes into ``vocab`` as a categorical whose categories are the values present, sorted:
+    what ``astype("category")`` gives on the strings themselves, without building them."""
+    present = np.unique(codes)
+    values = [vocab[i] for i in present.tolist()]
+    order = sorted(range(len(values)), key=values.__getitem__)
+    remap = np.full(len(vocab), -1, dtype=np.int32)
+    remap[present[order]] = np.arange(len(order), dtype=np.int32)
+    categories = pd.Index([values[i] for i in order])
+    return pd.Categorical.from_codes(remap[codes], categories=categories)
+
+
+def _empty(columns: dict[str, str]) -> Callable[[], pd.DataFrame]:
+    return lambda: pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+
+
+_TIME = {"name": "category", "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64"}
+_COLUMNS = {
+    "kernels": {**_TIME, "kind": "category", "device": "int64", "stream": "int64", "correlation": "int64",
+                "external_id": "int64", "ctas": "int64"},
+    "runtime": {**_TIME, "api": "category", "pid": "int64", "tid": "int64", "correlation": "int64",
+                "external_id": "int64", "kernel": "object"},
+    "cpu_ops": {**_TIME, "pid": "int64", "tid": "int64", "external_id": "int64", "input_dims": "object",
+                "input_types": "object", "concrete_inputs": "object"},
+    "annotations": {**_TIME, "side": "category", "pid": "int64", "tid": "int64", "device": "int64", "stream": "int64",
+                    "external_id": "int64"},
+    "python": {**_TIME, "pid": "int64", "tid": "int64"},
+}
+# The column order of a table with rows (an empty table has _COLUMNS' order).
+_ORDER = {
+    "kernels": [*_TIME, "kind", "device", "stream", "correlation", "external_id", "ctas"],
+    "runtime": [*_TIME, "pid", "tid", "api", "correlation", "external_id", "kernel"],
+    "cpu_ops": [*_TIME, "pid", "tid", "external_id", "input_dims", "input_types", "concrete_inputs"],
+    "annotations": [*_TIME, "pid", "tid", "side", "device", "stream", "external_id"],
+    "python": [*_TIME, "pid", "tid"],
+}
+EMPTY = {t: _empty(c) for t, c in _COLUMNS.items()}
