@@ -1,6 +1,6 @@
 """Whole-process CPU time and peak memory of reading a big trace: tracekit against json.loads and HTA.
 
-    python benchmarks/bench_read.py [--trace PATH] [--repeat N] [--size GB] [--no-stream] [--no-stream-summary]
+    python benchmarks/bench_read.py [--trace PATH] [--repeat N] [--size GB] [--no-stream] [--no-stream-summary] [--no-hta]
 
 Each engine runs in its own subprocess, started from the compressed file, and is
 measured from the outside (``os.wait4``: user + system CPU seconds and peak RSS of
@@ -203,9 +203,9 @@ def json_size(path: str) -> int:
     return n
 
 
-def compare(path: str, repeat: int) -> dict:
+def compare(path: str, repeat: int, hta: bool = True) -> dict:
     size = json_size(path)
-    engines = ["tracekit", "tracekit read", "json.loads"] + (["HTA"] if _hta_available() else [])
+    engines = ["tracekit", "tracekit read", "json.loads"] + (["HTA"] if hta and _hta_available() else [])
     runs: dict[str, list[tuple[float, int]]] = {e: [] for e in engines}
     for r in range(repeat):
         for e in engines:
@@ -269,6 +269,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--size", "--stream-gb", dest="stream_gb", type=float, default=4.0,
                     help="GB of JSON in the synthetic streamed trace (default 4)")
     ap.add_argument("--no-stream", action="store_true", help="skip the streamed read of the synthetic trace")
+    ap.add_argument("--no-hta", action="store_true", help="leave HTA out even where it is installed (~45 s a run)")
     ap.add_argument("--no-stream-summary", action="store_true",
                     help="on the synthetic trace, time the read alone, not `tracekit summary` too")
     args = ap.parse_args(argv)
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> dict:
                 return {}
             print(f"building {path} from {os.path.basename(SHARED)} ...", flush=True)
             build_large(SHARED, path)
-    out = {"compare": compare(path, args.repeat)}
+    out = {"compare": compare(path, args.repeat, hta=not args.no_hta)}
     if not args.no_stream:
         out["stream"] = stream(args.stream_gb, summary=not args.no_stream_summary)
     return out

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import __version__
+from tracekit.analysis import categorical
 from tracekit.analysis import findings as find
 from tracekit.analysis.advice import THRESHOLDS as advice_thresholds
 from tracekit.analysis.ceilings import check_ceilings
@@ -743,8 +744,15 @@ FORMULAS = {
 }
 
 
+def _names_where(names: pd.Series, rows: np.ndarray) -> list[str]:
+    """The distinct names of the selected rows, sorted (once per distinct name, not per row)."""
+    used = np.unique(categorical.codes(names)[rows])
+    found = set(categorical.category_strings(names)[used[used >= 0]])
+    return sorted(found | {np.nan} if (used < 0).any() else found)
+
+
 def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[str, Any]:
-    outside = work[work["step"] < 0]
+    outside = work["step"].to_numpy() < 0
     reasons = dict(lat.reasons)
     for p, v in phases.items():
         if v.get("mfu") is None and v.get("mfu_reason"):
@@ -755,9 +763,11 @@ def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[
         reasons["prefill_mfu"] = "the trace holds no prefill step"
     if DECODE not in phases:
         reasons["decode_mbu"] = "the trace holds no decode step"
-    unknown = work[work["bound"] == "unknown"]
+    unknown = work["bound"].to_numpy() == "unknown"
+    unknown_dur = work["dur_ns"][unknown]
     why_unknown = (
-        unknown.groupby(unknown["bound_reason"].fillna("unknown"))["dur_ns"].sum().sort_values(ascending=False).head(8) / 1e6
+        unknown_dur.groupby(work["bound_reason"][unknown].fillna("unknown")).sum().sort_values(ascending=False).head(8)
+        / 1e6
     )
     return {
         "run_kind": seg.run_kind,
@@ -768,11 +778,11 @@ def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[
         "truncated": trace.metadata.get("truncated"),
         "reasons": reasons,
         "device_match": {"how": match.how, "reason": match.reason},
-        "outside_steps": {"units": int(len(outside)), "ms": float(outside["dur_ns"].sum() / 1e6)},
+        "outside_steps": {"units": int(outside.sum()), "ms": float(work["dur_ns"][outside].sum() / 1e6)},
         "unknown_bound_ms_by_reason": {str(k): float(v) for k, v in why_unknown.items()},
         # A kernel below this fraction of its roof is latency-limited (roofline.limiter).
         "latency_roof": LATENCY_ROOF,
-        "unmatched_kernels": sorted(set(work.loc[work["category"] == "other", "name"].astype(str)))[:50],
+        "unmatched_kernels": _names_where(work["name"], work["category"].to_numpy() == "other")[:50],
         "formulas": FORMULAS,
         "finding_thresholds": {
             **advice_thresholds,

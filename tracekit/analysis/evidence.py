@@ -71,22 +71,103 @@ def _loads(text):
 def shape_evidence(ops: pd.DataFrame) -> tuple[str, str, float | None, float | None]:
     """(phase, evidence, tokens, batch) from the shapes of a pass's ops; unknown when silent."""
     if not len(ops) or ops["input_dims"].isna().all():
-        return UNKNOWN, "no op shapes recorded", None, None
+        return UNKNOWN, _NO_SHAPES, None, None
     names = ops["name"].astype(str)
     # Token embedding input ids [batch, tokens per sequence].
     for dims in ops.loc[names == "aten::embedding", "input_dims"]:
-        d = _loads(dims)
-        if d and len(d) >= 2 and isinstance(d[1], list) and len(d[1]) == 2:
-            b, t = d[1]
-            return _by_tokens(t, f"token ids of shape [{b}, {t}] in aten::embedding", b * t, b)
+        found = _embedding_tokens(dims)
+        if found is not None:
+            return found
     # Attention query [batch, heads, query tokens, head dim].
     attn = names.str.contains(_ATTENTION_OP_RE)
     for name, dims in zip(names[attn], ops.loc[attn, "input_dims"]):
-        d = _loads(dims)
-        if d and isinstance(d[0], list) and len(d[0]) == 4:
-            b, _, lq, _ = d[0]
-            return _by_tokens(lq, f"query of shape {d[0]} in {name}", b * lq, b)
-    return UNKNOWN, "op shapes do not show tokens per sequence", None, None
+        found = _attention_tokens(name, dims)
+        if found is not None:
+            return found
+    return UNKNOWN, _SILENT_SHAPES, None, None
+
+
+_NO_SHAPES = "no op shapes recorded"
+_SILENT_SHAPES = "op shapes do not show tokens per sequence"
+
+
+def _embedding_tokens(dims) -> tuple | None:
+    d = _loads(dims)
+    if d and len(d) >= 2 and isinstance(d[1], list) and len(d[1]) == 2:
+        b, t = d[1]
+        return _by_tokens(t, f"token ids of shape [{b}, {t}] in aten::embedding", b * t, b)
+    return None
+
+
+def _attention_tokens(name: str, dims) -> tuple | None:
+    d = _loads(dims)
+    if d and isinstance(d[0], list) and len(d[0]) == 4:
+        b, _, lq, _ = d[0]
+        return _by_tokens(lq, f"query of shape {d[0]} in {name}", b * lq, b)
+    return None
+
+
+def shape_evidence_many(ops: pd.DataFrame, passes: list[tuple]) -> list[tuple]:
+    """``shape_evidence`` of the ops of each pass ``(start, end, tid, ...)``: the ops on thread
+    ``tid`` that start in [start, end). The same answers, found by one sort of the ops by thread
+    and binary searches per pass rather than by filtering the whole op table once per pass:
+    a serving trace has tens of thousands of passes and millions of ops."""
+    if not len(ops):
+        return [shape_evidence(ops) for _ in passes]
+    tid = ops["tid"].to_numpy()
+    start = ops["start_ns"].to_numpy()
+    dims = ops["input_dims"].to_numpy()
+    has_dims = ~ops["input_dims"].isna().to_numpy()
+    cats = pd.Series(ops["name"].cat.categories if isinstance(ops["name"].dtype, pd.CategoricalDtype)
+                     else pd.unique(ops["name"].astype(str))).astype(str)
+    codes = (ops["name"].cat.codes.to_numpy() if isinstance(ops["name"].dtype, pd.CategoricalDtype)
+             else pd.Categorical(ops["name"].astype(str), categories=cats).codes)
+    cat_names = cats.to_numpy()
+    is_emb = np.append((cats == "aten::embedding").to_numpy(dtype=bool), False)[codes]
+    is_attn = np.append(cats.str.contains(_ATTENTION_OP_RE).to_numpy(dtype=bool), False)[codes]
+    # Which embedding and attention ops show tokens per sequence (each once, in row order).
+    emb_rows = np.flatnonzero(is_emb)
+    emb_found = {int(r): f for r in emb_rows if (f := _embedding_tokens(dims[r])) is not None}
+    attn_rows = np.flatnonzero(is_attn)
+    attn_found = {int(r): f for r in attn_rows if (f := _attention_tokens(cat_names[codes[r]], dims[r])) is not None}
+    emb_mask, attn_mask = np.zeros(len(ops), dtype=bool), np.zeros(len(ops), dtype=bool)
+    emb_mask[list(emb_found)] = True
+    attn_mask[list(attn_found)] = True
+    # Rows of each thread in row order, with their starts; a thread whose ops are not in start
+    # order is filtered the plain way.
+    by_tid = pd.Series(np.arange(len(ops))).groupby(tid, sort=False).indices
+    per_tid: dict = {}
+    out = []
+    for p in passes:
+        lo_t, hi_t, t = p[0], p[1], p[2]
+        rows = by_tid.get(t)
+        if rows is None:
+            out.append(shape_evidence(ops.iloc[0:0]))
+            continue
+        if t not in per_tid:
+            st = start[rows]
+            ordered = bool((np.diff(st) >= 0).all())
+            dims_cum = np.concatenate([[0], np.cumsum(has_dims[rows])])
+            emb_pos = np.flatnonzero(emb_mask[rows])
+            attn_pos = np.flatnonzero(attn_mask[rows])
+            per_tid[t] = (st, ordered, dims_cum, emb_pos, attn_pos)
+        st, ordered, dims_cum, emb_pos, attn_pos = per_tid[t]
+        if not ordered:
+            inside = ops[(ops["tid"] == t) & (ops["start_ns"] >= lo_t) & (ops["start_ns"] < hi_t)]
+            out.append(shape_evidence(inside))
+            continue
+        a, b = np.searchsorted(st, lo_t, side="left"), np.searchsorted(st, hi_t, side="left")
+        if a >= b or dims_cum[b] == dims_cum[a]:
+            out.append((UNKNOWN, _NO_SHAPES, None, None))
+            continue
+        found = None
+        for pos, table in ((emb_pos, emb_found), (attn_pos, attn_found)):
+            k = np.searchsorted(pos, a, side="left")
+            if k < len(pos) and pos[k] < b:
+                found = table[int(rows[pos[k]])]
+                break
+        out.append(found if found is not None else (UNKNOWN, _SILENT_SHAPES, None, None))
+    return out
 
 
 def _by_tokens(t: int, where: str, tokens: int, batch: int) -> tuple[str, str, float, float]:

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import taxonomy
+from tracekit.analysis import categorical, taxonomy
 from tracekit.analysis.idle import union_intervals
 from tracekit.analysis.segment import Segmentation, segment
 from tracekit.trace.model import Trace
@@ -128,20 +128,10 @@ def _rank_trace(trace: Trace, rank: int) -> Trace:
     return dataclasses.replace(trace, **tables, distributed={**(trace.distributed or {}), "rank": rank})
 
 
-def _op_names(trace: Trace, work: pd.DataFrame) -> np.ndarray:
-    ops = trace.cpu_ops
-    op = work["op"].to_numpy()
-    if not len(ops):
-        return np.full(len(work), None, dtype=object)
-    names = ops["name"].astype(str).to_numpy()
-    return np.where(op >= 0, names[np.maximum(op, 0)], None)
-
-
 def _measure(trace: Trace, seg: Segmentation, rank: int) -> _Rank:
     work = seg.work
-    names = work["name"].astype(str).to_numpy()
-    kinds = work["kind"].astype(str).to_numpy()
-    comm = taxonomy.categorize_many(names, _op_names(trace, work), kinds) == taxonomy.COMMUNICATION
+    kinds = categorical.strings(work["kind"])
+    comm = taxonomy.categorize_units(work, trace.cpu_ops, work["op"].to_numpy())[0] == taxonomy.COMMUNICATION
     start = work["start_ns"].to_numpy(dtype=np.int64)
     end = work["end_ns"].to_numpy(dtype=np.int64)
     step = work["step"].to_numpy(dtype=np.int64)
@@ -187,10 +177,8 @@ def _collective_ranges(trace: Trace) -> pd.DataFrame:
     if not len(ann):
         return ann
     cpu = ann[(ann["side"] == "cpu").to_numpy()]
-    names = cpu["name"].astype(str)
-    uniq = pd.unique(names)
-    is_comm = {n: n.lower().startswith("gloo:") or taxonomy.categorize("", n) == taxonomy.COMMUNICATION for n in uniq}
-    return cpu[names.map(is_comm).to_numpy(dtype=bool)]
+    return cpu[categorical.mask(cpu["name"], lambda n: n.lower().startswith("gloo:")
+                            or taxonomy.categorize("", n) == taxonomy.COMMUNICATION)]
 
 
 def _step_of(t: np.ndarray, steps: pd.DataFrame) -> np.ndarray:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import costs, taxonomy
+from tracekit.analysis import categorical, costs, taxonomy
 from tracekit.analysis import model_costs as mc
 from tracekit.analysis.model_costs import ModelCosts
 from tracekit.models.config import ModelSpec
@@ -87,11 +87,10 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     work = seg.work
     source = with_capture(trace, work, capture, seg.steps) if capture is not None else own_ops(trace, work)
     ops, op = source.ops, source.op
-    op_names = ops["name"].astype(str).to_numpy() if len(ops) else np.array([], dtype=object)
-    op_name = np.where(op >= 0, op_names[np.maximum(op, 0)] if len(ops) else None, None)
-    names = work["name"].astype(str).to_numpy()
-    kinds = work["kind"].astype(str).to_numpy()
-    category = _refine_by_module(taxonomy.categorize_many(names, op_name, kinds), trace, work)
+    by_kernel, op_name = taxonomy.categorize_units(work, ops, op)
+    names = categorical.strings(work["name"])
+    kinds = categorical.strings(work["kind"])
+    category = _refine_by_module(by_kernel, trace, work)
 
     sides = mc.step_sides(seg.steps, seg.source in ENGINE_SOURCES) if len(seg.steps) else []
     flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(sides, model, tp, names))
@@ -186,56 +185,76 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
     if not len(ops) or not (op >= 0).any():
         return flops, nbytes, dtype, unit, reason, pricing
 
-    names = ops["name"].astype(str).to_numpy()
-    parents = source.parents
-    codes = ops["name"].cat.codes.to_numpy()
-    modelled = np.array([costs.has_model(str(c)) for c in ops["name"].cat.categories], dtype=bool)[codes]
-    memo: dict[int, int] = {}
-
-    def pricing_op(row: int) -> int:
-        if row in memo:
-            return memo[row]
-        best, r = -1, row
-        while r >= 0:
-            if modelled[r]:
-                best = r
-            r = parents[r]
-        memo[row] = best
-        return best
-
+    names = categorical.category_strings(ops["name"])
+    codes = categorical.codes(ops["name"])
+    modelled = np.array([costs.has_model(c) for c in names], dtype=bool)[codes]
     has_op = np.flatnonzero(op >= 0)
-    pricing[has_op] = [pricing_op(int(r)) for r in op[has_op]]
+    pricing[has_op] = _outermost(modelled, source.parents)[op[has_op]]
     no_model = has_op[pricing[has_op] < 0]
-    reason[no_model] = ["no cost model for " + names[op[i]] for i in no_model]
+    reason[no_model] = np.array(["no cost model for " + c for c in names], dtype=object)[codes[op[no_model]]]
 
     dur = work["dur_ns"].to_numpy().astype(np.float64)
     priced = np.flatnonzero(pricing >= 0)
     if not len(priced):
         return flops, nbytes, dtype, unit, reason, pricing
-    # Group the priced rows by pricing op once (sort + split), then share each op's
-    # cost by duration; equal shares when every kernel of the op took 0 ns.
+    # Group the priced rows by pricing op once (stable sort), price each op once, then share
+    # its cost among its rows by duration; equal shares when every kernel of the op took 0 ns.
     order = priced[np.argsort(pricing[priced], kind="stable")]
-    keys, starts = np.unique(pricing[order], return_index=True)
-    groups = np.split(order, starts[1:])
+    keys, starts, counts = np.unique(pricing[order], return_index=True, return_counts=True)
     dims = ops["input_dims"].to_numpy()
     types = ops["input_types"].to_numpy()
     concrete = ops["concrete_inputs"].to_numpy()
     step_of = work["step"].to_numpy() if "step" in work else np.full(len(work), -1)
-    for p, rows in zip(keys.tolist(), groups):
-        if context is not None and costs.needs_context(names[p]):
-            cost = costs.price_in_context(names[p], dims[p], types[p], concrete[p], context(int(step_of[rows[0]])))
+    first_step = step_of[order[starts]]
+    names_or_nan = np.append(names, np.nan)  # a missing name (code -1) reads NaN, as astype(str) gives it
+    g_flops = np.full(len(keys), np.nan)
+    g_bytes = np.full(len(keys), np.nan)
+    g_dtype = np.full(len(keys), None, dtype=object)
+    g_unit = np.full(len(keys), None, dtype=object)
+    g_reason = np.full(len(keys), None, dtype=object)
+    g_ok = np.zeros(len(keys), dtype=bool)
+    for g, p in enumerate(keys.tolist()):
+        name = names_or_nan[codes[p]]
+        if context is not None and costs.needs_context(name):
+            cost = costs.price_in_context(name, dims[p], types[p], concrete[p], context(int(first_step[g])))
         else:
-            cost = costs.op_cost_json(names[p], dims[p], types[p], concrete[p])
-        if not isinstance(cost, costs.OpCost):
-            reason[rows] = cost.reason
-            continue
-        d = dur[rows]
-        share = d / d.sum() if d.sum() > 0 else np.full(len(rows), 1.0 / len(rows))
-        flops[rows] = cost.flops * share
-        nbytes[rows] = cost.bytes * share
-        dtype[rows] = cost.dtype
-        unit[rows] = cost.unit
+            cost = costs.op_cost_json(name, dims[p], types[p], concrete[p])
+        if isinstance(cost, costs.OpCost):
+            g_ok[g] = True
+            g_flops[g], g_bytes[g], g_dtype[g], g_unit[g] = cost.flops, cost.bytes, cost.dtype, cost.unit
+        else:
+            g_reason[g] = cost.reason
+    group = np.repeat(np.arange(len(keys)), counts)  # each sorted row's group
+    d = dur[order]
+    # Durations are whole nanoseconds: their float sum is exact in any order.
+    total = np.add.reduceat(d, starts)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(total[group] > 0, d / total[group], 1.0 / counts[group])
+    ok = g_ok[group]
+    rows, gs = order[ok], group[ok]
+    flops[rows] = g_flops[gs] * share[ok]
+    nbytes[rows] = g_bytes[gs] * share[ok]
+    dtype[rows] = g_dtype[gs]
+    unit[rows] = g_unit[gs]
+    bad = ~ok
+    reason[order[bad]] = g_reason[group[bad]]
     return flops, nbytes, dtype, unit, reason, pricing
+
+
+def _outermost(modelled: np.ndarray, parents: np.ndarray) -> np.ndarray:
+    """Per op, the outermost op among itself and its ancestors that has a cost model (-1:
+    none): pointer doubling over the parent links, log(depth) vector passes, not a walk per op."""
+    best = np.where(modelled, np.arange(len(modelled)), -1)
+    jump = np.asarray(parents, dtype=np.int64).copy()
+    # best[r]: the outermost modelled op from r up to, not including, jump[r].
+    for _ in range(64):
+        up = np.flatnonzero(jump >= 0)
+        if not len(up):
+            break
+        above = best[jump[up]]
+        best[up] = np.where(above >= 0, above, best[up])
+        jump[up] = jump[jump[up]]
+    return best
 
 
 def _refine_by_module(category: np.ndarray, trace: Trace, work: pd.DataFrame) -> np.ndarray:

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import frameworks
-from tracekit.analysis import evidence
+from tracekit.analysis import categorical, evidence
 from tracekit.analysis.launches import launch_steps
 from tracekit.frameworks import (  # noqa: F401  (the step sources, re-exported for callers)
     DECODE, MIXED, PREFILL, SOURCE_INFERRED, SOURCE_LAUNCHES, SOURCE_MARKERS, SOURCE_NONE, SOURCE_ORDER,
@@ -282,10 +282,14 @@ def _annotated_ranges(trace: Trace, notes: list[str]) -> list[tuple]:
     ours: list[tuple] = []
     framework: list[tuple] = []
     problems: dict[str, int] = {}
-    for name, start, end, tid in zip(cpu["name"].astype(str), cpu["start_ns"], cpu["end_ns"], cpu["tid"]):
-        parsed = frameworks.parse_annotation(name)
-        if parsed is None:
-            continue
+    # Each distinct name is parsed once; only the rows whose name describes a step are walked.
+    names = categorical.category_strings(cpu["name"])
+    parsed_of = [frameworks.parse_annotation(n) for n in names]
+    codes = categorical.codes(cpu["name"])
+    rows = np.flatnonzero(np.array([q is not None for q in parsed_of] + [False], dtype=bool)[codes])
+    for code, start, end, tid in zip(codes[rows].tolist(), cpu["start_ns"].to_numpy()[rows].tolist(),
+                                     cpu["end_ns"].to_numpy()[rows].tolist(), cpu["tid"].to_numpy()[rows].tolist()):
+        name, parsed = names[code], parsed_of[code]
         if parsed.problem:
             problems[parsed.problem] = problems.get(parsed.problem, 0) + 1
         row = (start, end, tid, parsed.phase, parsed.source, parsed.evidence, name,
@@ -403,9 +407,7 @@ def _inferred_passes(trace: Trace, work: pd.DataFrame, notes: list[str]) -> list
         lo, hi = _thread_span(trace, tid)
         bounds = [(lo, hi, tid, "whole trace")]
     out = []
-    for start, end, tid, label in bounds:
-        inside = ops[(ops["tid"] == tid) & (ops["start_ns"] >= start) & (ops["start_ns"] < end)] if len(ops) else ops
-        phase, why, tokens, batch = evidence.shape_evidence(inside)
+    for (start, end, tid, label), (phase, why, tokens, batch) in zip(bounds, evidence.shape_evidence_many(ops, bounds)):
         out.append((start, end, tid, phase, source, why, label, tokens, batch, None, None))
     return out
 

@@ -40,6 +40,9 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 import numpy as np
+import pandas as pd
+
+from tracekit.analysis import categorical
 
 GEMM = "gemm"
 ATTENTION = "attention"
@@ -248,6 +251,37 @@ def categorize_many(
             category = seen[key] = categorize(*key)
         out[i] = category
     return out
+
+
+def categorize_units(work: pd.DataFrame, ops: pd.DataFrame, op: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``categorize_many`` over a work table (categorical ``name`` and ``kind`` columns)
+    whose row ``i`` was launched by row ``op[i]`` of ``ops`` (-1: none), once per distinct
+    (name, op name, kind) triple of category codes rather than once per row. Returns the
+    categories and each unit's op name (None without an op, as ``astype(str)`` reads it
+    otherwise)."""
+    if len(ops):
+        op_codes = categorical.codes(ops["name"]).astype(np.int64)
+        op_code = np.where(op >= 0, op_codes[np.maximum(op, 0)], -1)
+        op_names = np.append(categorical.category_strings(ops["name"]), None)  # code -1: no op (or a nameless one)
+    else:
+        op_code = np.full(len(op), -1, dtype=np.int64)
+        op_names = np.array([None], dtype=object)
+    op_name = op_names[op_code]
+    op_name[(op >= 0) & (op_code < 0)] = np.nan  # a launching op whose name is missing reads NaN
+    name_codes = categorical.codes(work["name"]).astype(np.int64)
+    kind_codes = categorical.codes(work["kind"]).astype(np.int64)
+    names = np.append(categorical.category_strings(work["name"]), np.nan)
+    kinds = np.append(categorical.category_strings(work["kind"]), np.nan)
+    n_op, n_kind = len(op_names), len(kinds)
+    # Code -1 wraps to the final entry of each vocabulary (NaN, or None for the op).
+    key = (name_codes % len(names)) * (n_op * n_kind) + (op_code % n_op) * n_kind + (kind_codes % n_kind)
+    if not len(key):
+        return np.empty(0, dtype=object), op_name
+    uniq, inverse = np.unique(key, return_inverse=True)
+    name_i, rest = np.divmod(uniq, n_op * n_kind)
+    op_i, kind_i = np.divmod(rest, n_kind)
+    per_key = categorize_many(names[name_i], op_names[op_i], kinds[kind_i])
+    return per_key[inverse.reshape(-1)], op_name
 
 
 def unmatched(names: Iterable[str], op_names: Iterable[str | None] | None = None) -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from operator import attrgetter
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -65,6 +65,7 @@ _DIMS, _TYPES, _CONCRETE, _KERNEL, _GRID = (
 )
 
 TABLES = ("kernels", "runtime", "cpu_ops", "annotations", "python")
+_TABLE_CODE = {t: i for i, t in enumerate(TABLES)}
 
 
 class Builder:
@@ -77,15 +78,24 @@ class Builder:
         # Every distinct string is kept once: names (as codes), shapes and kernel names
         # (as shared objects), so a column of a million names costs four bytes a row.
         self._names: dict[str, int] = {}
-        self._texts: dict[bytes, str] = {}
+        # (b"" and "" stand for "not recorded": None in the tables.)
+        self._raws: dict[bytes, str | None] = {b"": None}
+        self._kernels: dict[str, str | None] = {"": None}
         self._grids: dict[bytes, int] = {}
         # Category -> its rank of first appearance in the file: the whole-document
         # reader grouped rows by category in that order before sorting by time, and
         # ties in time keep that order.
         self._cat_rank: dict[object, int] = {}
+        self._cat_table = _Growing(np.int8)  # by rank: the table code, -1 for none
+        self._cat_kind = _Growing(np.int8)  # by rank: the kind code, -1 for none
+        self._ranged = _Growing(np.bool_)  # by name code: a record_function range name
         self._parts: dict[str, dict[str, list]] = {t: {} for t in TABLES}
 
     # -- one chunk ----------------------------------------------------------------------
+    #
+    # Per-event work is what reading costs, so every per-event step below is a C-level
+    # pass (map over an attrgetter or a dict's method into np.fromiter);
+    # Python-level loops run once per distinct category, name, shape or grid.
 
     def add(self, events: list, exact: Callable[[], list] | None = None) -> None:
         """Take one chunk of decoded events; ``exact`` re-decodes the chunk with decimal timestamps.
@@ -95,13 +105,13 @@ class Builder:
         self.n_events += len(events)
         self._note_flow(events)
         complete = [e for e in events if type(e) in _COMPLETE]
-        groups = self._group(complete)
-        if exact is not None and _needs_exact(groups):
+        groups, shared = self._group(complete)
+        if exact is not None and _needs_exact(groups, shared.ts):
             complete = [e for e in exact() if type(e) in _COMPLETE]
-            groups = self._group(complete)
-        for table, (evs, kinds, ranks) in groups.items():
-            if evs:
-                self._columns(table, evs, kinds, ranks)
+            groups, shared = self._group(complete)  # its ts is None: decimals, taken per table
+        for table, (rows, kinds, ranks) in groups.items():
+            if len(rows):
+                self._columns(table, complete, rows, kinds, ranks, shared)
 
     def _note_flow(self, events: list) -> None:
         # Flow categories live only on flow events, never on the complete events the tables
@@ -111,43 +121,61 @@ class Builder:
                 self.launch_flow = e.cat.lower()
                 return
 
-    def _group(self, events: list) -> dict[str, tuple[list, list, list]]:
-        """Complete events grouped by destination table as (events, kind codes, category ranks).
+    def _group(self, events: list) -> tuple[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], _Chunk]:
+        """(rows of each destination table as (row numbers in ``events``, kind codes, category
+        ranks), in file order; the columns every table shares, for all of ``events``).
 
-        Grouping goes through pandas.factorize on the category column rather than a
-        Python branch per event: a trace has ~15 distinct categories and 10^5-10^6 events.
+        Categories and names are looked up in dicts that learn each distinct value once
+        (a trace has ~15 categories and a few thousand names among 10^5-10^6 events).
         """
-        out: dict[str, tuple[list, list, list]] = {t: ([], [], []) for t in TABLES}
-        if not events:
-            return out
-        codes, uniques = pd.factorize(pd.array(list(map(_CAT, events)), dtype=object))
-        for code, cat in enumerate(uniques):
+        n = len(events)
+        ranks = _codes(self._cat_rank, list(map(_CAT, events)), self._new_cats)
+        table = self._cat_table.array()[ranks]
+        kinds = self._cat_kind.array()[ranks]
+        names = _codes(self._names, list(map(_NAME, events)), self._new_names)
+        ts = np.fromiter(map(_TS, events), dtype=np.float64, count=n) if n and type(events[0].ts) is float else None
+        shared = _Chunk(names, ts)
+        op = _TABLE_CODE["cpu_ops"]
+        # PyTorch 1.x recorded record_function ranges (ProfilerStep#N, user
+        # ranges) as ordinary operators; they are annotations in later eras.
+        moved = (table == op) & self._ranged.array()[names]
+        if moved.any():
+            table[moved] = _TABLE_CODE["annotations"]
+            kinds[moved] = _KIND_CODE["cpu"]
+        out = {}
+        for t, name in enumerate(TABLES):
+            rows = np.flatnonzero(table == t)
+            out[name] = (rows, kinds[rows], ranks[rows])
+        return out, shared
+
+    def _new_cats(self, cats: list) -> None:
+        """Learn this chunk's new categories, in order of first appearance (their rank)."""
+        for cat in dict.fromkeys(cats):
+            if cat in self._cat_rank:
+                continue
             if isinstance(cat, str):
                 self.cats.add(cat.lower())
-            rank = self._cat_rank.setdefault(cat, len(self._cat_rank))
-            dest = TABLE_OF.get(cat) or TABLE_OF.get(str(cat).lower())
-            if dest is None:
-                continue
-            table, kind = dest
-            picked = [events[i] for i in np.flatnonzero(codes == code).tolist()]
-            if table == "cpu_ops":
-                # PyTorch 1.x recorded record_function ranges (ProfilerStep#N, user
-                # ranges) as ordinary operators; they are annotations in later eras.
-                is_range = [e.name.startswith(_RANGE_PREFIXES) for e in picked]
-                if any(is_range):
-                    ranges = [e for e, r in zip(picked, is_range) if r]
-                    _extend(out["annotations"], ranges, _KIND_CODE["cpu"], rank)
-                    picked = [e for e, r in zip(picked, is_range) if not r]
-            _extend(out[table], picked, _KIND_CODE.get(kind, -1), rank)
-        return out
+            # None (no category) gets a rank too, but no table: its events go nowhere.
+            dest = None if cat is None else TABLE_OF.get(cat) or TABLE_OF.get(str(cat).lower())
+            self._cat_rank[cat] = len(self._cat_rank)
+            self._cat_table.extend(np.array([-1 if dest is None else _TABLE_CODE[dest[0]]], dtype=np.int8))
+            self._cat_kind.extend(np.array([-1 if dest is None else _KIND_CODE.get(dest[1], -1)], dtype=np.int8))
 
-    def _columns(self, table: str, evs: list, kinds: list, ranks: list) -> None:
-        n = len(evs)
+    def _new_names(self, names: list) -> None:
+        for name in dict.fromkeys(names):
+            if name not in self._names:
+                self._names[name] = len(self._names)
+                self._ranged.extend(np.array([name.startswith(_RANGE_PREFIXES)], dtype=bool))
+
+    def _columns(self, table: str, events: list, rows: np.ndarray, kinds: np.ndarray, ranks: np.ndarray,
+                 shared: "_Chunk") -> None:
+        n = len(rows)
+        evs = list(map(events.__getitem__, rows.tolist()))
         cols: dict[str, object] = {
-            "name": self._name_codes(evs),
-            "start_ns": _ns(list(map(_TS, evs))),
+            "name": shared.names[rows],
+            "start_ns": _ns(list(map(_TS, evs))) if shared.ts is None else _ns_float(shared.ts[rows]),
             "dur_ns": _dur_ns(np.fromiter(map(_DUR, evs), dtype=np.float64, count=n)),
-            "_rank": np.array(ranks, dtype=np.int32),
+            "_rank": ranks,
         }
         args = list(map(_ARGS, evs))
         if table in ("kernels", "runtime", "cpu_ops", "annotations"):
@@ -155,7 +183,7 @@ class Builder:
             ext_lc = _ints(_EXT_LC, args)
             ext = np.where(ext >= 0, ext, ext_lc)
         if table in _KIND_COLUMN:
-            cols[_KIND_COLUMN[table]] = np.array(kinds, dtype=np.int8)
+            cols[_KIND_COLUMN[table]] = kinds
         if table == "kernels":
             # Old traces carry the device only in pid and the stream only in tid ("stream 7").
             device = _ints(_DEVICE, args)
@@ -171,8 +199,7 @@ class Builder:
         if table == "runtime":
             cols["correlation"] = _ints(_CORR, args)
             cols["external_id"] = ext
-            texts = self._texts
-            cols["kernel"] = [texts.setdefault(k, k) if k else None for k in map(_KERNEL, args)]
+            cols["kernel"] = _shared(self._kernels, list(map(_KERNEL, args)), str)
         elif table == "cpu_ops":
             cols["external_id"] = ext
             # Copied out as shared text: a msgspec.Raw would keep the chunk's buffer alive.
@@ -190,41 +217,22 @@ class Builder:
                 column = parts[c] = _Growing(v.dtype) if isinstance(v, np.ndarray) else []
             column.extend(v)
 
-    def _name_codes(self, evs: list) -> np.ndarray:
-        # A chunk holds few distinct names: factorize, then map those few to global codes.
-        local, uniques = pd.factorize(pd.array(list(map(_NAME, evs)), dtype=object))
-        names = self._names
-        to_global = np.array([names.setdefault(u, len(names)) for u in uniques], dtype=np.int32)
-        return to_global[local] if len(to_global) else np.zeros(len(evs), dtype=np.int32)
-
     def _raw_texts(self, raws) -> list:
-        texts = self._texts
-        out = []
-        for r in raws:
-            if not r:
-                out.append(None)
-                continue
-            key = bytes(r)
-            s = texts.get(key)
-            if s is None:
-                s = texts[key] = key.decode()
-            out.append(s)
-        return out
+        return _shared(self._raws, list(map(bytes, raws)), bytes.decode)
 
     def _ctas(self, grids, n: int) -> np.ndarray:
         """Blocks launched (x * y * z of ``grid``) per kernel; -1 where the trace has no grid.
 
         A trace holds few distinct grids among many kernels, so each raw text is parsed once.
         """
+        keys = list(map(bytes, grids))
         seen = self._grids
-        out = []
-        for raw in grids:
-            key = bytes(raw)
-            v = seen.get(key)
-            if v is None:
-                v = seen[key] = _grid_product(key)
-            out.append(v)
-        return np.array(out, dtype=np.int64)
+        try:
+            return np.fromiter(map(seen.__getitem__, keys), dtype=np.int64, count=n)
+        except KeyError:
+            for key in set(keys).difference(seen):
+                seen[key] = _grid_product(key)
+            return np.fromiter(map(seen.__getitem__, keys), dtype=np.int64, count=n)
 
     # -- the tables ---------------------------------------------------------------------
 
@@ -277,15 +285,37 @@ class Builder:
         return pd.DataFrame(out, copy=False)
 
 
-def _extend(group: tuple[list, list, list], evs: list, kind: int, rank: int) -> None:
-    group[0].extend(evs)
-    group[1].extend([kind] * len(evs))
-    group[2].extend([rank] * len(evs))
+class _Chunk(NamedTuple):
+    names: np.ndarray  # name codes
+    ts: np.ndarray | None  # float microseconds; None for decimals (the exact decode)
 
 
-def _needs_exact(groups: dict[str, tuple[list, list, list]]) -> bool:
-    for evs, _, _ in groups.values():
-        arr = np.fromiter(map(_TS, evs), dtype=np.float64, count=len(evs))
+def _codes(seen: dict, keys: list, learn: Callable[[list], None]) -> np.ndarray:
+    """The code ``seen`` holds for each key, after ``learn`` has added the keys it lacks."""
+    try:
+        return np.fromiter(map(seen.__getitem__, keys), dtype=np.int32, count=len(keys))
+    except KeyError:
+        learn(keys)
+        return np.fromiter(map(seen.__getitem__, keys), dtype=np.int32, count=len(keys))
+
+
+def _shared(seen: dict, keys: list, make) -> list:
+    """``keys`` as one shared object per distinct key (``make(key)``, made once; ``seen``
+    keeps them across chunks and holds the absent key's None)."""
+    try:
+        return list(map(seen.__getitem__, keys))
+    except KeyError:
+        # Only chunks that bring new keys pay for finding them.
+        for key in set(keys).difference(seen):
+            seen[key] = make(key)
+        return list(map(seen.__getitem__, keys))
+
+
+def _needs_exact(groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], ts: np.ndarray | None) -> bool:
+    if ts is None:
+        return False
+    for rows, _, _ in groups.values():
+        arr = ts[rows]
         if arr.max(initial=0.0) >= _EXACT_LIMIT_US and np.any(arr != np.floor(arr)):
             return True
     return False
@@ -296,7 +326,10 @@ def _ns(ts: list) -> np.ndarray:
     if ts and not isinstance(ts[0], float):
         # Decimals from the exact decode path.
         return np.array([int((t * 1000).to_integral_value()) for t in ts], dtype=np.int64)
-    arr = np.asarray(ts, dtype=np.float64)
+    return _ns_float(np.asarray(ts, dtype=np.float64))
+
+
+def _ns_float(arr: np.ndarray) -> np.ndarray:
     if not (np.abs(arr) < _MAX_US).all():
         raise ValueError("a timestamp is not a number of microseconds that int64 nanoseconds can hold")
     whole = np.floor(arr)

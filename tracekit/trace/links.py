@@ -117,9 +117,32 @@ def enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid) -> np.ndarray:
 def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Parent index (in the same sorted order) of each interval by nesting; -1 for roots.
 
-    An interval that merely touches the previous one (end == next start, common with
-    microsecond timestamps) is a sibling, not a parent.
+    The intervals come sorted by start, longer first on ties. An interval that merely
+    touches the previous one (end == next start, common with microsecond timestamps)
+    is a sibling, not a parent.
+
+    The answer is the stack walk's (``_parents_walk``). Where no interval ends strictly
+    inside a later one (no partial overlap: the usual case), that walk's stack only
+    ever holds ends that shrink towards its top, so each interval's parent is simply
+    the nearest earlier interval whose end is at least its own, which numpy finds
+    (``_nearest_at_least``). A thread with partial overlaps keeps the walk itself.
     """
+    if len(starts) == 0:
+        return np.empty(0, dtype=np.int64)
+    found = _nearest_at_least(ends)
+    if found is None:
+        return _parents_walk(starts, ends)
+    parent, between = found
+    # No partial overlap <=> every interval between each one and its parent (all of
+    # them end before it does) ends by its start; by induction that covers every
+    # earlier interval too.
+    if (between <= starts).all():
+        return parent
+    return _parents_walk(starts, ends)
+
+
+def _parents_walk(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``_parents`` by the stack walk itself (the reference, and the answer on partial overlaps)."""
     parent = [-1] * len(starts)
     stack: list[int] = []
     ends_list = ends.tolist()
@@ -131,6 +154,39 @@ def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
             parent[i] = stack[-1]
         push(i)
     return np.array(parent, dtype=np.int64)
+
+
+_MAX_ROUNDS = 200
+
+
+def _nearest_at_least(values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(for each i the largest j < i with values[j] >= values[i], else -1; the largest
+    value strictly between the two, else the minimum int64), or None after
+    _MAX_ROUNDS rounds (a pathological order, left to the caller's exact walk).
+
+    Pointer jumping: each pointer starts at the previous interval and, while the one
+    it points at is smaller, moves to where that one points. Everything between that
+    one and where it points is smaller still, so the skipped stretch's largest value
+    is the one jumped from. In nested intervals the previous sibling points at the
+    parent, so most pointers settle in a round or two.
+    """
+    n = len(values)
+    low = np.iinfo(np.int64).min
+    # ptr[-1] (index n) is the "none" sentinel -1, pointing at itself.
+    ptr = np.append(np.arange(-1, n - 1, dtype=np.int64), -1)
+    between = np.full(n, low, dtype=np.int64)
+    active = np.arange(n, dtype=np.int64)
+    for _ in range(_MAX_ROUNDS):
+        target = ptr[active]
+        ok = target >= 0
+        smaller = np.zeros(len(active), dtype=bool)
+        smaller[ok] = values[target[ok]] < values[active[ok]]
+        active, target = active[smaller], target[smaller]
+        if not len(active):
+            return ptr[:n], between
+        between[active] = np.maximum(between[active], values[target])
+        ptr[active] = ptr[target]
+    return None
 
 
 def op_parents(ops: pd.DataFrame) -> np.ndarray:

@@ -83,6 +83,9 @@ class EventChunks:
                 rest = _rest(buf, cut, self._after_cut)
             if chunk is not None:
                 yield chunk
+                # Dropped before the next chunk is decoded: held here, the last chunk's
+                # events would stay alive beside the next one's.
+                del chunk
             buf = rest
         if trailer is None:
             buf += b" "  # so that the last event's closing brace is never the last byte
