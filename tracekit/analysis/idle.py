@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis import categorical
 from tracekit.analysis.segment import Segmentation
 from tracekit.trace.model import Trace
 
@@ -117,7 +118,7 @@ class IdleCauses:
             self._cols = {c: self.gaps[c].to_numpy() for c in ("tid", "start_ns", "end_ns", "next")}
             self._work = {c: work[c].to_numpy() for c in ("launch", "op", "issue_ns") if c in work}
             rt = self.trace.runtime
-            self._rt = (rt["name"].astype(str).to_numpy(), rt["start_ns"].to_numpy()) if len(rt) else None
+            self._rt = (categorical.strings(rt["name"]), rt["start_ns"].to_numpy()) if len(rt) else None
         c, wk = self._cols, self._work
         tid, a, b, nxt = int(c["tid"][gap]), int(c["start_ns"][gap]), int(c["end_ns"][gap]), int(c["next"][gap])
         if tid < 0:
@@ -256,10 +257,10 @@ class _Coverage:
     @classmethod
     def of_thread(cls, trace: Trace, tid: int) -> _Coverage:
         rt, ops, py = (_on(t, tid) for t in (trace.runtime, trace.cpu_ops, trace.python))
-        names = rt["name"].astype(str)
+        names = rt["name"]
         is_sync = _name_mask(names, _SYNC_CALL)
         is_launch = _name_mask(names, _LAUNCH_CALL) & ~is_sync
-        sync_ops = ops["name"].astype(str).isin(SYNC_OPS).to_numpy()
+        sync_ops = categorical.isin(ops["name"], SYNC_OPS)
         s_rt, e_rt = rt["start_ns"].to_numpy(), rt["end_ns"].to_numpy()
         s_op, e_op = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
         sync = (np.concatenate([s_rt[is_sync], s_op[sync_ops]]), np.concatenate([e_rt[is_sync], e_op[sync_ops]]))
@@ -334,20 +335,20 @@ class _Thread:
         self.trace = trace
         rt, ops, py = trace.runtime, trace.cpu_ops, trace.python
         mine = np.flatnonzero(rt["tid"].to_numpy() == tid) if len(rt) else np.zeros(0, np.int64)
-        names = rt["name"].astype(str).iloc[mine] if len(rt) else pd.Series(dtype=str)
+        names = rt["name"].iloc[mine] if len(rt) else pd.Series(dtype=str)
         rows = mine[_name_mask(names, _SYNC_CALL)] if len(mine) else mine
         op_rows = np.flatnonzero(ops["tid"].to_numpy() == tid) if len(ops) else np.zeros(0, np.int64)
-        sync_ops = op_rows[ops["name"].astype(str).iloc[op_rows].isin(SYNC_OPS).to_numpy()] if len(op_rows) else op_rows
+        sync_ops = op_rows[categorical.isin(ops["name"], SYNC_OPS)[op_rows]] if len(op_rows) else op_rows
         # Synchronising calls (runtime rows) and ops (op rows): start, end, kind, row.
         self._sync = [(rt, rows, True), (ops, sync_ops, False)]
         self._sync = [(t["start_ns"].to_numpy()[r], t["end_ns"].to_numpy()[r], is_rt, r)
                       for t, r, is_rt in self._sync if len(r)]
-        self._rt_names = rt["name"].astype(str).to_numpy() if len(rt) else None
+        self._rt_names = categorical.strings(rt["name"]) if len(rt) else None
         self._rt_ops = rt["op"].to_numpy() if len(rt) and "op" in rt else None
-        self._op_names = ops["name"].astype(str).to_numpy() if len(ops) else None
+        self._op_names = categorical.strings(ops["name"]) if len(ops) else None
         self._op_start, self._op_end = (ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()) if len(ops) else (None, None)
         self._ops = _Nest(ops, op_rows)
-        self._py_names = py["name"].astype(str).to_numpy() if len(py) else None
+        self._py_names = categorical.strings(py["name"]) if len(py) else None
         self._py = _Nest(py, np.flatnonzero(py["tid"].to_numpy() == tid) if len(py) else np.zeros(0, np.int64))
         self._frame: dict[int, str | None] = {}
 

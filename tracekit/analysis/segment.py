@@ -259,7 +259,7 @@ def _compute_leaves(ops: pd.DataFrame) -> np.ndarray:
     """Rows of the ops that do the work on a CPU-only trace: non-metadata ops none of
     whose descendants is a non-metadata op."""
     parents = op_parents(ops)
-    real = ~ops["name"].astype(str).isin(_METADATA_OPS).to_numpy()
+    real = ~categorical.isin(ops["name"], _METADATA_OPS)
     has_real_below = np.zeros(len(ops), dtype=bool)
     frontier = parents[real & (parents >= 0)]
     while len(frontier):
@@ -313,7 +313,7 @@ def _frame_ranges(trace: Trace) -> list[tuple]:
     sources = {n: src for n, src in sources.items() if src}
     if not sources:
         return []
-    sel = py[py["name"].astype(str).isin(list(sources))]
+    sel = py[categorical.isin(py["name"], sources)]
     return [
         (int(r.start_ns), int(r.end_ns), int(r.tid), UNKNOWN, sources[str(r.name)], None, str(r.name),
          None, None, None, None)
@@ -460,7 +460,7 @@ def _module_anchors(trace: Trace) -> list[tuple[int, int, str]]:
     py = trace.python
     if not len(py):
         return []
-    mods = py[py["name"].astype(str).str.startswith("nn.Module: ")]
+    mods = py[categorical.mask(py["name"], lambda n: n.startswith("nn.Module: "))]
     if not len(mods):
         return []
     outer = []
@@ -480,7 +480,7 @@ def _profiler_steps(trace: Trace) -> list[tuple]:
     ann = trace.annotations
     if not len(ann):
         return []
-    ps = ann[(ann["side"] == "cpu") & ann["name"].astype(str).map(frameworks.pytorch.is_profiler_step)]
+    ps = ann[(ann["side"] == "cpu").to_numpy() & categorical.mask(ann["name"], frameworks.pytorch.is_profiler_step)]
     return [(int(r.start_ns), int(r.end_ns), int(r.tid), str(r.name)) for r in ps.itertuples()]
 
 

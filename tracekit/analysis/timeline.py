@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis import categorical
 from tracekit.analysis.idle import CAUSES, IdleCauses, _LAUNCH_CALL, _SYNC_CALL, _name_mask
 from tracekit.trace.model import Trace
 
@@ -103,7 +104,7 @@ def _host_ops(trace: Trace, tid: int, start: int, end: int, span: int) -> dict[s
     o = np.lexsort((-(e - s), s))
     rows, s, e = rows[o], s[o], e[o]
     top = rows[e > np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(e)[:-1]])]
-    names = ops["name"].astype(str).to_numpy()[top]
+    names = categorical.strings(ops["name"])[top]
     segs = _segments(ops["start_ns"].to_numpy()[top], ops["end_ns"].to_numpy()[top], names, names, start, span)
     return _lane(f"host thread {tid}: ops", "host_ops", segs)
 
@@ -114,7 +115,7 @@ def _host_calls(trace: Trace, tid: int, start: int, end: int, span: int) -> dict
         return _lane("runtime calls", "host_calls", [])
     rows = np.flatnonzero((rt["tid"].to_numpy() == tid) & (rt["start_ns"].to_numpy() < end)
                           & (rt["end_ns"].to_numpy() > start))
-    names = rt["name"].astype(str).iloc[rows]
+    names = rt["name"].iloc[rows]
     sync = _name_mask(names, _SYNC_CALL)
     launch = _name_mask(names, _LAUNCH_CALL) & ~sync
     kind = np.where(sync, "sync", np.where(launch, "launch", "other")).astype(object)
