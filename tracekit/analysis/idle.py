@@ -293,8 +293,7 @@ def _name_mask(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
     """Regex test once per distinct name."""
     if not len(names):
         return np.zeros(0, dtype=bool)
-    codes, uniques = pd.factorize(names)
-    return np.array([bool(pattern.search(n)) for n in uniques], dtype=bool)[codes]
+    return categorical.mask(pd.Series(names), lambda n: pattern.search(n) is not None)
 
 
 def union_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
