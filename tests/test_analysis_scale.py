@@ -72,3 +72,100 @@ def test_column_helpers_read_as_astype_str():
     assert pd.isna(categorical.strings(s)[2])
     assert categorical.isin(s, {"b"}).tolist() == [True, False, False, True]
     assert categorical.mask(pd.Series(["xa", "y"]), lambda n: n.startswith("x")).tolist() == [True, False]
+
+
+def test_values_eq_and_isin_match_direct_comparison():
+    raw = np.array(["compute", None, "memory", "compute", "unknown", None], dtype=object)
+    v = categorical.Values(raw)
+    for value in ("compute", "memory", "unknown", "absent"):
+        assert v.eq(value).tolist() == [x == value for x in raw.tolist()]
+    assert v.isin(("memory", "unknown", "absent")).tolist() == [x in ("memory", "unknown") for x in raw.tolist()]
+    assert v.n_values == 3
+    assert categorical.unique(pd.Series(pd.Categorical(["b", "a", "b", "c"]))).tolist() == ["b", "a", "c"]
+
+
+def _drop_nested_reference(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The per-row walk that segment._drop_nested replaced: the oracle for it."""
+    from tracekit.analysis.segment import SOURCE_ORDER, _isna
+
+    if not len(ranges):
+        return ranges
+    ranges = ranges.sort_values(["tid", "start", "end"], ascending=[True, True, False]).reset_index(drop=True)
+    keep = []
+    for _, group in ranges.groupby("tid", sort=False):
+        last_end = last_idx = None
+        for idx, row in group.iterrows():
+            if last_end is not None and row["start"] >= ranges.at[last_idx, "start"] and row["end"] <= last_end:
+                if SOURCE_ORDER.index(row["source"]) < SOURCE_ORDER.index(ranges.at[last_idx, "source"]):
+                    for col in ("phase", "source", "evidence", "label"):
+                        ranges.at[last_idx, col] = row[col]
+                for col in ("tokens", "batch"):
+                    if pd.isna(ranges.at[last_idx, col]) and not pd.isna(row[col]):
+                        ranges.at[last_idx, col] = row[col]
+                for col in ("prefill_side", "decode_side"):
+                    mine, theirs = ranges.at[last_idx, col], row[col]
+                    if theirs is not None and not _isna(theirs):
+                        ranges.at[last_idx, col] = theirs if mine is None or _isna(mine) else theirs.merged(mine)
+                continue
+            keep.append(idx)
+            last_end, last_idx = row["end"], idx
+    return ranges.loc[keep].sort_values("start").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_drop_nested_matches_the_walk(seed):
+    """Nested step ranges (SGLang's step[...] inside execute_..., partial overlaps, several
+    threads, stronger and weaker sources) come out as the per-row walk leaves them."""
+    from tracekit.analysis.segment import _RANGE_COLUMNS, SOURCE_ORDER, _drop_nested
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(rng.randint(1, 40)):
+        start = rng.randint(0, 300)
+        rows.append((start, start + rng.randint(0, 80), rng.choice([1, 2, 3]), rng.choice(["prefill", "decode", "unknown"]),
+                     rng.choice(SOURCE_ORDER), rng.choice([None, "why"]), f"r{len(rows)}",
+                     rng.choice([None, float(rng.randint(1, 9))]), rng.choice([None, 4.0]), None, None))
+    ranges = pd.DataFrame(rows, columns=_RANGE_COLUMNS)
+    got, want = _drop_nested(ranges.copy()), _drop_nested_reference(ranges.copy())
+    assert got[["start", "end", "tid", "phase", "source", "label"]].values.tolist() == \
+        want[["start", "end", "tid", "phase", "source", "label"]].values.tolist()
+    for c in ("tokens", "batch"):
+        assert got[c].fillna(-1).tolist() == want[c].fillna(-1).tolist()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_busy_per_step_matches_busy_step_by_step(seed):
+    """Busy time (union of overlapping kernels), first start and last end of every step at
+    once equal _busy per step, also on epoch-nanosecond clocks and on spans too wide for
+    the keyed running maximum (its step-at-a-time fallback)."""
+    from tracekit.analysis.segment import _busy, _busy_per_step
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 9))
+    m = int(rng.integers(0, 80))
+    step = rng.integers(-1, n + 1, m)
+    offset = [0, 1_700_000_000_000_000_000, 0][seed % 3]
+    start = rng.integers(0, 2000, m) + offset
+    if seed % 3 == 2 and m:
+        start[0] = 4_000_000_000_000_000_000  # one kernel far away: the span no longer fits the key
+    end = start + rng.integers(0, 400, m)
+    busy, g0, g1 = _busy_per_step(step, start, end, n)
+    for i in range(n):
+        mine = np.flatnonzero(step == i)
+        assert (int(busy[i]), int(g0[i]), int(g1[i])) == _busy(start[mine], end[mine])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_mode_per_kernel_matches_groupby_idxmax(seed):
+    """The most common bound per kernel name, ties to the value that sorts first, as the
+    groupby it replaced; names absent from the phase are not listed."""
+    from tracekit.analysis.analyze import _mode
+
+    rng = random.Random(seed)
+    n = rng.randint(1, 200)
+    names = pd.Categorical([rng.choice("abcde") for _ in range(n)], categories=list("abcdefg"))
+    w = pd.DataFrame({"name": names, "bound": categorical.text([rng.choice(["memory", "compute", None]) for _ in range(n)])})
+    counts = w.groupby(["name", "bound"], observed=True).size()
+    want = counts.groupby(level=0, observed=True).idxmax().map(lambda key: key[1])
+    got = _mode(w, "bound")
+    assert dict(zip(map(str, got.index), got.tolist())) == dict(zip(map(str, want.index), want.tolist()))

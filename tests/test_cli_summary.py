@@ -84,3 +84,22 @@ def test_unknown_command_is_a_usage_error():
     result = CliRunner().invoke(main, ["no-such-command"])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+
+
+def test_subcommands_are_imported_only_when_run():
+    """`tracekit summary` does not pay for the other commands' imports (Dask, torch, the
+    HTML renderer's helpers): the group lists every command, and imports its module on use."""
+    import ast
+    import subprocess
+
+    code = (
+        "import sys, tracekit.cli as c; "
+        "print(sorted(m for m in sys.modules if m.startswith('tracekit.cli.'))); "
+        "print(c.main.list_commands(None))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == "[]"
+    assert out[1] == str(["collect", "report", "compare", "summary", "batch", "project", "plan", "gpus", "models"])
+    res = CliRunner().invoke(main, ["--help"])
+    assert res.exit_code == 0
+    assert re.findall(r"^  (\w+)  ", res.output, flags=re.M) == ast.literal_eval(out[1])

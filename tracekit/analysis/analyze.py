@@ -174,7 +174,9 @@ def _phase_work(work: pd.DataFrame, phase: str) -> pd.DataFrame:
     decode part of a split mixed step's kernel counts with its share of time, FLOPs and bytes."""
     weight = phase_weights(work["phase"].to_numpy(), work["prefill_share"].to_numpy(), phase)
     keep = weight > 0
-    w = work[keep]
+    # A phase holding every unit (a decode-only run) is the table itself, not a copy of a
+    # serving run's work table (hundreds of MB): the per-phase figures only read it.
+    w = work if keep.all() else work[keep]
     if (weight[keep] == 1.0).all():
         return w
     f = weight[keep]
@@ -328,9 +330,11 @@ def _phase(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
     """Figures of one phase from its (weighted) units of work and its latency aggregates."""
     ms = w["dur_ns"].to_numpy() / 1e6
     kernel_ms = float(ms.sum())
-    by_bound = {b: float(ms[(w["bound"] == b).to_numpy()].sum()) for b in BOUNDS}
+    bound = categorical.Values(w["bound"])
+    by_bound = {b: float(ms[bound.eq(b)].sum()) for b in BOUNDS}
     by_bound["idle"] = float(lat.get("gpu_idle_ms", 0.0))
-    by_limiter = {m: float(ms[(w["limiter"] == m).to_numpy()].sum()) for m in LIMITERS}
+    lim = categorical.Values(w["limiter"])
+    by_limiter = {m: float(ms[lim.eq(m)].sum()) for m in LIMITERS}
     by_limiter["idle"] = by_bound["idle"]
     by_category = w.groupby("category")["dur_ns"].sum().sort_values(ascending=False) / 1e6
     cat_bound = (w.groupby(["category", "bound"])["dur_ns"].sum() / 1e6).unstack(fill_value=0.0)
@@ -342,8 +346,8 @@ def _phase(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
     mbu, mbu_ach, mbu_basis, mbu_reason = _mbu(nbytes, time_ms, spec, unknown_cost, kernel_ms)
     if mbu_basis:
         mbu_basis += "; " + _sources_text(w, "bytes")
-    src = w["cost_source"].to_numpy() if "cost_source" in w else np.full(len(w), "shapes", dtype=object)
-    sources = {s: float(ms[src == s].sum()) for s in COST_SOURCES}
+    src = categorical.Values(w["cost_source"] if "cost_source" in w else np.full(len(w), "shapes", dtype=object))
+    sources = {s: float(ms[src.eq(s)].sum()) for s in COST_SOURCES}
     return {
         "steps": int(lat.get("steps", 0)),
         # Split mixed steps whose part in this phase the figures include.
@@ -589,9 +593,30 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _mode(w: pd.DataFrame, col: str) -> pd.Series:
-    """Per kernel name, the most common value of ``col`` (one groupby, not one per name)."""
-    counts = w.groupby(["name", col], observed=True).size()
-    return counts.groupby(level=0, observed=True).idxmax().map(lambda key: key[1])
+    """Per kernel name, the most common value of ``col``; on a tie the value that sorts first
+    (what a groupby's idxmax gives). Counted on integer codes, not a groupby on strings."""
+    names = w["name"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        counts = w.groupby(["name", col], observed=True).size()
+        return counts.groupby(level=0, observed=True).idxmax().map(lambda key: key[1])
+    ncode = names.cat.codes.to_numpy().astype(np.int64)
+    vcode, values = pd.factorize(w[col].to_numpy(dtype=object), sort=True)
+    ok = (ncode >= 0) & (vcode >= 0)
+    width = max(len(values), 1)
+    n_names = len(names.cat.categories)
+    if n_names * width <= 1 << 24:
+        # A names x values table of counts; argmax takes the first largest, the value that sorts first.
+        table = np.bincount(ncode[ok] * width + vcode[ok], minlength=n_names * width).reshape(n_names, width)
+        kn = np.flatnonzero(table.any(axis=1))
+        kv = table[kn].argmax(axis=1)
+    else:
+        keys, counts = np.unique(ncode[ok] * width + vcode[ok], return_counts=True)
+        k_n, k_v = keys // width, keys % width
+        order = np.lexsort((k_v, -counts, k_n))  # per name: the largest count first, then the value that sorts first
+        best = order[np.r_[True, k_n[order][1:] != k_n[order][:-1]]]
+        kn, kv = k_n[best], k_v[best]
+    index = pd.CategoricalIndex(pd.Categorical.from_codes(kn, dtype=names.dtype), name="name")
+    return pd.Series(np.asarray(values, dtype=object)[kv], index=index)
 
 
 def _overall(work: pd.DataFrame) -> dict[str, Any]:
@@ -633,51 +658,61 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
     pricing op name and input shapes (x category, dtype, unit), so the QKV, MLP and LM-head
     GEMMs of a model stay separate points with their own intensities. Model-priced work: one
     point per model component (x dtype, unit), the grain the model prices at."""
-    known = w[w["flops"].notna() & w["bytes"].notna() & (w["bytes"] > 0) & (w["dur_ns"] > 0)
-              & (w["bound"] != "interconnect")]
+    flops_all, bytes_all, dur_all = (w[c].to_numpy(dtype=float) for c in ("flops", "bytes", "dur_ns"))
+    with np.errstate(invalid="ignore"):
+        usable = ~np.isnan(flops_all) & (bytes_all > 0) & (dur_all > 0) & ~categorical.Values(w["bound"]).eq("interconnect")
     out: dict[str, Any] = {"points": [], "roofs": None, "reason": None}
     if spec is None:
         out["reason"] = "device peaks unknown: no roofline"
         return out
-    if not len(known):
+    if not usable.any():
         out["reason"] = "no kernel in this phase has a known cost"
         return out
-    model_rows = (known["cost_source"] == "model").to_numpy()
-    shaped_rows = (known["pricing_op"] >= 0).to_numpy() & ~model_rows if ops is not None else np.zeros(len(known), bool)
-    keep = shaped_rows | model_rows
-    known = known[keep]
-    shaped_rows, model_rows = shaped_rows[keep], model_rows[keep]
-    p = np.maximum(known["pricing_op"].to_numpy(), 0)
+    pricing_all = w["pricing_op"].to_numpy()
+    model_all = categorical.Values(w["cost_source"]).eq("model")
+    shaped_all = (pricing_all >= 0) & ~model_all if ops is not None else np.zeros(len(w), bool)
+    # The rows placed, and only the columns the points need: a phase of a serving run has
+    # millions of units, and a sub-frame of all forty columns would be copied just to be read.
+    rows_in = np.flatnonzero(usable & (shaped_all | model_all))
+    shaped_rows, model_rows = shaped_all[rows_in], model_all[rows_in]
+    p = np.maximum(pricing_all[rows_in], 0)
     has_ops = ops is not None and len(ops) > 0
-    op_names = ops["name"].astype(str).to_numpy() if has_ops else np.array([""], dtype=object)
-    dims_code = pd.factorize(ops["input_dims"].astype(object).fillna(""))[0] if has_ops else np.zeros(1, np.int64)
-    comp_codes, comp_uniques = pd.factorize(known["component"].astype(object).fillna(""))
-    comp_label = np.array(["model: " + str(c).replace("_", " ") for c in comp_uniques] + [""], dtype=object)
+    comp_codes, comp_uniques = pd.factorize(w["component"].to_numpy(dtype=object)[rows_in], use_na_sentinel=False)
+    comp_label = np.array(["model: " + str(c if c is not None else "").replace("_", " ") for c in comp_uniques],
+                          dtype=object)
+    if has_ops:
+        op_name_of = categorical.category_strings(ops["name"])
+        op_code = categorical.codes(ops["name"])[p]
+        dims_code = pd.factorize(ops["input_dims"].to_numpy(dtype=object)[p], use_na_sentinel=False)[0]
+    else:
+        op_name_of, op_code, dims_code = np.array([""], dtype=object), np.zeros(len(p), np.int64), np.zeros(len(p), np.int64)
     # Group keys: a shape-priced unit by its op's name and input dims, a model-priced one by
     # its component; each with category, dtype and unit. Aggregated with factorised codes
     # (np.bincount), not a pandas groupby per key: this runs for every phase of every report.
-    label = np.where(model_rows, comp_label[comp_codes], op_names[p if has_ops else 0])
-    signature = np.where(model_rows, -1 - comp_codes, dims_code[p if has_ops else 0])
-    keys = [label, signature, known["category"].astype(object).to_numpy(), known["dtype"].astype(object).to_numpy(),
-            known["unit"].astype(object).to_numpy()]
-    gid = np.zeros(len(known), dtype=np.int64)
-    for col in keys:
-        codes, uniques = pd.factorize(pd.Series(col, dtype=object).fillna(""))
+    # Names and shapes are keyed by integer codes (a model component's negative), and each
+    # key is factorised in row order, as the strings themselves would be.
+    label_key = np.where(model_rows, -1 - comp_codes, op_code)
+    signature = np.where(model_rows, -1 - comp_codes, dims_code)
+    text_cols = [w[c].to_numpy(dtype=object)[rows_in] for c in ("category", "dtype", "unit")]
+    gid = np.zeros(len(rows_in), dtype=np.int64)
+    for col in [label_key, signature, *text_cols]:
+        codes, uniques = pd.factorize(col, use_na_sentinel=False)
         gid = gid * (len(uniques) + 1) + codes
     groups, first, inverse = np.unique(gid, return_index=True, return_inverse=True)
-    sums = {c: np.bincount(inverse, weights=known[c].to_numpy(dtype=float), minlength=len(groups))
-            for c in ("flops", "bytes", "dur_ns")}
+    sums = {c: np.bincount(inverse, weights=v[rows_in], minlength=len(groups))
+            for c, v in (("flops", flops_all), ("bytes", bytes_all), ("dur_ns", dur_all))}
     calls = np.bincount(inverse, minlength=len(groups))
     order = np.argsort(-sums["dur_ns"], kind="stable")[:ROOFLINE_POINTS]
-    names = known["name"].astype(str).to_numpy()
-    sources = known["cost_source"].astype(object).to_numpy()
     rows = []
     for g in order:
         i = first[g]
-        rows.append(((keys[0][i], None, keys[2][i], keys[3][i], keys[4][i]),
+        r = int(rows_in[i])
+        label = comp_label[comp_codes[i]] if model_rows[i] else op_name_of[op_code[i]] if has_ops else ""
+        rows.append(((label, None, text_cols[0][i], text_cols[1][i], text_cols[2][i]),
                      {"flops": sums["flops"][g], "bytes": sums["bytes"][g], "dur_ns": sums["dur_ns"][g],
-                      "calls": calls[g], "kernel": names[i], "source": sources[i],
-                      "op": int(known["pricing_op"].iat[i]) if shaped_rows[i] else -1}))
+                      "calls": calls[g], "kernel": str(w["name"].iat[r]),
+                      "source": w["cost_source"].iat[r],
+                      "op": int(pricing_all[r]) if shaped_rows[i] else -1}))
     for (lab, _, cat, dtype, unit), r in rows:
         secs = r["dur_ns"] / 1e9
         peak = spec.peak_flops(dtype, unit)

@@ -37,6 +37,64 @@ def strings(s: pd.Series) -> np.ndarray:
     return cats[s.cat.codes.to_numpy()]
 
 
+def strings_at(s: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """``strings(s)[rows]``, building strings for those rows only."""
+    if not isinstance(s.dtype, pd.CategoricalDtype):
+        return s.astype(str).to_numpy()[rows]
+    return np.append(category_strings(s), np.nan)[s.cat.codes.to_numpy()[rows]]
+
+
+class Lookup:
+    """``strings(s)[row]`` one row at a time, without a string array the length of ``s``
+    (a thread's Python frames can number hundreds of thousands; a report names a few)."""
+
+    def __init__(self, s: pd.Series) -> None:
+        c = _categorical(s)
+        self._names = np.append(category_strings(c), np.nan)
+        self._codes = c.cat.codes.to_numpy()
+
+    def __getitem__(self, row: int):
+        return self._names[self._codes[row]]
+
+
+def unique(s: pd.Series) -> np.ndarray:
+    """``pd.unique(strings(s))``: the names present, in order of first appearance."""
+    present = pd.unique(_categorical(s).cat.codes.to_numpy())
+    return np.append(category_strings(s), np.nan)[present]
+
+
+def text(values, index=None) -> pd.Series:
+    """A per-unit text column (phase, category, bound, reasons) as an object Series.
+
+    pandas 3 would store an object array of strings in its Arrow-backed string dtype:
+    building that, and reading it back as numpy for every vector test, cost more than
+    the rest of the analysis of a serving trace. Missing values stay None.
+    """
+    return pd.Series(values, index=index, dtype=object)
+
+
+class Values:
+    """A text column factorised once: ``eq(value)`` is ``column == value`` as a bool array,
+    tested on integer codes. Summing a phase's time by bound, limiter and cost source
+    would otherwise compare a million Python strings per value asked about."""
+
+    def __init__(self, values) -> None:
+        self.codes, uniques = pd.factorize(np.asarray(values, dtype=object))  # missing: code -1
+        self._code = {u: i for i, u in enumerate(uniques.tolist())}
+
+    @property
+    def n_values(self) -> int:
+        """How many distinct (non-missing) values the column holds."""
+        return len(self._code)
+
+    def eq(self, value) -> np.ndarray:
+        code = self._code.get(value)
+        return self.codes == code if code is not None else np.zeros(len(self.codes), dtype=bool)
+
+    def isin(self, values) -> np.ndarray:
+        return np.isin(self.codes, [self._code[v] for v in values if v in self._code])
+
+
 def mask(s: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
     """``predicate(name)`` per row as a bool array, evaluated once per distinct name;
     False where the name is missing."""

@@ -118,7 +118,7 @@ class IdleCauses:
             self._cols = {c: self.gaps[c].to_numpy() for c in ("tid", "start_ns", "end_ns", "next")}
             self._work = {c: work[c].to_numpy() for c in ("launch", "op", "issue_ns") if c in work}
             rt = self.trace.runtime
-            self._rt = (categorical.strings(rt["name"]), rt["start_ns"].to_numpy()) if len(rt) else None
+            self._rt = (categorical.Lookup(rt["name"]), rt["start_ns"].to_numpy()) if len(rt) else None
         c, wk = self._cols, self._work
         tid, a, b, nxt = int(c["tid"][gap]), int(c["start_ns"][gap]), int(c["end_ns"][gap]), int(c["next"][gap])
         if tid < 0:
@@ -342,12 +342,12 @@ class _Thread:
         self._sync = [(rt, rows, True), (ops, sync_ops, False)]
         self._sync = [(t["start_ns"].to_numpy()[r], t["end_ns"].to_numpy()[r], is_rt, r)
                       for t, r, is_rt in self._sync if len(r)]
-        self._rt_names = categorical.strings(rt["name"]) if len(rt) else None
+        self._rt_names = categorical.Lookup(rt["name"]) if len(rt) else None
         self._rt_ops = rt["op"].to_numpy() if len(rt) and "op" in rt else None
-        self._op_names = categorical.strings(ops["name"]) if len(ops) else None
+        self._op_names = categorical.Lookup(ops["name"]) if len(ops) else None
         self._op_start, self._op_end = (ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()) if len(ops) else (None, None)
         self._ops = _Nest(ops, op_rows)
-        self._py_names = categorical.strings(py["name"]) if len(py) else None
+        self._py_names = categorical.Lookup(py["name"]) if len(py) else None
         self._py = _Nest(py, np.flatnonzero(py["tid"].to_numpy() == tid) if len(py) else np.zeros(0, np.int64))
         self._frame: dict[int, str | None] = {}
 

@@ -179,13 +179,18 @@ def _throughput(out: Latency, steps, phase, split, weight, dur_ms) -> None:
             why[attr] = f"the trace holds no {p} step"
             continue
         tokens = []
+        # Columns read once as arrays: a serving run has thousands of steps, and a pandas
+        # scalar lookup per step cost more than the rest of the analysis of one.
+        sides = steps[f"{p}_side"].tolist()
+        batch = steps["batch"].to_numpy(dtype=float)
+        step_tokens = steps["tokens"].to_numpy(dtype=float)
         for i in mine.tolist():
-            side = steps.at[i, f"{p}_side"]
+            side = sides[i]
             if phase[i] == p:
                 if p == DECODE:
-                    n = steps.at[i, "batch"] if not np.isnan(steps.at[i, "batch"]) else steps.at[i, "tokens"]
+                    n = batch[i] if not np.isnan(batch[i]) else step_tokens[i]
                 else:
-                    n = steps.at[i, "tokens"]
+                    n = step_tokens[i]
                 if np.isnan(n) and side is not None and side.tokens is not None:
                     n = side.tokens
             else:

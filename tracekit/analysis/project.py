@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis import categorical
 from tracekit.analysis.analyze import Parts, assemble, measure
 from tracekit.analysis.idle import _Coverage
 from tracekit.analysis.model import Analysis, _clean
@@ -201,13 +202,14 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
     work["end_ns"] = work["start_ns"].to_numpy() + work["dur_ns"].to_numpy()
     cols = ["category", "flops", "bytes", "dtype", "unit", "cost_reason", "cost_source", "model_check"]
     table = work[cols].copy()
-    _bounds(table, target, None, work["kind"].astype(str).to_numpy(), work["category"].to_numpy(),
-            work["dur_ns"].to_numpy() / 1e9)
-    table["limiter"] = limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
-                               table["model_check"].to_numpy() == "capped")
+    text = {c: table[c].to_numpy(dtype=object) for c in ("cost_reason", "dtype", "unit")}
+    _bounds(table, target, None, categorical.strings(work["kind"]), work["category"].to_numpy(),
+            work["dur_ns"].to_numpy() / 1e9, text["cost_reason"], text["dtype"], text["unit"])
+    table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
+                                                table["model_check"].to_numpy() == "capped"), index=table.index)
     for c in ("peak_flops", "peak_bw", "achievable_flops", "achievable_bw", "bound", "bound_reason", "ridge",
               "roof_fraction", "roof_fraction_achievable", "limiter"):
-        work[c] = table[c].to_numpy()
+        work[c] = table[c]
     with np.errstate(divide="ignore", invalid="ignore"):
         secs = work["dur_ns"].to_numpy() / 1e9
         work["achieved_flops"] = np.where(secs > 0, work["flops"].to_numpy() / secs, np.nan)

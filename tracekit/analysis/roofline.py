@@ -93,8 +93,8 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     category = _refine_by_module(by_kernel, trace, work)
 
     sides = mc.step_sides(seg.steps, seg.source in ENGINE_SOURCES) if len(seg.steps) else []
-    flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(sides, model, tp, names))
-    dtype = _refine_dtype(dtype, unit, names)
+    flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(sides, model, tp, work["name"]))
+    dtype = _refine_dtype(dtype, unit, work["name"])
     shaped = ~np.isnan(flops)
     cost_source = np.where(shaped, np.where(pricing >= len(trace.cpu_ops), CAPTURE, SHAPES), NONE).astype(object)
     if policy == "model":
@@ -117,21 +117,22 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     elif policy == "model":
         reason[:] = "--costs model needs --model (or a collected run's recorded config)"
     dur_s = work["dur_ns"].to_numpy() / 1e9
+    text = categorical.text
     table = pd.DataFrame(
         {
-            "category": category,
-            "op_name": op_name,
+            "category": text(category),
+            "op_name": text(op_name),
             "pricing_op": pricing,
             "flops": flops,
             "bytes": nbytes,
-            "dtype": dtype,
-            "unit": unit,
-            "cost_reason": reason,
-            "cost_source": cost_source,
-            "component": component,
+            "dtype": text(dtype),
+            "unit": text(unit),
+            "cost_reason": text(reason),
+            "cost_source": text(cost_source),
+            "component": text(component),
             # What the above-roof check did to a model-priced unit: "capped" (routed experts'
             # bytes capped at the roof) or "undescribed" (cost left unknown); None otherwise.
-            "model_check": np.full(len(work), None, dtype=object),
+            "model_check": text(np.full(len(work), None, dtype=object)),
         }
     )
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -139,17 +140,17 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
         table["achieved_flops"] = np.where(dur_s > 0, flops / dur_s, np.nan)
         table["achieved_bw"] = np.where(dur_s > 0, nbytes / dur_s, np.nan)
     spec = match.spec
-    _bounds(table, spec, match.reason, kinds, category, dur_s)
+    _bounds(table, spec, match.reason, kinds, category, dur_s, reason, dtype, unit)
     if model_costs is not None and spec is not None:
         _model_above_roof(table, work["step"].to_numpy(), dur_s, spec, match.reason, kinds, category)
-    table["limiter"] = limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
-                               table["model_check"].to_numpy() == "capped")
+    table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
+                                                table["model_check"].to_numpy() == "capped"))
     return Attribution(table, spec, match.reason, source.ops, source.note, model_costs)
 
 
-def _contexts(sides: list, model: ModelSpec | None, tp: int, names: np.ndarray):
+def _contexts(sides: list, model: ModelSpec | None, tp: int, names: pd.Series):
     """Per step, the context engine custom ops need to be priced from their shapes (``OpContext``)."""
-    _, kv_bytes, _ = mc.kv_cache_dtype(pd.unique(names), "model")
+    _, kv_bytes, _ = mc.kv_cache_dtype(categorical.unique(names), "model")
     cache: dict[int, costs.OpContext] = {}
 
     def context(step: int) -> costs.OpContext:
@@ -207,23 +208,31 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
     step_of = work["step"].to_numpy() if "step" in work else np.full(len(work), -1)
     first_step = step_of[order[starts]]
     names_or_nan = np.append(names, np.nan)  # a missing name (code -1) reads NaN, as astype(str) gives it
-    g_flops = np.full(len(keys), np.nan)
-    g_bytes = np.full(len(keys), np.nan)
-    g_dtype = np.full(len(keys), None, dtype=object)
-    g_unit = np.full(len(keys), None, dtype=object)
-    g_reason = np.full(len(keys), None, dtype=object)
-    g_ok = np.zeros(len(keys), dtype=bool)
-    for g, p in enumerate(keys.tolist()):
-        name = names_or_nan[codes[p]]
-        if context is not None and costs.needs_context(name):
-            cost = costs.price_in_context(name, dims[p], types[p], concrete[p], context(int(first_step[g])))
-        else:
-            cost = costs.op_cost_json(name, dims[p], types[p], concrete[p])
-        if isinstance(cost, costs.OpCost):
-            g_ok[g] = True
-            g_flops[g], g_bytes[g], g_dtype[g], g_unit[g] = cost.flops, cost.bytes, cost.dtype, cost.unit
-        else:
-            g_reason[g] = cost.reason
+    # One price per pricing op, but a run repeats its shapes every step: op_cost_json is
+    # cached on the shape text, so the loop is lookups, and the fields are then read once
+    # per distinct cost object rather than once per op.
+    contextual = np.zeros(len(keys), dtype=bool)
+    if context is not None:
+        needs = np.array([costs.needs_context(c) for c in names_or_nan.tolist()], dtype=bool)
+        contextual = needs[codes[keys]]
+    group_names = names_or_nan[codes[keys]].tolist()
+    d_l, t_l, c_l = dims[keys].tolist(), types[keys].tolist(), concrete[keys].tolist()
+    priced_costs = list(map(costs.op_cost_json, group_names, d_l, t_l, c_l))
+    for g in np.flatnonzero(contextual).tolist():
+        priced_costs[g] = costs.price_in_context(group_names[g], d_l[g], t_l[g], c_l[g],
+                                                 context(int(first_step[g])))
+    ids = np.fromiter(map(id, priced_costs), dtype=np.int64, count=len(keys))
+    _, first, distinct = np.unique(ids, return_index=True, return_inverse=True)
+    objs = [priced_costs[i] for i in first.tolist()]
+    is_cost = [isinstance(c, costs.OpCost) for c in objs]
+    u_flops = np.array([c.flops if ok else np.nan for c, ok in zip(objs, is_cost)], dtype=np.float64)
+    u_bytes = np.array([c.bytes if ok else np.nan for c, ok in zip(objs, is_cost)], dtype=np.float64)
+    u_dtype = _objects([c.dtype if ok else None for c, ok in zip(objs, is_cost)])
+    u_unit = _objects([c.unit if ok else None for c, ok in zip(objs, is_cost)])
+    u_reason = _objects([None if ok else c.reason for c, ok in zip(objs, is_cost)])
+    g_ok = np.array(is_cost, dtype=bool)[distinct]
+    g_flops, g_bytes = u_flops[distinct], u_bytes[distinct]
+    g_dtype, g_unit, g_reason = u_dtype[distinct], u_unit[distinct], u_reason[distinct]
     group = np.repeat(np.arange(len(keys)), counts)  # each sorted row's group
     d = dur[order]
     # Durations are whole nanoseconds: their float sum is exact in any order.
@@ -239,6 +248,13 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
     bad = ~ok
     reason[order[bad]] = g_reason[group[bad]]
     return flops, nbytes, dtype, unit, reason, pricing
+
+
+def _objects(values: list) -> np.ndarray:
+    """``values`` as a 1-d object array (np.array would nest tuples or infer a string dtype)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def _outermost(modelled: np.ndarray, parents: np.ndarray) -> np.ndarray:
@@ -262,7 +278,7 @@ def _refine_by_module(category: np.ndarray, trace: Trace, work: pd.DataFrame) ->
     py = trace.python
     if not len(py) or "issue_ns" not in work:
         return category
-    mods = py[py["name"].astype(str).str.startswith("nn.Module: ")]
+    mods = py[categorical.mask(py["name"], lambda n: n.startswith("nn.Module: "))]
     candidates = np.flatnonzero(np.isin(category, list(taxonomy.REFINABLE)) & (work["issue_ns"].to_numpy() >= 0))
     if not len(mods) or not len(candidates):
         return category
@@ -272,12 +288,16 @@ def _refine_by_module(category: np.ndarray, trace: Trace, work: pd.DataFrame) ->
         issue, issue, work["issue_tid"].to_numpy()[candidates],
     )
     out = category.copy()
-    names = mods["name"].astype(str).to_numpy()
-    for row, m in zip(candidates, inner):
+    # The job each module class names, worked out once per distinct module name.
+    names = categorical.Lookup(mods["name"])
+    jobs: dict[str, str | None] = {}
+    for row, m in zip(candidates.tolist(), inner.tolist()):
         if m >= 0:
-            job = taxonomy.module_category(names[m])
-            if job is not None:
-                out[row] = job
+            name = names[m]
+            if name not in jobs:
+                jobs[name] = taxonomy.module_category(name)
+            if jobs[name] is not None:
+                out[row] = jobs[name]
     return out
 
 
@@ -290,20 +310,24 @@ _TF32_KERNEL = re.compile(r"tf32|s1688|s16816|tensorop_s|xmma_gemm_tf32", re.IGN
 _INTEGER_DTYPES = ("int64", "int32", "int16", "uint8", "bool")
 
 
-def _refine_dtype(dtype: np.ndarray, unit: np.ndarray, names: np.ndarray) -> np.ndarray:
+def _refine_dtype(dtype: np.ndarray, unit: np.ndarray, names: pd.Series) -> np.ndarray:
     """The dtype whose peak a matrix kernel runs at: what its name states (an MXFP8 x MXFP4
-    MoE GEMM under a bf16 op runs at the FP8 rate), else the op's."""
+    MoE GEMM under a bf16 op runs at the FP8 rate), else the op's. Names are read once per
+    distinct kernel name (``names``: the work's name column)."""
     out = dtype.copy()
-    matrix = np.flatnonzero(unit == costs.MATRIX)
+    units, dtypes = categorical.Values(unit), categorical.Values(dtype)
+    is_matrix = units.eq(costs.MATRIX)
+    matrix = np.flatnonzero(is_matrix)
+    distinct, code = categorical.category_strings(names), categorical.codes(names)
     if len(matrix):
-        said = np.array([mc.name_dtype(n) for n in names[matrix]], dtype=object)
+        said = _objects([mc.name_dtype(n) for n in distinct] + [None])[code[matrix]]
         hit = said != None  # noqa: E711
         out[matrix[hit]] = said[hit]
-    fp32_matrix = np.flatnonzero((dtype == "fp32") & (unit == costs.MATRIX))
+    fp32_matrix = np.flatnonzero(dtypes.eq("fp32") & is_matrix)
     if len(fp32_matrix):
-        tf32 = np.array([bool(_TF32_KERNEL.search(n)) for n in names[fp32_matrix]], dtype=bool)
+        tf32 = np.array([bool(_TF32_KERNEL.search(n)) for n in distinct] + [False], dtype=bool)[code[fp32_matrix]]
         out[fp32_matrix[tf32]] = "tf32"
-    out[np.isin(dtype, _INTEGER_DTYPES) & (unit == costs.VECTOR)] = "fp32"
+    out[dtypes.isin(_INTEGER_DTYPES) & units.eq(costs.VECTOR)] = "fp32"
     return out
 
 
@@ -382,7 +406,7 @@ def _model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, 
     table.loc[changed, "bound_reason"] = reason[changed]
     check = table["model_check"].to_numpy().copy()
     check[capped], check[dropped] = "capped", "undescribed"
-    table["model_check"] = check
+    table["model_check"] = categorical.text(check, index=table.index)
 
 
 def limiter(bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | None = None) -> np.ndarray:
@@ -398,14 +422,18 @@ def limiter(bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | 
     return out
 
 
-def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, kinds, category, dur_s) -> None:
+def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, kinds, category, dur_s,
+            cost_reason: np.ndarray, dtype: np.ndarray, unit: np.ndarray) -> None:
+    """The roofline columns of ``table``; ``cost_reason``, ``dtype`` and ``unit`` are its
+    columns of those names as the arrays they were made from (read back from the table they
+    would come out converted to pandas' string dtype and back)."""
     n = len(table)
     peak_f = np.full(n, np.nan)
     peak_bw = np.full(n, np.nan)
     ach_f = np.full(n, np.nan)
     ach_bw = np.full(n, np.nan)
     bound = np.full(n, UNKNOWN, dtype=object)
-    why = table["cost_reason"].to_numpy().copy()
+    why = cost_reason.copy()
     known = ~np.isnan(table["flops"].to_numpy())
     if spec is None:
         why[known] = "device peaks unknown: " + (spec_reason or "no spec for this device")
@@ -414,9 +442,12 @@ def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, 
         abw = spec.achievable_bandwidth
         peak_bw[:] = bw if bw else np.nan
         ach_bw[:] = abw if abw else np.nan
-        pairs = table.loc[known, ["dtype", "unit"]].drop_duplicates()
-        for d, u in pairs.itertuples(index=False):
-            sel = known & (table["dtype"].to_numpy() == d) & (table["unit"].to_numpy() == u)
+        dtypes, units = categorical.Values(dtype), categorical.Values(unit)
+        pair = np.where(known, (dtypes.codes + 1).astype(np.int64) * (units.n_values + 1) + units.codes + 1, -1)
+        for p in pd.unique(pair[known]).tolist():
+            sel = pair == p
+            i = int(np.argmax(sel))
+            d, u = dtype[i], unit[i]
             pf = spec.peak_flops(d, u)
             if pf is None:
                 why[sel] = spec.no_peak_reason(d, u) or f"no {u} peak for {d} on {spec.name}"
@@ -450,7 +481,7 @@ def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, 
         peak_bw[comm] = link
         unpriced = comm & ~priced
         bound[unpriced] = UNKNOWN
-        why[unpriced] = (table["cost_reason"].to_numpy()[unpriced] if unpriced.any() else why[unpriced])
+        why[unpriced] = cost_reason[unpriced]
     else:
         bound[comm] = UNKNOWN
         why[comm] = ("communication: bound by the interconnect, and "
@@ -461,5 +492,5 @@ def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, 
     table["peak_bw"] = peak_bw
     table["achievable_flops"] = ach_f
     table["achievable_bw"] = ach_bw
-    table["bound"] = bound
-    table["bound_reason"] = why
+    table["bound"] = categorical.text(bound, index=table.index)
+    table["bound_reason"] = categorical.text(why, index=table.index)

@@ -104,7 +104,7 @@ def segment(trace: Trace) -> Segmentation:
     candidates = _annotated_ranges(trace, notes)
     if not candidates and _is_training(trace):
         work["step"] = -1
-        work["phase"] = UNKNOWN
+        work["phase"] = categorical.text(np.full(len(work), UNKNOWN, dtype=object), index=work.index)
         notes.append("backward ops or optimizer steps found: this is a training run, not inference")
         return Segmentation(RUN_TRAINING, device_type, work, _empty_steps(), SOURCE_NONE, notes)
     if not candidates:
@@ -129,7 +129,8 @@ def segment(trace: Trace) -> Segmentation:
     steps = _steps_table(ranges, work)
     _resolve_phases(steps, work)
     phase_of_step = steps["phase"].to_numpy() if len(steps) else np.array([UNKNOWN], dtype=object)
-    work["phase"] = np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)], UNKNOWN)
+    work["phase"] = categorical.text(np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)],
+                                              UNKNOWN), index=work.index)
     source = min(steps["source"], key=SOURCE_ORDER.index) if len(steps) else SOURCE_NONE
     run_kind = RUN_INFERENCE if len(steps) else RUN_EMPTY
     outside = int((work["step"] < 0).sum())
@@ -326,29 +327,42 @@ def _drop_nested(ranges: pd.DataFrame) -> pd.DataFrame:
     if not len(ranges):
         return ranges
     ranges = ranges.sort_values(["tid", "start", "end"], ascending=[True, True, False]).reset_index(drop=True)
-    keep = []
-    for _, group in ranges.groupby("tid", sort=False):
-        last_end = None
-        last_idx = None
-        for idx, row in group.iterrows():
-            if last_end is not None and row["start"] >= ranges.at[last_idx, "start"] and row["end"] <= last_end:
-                # Nested (SGLang wraps its step[...] range in an execute_... one): keep
-                # the outer extent, the stronger source's verdict, and every count stated.
-                if SOURCE_ORDER.index(row["source"]) < SOURCE_ORDER.index(ranges.at[last_idx, "source"]):
-                    for col in ("phase", "source", "evidence", "label"):
-                        ranges.at[last_idx, col] = row[col]
-                for col in ("tokens", "batch"):
-                    if pd.isna(ranges.at[last_idx, col]) and not pd.isna(row[col]):
-                        ranges.at[last_idx, col] = row[col]
-                for col in ("prefill_side", "decode_side"):
-                    mine, theirs = ranges.at[last_idx, col], row[col]
-                    if theirs is not None and not _isna(theirs):
-                        ranges.at[last_idx, col] = theirs.merged(mine) if mine is not None and not _isna(mine) \
-                            else theirs
-                continue
-            keep.append(idx)
-            last_end, last_idx = row["end"], idx
-    return ranges.loc[keep].sort_values("start").reset_index(drop=True)
+    n = len(ranges)
+    tid = ranges["tid"].to_numpy()
+    end = ranges["end"].to_numpy()
+    # Sorted by start on each thread, a range is nested exactly when it ends by the end of
+    # the last range kept before it; kept ranges' ends only grow, so that end is the running
+    # maximum of the thread's earlier ends. The thousands of steps of a serving run are
+    # settled in a few vector passes, and only the nested ones are visited.
+    first = np.r_[True, tid[1:] != tid[:-1]]
+    earlier = np.r_[end[:1], ranges.groupby("tid", sort=False)["end"].cummax().to_numpy()[:-1]]
+    nested = ~first & (end <= earlier)
+    if not nested.any():
+        return ranges.sort_values("start").reset_index(drop=True)
+    outer_of = np.maximum.accumulate(np.where(nested, -1, np.arange(n)))
+    merged = ("phase", "source", "evidence", "label", "tokens", "batch", "prefill_side", "decode_side")
+    col = {c: ranges[c].tolist() for c in merged}
+    touched = set()
+    for i in np.flatnonzero(nested).tolist():
+        o = int(outer_of[i])
+        # Nested (SGLang wraps its step[...] range in an execute_... one): keep the outer
+        # extent, the stronger source's verdict, and every count stated.
+        if SOURCE_ORDER.index(col["source"][i]) < SOURCE_ORDER.index(col["source"][o]):
+            for c in ("phase", "source", "evidence", "label"):
+                col[c][o] = col[c][i]
+                touched.add(c)
+        for c in ("tokens", "batch"):
+            if pd.isna(col[c][o]) and not pd.isna(col[c][i]):
+                col[c][o] = col[c][i]
+                touched.add(c)
+        for c in ("prefill_side", "decode_side"):
+            mine, theirs = col[c][o], col[c][i]
+            if theirs is not None and not _isna(theirs):
+                col[c][o] = theirs.merged(mine) if mine is not None and not _isna(mine) else theirs
+                touched.add(c)
+    for c in touched:
+        ranges[c] = pd.Series(col[c], dtype=ranges[c].dtype)
+    return ranges[~nested].sort_values("start").reset_index(drop=True)
 
 
 def _isna(value) -> bool:
@@ -528,15 +542,17 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     starts = work["start_ns"].to_numpy()
     ends = work["end_ns"].to_numpy()
     graph = work["graph"].to_numpy()
+    busy_of, g0_of, g1_of = _busy_per_step(step_of, starts, ends, len(ranges))
+    replayed = np.bincount(step_of[(step_of >= 0) & graph], minlength=len(ranges))[: len(ranges)] > 0
     # When the GPU runs behind the CPU (asynchronous scheduling), a step's GPU work waits
     # for the previous step's: its time starts when that work ended, so that step
     # durations add up to the run's span instead of counting the queue twice.
     previous_end: dict[int, int] = {}
     for i, r in enumerate(ranges.itertuples()):
-        mine = order[bounds[i] : bounds[i + 1]]
-        busy, g0, g1 = _busy(starts[mine], ends[mine])
+        n_mine = int(bounds[i + 1] - bounds[i])
+        busy, g0, g1 = int(busy_of[i]), int(g0_of[i]), int(g1_of[i])
         cpu0, cpu1 = int(r.start), int(r.end)
-        end = max(cpu1, g1) if len(mine) else cpu1
+        end = max(cpu1, g1) if n_mine else cpu1
         begin = max(cpu0, previous_end.get(int(r.tid), cpu0))
         previous_end[int(r.tid)] = max(end, previous_end.get(int(r.tid), end))
         duration = max(end - begin, 0)
@@ -553,12 +569,12 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
                 "gpu_start_ns": g0,
                 "gpu_end_ns": g1,
                 "gpu_busy_ns": busy,
-                "gpu_idle_ns": (g1 - g0 - busy) if len(mine) else 0,
+                "gpu_idle_ns": (g1 - g0 - busy) if n_mine else 0,
                 "duration_ns": duration,
-                "kernels": len(mine),
+                "kernels": n_mine,
                 "tokens": np.nan if r.tokens is None or pd.isna(r.tokens) else float(r.tokens),
                 "batch": np.nan if r.batch is None or pd.isna(r.batch) else float(r.batch),
-                "graph_replay": bool(graph[mine].any()) if len(mine) else False,
+                "graph_replay": bool(replayed[i]),
                 "prefill_side": _side(r.prefill_side),
                 "decode_side": _side(r.decode_side),
             }
@@ -568,6 +584,37 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
 
 def _side(value):
     return None if value is None or _isna(value) else value
+
+
+def _busy_per_step(step_of: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int):
+    """``_busy`` of every step's work at once: (busy ns, first start, last end) per step
+    0..n-1, 0, -1 and -1 for a step without work. One sort and a few vector passes: a
+    serving run has tens of thousands of steps, too many for numpy calls per step."""
+    busy, g0, g1 = np.zeros(n, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    sel = np.flatnonzero((step_of >= 0) & (step_of < n))
+    if not len(sel):
+        return busy, g0, g1
+    o = sel[np.lexsort((starts[sel], step_of[sel]))]  # by step, then start; ties keep work order
+    st, s, e = step_of[o].astype(np.int64), starts[o], ends[o]
+    lo = int(min(s.min(), e.min()))
+    span = int(max(s.max(), e.max())) - lo + 1
+    if span * (n + 1) >= 1 << 62:
+        # Too wide to key every step's ends apart in one int64 cummax: one step at a time.
+        for i in np.unique(st).tolist():
+            busy[i], g0[i], g1[i] = _busy(s[st == i], e[st == i])
+        return busy, g0, g1
+    # Ends keyed by step: a running maximum then never carries one step's end into the next.
+    run_end = np.maximum.accumulate(st * span + (e - lo)) - st * span + lo
+    first = np.r_[True, st[1:] != st[:-1]]
+    overlap = np.zeros(len(s), np.int64)
+    overlap[1:] = np.clip(np.minimum(e[1:], run_end[:-1]) - s[1:], 0, None)
+    overlap[first] = 0
+    heads = np.flatnonzero(first)
+    tails = np.r_[heads[1:], len(s)] - 1
+    steps = st[heads]
+    busy[steps] = np.add.reduceat(e - s, heads) - np.add.reduceat(overlap, heads)
+    g0[steps], g1[steps] = s[heads], run_end[tails]
+    return busy, g0, g1
 
 
 def _busy(starts: np.ndarray, ends: np.ndarray) -> tuple[int, int, int]:

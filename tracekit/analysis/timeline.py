@@ -104,7 +104,7 @@ def _host_ops(trace: Trace, tid: int, start: int, end: int, span: int) -> dict[s
     o = np.lexsort((-(e - s), s))
     rows, s, e = rows[o], s[o], e[o]
     top = rows[e > np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(e)[:-1]])]
-    names = categorical.strings(ops["name"])[top]
+    names = categorical.strings_at(ops["name"], top)
     segs = _segments(ops["start_ns"].to_numpy()[top], ops["end_ns"].to_numpy()[top], names, names, start, span)
     return _lane(f"host thread {tid}: ops", "host_ops", segs)
 

@@ -26,7 +26,7 @@ from tracekit.trace import inflate
 from tracekit.trace.limits import max_decompressed_bytes
 
 
-_ABSENT = msgspec.Raw(b"")
+ABSENT = msgspec.Raw(b"")
 
 
 # gc=False: these structs hold no cycles, and tracking 200k of them for the
@@ -46,13 +46,13 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     # (msgspec.Raw cannot sit in a Union; an empty Raw means "absent".)
     # ROCm launch calls name the kernel they queue; graph-capture alignment uses it.
     kernel: str = ""
-    input_dims: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input Dims")
-    input_types: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input type")
-    concrete: msgspec.Raw = msgspec.field(default=_ABSENT, name="Concrete Inputs")
+    input_dims: msgspec.Raw = msgspec.field(default=ABSENT, name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=ABSENT, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=ABSENT, name="Concrete Inputs")
     # Kernel launch grid ([x, y, z] CTAs): the one shape-like fact a trace without
     # recorded shapes still has (GEMM grids grow with the tokens of a step). Raw, so a
     # malformed grid costs that kernel its grid, not the whole read.
-    grid: msgspec.Raw = _ABSENT
+    grid: msgspec.Raw = ABSENT
 
 
 _NO_ARGS = Args()
@@ -89,12 +89,12 @@ class FlowStart(msgspec.Struct, gc=False, frozen=True, tag_field="ph", tag="s"):
 # fields is cheaper than materialising them only to drop them.
 # (S, T, p and F are the deprecated async phases, still written by old tools.)
 _OTHER_PHASES = "BEiIbneCftPNODMVvRc()STpF"
-_SKIPPED = tuple(
+SKIPPED = tuple(
     msgspec.defstruct(f"Skipped_{i}", [], tag_field="ph", tag=ph, gc=False, frozen=True)
     for i, ph in enumerate(_OTHER_PHASES)
 )
-AnyEvent = Union[(Event, FlowStart, *_SKIPPED)]  # type: ignore[valid-type]
-AnyExactEvent = Union[(ExactEvent, FlowStart, *_SKIPPED)]  # type: ignore[valid-type]
+AnyEvent = Union[(Event, FlowStart, *SKIPPED)]  # type: ignore[valid-type]
+AnyExactEvent = Union[(ExactEvent, FlowStart, *SKIPPED)]  # type: ignore[valid-type]
 
 
 class Document(msgspec.Struct):

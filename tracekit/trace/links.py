@@ -175,7 +175,16 @@ def _nearest_at_least(values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | Non
     # ptr[-1] (index n) is the "none" sentinel -1, pointing at itself.
     ptr = np.append(np.arange(-1, n - 1, dtype=np.int64), -1)
     between = np.full(n, low, dtype=np.int64)
-    active = np.arange(n, dtype=np.int64)
+    # A value above everything before it has no such j: settled at once. Without this, a
+    # thread's run of top-level ops (each ending after the last) would chase its pointers
+    # back to the start in log2(n) rounds over every op.
+    before = np.empty(n, dtype=np.int64)
+    before[:1] = low
+    np.maximum.accumulate(values[:-1], out=before[1:])
+    root = values > before
+    ptr[:n][root] = -1
+    between[root] = before[root]
+    active = np.flatnonzero(~root).astype(np.int64)
     for _ in range(_MAX_ROUNDS):
         target = ptr[active]
         ok = target >= 0
