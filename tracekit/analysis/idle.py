@@ -404,8 +404,13 @@ class _Nest:
     def __init__(self, table: pd.DataFrame, rows: np.ndarray):
         if len(rows):
             s, e = table["start_ns"].to_numpy()[rows], table["end_ns"].to_numpy()[rows]
-            o = np.lexsort((-(e - s), s))  # outer before inner at equal starts
-            self.rows, self.start, self.end = rows[o], s[o], e[o]
+            # Outer before inner at equal starts. The reader's tables come sorted by start,
+            # usually outer first already: checked in two vector passes, sorted only if not.
+            ordered = (np.diff(s) > 0) | ((np.diff(s) == 0) & (np.diff(e - s) <= 0))
+            if not ordered.all():
+                o = np.lexsort((-(e - s), s))
+                rows, s, e = rows[o], s[o], e[o]
+            self.rows, self.start, self.end = rows, s, e
         else:
             self.rows = self.start = self.end = np.zeros(0, np.int64)
 

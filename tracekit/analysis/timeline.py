@@ -151,9 +151,14 @@ def _streams(mine: pd.DataFrame, start: int, span: int, short_name) -> list[dict
     groups = [(f"GPU stream {s}", stream == s) for s in keep]
     if len(busy) > MAX_STREAMS:
         groups.append((f"GPU, {len(busy) - MAX_STREAMS} other streams", ~np.isin(stream, keep)))
-    codes, uniques = pd.factorize(mine["name"].astype(str))
-    short = np.array([short_name(n) for n in uniques], dtype=object)  # once per distinct name
-    cats = mine["category"].astype(str).to_numpy()
+    codes = categorical.codes(mine["name"])
+    names = categorical.category_strings(mine["name"])
+    # Once per distinct name of the step (a missing name, code -1, reads "nan" as astype(str) has it).
+    short = np.empty(len(names) + 1, dtype=object)
+    present = np.unique(codes[codes >= 0])
+    short[present] = [short_name(n) for n in names[present]]
+    short[-1] = short_name("nan")
+    cats = mine["category"].to_numpy(dtype=object)
     for title, sel in groups:
         rows = np.flatnonzero(sel)
         labels = short[codes[rows]]
