@@ -162,7 +162,7 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
         if with_timelines else [],
     )
     # Ranks are measured, never projected: a projection onto another GPU has none.
-    ranks = rank_view(trace, seg) if device_name is None else None
+    ranks = rank_view(trace, seg, work["category"].to_numpy(dtype=object)) if device_name is None else None
     if ranks:
         analysis.ranks, analysis.rank_summary = ranks["ranks"], ranks["summary"]
     analysis.findings = find.findings(analysis)
@@ -543,11 +543,10 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
         return []
     total = w["dur_ns"].sum()
     known = w["roof_fraction"].notna()
-    w = w.assign(
-        _roof_x_dur=np.where(known, w["roof_fraction"] * w["dur_ns"], 0.0),
-        _known_dur=np.where(known, w["dur_ns"], 0),
-    )
     g = w.groupby("name", observed=True)
+    # The two derived columns grouped the same way, without copying the whole table to add them.
+    roof_x_dur = pd.Series(np.where(known, w["roof_fraction"] * w["dur_ns"], 0.0), index=w.index)
+    known_dur = pd.Series(np.where(known, w["dur_ns"], 0), index=w.index)
     table = pd.DataFrame(
         {
             "calls": g.size(),
@@ -558,8 +557,8 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
             "bound": _mode(w, "bound"),
             "limiter": _mode(w, "limiter"),
             "cost_source": _mode(w, "cost_source") if "cost_source" in w else "shapes",
-            "roof_x_dur": g["_roof_x_dur"].sum(),
-            "known_dur": g["_known_dur"].sum(),
+            "roof_x_dur": roof_x_dur.groupby(w["name"], observed=True).sum(),
+            "known_dur": known_dur.groupby(w["name"], observed=True).sum(),
         }
     ).sort_values("total_ns", ascending=False).head(TOP_KERNELS)
     rows = []
@@ -798,12 +797,15 @@ def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[
         reasons["prefill_mfu"] = "the trace holds no prefill step"
     if DECODE not in phases:
         reasons["decode_mbu"] = "the trace holds no decode step"
-    unknown = work["bound"].to_numpy() == "unknown"
-    unknown_dur = work["dur_ns"][unknown]
-    why_unknown = (
-        unknown_dur.groupby(work["bound_reason"][unknown].fillna("unknown")).sum().sort_values(ascending=False).head(8)
-        / 1e6
-    )
+    unknown = categorical.Values(work["bound"]).eq("unknown")
+    why = work["bound_reason"].to_numpy(dtype=object)[unknown]
+    why[pd.isna(why)] = "unknown"
+    # Kernel time by reason, as a groupby on the reasons gives it (keys sorted, int64 sums),
+    # summed on the reasons' codes.
+    why_code, why_text = pd.factorize(why, sort=True)
+    totals = np.zeros(len(why_text), dtype=np.int64)
+    np.add.at(totals, why_code, work["dur_ns"].to_numpy()[unknown].astype(np.int64))
+    why_unknown = pd.Series(totals, index=pd.Index(why_text, dtype=object)).sort_values(ascending=False).head(8) / 1e6
     return {
         "run_kind": seg.run_kind,
         "device_type": seg.device_type,

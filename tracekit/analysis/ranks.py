@@ -72,17 +72,18 @@ class _Rank:
     collective_source: str | None
 
 
-def rank_view(trace: Trace, seg: Segmentation) -> dict[str, Any] | None:
+def rank_view(trace: Trace, seg: Segmentation, category: np.ndarray | None = None) -> dict[str, Any] | None:
     """``{"ranks": [...], "summary": {...}}`` for a multi-rank trace or one rank of a larger
     world; None for a single-process trace. ``seg`` is the trace's own segmentation, reused
-    when the trace holds one rank."""
+    when the trace holds one rank, and ``category`` its work's categories (per row of
+    ``seg.work``) when the attribution has them already."""
     present = _ranks_in(trace)
     world = _world_size(trace)
     if len(present) < 2 and not (world and world > 1):
         return None
     if len(present) < 2:
         rank = present[0] if present else int((trace.distributed or {}).get("rank", 0))
-        ranks = [_measure(trace, seg, rank)]
+        ranks = [_measure(trace, seg, rank, category)]
     else:
         ranks = []
         for r in present:
@@ -128,10 +129,12 @@ def _rank_trace(trace: Trace, rank: int) -> Trace:
     return dataclasses.replace(trace, **tables, distributed={**(trace.distributed or {}), "rank": rank})
 
 
-def _measure(trace: Trace, seg: Segmentation, rank: int) -> _Rank:
+def _measure(trace: Trace, seg: Segmentation, rank: int, category: np.ndarray | None = None) -> _Rank:
     work = seg.work
     kinds = categorical.strings(work["kind"])
-    comm = taxonomy.categorize_units(work, trace.cpu_ops, work["op"].to_numpy())[0] == taxonomy.COMMUNICATION
+    if category is None:
+        category = taxonomy.categorize_units(work, trace.cpu_ops, work["op"].to_numpy())[0]
+    comm = category == taxonomy.COMMUNICATION
     start = work["start_ns"].to_numpy(dtype=np.int64)
     end = work["end_ns"].to_numpy(dtype=np.int64)
     step = work["step"].to_numpy(dtype=np.int64)

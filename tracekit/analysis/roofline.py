@@ -218,9 +218,13 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
     group_names = names_or_nan[codes[keys]].tolist()
     d_l, t_l, c_l = dims[keys].tolist(), types[keys].tolist(), concrete[keys].tolist()
     priced_costs = list(map(costs.op_cost_json, group_names, d_l, t_l, c_l))
+    in_context: dict[tuple, object] = {}  # the same shapes in the same step context: one price
     for g in np.flatnonzero(contextual).tolist():
-        priced_costs[g] = costs.price_in_context(group_names[g], d_l[g], t_l[g], c_l[g],
-                                                 context(int(first_step[g])))
+        ctx = context(int(first_step[g]))
+        key = (group_names[g], d_l[g], t_l[g], c_l[g], id(ctx))
+        if key not in in_context:
+            in_context[key] = costs.price_in_context(group_names[g], d_l[g], t_l[g], c_l[g], ctx)
+        priced_costs[g] = in_context[key]
     ids = np.fromiter(map(id, priced_costs), dtype=np.int64, count=len(keys))
     _, first, distinct = np.unique(ids, return_index=True, return_inverse=True)
     objs = [priced_costs[i] for i in first.tolist()]

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pandas as pd
 
@@ -70,6 +72,11 @@ def _runtime_to_op(rt: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     r_tid = rt["tid"].to_numpy()
 
     by_ext = _lookup(ops["external_id"].to_numpy(), rt["external_id"].to_numpy())
+    # The ops' nesting is needed here and again by the analysis (the op that prices each
+    # kernel): found once, per (process, thread), and reused where a thread id names one process.
+    keys = ops["pid"].to_numpy() * (1 << 32) + op_tid
+    one_process = len(np.unique(keys)) == len(np.unique(op_tid))
+    parents = op_parents(ops) if one_process else None
     j = np.maximum(by_ext, 0)
     valid = (
         (by_ext >= 0) & (op_tid[j] == r_tid) & (op_start[j] <= r_start) & (op_end[j] >= r_end)
@@ -77,13 +84,16 @@ def _runtime_to_op(rt: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     result = np.where(valid, by_ext, -1).astype(np.int64)
     todo = np.flatnonzero(~valid)
     if len(todo):
-        result[todo] = enclosing(op_start, op_end, op_tid, r_start[todo], r_end[todo], r_tid[todo])
+        result[todo] = enclosing(op_start, op_end, op_tid, r_start[todo], r_end[todo], r_tid[todo], parents)
     return result
 
 
-def enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid) -> np.ndarray:
-    """Innermost interval (row) on the same thread that contains each query interval, or -1."""
+def enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid, parents: np.ndarray | None = None) -> np.ndarray:
+    """Innermost interval (row) on the same thread that contains each query interval, or -1.
+    ``parents``: each interval's parent row by nesting on its thread (``op_parents``), when
+    known already."""
     out = np.full(len(q_start), -1, dtype=np.int64)
+    position = np.full(len(op_start), -1, dtype=np.int64) if parents is not None else None
     for tid in np.unique(q_tid):
         rows = np.flatnonzero(op_tid == tid)
         if not len(rows):
@@ -101,7 +111,13 @@ def enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid) -> np.ndarray:
         if not len(walk):
             continue
         # The others walk up the nesting from there to the first op that still encloses.
-        parent = _parents(starts, ends).tolist()
+        if parents is None:
+            parent = _parents(starts, ends).tolist()
+        else:
+            # The same nesting in this thread's sorted order: parent rows -> positions.
+            position[order] = np.arange(len(order))
+            up = parents[order]
+            parent = np.where(up >= 0, position[np.maximum(up, 0)], -1).tolist()
         ends_l = ends.tolist()
         found = []
         for c, qe in zip(cand[walk].tolist(), q_end[qs[walk]].tolist()):
@@ -198,8 +214,25 @@ def _nearest_at_least(values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | Non
     return None
 
 
+# op_parents of each ops table, by the table object: linking and the analysis both need it.
+# An entry goes when its table does; the tables are not changed in place after reading.
+_PARENTS: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+
+
 def op_parents(ops: pd.DataFrame) -> np.ndarray:
-    """Row of each cpu op's enclosing op on its thread (time nesting), -1 for top-level ops."""
+    """Row of each cpu op's enclosing op on its thread (time nesting), -1 for top-level ops.
+    Computed once per table; the array is read-only."""
+    hit = _PARENTS.get(id(ops))
+    if hit is not None and hit[0]() is ops:
+        return hit[1]
+    out = _op_parents(ops)
+    out.flags.writeable = False
+    key = id(ops)
+    _PARENTS[key] = (weakref.ref(ops, lambda _ref, key=key: _PARENTS.pop(key, None)), out)
+    return out
+
+
+def _op_parents(ops: pd.DataFrame) -> np.ndarray:
     out = np.full(len(ops), -1, dtype=np.int64)
     if not len(ops):
         return out
