@@ -169,3 +169,31 @@ def test_mode_per_kernel_matches_groupby_idxmax(seed):
     want = counts.groupby(level=0, observed=True).idxmax().map(lambda key: key[1])
     got = _mode(w, "bound")
     assert dict(zip(map(str, got.index), got.tolist())) == dict(zip(map(str, want.index), want.tolist()))
+
+
+def _cut_offset_reference(anchors, period, gap_before):
+    """The offset-by-offset loop that launches._cut_offset replaced."""
+    n, best, best_gap = len(gap_before), 0, -1.0
+    for offset in range(period):
+        at = anchors + offset
+        at = at[at < n]
+        if len(at):
+            g = float(np.median(gap_before[at]))
+            if g > best_gap:
+                best, best_gap = offset, g
+    return best
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_cut_offset_matches_the_loop(seed):
+    """The launch-pattern cut (offset of the longest median host pause) on every offset at
+    once: the same offset, ties to the first, offsets past the last launch skipped."""
+    from tracekit.analysis.launches import _cut_offset
+
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        n = int(rng.integers(1, 300))
+        period = int(rng.integers(1, 60))
+        anchors = np.sort(rng.choice(n, size=int(rng.integers(1, min(n, 20) + 1)), replace=False))
+        gaps = rng.integers(-3, 5, n) * 1000
+        assert _cut_offset(anchors, period, gaps) == _cut_offset_reference(anchors, period, gaps)

@@ -12,6 +12,8 @@ between two engine steps).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -97,15 +99,21 @@ def _period(tokens: np.ndarray) -> tuple[int | None, np.ndarray]:
 
 
 def _cut_offset(anchors: np.ndarray, period: int, gap_before: np.ndarray) -> int:
-    """Offset from each occurrence at which the host paused longest (median over steps)."""
+    """Offset from each occurrence at which the host paused longest (median over steps);
+    the first such offset on a tie, 0 when no median exceeds -1."""
     n = len(gap_before)
+    gaps = np.asarray(gap_before, dtype=np.float64)
     best, best_gap = 0, -1.0
-    for offset in range(period):
-        at = anchors + offset
-        at = at[at < n]
-        if not len(at):
-            continue
-        g = float(np.median(gap_before[at]))
-        if g > best_gap:
-            best, best_gap = offset, g
+    # Every offset's median at once, a block of offsets at a time (anchors x offsets floats).
+    block = max(1, (1 << 20) // max(len(anchors), 1))
+    for lo in range(0, period, block):
+        at = anchors[:, None] + np.arange(lo, min(lo + block, period))[None, :]
+        vals = np.where(at < n, gaps[np.minimum(at, n - 1)], np.nan)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an offset past every anchor: all NaN
+            med = np.nanmedian(vals, axis=0)
+        med = np.where(np.isnan(med), -np.inf, med)
+        i = int(np.argmax(med))
+        if med[i] > best_gap:
+            best, best_gap = lo + i, float(med[i])
     return best

@@ -133,7 +133,10 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
             # What the above-roof check did to a model-priced unit: "capped" (routed experts'
             # bytes capped at the roof) or "undescribed" (cost left unknown); None otherwise.
             "model_check": text(np.full(len(work), None, dtype=object)),
-        }
+        },
+        # The columns are fresh arrays: consolidating them into 2-D blocks would copy each
+        # while the originals are still alive (a serving run's table is hundreds of MB).
+        copy=False,
     )
     with np.errstate(divide="ignore", invalid="ignore"):
         table["intensity"] = np.where(nbytes > 0, flops / nbytes, np.nan)
