@@ -1,6 +1,7 @@
 """Whole-process CPU time and peak memory of reading a big trace: tracekit against json.loads and HTA.
 
     python benchmarks/bench_read.py [--trace PATH] [--repeat N] [--size GB] [--no-stream] [--no-stream-summary] [--no-hta]
+    python benchmarks/bench_read.py --chunks      (chunk sizes: decode + columns, in process)
 
 Each engine runs in its own subprocess, started from the compressed file, and is
 measured from the outside (``os.wait4``: user + system CPU seconds and peak RSS of
@@ -275,6 +276,34 @@ def stream(gb: float, summary: bool = True) -> dict:
     return out
 
 
+CHUNK_KB = (128, 256, 1024, 8192)
+
+
+def chunk_sweep(source: str = SHARED, repeat: int = 5) -> dict[int, float]:
+    """Decoding plus column building of ``source``'s JSON (held in memory, so inflating is
+    left out) per chunk size, best of ``repeat`` in this process: what the reader's 1 MiB
+    slices (``inflate.SLICE_BYTES``) were chosen by."""
+    from tracekit.trace import columns, stream
+
+    with gzip.open(source) as f:
+        raw = f.read()
+    best = {kb: float("inf") for kb in CHUNK_KB}
+    for _ in range(repeat):
+        for kb in CHUNK_KB:  # interleaved, so load drifting on the machine hits every size alike
+            cb = kb << 10
+            t = time.process_time()
+            built = columns.Builder()
+            for events, exact in stream.EventChunks(source, (raw[i:i + cb] for i in range(0, len(raw), cb))):
+                built.add(events, exact)
+                del events
+            best[kb] = min(best[kb], time.process_time() - t)
+    base = best[1024]
+    print(f"chunk sweep  {os.path.basename(source)} ({len(raw) / 1e6:.0f} MB of JSON), decode + columns, best of {repeat}:")
+    for kb, s in best.items():
+        print(f"  {kb:5d} KB chunks {s:6.3f} s CPU  ({s / base:.2f}x the 1024 KB chunks)")
+    return best
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", help="a .json.gz trace (default: the V100 trace x8, built on first use)")
@@ -285,7 +314,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-hta", action="store_true", help="leave HTA out even where it is installed (~45 s a run)")
     ap.add_argument("--no-stream-summary", action="store_true",
                     help="on the synthetic trace, time the read alone, not `tracekit summary` too")
+    ap.add_argument("--chunks", action="store_true",
+                    help="only compare chunk sizes (decode + columns of the shared V100 trace)")
     args = ap.parse_args(argv)
+    if args.chunks:
+        return {"chunks": chunk_sweep()} if os.path.exists(SHARED) else {}
     path = args.trace
     if path is None:
         path = os.path.join(cache_dir(), f"v100_ddp_train_large_x{REPEATS_OF_V100}.json.gz")

@@ -177,7 +177,8 @@ class Builder:
     def _columns(self, table: str, events: list, rows: np.ndarray, kinds: np.ndarray, ranks: np.ndarray,
                  shared: "_Chunk") -> None:
         n = len(rows)
-        evs = list(map(events.__getitem__, rows.tolist()))
+        # A chunk of one table only (Kineto writes the GPU's activities in one run) is used as is.
+        evs = events if n == len(events) else list(map(events.__getitem__, rows.tolist()))
         cols: dict[str, object] = {
             "name": shared.names[rows],
             "start_ns": _ns(list(map(_TS, evs))) if shared.ts is None else _ns_float(shared.ts[rows]),

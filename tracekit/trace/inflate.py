@@ -31,7 +31,8 @@ ZLIB = _fast_zlib or zlib
 # Default size of the slices handed on, in decompressed bytes: each becomes one chunk of
 # decoded events, and the columns are made by a dozen passes over that chunk. At 1 MiB
 # (a few thousand events) the chunk's objects stay in a core's L2 cache between passes;
-# at 8 MiB every pass went back to memory (benchmarks/bench_read.py, about 10% of a read).
+# at 8 MiB every pass went back to memory, and decoding plus building columns took about 1.4x
+# as long (`python benchmarks/bench_read.py --chunks`).
 SLICE_BYTES = 1 << 20
 # Compressed input is fed this much at a time: a call stopped by the output bound copies
 # the input it did not reach (unconsumed_tail), so the input slice is kept small.
