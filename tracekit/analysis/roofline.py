@@ -397,7 +397,8 @@ def _model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, 
                             "them, so their cost is left unknown")
     if not (capped.any() or dropped.any()):
         return
-    table["flops"], table["bytes"], table["cost_reason"] = flops, nbytes, reason
+    table["flops"], table["bytes"] = flops, nbytes
+    table["cost_reason"] = categorical.text(reason, index=table.index)
     changed = capped | dropped
     with np.errstate(divide="ignore", invalid="ignore"):
         table.loc[changed, "intensity"] = np.where(nbytes[changed] > 0, flops[changed] / nbytes[changed], np.nan)
