@@ -155,11 +155,17 @@ def test_busy_per_step_matches_busy_step_by_step(seed):
         assert (int(busy[i]), int(g0[i]), int(g1[i])) == _busy(start[mine], end[mine])
 
 
+@pytest.mark.parametrize("table_max", [1 << 24, 0])
 @pytest.mark.parametrize("seed", range(10))
-def test_mode_per_kernel_matches_groupby_idxmax(seed):
+def test_mode_per_kernel_matches_groupby_idxmax(seed, table_max, monkeypatch):
     """The most common bound per kernel name, ties to the value that sorts first, as the
-    groupby it replaced; names absent from the phase are not listed."""
+    groupby it replaced; names absent from the phase are not listed. Both ways of counting:
+    the names x values table, and the present pairs (many names and values)."""
+    import importlib
+
     from tracekit.analysis.analyze import _mode
+
+    monkeypatch.setattr(importlib.import_module("tracekit.analysis.analyze"), "_MODE_TABLE_MAX", table_max)
 
     rng = random.Random(seed)
     n = rng.randint(1, 200)

@@ -599,6 +599,10 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
+# Beyond this many names x values, _mode counts the pairs present instead of a full table.
+_MODE_TABLE_MAX = 1 << 24
+
+
 def _mode(w: pd.DataFrame, col: str) -> pd.Series:
     """Per kernel name, the most common value of ``col``; on a tie the value that sorts first
     (what a groupby's idxmax gives). Counted on integer codes, not a groupby on strings."""
@@ -611,7 +615,7 @@ def _mode(w: pd.DataFrame, col: str) -> pd.Series:
     ok = (ncode >= 0) & (vcode >= 0)
     width = max(len(values), 1)
     n_names = len(names.cat.categories)
-    if n_names * width <= 1 << 24:
+    if n_names * width <= _MODE_TABLE_MAX:
         # A names x values table of counts; argmax takes the first largest, the value that sorts first.
         table = np.bincount(ncode[ok] * width + vcode[ok], minlength=n_names * width).reshape(n_names, width)
         kn = np.flatnonzero(table.any(axis=1))

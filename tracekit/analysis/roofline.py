@@ -88,7 +88,6 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     source = with_capture(trace, work, capture, seg.steps) if capture is not None else own_ops(trace, work)
     ops, op = source.ops, source.op
     by_kernel, op_name = taxonomy.categorize_units(work, ops, op)
-    names = categorical.strings(work["name"])
     kinds = categorical.strings(work["kind"])
     category = _refine_by_module(by_kernel, trace, work)
 
