@@ -75,7 +75,8 @@ def _runtime_to_op(rt: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     # The ops' nesting is needed here and again by the analysis (the op that prices each
     # kernel): found once, per (process, thread), and reused where a thread id names one process.
     keys = ops["pid"].to_numpy() * (1 << 32) + op_tid
-    one_process = len(np.unique(keys)) == len(np.unique(op_tid))
+    _, first = np.unique(keys, return_index=True)  # one row per (process, thread)
+    one_process = len(first) == len(np.unique(op_tid[first]))
     parents = op_parents(ops) if one_process else None
     j = np.maximum(by_ext, 0)
     valid = (
