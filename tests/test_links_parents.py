@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.conftest import read_real
@@ -86,3 +87,44 @@ def test_a_pathological_order_falls_back_to_the_walk(monkeypatch):
     s, e = _nested(np.random.default_rng(8), 300, touching=False)
     assert links._nearest_at_least(e) is None
     np.testing.assert_array_equal(links._parents(s, e), links._parents_walk(s, e))
+
+
+def _innermost_by_brute_force(op_s, op_e, op_t, q_s, q_e, q_t) -> list[int]:
+    """The op on the query's thread that contains it and starts last, or -1; what ``enclosing``
+    answers. Of equal intervals the later row is the inner one (nesting order is stable)."""
+    out = []
+    for s, e, t in zip(q_s.tolist(), q_e.tolist(), q_t.tolist()):
+        inside = [i for i in range(len(op_s)) if op_t[i] == t and op_s[i] <= s and op_e[i] >= e]
+        if not inside:
+            out.append(-1)
+            continue
+        # Innermost: latest start, then shortest, then the later row.
+        out.append(min(inside, key=lambda i: (-op_s[i], op_e[i] - op_s[i], -i)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_enclosing_finds_the_innermost_op_with_and_without_a_known_nesting(seed):
+    rng = np.random.default_rng(500 + seed)
+    starts, ends, tids = [], [], []
+    for tid in (3, 7, 11):
+        s, e = _nested(rng, int(rng.integers(1, 150)), touching=bool(seed % 2))
+        starts += s.tolist()
+        ends += e.tolist()
+        tids += [tid] * len(s)
+    perm = rng.permutation(len(starts))  # the table's own row order is not the nesting order
+    op_s, op_e, op_t = (np.array(v, dtype=np.int64)[perm] for v in (starts, ends, tids))
+    n_q = 200
+    q_s = rng.integers(0, 10_000, n_q)
+    q_e = q_s + rng.integers(0, 40, n_q)
+    q_t = rng.choice([3, 7, 11, 99], n_q)  # thread 99 has no ops
+    ops = pd.DataFrame({"start_ns": op_s, "end_ns": op_e, "pid": 1, "tid": op_t})
+    expected = _innermost_by_brute_force(op_s, op_e, op_t, q_s, q_e, q_t)
+    # Some queries are not inside the op that starts last before them: they walk up the nesting.
+    latest = [max((i for i in range(len(op_s)) if op_t[i] == t and op_s[i] <= s), key=lambda i: op_s[i], default=-1)
+              for s, t in zip(q_s.tolist(), q_t.tolist())]
+    assert sum(x >= 0 and op_s[x] < op_s[y] for x, y in zip(expected, latest)) > 0
+    assert links.enclosing(op_s, op_e, op_t, q_s, q_e, q_t).tolist() == expected
+    nesting = links._nesting(ops)
+    assert links.enclosing(op_s, op_e, op_t, q_s, q_e, q_t, nesting).tolist() == expected
+    np.testing.assert_array_equal(nesting[0], links.op_parents(ops))

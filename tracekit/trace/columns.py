@@ -51,9 +51,6 @@ _EXACT_LIMIT_US = float(2**42)
 # Beyond this many microseconds (~146 years of clock) int64 nanoseconds overflow.
 _MAX_US = 9.2e15
 _RANGE_PREFIXES = ("ProfilerStep#", markers.PREFIX)
-# Each decoded struct's type -> 0 complete event, 1 flow start, 2 anything else: read with
-# map(type, ...) in C, so sorting a chunk's events costs no Python loop per event.
-_PHASE_CODE = {dec.Event: 0, dec.ExactEvent: 0, dec.FlowStart: 1, **{t: 2 for t in dec.SKIPPED}}
 _LAUNCH_FLOWS = ("ac2g", "async_cpu_to_gpu", "async")
 
 _CAT, _TS, _DUR, _ARGS, _NAME, _PID, _TID = (
@@ -77,12 +74,11 @@ class Builder:
         self.n_events = 0
         self.cats: set[str] = set()  # lower-cased categories of complete events, for the era
         self.launch_flow: str | None = None  # category of the last CPU-to-GPU flow start
-        # Every distinct string is kept once: names (as codes), shapes and kernel names
-        # (as shared objects), so a column of a million names costs four bytes a row.
+        # Every distinct string is kept once, as a code: names, and the texts of shapes and
+        # kernel names, so a column of a million names costs four bytes a row while reading.
         self._names: dict[str, int] = {}
         # (b"" and "" stand for "not recorded": None in the tables.)
-        self._raws: dict[bytes, str | None] = {b"": None}
-        self._kernels: dict[str, str | None] = {"": None}
+        self._texts = _Texts((b"", ""))
         self._grids: dict[bytes, int] = {}
         # Category -> its rank of first appearance in the file: the whole-document
         # reader grouped rows by category in that order before sorting by time, and
@@ -105,39 +101,39 @@ class Builder:
         Raises ValueError, OverflowError or TypeError on malformed events.
         """
         self.n_events += len(events)
-        complete = self._complete(events, note_flow=True)
-        groups, shared = self._group(complete)
+        kept, groups, shared = self._group(events, note_flow=True)
         if exact is not None and _needs_exact(groups, shared.ts):
-            complete = self._complete(exact())
-            groups, shared = self._group(complete)  # its ts is None: decimals, taken per table
+            kept, groups, shared = self._group(exact())  # its ts is None: decimals, taken per table
         for table, (rows, kinds, ranks) in groups.items():
             if len(rows):
-                self._columns(table, complete, rows, kinds, ranks, shared)
+                self._columns(table, kept, rows, kinds, ranks, shared)
 
-    def _complete(self, events: list, note_flow: bool = False) -> list:
-        """The complete events of a chunk, in file order; ``note_flow``: also note its last launch flow."""
-        phase = np.fromiter(map(_PHASE_CODE.__getitem__, map(type, events)), dtype=np.int8, count=len(events))
-        if note_flow:
-            # Flow categories live only on flow events, never on the complete events the tables
-            # are built from; the last launch flow of the file dates the schema.
-            for i in np.flatnonzero(phase == 1)[::-1].tolist():
-                cat = events[i].cat
-                if cat and cat.lower() in _LAUNCH_FLOWS:
-                    self.launch_flow = cat.lower()
-                    break
-        rows = np.flatnonzero(phase == 0)
-        return events if len(rows) == len(events) else list(map(events.__getitem__, rows.tolist()))
-
-    def _group(self, events: list) -> tuple[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], _Chunk]:
-        """(rows of each destination table as (row numbers in ``events``, kind codes, category
-        ranks), in file order; the columns every table shares, for all of ``events``).
+    def _group(self, events: list, note_flow: bool = False
+               ) -> tuple[list, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], _Chunk]:
+        """(the events of a chunk that go to a table, in file order; rows of each destination
+        table as (row numbers in those events, kind codes, category ranks); the columns every
+        table shares, for all of those events). ``note_flow``: also note the chunk's last launch flow.
 
         Categories and names are looked up in dicts that learn each distinct value once
         (a trace has ~15 categories and a few thousand names among 10^5-10^6 events).
+        Events that are not complete ones read a ``decode.NotComplete`` category, which has
+        a rank but no table: the one category pass also drops them.
         """
-        n = len(events)
         ranks = _codes(self._cat_rank, events, _CAT, self._new_cats)
         table = self._cat_table.array()[ranks]
+        if note_flow and dec.FLOW in self._cat_rank:
+            # Flow categories live only on flow events, never on the complete events the tables
+            # are built from; the last launch flow of the file dates the schema.
+            for i in np.flatnonzero(ranks == self._cat_rank[dec.FLOW])[::-1].tolist():
+                cat = events[i].flow_cat
+                if cat and cat.lower() in _LAUNCH_FLOWS:
+                    self.launch_flow = cat.lower()
+                    break
+        rows = np.flatnonzero(table >= 0)
+        if len(rows) < len(events):
+            events = list(map(events.__getitem__, rows.tolist()))
+            ranks, table = ranks[rows], table[rows]
+        n = len(events)
         kinds = self._cat_kind.array()[ranks]
         names = _codes(self._names, events, _NAME, self._new_names)
         ts = np.fromiter(map(_TS, events), dtype=np.float64, count=n) if n and type(events[0].ts) is float else None
@@ -153,7 +149,7 @@ class Builder:
         for t, name in enumerate(TABLES):
             rows = np.flatnonzero(table == t)
             out[name] = (rows, kinds[rows], ranks[rows])
-        return out, shared
+        return events, out, shared
 
     def _new_cats(self, cats: list) -> None:
         """Learn this chunk's new categories, in order of first appearance (their rank)."""
@@ -162,8 +158,10 @@ class Builder:
                 continue
             if isinstance(cat, str):
                 self.cats.add(cat.lower())
-            # None (no category) gets a rank too, but no table: its events go nowhere.
-            dest = None if cat is None else TABLE_OF.get(cat) or TABLE_OF.get(str(cat).lower())
+            # None (no category) and events that are not complete ones get a rank too, but no
+            # table: their events go nowhere.
+            dest = None if cat is None or isinstance(cat, dec.NotComplete) else \
+                TABLE_OF.get(cat) or TABLE_OF.get(str(cat).lower())
             self._cat_rank[cat] = len(self._cat_rank)
             self._cat_table.extend(np.array([-1 if dest is None else _TABLE_CODE[dest[0]]], dtype=np.int8))
             self._cat_kind.extend(np.array([-1 if dest is None else _KIND_CODE.get(dest[1], -1)], dtype=np.int8))
@@ -209,10 +207,10 @@ class Builder:
         if table == "runtime":
             cols["correlation"] = _ints(_CORR, args)
             cols["external_id"] = ext
-            cols["kernel"] = _shared(self._kernels, list(map(_KERNEL, args)), str)
+            cols["kernel"] = self._texts.codes(list(map(_KERNEL, args)), str)
         elif table == "cpu_ops":
             cols["external_id"] = ext
-            # Copied out as shared text: a msgspec.Raw would keep the chunk's buffer alive.
+            # Copied out as text: a msgspec.Raw would keep the chunk's buffer alive.
             cols["input_dims"] = self._raw_texts(map(_DIMS, args))
             cols["input_types"] = self._raw_texts(map(_TYPES, args))
             cols["concrete_inputs"] = self._raw_texts(map(_CONCRETE, args))
@@ -224,16 +222,16 @@ class Builder:
         for c, v in cols.items():
             column = parts.get(c)
             if column is None:
-                column = parts[c] = _Growing(v.dtype) if isinstance(v, np.ndarray) else []
+                column = parts[c] = _Growing(v.dtype)
             column.extend(v)
 
-    def _raw_texts(self, raws) -> list:
+    def _raw_texts(self, raws) -> np.ndarray:
         raws = list(raws)
         # Absent fields all hold the one default Raw: a chunk recorded without shapes is
         # answered by one C-level count, not a bytes copy per op.
         if raws.count(dec.ABSENT) == len(raws):
-            return [None] * len(raws)
-        return _shared(self._raws, list(map(bytes, raws)), bytes.decode)
+            return np.zeros(len(raws), dtype=np.int32)
+        return self._texts.codes(list(map(bytes, raws)), bytes.decode)
 
     def _ctas(self, grids, n: int) -> np.ndarray:
         """Blocks launched (x * y * z of ``grid``) per kernel; -1 where the trace has no grid.
@@ -254,13 +252,14 @@ class Builder:
     def tables(self, base_ns: int) -> dict[str, pd.DataFrame]:
         """The five tables, times shifted by ``base_ns``, rows in time order (ties in file order by category)."""
         names = list(self._names)
-        return {t: self._table(t, names, base_ns) for t in TABLES}
+        texts = self._texts.array()
+        return {t: self._table(t, names, texts, base_ns) for t in TABLES}
 
-    def _table(self, table: str, names: list[str], base_ns: int) -> pd.DataFrame:
+    def _table(self, table: str, names: list[str], texts: np.ndarray, base_ns: int) -> pd.DataFrame:
         parts = self._parts[table]
         if not parts:
             return EMPTY[table]()
-        col = {c: v.array() if isinstance(v, _Growing) else v for c, v in parts.items()}
+        col = {c: v.array() for c, v in parts.items()}
         self._parts[table] = {}
         start = col["start_ns"] + base_ns
         dur = col["dur_ns"]
@@ -283,18 +282,21 @@ class Builder:
             v = col[c]
             if c in ("kind", "api", "side"):
                 out[c] = _categorical(v, _KINDS)
-            elif isinstance(v, np.ndarray):
-                out[c] = v
+            elif c in _TEXT_COLUMNS:
+                out[c] = _Text(v)
             else:
+                out[c] = v
+        del col
+        for c in list(out):
+            v = out[c]
+            if order is not None:
+                v = v.take(order)
+            if isinstance(v, _Text):
                 # Explicitly object dtype: pandas >= 3 would infer its string dtype and turn
                 # the None of "not recorded" into NaN.
-                out[c] = pd.Series(v, dtype=object)
-        del col
-        if order is not None:
-            for c in list(out):
-                v = out[c]
-                out[c] = v.take(order) if isinstance(v, (np.ndarray, pd.Categorical)) else v.iloc[order].reset_index(drop=True)
-                del v
+                v = pd.Series(texts[v.codes], dtype=object)
+            out[c] = v
+            del v
         # copy=False: the columns are fresh arrays nobody else holds; copying them into
         # consolidated blocks would hold each table twice at the peak.
         return pd.DataFrame(out, copy=False)
@@ -316,16 +318,38 @@ def _codes(seen: dict, events: list, get: attrgetter, learn: Callable[[list], No
         return np.fromiter(map(seen.__getitem__, keys), dtype=np.int32, count=len(keys))
 
 
-def _shared(seen: dict, keys: list, make) -> list:
-    """``keys`` as one shared object per distinct key (``make(key)``, made once; ``seen``
-    keeps them across chunks and holds the absent key's None)."""
-    try:
-        return list(map(seen.__getitem__, keys))
-    except KeyError:
-        # Only chunks that bring new keys pay for finding them.
-        for key in set(keys).difference(seen):
-            seen[key] = make(key)
-        return list(map(seen.__getitem__, keys))
+class _Texts:
+    """Distinct texts as int32 codes, each text made once; code 0 is "not recorded" (None)."""
+
+    def __init__(self, absent: tuple) -> None:
+        self._code = dict.fromkeys(absent, 0)
+        self._values: list[str | None] = [None]
+
+    def codes(self, keys: list, make) -> np.ndarray:
+        """The code of each key, the text of a key not seen before being ``make(key)``."""
+        try:
+            return np.fromiter(map(self._code.__getitem__, keys), dtype=np.int32, count=len(keys))
+        except KeyError:
+            # Only chunks that bring new keys pay for finding them.
+            for key in dict.fromkeys(keys):
+                if key not in self._code:
+                    self._code[key] = len(self._values)
+                    self._values.append(make(key))
+            return np.fromiter(map(self._code.__getitem__, keys), dtype=np.int32, count=len(keys))
+
+    def array(self) -> np.ndarray:
+        out = np.empty(len(self._values), dtype=object)
+        out[:] = self._values
+        return out
+
+
+class _Text(NamedTuple):
+    """A text column's codes while a table is assembled (``take`` reorders the codes, not the texts)."""
+
+    codes: np.ndarray
+
+    def take(self, order: np.ndarray) -> "_Text":
+        return _Text(self.codes.take(order))
 
 
 def _needs_exact(groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], ts: np.ndarray | None) -> bool:
@@ -439,6 +463,7 @@ def _empty(columns: dict[str, str]) -> Callable[[], pd.DataFrame]:
     return lambda: pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
 
 
+_TEXT_COLUMNS = ("kernel", "input_dims", "input_types", "concrete_inputs")
 _TIME = {"name": "category", "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64"}
 _COLUMNS = {
     "kernels": {**_TIME, "kind": "category", "device": "int64", "stream": "int64", "correlation": "int64",

@@ -76,11 +76,29 @@ class ExactEvent(Event, tag="X"):
     ts: decimal.Decimal = decimal.Decimal(0)
 
 
+class NotComplete:
+    """What the ``cat`` of an event that is not a complete one reads: a class attribute, not
+    the event's category, so that one pass over a chunk's categories also tells the complete
+    events from the rest (``columns`` gives these keys no table)."""
+
+    __slots__ = ("phase",)
+
+    def __init__(self, phase: str) -> None:
+        self.phase = phase
+
+    def __repr__(self) -> str:
+        return f"<not a complete event: {self.phase}>"
+
+
+FLOW, OTHER = NotComplete("flow start"), NotComplete("other phase")
+
+
 class FlowStart(msgspec.Struct, gc=False, frozen=True, tag_field="ph", tag="s"):
     """A flow start ("s"): only its category is kept, because it dates the schema
     (``async`` in PyTorch 1.9, ``async_cpu_to_gpu`` in 2022, ``ac2g`` since)."""
 
-    cat: Union[str, None] = None
+    flow_cat: Union[str, None] = msgspec.field(default=None, name="cat")
+    cat = FLOW  # not a field: see NotComplete
 
 
 # Every other phase of the Chrome trace format (flow steps and ends, instants,
@@ -90,7 +108,7 @@ class FlowStart(msgspec.Struct, gc=False, frozen=True, tag_field="ph", tag="s"):
 # (S, T, p and F are the deprecated async phases, still written by old tools.)
 _OTHER_PHASES = "BEiIbneCftPNODMVvRc()STpF"
 SKIPPED = tuple(
-    msgspec.defstruct(f"Skipped_{i}", [], tag_field="ph", tag=ph, gc=False, frozen=True)
+    msgspec.defstruct(f"Skipped_{i}", [], tag_field="ph", tag=ph, gc=False, frozen=True, namespace={"cat": OTHER})
     for i, ph in enumerate(_OTHER_PHASES)
 )
 AnyEvent = Union[(Event, FlowStart, *SKIPPED)]  # type: ignore[valid-type]

@@ -77,7 +77,7 @@ def _runtime_to_op(rt: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     keys = ops["pid"].to_numpy() * (1 << 32) + op_tid
     _, first = np.unique(keys, return_index=True)  # one row per (process, thread)
     one_process = len(first) == len(np.unique(op_tid[first]))
-    parents = op_parents(ops) if one_process else None
+    nesting = _nesting(ops) if one_process else None
     j = np.maximum(by_ext, 0)
     valid = (
         (by_ext >= 0) & (op_tid[j] == r_tid) & (op_start[j] <= r_start) & (op_end[j] >= r_end)
@@ -85,22 +85,29 @@ def _runtime_to_op(rt: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     result = np.where(valid, by_ext, -1).astype(np.int64)
     todo = np.flatnonzero(~valid)
     if len(todo):
-        result[todo] = enclosing(op_start, op_end, op_tid, r_start[todo], r_end[todo], r_tid[todo], parents)
+        result[todo] = enclosing(op_start, op_end, op_tid, r_start[todo], r_end[todo], r_tid[todo], nesting)
     return result
 
 
-def enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid, parents: np.ndarray | None = None) -> np.ndarray:
+def enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid, nesting: tuple | None = None) -> np.ndarray:
     """Innermost interval (row) on the same thread that contains each query interval, or -1.
-    ``parents``: each interval's parent row by nesting on its thread (``op_parents``), when
-    known already."""
+    ``nesting``: the intervals' (parents, order) by nesting on their threads (``_nesting``),
+    when known already and each thread id names one process."""
     out = np.full(len(q_start), -1, dtype=np.int64)
-    position = np.full(len(op_start), -1, dtype=np.int64) if parents is not None else None
+    if nesting is not None:
+        parents, nest_order = nesting
+        position = np.full(len(op_start), -1, dtype=np.int64)
+        tid_in_order = op_tid[nest_order]
     for tid in np.unique(q_tid):
-        rows = np.flatnonzero(op_tid == tid)
-        if not len(rows):
+        if nesting is None:
+            rows = np.flatnonzero(op_tid == tid)
+            # Ops sorted by start (longer first on ties, so a parent precedes its child).
+            order = rows[np.lexsort((-(op_end[rows] - op_start[rows]), op_start[rows]))]
+        else:
+            # The same order, already sorted thread by thread.
+            order = nest_order[tid_in_order == tid]
+        if not len(order):
             continue
-        # Ops sorted by start (longer first on ties, so a parent precedes its child).
-        order = rows[np.lexsort((-(op_end[rows] - op_start[rows]), op_start[rows]))]
         starts = op_start[order]
         ends = op_end[order]
         qs = np.flatnonzero(q_tid == tid)
@@ -111,23 +118,24 @@ def enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid, parents: np.ndarr
         walk = np.flatnonzero((cand >= 0) & ~direct)
         if not len(walk):
             continue
-        # The others walk up the nesting from there to the first op that still encloses.
-        if parents is None:
-            parent = _parents(starts, ends).tolist()
+        # The others walk up the nesting from there to the first op that still encloses,
+        # all of them a level at a time (as many rounds as the nesting is deep).
+        if nesting is None:
+            parent = _parents(starts, ends)
         else:
             # The same nesting in this thread's sorted order: parent rows -> positions.
             position[order] = np.arange(len(order))
             up = parents[order]
-            parent = np.where(up >= 0, position[np.maximum(up, 0)], -1).tolist()
-        ends_l = ends.tolist()
-        found = []
-        for c, qe in zip(cand[walk].tolist(), q_end[qs[walk]].tolist()):
-            while c >= 0 and ends_l[c] < qe:
-                c = parent[c]
-            found.append(c)
-        found_a = np.array(found, dtype=np.int64)
-        hit = found_a >= 0
-        out[qs[walk[hit]]] = order[found_a[hit]]
+            parent = np.where(up >= 0, position[np.maximum(up, 0)], -1)
+        at = cand[walk]
+        q_ends = q_end[qs[walk]]
+        live = np.arange(len(at))
+        while len(live):
+            at[live] = parent[at[live]]
+            live = live[at[live] >= 0]
+            live = live[ends[at[live]] < q_ends[live]]
+        hit = at >= 0
+        out[qs[walk[hit]]] = order[at[hit]]
     return out
 
 
@@ -215,34 +223,43 @@ def _nearest_at_least(values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | Non
     return None
 
 
-# op_parents of each ops table, by the table object: linking and the analysis both need it.
+# The nesting of each ops table, by the table object: linking and the analysis both need it.
 # An entry goes when its table does; the tables are not changed in place after reading.
-_PARENTS: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+_NESTING: dict[int, tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = {}
 
 
 def op_parents(ops: pd.DataFrame) -> np.ndarray:
     """Row of each cpu op's enclosing op on its thread (time nesting), -1 for top-level ops.
     Computed once per table; the array is read-only."""
-    hit = _PARENTS.get(id(ops))
+    return _nesting(ops)[0]
+
+
+def _nesting(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(``op_parents``; the rows sorted by process and thread, then by start, longer first
+    on ties, so that a parent precedes its child), computed once per table, read-only."""
+    hit = _NESTING.get(id(ops))
     if hit is not None and hit[0]() is ops:
         return hit[1]
-    out = _op_parents(ops)
-    out.flags.writeable = False
+    out = _op_nesting(ops)
+    for a in out:
+        a.flags.writeable = False
     key = id(ops)
-    _PARENTS[key] = (weakref.ref(ops, lambda _ref, key=key: _PARENTS.pop(key, None)), out)
+    _NESTING[key] = (weakref.ref(ops, lambda _ref, key=key: _NESTING.pop(key, None)), out)
     return out
 
 
-def _op_parents(ops: pd.DataFrame) -> np.ndarray:
+def _op_nesting(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     out = np.full(len(ops), -1, dtype=np.int64)
     if not len(ops):
-        return out
+        return out, np.empty(0, dtype=np.int64)
     start = ops["start_ns"].to_numpy()
     end = ops["end_ns"].to_numpy()
     keys = ops["pid"].to_numpy() * (1 << 32) + ops["tid"].to_numpy()
-    for key in np.unique(keys):
-        rows = np.flatnonzero(keys == key)
-        order = rows[np.lexsort((-(end[rows] - start[rows]), start[rows]))]
-        parent = _parents(start[order], end[order])
-        out[order] = np.where(parent >= 0, order[np.maximum(parent, 0)], -1)
-    return out
+    order = np.lexsort((-(end - start), start, keys))
+    sorted_keys = keys[order]
+    bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
+    for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)]):
+        rows = order[lo:hi]
+        parent = _parents(start[rows], end[rows])
+        out[rows] = np.where(parent >= 0, rows[np.maximum(parent, 0)], -1)
+    return out, order
