@@ -95,7 +95,8 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(sides, model, tp, work["name"]))
     dtype = _refine_dtype(dtype, unit, work["name"])
     shaped = ~np.isnan(flops)
-    cost_source = np.where(shaped, np.where(pricing >= len(trace.cpu_ops), CAPTURE, SHAPES), NONE).astype(object)
+    # Picked from an object array: np.where on strings would build a new str per unit.
+    cost_source = _objects([NONE, SHAPES, CAPTURE])[np.where(shaped, np.where(pricing >= len(trace.cpu_ops), 2, 1), 0)]
     if policy == "model":
         flops[:], nbytes[:], dtype[:], unit[:] = np.nan, np.nan, None, None
         cost_source[:] = NONE
@@ -221,8 +222,11 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
     d_l, t_l, c_l = dims[keys].tolist(), types[keys].tolist(), concrete[keys].tolist()
     priced_costs = list(map(costs.op_cost_json, group_names, d_l, t_l, c_l))
     in_context: dict[tuple, object] = {}  # the same shapes in the same step context: one price
-    for g in np.flatnonzero(contextual).tolist():
-        ctx = context(int(first_step[g]))
+    in_step = np.flatnonzero(contextual)
+    step_values, step_of_group = np.unique(first_step[in_step], return_inverse=True)
+    step_contexts = [context(step) for step in step_values.tolist()]  # once per step, not per op
+    for g, k in zip(in_step.tolist(), step_of_group.tolist()):
+        ctx = step_contexts[k]
         key = (group_names[g], d_l[g], t_l[g], c_l[g], id(ctx))
         if key not in in_context:
             in_context[key] = costs.price_in_context(group_names[g], d_l[g], t_l[g], c_l[g], ctx)
@@ -422,8 +426,10 @@ def limiter(bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | 
     experts capped there) keep their bound though their fraction is hidden."""
     rf = np.asarray(roof_fraction, dtype=float)
     bound = np.asarray(bound, dtype=object)
-    out = np.where(np.isnan(rf), UNKNOWN, np.where(rf < LATENCY_ROOF, LATENCY, bound)).astype(object)
-    out[bound == UNKNOWN] = UNKNOWN
+    # Masked assignments of the one str each: np.where would build a new str per unit.
+    out = bound.copy()
+    out[rf < LATENCY_ROOF] = LATENCY
+    out[np.isnan(rf) | (bound == UNKNOWN)] = UNKNOWN
     if at_roof is not None:
         out[np.asarray(at_roof, dtype=bool)] = bound[np.asarray(at_roof, dtype=bool)]
     return out
@@ -439,7 +445,8 @@ def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, 
     peak_bw = np.full(n, np.nan)
     ach_f = np.full(n, np.nan)
     ach_bw = np.full(n, np.nan)
-    bound = np.full(n, UNKNOWN, dtype=object)
+    bound = np.empty(n, dtype=object)
+    bound.fill(UNKNOWN)  # the one str in every row (np.full would make a new one per row)
     why = cost_reason.copy()
     known = ~np.isnan(table["flops"].to_numpy())
     if spec is None:

@@ -277,11 +277,12 @@ def categorize_units(work: pd.DataFrame, ops: pd.DataFrame, op: np.ndarray) -> t
     key = (name_codes % len(names)) * (n_op * n_kind) + (op_code % n_op) * n_kind + (kind_codes % n_kind)
     if not len(key):
         return np.empty(0, dtype=object), op_name
-    uniq, inverse = np.unique(key, return_inverse=True)
+    # A hash factorisation (distinct keys in order of appearance), not np.unique's sort.
+    inverse, uniq = pd.factorize(key)
     name_i, rest = np.divmod(uniq, n_op * n_kind)
     op_i, kind_i = np.divmod(rest, n_kind)
     per_key = categorize_many(names[name_i], op_names[op_i], kinds[kind_i])
-    return per_key[inverse.reshape(-1)], op_name
+    return per_key[inverse], op_name
 
 
 def unmatched(names: Iterable[str], op_names: Iterable[str | None] | None = None) -> list[str]:
