@@ -203,3 +203,35 @@ def test_cut_offset_matches_the_loop(seed):
         anchors = np.sort(rng.choice(n, size=int(rng.integers(1, min(n, 20) + 1)), replace=False))
         gaps = rng.integers(-3, 5, n) * 1000
         assert _cut_offset(anchors, period, gaps) == _cut_offset_reference(anchors, period, gaps)
+
+
+def _step_features_by_groupby(work: pd.DataFrame, n_steps: int) -> pd.DataFrame:
+    """The groupby form ``evidence.step_features`` replaced (one groupby per feature)."""
+    inside = work[work["step"] >= 0]
+    gemm_code = np.array([evidence._gemm_like_cached(str(n)) for n in inside["name"].cat.categories], dtype=bool)
+    codes = inside["name"].cat.codes.to_numpy()
+    gemmish = np.where(codes >= 0, gemm_code[np.maximum(codes, 0)], False)
+    g = inside[gemmish & (inside["ctas"].to_numpy() > 0)]
+    out = pd.DataFrame(index=pd.RangeIndex(n_steps))
+    out["kernels"] = inside.groupby("step").size().reindex(out.index, fill_value=0)
+    out["graph_share"] = inside.groupby("step")["graph"].mean().reindex(out.index).fillna(0.0)
+    out["gemm_launches"] = g.groupby("step").size().reindex(out.index, fill_value=0)
+    out["gemm_blocks"] = (g.groupby("step")["ctas"].sum() / g.groupby("step").size()).reindex(out.index)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_step_features_match_the_groupbys(seed):
+    from tracekit.analysis.segment import segment
+
+    work = segment(read_real("gb10_vllm")).work.copy()
+    rng = np.random.default_rng(seed)
+    # Steps with and without kernels, with and without GEMMs, graph flags of every mix.
+    n_steps = int(rng.integers(3, 40))
+    work["step"] = rng.integers(-1, n_steps, len(work))
+    work["graph"] = rng.random(len(work)) < rng.random()
+    work["ctas"] = np.where(rng.random(len(work)) < 0.3, -1, rng.integers(1, 5000, len(work)))
+    work.loc[work["step"] == n_steps - 1, "step"] = -1  # the last step has no kernels
+    expected = _step_features_by_groupby(work, n_steps)
+    assert expected["gemm_blocks"].notna().any() and expected["gemm_blocks"].isna().any()
+    pd.testing.assert_frame_equal(evidence.step_features(work, n_steps), expected, check_exact=True)

@@ -318,3 +318,22 @@ def test_host_work_advice_only_when_host_work_is_the_cause():
     assert f.action and "largest:" in f.text
     # A step whose idle is one blocking copy gets the sync advice, not host work's.
     assert "host-bound" not in _ids(analyze(read_real("mi300x_decode")))
+
+
+@pytest.mark.parametrize("key", ["gb10_vllm", "h100_hf", "mi300x_extend"])
+def test_coverage_within_the_gaps_span_splits_gaps_as_the_whole_threads_does(key):
+    from tracekit.analysis.segment import segment
+
+    t = read_real(key)
+    seg = segment(t)
+    gaps = idle._gaps(seg.steps, seg.work, t.cpu_ops)
+    checked = 0
+    for tid in np.unique(gaps["tid"].to_numpy()):
+        if tid < 0:
+            continue
+        g = gaps[gaps["tid"].to_numpy() == tid]
+        span = (int(g["start_ns"].min()), int(g["end_ns"].max()))
+        whole = idle._split(g, idle._Coverage.of_thread(t, int(tid)))
+        np.testing.assert_array_equal(idle._split(g, idle._Coverage.of_thread(t, int(tid), span)), whole)
+        checked += int((whole > 0).sum())
+    assert checked > 0

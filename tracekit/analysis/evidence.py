@@ -266,14 +266,30 @@ def step_features(work: pd.DataFrame, n_steps: int) -> pd.DataFrame:
         gemmish = pd.Series(np.where(codes >= 0, gemm_code[np.maximum(codes, 0)], False), index=inside.index)
     else:
         gemmish = names.astype(str).map(_gemm_like_cached)
-    ctas = inside["ctas"] if "ctas" in inside else pd.Series(-1, index=inside.index)
-    g = inside[gemmish.to_numpy() & (ctas.to_numpy() > 0)]
-    out = pd.DataFrame(index=pd.RangeIndex(n_steps))
-    out["kernels"] = inside.groupby("step").size().reindex(out.index, fill_value=0)
-    out["graph_share"] = inside.groupby("step")["graph"].mean().reindex(out.index).fillna(0.0)
-    out["gemm_launches"] = g.groupby("step").size().reindex(out.index, fill_value=0)
-    out["gemm_blocks"] = (g.groupby("step")["ctas"].sum() / g.groupby("step").size()).reindex(out.index)
-    return out
+    ctas = inside["ctas"].to_numpy() if "ctas" in inside else np.full(len(inside), -1, dtype=np.int64)
+    step = inside["step"].to_numpy().astype(np.int64)
+    gemm = gemmish.to_numpy() & (ctas > 0)
+
+    def per_step(rows, weights=None):
+        # Counts and sums of whole numbers (kernels, graph flags, CTAs): exact in float64, so
+        # these are the groupby's figures, without a groupby per feature.
+        return np.bincount(step[rows], weights=weights, minlength=n_steps)[:n_steps]
+
+    every = slice(None)
+    kernels = per_step(every)
+    graphs = per_step(every, inside["graph"].to_numpy().astype(np.float64))
+    launches = per_step(gemm)
+    blocks = per_step(gemm, ctas[gemm].astype(np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return pd.DataFrame(
+            {
+                "kernels": kernels.astype(np.int64),
+                "graph_share": np.where(kernels > 0, graphs / kernels, 0.0),
+                "gemm_launches": launches.astype(np.int64),
+                "gemm_blocks": np.where(launches > 0, blocks / launches, np.nan),
+            },
+            index=pd.RangeIndex(n_steps),
+        )
 
 
 _GEMM_CACHE: dict[str, bool] = {}

@@ -159,7 +159,10 @@ def idle_causes(trace: Trace, seg: Segmentation) -> IdleCauses:
     for tid in np.unique(tids):
         rows = np.flatnonzero(tids == tid)
         g = gaps.iloc[rows]
-        parts[rows] = _split(g, _Coverage.of_thread(trace, int(tid)) if tid >= 0 else None)
+        # Coverage is only asked about inside the thread's gaps: what lies wholly outside
+        # their span cancels out of every difference _split takes.
+        span = (int(g["start_ns"].min()), int(g["end_ns"].max()))
+        parts[rows] = _split(g, _Coverage.of_thread(trace, int(tid), span) if tid >= 0 else None)
     for j, c in enumerate(CAUSES):
         gaps[c] = parts[:, j]
         by_step[:, j] = np.bincount(gaps["step"].to_numpy(), weights=parts[:, j], minlength=len(steps))
@@ -255,18 +258,21 @@ class _Coverage:
         self._sets = {k: _prefix(*union_intervals(s, e)) for k, (s, e) in sets.items()}
 
     @classmethod
-    def of_thread(cls, trace: Trace, tid: int) -> _Coverage:
-        rt, ops, py = (_on(t, tid) for t in (trace.runtime, trace.cpu_ops, trace.python))
-        names = rt["name"]
-        is_sync = _name_mask(names, _SYNC_CALL)
-        is_launch = _name_mask(names, _LAUNCH_CALL) & ~is_sync
-        sync_ops = categorical.isin(ops["name"], SYNC_OPS)
-        s_rt, e_rt = rt["start_ns"].to_numpy(), rt["end_ns"].to_numpy()
-        s_op, e_op = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    def of_thread(cls, trace: Trace, tid: int, span: tuple[int, int] | None = None) -> _Coverage:
+        """The thread's coverage; with ``span`` (start, end), only of the activity overlapping it,
+        which is all that "time covered in [a, b]" needs for a and b inside it."""
+        rt, ops, py = trace.runtime, trace.cpu_ops, trace.python
+        # Row numbers and arrays, not row copies of the tables (the Python frames run to 10^5+).
+        r, o, p = (_rows_on(t, tid, span) for t in (rt, ops, py))
+        is_sync = _name_mask(rt["name"], _SYNC_CALL)[r]
+        is_launch = _name_mask(rt["name"], _LAUNCH_CALL)[r] & ~is_sync
+        sync_ops = categorical.isin(ops["name"], SYNC_OPS)[o] if len(ops) else np.zeros(0, dtype=bool)
+        s_rt, e_rt = rt["start_ns"].to_numpy()[r], rt["end_ns"].to_numpy()[r]
+        s_op, e_op = ops["start_ns"].to_numpy()[o], ops["end_ns"].to_numpy()[o]
         sync = (np.concatenate([s_rt[is_sync], s_op[sync_ops]]), np.concatenate([e_rt[is_sync], e_op[sync_ops]]))
         launch = (np.concatenate([sync[0], s_rt[is_launch]]), np.concatenate([sync[1], e_rt[is_launch]]))
-        busy = (np.concatenate([launch[0], s_rt, s_op, py["start_ns"].to_numpy()]),
-                np.concatenate([launch[1], e_rt, e_op, py["end_ns"].to_numpy()]))
+        busy = (np.concatenate([launch[0], s_rt, s_op, py["start_ns"].to_numpy()[p]]),
+                np.concatenate([launch[1], e_rt, e_op, py["end_ns"].to_numpy()[p]]))
         return cls({"sync": sync, "launch": launch, "busy": busy})
 
     def _covered(self, key: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -285,8 +291,14 @@ class _Coverage:
         return self._covered("busy", a, b)
 
 
-def _on(table: pd.DataFrame, tid: int) -> pd.DataFrame:
-    return table[table["tid"].to_numpy() == tid] if len(table) else table
+def _rows_on(table: pd.DataFrame, tid: int, span: tuple[int, int] | None = None) -> np.ndarray:
+    """The rows of ``tid``, overlapping ``span`` when given."""
+    if not len(table):
+        return np.zeros(0, dtype=np.int64)
+    rows = table["tid"].to_numpy() == tid
+    if span is not None:
+        rows &= (table["start_ns"].to_numpy() < span[1]) & (table["end_ns"].to_numpy() > span[0])
+    return np.flatnonzero(rows)
 
 
 def _name_mask(names: pd.Series, pattern: re.Pattern) -> np.ndarray:

@@ -13,7 +13,7 @@ one with a count, and each lane keeps at most MAX_SEGMENTS: the page stays small
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -26,6 +26,8 @@ RESOLUTION = 2000  # merge segments closer than span / RESOLUTION
 MAX_SEGMENTS = 1500  # per lane
 MAX_STREAMS = 4  # stream lanes; the rest share one
 LABEL_CHARS = 70
+# The work table's columns a step's lanes read.
+_LANE_COLUMNS = ("issue_tid", "stream", "dur_ns", "name", "category", "start_ns", "end_ns")
 
 
 def timelines(trace: Trace, steps: pd.DataFrame, work: pd.DataFrame, idle: IdleCauses,
@@ -48,7 +50,9 @@ def timelines(trace: Trace, steps: pd.DataFrame, work: pd.DataFrame, idle: IdleC
 
 
 def _timeline(trace, st, work, idle, why, t0, short_name) -> dict[str, Any]:
-    mine = work[work["step"].to_numpy() == int(st.step)]
+    # The step's rows, in the columns the lanes read: not a copy of the whole work table's.
+    columns = [work.columns.get_loc(c) for c in _LANE_COLUMNS if c in work]
+    mine = work.iloc[np.flatnonzero(work["step"].to_numpy() == int(st.step)), columns]
     start = int(min(st.cpu_start_ns, st.gpu_start_ns if st.gpu_start_ns >= 0 else st.cpu_start_ns))
     end = int(max(st.cpu_end_ns, st.gpu_end_ns))
     span = max(end - start, 1)
@@ -57,9 +61,17 @@ def _timeline(trace, st, work, idle, why, t0, short_name) -> dict[str, Any]:
     lanes = [_host_ops(trace, tid, start, end, span), _host_calls(trace, tid, start, end, span),
              _idle_lane(idle, int(st.step), start, span)]
     lanes += _streams(mine, start, span, short_name)
-    keys, labels = _Table(), _Table()
+    # Keys and labels as indexes into the timeline's tables of distinct strings (first seen
+    # first, lane by lane): one hash factorisation over every lane's segments.
+    key_code, keys = _first_seen(np.concatenate([lane["segments"].keys for lane in lanes]))
+    label_code, labels = _first_seen(np.concatenate([lane["segments"].labels for lane in lanes]))
+    at = 0
     for lane in lanes:
-        lane["segments"] = [[a, b, keys.index(k), labels.index(t), c] for a, b, k, t, c in lane["segments"]]
+        seg = lane["segments"]
+        n = len(seg.keys)
+        lane["segments"] = list(map(list, zip(seg.start_ms, seg.end_ms, key_code[at : at + n].tolist(),
+                                              label_code[at : at + n].tolist(), seg.count)))
+        at += n
     return {
         "step": int(st.step),
         "phase": st.phase,
@@ -71,34 +83,42 @@ def _timeline(trace, st, work, idle, why, t0, short_name) -> dict[str, Any]:
         "kernels": int(len(mine)),
         "host_tid": tid,
         "idle_by_cause": idle.step_causes(int(st.step)) if len(idle.by_step) else None,
-        "keys": keys.values,
-        "labels": labels.values,
+        "keys": keys,
+        "labels": labels,
         "lanes": [lane for lane in lanes if lane["segments"]],
     }
 
 
-class _Table:
-    """Distinct strings in first-seen order, and each one's index."""
+def _first_seen(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """(each value's index among the distinct values, those values in first-seen order)."""
+    if not len(values):
+        return np.zeros(0, dtype=np.int64), []
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return codes, [str(u) for u in uniques]
 
-    def __init__(self):
-        self.values: list[str] = []
-        self._at: dict[str, int] = {}
 
-    def index(self, value: str) -> int:
-        if value not in self._at:
-            self._at[value] = len(self.values)
-            self.values.append(value)
-        return self._at[value]
+class _Segments(NamedTuple):
+    """A lane's segments as columns: start and end (ms from the step's start), key and label
+    text, and how many intervals each one merges."""
+
+    start_ms: list
+    end_ms: list
+    keys: np.ndarray
+    labels: np.ndarray
+    count: list
+
+
+_NO_SEGMENTS = _Segments([], [], np.zeros(0, dtype=object), np.zeros(0, dtype=object), [])
 
 
 def _host_ops(trace: Trace, tid: int, start: int, end: int, span: int) -> dict[str, Any]:
     ops = trace.cpu_ops
     if not len(ops):
-        return _lane("host ops", "host_ops", [])
+        return _lane("host ops", "host_ops", _NO_SEGMENTS)
     rows = np.flatnonzero((ops["tid"].to_numpy() == tid) & (ops["start_ns"].to_numpy() < end)
                           & (ops["end_ns"].to_numpy() > start))
     if not len(rows):
-        return _lane(f"host thread {tid}: ops", "host_ops", [])
+        return _lane(f"host thread {tid}: ops", "host_ops", _NO_SEGMENTS)
     # Top level within the window: ops no other op of the window encloses.
     s, e = ops["start_ns"].to_numpy()[rows], ops["end_ns"].to_numpy()[rows]
     o = np.lexsort((-(e - s), s))
@@ -112,7 +132,7 @@ def _host_ops(trace: Trace, tid: int, start: int, end: int, span: int) -> dict[s
 def _host_calls(trace: Trace, tid: int, start: int, end: int, span: int) -> dict[str, Any]:
     rt = trace.runtime
     if not len(rt):
-        return _lane("runtime calls", "host_calls", [])
+        return _lane("runtime calls", "host_calls", _NO_SEGMENTS)
     rows = np.flatnonzero((rt["tid"].to_numpy() == tid) & (rt["start_ns"].to_numpy() < end)
                           & (rt["end_ns"].to_numpy() > start))
     names = rt["name"].iloc[rows]
@@ -127,7 +147,7 @@ def _host_calls(trace: Trace, tid: int, start: int, end: int, span: int) -> dict
 def _idle_lane(idle: IdleCauses, step: int, start: int, span: int) -> dict[str, Any]:
     g = idle.gaps
     if not len(g):
-        return _lane("GPU idle, by cause", "idle", [])
+        return _lane("GPU idle, by cause", "idle", _NO_SEGMENTS)
     g = g[g["step"].to_numpy() == step]
     # Gaps are not merged (a merged run of gaps would paint the kernels between them as idle);
     # beyond MAX_SEGMENTS only the longest are kept, the rest being narrower than a pixel.
@@ -168,17 +188,17 @@ def _streams(mine: pd.DataFrame, start: int, span: int, short_name) -> list[dict
     return out
 
 
-def _lane(name: str, kind: str, segments: list) -> dict[str, Any]:
+def _lane(name: str, kind: str, segments: _Segments) -> dict[str, Any]:
     return {"name": name, "kind": kind, "segments": segments}
 
 
 def _segments(s: np.ndarray, e: np.ndarray, key: np.ndarray, label: np.ndarray, start: int, span: int,
-              merge: bool = True) -> list:
-    """[start_ms, end_ms, key, label, count] per segment, from ``start``; with ``merge``,
-    neighbours with the same key closer than span / RESOLUTION merged (coarser until at most
-    MAX_SEGMENTS)."""
+              merge: bool = True) -> _Segments:
+    """The segments (start_ms, end_ms, key, label, count) of intervals, from ``start``; with
+    ``merge``, neighbours with the same key closer than span / RESOLUTION merged (coarser until
+    at most MAX_SEGMENTS). A merged segment's label counts its intervals."""
     if not len(s):
-        return []
+        return _NO_SEGMENTS
     o = np.argsort(s, kind="stable")
     s, e, key, label = s[o], e[o], np.asarray(key, dtype=object)[o], np.asarray(label, dtype=object)[o]
     tol = span / RESOLUTION if merge else -1
@@ -194,6 +214,17 @@ def _segments(s: np.ndarray, e: np.ndarray, key: np.ndarray, label: np.ndarray, 
     count = (last - first + 1).tolist()
     a = np.round((s[first] - start) / 1e6, 4).tolist()
     b = np.round((run_end[last] - start) / 1e6, 4).tolist()
-    keys, labels = key[first].tolist(), label[first].tolist()
-    return [[x, y, str(k), (str(t) if c == 1 else f"{c} × {k}")[:LABEL_CHARS], c]
-            for x, y, k, t, c in zip(a, b, keys, labels, count)]
+    keys = _texts(key[first], lambda k: k)
+    labels = np.empty(len(first), dtype=object)
+    single = (last == first)
+    labels[single] = _texts(label[first][single], lambda t: t[:LABEL_CHARS])
+    merged = np.flatnonzero(~single)
+    labels[merged] = [f"{c} × {k}"[:LABEL_CHARS] for c, k in zip((last - first + 1)[merged].tolist(),
+                                                                  keys[merged].tolist())]
+    return _Segments(a, b, keys, labels, count)
+
+
+def _texts(values: np.ndarray, shape) -> np.ndarray:
+    """``shape(str(v))`` per value, worked out once per distinct value."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return np.array([shape(str(u)) for u in uniques], dtype=object)[codes]
