@@ -103,3 +103,32 @@ def test_subcommands_are_imported_only_when_run():
     res = CliRunner().invoke(main, ["--help"])
     assert res.exit_code == 0
     assert re.findall(r"^  (\w+)  ", res.output, flags=re.M) == ast.literal_eval(out[1])
+
+
+def _blas_threads_after(args: list[str], env_value: str | None) -> tuple[str, bool]:
+    """(OPENBLAS_NUM_THREADS once ``tracekit ARGS`` has run in a fresh process, whether numpy
+    was loaded before the command was chosen)."""
+    import os
+    import subprocess
+
+    code = (
+        "import os, sys; import tracekit.cli as c; early = 'numpy' in sys.modules\n"
+        f"try:\n    c.main({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS', 'unset'), early)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if env_value is not None:
+        env["OPENBLAS_NUM_THREADS"] = env_value
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    value, early = out.stdout.split()[-2:]
+    return value, early == "True"
+
+
+def test_analysis_commands_load_numpy_with_one_blas_thread():
+    """numpy's OpenBLAS would start (and spin) a thread per core in every `tracekit summary`:
+    the CLI asks for one before numpy loads, unless the user chose a number, and leaves
+    `collect` (the user's model runs there) as it is."""
+    assert _blas_threads_after(["gpus"], None) == ("1", False)
+    assert _blas_threads_after(["summary", "--help"], None) == ("1", False)
+    assert _blas_threads_after(["summary", "--help"], "3") == ("3", False)
+    assert _blas_threads_after(["collect", "--help"], None) == ("unset", False)

@@ -5,14 +5,18 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from tracekit.errors import TracekitError
-from tracekit.trace import Trace, read_trace
 
 __all__ = ["Trace", "TracekitError", "read_trace", "__version__", "phase", "decode_step"]
 
 
 def __getattr__(name: str):
-    # The marking context managers need torch; import them only when asked for,
-    # so analysing traces never imports torch.
+    # Imported when first asked for. The reader brings pandas and numpy, which the command
+    # line must not load before it has chosen their threading (tracekit.cli); the marking
+    # context managers need torch, which analysing traces never imports.
+    if name in ("Trace", "read_trace"):
+        from tracekit import trace
+
+        return getattr(trace, name)
     if name in ("phase", "decode_step"):
         from tracekit.collect import api
 
