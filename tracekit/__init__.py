@@ -22,3 +22,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -37,7 +37,7 @@ _RUNS_A_MODEL = ("collect",)
 
 def _one_blas_thread() -> None:
     """Analysing a trace does no matrix algebra, but numpy's OpenBLAS starts a thread per core
-    when it loads, and they spin (about 0.1 s of CPU per process on 2 cores, more on more).
+    when it loads, and they spin (0.1-0.2 s of CPU per process on 2 cores, more on more).
     Set before numpy is first imported, and only where the user has not chosen a number."""
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
