@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import categorical
+from tracekit.analysis.intervals import running_end
 from tracekit.analysis.segment import Segmentation
 from tracekit.trace.model import Trace
 
@@ -184,14 +185,10 @@ def _gaps(steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame) -> pd.Data
     step, start, end, rows = step[o], start[o], end[o], inside[o]
     if len(step) < 2:
         return _no_gaps()
-    # Running end of the busy time within each step: one cumulative max over keys that put
-    # each step's ends above all earlier steps' (relative times keep int64 from overflowing).
+    # Running end of the busy time within each step.
     first = np.ones(len(step), dtype=bool)
     first[1:] = step[1:] != step[:-1]
-    group = np.cumsum(first) - 1
-    offset = int(min(start.min(), end.min()))
-    span = int(end.max()) - offset + 1
-    run_end = np.maximum.accumulate(group * span + (end - offset)) - group * span + offset
+    run_end = running_end(step, end)
     is_gap = ~first[1:] & (start[1:] > run_end[:-1])
     at = np.flatnonzero(is_gap) + 1
     nxt = rows[at]

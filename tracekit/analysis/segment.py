@@ -38,6 +38,7 @@ import pandas as pd
 
 from tracekit import frameworks
 from tracekit.analysis import categorical, evidence
+from tracekit.analysis.intervals import running_end
 from tracekit.analysis.launches import launch_steps
 from tracekit.frameworks import (  # noqa: F401  (the step sources, re-exported for callers)
     DECODE, MIXED, PREFILL, SOURCE_INFERRED, SOURCE_LAUNCHES, SOURCE_MARKERS, SOURCE_NONE, SOURCE_ORDER,
@@ -537,8 +538,7 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
         return _empty_steps()
     rows = []
     step_of = work["step"].to_numpy()
-    order = np.argsort(step_of, kind="stable")
-    bounds = np.searchsorted(step_of[order], np.arange(len(ranges) + 1))
+    kernels_of = np.bincount(step_of[step_of >= 0], minlength=len(ranges))[: len(ranges)]
     starts = work["start_ns"].to_numpy()
     ends = work["end_ns"].to_numpy()
     graph = work["graph"].to_numpy()
@@ -549,7 +549,7 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     # durations add up to the run's span instead of counting the queue twice.
     previous_end: dict[int, int] = {}
     for i, r in enumerate(ranges.itertuples()):
-        n_mine = int(bounds[i + 1] - bounds[i])
+        n_mine = int(kernels_of[i])
         busy, g0, g1 = int(busy_of[i]), int(g0_of[i]), int(g1_of[i])
         cpu0, cpu1 = int(r.start), int(r.end)
         end = max(cpu1, g1) if n_mine else cpu1
@@ -596,15 +596,7 @@ def _busy_per_step(step_of: np.ndarray, starts: np.ndarray, ends: np.ndarray, n:
         return busy, g0, g1
     o = sel[np.lexsort((starts[sel], step_of[sel]))]  # by step, then start; ties keep work order
     st, s, e = step_of[o].astype(np.int64), starts[o], ends[o]
-    lo = int(min(s.min(), e.min()))
-    span = int(max(s.max(), e.max())) - lo + 1
-    if span * (n + 1) >= 1 << 62:
-        # Too wide to key every step's ends apart in one int64 cummax: one step at a time.
-        for i in np.unique(st).tolist():
-            busy[i], g0[i], g1[i] = _busy(s[st == i], e[st == i])
-        return busy, g0, g1
-    # Ends keyed by step: a running maximum then never carries one step's end into the next.
-    run_end = np.maximum.accumulate(st * span + (e - lo)) - st * span + lo
+    run_end = running_end(st, e)
     first = np.r_[True, st[1:] != st[:-1]]
     overlap = np.zeros(len(s), np.int64)
     overlap[1:] = np.clip(np.minimum(e[1:], run_end[:-1]) - s[1:], 0, None)

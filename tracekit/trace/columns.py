@@ -200,7 +200,7 @@ class Builder:
             cols["stream"] = np.where(stream >= 0, stream, _ints(_TID, evs)) if (stream < 0).any() else stream
             cols["correlation"] = _ints(_CORR, args)
             cols["external_id"] = ext
-            cols["ctas"] = self._ctas(map(_GRID, args), n)
+            cols["ctas"] = self._ctas(map(_GRID, args))
         else:
             cols["pid"] = _ints(_PID, evs)
             cols["tid"] = _ints(_TID, evs)
@@ -233,19 +233,18 @@ class Builder:
             return np.zeros(len(raws), dtype=np.int32)
         return self._texts.codes(list(map(bytes, raws)), bytes.decode)
 
-    def _ctas(self, grids, n: int) -> np.ndarray:
+    def _ctas(self, grids) -> np.ndarray:
         """Blocks launched (x * y * z of ``grid``) per kernel; -1 where the trace has no grid.
 
         A trace holds few distinct grids among many kernels, so each raw text is parsed once.
         """
-        keys = list(map(bytes, grids))
         seen = self._grids
-        try:
-            return np.fromiter(map(seen.__getitem__, keys), dtype=np.int64, count=n)
-        except KeyError:
+
+        def learn(keys: list) -> None:
             for key in set(keys).difference(seen):
                 seen[key] = _grid_product(key)
-            return np.fromiter(map(seen.__getitem__, keys), dtype=np.int64, count=n)
+
+        return _codes(seen, list(map(bytes, grids)), None, learn, np.int64)
 
     # -- the tables ---------------------------------------------------------------------
 
@@ -282,19 +281,17 @@ class Builder:
             v = col[c]
             if c in ("kind", "api", "side"):
                 out[c] = _categorical(v, _KINDS)
-            elif c in _TEXT_COLUMNS:
-                out[c] = _Text(v)
             else:
                 out[c] = v
         del col
         for c in list(out):
             v = out[c]
             if order is not None:
-                v = v.take(order)
-            if isinstance(v, _Text):
+                v = v.take(order)  # a text column's codes, not its texts, are reordered
+            if c in _TEXT_COLUMNS:
                 # Explicitly object dtype: pandas >= 3 would infer its string dtype and turn
                 # the None of "not recorded" into NaN.
-                v = pd.Series(texts[v.codes], dtype=object)
+                v = pd.Series(texts[v], dtype=object)
             out[c] = v
             del v
         # copy=False: the columns are fresh arrays nobody else holds; copying them into
@@ -307,15 +304,18 @@ class _Chunk(NamedTuple):
     ts: np.ndarray | None  # float microseconds; None for decimals (the exact decode)
 
 
-def _codes(seen: dict, events: list, get: attrgetter, learn: Callable[[list], None]) -> np.ndarray:
-    """The code ``seen`` holds for each event's ``get`` key, after ``learn`` has added the keys it lacks."""
+def _codes(seen: dict, items: list, get: attrgetter | None, learn: Callable[[list], None],
+           dtype=np.int32) -> np.ndarray:
+    """What ``seen`` holds for each item's key (``get(item)``, or the item itself when ``get``
+    is None), after ``learn`` has added the keys it lacks."""
+    keys = items if get is None else map(get, items)
     try:
-        return np.fromiter(map(seen.__getitem__, map(get, events)), dtype=np.int32, count=len(events))
+        return np.fromiter(map(seen.__getitem__, keys), dtype=dtype, count=len(items))
     except KeyError:
         # Only chunks that bring a new key build the list of keys.
-        keys = list(map(get, events))
+        keys = items if get is None else list(map(get, items))
         learn(keys)
-        return np.fromiter(map(seen.__getitem__, keys), dtype=np.int32, count=len(keys))
+        return np.fromiter(map(seen.__getitem__, keys), dtype=dtype, count=len(keys))
 
 
 class _Texts:
@@ -327,29 +327,19 @@ class _Texts:
 
     def codes(self, keys: list, make) -> np.ndarray:
         """The code of each key, the text of a key not seen before being ``make(key)``."""
-        try:
-            return np.fromiter(map(self._code.__getitem__, keys), dtype=np.int32, count=len(keys))
-        except KeyError:
-            # Only chunks that bring new keys pay for finding them.
+
+        def learn(keys: list) -> None:
             for key in dict.fromkeys(keys):
                 if key not in self._code:
                     self._code[key] = len(self._values)
                     self._values.append(make(key))
-            return np.fromiter(map(self._code.__getitem__, keys), dtype=np.int32, count=len(keys))
+
+        return _codes(self._code, keys, None, learn)
 
     def array(self) -> np.ndarray:
         out = np.empty(len(self._values), dtype=object)
         out[:] = self._values
         return out
-
-
-class _Text(NamedTuple):
-    """A text column's codes while a table is assembled (``take`` reorders the codes, not the texts)."""
-
-    codes: np.ndarray
-
-    def take(self, order: np.ndarray) -> "_Text":
-        return _Text(self.codes.take(order))
 
 
 def _needs_exact(groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], ts: np.ndarray | None) -> bool:
