@@ -337,3 +337,38 @@ def test_coverage_within_the_gaps_span_splits_gaps_as_the_whole_threads_does(key
         np.testing.assert_array_equal(idle._split(g, idle._Coverage.of_thread(t, int(tid), span)), whole)
         checked += int((whole > 0).sum())
     assert checked > 0
+
+
+@pytest.mark.parametrize("key", ["gb10_vllm", "mi300x_extend"])
+def test_gaps_split_in_blocks_as_in_one(key, monkeypatch):
+    """idle_causes splits a thread's gaps a block at a time (bounded temporaries on a serving
+    trace): blocks of a few gaps give every gap and every step the same parts as one block."""
+    from tracekit.analysis.segment import segment
+
+    t = read_real(key)
+    seg = segment(t)
+    whole = idle.idle_causes(t, seg)
+    assert len(whole.gaps) > 7
+    monkeypatch.setattr(idle, "_BLOCK", 7)
+    blocks = idle.idle_causes(t, seg)
+    pd.testing.assert_frame_equal(blocks.gaps, whole.gaps)
+    np.testing.assert_array_equal(blocks.by_step, whole.by_step)
+    assert whole.by_step.sum() > 0
+
+
+def test_union_of_sorted_intervals_skips_the_sort_and_agrees():
+    rng = np.random.default_rng(5)
+    s = np.sort(rng.integers(0, 10_000, 500))
+    e = s + rng.integers(0, 300, 500)
+    o = rng.permutation(500)
+    for got in (idle.union_intervals(s, e), idle.union_intervals(s[o], e[o])):
+        # Merged: sorted, disjoint, and covering exactly the points some interval covers.
+        us, ue = got
+        assert (us[1:] > ue[:-1]).all()
+        covered = np.zeros(10_400, bool)
+        for a, b in zip(s, e):
+            covered[a:b] = True
+        mine = np.zeros(10_400, bool)
+        for a, b in zip(us, ue):
+            mine[a:b] = True
+        np.testing.assert_array_equal(mine, covered)

@@ -48,6 +48,10 @@ LAUNCH_GAP_NS = 50_000
 # After a kernel is issued the driver needs a few microseconds to start it on an idle GPU.
 LAUNCH_LATENCY_NS = 10_000
 TOP = 10  # idle_top rows per phase
+_BLOCK = 1 << 16  # gaps split at a time
+# The gap columns _split reads; the last three only it reads, so they leave the gaps table.
+_SPLIT_COLUMNS = ("start_ns", "end_ns", "issue_ns", "op_start_ns", "op_end_ns")
+_SPLIT_ONLY = _SPLIT_COLUMNS[2:]
 _CANDIDATES = 100  # largest (gap, cause) cells described before grouping
 
 _SYNC_CALL = re.compile(
@@ -156,14 +160,19 @@ def idle_causes(trace: Trace, seg: Segmentation) -> IdleCauses:
     if not len(gaps):
         return IdleCauses(by_step, gaps, trace)
     parts = np.zeros((len(gaps), len(CAUSES)), dtype=np.int64)
+    cols = {c: gaps.pop(c).to_numpy() if c in _SPLIT_ONLY else gaps[c].to_numpy() for c in _SPLIT_COLUMNS}
     tids = gaps["tid"].to_numpy()
     for tid in np.unique(tids):
         rows = np.flatnonzero(tids == tid)
-        g = gaps.iloc[rows]
         # Coverage is only asked about inside the thread's gaps: what lies wholly outside
         # their span cancels out of every difference _split takes.
-        span = (int(g["start_ns"].min()), int(g["end_ns"].max()))
-        parts[rows] = _split(g, _Coverage.of_thread(trace, int(tid), span) if tid >= 0 else None)
+        span = (int(cols["start_ns"][rows].min()), int(cols["end_ns"][rows].max()))
+        cov = _Coverage.of_thread(trace, int(tid), span) if tid >= 0 else None
+        # In blocks: _split's few dozen temporaries per gap would otherwise peak at several
+        # times the gaps table on a serving trace (a gap between almost every two kernels).
+        for lo in range(0, len(rows), _BLOCK):
+            block = rows[lo:lo + _BLOCK]
+            parts[block] = _split({c: v[block] for c, v in cols.items()}, cov)
     for j, c in enumerate(CAUSES):
         gaps[c] = parts[:, j]
         by_step[:, j] = np.bincount(gaps["step"].to_numpy(), weights=parts[:, j], minlength=len(steps))
@@ -199,24 +208,28 @@ def _gaps(steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame) -> pd.Data
     op_at = np.maximum(op, 0)
     op_start = np.where(has_op, ops["start_ns"].to_numpy()[op_at] if len(ops) else 0, -1)
     op_end = np.where(has_op, ops["end_ns"].to_numpy()[op_at] if len(ops) else 0, -1)
-    return pd.DataFrame({
-        "step": step[at].astype(np.int64),
-        "start_ns": run_end[at - 1].astype(np.int64),
-        "end_ns": start[at].astype(np.int64),
+    columns = {
+        "step": step[at],
+        "start_ns": run_end[at - 1],
+        "end_ns": start[at],
         # The launching thread; a kernel with no launch in the trace: the step's thread.
-        "tid": np.where(issue_tid >= 0, issue_tid, step_tid).astype(np.int64),
-        "next": nxt.astype(np.int64),
-        "issue_ns": work["issue_ns"].to_numpy()[nxt].astype(np.int64),
+        "tid": np.where(issue_tid >= 0, issue_tid, step_tid),
+        "next": nxt,
+        "issue_ns": work["issue_ns"].to_numpy()[nxt],
         # The op that launched that kernel (-1: none): its time before the launch is the launch's.
-        "op_start_ns": op_start.astype(np.int64),
-        "op_end_ns": op_end.astype(np.int64),
-    })
+        "op_start_ns": op_start,
+        "op_end_ns": op_end,
+    }
+    # Fresh arrays, not consolidated into one block: a serving trace has a gap between almost
+    # every two kernels, and the block would hold the table twice at the peak; apart, the
+    # columns only _split reads can be let go (idle_causes pops them).
+    return pd.DataFrame({c: v.astype(np.int64, copy=False) for c, v in columns.items()}, copy=False)
 
 
-def _split(g: pd.DataFrame, cov: _Coverage | None) -> np.ndarray:
-    """ns by cause of each gap of one launching thread (see the module docstring)."""
-    a, b, issue = g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), g["issue_ns"].to_numpy()
-    out = np.zeros((len(g), len(CAUSES)), dtype=np.int64)
+def _split(g: dict[str, np.ndarray], cov: _Coverage | None) -> np.ndarray:
+    """ns by cause of gaps of one launching thread (``_SPLIT_COLUMNS`` of them; see the module docstring)."""
+    a, b, issue, op_s, op_e = (np.asarray(g[c]) for c in _SPLIT_COLUMNS)
+    out = np.zeros((len(a), len(CAUSES)), dtype=np.int64)
     known = issue >= 0
     c = np.clip(issue, a, b)  # before c the next kernel was not issued yet
     if cov is None:
@@ -227,7 +240,6 @@ def _split(g: pd.DataFrame, cov: _Coverage | None) -> np.ndarray:
     # Before the issue. Inside the op that launched the next kernel, all of it is that
     # launch's cost; outside it, launch calls are launches, other recorded work is the host's.
     free = (c - a) - sync_before
-    op_s, op_e = g["op_start_ns"].to_numpy(), g["op_end_ns"].to_numpy()
     w0 = np.where(op_s >= 0, np.clip(op_s, a, c), a)
     w1 = np.where(op_s >= 0, np.clip(op_e, w0, c), a)
     sync_in = cov.sync(w0, w1)
@@ -268,8 +280,9 @@ class _Coverage:
         s_op, e_op = ops["start_ns"].to_numpy()[o], ops["end_ns"].to_numpy()[o]
         sync = (np.concatenate([s_rt[is_sync], s_op[sync_ops]]), np.concatenate([e_rt[is_sync], e_op[sync_ops]]))
         launch = (np.concatenate([sync[0], s_rt[is_launch]]), np.concatenate([sync[1], e_rt[is_launch]]))
-        busy = (np.concatenate([launch[0], s_rt, s_op, py["start_ns"].to_numpy()[p]]),
-                np.concatenate([launch[1], e_rt, e_op, py["end_ns"].to_numpy()[p]]))
+        # Sync and launch intervals are runtime calls and ops already: busy needs no copy of them.
+        busy = (np.concatenate([s_rt, s_op, py["start_ns"].to_numpy()[p]]),
+                np.concatenate([e_rt, e_op, py["end_ns"].to_numpy()[p]]))
         return cls({"sync": sync, "launch": launch, "busy": busy})
 
     def _covered(self, key: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -310,8 +323,11 @@ def union_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
     if not len(starts):
         return starts, ends
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
+    if (starts[1:] >= starts[:-1]).all():  # one table's rows come sorted already
+        s, e = starts, ends
+    else:
+        o = np.argsort(starts, kind="stable")
+        s, e = starts[o], ends[o]
     run = np.maximum.accumulate(e)
     new = np.ones(len(s), dtype=bool)
     new[1:] = s[1:] > run[:-1]
