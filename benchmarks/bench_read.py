@@ -28,6 +28,11 @@ Then a streamed read: a synthetic serving trace of ``--size`` GB of JSON (defaul
 to the same cache folder a block of events at a time, never held in memory, and
 ``read_trace`` must finish on it with peak RSS under STREAM_BOUND_OF_JSON x its JSON
 size (0.35: 1.4 GB for 4 GB of JSON); ``tracekit summary`` on it is timed too.
+
+Last, a trace too large to analyse whole: ``tracekit split`` cuts the synthetic trace into
+windows (default size) and must finish under SPLIT_BOUND_BYTES of peak RSS, a bound that
+does not grow with the trace; ``tracekit summary`` of its largest window is measured
+against the whole trace's summary above (``--no-split`` skips this).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ REPEATS_OF_V100 = 8
 CPU_GOAL = 1 / 3  # tracekit CPU / json.loads CPU
 RSS_GOAL = 1.5  # tracekit peak RSS / decompressed JSON bytes
 STREAM_BOUND_OF_JSON = 0.35  # peak RSS / JSON bytes of the synthetic streamed trace
+SPLIT_BOUND_BYTES = 500e6  # peak RSS of `tracekit split`, at any trace size
 
 
 def cache_dir() -> str:
@@ -176,12 +182,15 @@ ENGINES = {
     "tracekit read": "import sys; from tracekit import read_trace; read_trace(sys.argv[1])",
     "json.loads": "import gzip, json, sys; json.loads(gzip.open(sys.argv[1]).read())",
     "HTA": "import sys; from hta.common.trace import parse_trace_file; parse_trace_file(sys.argv[1])",
+    "tracekit split": "import sys; from tracekit.cli import main; "
+                      "sys.argv = ['tracekit', 'split', sys.argv[1], '-o', sys.argv[2], '--force']; main()",
 }
 
 
-def measure(engine: str, path: str) -> tuple[float, int]:
-    """(CPU seconds, peak RSS bytes) of one subprocess running ``engine`` on ``path``."""
-    proc = subprocess.Popen([sys.executable, "-c", ENGINES[engine], path],
+def measure(engine: str, *args: str) -> tuple[float, int]:
+    """(CPU seconds, peak RSS bytes) of one subprocess running ``engine`` on ``args`` (the trace first)."""
+    path = args[0]
+    proc = subprocess.Popen([sys.executable, "-c", ENGINES[engine], *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -276,6 +285,32 @@ def stream(gb: float, summary: bool = True) -> dict:
     return out
 
 
+def split(gb: float, whole_summary_rss: int | None) -> dict:
+    """``tracekit split`` of the synthetic trace, then ``tracekit summary`` of its largest window."""
+    import shutil
+
+    src = os.path.join(cache_dir(), f"synthetic_{gb:g}gb.json.gz")
+    dest = os.path.join(cache_dir(), f"synthetic_{gb:g}gb-windows")
+    size = json_size(src)
+    t = time.perf_counter()
+    cpu, rss = measure("tracekit split", src, dest)
+    wall = time.perf_counter() - t
+    files = sorted(os.path.join(dest, f) for f in os.listdir(dest) if f.endswith(".json.gz"))
+    ok = rss < SPLIT_BOUND_BYTES
+    print(f"{'tracekit split':14} {wall:5.0f} s wall, {cpu:5.0f} s CPU, peak RSS {rss / 1e6:6.0f} MB = {rss / size:.2f}x "
+          f"the JSON, {len(files)} windows (bound {SPLIT_BOUND_BYTES / 1e6:.0f} MB at any size: "
+          f"{'met' if ok else 'NOT met'})", flush=True)
+    largest = max(files, key=os.path.getsize)
+    w_size = json_size(largest)
+    w_cpu, w_rss = measure("tracekit", largest)
+    vs = f" = {w_rss / whole_summary_rss:.2f}x the whole trace's summary" if whole_summary_rss else ""
+    print(f"{'a window':14} tracekit summary of the largest ({w_size / 1e9:.2f} GB of JSON): {w_cpu:5.0f} s CPU, "
+          f"peak RSS {w_rss / 1e6:6.0f} MB{vs}", flush=True)
+    shutil.rmtree(dest)
+    return {"cpu_s": cpu, "rss": rss, "wall_s": wall, "windows": len(files), "ok": ok,
+            "window_cpu_s": w_cpu, "window_rss": w_rss}
+
+
 CHUNK_KB = (128, 256, 1024, 8192)
 
 
@@ -314,6 +349,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-hta", action="store_true", help="leave HTA out even where it is installed (~45 s a run)")
     ap.add_argument("--no-stream-summary", action="store_true",
                     help="on the synthetic trace, time the read alone, not `tracekit summary` too")
+    ap.add_argument("--no-split", action="store_true", help="skip `tracekit split` of the synthetic trace")
     ap.add_argument("--chunks", action="store_true",
                     help="only compare chunk sizes (decode + columns of the shared V100 trace)")
     args = ap.parse_args(argv)
@@ -331,6 +367,8 @@ def main(argv: list[str] | None = None) -> dict:
     out = {"compare": compare(path, args.repeat, hta=not args.no_hta)}
     if not args.no_stream:
         out["stream"] = stream(args.stream_gb, summary=not args.no_stream_summary)
+        if not args.no_split:
+            out["split"] = split(args.stream_gb, out["stream"].get("tracekit", {}).get("rss"))
     return out
 
 

@@ -51,7 +51,8 @@ _EXACT_LIMIT_US = float(2**42)
 # Beyond this many microseconds (~146 years of clock) int64 nanoseconds overflow.
 _MAX_US = 9.2e15
 _RANGE_PREFIXES = ("ProfilerStep#", markers.PREFIX)
-_LAUNCH_FLOWS = ("ac2g", "async_cpu_to_gpu", "async")
+# The categories of the flows that tie a launch call to its kernel, in every schema era.
+LAUNCH_FLOWS = ("ac2g", "async_cpu_to_gpu", "async")
 
 _CAT, _TS, _DUR, _ARGS, _NAME, _PID, _TID = (
     attrgetter(a) for a in ("cat", "ts", "dur", "args", "name", "pid", "tid")
@@ -126,7 +127,7 @@ class Builder:
             # are built from; the last launch flow of the file dates the schema.
             for i in np.flatnonzero(ranks == self._cat_rank[dec.FLOW])[::-1].tolist():
                 cat = events[i].flow_cat
-                if cat and cat.lower() in _LAUNCH_FLOWS:
+                if cat and cat.lower() in LAUNCH_FLOWS:
                     self.launch_flow = cat.lower()
                     break
         rows = np.flatnonzero(table >= 0)

@@ -19,6 +19,7 @@ import os
 
 from tracekit.errors import TracekitError
 from tracekit.trace.model import Trace
+from tracekit.trace.windows import WINDOW_NAME
 
 _ONE_BY_ONE = ("analyse them one by one (tracekit report FILE) or all at once (tracekit batch FOLDER, a row per "
                "trace), or put each run's ranks in a folder of their own")
@@ -35,6 +36,9 @@ def check_one_run(folder: str, parts: list[Trace]) -> None:
     if len(parts) < 2:
         return
     names = [os.path.basename(t.path) for t in parts]
+    if all(WINDOW_NAME.search(n) for n in names):
+        raise TracekitError(f"{folder} holds {len(parts)} windows of a trace (tracekit split), each a trace of its "
+                            "own; " + _ONE_BY_ONE)
     seen: dict[tuple, str] = {}
     for name, fp in zip(names, map(fingerprint, parts)):
         if fp in seen:

@@ -49,11 +49,13 @@ class NotStreamable(Exception):
 class EventChunks:
     """Iterate for (events, exact) per chunk, ``exact()`` re-decoding that chunk with
     decimal timestamps; afterwards ``meta`` holds the top-level keys other than
-    traceEvents and ``json_cut`` says whether the JSON ended before it closed."""
+    traceEvents and ``json_cut`` says whether the JSON ended before it closed. ``decoder``
+    turns a chunk's text (a JSON array) into its events (default: ``decode.EVENTS``)."""
 
-    def __init__(self, path: str, slices: Iterable[bytes]):
+    def __init__(self, path: str, slices: Iterable[bytes], decoder=None):
         self.path = path
         self.slices = slices
+        self._events = decoder or dec.EVENTS
         self.meta: dict = {}
         self.json_cut = False
         self.n_decoded = 0
@@ -131,7 +133,7 @@ class EventChunks:
         buf[cut + 1] = ord("]")
         view = memoryview(buf)[first : cut + 2]
         try:
-            events = dec.EVENTS.decode(view)
+            events = self._events.decode(view)
         except (msgspec.DecodeError, msgspec.ValidationError):
             buf[cut + 1] = self._after_cut
             return None
@@ -174,7 +176,7 @@ class EventChunks:
 
     def _whole(self, body: memoryview) -> Chunk:
         try:
-            events = dec.EVENTS.decode(body)
+            events = self._events.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise NotStreamable from None
         self.n_decoded += len(events)

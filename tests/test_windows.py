@@ -1,0 +1,148 @@
+"""``tracekit split``: a trace cut into windows of its time, each a trace of its own.
+
+Every property is checked against reading the whole trace: the windows together hold each
+table row once, each kernel stays linked to its launch and op, steps are never cut in two,
+and the trace's metadata is in every window. Inputs are real traces (shared ones, skipped
+with the reason when absent, and the ones tracekit collected in sample_traces/).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from conftest import SAMPLE_TRACES, all_real_traces, read_real, real_trace_path
+
+from tracekit import frameworks, markers, read_trace
+from tracekit.analysis import analyze
+from tracekit.cli import main
+from tracekit.errors import TracekitError
+from tracekit.trace import windows
+
+TABLES = ("kernels", "runtime", "cpu_ops", "annotations", "python")
+
+
+def _split(src, tmp_path, parts: int = 3, **kw) -> list:
+    n = sum(len(getattr(read_trace(src), t)) for t in TABLES)
+    return windows.split(str(src), str(tmp_path / "w"), max_events=max(1, n // parts), **kw)
+
+
+def _linked(t) -> int:
+    return int((t.kernels["launch"].to_numpy() >= 0).sum()) if len(t.kernels) else 0
+
+
+def _ops_linked(t) -> int:
+    return int((t.kernels["op"].to_numpy() >= 0).sum()) if len(t.kernels) else 0
+
+
+@pytest.mark.parametrize("key", all_real_traces())
+def test_windows_hold_every_row_once_and_every_kernel_with_its_launch(key, tmp_path):
+    whole = read_real(key)
+    out = _split(real_trace_path(key), tmp_path)
+    parts = [read_trace(p) for p in out]
+    for table in TABLES:
+        assert sum(len(getattr(p, table)) for p in parts) == len(getattr(whole, table)), table
+    # Kernels go with the runtime call that launched them (by correlation id), not by their
+    # own time: a window reads exactly as many launch and op links as the whole trace.
+    assert sum(_linked(p) for p in parts) == _linked(whole)
+    assert sum(_ops_linked(p) for p in parts) == _ops_linked(whole)
+    # The same kernels, by name and duration.
+    got = pd.concat([p.kernels[["name", "dur_ns"]].astype({"name": str}) for p in parts]).sort_values(["name", "dur_ns"])
+    want = whole.kernels[["name", "dur_ns"]].astype({"name": str}).sort_values(["name", "dur_ns"])
+    np.testing.assert_array_equal(got.to_numpy(), want.to_numpy())
+    for p in parts:
+        assert p.device_name() == whole.device_name()
+        assert p.distributed == whole.distributed
+        assert p.era == whole.era
+
+
+def test_windows_follow_time_and_end_at_step_starts(tmp_path):
+    whole = read_real("gb10_vllm")  # 10 vLLM execute steps; the GPU runs a step behind the CPU
+    out = _split(real_trace_path("gb10_vllm"), tmp_path, parts=4)
+    assert len(out) >= 3
+    parts = [read_trace(p) for p in out]
+    # In time order, and a window's CPU side ends before the next one's begins.
+    for a, b in zip(parts, parts[1:]):
+        assert a.cpu_ops["start_ns"].max() < b.cpu_ops["start_ns"].min()
+    steps = analyze(whole).steps
+    got = pd.concat([analyze(p).steps for p in parts])
+    assert len(got) == len(steps) == 10
+    # Every step whole in one window: its kernels, GPU span and busy time as in the whole trace.
+    cols = ["cpu_start_ns", "gpu_start_ns", "gpu_end_ns", "kernels", "gpu_busy_ns"]
+    np.testing.assert_array_equal(got[cols].sort_values("cpu_start_ns").to_numpy(),
+                                  steps[cols].sort_values("cpu_start_ns").to_numpy())
+
+
+def test_one_window_reads_as_the_whole_trace(tmp_path):
+    src = real_trace_path("v100_ns")  # fractional timestamps: the events' own bytes are copied
+    whole = read_real("v100_ns")
+    (only,) = windows.split(str(src), str(tmp_path / "w"), max_events=10**9)
+    t = read_trace(only)
+    for table in TABLES:
+        pd.testing.assert_frame_equal(getattr(t, table), getattr(whole, table), check_categorical=False)
+    assert t.devices == whole.devices and t.metadata.get("baseTimeNanoseconds") == whole.metadata.get("baseTimeNanoseconds")
+
+
+def test_split_cli_collected_trace_windows_keep_the_sidecar_and_batch_reads_them(tmp_path):
+    src = SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz"
+    out = tmp_path / "w"
+    r = CliRunner().invoke(main, ["split", str(src), "-o", str(out), "--events", "4000"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    files = sorted(f for f in os.listdir(out) if windows.WINDOW_NAME.search(f))
+    assert len(files) >= 2 and f"wrote {len(files)} windows" in r.output
+    side = markers.sidecar_path_for(str(src))
+    for f in files:
+        with open(markers.sidecar_path_for(str(out / f))) as a, open(side) as b:
+            assert a.read() == b.read()
+        # tracekit's own phase markers survive: each window has its prefill or decode steps.
+        assert analyze(read_trace(str(out / f))).phase_source == frameworks.SOURCE_MARKERS
+    r = CliRunner().invoke(main, ["batch", str(out), "-o", str(tmp_path / "fleet.csv"), "-j", "1"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    rows = pd.read_csv(tmp_path / "fleet.csv")
+    assert len(rows) == len(files) and (rows["status"] == "ok").all()
+    assert rows["note"].str.contains("windows of a trace").all()
+    # The windows' steps are the whole run's.
+    whole = analyze(read_trace(str(src))).steps
+    assert sum(len(analyze(read_trace(str(out / f))).steps) for f in files) == len(whole)
+
+
+def test_split_refuses_to_replace_windows_without_force(tmp_path):
+    src = SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"
+    out = tmp_path / "w"
+    first = windows.split(str(src), str(out), max_events=300)
+    before = {p: os.path.getmtime(p) for p in first}
+    r = CliRunner().invoke(main, ["split", str(src), "-o", str(out), "--events", "300"])
+    assert r.exit_code == 2 and "--force" in r.output and "Traceback" not in r.output
+    assert {p: os.path.getmtime(p) for p in first} == before
+    # --force replaces them; windows of the earlier split that this one does not write go.
+    again = windows.split(str(src), str(out), max_events=10**9, force=True)
+    assert len(again) == 1 and sorted(f for f in os.listdir(out) if windows.WINDOW_NAME.search(f)) == \
+        [os.path.basename(again[0])]
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"not json at all", "cannot be split"),
+    (b'{"traceEvents": 5}', "cannot be split"),
+])
+def test_split_bad_input_is_one_sentence(tmp_path, content, words):
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(gzip.compress(content))
+    r = CliRunner().invoke(main, ["split", str(bad), "-o", str(tmp_path / "w")])
+    assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output
+    assert not [f for f in os.listdir(tmp_path / "w") if not f.startswith(".")]
+
+
+def test_split_caps_the_number_of_windows(tmp_path):
+    with pytest.raises(TracekitError, match="more than 500"):
+        windows.split(str(real_trace_path("v100_ddp")), str(tmp_path / "w"), max_events=10)
+
+
+def test_report_of_a_folder_of_windows_says_what_they_are(tmp_path):
+    _split(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz", tmp_path)
+    with pytest.raises(TracekitError, match="windows of a trace"):
+        read_trace(str(tmp_path / "w"))

@@ -1,0 +1,39 @@
+"""``tracekit split TRACE [-o DIR]``: a trace too large to analyse at once, as windows of its time."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from tracekit.cli.common import human_size
+
+
+@click.command("split")
+@click.argument("trace", type=click.Path(dir_okay=False, path_type=str))
+@click.option("-o", "--output", "out_dir", metavar="DIR",
+              help="The folder to write the windows into (default: reports/<trace name>-windows).")
+@click.option("--events", "max_events", type=click.IntRange(min=1), metavar="N",
+              help="About how many CPU-side events (ops, runtime calls, annotations, Python frames) a window "
+                   "holds; its kernels come with them (default: 2,000,000, about 0.5-1 GB of JSON).")
+@click.option("--force", is_flag=True, help="Replace the windows an earlier split wrote into DIR.")
+def command(trace: str, out_dir: str | None, max_events: int | None, force: bool) -> None:
+    """Cut TRACE into windows of its time, each a trace file of its own, in two streamed passes
+    whose memory does not grow with the trace: for traces too large to analyse whole.
+
+    Windows end at an instant when no op or annotation is open (between steps), each kernel
+    goes with the launch that queued it, and every window keeps the trace's device and rank
+    metadata.
+    Analyse them all with `tracekit batch DIR` (a row per window), or one with `tracekit report`."""
+    from tracekit import markers
+    from tracekit.trace import windows
+
+    if out_dir is None:
+        stem = os.path.basename(markers.sidecar_path_for(trace))[: -len(markers.SIDECAR_SUFFIX)]
+        out_dir = os.path.join("reports", f"{stem}-windows")
+    written = windows.split(trace, out_dir, max_events=max_events or windows.DEFAULT_EVENTS, force=force,
+                            progress=lambda m: click.echo(m, err=True))
+    size = sum(os.path.getsize(p) for p in written)
+    click.echo(f"wrote {len(written)} window{'s' if len(written) != 1 else ''} of {trace} to {out_dir} "
+               f"({human_size(size)})")
+    click.echo(f"next: tracekit batch {out_dir} (a row per window), or tracekit report {written[0]}", err=True)

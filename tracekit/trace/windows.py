@@ -1,0 +1,369 @@
+"""A trace too large to analyse at once -> windows of its time, each a trace file of its own.
+
+Reading streams (memory holds the tables plus one chunk of text), but the analysis keeps a
+few hundred bytes per kernel, so a trace around the size of memory cannot be analysed
+whole. ``split`` cuts it into windows of about ``max_events`` events by time, in two
+streamed passes whose memory does not grow with the trace:
+
+1. A survey: every event's time, the span of every op and annotation, and each runtime
+   call's correlation id go to temporary files on disk.
+2. Routing: every event is copied, as the bytes it was written with, into the window its
+   time falls in. Window edges are near the time quantiles that give windows of
+   ``max_events``, at instants when no op or annotation is open on any thread (between
+   steps, where the trace names them), so no step or op is cut in two.
+
+Kineto writes every CPU-side event before all GPU activity, and a kernel runs after its
+launch, often in the next step's time: a kernel (and its launch flow) therefore goes to the
+window of the runtime call that launched it, found by its correlation id, so every window's
+kernels stay linked to their launches and ops. Metadata events (process and thread names)
+go to every window, and each window carries the trace's top-level keys (device properties,
+distributedInfo, baseTimeNanoseconds), so a window reads, segments and prices like the
+whole trace would over that time. ``tracekit batch`` on the windows' folder then analyses
+them in parallel, a row per window.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import re
+import shutil
+import tempfile
+from typing import Callable, Union
+
+from operator import attrgetter
+
+import msgspec
+import numpy as np
+
+from tracekit import markers
+from tracekit.errors import TracekitError
+from tracekit.trace import inflate, limits, stream
+from tracekit.trace.columns import LAUNCH_FLOWS, TABLE_OF
+
+# CPU-side events a window holds by default (its kernels come with them): about 0.5-1 GB of JSON,
+# which `tracekit summary` analyses in about as much memory.
+DEFAULT_EVENTS = 2_000_000
+# Every window's file is open while routing: stay well inside the usual limit of 1024 open files.
+MAX_WINDOWS = 500
+# How split names its windows: <trace name>.window-<i>-of-<k>.json.gz, in time order.
+WINDOW_NAME = re.compile(r"\.window-(\d+)-of-(\d+)\.json\.gz$")
+# The time grid windows are cut on: a bin of a 10-minute trace is 0.14 ms, finer than the host's
+# pause between two steps; its histograms take 64 MB whatever the trace's size.
+_BINS = 1 << 22
+_BLOCK = 1 << 20  # rows of a temporary file read at a time
+
+
+class _Args(msgspec.Struct, gc=False, frozen=True):
+    correlation: Union[int, str] = -1
+
+
+_NO_ARGS = _Args()
+
+
+class _Where(msgspec.Struct, gc=False, frozen=True):
+    """What routing needs of an event; every other field is skipped. (Timestamps are numbers
+    of microseconds, as the reader requires.)"""
+
+    ph: str = ""
+    cat: Union[str, None] = None
+    ts: float = math.nan
+    dur: float = 0.0
+    id: Union[int, str, None] = None
+    args: Union[_Args, None] = _NO_ARGS
+
+
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_WHERE = msgspec.json.Decoder(list[_Where])
+_PH, _CAT, _TS, _DUR = (attrgetter(a) for a in ("ph", "cat", "ts", "dur"))
+
+# What an event is to routing, by (phase, category): the last four are the complete ("X")
+# events that the reader's tables are made of, which windows are sized by.
+_OTHER, _META, _FLOW, _COMPLETE, _OP, _GPU, _LAUNCH, _ANNOTATION = range(8)
+
+
+def _kind(ph: str, cat: str | None) -> int:
+    cat = (cat or "").lower()
+    if ph == "M":
+        return _META
+    if ph in ("s", "f") and cat in LAUNCH_FLOWS:
+        return _FLOW
+    table = TABLE_OF.get(cat, (None,))[0] if ph == "X" else None
+    if table is None:  # (complete events of no table, such as Kineto's "Trace" span, too)
+        return _OTHER
+    if cat == "user_annotation":
+        return _ANNOTATION
+    return {"kernels": _GPU, "runtime": _LAUNCH, "cpu_ops": _OP}.get(table, _COMPLETE)
+
+
+class _Chunk:
+    """A chunk of events as the bytes they were written with, and what routing needs of each."""
+
+    __slots__ = ("raws", "where")
+
+    def __init__(self, raws: list, where: list) -> None:
+        self.raws, self.where = raws, where
+
+    def __len__(self) -> int:
+        return len(self.raws)
+
+
+class _Decoder:
+    """For ``stream.EventChunks``: a chunk's text decoded as ``_Where``s and, for routing
+    (``raws``), as the events' own bytes too."""
+
+    def __init__(self, raws: bool) -> None:
+        self.raws = raws
+
+    def decode(self, view) -> _Chunk:
+        where = _WHERE.decode(view)
+        return _Chunk(_RAWS.decode(view) if self.raws else where, where)
+
+
+class _Columns:
+    """A chunk's routing facts as arrays: time, kind, and the correlation id of kernels,
+    launch calls and launch flows (-1 elsewhere)."""
+
+    def __init__(self, where: list, kinds: dict) -> None:
+        n = len(where)
+        self.ts = np.fromiter(map(_TS, where), np.float64, n)
+        self.dur = np.fromiter(map(_DUR, where), np.float64, n)
+        keys = list(zip(map(_PH, where), map(_CAT, where)))
+        for key in set(keys).difference(kinds):
+            kinds[key] = _kind(*key)
+        self.kind = np.fromiter(map(kinds.__getitem__, keys), np.int8, n)
+        self.corr = np.full(n, -1, dtype=np.int64)
+        rows = np.flatnonzero((self.kind == _GPU) | (self.kind == _LAUNCH) | (self.kind == _FLOW))
+        # A launch flow's id is the correlation id of the launch and its kernel.
+        self.corr[rows] = np.fromiter((_int(w.id) if w.ph in ("s", "f") else _int((w.args or _NO_ARGS).correlation)
+                                       for w in map(where.__getitem__, rows.tolist())), np.int64, len(rows))
+
+
+def _int(v) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else -1
+
+
+def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: bool = False,
+          progress: Callable[[str], None] | None = None) -> list[str]:
+    """Write ``path``'s windows of about ``max_events`` CPU-side events (ops, runtime calls,
+    annotations, Python frames; kernels go with their launches) into ``out_dir`` (created if
+    missing) and return their paths, in time order. ``force`` replaces an earlier split's
+    windows there. Raises ``TracekitError`` with one sentence for anything that cannot be split."""
+    if max_events < 1:
+        raise TracekitError(f"the events per window must be a positive number, not {max_events}")
+    if not os.path.isfile(path):
+        raise TracekitError(f"{path}: no such file" if not os.path.exists(path) else f"{path} is not a file")
+    os.makedirs(out_dir, exist_ok=True)
+    sidecar = markers.sidecar_path_for(path)
+    stem = os.path.basename(sidecar)[: -len(markers.SIDECAR_SUFFIX)]
+    clash = [f for f in os.listdir(out_dir) if f.startswith(f"{stem}.window-")]
+    if clash and not force:
+        raise TracekitError(f"{out_dir} already holds windows of {os.path.basename(path)} ({clash[0]}, ...): "
+                            "pass --force to replace them, or choose another folder")
+    # The guard against compression bombs protects the disk here, where the windows go
+    # (compressed, they take less than the JSON); memory stays bounded at any size.
+    limit = limits.max_decompressed_bytes() if os.environ.get(limits.MAX_SIZE_ENV, "").strip() else \
+        max(limits.max_decompressed_bytes(), shutil.disk_usage(out_dir).free)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".tracekit-split-") as tmp:
+        if progress:
+            progress(f"surveying {os.path.basename(path)}")
+        survey = _survey(path, limit, tmp)
+        edges = _edges(survey, max_events)
+        lo, hi = _launch_ranges(survey, edges)
+        if progress:
+            progress(f"writing {len(edges) + 1} windows")
+        written = _route(path, limit, survey.meta, edges, lo, hi, out_dir, stem, tmp)
+    if os.path.exists(sidecar):  # what tracekit collect recorded of the run holds for every window
+        for w in written:
+            shutil.copyfile(sidecar, markers.sidecar_path_for(w))
+    for f in clash:
+        if os.path.join(out_dir, f) not in written and not f.endswith(markers.SIDECAR_SUFFIX):
+            os.remove(os.path.join(out_dir, f))  # an earlier split's windows that this one did not replace
+    return written
+
+
+class _Survey:
+    """What the first pass keeps: counts, and temporary files of times on disk."""
+
+    def __init__(self, tmp: str) -> None:
+        self._files = {name: open(os.path.join(tmp, f"{name}.f8"), "wb") for name in ("ts", "ranges", "launches")}
+        self.n = 0
+        self.lo, self.hi = math.inf, -math.inf
+        self.meta: dict = {}
+
+    def write(self, name: str, *columns: np.ndarray) -> None:
+        """Append rows (one value per column) to a temporary file."""
+        (np.column_stack(columns) if len(columns) > 1 else columns[0]).astype(np.float64).tofile(self._files[name])
+
+    def blocks(self, name: str, width: int = 1):
+        """The file's rows, ``_BLOCK`` at a time, as (rows, width) arrays."""
+        f = self._files[name]
+        f.flush()
+        # Read, not mapped: pages of a mapping would stay in the process's resident set.
+        with open(f.name, "rb") as r:
+            while len(block := np.fromfile(r, dtype=np.float64, count=_BLOCK * width)):
+                yield block.reshape(-1, width)
+
+
+def _open(path: str, limit: int, raws: bool = False) -> stream.EventChunks:
+    """The trace's events, a chunk at a time (a file cut mid-write gives its complete events)."""
+    return stream.EventChunks(path, inflate.Inflated(path, limit), decoder=_Decoder(raws))
+
+
+def _each(chunks: stream.EventChunks):
+    try:
+        for chunk, _ in chunks:
+            yield chunk
+    except stream.NotStreamable:
+        raise TracekitError(f"{chunks.path} cannot be split: it is not a Chrome trace whose traceEvents array "
+                            "can be read in pieces (tracekit report reads it whole)") from None
+
+
+def _survey(path: str, limit: int, tmp: str) -> _Survey:
+    s = _Survey(tmp)
+    kinds: dict = {}
+    chunks = _open(path, limit)
+    for chunk in _each(chunks):
+        c = _Columns(chunk.where, kinds)
+        timed = ~np.isnan(c.ts)
+        # Windows are sized by their CPU side: a kernel goes with its launch, wherever it ran.
+        ts = c.ts[timed & (c.kind >= _COMPLETE) & (c.kind != _GPU)]
+        s.write("ts", ts)
+        s.n += len(ts)
+        if len(ts):
+            s.lo, s.hi = min(s.lo, float(ts.min())), max(s.hi, float(ts.max()))
+        ranges = timed & ((c.kind == _OP) | (c.kind == _ANNOTATION))
+        s.write("ranges", c.ts[ranges], c.ts[ranges] + np.nan_to_num(c.dur[ranges]))
+        launches = timed & (c.kind == _LAUNCH) & (c.corr >= 0)
+        s.write("launches", c.ts[launches], c.corr[launches])
+    s.meta = chunks.meta
+    return s
+
+
+def _edges(s: _Survey, max_events: int) -> np.ndarray:
+    """Window edges in trace microseconds, increasing: window i holds times in [edges[i-1], edges[i]).
+
+    Each edge is an instant, near the time quantile that gives windows of ``max_events``,
+    at which no op and no annotation is open on any thread (between steps, where the trace
+    names them): a step, an op and the launches inside it are never cut apart. Both are
+    found on one time grid of ``_BINS`` bins, from histograms, whatever the trace's size."""
+    k = math.ceil(s.n / max_events) if s.n else 1
+    if k > MAX_WINDOWS:
+        raise TracekitError(f"{s.n:,} events in windows of {max_events:,} would make {k:,} windows, more than "
+                            f"{MAX_WINDOWS}: ask for more events per window")
+    if k <= 1 or not s.hi > s.lo:
+        return np.zeros(0)
+    width = (s.hi - s.lo) / _BINS
+
+    def bins(t: np.ndarray) -> np.ndarray:
+        return np.clip(((t - s.lo) / width).astype(np.int64), 0, _BINS - 1)
+
+    cum = np.zeros(_BINS, dtype=np.int64)
+    for block in s.blocks("ts"):
+        cum += np.bincount(bins(block[:, 0]), minlength=_BINS)
+    np.cumsum(cum, out=cum)
+    # Ranges open at the start of each bin: those begun in earlier bins less those ended in them
+    # (an end in the bin itself still counts as open, so a bin start that reads 0 is clear).
+    open_at = np.zeros(_BINS, dtype=np.int64)
+    for block in s.blocks("ranges", 2):
+        open_at[1:] += np.bincount(bins(block[:, 0]), minlength=_BINS)[:-1]
+        open_at[1:] -= np.bincount(bins(block[:, 1]), minlength=_BINS)[:-1]
+    np.cumsum(open_at, out=open_at)
+    quantile = np.searchsorted(cum, np.arange(1, k) * (s.n / k))
+    chosen = []
+    for j, q in enumerate(quantile.tolist()):
+        # Within a quarter of a window of its quantile, the clearest bin start, the nearest of those.
+        lo_q = quantile[j - 1] if j else 0
+        hi_q = quantile[j + 1] if j + 1 < len(quantile) else _BINS
+        reach = max(1, min(q - lo_q, hi_q - q) // 4)
+        a, b = max(1, q - reach), min(_BINS, q + reach + 1)
+        if a >= b:
+            continue
+        near = open_at[a:b]
+        best = np.flatnonzero(near == near.min()) + a
+        chosen.append(int(best[np.argmin(np.abs(best - q))]))
+    edges = np.unique(chosen)
+    # A window left with a sliver of the events (a trace's few events before its first step) joins the next.
+    keep, last = [], 0
+    for e in edges.tolist():
+        n = int(cum[e - 1])
+        if n - last >= max_events // 10 and s.n - n >= max_events // 10:
+            keep.append(e)
+            last = n
+    return s.lo + np.asarray(keep, dtype=np.float64) * width
+
+
+def _launch_ranges(s: _Survey, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per window, the least and greatest correlation id of the runtime calls it holds."""
+    k = len(edges) + 1
+    lo = np.full(k, np.iinfo(np.int64).max)
+    hi = np.full(k, -1, dtype=np.int64)
+    for block in s.blocks("launches", 2):
+        w = np.searchsorted(edges, block[:, 0], side="right")
+        corr = block[:, 1].astype(np.int64)
+        np.minimum.at(lo, w, corr)
+        np.maximum.at(hi, w, corr)
+    return lo, hi
+
+
+def _route(path: str, limit: int, meta: dict, edges: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+           out_dir: str, stem: str, tmp: str) -> list[str]:
+    k = len(edges) + 1
+    names = [f"{stem}.window-{i + 1:0{len(str(k))}d}-of-{k}.json.gz" for i in range(k)]  # WINDOW_NAME
+    parts = [os.path.join(tmp, n) for n in names]
+    # The trace's own top-level keys, then its events: each window is a trace like the whole.
+    head = msgspec.json.encode({**meta, "traceEvents": []})[:-3] + b"["
+    outs = [gzip.open(p, "wb", compresslevel=1) for p in parts]
+    first = [True] * k
+    try:
+        for out in outs:
+            out.write(head)
+        # Launch ranges, in window order, for the windows holding launches.
+        has = np.flatnonzero(hi >= 0)
+        w_lo, w_hi = lo[has], hi[has]
+        # Correlation ids grow with launch order, so the ranges do too; where threads make
+        # two overlap, the running maximum keeps the search sorted and membership is checked.
+        w_top = np.maximum.accumulate(w_hi) if len(has) else w_hi
+        kinds: dict = {}
+        for chunk in _each(_open(path, limit, raws=True)):
+            c = _Columns(chunk.where, kinds)
+            window = np.searchsorted(edges, np.nan_to_num(c.ts, nan=-math.inf), side="right")
+            linked = ((c.kind == _GPU) | (c.kind == _FLOW)) & (c.corr >= 0)
+            if len(has) and linked.any():
+                rows = np.flatnonzero(linked)
+                corr = c.corr[rows]
+                j = np.searchsorted(w_top, corr)
+                inside = j < len(has)
+                inside[inside] &= (w_lo[j[inside]] <= corr[inside]) & (corr[inside] <= w_hi[j[inside]])
+                window[rows[inside]] = has[j[inside]]
+            raws = chunk.raws
+            meta = c.kind == _META
+            for i in np.flatnonzero(meta).tolist():
+                for w in range(k):
+                    _write(outs[w], first, w, raws[i])
+            window[meta] = -1
+            order = np.argsort(window, kind="stable")
+            bounds = np.searchsorted(window[order], np.arange(k + 1))
+            for w in range(k):
+                sel = order[bounds[w]:bounds[w + 1]]
+                if len(sel):
+                    _write(outs[w], first, w, b",\n".join(map(raws.__getitem__, sel.tolist())))
+        for out in outs:
+            out.write(b"]}\n")
+    finally:
+        for out in outs:
+            out.close()
+    written = []
+    for p, n in zip(parts, names):
+        dest = os.path.join(out_dir, n)
+        os.replace(p, dest)
+        written.append(dest)
+    return written
+
+
+def _write(out, first: list[bool], w: int, data) -> None:
+    if not first[w]:
+        out.write(b",\n")
+    first[w] = False
+    out.write(data)
