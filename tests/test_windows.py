@@ -146,3 +146,26 @@ def test_report_of_a_folder_of_windows_says_what_they_are(tmp_path):
     _split(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz", tmp_path)
     with pytest.raises(TracekitError, match="windows of a trace"):
         read_trace(str(tmp_path / "w"))
+
+
+def test_gpu_annotations_go_with_their_cpu_annotation(tmp_path, monkeypatch):
+    """The GPU runs a step behind the CPU: a window that ends right after a step's CPU range,
+    before its GPU range began, still holds that step's GPU annotation and kernels."""
+    src = real_trace_path("gb10_vllm")
+    whole = read_real("gb10_vllm")
+    a = whole.annotations
+    cpu = a[a["side"].astype(str) == "cpu"].sort_values("start_ns")
+    gpu = a[a["side"].astype(str) == "gpu"]
+    fifth = cpu.iloc[4]
+    edge_ns = int(fifth["end_ns"]) + 1_000
+    # The edge falls before the fifth step's GPU annotation starts: by time alone it would go next door.
+    assert int(gpu.loc[gpu["external_id"] == fifth["external_id"], "start_ns"].iloc[0]) > edge_ns
+    base_us = whole.metadata.get("baseTimeNanoseconds") or 0
+    monkeypatch.setattr(windows, "_edges", lambda s, n: np.array([(edge_ns - base_us) / 1e3]))
+    parts = [read_trace(p) for p in windows.split(str(src), str(tmp_path / "w"), max_events=1)]
+    assert len(parts) == 2
+    for p in parts:
+        sides = p.annotations["side"].astype(str)
+        assert set(p.annotations.loc[sides == "gpu", "external_id"]) == set(p.annotations.loc[sides == "cpu", "external_id"])
+    assert [len(analyze(p).steps) for p in parts] == [5, 5]
+    assert sum(_linked(p) for p in parts) == _linked(whole)

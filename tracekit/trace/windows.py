@@ -15,7 +15,8 @@ streamed passes whose memory does not grow with the trace:
 Kineto writes every CPU-side event before all GPU activity, and a kernel runs after its
 launch, often in the next step's time: a kernel (and its launch flow) therefore goes to the
 window of the runtime call that launched it, found by its correlation id, so every window's
-kernels stay linked to their launches and ops. Metadata events (process and thread names)
+kernels stay linked to their launches and ops; a GPU annotation goes with its CPU annotation
+(by External id). Metadata events (process and thread names)
 go to every window, and each window carries the trace's top-level keys (device properties,
 distributedInfo, baseTimeNanoseconds), so a window reads, segments and prices like the
 whole trace would over that time. ``tracekit batch`` on the windows' folder then analyses
@@ -57,6 +58,7 @@ _BLOCK = 1 << 20  # rows of a temporary file read at a time
 
 class _Args(msgspec.Struct, gc=False, frozen=True):
     correlation: Union[int, str] = -1
+    external_id: Union[int, str] = msgspec.field(default=-1, name="External id")
 
 
 _NO_ARGS = _Args()
@@ -80,7 +82,7 @@ _PH, _CAT, _TS, _DUR = (attrgetter(a) for a in ("ph", "cat", "ts", "dur"))
 
 # What an event is to routing, by (phase, category): the last four are the complete ("X")
 # events that the reader's tables are made of, which windows are sized by.
-_OTHER, _META, _FLOW, _COMPLETE, _OP, _GPU, _LAUNCH, _ANNOTATION = range(8)
+_OTHER, _META, _FLOW, _COMPLETE, _GPU_ANNOTATION, _OP, _GPU, _LAUNCH, _ANNOTATION = range(9)
 
 
 def _kind(ph: str, cat: str | None) -> int:
@@ -94,6 +96,8 @@ def _kind(ph: str, cat: str | None) -> int:
         return _OTHER
     if cat == "user_annotation":
         return _ANNOTATION
+    if cat == "gpu_user_annotation":
+        return _GPU_ANNOTATION
     return {"kernels": _GPU, "runtime": _LAUNCH, "cpu_ops": _OP}.get(table, _COMPLETE)
 
 
@@ -122,8 +126,9 @@ class _Decoder:
 
 
 class _Columns:
-    """A chunk's routing facts as arrays: time, kind, and the correlation id of kernels,
-    launch calls and launch flows (-1 elsewhere)."""
+    """A chunk's routing facts as arrays: time, kind, and the id that ties an event to the
+    CPU-side one it goes with (-1 elsewhere): the correlation id of kernels, launch calls and
+    launch flows, the External id of CPU and GPU annotations."""
 
     def __init__(self, where: list, kinds: dict) -> None:
         n = len(where)
@@ -133,11 +138,14 @@ class _Columns:
         for key in set(keys).difference(kinds):
             kinds[key] = _kind(*key)
         self.kind = np.fromiter(map(kinds.__getitem__, keys), np.int8, n)
-        self.corr = np.full(n, -1, dtype=np.int64)
-        rows = np.flatnonzero((self.kind == _GPU) | (self.kind == _LAUNCH) | (self.kind == _FLOW))
+        self.id = np.full(n, -1, dtype=np.int64)
+        rows = np.flatnonzero(np.isin(self.kind, (_GPU, _LAUNCH, _FLOW)))
         # A launch flow's id is the correlation id of the launch and its kernel.
-        self.corr[rows] = np.fromiter((_int(w.id) if w.ph in ("s", "f") else _int((w.args or _NO_ARGS).correlation)
-                                       for w in map(where.__getitem__, rows.tolist())), np.int64, len(rows))
+        self.id[rows] = np.fromiter((_int(w.id) if w.ph in ("s", "f") else _int((w.args or _NO_ARGS).correlation)
+                                     for w in map(where.__getitem__, rows.tolist())), np.int64, len(rows))
+        rows = np.flatnonzero((self.kind == _ANNOTATION) | (self.kind == _GPU_ANNOTATION))
+        self.id[rows] = np.fromiter((_int((w.args or _NO_ARGS).external_id) for w in map(where.__getitem__, rows.tolist())),
+                                    np.int64, len(rows))
 
 
 def _int(v) -> int:
@@ -170,10 +178,10 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
             progress(f"surveying {os.path.basename(path)}")
         survey = _survey(path, limit, tmp)
         edges = _edges(survey, max_events)
-        lo, hi = _launch_ranges(survey, edges)
+        launches, annotations = _IdRanges(survey, "launches", edges), _IdRanges(survey, "annotations", edges)
         if progress:
             progress(f"writing {len(edges) + 1} windows")
-        written = _route(path, limit, survey.meta, edges, lo, hi, out_dir, stem, tmp)
+        written = _route(path, limit, survey.meta, edges, launches, annotations, out_dir, stem, tmp)
     if os.path.exists(sidecar):  # what tracekit collect recorded of the run holds for every window
         for w in written:
             shutil.copyfile(sidecar, markers.sidecar_path_for(w))
@@ -187,7 +195,7 @@ class _Survey:
     """What the first pass keeps: counts, and temporary files of times on disk."""
 
     def __init__(self, tmp: str) -> None:
-        self._files = {name: open(os.path.join(tmp, f"{name}.f8"), "wb") for name in ("ts", "ranges", "launches")}
+        self._files = {name: open(os.path.join(tmp, f"{name}.f8"), "wb") for name in ("ts", "ranges", "launches", "annotations")}
         self.n = 0
         self.lo, self.hi = math.inf, -math.inf
         self.meta: dict = {}
@@ -235,8 +243,9 @@ def _survey(path: str, limit: int, tmp: str) -> _Survey:
             s.lo, s.hi = min(s.lo, float(ts.min())), max(s.hi, float(ts.max()))
         ranges = timed & ((c.kind == _OP) | (c.kind == _ANNOTATION))
         s.write("ranges", c.ts[ranges], c.ts[ranges] + np.nan_to_num(c.dur[ranges]))
-        launches = timed & (c.kind == _LAUNCH) & (c.corr >= 0)
-        s.write("launches", c.ts[launches], c.corr[launches])
+        for name, kind in (("launches", _LAUNCH), ("annotations", _ANNOTATION)):
+            rows = timed & (c.kind == kind) & (c.id >= 0)
+            s.write(name, c.ts[rows], c.id[rows])
     s.meta = chunks.meta
     return s
 
@@ -294,20 +303,37 @@ def _edges(s: _Survey, max_events: int) -> np.ndarray:
     return s.lo + np.asarray(keep, dtype=np.float64) * width
 
 
-def _launch_ranges(s: _Survey, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per window, the least and greatest correlation id of the runtime calls it holds."""
-    k = len(edges) + 1
-    lo = np.full(k, np.iinfo(np.int64).max)
-    hi = np.full(k, -1, dtype=np.int64)
-    for block in s.blocks("launches", 2):
-        w = np.searchsorted(edges, block[:, 0], side="right")
-        corr = block[:, 1].astype(np.int64)
-        np.minimum.at(lo, w, corr)
-        np.maximum.at(hi, w, corr)
-    return lo, hi
+class _IdRanges:
+    """Which window holds the CPU-side event with a given id (a launch call's correlation id,
+    an annotation's External id): per window, the least and greatest id of those it holds.
+    Both ids grow with time, so the windows' ranges do too; where threads make two overlap,
+    a running maximum keeps the search sorted and membership is checked."""
+
+    def __init__(self, s: _Survey, name: str, edges: np.ndarray) -> None:
+        k = len(edges) + 1
+        lo = np.full(k, np.iinfo(np.int64).max)
+        hi = np.full(k, -1, dtype=np.int64)
+        for block in s.blocks(name, 2):
+            w = np.searchsorted(edges, block[:, 0], side="right")
+            ids = block[:, 1].astype(np.int64)
+            np.minimum.at(lo, w, ids)
+            np.maximum.at(hi, w, ids)
+        self.windows = np.flatnonzero(hi >= 0)  # the windows holding any
+        self.lo, self.hi = lo[self.windows], hi[self.windows]
+        self.top = np.maximum.accumulate(self.hi) if len(self.hi) else self.hi
+
+    def route(self, window: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
+        """Set ``window[rows]`` to the window holding each of ``ids[rows]``, where one does."""
+        if not len(rows) or not len(self.windows):
+            return
+        mine = ids[rows]
+        j = np.searchsorted(self.top, mine)
+        inside = j < len(self.windows)
+        inside[inside] &= (self.lo[j[inside]] <= mine[inside]) & (mine[inside] <= self.hi[j[inside]])
+        window[rows[inside]] = self.windows[j[inside]]
 
 
-def _route(path: str, limit: int, meta: dict, edges: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+def _route(path: str, limit: int, meta: dict, edges: np.ndarray, launches: _IdRanges, annotations: _IdRanges,
            out_dir: str, stem: str, tmp: str) -> list[str]:
     k = len(edges) + 1
     names = [f"{stem}.window-{i + 1:0{len(str(k))}d}-of-{k}.json.gz" for i in range(k)]  # WINDOW_NAME
@@ -319,30 +345,21 @@ def _route(path: str, limit: int, meta: dict, edges: np.ndarray, lo: np.ndarray,
     try:
         for out in outs:
             out.write(head)
-        # Launch ranges, in window order, for the windows holding launches.
-        has = np.flatnonzero(hi >= 0)
-        w_lo, w_hi = lo[has], hi[has]
-        # Correlation ids grow with launch order, so the ranges do too; where threads make
-        # two overlap, the running maximum keeps the search sorted and membership is checked.
-        w_top = np.maximum.accumulate(w_hi) if len(has) else w_hi
         kinds: dict = {}
         for chunk in _each(_open(path, limit, raws=True)):
             c = _Columns(chunk.where, kinds)
             window = np.searchsorted(edges, np.nan_to_num(c.ts, nan=-math.inf), side="right")
-            linked = ((c.kind == _GPU) | (c.kind == _FLOW)) & (c.corr >= 0)
-            if len(has) and linked.any():
-                rows = np.flatnonzero(linked)
-                corr = c.corr[rows]
-                j = np.searchsorted(w_top, corr)
-                inside = j < len(has)
-                inside[inside] &= (w_lo[j[inside]] <= corr[inside]) & (corr[inside] <= w_hi[j[inside]])
-                window[rows[inside]] = has[j[inside]]
+            # Kernels and launch flows go with their launch call, GPU annotations with their CPU
+            # one, wherever the GPU ran them; the rest (and those whose partner is not in the
+            # trace) by their own time.
+            launches.route(window, c.id, np.flatnonzero(((c.kind == _GPU) | (c.kind == _FLOW)) & (c.id >= 0)))
+            annotations.route(window, c.id, np.flatnonzero((c.kind == _GPU_ANNOTATION) & (c.id >= 0)))
             raws = chunk.raws
-            meta = c.kind == _META
-            for i in np.flatnonzero(meta).tolist():
+            is_meta = c.kind == _META
+            for i in np.flatnonzero(is_meta).tolist():
                 for w in range(k):
                     _write(outs[w], first, w, raws[i])
-            window[meta] = -1
+            window[is_meta] = -1
             order = np.argsort(window, kind="stable")
             bounds = np.searchsorted(window[order], np.arange(k + 1))
             for w in range(k):
