@@ -134,7 +134,7 @@ def test_split_bad_input_is_one_sentence(tmp_path, content, words):
     bad.write_bytes(gzip.compress(content))
     r = CliRunner().invoke(main, ["split", str(bad), "-o", str(tmp_path / "w")])
     assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output
-    assert not [f for f in os.listdir(tmp_path / "w") if not f.startswith(".")]
+    assert os.listdir(tmp_path / "w") == []  # nor the temporary files
 
 
 def test_split_caps_the_number_of_windows(tmp_path):
@@ -169,3 +169,14 @@ def test_gpu_annotations_go_with_their_cpu_annotation(tmp_path, monkeypatch):
         assert set(p.annotations.loc[sides == "gpu", "external_id"]) == set(p.annotations.loc[sides == "cpu", "external_id"])
     assert [len(analyze(p).steps) for p in parts] == [5, 5]
     assert sum(_linked(p) for p in parts) == _linked(whole)
+
+
+def test_split_keeps_the_guard_against_compression_bombs(tmp_path, monkeypatch):
+    from test_reader_truncated import _gzip_bomb
+
+    bomb = _gzip_bomb(tmp_path / "bomb.json.gz", mb=50)
+    monkeypatch.setenv("TRACEKIT_MAX_DECOMPRESSED_GB", "0.02")
+    with pytest.raises(TracekitError) as info:
+        windows.split(str(bomb), str(tmp_path / "w"))
+    assert "more than 0.02 GB" in info.value.message and "tracekit split" not in info.value.message
+    assert os.listdir(tmp_path / "w") == []  # nor the temporary files

@@ -47,9 +47,10 @@ class Inflated:
     compressed stream ended early ("gzip stream ended early", ...) or is None, and
     ``total`` is the number of decompressed bytes."""
 
-    def __init__(self, path: str, limit: int, slice_bytes: int = SLICE_BYTES):
+    def __init__(self, path: str, limit: int, slice_bytes: int = SLICE_BYTES, for_analysis: bool = True):
         self.path = path
         self.limit = limit
+        self.for_analysis = for_analysis  # (for the guard's sentence: see limits.too_big)
         self.slice_bytes = max(1, int(slice_bytes))
         self.cut: str | None = None
         self.total = 0
@@ -74,7 +75,7 @@ class Inflated:
     def _count(self, out: bytes) -> None:
         self.total += len(out)
         if self.total > self.limit:
-            raise too_big(self.path, self.limit)
+            raise too_big(self.path, self.limit, self.for_analysis)
 
     def _gunzip(self, f, pending: bytes) -> Iterator[bytes]:
         """One or more gzip members; a truncated stream gives what it inflates to before the cut."""

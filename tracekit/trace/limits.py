@@ -52,8 +52,11 @@ def _default_limit() -> int:
         return _FALLBACK_LIMIT
 
 
-def too_big(path: str, limit: int) -> TracekitError:
+def too_big(path: str, limit: int, for_analysis: bool = True) -> TracekitError:
+    """The guard's sentence; ``for_analysis``: the trace is being read to analyse it, and one
+    larger than memory can be split into windows instead (``tracekit split``)."""
+    split = " (a trace larger than memory: cut it into windows with tracekit split)" if for_analysis else ""
     return TracekitError(
         f"{path} decompresses to more than {limit / GB:.3g} GB, the limit that guards against "
-        f"compression bombs; set {MAX_SIZE_ENV} (a number of GB) to raise it"
+        f"compression bombs; set {MAX_SIZE_ENV} (a number of GB) to raise it{split}"
     )

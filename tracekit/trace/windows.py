@@ -216,7 +216,7 @@ class _Survey:
 
 def _open(path: str, limit: int, raws: bool = False) -> stream.EventChunks:
     """The trace's events, a chunk at a time (a file cut mid-write gives its complete events)."""
-    return stream.EventChunks(path, inflate.Inflated(path, limit), decoder=_Decoder(raws))
+    return stream.EventChunks(path, inflate.Inflated(path, limit, for_analysis=False), decoder=_Decoder(raws))
 
 
 def _each(chunks: stream.EventChunks):
