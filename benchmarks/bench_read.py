@@ -24,7 +24,7 @@ timestamps and ids (~380 MB of JSON, 1.7M events), built on first use into
 $TRACEKIT_BENCH_CACHE (default ~/.cache/tracekit-bench), never into the repository.
 
 Then a streamed read: a synthetic serving trace of ``--size`` GB of JSON (default 4:
-10.6M events, vLLM step annotations, Kineto-sized kernel args) is written gzip-compressed
+17.6M events, 3.5M kernels, vLLM step annotations, Kineto-sized kernel args) is written gzip-compressed
 to the same cache folder a block of events at a time, never held in memory, and
 ``read_trace`` must finish on it with peak RSS under STREAM_BOUND_OF_JSON x its JSON
 size (0.35: 1.4 GB for 4 GB of JSON); ``tracekit summary`` on it is timed too.

@@ -119,10 +119,11 @@ def test_split_refuses_to_replace_windows_without_force(tmp_path):
     r = CliRunner().invoke(main, ["split", str(src), "-o", str(out), "--events", "300"])
     assert r.exit_code == 2 and "--force" in r.output and "Traceback" not in r.output
     assert {p: os.path.getmtime(p) for p in first} == before
-    # --force replaces them; windows of the earlier split that this one does not write go.
+    # --force replaces them; windows of the earlier split that this one does not write go,
+    # sidecars and all.
     again = windows.split(str(src), str(out), max_events=10**9, force=True)
-    assert len(again) == 1 and sorted(f for f in os.listdir(out) if windows.WINDOW_NAME.search(f)) == \
-        [os.path.basename(again[0])]
+    (only,) = again
+    assert sorted(os.listdir(out)) == sorted([os.path.basename(only), os.path.basename(markers.sidecar_path_for(only))])
 
 
 @pytest.mark.parametrize("content, words", [

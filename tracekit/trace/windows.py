@@ -83,6 +83,7 @@ _PH, _CAT, _TS, _DUR = (attrgetter(a) for a in ("ph", "cat", "ts", "dur"))
 # What an event is to routing, by (phase, category): the last four are the complete ("X")
 # events that the reader's tables are made of, which windows are sized by.
 _OTHER, _META, _FLOW, _COMPLETE, _GPU_ANNOTATION, _OP, _GPU, _LAUNCH, _ANNOTATION = range(9)
+_CPU_SIDE = (_COMPLETE, _OP, _LAUNCH, _ANNOTATION)  # (_COMPLETE: Python frames)
 
 
 def _kind(ph: str, cat: str | None) -> int:
@@ -179,15 +180,18 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
         survey = _survey(path, limit, tmp)
         edges = _edges(survey, max_events)
         launches, annotations = _IdRanges(survey, "launches", edges), _IdRanges(survey, "annotations", edges)
+        survey.close()
         if progress:
             progress(f"writing {len(edges) + 1} windows")
         written = _route(path, limit, survey.meta, edges, launches, annotations, out_dir, stem, tmp)
     if os.path.exists(sidecar):  # what tracekit collect recorded of the run holds for every window
         for w in written:
             shutil.copyfile(sidecar, markers.sidecar_path_for(w))
+    # An earlier split's windows (and their sidecars) that this one did not replace.
+    mine = set(written) | {markers.sidecar_path_for(w) for w in written}
     for f in clash:
-        if os.path.join(out_dir, f) not in written and not f.endswith(markers.SIDECAR_SUFFIX):
-            os.remove(os.path.join(out_dir, f))  # an earlier split's windows that this one did not replace
+        if os.path.join(out_dir, f) not in mine:
+            os.remove(os.path.join(out_dir, f))
     return written
 
 
@@ -195,10 +199,15 @@ class _Survey:
     """What the first pass keeps: counts, and temporary files of times on disk."""
 
     def __init__(self, tmp: str) -> None:
-        self._files = {name: open(os.path.join(tmp, f"{name}.f8"), "wb") for name in ("ts", "ranges", "launches", "annotations")}
+        names = ("ts", "ranges", "launches", "annotations")
+        self._files = {name: open(os.path.join(tmp, f"{name}.f8"), "wb") for name in names}
         self.n = 0
         self.lo, self.hi = math.inf, -math.inf
         self.meta: dict = {}
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
 
     def write(self, name: str, *columns: np.ndarray) -> None:
         """Append rows (one value per column) to a temporary file."""
@@ -207,7 +216,8 @@ class _Survey:
     def blocks(self, name: str, width: int = 1):
         """The file's rows, ``_BLOCK`` at a time, as (rows, width) arrays."""
         f = self._files[name]
-        f.flush()
+        if not f.closed:
+            f.flush()
         # Read, not mapped: pages of a mapping would stay in the process's resident set.
         with open(f.name, "rb") as r:
             while len(block := np.fromfile(r, dtype=np.float64, count=_BLOCK * width)):
@@ -236,7 +246,7 @@ def _survey(path: str, limit: int, tmp: str) -> _Survey:
         c = _Columns(chunk.where, kinds)
         timed = ~np.isnan(c.ts)
         # Windows are sized by their CPU side: a kernel goes with its launch, wherever it ran.
-        ts = c.ts[timed & (c.kind >= _COMPLETE) & (c.kind != _GPU)]
+        ts = c.ts[timed & np.isin(c.kind, _CPU_SIDE)]
         s.write("ts", ts)
         s.n += len(ts)
         if len(ts):
