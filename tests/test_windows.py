@@ -181,3 +181,16 @@ def test_split_keeps_the_guard_against_compression_bombs(tmp_path, monkeypatch):
         windows.split(str(bomb), str(tmp_path / "w"))
     assert "more than 0.02 GB" in info.value.message and "tracekit split" not in info.value.message
     assert os.listdir(tmp_path / "w") == []  # nor the temporary files
+
+
+def test_split_reports_each_pass_over_the_decompressed_text(tmp_path):
+    src = real_trace_path("h100_hf")
+    seen: list = []
+    windows.split(str(src), str(tmp_path / "w"), max_events=4000, progress=lambda *a: seen.append(a))
+    stages = list(dict.fromkeys(stage for stage, _, _ in seen))
+    assert stages[0].startswith("surveying") and stages[1].startswith("writing") and len(stages) == 2
+    survey = [d for stage, d, _ in seen if stage == stages[0]]
+    writing = [(d, t) for stage, d, t in seen if stage == stages[1]]
+    assert survey == sorted(survey) and survey[-1] == read_real("h100_hf").n_bytes
+    # The routing pass knows the total from the survey and ends on it.
+    assert all(t == survey[-1] for _, t in writing) and writing[-1][0] == survey[-1]

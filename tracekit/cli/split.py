@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -31,9 +32,43 @@ def command(trace: str, out_dir: str | None, max_events: int | None, force: bool
     if out_dir is None:
         stem = os.path.basename(markers.sidecar_path_for(trace))[: -len(markers.SIDECAR_SUFFIX)]
         out_dir = os.path.join("reports", f"{stem}-windows")
-    written = windows.split(trace, out_dir, max_events=max_events or windows.DEFAULT_EVENTS, force=force,
-                            progress=lambda m: click.echo(m, err=True))
+    with _Progress() as progress:
+        written = windows.split(trace, out_dir, max_events=max_events or windows.DEFAULT_EVENTS, force=force,
+                                progress=progress)
     size = sum(os.path.getsize(p) for p in written)
     click.echo(f"wrote {len(written)} window{'s' if len(written) != 1 else ''} of {trace} to {out_dir} "
                f"({human_size(size)})")
     click.echo(f"next: tracekit batch {out_dir} (a row per window), or tracekit report {written[0]}", err=True)
+
+
+class _Progress:
+    """Each pass over the trace as a bar of decompressed bytes on a terminal's stderr (a split of
+    a trace larger than memory takes minutes); elsewhere, a line per pass."""
+
+    def __init__(self) -> None:
+        self.bar = None
+        self.stage = None
+
+    def __call__(self, stage: str, done: int, total: int | None) -> None:
+        if stage != self.stage:
+            self.close()
+            self.stage = stage
+            if sys.stderr.isatty():
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=stage, unit="B", unit_scale=True, file=sys.stderr, leave=False)
+            else:
+                click.echo(stage, err=True)
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> "_Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -154,11 +154,13 @@ def _int(v) -> int:
 
 
 def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: bool = False,
-          progress: Callable[[str], None] | None = None) -> list[str]:
+          progress: Callable[[str, int, int | None], None] | None = None) -> list[str]:
     """Write ``path``'s windows of about ``max_events`` CPU-side events (ops, runtime calls,
     annotations, Python frames; kernels go with their launches) into ``out_dir`` (created if
     missing) and return their paths, in time order. ``force`` replaces an earlier split's
-    windows there. Raises ``TracekitError`` with one sentence for anything that cannot be split."""
+    windows there. ``progress(stage, bytes_done, bytes_total or None)`` is called as each pass
+    goes through the decompressed text (the survey learns the total for the routing pass).
+    Raises ``TracekitError`` with one sentence for anything that cannot be split."""
     if max_events < 1:
         raise TracekitError(f"the events per window must be a positive number, not {max_events}")
     if not os.path.isfile(path):
@@ -175,15 +177,15 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
     limit = limits.max_decompressed_bytes() if os.environ.get(limits.MAX_SIZE_ENV, "").strip() else \
         max(limits.max_decompressed_bytes(), shutil.disk_usage(out_dir).free)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".tracekit-split-") as tmp:
-        if progress:
-            progress(f"surveying {os.path.basename(path)}")
-        survey = _survey(path, limit, tmp)
+        tick = progress or (lambda stage, done, total: None)
+        stage = f"surveying {os.path.basename(path)}"
+        survey = _survey(path, limit, tmp, lambda done: tick(stage, done, None))
         edges = _edges(survey, max_events)
         launches, annotations = _IdRanges(survey, "launches", edges), _IdRanges(survey, "annotations", edges)
         survey.close()
-        if progress:
-            progress(f"writing {len(edges) + 1} windows")
-        written = _route(path, limit, survey.meta, edges, launches, annotations, out_dir, stem, tmp)
+        writing = f"writing {len(edges) + 1} window{'s' if len(edges) else ''}"
+        written = _route(path, limit, survey.meta, edges, launches, annotations, out_dir, stem, tmp,
+                         lambda done: tick(writing, done, survey.bytes))
     if os.path.exists(sidecar):  # what tracekit collect recorded of the run holds for every window
         for w in written:
             shutil.copyfile(sidecar, markers.sidecar_path_for(w))
@@ -202,6 +204,7 @@ class _Survey:
         names = ("ts", "ranges", "launches", "annotations")
         self._files = {name: open(os.path.join(tmp, f"{name}.f8"), "wb") for name in names}
         self.n = 0
+        self.bytes = 0  # of decompressed text
         self.lo, self.hi = math.inf, -math.inf
         self.meta: dict = {}
 
@@ -229,20 +232,22 @@ def _open(path: str, limit: int, raws: bool = False) -> stream.EventChunks:
     return stream.EventChunks(path, inflate.Inflated(path, limit, for_analysis=False), decoder=_Decoder(raws))
 
 
-def _each(chunks: stream.EventChunks):
+def _each(chunks: stream.EventChunks, tick: Callable[[int], None]):
+    """The chunks, telling ``tick`` the decompressed bytes read so far after each."""
     try:
         for chunk, _ in chunks:
             yield chunk
+            tick(chunks.slices.total)
     except stream.NotStreamable:
         raise TracekitError(f"{chunks.path} cannot be split: it is not a Chrome trace whose traceEvents array "
                             "can be read in pieces (tracekit report reads it whole)") from None
 
 
-def _survey(path: str, limit: int, tmp: str) -> _Survey:
+def _survey(path: str, limit: int, tmp: str, tick: Callable[[int], None]) -> _Survey:
     s = _Survey(tmp)
     kinds: dict = {}
     chunks = _open(path, limit)
-    for chunk in _each(chunks):
+    for chunk in _each(chunks, tick):
         c = _Columns(chunk.where, kinds)
         timed = ~np.isnan(c.ts)
         # Windows are sized by their CPU side: a kernel goes with its launch, wherever it ran.
@@ -257,6 +262,7 @@ def _survey(path: str, limit: int, tmp: str) -> _Survey:
             rows = timed & (c.kind == kind) & (c.id >= 0)
             s.write(name, c.ts[rows], c.id[rows])
     s.meta = chunks.meta
+    s.bytes = chunks.slices.total
     return s
 
 
@@ -344,7 +350,7 @@ class _IdRanges:
 
 
 def _route(path: str, limit: int, meta: dict, edges: np.ndarray, launches: _IdRanges, annotations: _IdRanges,
-           out_dir: str, stem: str, tmp: str) -> list[str]:
+           out_dir: str, stem: str, tmp: str, tick: Callable[[int], None]) -> list[str]:
     k = len(edges) + 1
     names = [f"{stem}.window-{i + 1:0{len(str(k))}d}-of-{k}.json.gz" for i in range(k)]  # WINDOW_NAME
     parts = [os.path.join(tmp, n) for n in names]
@@ -356,7 +362,7 @@ def _route(path: str, limit: int, meta: dict, edges: np.ndarray, launches: _IdRa
         for out in outs:
             out.write(head)
         kinds: dict = {}
-        for chunk in _each(_open(path, limit, raws=True)):
+        for chunk in _each(_open(path, limit, raws=True), tick):
             c = _Columns(chunk.where, kinds)
             window = np.searchsorted(edges, np.nan_to_num(c.ts, nan=-math.inf), side="right")
             # Kernels and launch flows go with their launch call, GPU annotations with their CPU
