@@ -194,3 +194,25 @@ def test_split_reports_each_pass_over_the_decompressed_text(tmp_path):
     assert survey == sorted(survey) and survey[-1] == read_real("h100_hf").n_bytes
     # The routing pass knows the total from the survey and ends on it.
     assert all(t == survey[-1] for _, t in writing) and writing[-1][0] == survey[-1]
+
+
+@pytest.mark.parametrize("form", ["plain JSON", "cut mid-write"])
+def test_split_reads_what_the_reader_reads(tmp_path, form):
+    """Plain JSON, and a gzip file cut off mid-write (its complete events): the windows hold
+    the rows reading the file gives."""
+    raw = gzip.decompress(real_trace_path("rtx4080_nanovllm").read_bytes())
+    if form == "plain JSON":
+        src = tmp_path / "t.json"
+        src.write_bytes(raw)
+    else:
+        src = tmp_path / "t.json.gz"
+        src.write_bytes(gzip.compress(raw)[: len(gzip.compress(raw)) * 2 // 3])
+    whole = read_trace(str(src))
+    if form == "cut mid-write":
+        assert "truncated" in whole.lacks
+    out = _split(src, tmp_path)
+    assert len(out) >= 2
+    parts = [read_trace(p) for p in out]
+    for table in TABLES:
+        assert sum(len(getattr(p, table)) for p in parts) == len(getattr(whole, table)), table
+    assert sum(_linked(p) for p in parts) == _linked(whole)
