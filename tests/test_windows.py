@@ -135,7 +135,7 @@ def test_split_bad_input_is_one_sentence(tmp_path, content, words):
     bad.write_bytes(gzip.compress(content))
     r = CliRunner().invoke(main, ["split", str(bad), "-o", str(tmp_path / "w")])
     assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output
-    assert os.listdir(tmp_path / "w") == []  # nor the temporary files
+    assert not (tmp_path / "w").exists()  # the folder it made, temporary files and all, is gone
 
 
 def test_split_caps_the_number_of_windows(tmp_path):
@@ -180,7 +180,7 @@ def test_split_keeps_the_guard_against_compression_bombs(tmp_path, monkeypatch):
     with pytest.raises(TracekitError) as info:
         windows.split(str(bomb), str(tmp_path / "w"))
     assert "more than 0.02 GB" in info.value.message and "tracekit split" not in info.value.message
-    assert os.listdir(tmp_path / "w") == []  # nor the temporary files
+    assert not (tmp_path / "w").exists()  # the folder it made, temporary files and all, is gone
 
 
 def test_split_reports_each_pass_over_the_decompressed_text(tmp_path):
@@ -216,3 +216,14 @@ def test_split_reads_what_the_reader_reads(tmp_path, form):
     for table in TABLES:
         assert sum(len(getattr(p, table)) for p in parts) == len(getattr(whole, table)), table
     assert sum(_linked(p) for p in parts) == _linked(whole)
+
+
+def test_a_failed_split_leaves_an_existing_folder_as_it_was(tmp_path):
+    out = tmp_path / "w"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep")
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(gzip.compress(b"[1, 2"))
+    with pytest.raises(TracekitError):
+        windows.split(str(bad), str(out))
+    assert os.listdir(out) == ["mine.txt"] and (out / "mine.txt").read_text() == "keep"

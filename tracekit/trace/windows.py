@@ -5,8 +5,8 @@ few hundred bytes per kernel, so a trace around the size of memory cannot be ana
 whole. ``split`` cuts it into windows of about ``max_events`` events by time, in two
 streamed passes whose memory does not grow with the trace:
 
-1. A survey: every event's time, the span of every op and annotation, and each runtime
-   call's correlation id go to temporary files on disk.
+1. A survey: every event's time, the span of every op and annotation, each runtime call's
+   correlation id and each annotation's External id go to temporary files on disk.
 2. Routing: every event is copied, as the bytes it was written with, into the window its
    time falls in. Window edges are near the time quantiles that give windows of
    ``max_events``, at instants when no op or annotation is open on any thread (between
@@ -16,11 +16,11 @@ Kineto writes every CPU-side event before all GPU activity, and a kernel runs af
 launch, often in the next step's time: a kernel (and its launch flow) therefore goes to the
 window of the runtime call that launched it, found by its correlation id, so every window's
 kernels stay linked to their launches and ops; a GPU annotation goes with its CPU annotation
-(by External id). Metadata events (process and thread names)
-go to every window, and each window carries the trace's top-level keys (device properties,
-distributedInfo, baseTimeNanoseconds), so a window reads, segments and prices like the
-whole trace would over that time. ``tracekit batch`` on the windows' folder then analyses
-them in parallel, a row per window.
+(by External id). Metadata events (process and thread names) go to every window, and each
+window carries the trace's top-level keys (device properties, distributedInfo,
+baseTimeNanoseconds), so a window reads, segments and prices like the whole trace would over
+that time. ``tracekit batch`` on the windows' folder then analyses them in parallel, a row
+per window.
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Callable, Union
-
 from operator import attrgetter
+from typing import Callable, Union
 
 import msgspec
 import numpy as np
@@ -181,7 +180,17 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
         raise TracekitError(f"the events per window must be a positive number, not {max_events}")
     if not os.path.isfile(path):
         raise TracekitError(f"{path}: no such file" if not os.path.exists(path) else f"{path} is not a file")
+    made = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
+    try:
+        return _split(path, out_dir, max_events, force, progress)
+    except BaseException:
+        if made and not os.listdir(out_dir):
+            os.rmdir(out_dir)  # a folder this call made leaves with it
+        raise
+
+
+def _split(path: str, out_dir: str, max_events: int, force: bool, progress) -> list[str]:
     sidecar = markers.sidecar_path_for(path)
     stem = os.path.basename(sidecar)[: -len(markers.SIDECAR_SUFFIX)]
     clash = [f for f in os.listdir(out_dir) if f.startswith(f"{stem}.window-")]
