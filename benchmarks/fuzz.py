@@ -1,5 +1,5 @@
 """A fuzz campaign: real traces mutated structurally, run through read -> analyse -> every
-renderer, for a time budget. Any exception other than tracekit's own one-sentence error is a
+renderer, and through ``tracekit split``, for a time budget. Any exception other than tracekit's own one-sentence error is a
 crash: it is printed with the mutations that caused it, the input is kept, and the exit
 status is 1.
 
@@ -190,12 +190,14 @@ def make_case(rng, bases) -> tuple[bytes, list[str], str]:
 
 
 def run_case(path: str) -> str:
-    """'ok', 'refused' (a TracekitError), or raises."""
+    """'ok', 'refused' (a TracekitError), or raises. The case is also split into windows
+    (``tracekit split``), and every window read: that may refuse too, never crash."""
     from tracekit import read_trace
     from tracekit.analysis import analyze
     from tracekit.errors import TracekitError
     from tracekit.report import get_renderer
 
+    _split_case(path)
     try:
         a = analyze(read_trace(path))
     except TracekitError:
@@ -206,6 +208,26 @@ def run_case(path: str) -> str:
             r.include_js = False  # the 1.3 MB bundle adds nothing to find
         r.render(a)
     return "ok"
+
+
+def _split_case(path: str) -> None:
+    import shutil
+
+    from tracekit import read_trace
+    from tracekit.errors import TracekitError
+    from tracekit.trace import windows
+
+    out = tempfile.mkdtemp(prefix="tracekit-fuzz-windows-")
+    try:
+        for w in windows.split(path, out, max_events=WINDOW // 3):
+            try:
+                read_trace(w)
+            except TracekitError:
+                pass
+    except TracekitError:
+        pass
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def worker(seed: int, seconds: float, keep: str, queue) -> None:

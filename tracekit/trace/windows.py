@@ -222,12 +222,21 @@ def _split(path: str, out_dir: str, max_events: int, force: bool, progress) -> l
     return written
 
 
+_TIMED_IDS = np.dtype([("ts", "f8"), ("id", "i8")])
+# The survey's temporary files, by the rows they hold: times (trace microseconds) and ids.
+_FILES = {
+    "ts": np.dtype([("ts", "f8")]),  # every CPU-side event's start
+    "ranges": np.dtype([("start", "f8"), ("end", "f8")]),  # every op and CPU annotation
+    "launches": _TIMED_IDS,  # runtime calls and their correlation ids
+    "annotations": _TIMED_IDS,  # CPU annotations and their External ids
+}
+
+
 class _Survey:
-    """What the first pass keeps: counts, and temporary files of times on disk."""
+    """What the first pass keeps: counts, and temporary files of times and ids on disk."""
 
     def __init__(self, tmp: str) -> None:
-        names = ("ts", "ranges", "launches", "annotations")
-        self._files = {name: open(os.path.join(tmp, f"{name}.f8"), "wb") for name in names}
+        self._files = {name: open(os.path.join(tmp, name), "wb") for name in _FILES}
         self.n = 0
         self.bytes = 0  # of decompressed text
         self.lo, self.hi = math.inf, -math.inf
@@ -238,18 +247,21 @@ class _Survey:
             f.close()
 
     def write(self, name: str, *columns: np.ndarray) -> None:
-        """Append rows (one value per column) to a temporary file."""
-        (np.column_stack(columns) if len(columns) > 1 else columns[0]).astype(np.float64).tofile(self._files[name])
+        """Append rows (one value per field of the file's row type) to a temporary file."""
+        rows = np.empty(len(columns[0]), dtype=_FILES[name])
+        for field, values in zip(rows.dtype.names, columns):
+            rows[field] = values
+        rows.tofile(self._files[name])
 
-    def blocks(self, name: str, width: int = 1):
-        """The file's rows, ``_BLOCK`` at a time, as (rows, width) arrays."""
+    def blocks(self, name: str):
+        """The file's rows, ``_BLOCK`` at a time."""
         f = self._files[name]
         if not f.closed:
             f.flush()
         # Read, not mapped: pages of a mapping would stay in the process's resident set.
         with open(f.name, "rb") as r:
-            while len(block := np.fromfile(r, dtype=np.float64, count=_BLOCK * width)):
-                yield block.reshape(-1, width)
+            while len(block := np.fromfile(r, dtype=_FILES[name], count=_BLOCK)):
+                yield block
 
 
 def _open(path: str, limit: int, raws: bool = False) -> stream.EventChunks:
@@ -307,18 +319,19 @@ def _edges(s: _Survey, max_events: int) -> np.ndarray:
     width = (s.hi - s.lo) / _BINS
 
     def bins(t: np.ndarray) -> np.ndarray:
-        return np.clip(((t - s.lo) / width).astype(np.int64), 0, _BINS - 1)
+        # Clipped as floats: an absurd duration (1e308 us) must not overflow the cast.
+        return np.clip((t - s.lo) / width, 0, _BINS - 1).astype(np.int64)
 
     cum = np.zeros(_BINS, dtype=np.int64)
     for block in s.blocks("ts"):
-        cum += np.bincount(bins(block[:, 0]), minlength=_BINS)
+        cum += np.bincount(bins(block["ts"]), minlength=_BINS)
     np.cumsum(cum, out=cum)
     # Ranges open at the start of each bin: those begun in earlier bins less those ended in them
     # (an end in the bin itself still counts as open, so a bin start that reads 0 is clear).
     open_at = np.zeros(_BINS, dtype=np.int64)
-    for block in s.blocks("ranges", 2):
-        open_at[1:] += np.bincount(bins(block[:, 0]), minlength=_BINS)[:-1]
-        open_at[1:] -= np.bincount(bins(block[:, 1]), minlength=_BINS)[:-1]
+    for block in s.blocks("ranges"):
+        open_at[1:] += np.bincount(bins(block["start"]), minlength=_BINS)[:-1]
+        open_at[1:] -= np.bincount(bins(block["end"]), minlength=_BINS)[:-1]
     np.cumsum(open_at, out=open_at)
     quantile = np.searchsorted(cum, np.arange(1, k) * (s.n / k))
     chosen = []
@@ -354,9 +367,9 @@ class _IdRanges:
         k = len(edges) + 1
         lo = np.full(k, np.iinfo(np.int64).max)
         hi = np.full(k, -1, dtype=np.int64)
-        for block in s.blocks(name, 2):
-            w = np.searchsorted(edges, block[:, 0], side="right")
-            ids = block[:, 1].astype(np.int64)
+        for block in s.blocks(name):
+            w = np.searchsorted(edges, block["ts"], side="right")
+            ids = block["id"]
             np.minimum.at(lo, w, ids)
             np.maximum.at(hi, w, ids)
         self.windows = np.flatnonzero(hi >= 0)  # the windows holding any
