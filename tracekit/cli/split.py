@@ -26,12 +26,10 @@ def command(trace: str, out_dir: str | None, max_events: int | None, force: bool
     goes with the launch that queued it, and every window keeps the trace's device and rank
     metadata.
     Analyse them all with `tracekit batch DIR` (a row per window), or one with `tracekit report`."""
-    from tracekit import markers
     from tracekit.trace import windows
 
     if out_dir is None:
-        stem = os.path.basename(markers.sidecar_path_for(trace))[: -len(markers.SIDECAR_SUFFIX)]
-        out_dir = os.path.join("reports", f"{stem}-windows")
+        out_dir = os.path.join("reports", f"{windows.trace_stem(trace)}-windows")
     with _Progress() as progress:
         written = windows.split(trace, out_dir, max_events=max_events or windows.DEFAULT_EVENTS, force=force,
                                 progress=progress)

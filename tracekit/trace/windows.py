@@ -82,8 +82,8 @@ class _Where(msgspec.Struct, gc=False, frozen=True):
 
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _WHERE = msgspec.json.Decoder(list[_Where])
-_PH, _CAT, _TS, _DUR, _ID, _ARGS = (attrgetter(a) for a in ("ph", "cat", "ts", "dur", "id", "args"))
-_CORR, _EXT = attrgetter("correlation"), attrgetter("external_id")
+_PH, _CAT, _TS, _DUR, _ID = (attrgetter(a) for a in ("ph", "cat", "ts", "dur", "id"))
+_CORR_OF, _EXT_OF = attrgetter("args.correlation"), attrgetter("args.external_id")
 
 # What an event is to routing, by (phase, category): the last four are the complete ("X")
 # events that the reader's tables are made of, which windows are sized by.
@@ -97,26 +97,24 @@ def _kind(ph: str, cat: str | None) -> int:
         return _META
     if ph in ("s", "f") and cat in LAUNCH_FLOWS:
         return _FLOW
-    table = TABLE_OF.get(cat, (None,))[0] if ph == "X" else None
+    table, side = TABLE_OF.get(cat, (None, None)) if ph == "X" else (None, None)
     if table is None:  # (complete events of no table, such as Kineto's "Trace" span, too)
         return _OTHER
-    if cat == "user_annotation":
-        return _ANNOTATION
-    if cat == "gpu_user_annotation":
-        return _GPU_ANNOTATION
+    if table == "annotations":
+        return _ANNOTATION if side == "cpu" else _GPU_ANNOTATION
     return {"kernels": _GPU, "runtime": _LAUNCH, "cpu_ops": _OP}.get(table, _COMPLETE)
 
 
 class _Chunk:
-    """A chunk of events as the bytes they were written with, and what routing needs of each."""
+    """A chunk of events: what routing needs of each, and (for routing) the bytes they were written with."""
 
     __slots__ = ("raws", "where")
 
-    def __init__(self, raws: list, where: list) -> None:
+    def __init__(self, raws: list | None, where: list) -> None:
         self.raws, self.where = raws, where
 
     def __len__(self) -> int:
-        return len(self.raws)
+        return len(self.where)
 
 
 class _Decoder:
@@ -127,36 +125,31 @@ class _Decoder:
         self.raws = raws
 
     def decode(self, view) -> _Chunk:
-        where = _WHERE.decode(view)
-        return _Chunk(_RAWS.decode(view) if self.raws else where, where)
+        return _Chunk(_RAWS.decode(view) if self.raws else None, _WHERE.decode(view))
 
 
 class _Columns:
-    """A chunk's routing facts as arrays: time, kind, and the id that ties an event to the
-    CPU-side one it goes with (-1 elsewhere): the correlation id of kernels, launch calls and
-    launch flows, the External id of CPU and GPU annotations."""
+    """A chunk's routing facts as arrays: time, kind, duration (``durations``), and for the
+    kinds in ``ids_of`` the id that ties an event to the CPU-side one it goes with (-1
+    elsewhere): the correlation id of kernels, launch calls and launch flows, the External id
+    of CPU and GPU annotations. Each pass asks only for what it uses: these are per-event passes."""
 
-    def __init__(self, where: list, kinds: dict) -> None:
+    def __init__(self, where: list, kinds: dict, ids_of: tuple[int, ...], durations: bool = False) -> None:
         n = len(where)
         self.ts = np.fromiter(map(_TS, where), np.float64, n)
-        self.dur = np.fromiter(map(_DUR, where), np.float64, n)
+        self.dur = np.fromiter(map(_DUR, where), np.float64, n) if durations else None
         keys = list(zip(map(_PH, where), map(_CAT, where)))
         for key in set(keys).difference(kinds):
             kinds[key] = _kind(*key)
         self.kind = np.fromiter(map(kinds.__getitem__, keys), np.int8, n)
         self.id = np.full(n, -1, dtype=np.int64)
 
-        def events(*of: int) -> tuple[np.ndarray, list]:
-            rows = np.flatnonzero(np.isin(self.kind, of))
-            return rows, list(map(where.__getitem__, rows.tolist()))
-
         # A launch flow's id is the correlation id of the launch and its kernel.
-        rows, evs = events(_FLOW)
-        self.id[rows] = _ints(list(map(_ID, evs)))
-        rows, evs = events(_GPU, _LAUNCH)
-        self.id[rows] = _ints(list(map(_CORR, map(_ARGS, evs))))
-        rows, evs = events(_ANNOTATION, _GPU_ANNOTATION)
-        self.id[rows] = _ints(list(map(_EXT, map(_ARGS, evs))))
+        for of, get in (((_FLOW,), _ID), ((_GPU, _LAUNCH), _CORR_OF), ((_ANNOTATION, _GPU_ANNOTATION), _EXT_OF)):
+            of = tuple(k for k in of if k in ids_of)
+            if of:
+                rows = np.flatnonzero(np.isin(self.kind, of))
+                self.id[rows] = _ints(list(map(get, map(where.__getitem__, rows.tolist()))))
 
 
 def _ints(values: list) -> np.ndarray:
@@ -166,6 +159,11 @@ def _ints(values: list) -> np.ndarray:
     except (TypeError, ValueError, OverflowError):
         return np.array([v if isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63 else -1
                          for v in values], dtype=np.int64)
+
+
+def trace_stem(path: str) -> str:
+    """The name a trace's windows start with: the file's name without its trace extension."""
+    return os.path.basename(markers.sidecar_path_for(path))[: -len(markers.SIDECAR_SUFFIX)]
 
 
 def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: bool = False,
@@ -192,7 +190,7 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
 
 def _split(path: str, out_dir: str, max_events: int, force: bool, progress) -> list[str]:
     sidecar = markers.sidecar_path_for(path)
-    stem = os.path.basename(sidecar)[: -len(markers.SIDECAR_SUFFIX)]
+    stem = trace_stem(path)
     clash = [f for f in os.listdir(out_dir) if f.startswith(f"{stem}.window-")]
     if clash and not force:
         raise TracekitError(f"{out_dir} already holds windows of {os.path.basename(path)} ({clash[0]}, ...): "
@@ -285,7 +283,7 @@ def _survey(path: str, limit: int, tmp: str, tick: Callable[[int], None]) -> _Su
     kinds: dict = {}
     chunks = _open(path, limit)
     for chunk in _each(chunks, tick):
-        c = _Columns(chunk.where, kinds)
+        c = _Columns(chunk.where, kinds, ids_of=(_LAUNCH, _ANNOTATION), durations=True)
         timed = ~np.isnan(c.ts)
         # Windows are sized by their CPU side: a kernel goes with its launch, wherever it ran.
         ts = c.ts[timed & np.isin(c.kind, _CPU_SIDE)]
@@ -401,7 +399,7 @@ def _route(path: str, limit: int, meta: dict, edges: np.ndarray, launches: _IdRa
             out.write(head)
         kinds: dict = {}
         for chunk in _each(_open(path, limit, raws=True), tick):
-            c = _Columns(chunk.where, kinds)
+            c = _Columns(chunk.where, kinds, ids_of=(_GPU, _FLOW, _GPU_ANNOTATION))
             window = np.searchsorted(edges, np.nan_to_num(c.ts, nan=-math.inf), side="right")
             # Kernels and launch flows go with their launch call, GPU annotations with their CPU
             # one, wherever the GPU ran them; the rest (and those whose partner is not in the
