@@ -126,9 +126,14 @@ def test_split_refuses_to_replace_windows_without_force(tmp_path):
     assert sorted(os.listdir(out)) == sorted([os.path.basename(only), os.path.basename(markers.sidecar_path_for(only))])
 
 
+_EVENT = b'{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}'
+
+
 @pytest.mark.parametrize("content, words", [
     (b"not json at all", "cannot be split"),
     (b'{"traceEvents": 5}', "cannot be split"),
+    # Found by the fuzz campaign: a flipped byte in a top-level key's value.
+    (b'{"traceName": "\xff\xfe", "traceEvents": [' + _EVENT + b"]}", "cannot be split"),
 ])
 def test_split_bad_input_is_one_sentence(tmp_path, content, words):
     bad = tmp_path / "bad.json.gz"

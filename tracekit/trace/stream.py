@@ -207,7 +207,10 @@ class EventChunks:
                 raise NotStreamable from None
         except msgspec.ValidationError:
             raise NotStreamable from None
-        self.meta = {k: dec.ANY.decode(v) for k, v in top.items() if k != "traceEvents"}
+        try:
+            self.meta = {k: dec.ANY.decode(v) for k, v in top.items() if k != "traceEvents"}
+        except msgspec.DecodeError:
+            raise NotStreamable from None  # a key's value is not valid JSON text (bad UTF-8)
 
 
 def _first_non_ws(buf: bytearray) -> int:
