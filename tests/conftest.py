@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# Every analysis the suite runs (in process or through the CLI's subprocesses) raises when
+# its books do not balance (tracekit.analysis.books), instead of carrying a note.
+os.environ["TRACEKIT_STRICT_BOOKS"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = ROOT.parent / "shared" / "traces"

@@ -30,8 +30,26 @@ def test_every_real_trace_segments(key):
             assert st.gpu_start_ns == mine["start_ns"].min()
             assert st.gpu_end_ns == mine["end_ns"].max()
             assert 0 < st.gpu_busy_ns <= st.gpu_end_ns - st.gpu_start_ns
-            assert st.gpu_busy_ns + st.gpu_idle_ns == st.gpu_end_ns - st.gpu_start_ns
+            # The books, from a plain union of the step's kernels clipped to its window:
+            # fails if busy counts work outside the step, or idle leaves out the lead-in
+            # before the first kernel or the tail after the last (the old "GPU window" idle).
+            assert st.end_ns == max(st.cpu_end_ns, st.gpu_end_ns) and st.begin_ns >= st.cpu_start_ns
+            assert st.duration_ns == st.end_ns - st.begin_ns
+            assert st.gpu_busy_ns == _union(mine["start_ns"], mine["end_ns"], st.begin_ns, st.end_ns)
+            assert st.gpu_idle_ns == st.duration_ns - st.gpu_busy_ns >= 0
     assert set(s.work["phase"]) <= set(seg.PHASES)
+
+
+def _union(starts, ends, lo, hi) -> int:
+    """Length of the union of [start, end) intervals clipped to [lo, hi), by a plain sweep."""
+    total, cur_s, cur_e = 0, None, None
+    for a, b in sorted(zip(np.clip(starts, lo, hi).tolist(), np.clip(ends, lo, hi).tolist())):
+        if cur_e is None or a > cur_e:
+            total += (cur_e - cur_s) if cur_e is not None else 0
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    return total + ((cur_e - cur_s) if cur_e is not None else 0)
 
 
 @pytest.mark.parametrize("key", TRAINING)

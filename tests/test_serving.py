@@ -196,7 +196,12 @@ def test_a_mixed_step_is_split_between_its_phases():
     # Decode step time counts the mixed step whole: decoding requests waited for all of it.
     assert d["metrics"]["decode_step_ms"]["p50"] == pytest.approx(
         float(np.percentile([s["duration_ms"] for s in d["steps"]], 50)))
-    assert d["metrics"]["prefill_tokens_per_s"] == pytest.approx(512 / (pre["time_ms"] / 1e3))
+    # Tokens/s over the step's whole duration: its 512 prompt tokens (and 4 decode tokens)
+    # exist only when the whole step has run. Dividing by the phase's share of the step's
+    # GPU time instead (the old figure) inflates decode tokens/s about a hundredfold here.
+    assert d["metrics"]["prefill_tokens_per_s"] == pytest.approx(512 / (step["duration_ms"] / 1e3))
+    others = sum(s["duration_ms"] for i, s in enumerate(d["steps"]) if i != 3)
+    assert d["metrics"]["decode_tokens_per_s"] == pytest.approx(4 * 10 / ((others + step["duration_ms"]) / 1e3))
 
 
 def test_mixed_figures_are_marked_in_the_report():
@@ -206,6 +211,8 @@ def test_mixed_figures_are_marked_in_the_report():
     rows = {r["phase"]: r for r in phase_rows(d)}
     assert "mixed" in rows["prefill"]["label"] and "mixed" in rows["decode"]["label"]
     assert "1 mixed step" in rows["decode"]["mixed_note"]
+    # The steps column counts the mixed step (it used to read "0" for prefill).
+    assert rows["prefill"]["steps"] == "0 + 1 mixed" and rows["decode"]["steps"] == "9 + 1 mixed"
 
 
 def test_a_malformed_annotation_is_a_note_and_its_phase_comes_from_evidence():

@@ -1,9 +1,13 @@
-"""Why the GPU waits: every GPU-idle interval inside a step, attributed to what the
-launching host thread was doing then.
+"""Why the GPU waits: every GPU-idle interval of a step, attributed to what the launching
+host thread was doing then.
 
-Inside a step's GPU window, the gaps between busy intervals (all streams merged) are idle;
-together they are the step's ``gpu_idle``. Each gap is split by what the thread that
-launched the next kernel did during it:
+A step's window runs from its start to its end (``begin_ns``/``end_ns`` of the steps table,
+whose difference is its duration). Within it, every instant the step's work (all streams
+merged) is not running is idle: the lead-in before its first kernel, the gaps between its
+kernels, and the tail after its last one while the host is still in the step. Together
+they are the step's ``gpu_idle``, so duration = busy + idle and the causes below sum to the
+idle time. Each gap is split by what the thread that launched the next kernel (for the
+tail, the step's thread) did during it:
 
 - ``sync``: blocked in a synchronising call: stream/device/event synchronize, a synchronous
   memcpy or memset (``cudaMemcpy``, ``hipMemcpyWithStream``), ``cudaFree``, or an op that
@@ -93,28 +97,29 @@ class IdleCauses:
 
     def top(self, weight: np.ndarray, phase_ms: float, work: pd.DataFrame, n: int = TOP) -> list[dict]:
         """The largest idle intervals of the steps with ``weight`` > 0, grouped by what they
-        were (cause, call, op, stack), largest total first. ``share`` is of the phase's time,
-        a split mixed step's interval counting by the phase's part of that step."""
+        were (cause, call, op, stack), largest total first. ``ms`` and ``share`` (of the
+        phase's time) count a split mixed step's interval by the phase's part of that step."""
         g = self.gaps
         if not len(g):
             return []
         w = np.asarray(weight, dtype=float)[g["step"].to_numpy()]
-        parts = g[list(CAUSES)].to_numpy() * (w > 0)[:, None]
+        # Weighted as the phase's idle is: a split mixed step's interval counts by the
+        # phase's part of that step, so no listed interval exceeds the phase's idle total.
+        parts = g[list(CAUSES)].to_numpy() * w[:, None]
         # The largest (gap, cause) cells; smaller ones cannot reach the top groups' sizes.
         flat = np.argsort(-parts, axis=None, kind="stable")[:_CANDIDATES]
-        cells = [(int(parts.flat[f]), int(f // len(CAUSES)), CAUSES[f % len(CAUSES)]) for f in flat
+        cells = [(float(parts.flat[f]), int(f // len(CAUSES)), CAUSES[f % len(CAUSES)]) for f in flat
                  if parts.flat[f] > 0]
         groups: dict[tuple, dict] = {}
         for ns, i, cause in cells:
             d = self.describe(i, cause, work)
             key = (cause, d["call"], d["op"], tuple(d["stack"]))
-            row = groups.setdefault(key, {"cause": cause, **d, "ms": 0.0, "count": 0, "_weighted": 0.0})
+            row = groups.setdefault(key, {"cause": cause, **d, "ms": 0.0, "count": 0})
             row["ms"] += ns / 1e6
             row["count"] += 1
-            row["_weighted"] += ns / 1e6 * w[i]
         out = sorted(groups.values(), key=lambda r: -r["ms"])[:n]
         for r in out:
-            r["share"] = float(r.pop("_weighted") / phase_ms) if phase_ms else None
+            r["share"] = float(r["ms"] / phase_ms) if phase_ms else None
         return out
 
     def describe(self, gap: int, cause: str, work: pd.DataFrame) -> dict:
@@ -185,37 +190,65 @@ def _no_gaps() -> pd.DataFrame:
 
 
 def _gaps(steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
-    """Every gap inside each step's GPU window, with the kernel that ends it."""
-    inside = np.flatnonzero(work["step"].to_numpy() >= 0)
-    step = work["step"].to_numpy()[inside]
-    start = work["start_ns"].to_numpy()[inside]
-    end = work["end_ns"].to_numpy()[inside]
+    """Every idle gap of each step's window (``begin_ns`` to ``end_ns``): the lead-in before
+    its first work, the gaps between its busy intervals and the tail after its last, with
+    the work row that ends each gap (-1 for a tail). Work is clipped to the step's window,
+    as for its busy time, so a step's gaps sum to its ``gpu_idle_ns`` exactly."""
+    n = len(steps)
+    step_all = work["step"].to_numpy()
+    begin, finish = steps["begin_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    at_step = np.where((step_all >= 0) & (step_all < n), step_all, 0)
+    s_all = np.clip(work["start_ns"].to_numpy(), begin[at_step], finish[at_step])
+    e_all = np.clip(work["end_ns"].to_numpy(), begin[at_step], finish[at_step])
+    inside = np.flatnonzero((step_all >= 0) & (step_all < n) & (e_all > s_all))
+    step, start, end = step_all[inside], s_all[inside], e_all[inside]
     o = np.lexsort((start, step))
     step, start, end, rows = step[o], start[o], end[o], inside[o]
-    if len(step) < 2:
-        return _no_gaps()
-    # Running end of the busy time within each step.
     first = np.ones(len(step), dtype=bool)
     first[1:] = step[1:] != step[:-1]
+    last = np.ones(len(step), dtype=bool)
+    last[:-1] = first[1:]
     run_end = running_end(step, end)
-    is_gap = ~first[1:] & (start[1:] > run_end[:-1])
-    at = np.flatnonzero(is_gap) + 1
-    nxt = rows[at]
-    issue_tid = work["issue_tid"].to_numpy()[nxt]
-    step_tid = steps["tid"].to_numpy()[step[at]]
-    op = work["op"].to_numpy()[nxt]
+    # Between busy intervals of one step.
+    at = np.flatnonzero(~first[1:] & (start[1:] > run_end[:-1])) + 1
+    # Lead-in: the step's window opens before its first work starts.
+    heads = np.flatnonzero(first)
+    heads = heads[start[heads] > begin[step[heads]]]
+    # Tail: its last work ends before the window closes (the host still in the step).
+    tails = np.flatnonzero(last)
+    tails = tails[run_end[tails] < finish[step[tails]]]
+    # A step none of whose work lies in its window is idle throughout.
+    has = np.zeros(n, dtype=bool)
+    has[step] = True
+    empty = np.flatnonzero(~has & (finish > begin))
+    g_step = np.concatenate([step[at], step[heads], step[tails], empty])
+    g_start = np.concatenate([run_end[at - 1], begin[step[heads]], run_end[tails], begin[empty]])
+    g_end = np.concatenate([start[at], start[heads], finish[step[tails]], finish[empty]])
+    nxt = np.concatenate([rows[at], rows[heads], np.full(len(tails) + len(empty), -1, dtype=rows.dtype)])
+    if not len(g_step):
+        return _no_gaps()
+    o = np.lexsort((g_start, g_step))
+    g_step, g_start, g_end, nxt = g_step[o], g_start[o], g_end[o], nxt[o]
+    has_next = nxt >= 0
+    nx = np.maximum(nxt, 0)
+    issue_tid = np.where(has_next, work["issue_tid"].to_numpy()[nx], -1)
+    step_tid = steps["tid"].to_numpy()[g_step]
+    op = np.where(has_next, work["op"].to_numpy()[nx], -1)
     has_op = (op >= 0) if len(ops) else np.zeros(len(op), dtype=bool)
     op_at = np.maximum(op, 0)
     op_start = np.where(has_op, ops["start_ns"].to_numpy()[op_at] if len(ops) else 0, -1)
     op_end = np.where(has_op, ops["end_ns"].to_numpy()[op_at] if len(ops) else 0, -1)
+    # A gap no kernel ends (the tail) is all before any issue: the host's, its launches' or
+    # its syncs', as the launching thread recorded them.
+    issue = np.where(has_next, work["issue_ns"].to_numpy()[nx], g_end)
     columns = {
-        "step": step[at],
-        "start_ns": run_end[at - 1],
-        "end_ns": start[at],
-        # The launching thread; a kernel with no launch in the trace: the step's thread.
+        "step": g_step,
+        "start_ns": g_start,
+        "end_ns": g_end,
+        # The launching thread; a kernel with no launch in the trace, or a tail: the step's thread.
         "tid": np.where(issue_tid >= 0, issue_tid, step_tid),
         "next": nxt,
-        "issue_ns": work["issue_ns"].to_numpy()[nxt],
+        "issue_ns": issue,
         # The op that launched that kernel (-1: none): its time before the launch is the launch's.
         "op_start_ns": op_start,
         "op_end_ns": op_end,

@@ -18,7 +18,9 @@ Two readings of the same steps, chosen by where the steps came from:
   steps counting in both; TTFT and TPOT are None, with that reason.
 
 Split mixed steps (``split``) count in each phase's time, busy and idle by the share of
-their GPU time that phase holds; tokens/s per phase is that phase's tokens over that time.
+their GPU time that phase holds, so the phases sum to the run; tokens/s per phase is that
+phase's tokens over the durations of the steps that hold them (a mixed step's whole
+duration: its tokens exist only when it ends).
 """
 
 from __future__ import annotations
@@ -171,7 +173,8 @@ def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None,
 
 
 def _throughput(out: Latency, steps, phase, split, weight, dur_ms) -> None:
-    """Tokens/s per phase: the phase's tokens (split mixed steps: that side's) over the phase's time."""
+    """Tokens/s per phase: the phase's tokens (split mixed steps: that side's) over the durations
+    of the steps holding them."""
     why = out.reasons
     for p, attr, label in ((PREFILL, "prefill_tokens_per_s", "prompt tokens"), (DECODE, "decode_tokens_per_s", "tokens generated")):
         mine = np.flatnonzero((phase == p) | split)
@@ -197,7 +200,9 @@ def _throughput(out: Latency, steps, phase, split, weight, dur_ms) -> None:
                 n = side.tokens if side is not None and side.tokens is not None else np.nan
             tokens.append(n)
         tokens = np.array(tokens, dtype=float)
-        secs = float((weight[p][mine] * dur_ms[mine]).sum()) / 1e3
+        # Over the whole duration of every step holding them: a mixed step's tokens exist
+        # only when the whole step has run, not after its phase's share of the GPU time.
+        secs = float(dur_ms[mine].sum()) / 1e3
         if np.isnan(tokens).any() or secs <= 0:
             why[attr] = (f"the number of {label} per {p} step is not in the trace" if p == PREFILL
                          else "the batch size of the decode steps is not in the trace")

@@ -358,6 +358,7 @@ def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: floa
         raise TracekitError(f"plan needs prefill and decode steps (in one trace or across several); the traces hold "
                             f"no {missing} step")
     a0 = analyses[0]
+    mixed = sum(bool(s.get("mixed_part")) for _, s in pre + dec)
     devices = {a.device.get("spec") or a.device.get("name") for a in analyses}
     if len(devices) > 1:
         raise TracekitError(f"the traces ran on different GPUs ({', '.join(sorted(map(str, devices)))}); "
@@ -369,6 +370,9 @@ def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: floa
                             f"({a0.device.get('reason') or 'no spec row'}); pass --gpu NAME")
     tp = int((a0.model or {}).get("tp") or 1)
     notes: list[str] = []
+    if mixed:
+        notes.append(f"{mixed} part{'s' if mixed != 1 else ''} of mixed steps counted by their split (each side's "
+                     "share of the step's GPU time, duration and idle)")
     kvb = kv_bytes or (1.0 if str((a0.model or {}).get("kv_cache_dtype") or "").startswith("fp8") else 2.0)
 
     def peak(dtype: str, unit: str) -> float | None:
@@ -464,7 +468,27 @@ def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: floa
 
 
 def _steps(a: Analysis, phase: str) -> list[dict[str, Any]]:
-    return [s for s in a.to_dict()["steps"] if s["phase"] == phase and s["kernels"] and s["gpu_busy_ms"] > 0]
+    """The steps of ``phase`` with GPU work, and the ``phase`` part of every split mixed step:
+    its share of the step's busy time, duration and idle causes, with that side's batch.
+    Its FLOPs and bytes are the whole step's, so they are left out (the fit then works
+    from times)."""
+    out = []
+    for s in a.to_dict()["steps"]:
+        if not s["kernels"] or s["gpu_busy_ms"] <= 0:
+            continue
+        if s["phase"] == phase:
+            out.append(s)
+        elif s["phase"] == "mixed" and s.get("split") and (s["split"].get(phase) or {}).get("gpu_ms"):
+            side = s["split"][phase]
+            frac = side["gpu_ms"] / s["gpu_busy_ms"]
+            other = "decode" if phase == "prefill" else "prefill"
+            out.append({**s, "phase": phase, "mixed_part": True, "gpu_busy_ms": side["gpu_ms"],
+                        "duration_ms": s["duration_ms"] * frac, "gpu_idle_ms": s["gpu_idle_ms"] * frac,
+                        "idle_by_cause": {k: v * frac for k, v in (s.get("idle_by_cause") or {}).items()},
+                        "tokens": side.get("tokens"), "batch": side.get("requests"),
+                        phase: {k: v for k, v in side.items() if k != "gpu_ms"}, other: None,
+                        "flops": None, "bytes": None})
+    return out
 
 
 def _batch(s: dict) -> float:

@@ -36,7 +36,7 @@ import pandas as pd
 
 from tracekit.analysis import categorical
 from tracekit.analysis.analyze import Parts, assemble, measure
-from tracekit.analysis.idle import _Coverage
+from tracekit.analysis.idle import CAUSES, HOST, _Coverage
 from tracekit.analysis.model import Analysis, _clean
 from tracekit.analysis.roofline import COMPUTE, INTERCONNECT, LATENCY, MEMORY, UNKNOWN, _bounds, limiter
 from tracekit.errors import TracekitError
@@ -224,9 +224,35 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
         steps["gpu_end_ns"] = np.where(steps["kernels"] > 0, steps["gpu_end_ns"] - np.round(saved).astype(np.int64),
                                        steps["gpu_end_ns"])
         steps["duration_ns"] = np.round(duration).astype(np.int64)
+        # The books still balance: idle is what the duration holds beyond the busy time.
+        # Where the host's own time floors the step, the extra idle is the host's.
+        idle_ns = (steps["duration_ns"] - steps["gpu_busy_ns"]).to_numpy()
+        steps["gpu_idle_ns"] = idle_ns
+        if parts.seg.device_type == "gpu" and len(parts.idle.by_step) == len(steps):
+            by_step = _rebalanced(parts.idle.by_step, idle_ns)
+            parts = dataclasses.replace(parts, idle=dataclasses.replace(parts.idle, by_step=by_step))
     seg = dataclasses.replace(parts.seg, work=parts.seg.work.assign(dur_ns=work["dur_ns"], end_ns=work["end_ns"]),
                               steps=steps)
     return dataclasses.replace(parts, seg=seg, work=work)
+
+
+def _rebalanced(by_step: np.ndarray, idle_ns: np.ndarray) -> np.ndarray:
+    """The measured idle causes per step, made to sum to the projected idle: time the step
+    gained (the host's floor) is the host's; time it lost (rounding, a nanosecond or so) is
+    taken from its largest causes, never below zero."""
+    out = by_step.copy()
+    host = CAUSES.index(HOST)
+    diff = idle_ns - out.sum(axis=1)
+    out[:, host] += np.maximum(diff, 0)
+    for i in np.flatnonzero(diff < 0).tolist():
+        over = int(-diff[i])
+        for j in np.argsort(-out[i], kind="stable").tolist():
+            take = min(over, int(out[i, j]))
+            out[i, j] -= take
+            over -= take
+            if not over:
+                break
+    return out
 
 
 def _step_busy(parts: Parts, dur: np.ndarray) -> np.ndarray:

@@ -82,6 +82,11 @@ _STEP_COLUMNS = {
     "cpu_end_ns": "int64",
     "gpu_start_ns": "int64",
     "gpu_end_ns": "int64",
+    # The step's window, its duration's ends: from its CPU start (or the end of the
+    # previous step's work on the same thread, when the GPU runs behind) to the later of
+    # its CPU end and its last GPU work. duration = gpu_busy + gpu_idle over this window.
+    "begin_ns": "int64",
+    "end_ns": "int64",
     "gpu_busy_ns": "int64",
     "gpu_idle_ns": "int64",
     "duration_ns": "int64",
@@ -542,20 +547,28 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     starts = work["start_ns"].to_numpy()
     ends = work["end_ns"].to_numpy()
     graph = work["graph"].to_numpy()
-    busy_of, g0_of, g1_of = _busy_per_step(step_of, starts, ends, len(ranges))
+    _, g0_of, g1_of = _busy_per_step(step_of, starts, ends, len(ranges))
     replayed = np.bincount(step_of[(step_of >= 0) & graph], minlength=len(ranges))[: len(ranges)] > 0
     # When the GPU runs behind the CPU (asynchronous scheduling), a step's GPU work waits
     # for the previous step's: its time starts when that work ended, so that step
     # durations add up to the run's span instead of counting the queue twice.
     previous_end: dict[int, int] = {}
+    begin_of = np.zeros(len(ranges), np.int64)
+    end_of = np.zeros(len(ranges), np.int64)
+    for i, (cpu0, cpu1, tid) in enumerate(zip(ranges["start"].tolist(), ranges["end"].tolist(),
+                                                ranges["tid"].tolist())):
+        cpu0, cpu1, tid = int(cpu0), int(cpu1), int(tid)
+        end = max(cpu1, int(g1_of[i])) if kernels_of[i] else cpu1
+        begin = min(max(cpu0, previous_end.get(tid, cpu0)), end)
+        previous_end[tid] = max(end, previous_end.get(tid, end))
+        begin_of[i], end_of[i] = begin, end
+    # One set of books: a step's duration is its GPU busy time (its work, clipped to the
+    # step's window) plus its GPU idle time (lead-in, gaps, tail), exactly.
+    busy_of = step_busy(step_of, starts, ends, begin_of, end_of)
     for i, r in enumerate(ranges.itertuples()):
         n_mine = int(kernels_of[i])
-        busy, g0, g1 = int(busy_of[i]), int(g0_of[i]), int(g1_of[i])
-        cpu0, cpu1 = int(r.start), int(r.end)
-        end = max(cpu1, g1) if n_mine else cpu1
-        begin = max(cpu0, previous_end.get(int(r.tid), cpu0))
-        previous_end[int(r.tid)] = max(end, previous_end.get(int(r.tid), end))
-        duration = max(end - begin, 0)
+        g0, g1 = int(g0_of[i]), int(g1_of[i])
+        duration = int(end_of[i] - begin_of[i])
         rows.append(
             {
                 "step": i,
@@ -564,12 +577,14 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
                 "evidence": r.evidence,
                 "label": r.label,
                 "tid": int(r.tid),
-                "cpu_start_ns": cpu0,
-                "cpu_end_ns": cpu1,
+                "cpu_start_ns": int(r.start),
+                "cpu_end_ns": int(r.end),
                 "gpu_start_ns": g0,
                 "gpu_end_ns": g1,
-                "gpu_busy_ns": busy,
-                "gpu_idle_ns": (g1 - g0 - busy) if n_mine else 0,
+                "begin_ns": int(begin_of[i]),
+                "end_ns": int(end_of[i]),
+                "gpu_busy_ns": int(busy_of[i]),
+                "gpu_idle_ns": duration - int(busy_of[i]),
                 "duration_ns": duration,
                 "kernels": n_mine,
                 "tokens": np.nan if r.tokens is None or pd.isna(r.tokens) else float(r.tokens),
@@ -580,6 +595,19 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows).astype(_STEP_COLUMNS)
+
+
+def step_busy(step_of: np.ndarray, starts: np.ndarray, ends: np.ndarray, begin: np.ndarray,
+              end: np.ndarray) -> np.ndarray:
+    """Per step, the union of its work's intervals clipped to the step's window
+    ``[begin, end)``: the busy half of its books (work outside the window, e.g. a kernel on
+    another stream still running when the next step begins, is not this step's time)."""
+    n = len(begin)
+    inside = (step_of >= 0) & (step_of < n)
+    st = np.where(inside, step_of, 0)
+    s = np.clip(starts, begin[st], end[st])
+    e = np.clip(ends, begin[st], end[st])
+    return _busy_per_step(np.where(inside & (e > s), step_of, -1), s, e, n)[0]
 
 
 def _side(value):

@@ -298,7 +298,7 @@ def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "label": phase_label(phase) + (f" (incl. part of {mixed} mixed)" if mixed else ""),
                 "mixed_note": (f"includes the {phase} part of {mixed} mixed step{'s' if mixed != 1 else ''}, "
                                "split by tokens and attention query-key pairs") if mixed else None,
-                "steps": fmt.count(p.get("steps")),
+                "steps": fmt.count(p.get("steps")) + (f" + {fmt.count(mixed)} mixed" if mixed else ""),
                 "time": fmt.ms(p.get("time_ms")),
                 "gpu_busy": fmt.ms(p.get("gpu_busy_ms")),
                 "gpu_idle": fmt.ms(p.get("gpu_idle_ms")),

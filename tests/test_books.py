@@ -1,0 +1,164 @@
+"""One set of books (issue 23, item 4): a step's duration is its GPU busy time plus its GPU
+idle time, lead-in and tail included; the idle causes sum to the idle; phases sum to the
+run; a mixed step's split sums to the step. Checked on every shared and sample trace, on
+traces grown to show the structures the shared ones lack, and on the checker itself."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import SAMPLE_TRACES, all_real_traces, read_real
+from tracekit import read_trace
+from tracekit.analysis import analyze, books
+from tracekit.analysis.plan import fit_costs
+
+
+def _assert_books(d: dict) -> None:
+    """The identities from the analysis's JSON, in ms, worked out here (not by books.check)."""
+    run = 0.0
+    for s in d["steps"]:
+        assert s["duration_ms"] == pytest.approx(s["gpu_busy_ms"] + s["gpu_idle_ms"], abs=1e-6)
+        assert s["gpu_idle_ms"] >= 0 and s["gpu_busy_ms"] >= 0
+        if d["device"].get("type") == "gpu" and s["idle_by_cause"] is not None:
+            assert sum(s["idle_by_cause"].values()) == pytest.approx(s["gpu_idle_ms"], abs=1e-6)
+        if s.get("split"):
+            parts = s["split"]["prefill"]["gpu_ms"] + s["split"]["decode"]["gpu_ms"]
+            assert parts == pytest.approx(s["gpu_busy_ms"], rel=1e-9)
+        run += s["duration_ms"]
+    total = 0.0
+    for p in d["phases"].values():
+        assert p["time_ms"] == pytest.approx(p["gpu_busy_ms"] + p["gpu_idle_ms"], rel=1e-9, abs=1e-9)
+        if p.get("idle_share") is not None:
+            # The share's base is the phase's time: the causes' shares add up to it.
+            assert p["idle_share"] == pytest.approx(p["gpu_idle_ms"] / p["time_ms"], rel=1e-9)
+        for r in p.get("idle_top") or []:
+            # No listed interval is larger than the idle total it is listed under.
+            assert r["ms"] <= p["gpu_idle_ms"] * (1 + 1e-9)
+        total += p["time_ms"]
+    assert total == pytest.approx(run, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("key", all_real_traces())
+def test_books_balance_on_every_shared_trace(key):
+    """Fails if a step's idle leaves out its lead-in or tail (the old GPU-window idle), if the
+    idle causes miss a gap, or if a phase's time is not its busy + idle."""
+    _assert_books(analyze(read_real(key)).to_dict())
+
+
+@pytest.mark.parametrize("name", ["tiny-bs1.pt.trace.json.gz", "tiny-bs8.pt.trace.json.gz"])
+def test_books_balance_on_the_sample_traces(name):
+    path = SAMPLE_TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    _assert_books(analyze(read_trace(str(path))).to_dict())
+
+
+def _earlier_start(trace, step: int, by_ns: int):
+    """The trace with step ``step``'s CPU annotation starting ``by_ns`` earlier: the host
+    spent that long in the step before its first launch (preparing inputs), recording nothing."""
+    ann = trace.annotations.copy()
+    cpu = np.flatnonzero((ann["side"] == "cpu").to_numpy())
+    i = ann.index[cpu[step]]
+    ann.loc[i, "start_ns"] -= by_ns
+    ann.loc[i, "dur_ns"] += by_ns
+    return dataclasses.replace(trace, annotations=ann)
+
+
+def test_the_lead_in_before_the_first_kernel_is_idle_time():
+    """Fails if the time between a step's CPU start and its first kernel is counted nowhere
+    (vLLM gpt-oss on MI300X: "step 19.1 ms, busy 10.7 ms, idle 0.0255 ms")."""
+    base = read_real("b300_qwen3_moe")
+    before = analyze(base).to_dict()["steps"][0]
+    lead = 8_400_000  # 8.4 ms, as in the issue
+    after = analyze(_earlier_start(base, 0, lead)).to_dict()["steps"][0]
+    assert after["duration_ms"] == pytest.approx(before["duration_ms"] + 8.4, abs=1e-6)
+    assert after["gpu_busy_ms"] == pytest.approx(before["gpu_busy_ms"], abs=1e-6)
+    assert after["gpu_idle_ms"] == pytest.approx(before["gpu_idle_ms"] + 8.4, abs=1e-6)
+    # The added time is named by its causes: the host's recorded work or, where it recorded
+    # nothing, unattributed; no kernel was issued then, so none of it is launch or wait.
+    grew = {c: after["idle_by_cause"][c] - before["idle_by_cause"][c] for c in after["idle_by_cause"]}
+    assert sum(grew.values()) == pytest.approx(8.4, abs=1e-6)
+    assert grew["host"] + grew["unattributed"] == pytest.approx(8.4, abs=0.01)
+
+
+def test_b300_decode_step_is_busy_plus_idle():
+    """The SGLang B300 decode step: the issue saw "idle 33.8%" of the GPU window, causes summing
+    to 26.2% of the step, and a 7.11 ms step that was neither busy + idle nor the window.
+    Fails if any of those bases comes back."""
+    d = analyze(read_real("b300_qwen3_moe")).to_dict()
+    [s] = d["steps"]
+    p = d["phases"]["decode"]
+    assert p["time_ms"] == pytest.approx(s["duration_ms"])
+    assert s["gpu_idle_ms"] == pytest.approx(s["duration_ms"] - s["gpu_busy_ms"])
+    assert sum(p["idle_by_cause"].values()) / p["time_ms"] == pytest.approx(p["idle_share"])
+
+
+MIXED = "execute_516_context_1(sq512sk2048sqsq262144sqsk1048576)_generation_4(sq4sk4004sqsq4sqsk4004)"
+
+
+def _all_mixed(trace):
+    """Every step of the GB10 decode trace annotated as a chunked-prefill step (512 prompt
+    tokens of one request beside 4 decode tokens)."""
+    ann = trace.annotations.copy()
+    names = ann["name"].astype(str).to_numpy().copy()
+    cpu = np.flatnonzero((ann["side"] == "cpu").to_numpy() & pd.Series(names).str.startswith("execute_").to_numpy())
+    names[cpu] = MIXED
+    ann["name"] = pd.Categorical(names)
+    return dataclasses.replace(trace, annotations=ann)
+
+
+def test_mixed_steps_keep_the_books_and_the_plan_uses_their_split():
+    """Fails if a mixed step's idle interval is listed at its whole length under a phase total
+    holding only that phase's part of it, or if `plan` refuses a trace of mixed steps
+    ("no prefill step") instead of planning from their split."""
+    a = analyze(_all_mixed(read_real("gb10_vllm")))
+    d = a.to_dict()
+    assert {s["phase"] for s in d["steps"]} == {"mixed"}
+    _assert_books(d)
+    costs = fit_costs([a], None)
+    assert costs.basis["prefill_steps"] == 10 and costs.basis["decode_steps"] == 10
+    assert any("mixed steps counted by their split" in n for n in costs.notes)
+    # The fitted prefill time per token is the prefill parts' busy time over their tokens.
+    busy = sum(s["split"]["prefill"]["gpu_ms"] for s in d["steps"]) / 1e3
+    over = np.mean([s["duration_ms"] - s["gpu_busy_ms"] for s in d["steps"]]) / 1e3
+    frac = np.mean([s["split"]["prefill"]["gpu_ms"] / s["gpu_busy_ms"] for s in d["steps"]])
+    assert costs.prefill_s(512) == pytest.approx(over * frac + busy / (512 * 10) * 512, rel=0.05)
+
+
+def _steps_table(duration, busy, idle):
+    return pd.DataFrame({"step": range(len(duration)), "duration_ns": duration, "gpu_busy_ns": busy,
+                         "gpu_idle_ns": idle, "phase": ["decode"] * len(duration)})
+
+
+def test_the_checker_names_each_broken_identity():
+    """Fails if books.check passes books that do not balance (so a regression in segmentation
+    or idle causes would go unseen), or flags books that do."""
+    steps = _steps_table([10, 10], [6, 6], [4, 3])  # step 1: 6 + 3 != 10
+    causes = np.array([[4, 0, 0, 0, 0], [2, 0, 0, 0, 0]])
+    w = {"decode": np.ones(2)}
+    phases = {"decode": {"time_ms": 20e-6, "gpu_busy_ms": 12e-6, "gpu_idle_ms": 7e-6}}
+    out = books.check(steps, causes, w, phases, {}, "gpu")
+    assert any("not GPU busy + GPU idle in step 1" in v for v in out)
+    assert any("idle causes do not sum" in v and "step 1" in v for v in out)
+    assert any("phase decode" in v for v in out)
+    good = books.check(_steps_table([10], [6], [4]), np.array([[4, 0, 0, 0, 0]]), {"decode": np.ones(1)},
+                       {"decode": {"time_ms": 10e-6, "gpu_busy_ms": 6e-6, "gpu_idle_ms": 4e-6}}, {}, "gpu")
+    assert good == []
+    # Weights of a split step that do not sum to 1: its parts would not sum to the step.
+    half = books.check(_steps_table([10], [6], [4]), None, {"prefill": np.array([0.5]), "decode": np.array([0.4])},
+                       {}, {}, "gpu")
+    assert any("weights do not sum to 1" in v for v in half)
+
+
+def test_a_violation_raises_under_strict_and_is_a_note_otherwise(monkeypatch):
+    """Fails if a broken identity passes silently in a user's run, or does not fail the suite."""
+    monkeypatch.setenv(books.STRICT_ENV, "1")
+    with pytest.raises(books.BooksError, match="do not balance"):
+        books.enforce(["duration is not GPU busy + GPU idle in step 3"])
+    monkeypatch.delenv(books.STRICT_ENV)
+    [note] = books.enforce(["duration is not GPU busy + GPU idle in step 3"])
+    assert "tracekit bug" in note and "step 3" in note
