@@ -111,12 +111,12 @@ def project(trace: Trace, to: str | GpuSpec, **options) -> Projection:
 
 
 def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis, target: GpuSpec) -> Projection:
-    if match.spec is None:
-        raise TracekitError("cannot project: the measured GPU has no spec row, so how close its kernels came to its "
-                            f"roof is unknown ({match.reason or 'no peaks'}); pass --gpu NAME for it")
     if parts.seg.device_type != "gpu" and gpu_events_lost(trace):
         raise TracekitError("cannot project this trace: it was cut before its GPU events, so no GPU work survives "
                             "to project")
+    if match.spec is None:
+        raise TracekitError("cannot project: the measured GPU has no spec row, so how close its kernels came to its "
+                            f"roof is unknown ({match.reason or 'no peaks'}); pass --gpu NAME for it")
     if parts.seg.device_type != "gpu":
         raise TracekitError("cannot project a CPU-only trace onto a GPU: its work is CPU ops, not kernels")
     notes: list[str] = []
