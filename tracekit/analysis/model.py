@@ -69,8 +69,8 @@ class Analysis:
             {
                 "schema_version": SCHEMA_VERSION,
                 "source": self.source,
-                "truncated": self.truncated,
                 "device": self.device,
+                "truncated": self.truncated,
                 "workload": self.workload,
                 "run_kind": self.run_kind,
                 "steps": _steps(self.steps),
