@@ -85,7 +85,15 @@ def keys_around_events(key: str) -> tuple[list[str], list[str]]:
 def _check_salvaged(path, expected_events: int, how: str, bytes_read: int, key: str):
     t = read_trace(path)
     cut = t.metadata["truncated"]
-    assert cut == {"events_recovered": expected_events, "bytes_read": bytes_read, "how": how}
+    assert {k: cut[k] for k in ("events_recovered", "bytes_read", "how")} == \
+        {"events_recovered": expected_events, "bytes_read": bytes_read, "how": how}
+    # The share recovered: bytes up to the end of the last complete event (the walk's offsets)
+    # over the decompressed bytes the cut file holds.
+    parsed = max(e for e in ends_of(key) if e <= bytes_read)
+    assert cut["bytes_parsed"] == parsed
+    assert cut["recovered_share"] == pytest.approx(parsed / bytes_read)
+    # A cut that took every kernel of these GPU traces leaves the device unknown (Kineto writes GPU activity last).
+    assert cut["gpu_events_lost"] == (len(t.kernels) == 0)
     assert t.n_events == expected_events
     assert "truncated" in t.lacks and f"{expected_events:,} complete events were recovered" in t.lacks["truncated"]
     # Top-level keys before the events survive; those after them are lost with the tail.
@@ -190,9 +198,12 @@ def test_gzip_cut_in_its_trailer_has_every_event(tmp_path):
     path = tmp_path / "trailer.json.gz"
     path.write_bytes(gzip.compress(raw, mtime=0)[:-4])  # the CRC is there, the length is not
     t = read_trace(path)
-    assert t.metadata["truncated"] == {
-        "events_recovered": len(ends_of("h100_hf")), "bytes_read": len(raw), "how": "gzip stream ended early"
+    cut = t.metadata["truncated"]
+    assert {k: cut[k] for k in ("events_recovered", "bytes_read", "how", "bytes_parsed", "recovered_share")} == {
+        "events_recovered": len(ends_of("h100_hf")), "bytes_read": len(raw), "how": "gzip stream ended early",
+        "bytes_parsed": len(raw), "recovered_share": 1.0,
     }
+    assert cut["gpu_events_lost"] is False
     assert "JSON inside is complete" in t.lacks["truncated"]
 
 

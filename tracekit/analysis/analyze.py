@@ -6,6 +6,7 @@ only read the result.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import __version__
-from tracekit.analysis import books, categorical
+from tracekit.analysis import books, categorical, truncation
 from tracekit.analysis import findings as find
 from tracekit.analysis.advice import THRESHOLDS as advice_thresholds
 from tracekit.analysis.ceilings import check_ceilings
@@ -139,6 +140,7 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
         provenance["graph_capture"] = parts.capture_note
     if parts.ceilings_note:
         provenance["ceilings"] = parts.ceilings_note
+    truncation.mark_partial(trace, metrics, phases, provenance["reasons"])
     analysis = Analysis(
         source={
             "path": trace.path,
@@ -165,6 +167,7 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
         model=parts.model_view,
         timelines=timelines(trace, seg.steps, work, idle, lambda n: short_name(n, 70), seg.device_type)
         if with_timelines else [],
+        truncated=truncation.view(trace),
     )
     # Ranks are measured, never projected: a projection onto another GPU has none.
     ranks = rank_view(trace, seg, work["category"].to_numpy(dtype=object)) if device_name is None else None
@@ -302,7 +305,7 @@ def _device_spec(trace: Trace, gpu, spec_file, cpu_flops, cpu_bw) -> SpecMatch:
         match = identify(props, note, (str(n) for n in names), gpu=gpu, spec_file=spec_file)
         if match.spec is not None and trace.sidecar:
             # Measured ceilings from collect become the achievable roof; peaks stay.
-            match = SpecMatch(with_calibration(match.spec, trace.sidecar), match.how, match.reason)
+            match = SpecMatch(with_calibration(match.spec, trace.sidecar), match.how, match.reason, match.notes)
         return match
     # A user-given CPU matmul peak is one rate for every floating-point dtype.
     flops = {d: cpu_flops for d in ("fp32", "bf16", "fp16")} if cpu_flops else None
@@ -312,13 +315,19 @@ def _device_spec(trace: Trace, gpu, spec_file, cpu_flops, cpu_bw) -> SpecMatch:
 def _device(trace: Trace, device_type: str, match: SpecMatch) -> dict[str, Any]:
     spec = match.spec
     name = trace.device_name() if device_type == "gpu" else ((trace.sidecar or {}).get("device") or {}).get("name") or "CPU"
+    reason = match.reason
+    if device_type == "cpu" and truncation.gpu_events_lost(trace):
+        # A GPU trace cut before its kernels is not a CPU trace: its device's work is unknown.
+        device_type, name, spec, reason = "unknown", trace.device_name(), None, truncation.device_unknown_reason(trace)
     return {
         "name": name,
         "type": device_type,
         "spec": None if spec is None else spec.name,
         "spec_key": None if spec is None else spec.key,
         "how": match.how,
-        "reason": match.reason,
+        "reason": reason,
+        # Fields of the trace's deviceProperties that no GPU can have, ignored (specs.lookup).
+        "notes": list(match.notes),
         "peak_basis": None if spec is None else spec.peak_basis,
         "peak_bandwidth": None if spec is None else spec.peak_bandwidth,
         "achievable_bandwidth": None if spec is None else spec.achievable_bandwidth,
@@ -426,9 +435,9 @@ def _mfu(w: pd.DataFrame, time_ms: float, spec) -> tuple:
         need += flops / peak
         need_ach += flops / ach
         share = f" for {flops / total:.0%} of the matrix FLOPs" if len(by_dtype) > 1 else ""
-        text = f"{dtype} matrix peak of {spec.name}: {peak / 1e12:,.1f} TFLOP/s ({spec.peak_basis}){share}"
+        text = f"{dtype} matrix peak of {spec.name}: {_tflops(peak)} ({spec.peak_basis}){share}"
         if ach != peak:
-            text += f"; achievable {ach / 1e12:,.1f} TFLOP/s ({spec.achievable_flops_basis(str(dtype), 'matrix')})"
+            text += f"; achievable {_tflops(ach)} ({spec.achievable_flops_basis(str(dtype), 'matrix')})"
         parts.append(text)
     secs = time_ms / 1e3
     basis = "; ".join(parts) + "; " + _sources_text(matrix, "flops")
@@ -436,6 +445,15 @@ def _mfu(w: pd.DataFrame, time_ms: float, spec) -> tuple:
         return None, None, None, (f"the matrix FLOPs counted would be {need / secs:.0%} of the peak: above 100% is "
                                   "not a fact, so the FLOPs or the peak are wrong")
     return need / secs, need_ach / secs, basis, None
+
+
+def _tflops(flops: float) -> str:
+    """A peak in TFLOP/s: one decimal for a GPU's, three significant digits for a CPU's below
+    1 TFLOP/s (0.0398, never a rounded-away 0.0)."""
+    t = flops / 1e12
+    if t >= 1 or t <= 0:
+        return f"{t:,.1f} TFLOP/s"
+    return f"{t:.{max(1, 2 - math.floor(math.log10(t)))}f} TFLOP/s"
 
 
 def _sources_text(w: pd.DataFrame, what: str) -> str:

@@ -60,6 +60,9 @@ class Analysis:
     # straggler / skew / missing ranks; empty and None for a single-process trace.
     ranks: list[dict[str, Any]] = field(default_factory=list)
     rank_summary: dict[str, Any] | None = None
+    # A trace cut off mid-write (analysis.truncation.view): what survived, the headline
+    # sentence, why the step figures are partial; None for a whole file.
+    truncated: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _clean(
@@ -67,6 +70,7 @@ class Analysis:
                 "schema_version": SCHEMA_VERSION,
                 "source": self.source,
                 "device": self.device,
+                "truncated": self.truncated,
                 "workload": self.workload,
                 "run_kind": self.run_kind,
                 "steps": _steps(self.steps),

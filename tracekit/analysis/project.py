@@ -39,6 +39,7 @@ from tracekit.analysis.analyze import Parts, assemble, measure
 from tracekit.analysis.idle import CAUSES, HOST, _Coverage
 from tracekit.analysis.model import Analysis, _clean
 from tracekit.analysis.roofline import COMPUTE, INTERCONNECT, LATENCY, MEMORY, UNKNOWN, _bounds, limiter
+from tracekit.analysis.truncation import gpu_events_lost
 from tracekit.errors import TracekitError
 from tracekit.specs import GpuSpec, SpecMatch
 from tracekit.specs.lookup import spec_by_name
@@ -110,6 +111,9 @@ def project(trace: Trace, to: str | GpuSpec, **options) -> Projection:
 
 
 def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis, target: GpuSpec) -> Projection:
+    if parts.seg.device_type != "gpu" and gpu_events_lost(trace):
+        raise TracekitError("cannot project this trace: it was cut before its GPU events, so no GPU work survives "
+                            "to project")
     if match.spec is None:
         raise TracekitError("cannot project: the measured GPU has no spec row, so how close its kernels came to its "
                             f"roof is unknown ({match.reason or 'no peaks'}); pass --gpu NAME for it")
@@ -122,9 +126,10 @@ def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis
         if basis == "achievable":
             notes += dtype_notes
         new_parts = _projected_parts(trace, parts, dur, target)
-        how = f"projected from {source.device.get('name')} ({basis} basis): tracekit project --to {target.key}"
+        measured = source.device.get("name") or "an unknown GPU"  # a trace may not name its GPU
+        how = f"projected from {measured} ({basis} basis): tracekit project --to {target.key}"
         projected[basis] = assemble(trace, new_parts, SpecMatch(target, how, None),
-                                    device_name=f"{target.name} (projected from {source.device.get('name')})",
+                                    device_name=f"{target.name} (projected from {measured})",
                                     with_timelines=False)
         # The same projection with latency-limited kernels kept as measured.
         alt = np.where(kept_latency, parts.work["dur_ns"].to_numpy(dtype=float), dur)

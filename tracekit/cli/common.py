@@ -41,6 +41,21 @@ def _size(path: str) -> int:
         return 0
 
 
+def check_device_options(gpu: str | None = None, spec_file: str | None = None, option: str = "--gpu") -> None:
+    """A bad ``--gpu`` (not in the database) or ``--spec-file`` (unreadable, malformed), or both
+    given, fails in one sentence before the slow read and before anything is printed."""
+    if gpu is None and spec_file is None:
+        return
+    from tracekit.specs import lookup
+
+    try:
+        lookup(None, gpu=gpu, spec_file=spec_file)
+    except TracekitError as e:
+        text = str(e)
+        # compare's --gpu-before / --gpu-after: the sentence names the option that was given.
+        raise TracekitError(text.replace("--gpu ", f"{option} ", 1) if option != "--gpu" else text) from None
+
+
 def trace_argument(f):
     return click.argument("trace", type=click.Path(dir_okay=True, file_okay=True, path_type=str))(f)
 

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from tracekit.cli.common import deliver, model_options, output_options, output_target, read_with_progress
+from tracekit.cli.common import check_device_options, deliver, model_options, output_options, output_target, read_with_progress
 from tracekit.errors import TracekitError
 
 SUMMARY_LINES = 6  # sentences printed after writing a report file
@@ -45,6 +45,8 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     from tracekit.specs.lookup import spec_by_name
 
     targets = [spec_by_name(g) if g else None for g in (project_before, project_after)]
+    check_device_options(gpu_before, option="--gpu-before")  # a bad --gpu-* fails before the reads too
+    check_device_options(gpu_after, option="--gpu-after")
     renderer, path, replacing = output_target(
         output, fmt, choose,
         lambda ext: os.path.join(DEFAULT_DIR, f"compare-{report_stem(before)}-vs-{report_stem(after)}{ext}"), force)

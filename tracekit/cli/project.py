@@ -7,7 +7,7 @@ import shlex
 
 import click
 
-from tracekit.cli.common import deliver, model_options, output_options, output_target, read_with_progress, trace_argument
+from tracekit.cli.common import check_device_options, deliver, model_options, output_options, output_target, read_with_progress, trace_argument
 from tracekit.errors import TracekitError
 
 
@@ -38,6 +38,7 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
     from tracekit.specs.lookup import spec_by_name
 
     target = spec_by_name(to)  # a bad --to fails before the slow read
+    check_device_options(gpu)  # so does a bad --gpu
     renderer, path, replacing = output_target(
         output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-on-{target.key}{ext}"), force)
     if not os.path.exists(trace):
@@ -49,8 +50,9 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
     to_terminal = path is None
     if to_terminal:
         return
+    measured = projection.source.device.get("name") or "an unknown GPU"
     for phase, p in projection.phases.items():
-        click.echo(f"  {phase}: GPU busy {p['measured_gpu_busy_ms']:.3g} ms on {projection.source.device.get('name')} -> "
+        click.echo(f"  {phase}: GPU busy {p['measured_gpu_busy_ms']:.3g} ms on {measured} -> "
                    f"{p['projected_gpu_busy_ms']:.3g} ms on {target.name}")
     q = shlex.quote
     click.echo(f"next: open {q(path)} in a browser, or compare with a run measured there: "

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from tracekit.cli.common import human_size, model_options, read_with_progress, trace_argument
+from tracekit.cli.common import check_device_options, human_size, model_options, read_with_progress, trace_argument
 from tracekit.errors import TracekitError
 
 FORMATS = ("html", "json", "md", "text")
@@ -51,6 +51,7 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
     replacing = False if to_stdout else check_output(path, force=force, ours=output is None)  # before the slow read
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
+    check_device_options(gpu, spec_file)  # so do a bad --gpu or --spec-file
     spec_model = _load_model(model, weights)  # a bad --model fails before the slow read
     if with_hta:
         from tracekit.analysis.hta import require

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli.common import model_options, read_with_progress, trace_argument
+from tracekit.cli.common import check_device_options, model_options, read_with_progress, trace_argument
 from tracekit.trace.summary import summarize
 
 
@@ -24,6 +24,7 @@ def command(trace: str, top: int, gpu: str | None, spec_file: str | None, model:
 
     from tracekit.cli.report import _load_model
 
+    check_device_options(gpu, spec_file)  # before the read and before the first line is printed
     spec_model = _load_model(model, weights)
     t = read_with_progress(trace)
     click.echo(summarize(t, top=top))

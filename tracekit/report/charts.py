@@ -284,7 +284,8 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
     note = None
     if stride > 1:
         note = f"{total:,} decode steps: one in every {stride} is shown."
-    return {"id": "tk-chart-decode", **_item(p, "tk-chart-decode"), "note": note}
+    # ``gaps``: whether the dashed launch-gap line is drawn, so that the caption names it only then.
+    return {"id": "tk-chart-decode", **_item(p, "tk-chart-decode"), "note": note, "gaps": gpu}
 
 
 # --- step timeline --------------------------------------------------------------------------

@@ -42,8 +42,15 @@ def _change(measured: float | None, projected: float | None) -> str:
     return f"{ratio:.2f}×"
 
 
+def measured_on(data: dict[str, Any]) -> str:
+    """The GPU a projection was measured on, as display text: its name, or "an unknown GPU"
+    when the trace does not name it (a projection needs a GPU trace: see analysis.project)."""
+    return data["source"].get("device") or "an unknown GPU"
+
+
 def view_model(data: dict[str, Any]) -> dict[str, Any]:
     src, tgt = data["source"], data["target"]
+    src = {**src, "device": measured_on(data)}
     headline = [{"label": h["label"], "measured": _value(h["measured"], _UNITS[h["key"]]),
                  "projected": _value(h["projected"], _UNITS[h["key"]]), "range": _range(h["range"], _UNITS[h["key"]]),
                  "change": _change(h["measured"], h["projected"]), "key": h["key"]} for h in data["headline"]]
@@ -75,7 +82,7 @@ def _charts(data: dict[str, Any]) -> tuple[list[dict], dict[str, dict]]:
     """Per phase: time by limiter and by category on both GPUs (ms), then both rooflines."""
     items, ids = [], {}
     measured, projected = data["measured"], data["projected"]
-    sides = (("measured on " + str(data["source"].get("device")), measured),
+    sides = (("measured on " + measured_on(data), measured),
              ("projected on " + str(data["target"]["spec"]), projected))
     labels = limiter_labels(measured)
     for i, phase in enumerate(data["phases"]):

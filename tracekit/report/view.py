@@ -87,8 +87,15 @@ def header(data: dict[str, Any]) -> dict[str, Any]:
     for unit, by_dtype in ((dev.get("peak_flops") or {}).items()):
         for dtype, value in (by_dtype or {}).items():
             peaks.append({"unit": unit, "dtype": dtype, "value": fmt.flops(value)})
+    name = dev.get("name") or "unknown"
+    if dev.get("type") == "unknown":  # a GPU trace cut before its kernels (analysis.truncation)
+        what = "its GPU events" if (data.get("truncated") or {}).get("gpu_evidence") else "any GPU event"
+        name = f"unknown (the trace was cut before {what}" + (
+            f"; deviceProperties name {dev['name']})" if dev.get("name") else ")")
     return {
         "title": src.get("name") or "trace",
+        # The trace was cut mid-write: said first, before any figure (None for a whole file).
+        "truncated": (data.get("truncated") or {}).get("text"),
         "trace": {
             "name": src.get("name"),
             "path": src.get("path"),
@@ -98,8 +105,9 @@ def header(data: dict[str, Any]) -> dict[str, Any]:
             "schema_era": src.get("schema_era"),
         },
         "device": {
-            "name": dev.get("name") or "unknown",
+            "name": name,
             "type": dev.get("type"),
+            "notes": [str(n) for n in dev.get("notes") or []],
             "spec": dev.get("spec"),
             "how": dev.get("how"),
             "reason": dev.get("reason"),
@@ -181,10 +189,16 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     word = device_word(data)
     tpot = m.get("tpot_ms") or {}
     n_decode = (phases.get("decode") or {}).get("steps")
+    partial = m.get("partial") or {}
     out = []
 
     def add(key, label, raw, text, note, detail=None, reason_key=None):
         reason = None if raw is not None else (why.get(reason_key or key) or "not computed")
+        # A step figure of a cut trace (analysis.truncation): shown, and said to be partial.
+        cut = raw is not None and (reason_key or key) in (partial.get("figures") or ())
+        if cut:
+            note = f"{partial['reason']}; {note}"
+            detail = f"{partial['reason'][0].upper()}{partial['reason'][1:]}. {detail or ''}".strip()
         out.append(
             {
                 "key": key,
@@ -194,6 +208,7 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "note": note if raw is not None else reason,
                 "detail": detail or note if raw is not None else reason,
                 "missing": raw is None,
+                "partial": cut,
             }
         )
 

@@ -42,6 +42,10 @@ MEMORY_TOLERANCE = 0.03
 # observed row (ECC reservations on GDDR parts bring it down to ~0.92).
 NOMINAL_MEMORY_RANGE = (0.88, 1.03)
 GIB = 1 << 30
+# Bounds no GPU crosses, to tell a garbled deviceProperties field from another SKU: the
+# largest parts have a few hundred SMs or CUs (MI300X 304, B300 160) and a few hundred GB.
+MAX_SMS = 1024
+MAX_MEMORY = 16 << 40
 
 EXACT = "exact name"
 NORMALISED = "normalised name"
@@ -59,6 +63,8 @@ class SpecMatch:
     spec: GpuSpec | None
     how: str
     reason: str | None = None
+    # Fields of deviceProperties that were ignored (a value no GPU can have), one sentence each.
+    notes: tuple[str, ...] = ()
 
     @property
     def known(self) -> bool:
@@ -84,6 +90,8 @@ class _Device:
     minor: int | None
     sms: int | None
     mem: int | None
+    # Fields ignored as garbled (a value no GPU can have), one sentence each.
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, props: Mapping[str, Any]) -> _Device:
@@ -93,12 +101,18 @@ class _Device:
             return value if isinstance(value, int) and not isinstance(value, bool) else None
 
         name = props.get("name")
+        sms, notes = _sm_count(integer("numSms"), integer("multiProcessorCount"))
+        mem = integer("totalGlobalMem")
+        if mem is not None and not 0 < mem <= MAX_MEMORY:
+            notes.append(f"deviceProperties totalGlobalMem {mem} is no GPU's memory size: ignored (a garbled field)")
+            mem = None
         return cls(
             name=name.strip() if isinstance(name, str) else "",
             major=integer("computeMajor"),
             minor=integer("computeMinor"),
-            sms=integer("numSms"),
-            mem=integer("totalGlobalMem"),
+            sms=sms,
+            mem=mem,
+            notes=tuple(notes),
         )
 
     def missing(self) -> list[str]:
@@ -108,6 +122,31 @@ class _Device:
 
     def key_text(self) -> str:
         return f"compute capability {self.major}.{self.minor}, {self.sms} SMs and {self.mem / GIB:.1f} GiB"
+
+
+def _sm_count(num_sms: int | None, mp_count: int | None) -> tuple[int | None, list[str]]:
+    """The SM count of a deviceProperties entry from numSms and multiProcessorCount (CUDA's
+    name for it), and a note for each value ignored: one no GPU can have, or two that
+    contradict each other (then neither is trusted and the name decides)."""
+    notes = []
+
+    def plausible(v: int | None) -> bool:
+        return v is not None and 0 < v <= MAX_SMS
+
+    if num_sms is not None and not plausible(num_sms):
+        instead = (f"multiProcessorCount's {mp_count} stands" if plausible(mp_count)
+                   else "the device name decides")
+        notes.append(f"deviceProperties numSms {num_sms} is no GPU's SM count (no GPU has over {MAX_SMS}): ignored "
+                     f"as a garbled field; {instead}")
+        num_sms = None
+    if mp_count is not None and not plausible(mp_count):
+        notes.append(f"deviceProperties multiProcessorCount {mp_count} is no GPU's SM count: ignored as a garbled field")
+        mp_count = None
+    if num_sms is not None and mp_count is not None and num_sms != mp_count:
+        notes.append(f"deviceProperties numSms {num_sms} and multiProcessorCount {mp_count} contradict each other: "
+                     "neither is trusted, the device name decides")
+        return None, notes
+    return (num_sms if num_sms is not None else mp_count), notes
 
 
 def _memory_fits(spec: GpuSpec, mem: int) -> bool:
@@ -230,9 +269,8 @@ def _by_name(dev: _Device, specs: tuple[GpuSpec, ...]) -> SpecMatch:
 def match_device(props: Mapping[str, Any], specs: tuple[GpuSpec, ...]) -> SpecMatch:
     """The row of ``specs`` that one ``deviceProperties`` entry describes, or why none does."""
     dev = _Device.parse(props)
-    if dev.name.casefold() in GENERIC_NAMES:
-        return _by_generic_name(dev, specs)
-    return _by_name(dev, specs)
+    match = _by_generic_name(dev, specs) if dev.name.casefold() in GENERIC_NAMES else _by_name(dev, specs)
+    return replace(match, notes=match.notes + dev.notes) if dev.notes else match
 
 
 def spec_by_name(name: str, specs: tuple[GpuSpec, ...] | None = None) -> GpuSpec:

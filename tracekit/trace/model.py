@@ -60,7 +60,8 @@ class Trace:
     # distributedInfo (rank, world_size, backend, ...) or None.
     distributed: dict[str, Any] | None = None
     # Top-level keys other than traceEvents / deviceProperties / distributedInfo, and
-    # ``truncated`` ({events_recovered, bytes_read, how}) when the file was cut off mid-write.
+    # ``truncated`` ({events_recovered, bytes_read, bytes_parsed, recovered_share, how, gpu_events_lost,
+    # gpu_evidence, ...}: see ``reader._note_truncation``) when the file was cut off mid-write.
     metadata: dict[str, Any] = field(default_factory=dict)
     # The ``<name>.tracekit.json`` sidecar written by ``tracekit collect``, if found.
     sidecar: dict[str, Any] | None = None

@@ -65,11 +65,11 @@ def _read_file(
     if progress:
         progress(f"reading {os.path.basename(path)}")
     try:
-        built, meta, n_read, stream_cut, json_cut = _stream(path, max_bytes, chunk_bytes)
+        built, meta, n_read, stream_cut, json_cut, n_parsed = _stream(path, max_bytes, chunk_bytes)
     except (stream.NotStreamable, ValueError, OverflowError, TypeError):
         # A document the stream cannot cut, or malformed events: the whole-document path
         # reads it, or words what is wrong with it exactly as it always has.
-        built, meta, n_read, stream_cut, json_cut = _whole_document(path, max_bytes)
+        built, meta, n_read, stream_cut, json_cut, n_parsed = _whole_document(path, max_bytes)
     if progress:
         progress("building tables")
     try:
@@ -108,18 +108,40 @@ def _read_file(
     links.link(trace)
     _note_lacks(trace)
     if stream_cut or json_cut:
-        _note_truncation(trace, stream_cut or "JSON ended early", json_cut)
+        _note_truncation(trace, stream_cut or "JSON ended early", json_cut, n_parsed)
     return trace
 
 
-def _note_truncation(trace: Trace, how: str, json_cut: bool) -> None:
-    """Say that the file was cut off mid-write, in words and as facts."""
+def _note_truncation(trace: Trace, how: str, json_cut: bool, n_parsed: int) -> None:
+    """Say that the file was cut off mid-write, in words and as facts.
+
+    How much survived is measured on the decompressed text the file holds: the bytes up to
+    the end of the last complete event over all of them. The original length is not known
+    (a cut file has lost the end that would say it: gzip keeps it in its trailer)."""
     n = trace.n_events
-    trace.metadata["truncated"] = {"events_recovered": n, "bytes_read": trace.n_bytes, "how": how}
+    share = n_parsed / trace.n_bytes if trace.n_bytes else None
+    # Only a cut in the JSON can have taken kernels (a cut stream trailer leaves every event), and
+    # Kineto writes GPU activity last: a cut trace without kernels may well have had them, unless
+    # tracekit collect's sidecar says the run was on a CPU.
+    on_cpu = ((trace.sidecar or {}).get("device") or {}).get("type") == "cpu"
+    lost = json_cut and not trace.has_gpu and not on_cpu
+    evidence = gpu_evidence(trace) if lost else []
+    trace.metadata["truncated"] = {
+        "events_recovered": n,
+        "bytes_read": trace.n_bytes,
+        "how": how,
+        "bytes_parsed": n_parsed,
+        "recovered_share": share,
+        "recovered_share_basis": RECOVERED_SHARE_BASIS,
+        # No GPU event survived a cut that may have taken them: the device is unknown, not a
+        # CPU. ``gpu_evidence`` says what shows it was a GPU trace (empty: nothing left says).
+        "gpu_events_lost": lost,
+        "gpu_evidence": evidence,
+    }
     if json_cut:
         trace.lacks["truncated"] = (
             f"the file ends in the middle of the trace (truncated while being written): {n:,} complete events "
-            "were recovered, the rest is lost"
+            f"were recovered ({_share_text(share)} of the decompressed text the file holds), the rest is lost"
         )
     else:
         # Cut inside the compressed stream's trailer: every event is there, unverified.
@@ -127,17 +149,81 @@ def _note_truncation(trace: Trace, how: str, json_cut: bool) -> None:
             f"the {how.split()[0]} stream ends before its end marker (truncated while being written), but the JSON "
             f"inside is complete: all {n:,} events were read, their checksum could not be verified"
         )
+    if lost:
+        # Not a CPU-only trace: one whose GPU events, if any, were after the cut.
+        trace.lacks["gpu"] = f"{cut_device_text(evidence)}; leaf CPU ops stand in for kernels"
+    elif "device_properties" in trace.lacks:
+        trace.lacks["device_properties"] = (
+            "the trace has no deviceProperties (the cut took them: this writer puts them after the events): the "
+            "GPU cannot be identified from it"
+        )
+
+
+def cut_device_text(evidence: list[str]) -> str:
+    """Why the device of a cut trace without kernels is unknown, in words."""
+    if evidence:
+        return ("the trace was cut before its GPU events: it is a GPU trace (" + "; ".join(evidence) + "), but no "
+                "kernel survived the cut, so the device's work is unknown")
+    return ("the trace was cut before any GPU event: none survived, and nothing left says whether it ran on a GPU "
+            "(Kineto writes GPU activity last), so the device is unknown")
+
+
+RECOVERED_SHARE_BASIS = ("decompressed bytes up to the end of the last complete event / decompressed bytes the "
+                         "cut file holds (the original length is unknown: the cut took the end that says it)")
+
+
+def _share_text(share: float | None) -> str:
+    if share is None:
+        return "an unknown share"
+    pct = share * 100
+    return f"{pct:.1f}%" if pct < 99.95 or share == 1 else ">99.9%"
+
+
+# Runtime calls that only a GPU process makes, and the backends of GPU collectives.
+_GPU_API = ("cu", "hip")  # cudaLaunchKernel, cuLaunchKernel, hipGraphLaunch
+_GPU_BACKENDS = ("nccl", "rccl")
+
+
+def gpu_evidence(trace: Trace) -> list[str]:
+    """What in a trace says it ran on a GPU even without kernels, as phrases (empty: no sign).
+
+    CUDA/HIP runtime calls, GPU-side annotations, deviceProperties, a NCCL/RCCL process
+    group and the CUPTI/CUDA/HIP versions Kineto records when it traces GPU activity."""
+    found = []
+    rt = trace.runtime
+    if len(rt):
+        names = rt["name"].astype(str)
+        gpu_calls = int(names.str.lower().str.startswith(_GPU_API).sum())
+        if gpu_calls:
+            found.append(f"{gpu_calls:,} CUDA/HIP runtime calls such as {names.iloc[0]}")
+    ann = trace.annotations
+    if len(ann) and "side" in ann and (ann["side"] == "gpu").any():
+        found.append(f"{int((ann['side'] == 'gpu').sum()):,} GPU-side annotations")
+    named = sorted({str(p.get("name")) for p in trace.devices.values() if p.get("name")})
+    if trace.devices:
+        found.append("deviceProperties list " + (", ".join(named) if named else f"{len(trace.devices)} GPU(s)"))
+    dist = trace.distributed or {}
+    backend = str(dist.get("backend") or "").lower()
+    if backend in _GPU_BACKENDS or dist.get("nccl_version"):
+        found.append(f"distributedInfo names a {backend or 'nccl'} process group")
+    versions = [k for k in ("cupti_version", "cuda_runtime_version", "hip_runtime_version") if trace.metadata.get(k)]
+    if versions:
+        found.append("the profiler recorded " + ", ".join(versions))
+    if ((trace.sidecar or {}).get("device") or {}).get("type") in ("cuda", "hip"):
+        found.append("tracekit collect recorded a GPU run")
+    return found
 
 
 def _stream(path: str, max_bytes: int | None, chunk_bytes: int):
-    """(tables builder, metadata, bytes read, how the stream was cut, whether the JSON was cut), streamed."""
+    """(tables builder, metadata, bytes read, how the stream was cut, whether the JSON was cut, bytes up to
+    the end of the last complete event), streamed."""
     inflated = inflate.Inflated(path, limits.max_decompressed_bytes(max_bytes), chunk_bytes)
     chunks = stream.EventChunks(path, inflated)
     built = columns.Builder()
     for events, exact in chunks:
         built.add(events, exact)
         del events  # the chunk's event objects go before the next chunk is decoded
-    return built, chunks.meta, inflated.total, inflated.cut, chunks.json_cut
+    return built, chunks.meta, inflated.total, inflated.cut, chunks.json_cut, inflated.total - chunks.dropped
 
 
 def _whole_document(path: str, max_bytes: int | None):
@@ -147,12 +233,17 @@ def _whole_document(path: str, max_bytes: int | None):
     event; the closed bytes are used for the exact-timestamp second decode.
     """
     data, stream_cut = dec.read_bytes(path, max_bytes)
-    n_read = len(data)
+    n_read = n_parsed = len(data)
     json_cut = False
     try:
         events, meta = dec.decode(path, data)
     except dec.TruncatedJSON:
-        data = dec.close_truncated(path, data)
+        closed = dec.close_truncated(path, data)
+        # The closed document is the kept prefix plus at most two closing bytes.
+        n_parsed = len(closed)
+        while n_parsed > 0 and (n_parsed > len(data) or closed[n_parsed - 1] != data[n_parsed - 1]):
+            n_parsed -= 1
+        data = closed
         events, meta = dec.decode(path, data)
         json_cut = True
     built = columns.Builder()
@@ -160,7 +251,7 @@ def _whole_document(path: str, max_bytes: int | None):
         built.add(events, lambda: dec.decode(path, data, exact_ts=True)[0])
     except (ValueError, OverflowError, TypeError) as e:
         raise TracekitError(f"{path} holds malformed events ({e})") from None
-    return built, meta, n_read, stream_cut, json_cut
+    return built, meta, n_read, stream_cut, json_cut, n_parsed
 
 
 def _rank_from_name(path: str, siblings: list[str] | None) -> dict | None:

@@ -59,6 +59,9 @@ class EventChunks:
         self.meta: dict = {}
         self.json_cut = False
         self.n_decoded = 0
+        # Decompressed bytes after the last complete event of a cut array (the part of an
+        # event the cut broke off): 0 unless ``json_cut`` came from the events being cut.
+        self.dropped = 0
         self._header = b""
         self._bare = False
         self._after_cut = 0
@@ -168,7 +171,9 @@ class EventChunks:
         if last_event < 0:
             if self.n_decoded == 0:
                 raise NotStreamable  # nothing survives; the whole-document path says so
+            self.dropped = len(buf) - 1  # all of it follows the last event (less the space added)
             return None, bytearray(), None
+        self.dropped = len(buf) - (first + last_event) - 2  # after the closing brace, less the space
         chunk = self._decode(buf, first + last_event)
         if chunk is None:
             raise NotStreamable

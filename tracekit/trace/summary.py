@@ -8,7 +8,15 @@ from tracekit.trace.model import Trace
 def summarize(trace: Trace, top: int = 10) -> str:
     k = trace.kernels
     lines = [f"trace      {trace.path}"]
-    if trace.has_gpu:
+    cut = trace.metadata.get("truncated")
+    if cut:
+        # First, before any figure: everything below covers only what survived the cut.
+        lines.append(f"truncated  {_cut_text(cut)}")
+    if cut and cut.get("gpu_events_lost"):
+        name = trace.device_name()
+        what = "its GPU events" if cut.get("gpu_evidence") else "any GPU event"
+        lines.append(f"device     unknown (the trace was cut before {what}{'; deviceProperties name ' + name if name else ''})")
+    elif trace.has_gpu:
         name = trace.device_name() or "unknown"
         others = len(trace.devices) - 1
         more = f" (the trace lists {others} other device{'s' if others != 1 else ''} it ran no kernels on)" \
@@ -48,6 +56,17 @@ def summarize(trace: Trace, top: int = 10) -> str:
         for why in trace.lacks.values():
             lines.append(f"  - {why}")
     return "\n".join(lines)
+
+
+def _cut_text(cut: dict) -> str:
+    """The cut in one line: what survived, and how much of the decompressed text that is."""
+    n = f"{cut.get('events_recovered', 0):,} complete events"
+    if cut.get("bytes_parsed") == cut.get("bytes_read") and not cut.get("gpu_events_lost"):
+        return f"the {str(cut.get('how', '')).split()[0]} stream ends before its end marker; the JSON is complete ({n})"
+    share = cut.get("recovered_share")
+    pct = "?" if share is None else (">99.9" if 0.9995 <= share < 1 else f"{share * 100:.1f}")
+    return (f"the file was cut mid-write ({cut.get('how')}): {n} recovered, {pct}% of the decompressed text it holds "
+            "(bytes up to the last complete event; the original length is unknown); figures cover only that part")
 
 
 def _short(name: str, width: int = 90) -> str:
