@@ -44,7 +44,8 @@ def duration_s(text: str, what: str) -> float:
 @model_options
 def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: str, tpot_slo: str, gpu: str | None,
             max_gpus: int, kv_link: float | None, output: str | None, fmt: str | None, force: bool,
-            model: str | None, tp: int | None, weights: str | None, costs: str) -> None:
+            model: str | None, tp: int | None, weights: str | None, costs: str,
+            model_force: bool = False) -> None:
     """Size a colocated and a disaggregated (prefill and decode on separate GPUs) deployment
     from the phase costs measured in TRACE(s): prefill time as a function of prompt tokens and
     decode step time as a function of batch and context, fitted from the run's steps and the
@@ -75,7 +76,7 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
     spec_model = _load_model(model, weights)
     read = [read_with_progress(p) for p in traces]
     spec_model = spec_model or resolve_model(read[0])
-    options = dict(model=spec_model, tp=tp, costs=costs, weights=None)
+    options = dict(model=spec_model, tp=tp, costs=costs, weights=None, model_force=model_force)
     analyses = []
     for t in read:
         a = analyze(t, **options)
