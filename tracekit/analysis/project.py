@@ -199,8 +199,8 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
             work["dur_ns"].to_numpy() / 1e9, text["cost_reason"], text["dtype"], text["unit"])
     table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
                                                 table["model_check"].to_numpy() == "capped"), index=table.index)
-    for c in ("peak_flops", "peak_bw", "achievable_flops", "achievable_bw", "bound", "bound_reason", "peak_note", "ridge",
-              "roof_fraction", "roof_fraction_achievable", "limiter"):
+    for c in ("peak_flops", "peak_bw", "achievable_flops", "achievable_bw", "bound", "bound_reason", "peak_note",
+              "ridge", "roof_fraction", "roof_fraction_achievable", "limiter"):
         work[c] = table[c]
     with np.errstate(divide="ignore", invalid="ignore"):
         secs = work["dur_ns"].to_numpy() / 1e9
