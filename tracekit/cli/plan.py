@@ -86,7 +86,12 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
     spec = target
     if spec is None and analyses[0].device.get("type") == "gpu" and analyses[0].device.get("spec_key"):
         spec = spec_by_name(analyses[0].device["spec_key"])
-    phase_costs = fit_costs(analyses, spec_model, memory_gb=spec.memory_gb if spec is not None else None)
+    # A model a trace contradicts (its figures withheld) does not extrapolate the plan either.
+    withheld = next(((a.model or {}).get("withheld") for a in analyses if (a.model or {}).get("withheld")), None)
+    if withheld:
+        click.echo(f"warning: planned without the model: {withheld}", err=True)
+    phase_costs = fit_costs(analyses, None if withheld else spec_model,
+                            memory_gb=spec.memory_gb if spec is not None else None)
     result = plan(phase_costs, Demand(rate, isl, osl), slo, max_gpus=max_gpus,
                   kv_link=kv_link * 1e9 if kv_link else None,
                   inputs={"traces": list(traces), "name": report_stem(traces[0]), "max_gpus": max_gpus,
