@@ -73,6 +73,7 @@ def analyze(
     tp: int | None = None,
     costs: str = "auto",
     weights: str | None = None,
+    model_force: bool = False,
 ) -> Analysis:
     """Analyse a trace. ``gpu``/``spec_file`` override the device lookup; the two
     ``cpu_*`` peaks (FLOP/s, bytes/s) stand in for a CPU trace's missing calibration;
@@ -82,31 +83,38 @@ def analyze(
     ``weights`` overriding its stored precision) prices kernels the shapes cannot, at
     tensor-parallel degree ``tp`` (default: distributedInfo's world size); ``costs`` is
     ``auto`` (shapes where recorded, the model elsewhere), ``shapes`` or ``model``. A run
-    tracekit collected is priced by the model config its sidecar recorded."""
+    tracekit collected is priced by the model config its sidecar recorded. A model the trace
+    contradicts (another number of attention layers) prices nothing, with the reason, unless
+    ``model_force``."""
     parts, match = measure(trace, gpu=gpu, spec_file=spec_file, cpu_matmul_flops=cpu_matmul_flops,
                            cpu_bandwidth=cpu_bandwidth, capture=capture, model=model, tp=tp, costs=costs,
-                           weights=weights)
+                           weights=weights, model_force=model_force)
     return assemble(trace, parts, match)
 
 
 def measure(trace: Trace, *, gpu=None, spec_file=None, cpu_matmul_flops=None, cpu_bandwidth=None, capture=None,
-            model=None, tp=None, costs="auto", weights=None) -> tuple[Parts, SpecMatch]:
+            model=None, tp=None, costs="auto", weights=None, model_force=False) -> tuple[Parts, SpecMatch]:
     """Segment, price and split the trace's work against its device (``analyze``'s options)."""
     seg = segment(trace)
     match = _device_spec(trace, gpu, spec_file, cpu_matmul_flops, cpu_bandwidth)
     spec_model, model_how = _model(trace, model, weights)
     tp_value, tp_how = _tp(trace, tp)
-    attr = attribute(trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs)
+    attr = attribute(trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs,
+                     model_force=model_force)
     checked = check_ceilings(seg.work, attr.table, match, (trace.sidecar or {}).get("calibration"))
     ceilings_note = None
     if checked is not None:  # the measured ceilings were wrong: price again against corrected ones
         match, ceilings_note = checked
-        attr = attribute(trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs)
+        attr = attribute(trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs,
+                         model_force=model_force)
     work = pd.concat([seg.work.reset_index(drop=True), attr.table.reset_index(drop=True)], axis=1)
+    priced = attr.model_costs is not None and not attr.model_costs.withheld
     split = split_mixed(seg.steps, work, work["category"].to_numpy(),
-                        attr.model_costs.prefill_share if attr.model_costs is not None else None)
+                        attr.model_costs.prefill_share if priced else None)
     work["prefill_share"] = split.prefill_share
     model_view = _model_view(spec_model, model_how, tp_value, tp_how, costs, attr.model_costs, model)
+    if model_view is not None:
+        model_view["forced"] = bool(model_force)
     return Parts(seg, work, split, idle_causes(trace, seg), attr.ops, model_view, attr.capture_note,
                  ceilings_note), match
 
@@ -128,6 +136,7 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
     # The identities every analysis satisfies (analysis.books); a violation is a tracekit bug.
     books_notes = books.enforce(books.check(seg.steps, idle.by_step, weights, phases, split.by_step,
                                             seg.device_type))
+    _withhold(phases, by_phase, (parts.model_view or {}).get("withheld"))
     metrics = _metrics(lat, phases)
     metrics["unprofiled"] = _unprofiled(trace)
     device = _device(trace, seg.device_type, match)
@@ -136,6 +145,8 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
     provenance = _provenance(trace, seg, lat, match, phases, work)
     if books_notes:
         provenance["notes"] = provenance["notes"] + books_notes
+    if (parts.model_view or {}).get("withheld"):
+        provenance["reasons"]["model_costs"] = parts.model_view["withheld"]
     if parts.capture_note:
         provenance["graph_capture"] = parts.capture_note
     if parts.ceilings_note:
@@ -175,6 +186,21 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
         analysis.ranks, analysis.rank_summary = ranks["ranks"], ranks["summary"]
     analysis.findings = find.findings(analysis)
     return analysis
+
+
+def _withhold(phases: dict, by_phase: dict, withheld: str | None) -> None:
+    """A phase whose kernel time is mostly work the model was withheld from (``--model`` that
+    the trace contradicts) gets no MFU or MBU: they would rest on a sliver of its work."""
+    if not withheld:
+        return
+    for p, v in phases.items():
+        w = by_phase[p]
+        mine = float(w.loc[(w["cost_reason"] == withheld).to_numpy(), "dur_ns"].sum())
+        if not v["kernel_ms"] or mine / 1e6 < 0.5 * v["kernel_ms"]:
+            continue
+        for k in ("mfu", "mbu"):
+            v[k] = v[f"{k}_achievable"] = v[f"{k}_basis"] = None
+            v[f"{k}_reason"] = withheld
 
 
 def _phase_work(work: pd.DataFrame, phase: str) -> pd.DataFrame:
@@ -284,6 +310,7 @@ def _model_view(spec: ModelSpec | None, how: str | None, tp: int, tp_how: str, c
         out["kv_cache_dtype"] = mcosts.kv_dtype
         out["kv_cache_how"] = mcosts.kv_how
         out["layer_check"] = mcosts.layer_check
+        out["withheld"] = mcosts.withheld
         out["dtype_conflicts"] = {c: {"kernels": k, "model": m} for c, (k, m) in mcosts.dtype_conflicts.items()}
     return out
 
@@ -428,16 +455,19 @@ def _mfu(w: pd.DataFrame, time_ms: float, spec) -> tuple:
     need = need_ach = 0.0
     parts = []
     for dtype, flops in by_dtype.items():
-        peak = spec.peak_flops(str(dtype), "matrix")
+        used = spec.runs_as(str(dtype), "matrix")  # a dtype without a peak runs at the next wider one
+        peak = spec.peak_flops(used, "matrix") if used else None
         if not peak:
             return None, None, None, spec.no_peak_reason(str(dtype), "matrix") or f"no matrix peak for {dtype}"
-        ach = spec.achievable_flops(str(dtype), "matrix") or peak
+        ach = spec.achievable_flops(used, "matrix") or peak
         need += flops / peak
         need_ach += flops / ach
         share = f" for {flops / total:.0%} of the matrix FLOPs" if len(by_dtype) > 1 else ""
-        text = f"{dtype} matrix peak of {spec.name}: {_tflops(peak)} ({spec.peak_basis}){share}"
+        text = f"{used} matrix peak of {spec.name}: {_tflops(peak)} ({spec.peak_basis}){share}"
+        if spec.runs_as_note(str(dtype), "matrix"):
+            text += f" ({dtype} work {spec.runs_as_note(str(dtype), 'matrix')})"
         if ach != peak:
-            text += f"; achievable {_tflops(ach)} ({spec.achievable_flops_basis(str(dtype), 'matrix')})"
+            text += f"; achievable {_tflops(ach)} ({spec.achievable_flops_basis(used, 'matrix')})"
         parts.append(text)
     secs = time_ms / 1e3
     basis = "; ".join(parts) + "; " + _sources_text(matrix, "flops")
@@ -588,6 +618,7 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
             "bound": _mode(w, "bound"),
             "limiter": _mode(w, "limiter"),
             "cost_source": _mode(w, "cost_source") if "cost_source" in w else "shapes",
+            "peak_note": _mode(w, "peak_note") if "peak_note" in w else None,
             "roof_x_dur": roof_x_dur.groupby(w["name"], observed=True).sum(),
             "known_dur": known_dur.groupby(w["name"], observed=True).sum(),
         }
@@ -614,6 +645,8 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
                 "limiter": row_limiter,
                 # Where the kernel's FLOPs and bytes came from (shapes, capture, model, none).
                 "cost_source": r["cost_source"],
+                # The peak that priced it when its dtype has none on the device ("priced at fp8 peak: ...").
+                "peak_note": r["peak_note"] if isinstance(r["peak_note"], str) else None,
                 "achieved_tflops": (r["flops"] / secs / 1e12) if secs and pd.notna(r["flops"]) else None,
                 "achieved_gbps": (r["bytes"] / secs / 1e9) if secs and pd.notna(r["bytes"]) else None,
                 "roof_fraction": roof,
@@ -749,7 +782,8 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
                       "op": int(pricing_all[r]) if shaped_rows[i] else -1}))
     for (lab, _, cat, dtype, unit), r in rows:
         secs = r["dur_ns"] / 1e9
-        peak = spec.peak_flops(dtype, unit)
+        used = spec.runs_as(dtype, unit)  # as the units' bounds: a dtype without a peak runs at the next wider one
+        peak = spec.peak_flops(used, unit) if used else None
         bw = spec.peak_bandwidth
         roof = min(peak, (r["flops"] / r["bytes"]) * bw) if peak and bw else None
         fraction = max(r["flops"] / peak, r["bytes"] / bw) / secs if peak and bw else None
@@ -767,6 +801,7 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
                 "intensity": r["flops"] / r["bytes"],
                 "achieved_flops": r["flops"] / secs,
                 "roof_flops": roof,
+                "peak_note": spec.runs_as_note(dtype, unit),
                 "cost_source": str(r["source"]),
                 "bound": bound,
                 "limiter": str(limiter([bound], [fraction if fraction is not None else np.nan])[0]),
@@ -775,7 +810,7 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
                 "roof_fraction": fraction if fraction is not None and fraction <= 1.0 + ROOF_TOLERANCE else None,
             }
         )
-    dtypes = {(p["dtype"], p["unit"]) for p in out["points"]}
+    dtypes = {(spec.runs_as(p["dtype"], p["unit"]) or p["dtype"], p["unit"]) for p in out["points"]}
     out["roofs"] = {
         "bandwidth": spec.peak_bandwidth,
         "achievable_bandwidth": spec.achievable_bandwidth,

@@ -16,7 +16,8 @@
 | graph-replay          | a step was replayed from a CUDA/HIP graph                           |
 | cost-sources          | the model priced >= COST_SOURCES_SHARE of kernel time: each source's share |
 | model-precision       | kernel names show another GEMM precision than the model's weights   |
-| model-mismatch        | the steps' attention kernels do not fit the model's layers          |
+| model-mismatch        | the steps' attention layers do not fit the model's (its figures are withheld without --model-force) |
+| peak-fallback         | kernels of a dtype the device has no peak for, priced at the next wider one it has |
 | experts-concentrated  | routed experts' uniform-routing bytes exceed the bandwidth roof     |
 | model-undescribed     | a model component needs more than the roofline allows in its time   |
 | rank-straggler        | the other ranks lose >= SKEW_SHARE of their time span waiting inside collectives for one rank (analysis.ranks) |
@@ -124,6 +125,7 @@ def findings(a: Analysis) -> list[Finding]:
                 )
             )
     out += _model_findings(a)
+    out += _peak_findings(a)
     out += _rank_findings(a)
     growth = a.metrics.get("tpot_growth")
     if growth is not None and growth >= TPOT_GROWTH:
@@ -153,6 +155,9 @@ def findings(a: Analysis) -> list[Finding]:
         by_model = float(replayed.loc[replayed["cost_source"] == "model", "dur_ns"].sum()) if len(replayed) else 0.0
         if captured:
             text = f"Some steps replay a CUDA/HIP graph; {captured}."
+        elif (a.model or {}).get("withheld"):
+            text = ("Some steps replay a CUDA/HIP graph: the ops and shapes behind a replay are not in this trace, and "
+                    f"the costs {a.model['name']} would give them are withheld (the trace does not fit it).")
         elif by_model and by_model >= 0.5 * float(replayed["dur_ns"].sum()):
             text = (f"Some steps replay a CUDA/HIP graph: the model prices {by_model / replayed['dur_ns'].sum():.0%} "
                     "of the replayed kernel time (the ops and shapes behind a replay are not in the trace).")
@@ -189,7 +194,14 @@ def _model_findings(a: Analysis) -> list[Finding]:
             f"{c['model']}: if the checkpoint is quantised, pass --weights (e.g. --weights nvfp4) or its own "
             "config.json, or the bytes and bounds of those kernels are wrong.", "warning"))
     if m.get("layer_check"):
-        out.append(Finding("model-mismatch", f"The trace may not be {m['name']}: {m['layer_check']}; check --model.",
+        if m.get("withheld"):
+            what = ("the figures it would price (FLOPs, bytes, bounds, MFU, MBU) are withheld; pass the model that "
+                    "ran, or --model-force to price by this one anyway")
+        elif m.get("forced"):
+            what = "--model-force: the figures are priced by it anyway, and may be wrong"
+        else:
+            what = "check --model"
+        out.append(Finding("model-mismatch", f"The trace may not be {m['name']}: {m['layer_check']}; {what}.",
                            "warning"))
     check = w["model_check"] if "model_check" in w else pd.Series(None, index=w.index, dtype=object)
     capped = w[(check == "capped").to_numpy()]
@@ -208,6 +220,19 @@ def _model_findings(a: Analysis) -> list[Finding]:
             f"than those kernels ran ({undescribed['dur_ns'].sum() / 1e6:.3g} ms): the model, --tp or --weights does "
             "not describe them, so their cost is left unknown.", "warning"))
     return out
+
+
+def _peak_findings(a: Analysis) -> list[Finding]:
+    """Kernels priced at another dtype's peak than their own (GpuSpec.runs_as): which, and how much."""
+    if "peak_note" not in a.work or not len(a.work):
+        return []
+    note = a.work["peak_note"]
+    priced = a.work[note.notna().to_numpy()]
+    if not len(priced):
+        return []
+    by = priced.groupby(priced["peak_note"].astype(str))["dur_ns"].sum().sort_values(ascending=False)
+    return [Finding("peak-fallback", f"{ms / 1e6:.3g} ms of kernel time is {text}: its bound and roof fraction "
+                                     "are against that peak.", "info") for text, ms in by.items()]
 
 
 def _rank_findings(a: Analysis) -> list[Finding]:

@@ -16,8 +16,11 @@ the kernels carry it:
   model does not say what they move.
 
 Precision: GEMM and attention kernels run at the dtype their names state (``e2m1``: FP4,
-``e4m3``: FP8, ``bf16``; scale types ``ue4m3``/``ue8m0`` are not operands); otherwise at the
-model's stored precision's compute dtype. The KV cache is FP8 when kernel names say so.
+``e4m3``: FP8, ``bf16``; scale types ``ue4m3``/``ue8m0`` are not operands; a mixed-precision
+kernel, 16-bit activations x FP4/FP8 weights such as ``bf16xmxfp4`` or ``w4a16``, at its
+activations' 16-bit rate); otherwise at the model's stored precision's compute dtype. A
+mixed-precision kernel agrees with any stored precision of its weights (quantised or 16-bit):
+the precision check does not count it. The KV cache is FP8 when kernel names say so.
 A step whose tokens the trace does not state gets no model cost, with the reason.
 """
 
@@ -51,6 +54,16 @@ _FP4 = re.compile(r"e2m1|nvfp4|mxfp4|float4|(?<![a-z])fp4", re.I)
 _FP8 = re.compile(r"(?<![u])e4m3|(?<![u])e5m2|(?<![a-z])fp8|float8|f8f6f4|mxf8", re.I)
 _BF16 = re.compile(r"bf16|bfloat16|df16b", re.I)  # DF16b: __bf16 in Itanium-mangled (HIP) names
 _FP16 = re.compile(r"(?<![b])f16(?![0-9b])|(?<![a-z])half", re.I)
+# Mixed-precision GEMMs: 16-bit activations times narrower (FP4/FP8/int4) weights, which the
+# kernel widens to the activation type before its MMA, so it runs at the 16-bit rate. Names
+# state it as weight/activation bits (w4a16, wna16: Marlin, AWQ/GPTQ, vLLM's machete) or as an
+# operand list with the activation first (triton_kernels' matmul_ogs ``bf16xbf16xmxfp4``,
+# ``bf16_mxfp4``): short spellings only, since trtllm-gen's ``bmm_Bfloat16_MxE2m1MxE4m3`` and
+# FMHA's ``QkvE4m3OBfloat16`` name their *output* type in long form.
+_HALF = re.compile(r"(?<![b])fp?16(?![0-9])|(?<![a-z])half", re.I)
+_W_A16 = re.compile(r"(?<![a-z0-9])w(?:n|\d{1,2})a16(?![0-9])|a16w\d", re.I)
+_ACT16_FIRST = re.compile(r"(?<![a-z0-9])(bf16|fp16)(?:[x_](?:bf16|fp16))*[x_](?:mx|nv)?(fp4|fp8|e2m1|e4m3|int4)",
+                          re.I)
 # Template arguments that name a KV-cache *option*, not an operand dtype (vLLM's
 # Fp8KVCacheDataType 0 means "auto": the cache holds the model dtype).
 _NOT_OPERAND = re.compile(r"fp8kvcachedatatype\)\d|kv_?cache_?dtype\w*", re.I)
@@ -78,11 +91,51 @@ class ModelCosts:
     # Kernel dtypes that contradict the model's stored precision: {component: (kernel dtype, model dtype)}.
     dtype_conflicts: dict[str, tuple[str, str]] = field(default_factory=dict)
     layer_check: str | None = None
+    # Why the model's costs were not used (the trace contradicts the model; no --model-force).
+    withheld: str | None = None
+
+
+def withheld_reason(model: ModelSpec, misfit: str) -> str:
+    """The sentence that stands for every figure the model would have priced, when the
+    trace contradicts it (``layer_check``)."""
+    return (f"withheld: the trace does not fit {model.name} ({misfit}); pass the model that ran, or "
+            "--model-force to price by this one anyway")
+
+
+def components(work: pd.DataFrame, category: np.ndarray) -> np.ndarray:
+    """Per unit of work, the model component it does work of (``component_of``), None for
+    generic kernels; worked out once per distinct (name, category)."""
+    col = work["name"] if hasattr(work["name"], "cat") else work["name"].astype("category")
+    name_codes = col.cat.codes.to_numpy().astype(np.int64)
+    name_uniques = [str(n) for n in col.cat.categories]
+    cat_codes, cat_uniques = pd.factorize(pd.Series(category, dtype=object).fillna(""))
+    width = len(cat_uniques) + 1
+    keys, inverse = np.unique(name_codes * width + cat_codes, return_inverse=True)
+    per_key = np.array([component_of(str(cat_uniques[k % width]), str(name_uniques[k // width])) for k in keys],
+                       dtype=object)
+    return per_key[inverse] if len(keys) else np.full(len(work), None, dtype=object)
+
+
+@lru_cache(maxsize=1 << 16)
+def mixed_activation(name: str) -> str | None:
+    """The 16-bit activation dtype of a mixed-precision GEMM (16-bit activations x FP4/FP8/int4
+    weights, widened before the MMA), from its name; None for any other kernel."""
+    name = _NOT_OPERAND.sub("", name)
+    m = _ACT16_FIRST.search(name)
+    if m:
+        return "bf16" if m.group(1).lower().startswith("b") else "fp16"
+    if _W_A16.search(name):
+        return "fp16" if _HALF.search(name) and not _BF16.search(name) else "bf16"
+    return None
 
 
 @lru_cache(maxsize=1 << 16)
 def name_dtype(name: str) -> str | None:
-    """The operand dtype a kernel's name states; mixed FP8 x FP4 runs at the FP8 rate."""
+    """The dtype whose rate a kernel's MMA runs at, from its name: the wider operand's.
+    Mixed FP8 x FP4 runs at the FP8 rate; 16-bit activations x narrow weights at the 16-bit rate."""
+    mixed = mixed_activation(name)
+    if mixed:
+        return mixed
     name = _NOT_OPERAND.sub("", name)
     fp4, fp8 = bool(_FP4.search(name)), bool(_FP8.search(name))
     if fp8:
@@ -183,17 +236,12 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
     act_bytes = mc_bytes(model.dtype)
     out.kv_dtype, kv, out.kv_how = kv_cache_dtype(name_uniques, model.dtype)
     kv_bytes = kv if kv is not None else act_bytes
-    # One answer per distinct (name, category): traces repeat a few hundred names many times.
-    cat_codes, cat_uniques = pd.factorize(pd.Series(category, dtype=object).fillna(""))
-    pair = name_codes.astype(np.int64) * (len(cat_uniques) + 1) + cat_codes
-    keys, inverse = np.unique(pair, return_inverse=True)
-    per_key = np.array([component_of(str(cat_uniques[k % (len(cat_uniques) + 1)]),
-                                     str(name_uniques[k // (len(cat_uniques) + 1)])) for k in keys], dtype=object)
-    comp[:] = per_key[inverse]
+    comp[:] = components(work, category)
     flags = [_name_flags(u) for u in name_uniques]
     fused = np.array([f[0] for f in flags], dtype=bool)[name_codes]
     out_size = np.array([f[1] for f in flags])[name_codes]
     hint = np.array([name_dtype(str(u)) for u in name_uniques], dtype=object)[name_codes]
+    mixed = np.array([mixed_activation(str(u)) is not None for u in name_uniques], dtype=bool)[name_codes]
     reason[:] = "generic kernel (copy, fill, elementwise or reduction helper): the model does not say what it moves"
     reason[step_of < 0] = "issued outside any step: no step batch to price it with"
     if sides is None:
@@ -242,7 +290,10 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                     said = hint[mine]
                     dtype[mine] = np.where(said != None, said, work_c.dtype)  # noqa: E711
                     if c in ("linear", "experts"):
-                        kernel_dtypes.setdefault(c, set()).update(set(said.tolist()) - {None})
+                        # A mixed-precision kernel (bf16 x MXFP4) fits quantised and 16-bit
+                        # weights alike: it says nothing against the stored precision.
+                        plain = [d for d, m in zip(said.tolist(), mixed[mine].tolist()) if not m]
+                        kernel_dtypes.setdefault(c, set()).update(set(plain) - {None})
                 else:
                     dtype[mine] = work_c.dtype
                 reason[mine] = None
@@ -255,7 +306,7 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
         stored = model.weight("experts" if c == "experts" else "mlp").compute
         if seen and stored not in seen and not (seen & {"bf16", "fp16"} and stored in ("bf16", "fp16")):
             out.dtype_conflicts[c] = ("/".join(sorted(seen)), stored)
-    out.layer_check = _layer_check(model, work, comp, steps)
+    out.layer_check = layer_check(model, work, comp, steps)
     return out
 
 
@@ -374,23 +425,89 @@ def _mixed_share(model, tp, sides, rows, comp, share, act_bytes, kv_bytes) -> No
             share[mine] = tok_share
 
 
-def _layer_check(model: ModelSpec, work: pd.DataFrame, comp: np.ndarray, steps: pd.DataFrame) -> str | None:
-    """A sentence when the trace's steps run a number of attention kernels that does not fit
-    the model's layers (a sign --model names another model)."""
+# Attention kernels that are not one per layer (``layer_check``):
+# - the second stage of split-KV attention, which merges the partial results of the first:
+#   flash-decoding / FlashAttention ``flash_fwd_splitkv_combine``, vLLM ``paged_attention_v2``
+#   + ``..._reduce_kernel`` (and ROCm's ``paged_attention_ll4mi_reduce``), vLLM's unified
+#   attention ``reduce_segments``, FlashInfer ``merge_state(s)``, Triton ``..._stage2``;
+_COMBINE = re.compile(r"combine|reduce|merge_?(attn_?)?states?|mergestate|stage_?2", re.I)
+# - per-step setup (metadata, plans, split counts), launched once or twice per step whatever the
+#   layer count: by name, or by a count no larger than SETUP_MAX in a model of many layers.
+_SETUP = re.compile(r"metadata|plan(?![a-z])|prepare|num_?splits|scheduler|indptr|page_?table|block_?table|"
+                    r"init_|setup", re.I)
+SETUP_MAX = 2
+# Forward kernels per layer a step may hold: a capture trace's warmup + capture of one graph,
+# prefill and decode kernels of a mixed step, per-window-kind kernels of one layer.
+PER_LAYER_MAX = 4
+
+
+def attention_layer_count(counts: dict[str, int], layers: int) -> tuple[int, int, int]:
+    """(forward, combine, setup) kernels among one step's attention kernel ``counts`` (by
+    name): forward kernels are one per layer (or a small multiple), combine kernels the
+    second stage of split-KV attention, setup kernels launched a fixed few times per step."""
+    forward = combine = setup = 0
+    # The function's own name decides, not its template arguments (CUTLASS FMHA kernels carry
+    # a ``PersistentTileScheduler`` argument).
+    base = {n: _function_name(n) for n in counts}
+    named_forward = any(not _COMBINE.search(b) and not _SETUP.search(b) for b in base.values())
+    for name, c in counts.items():
+        if _SETUP.search(base[name]) or (c <= SETUP_MAX and layers > 2 * SETUP_MAX and len(counts) > 1):
+            setup += c
+        elif named_forward and _COMBINE.search(base[name]):
+            combine += c
+        else:
+            forward += c
+    return forward, combine, setup
+
+
+def _function_name(name: str) -> str:
+    """A kernel's function name: its demangled name before template and call arguments."""
+    name = name[5:] if name.startswith("void ") else name
+    cut = [i for i in (name.find("<"), name.find("(")) if i > 0]
+    return name[:min(cut)] if cut else name
+
+
+def _fits(n: int, layers: int) -> bool:
+    return n > 0 and n % layers == 0 and n // layers <= PER_LAYER_MAX
+
+
+def layer_check(model: ModelSpec, work: pd.DataFrame, comp: np.ndarray, steps: pd.DataFrame) -> str | None:
+    """A sentence when the trace's steps run attention layers in a number that does not fit
+    the model's (a sign --model names another model); None when they fit.
+
+    Layers, not kernels, are counted: per step, the attention kernels by name less the
+    second stages of split-KV attention and per-step setup kernels (``attention_layer_count``);
+    the layers fit when that count is the model's layer count times a small integer
+    (``PER_LAYER_MAX``: capture duplicates, mixed steps), or, when no name shows a combine
+    stage, when all of the step's attention kernels are such a multiple plus at most ``SETUP_MAX``."""
     step_of = work["step"].to_numpy()
+    names = work["name"].astype(str).to_numpy() if len(work) else np.array([], dtype=object)
     layers = {"attention": model.n_layers - model.count(attention="linear"),
               "linear_attention": model.count(attention="linear")}
     problems = []
     for c, want in layers.items():
-        mine = step_of[(comp == c) & (step_of >= 0)]
-        if not len(mine) or not want:
-            if len(mine) and not want:
+        sel = (comp == c) & (step_of >= 0)
+        if not sel.any() or not want:
+            if sel.any() and not want:
                 problems.append(f"the trace runs {c.replace('_', ' ')} kernels but {model.name} has no such layers")
             continue
-        per_step = np.bincount(mine, minlength=len(steps))
-        per_step = per_step[per_step > 0]
-        typical = int(np.median(per_step))
-        if typical < want or typical % want:
-            problems.append(f"its steps run {typical} {c.replace('_', ' ')} kernels each, which does not fit "
-                            f"{model.name}'s {want} {c.replace('_', ' ')} layers")
+        label = c.replace("_", " ")
+        per_step = pd.DataFrame({"step": step_of[sel], "name": names[sel]}).groupby(["step", "name"]).size()
+        seen = []
+        for _, counts in per_step.groupby(level="step"):
+            by_name = {str(k[1]): int(v) for k, v in counts.items()}
+            fwd, comb, setup = attention_layer_count(by_name, want)
+            total = fwd + comb + setup
+            # Without a combine stage the names show, a second stage may still hide under another
+            # name: then the step's whole count, less a constant few, must be a multiple.
+            fits = _fits(fwd, want) or (not comb and any(_fits(total - extra, want) for extra in range(SETUP_MAX + 1)))
+            seen.append((fits, total, fwd, comb, setup))
+        bad = [x for x in seen if not x[0]]
+        # Most steps decide: a stray step (cut at the trace's edge) does not.
+        if len(bad) * 2 > len(seen):
+            _, total, fwd, comb, setup = sorted(bad, key=lambda x: x[1])[len(bad) // 2]
+            parts = [f"{fwd} per-layer"] + ([f"{comb} split-KV combine"] if comb else []) + \
+                ([f"{setup} per-step setup"] if setup else [])
+            problems.append(f"its steps run {total} {label} kernels each ({', '.join(parts)}), which does not fit "
+                            f"{model.name}'s {want} {label} layers")
     return "; ".join(problems) or None

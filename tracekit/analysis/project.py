@@ -11,7 +11,8 @@ kernel whose side of the ridge differs on the target moves with the roof it meet
   (peak x the vendor-class factor, or what ``collect`` measured). The achievable basis is the
   central estimate: vendors reach different fractions of their datasheet.
 - A dtype the target has no peak for (FP4 on a GPU without FP4 tensor cores) runs at the next
-  wider one it has (FP4 -> FP8 -> BF16 -> FP16 -> FP32); its bytes stay.
+  wider one it has (FP4 -> FP8 -> BF16 -> FP16 -> FP32; ``GpuSpec.runs_as``, the rule the
+  measured roofline uses too); its bytes stay.
 - Latency-limited kernels (below ``LATENCY_ROOF`` of their roof) move with their roof too:
   too small to fill either GPU, their time is launch and memory latency, which tracks the
   memory system of a GPU generation more than it stays fixed. Each projection also says what
@@ -41,17 +42,13 @@ from tracekit.analysis.model import Analysis, _clean
 from tracekit.analysis.roofline import COMPUTE, INTERCONNECT, LATENCY, MEMORY, UNKNOWN, _bounds, limiter
 from tracekit.analysis.truncation import gpu_events_lost
 from tracekit.errors import TracekitError
-from tracekit.specs import GpuSpec, SpecMatch
+from tracekit.specs import GpuSpec, SpecMatch, normalise_dtype
 from tracekit.specs.lookup import spec_by_name
 from tracekit.trace.model import Trace
 
 SCHEMA_VERSION = 1
 KIND = "tracekit.projection"
 BASES = ("datasheet", "achievable")
-# The dtype a kernel runs at on a GPU without a peak for its own, widest last.
-_WIDER = {"fp4": ("fp8", "bf16", "fp16", "fp32"), "int8": ("fp8", "bf16", "fp16", "fp32"),
-          "fp8": ("bf16", "fp16", "fp32"), "bf16": ("fp16", "fp32"), "fp16": ("bf16", "fp32"),
-          "tf32": ("fp32",)}
 _COPIES = ("memcpy", "memset")
 
 
@@ -158,12 +155,15 @@ def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec, basis: str):
     bw_t = tgt.achievable_bandwidth if ach else tgt.peak_bandwidth
     for d, u in pairs.itertuples(index=False):
         sel = priced & (dtype == d) & (unit == u)
-        f_s = _flops(src, d, u, ach)
-        d_t = _runs_as(tgt, d, u)
+        # Both sides price a dtype without a peak at the next wider one (GpuSpec.runs_as), as
+        # the measured roofline did.
+        d_s = src.runs_as(d, u)
+        f_s = _flops(src, d_s, u, ach) if d_s else None
+        d_t = tgt.runs_as(d, u)
         f_t = _flops(tgt, d_t, u, ach) if d_t else None
         if not (f_s and f_t and bw_s and bw_t):
             continue
-        if d_t != d:
+        if d_t != normalise_dtype(d):
             ms = dur[sel].sum() / 1e6
             notes.append(f"{tgt.name} has no {d} {u} peak: {ms:.3g} ms of {d} kernels are projected at its {d_t} rate "
                          "(their bytes unchanged)")
@@ -191,14 +191,6 @@ def _flops(spec: GpuSpec, dtype: str, unit: str, achievable: bool) -> float | No
     return spec.achievable_flops(dtype, unit) if achievable else spec.peak_flops(dtype, unit)
 
 
-def _runs_as(spec: GpuSpec, dtype: str, unit: str) -> str | None:
-    """The dtype a kernel of ``dtype`` runs at on ``spec``: its own, or the next wider with a peak."""
-    for d in (dtype, *_WIDER.get(dtype, ())):
-        if spec.peak_flops(d, unit):
-            return d
-    return None
-
-
 def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpec) -> Parts:
     """The parts with each unit's projected duration, re-bounded on the target, and each step's
     busy time and duration moved accordingly."""
@@ -212,8 +204,8 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
             work["dur_ns"].to_numpy() / 1e9, text["cost_reason"], text["dtype"], text["unit"])
     table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
                                                 table["model_check"].to_numpy() == "capped"), index=table.index)
-    for c in ("peak_flops", "peak_bw", "achievable_flops", "achievable_bw", "bound", "bound_reason", "ridge",
-              "roof_fraction", "roof_fraction_achievable", "limiter"):
+    for c in ("peak_flops", "peak_bw", "achievable_flops", "achievable_bw", "bound", "bound_reason", "peak_note",
+              "ridge", "roof_fraction", "roof_fraction_achievable", "limiter"):
         work[c] = table[c]
     with np.errstate(divide="ignore", invalid="ignore"):
         secs = work["dur_ns"].to_numpy() / 1e9

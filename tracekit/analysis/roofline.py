@@ -8,7 +8,9 @@ For each kernel (or leaf CPU op on a CPU trace):
   ``aten::addmm`` it calls); its FLOPs and bytes are shared among every kernel it
   launched, in proportion to their durations. Work with no pricing op or no shapes is
   "cost unknown" with the reason: never zero;
-* bound: with the device's peaks for the op's dtype and unit (matrix or vector),
+* bound: with the device's peaks for the op's dtype and unit (matrix or vector; a dtype the
+  device has no peak for runs at the next wider one it has, ``GpuSpec.runs_as``, and the
+  unit's ``peak_note`` says so),
   compute-bound when FLOPs / peak FLOP/s >= bytes / peak bandwidth (arithmetic
   intensity at or above the ridge point), else memory-bound. The fraction of the
   roofline reached is max(FLOPs / peak, bytes / bandwidth) / duration, against the
@@ -64,7 +66,7 @@ class Attribution:
     """Per-unit roofline columns, aligned row for row with ``Segmentation.work``."""
 
     # category, op_name, flops, bytes, dtype, unit, cost_reason, cost_source, component,
-    # intensity, peak_flops, peak_bw, ridge, bound, bound_reason, achieved_flops,
+    # intensity, peak_flops, peak_bw, ridge, bound, bound_reason, peak_note, achieved_flops,
     # achieved_bw, roof_fraction, roof_fraction_achievable, limiter
     table: pd.DataFrame
     spec: GpuSpec | None
@@ -78,10 +80,15 @@ class Attribution:
 
 
 def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace | None = None,
-              model: ModelSpec | None = None, tp: int = 1, policy: str = "auto") -> Attribution:
+              model: ModelSpec | None = None, tp: int = 1, policy: str = "auto",
+              model_force: bool = False) -> Attribution:
     """Roofline columns for every unit of work. ``capture``: the graph-capture trace
     whose ops describe this trace's graph-replayed kernels; ``model`` and ``tp``: the
-    architecture that prices what shapes cannot (``policy``: see ``POLICIES``)."""
+    architecture that prices what shapes cannot (``policy``: see ``POLICIES``).
+
+    A model the trace contradicts (its steps run another number of attention layers,
+    ``model_costs.layer_check``) prices nothing: its costs are withheld, with the reason,
+    unless ``model_force``."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     work = seg.work
@@ -92,7 +99,13 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     category = _refine_by_module(by_kernel, trace, work)
 
     sides = mc.step_sides(seg.steps, seg.source in ENGINE_SOURCES) if len(seg.steps) else []
-    flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(sides, model, tp, work["name"]))
+    # Whether the trace fits the model is known before any pricing: a model it contradicts
+    # gives no context to the engine ops priced from shapes either.
+    misfit = mc.layer_check(model, work, mc.components(work, category), seg.steps) if model is not None else None
+    withheld = mc.withheld_reason(model, misfit) if misfit and not model_force and policy != "shapes" else None
+    context_model = None if withheld else model
+    flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(sides, context_model, tp,
+                                                                                  work["name"]))
     dtype = _refine_dtype(dtype, unit, work["name"])
     shaped = ~np.isnan(flops)
     # Picked from an object array: np.where on strings would build a new str per unit.
@@ -108,6 +121,10 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
         model_costs = mc.price(model, tp, seg.steps, work, category, seg.source, known=known, sides=sides)
         component = model_costs.component
         use = ~shaped & ~np.isnan(model_costs.flops)
+        if withheld:
+            model_costs.withheld = withheld
+            reason[use] = withheld
+            use[:] = False
         flops[use], nbytes[use] = model_costs.flops[use], model_costs.bytes[use]
         dtype[use], unit[use] = model_costs.dtype[use], model_costs.unit[use]
         cost_source[use] = MODEL
@@ -448,6 +465,7 @@ def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, 
     bound = np.empty(n, dtype=object)
     bound.fill(UNKNOWN)  # the one str in every row (np.full would make a new one per row)
     why = cost_reason.copy()
+    peak_note = np.full(n, None, dtype=object)
     known = ~np.isnan(table["flops"].to_numpy())
     if spec is None:
         why[known] = "device peaks unknown: " + (spec_reason or "no spec for this device")
@@ -462,12 +480,17 @@ def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, 
             sel = pair == p
             i = int(np.argmax(sel))
             d, u = dtype[i], unit[i]
-            pf = spec.peak_flops(d, u)
-            if pf is None:
+            # A dtype without its own peak (FP4 on MI300X) runs at the next wider one the
+            # device has: its FLOPs and bytes are known, so its bound is too; the note says so.
+            used = spec.runs_as(d, u)
+            if used is None:
                 why[sel] = spec.no_peak_reason(d, u) or f"no {u} peak for {d} on {spec.name}"
                 continue
-            peak_f[sel] = pf
-            ach_f[sel] = spec.achievable_flops(d, u) or np.nan
+            peak_f[sel] = spec.peak_flops(used, u)
+            ach_f[sel] = spec.achievable_flops(used, u) or np.nan
+            note = spec.runs_as_note(d, u)
+            if note:
+                peak_note[sel] = note
     flops = table["flops"].to_numpy()
     nbytes = table["bytes"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -508,3 +531,6 @@ def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, 
     table["achievable_bw"] = ach_bw
     table["bound"] = categorical.text(bound, index=table.index)
     table["bound_reason"] = categorical.text(why, index=table.index)
+    # Which peak priced a unit when its dtype has none on this device ("priced at fp8 peak: ...").
+    peak_note[np.isnan(peak_f) | (bound == INTERCONNECT)] = None
+    table["peak_note"] = categorical.text(peak_note, index=table.index)

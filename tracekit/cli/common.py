@@ -71,9 +71,12 @@ COSTS = ("auto", "shapes", "model")
 
 
 def model_options(f):
-    """``--model``, ``--tp``, ``--weights`` and ``--costs``: price kernels from the architecture."""
+    """``--model``, ``--tp``, ``--weights``, ``--costs`` and ``--model-force``: price kernels from the architecture."""
     from tracekit.models import WEIGHT_CHOICES
 
+    f = click.option("--model-force", is_flag=True,
+                     help="Price by --model even where the trace contradicts it (another number of attention "
+                          "layers); without it those figures are withheld, with the reason.")(f)
     f = click.option("--costs", type=click.Choice(COSTS), default="auto", show_default=True,
                      help="Where FLOPs and bytes come from: recorded shapes where present and the model "
                           "elsewhere, or one of them only (--costs model cross-checks the model).")(f)

@@ -30,7 +30,8 @@ SUMMARY_LINES = 6  # sentences printed after writing a report file
 @model_options
 def command(before: str, after: str, output: str | None, fmt: str | None, force: bool, gates: tuple[str, ...],
             gpu_before: str | None, gpu_after: str | None, project_before: str | None, project_after: str | None,
-            model: str | None, tp: int | None, weights: str | None, costs: str) -> None:
+            model: str | None, tp: int | None, weights: str | None, costs: str,
+            model_force: bool = False) -> None:
     """Compare two runs: BEFORE (the baseline) and AFTER (the change), each a trace file or a
     folder of per-rank traces. Shows context differences that make the comparison unfair
     first, then headline deltas with a verdict per figure (better, worse, within noise),
@@ -56,7 +57,8 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     from tracekit.cli.report import _load_model
 
     spec_model = _load_model(model, weights)  # the same model prices both runs
-    b, a = (_side(_read(p), g, t, model=spec_model, tp=tp, costs=costs, weights=weights if spec_model is None else None)
+    b, a = (_side(_read(p), g, t, model=spec_model, tp=tp, costs=costs, model_force=model_force,
+                  weights=weights if spec_model is None else None)
             for p, g, t in ((before, gpu_before, targets[0]), (after, gpu_after, targets[1])))
     comparison = compare(b, a)
     to_terminal = path is None

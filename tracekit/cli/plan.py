@@ -44,7 +44,8 @@ def duration_s(text: str, what: str) -> float:
 @model_options
 def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: str, tpot_slo: str, gpu: str | None,
             max_gpus: int, kv_link: float | None, output: str | None, fmt: str | None, force: bool,
-            model: str | None, tp: int | None, weights: str | None, costs: str) -> None:
+            model: str | None, tp: int | None, weights: str | None, costs: str,
+            model_force: bool = False) -> None:
     """Size a colocated and a disaggregated (prefill and decode on separate GPUs) deployment
     from the phase costs measured in TRACE(s): prefill time as a function of prompt tokens and
     decode step time as a function of batch and context, fitted from the run's steps and the
@@ -75,7 +76,7 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
     spec_model = _load_model(model, weights)
     read = [read_with_progress(p) for p in traces]
     spec_model = spec_model or resolve_model(read[0])
-    options = dict(model=spec_model, tp=tp, costs=costs, weights=None)
+    options = dict(model=spec_model, tp=tp, costs=costs, weights=None, model_force=model_force)
     analyses = []
     for t in read:
         a = analyze(t, **options)
@@ -85,7 +86,12 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
     spec = target
     if spec is None and analyses[0].device.get("type") == "gpu" and analyses[0].device.get("spec_key"):
         spec = spec_by_name(analyses[0].device["spec_key"])
-    phase_costs = fit_costs(analyses, spec_model, memory_gb=spec.memory_gb if spec is not None else None)
+    # A model a trace contradicts (its figures withheld) does not extrapolate the plan either.
+    withheld = next(((a.model or {}).get("withheld") for a in analyses if (a.model or {}).get("withheld")), None)
+    if withheld:
+        click.echo(f"warning: planned without the model: {withheld}", err=True)
+    phase_costs = fit_costs(analyses, None if withheld else spec_model,
+                            memory_gb=spec.memory_gb if spec is not None else None)
     result = plan(phase_costs, Demand(rate, isl, osl), slo, max_gpus=max_gpus,
                   kv_link=kv_link * 1e9 if kv_link else None,
                   inputs={"traces": list(traces), "name": report_stem(traces[0]), "max_gpus": max_gpus,

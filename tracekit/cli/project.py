@@ -20,7 +20,8 @@ from tracekit.errors import TracekitError
 @click.option("--gpu", metavar="NAME", help="The GPU the trace was measured on, when its spec row is not found.")
 @model_options
 def command(trace: str, to: str, output: str | None, fmt: str | None, force: bool, gpu: str | None,
-            model: str | None, tp: int | None, weights: str | None, costs: str) -> None:
+            model: str | None, tp: int | None, weights: str | None, costs: str,
+            model_force: bool = False) -> None:
     """Project TRACE onto another GPU: every kernel re-priced on the target's roofline at the
     fraction of the roof it reached where it was measured (compute-limited work with the
     peak FLOP/s for its dtype, memory-limited work with bandwidth, collectives with the
@@ -45,6 +46,7 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
         raise TracekitError(f"{trace}: no such file or folder")
     spec_model = _load_model(model, weights)
     projection = project(read_with_progress(trace), target, gpu=gpu, model=spec_model, tp=tp, costs=costs,
+                         model_force=model_force,
                          weights=weights if spec_model is None else None)
     deliver(renderer.render(projection), path, output is None, replacing)
     to_terminal = path is None

@@ -37,7 +37,8 @@ FORMATS = ("html", "json", "md", "text")
 @model_options
 def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: str | None, spec_file: str | None,
             capture: str | None, cpu_flops: float | None, cpu_bandwidth: float | None, with_hta: bool,
-            model: str | None, tp: int | None, weights: str | None, costs: str) -> None:
+            model: str | None, tp: int | None, weights: str | None, costs: str,
+            model_force: bool = False) -> None:
     """Write a report of TRACE: a self-contained HTML page with charts (opens offline),
     the whole analysis as JSON for scripts and CI, or a Markdown summary for pull requests."""
     from tracekit.analysis import analyze
@@ -61,7 +62,7 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
     captured = read_with_progress(capture) if capture else None
     analysis = analyze(t, gpu=gpu, spec_file=spec_file, capture=captured,
                        cpu_matmul_flops=cpu_flops, cpu_bandwidth=cpu_bandwidth, model=spec_model, tp=tp,
-                       costs=costs, weights=weights if spec_model is None else None)
+                       costs=costs, weights=weights if spec_model is None else None, model_force=model_force)
     data = analysis.to_dict()
     if with_hta:
         from tracekit.analysis.hta import run_hta

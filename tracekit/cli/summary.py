@@ -16,7 +16,8 @@ from tracekit.trace.summary import summarize
               help="The device's peaks from a JSON, CSV or TOML file (a `tracekit gpus --json` row works as is).")
 @model_options
 def command(trace: str, top: int, gpu: str | None, spec_file: str | None, model: str | None, tp: int | None,
-            weights: str | None, costs: str) -> None:
+            weights: str | None, costs: str,
+            model_force: bool = False) -> None:
     """Print what a trace holds (device, event counts, top kernels), then its headline
     figures (TTFT, TPOT, tokens/s, MFU, MBU, idle) and the prefill/decode phase table."""
     from tracekit.analysis import analyze
@@ -29,6 +30,7 @@ def command(trace: str, top: int, gpu: str | None, spec_file: str | None, model:
     t = read_with_progress(trace)
     click.echo(summarize(t, top=top))
     analysis = analyze(t, gpu=gpu, spec_file=spec_file, model=spec_model, tp=tp, costs=costs,
+                       model_force=model_force,
                        weights=weights if spec_model is None else None)
     click.echo("")
     click.echo(TextRenderer(show_header=False).render(analysis).rstrip("\n"))

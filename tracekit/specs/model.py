@@ -54,6 +54,12 @@ _DTYPE_BY_SPELLING = {s: d for d, spellings in _DTYPE_SPELLINGS.items() for s in
 _VECTOR_AS_FP32 = ("fp16", "bf16", "fp8")
 # GEMMs in these dtypes fall back to the vector units when a GPU has no matrix rate for them.
 _MATRIX_ON_VECTOR = ("fp32", "fp64")
+# The dtype work runs at on a device without a peak for its own (FP4 on a GPU without FP4
+# units: the weights are widened in registers and the MMA runs at the next wider rate it
+# has), nearest first. Roofline bounds, MFU and projections all use this one rule.
+WIDER = {"fp4": ("fp8", "bf16", "fp16", "fp32"), "int8": ("fp8", "bf16", "fp16", "fp32"),
+         "fp8": ("bf16", "fp16", "fp32"), "bf16": ("fp16", "fp32"), "fp16": ("bf16", "fp32"),
+         "tf32": ("fp32",)}
 
 TERA = 1e12
 GIGA = 1e9
@@ -146,6 +152,25 @@ class GpuSpec:
         if self.peak_basis == "datasheet peak":
             return f"{self.name} has no {unit} {d} rate (unsupported or not published for this GPU)"
         return f"no {unit} {d} rate for {self.name} ({self.peak_basis})"
+
+    def runs_as(self, dtype: str, unit: str = "matrix") -> str | None:
+        """The dtype whose peak work of ``dtype`` runs at on this device: its own when the
+        device has a peak for it, else the nearest wider one it has (``WIDER``); None if neither."""
+        d = normalise_dtype(dtype)
+        if d is None:
+            return None
+        for candidate in (d, *WIDER.get(d, ())):
+            if self.peak_flops(candidate, unit):
+                return candidate
+        return None
+
+    def runs_as_note(self, dtype: str, unit: str = "matrix") -> str | None:
+        """The sentence a figure priced at another dtype's peak carries ("priced at fp8 peak:
+        MI300X has no fp4 peak"); None when ``dtype`` has its own peak or no wider one serves."""
+        d, used = normalise_dtype(dtype), self.runs_as(dtype, unit)
+        if used is None or used == d:
+            return None
+        return f"priced at {used} peak: {self.name} has no {d} {unit} peak"
 
     def achievable_flops(self, dtype: str, unit: str = "matrix") -> float | None:
         """Achievable FLOP/s: measured on this machine if collect measured it, else peak x factor."""
