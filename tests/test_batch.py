@@ -450,13 +450,14 @@ def test_an_interrupted_batch_leaves_the_rows_it_finished(tmp_path, sig):
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()[0]
         proc.send_signal(sig)
-        output = proc.communicate(timeout=60)[0]
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         if sig == signal.SIGKILL:
             _has_reader(d / "stuck.json")  # its orphaned worker reads end-of-file and goes
+    output = proc.communicate(timeout=60)[0]  # the workers shared its stdout: now closed
     import pandas as pd
 
     table = pd.read_csv(csv)
