@@ -28,7 +28,8 @@ COLUMNS = (
     "prefill_idle_share", "decode_idle_share", "idle_top_cause", "idle_top_cause_ms",
     "kernel_ms", "kernels", "findings", "top_finding_id", "top_finding", "seconds", "outliers",
 )
-OK, ERROR = "ok", "error"
+# A row's status: analysed, failed (its ``error`` says why), or stopped at its time limit.
+OK, ERROR, TIMEOUT = "ok", "error", "timeout"
 # Recording times before this are not wall-clock (a trace counting from its own zero).
 _EPOCH_MIN_NS = 946_684_800 * 10**9  # 2000-01-01
 
@@ -58,9 +59,11 @@ class RunKey:
                    bool(t.has_gpu), t.device_name() if t.has_gpu else None)
 
 
-def error_row(path: str, message: str, *, note: str | None = None, seconds: float | None = None) -> dict[str, Any]:
+def error_row(path: str, message: str, *, note: str | None = None, seconds: float | None = None,
+              status: str = ERROR) -> dict[str, Any]:
+    """The row of a trace that has no figures: ``status`` ``error`` (or ``timeout``) and why."""
     row = dict.fromkeys(COLUMNS)
-    row.update(file=str(path), name=_name(path), status=ERROR, error=message, note=note, seconds=seconds)
+    row.update(file=str(path), name=_name(path), status=status, error=message, note=note, seconds=seconds)
     return row
 
 

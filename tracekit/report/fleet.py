@@ -59,16 +59,16 @@ def view_model(data: dict[str, Any]) -> dict[str, Any]:
         cells = []
         for k, _, f in _TABLE:
             v = r.get(k)
-            if k == "top_finding" and r.get("status") == "error":
+            if k == "top_finding" and r.get("status") not in (None, "ok"):  # error or timeout: why
                 v = r.get("error")
             text = fmt.MISSING if v is None else (f(v) if f else str(v))
             sort = "" if v is None else (repr(float(v)) if f else str(v))
             cells.append({"text": text, "sort": sort, "numeric": f is not None, "outlier": k in marked,
                           "title": r.get("file") if k == "name" else (r.get("note") if k == "status" else None)})
-        body.append({"cells": cells, "error": r.get("status") == "error", "outlier": bool(marked)})
+        body.append({"cells": cells, "error": r.get("status") != "ok", "outlier": bool(marked)})
     return {
         "title": f"{data['traces']} trace{'s' if data['traces'] != 1 else ''}",
-        "traces": data["traces"], "errors": data["errors"], "executor": data.get("executor"),
+        "traces": data["traces"], "errors": data["errors"] + (data.get("timeouts") or 0), "executor": data.get("executor"),
         "seconds": data.get("seconds"), "outlier_rule": data.get("outlier_rule"),
         "outliers": sum(bool(r.get("outliers")) for r in rows),
         "head": head, "rows": body, "tracekit_version": data.get("tracekit_version"),
