@@ -145,9 +145,10 @@ def many_threads(doc: Doc, n: int, per_thread: int = 4) -> Doc:
 
 def deep_nesting(doc: Doc, depth: int) -> Doc:
     """The trace plus, on its host thread, a chain of ``depth`` ops each inside the one before,
-    and a chain of ``depth`` Python frames (each the parent of the next), across the step."""
+    and a chain of ``depth`` Python frames (each the parent of the next), across all it did (the
+    innermost covers the middle half): every op and launch of the middle half sits under them."""
     evs = events(doc)
-    host, t0, t1 = _host_window(doc)
+    host, t0, t1 = _host_window(doc, whole=True)
     stride = _max_id(evs) + 1
     eps = (t1 - t0) / (4 * depth + 4)
     grown = []
@@ -248,7 +249,8 @@ CASES: dict[str, tuple[Callable[[Doc, float], Doc], str]] = {
     "categories alternating": (lambda d, s: alternate_categories(d, max(4, int(100_000 * s))),
                                "kernel categories alternating on one stream 100k times"),
     "threads": (lambda d, s: many_threads(d, max(2, int(10_000 * s))), "10k threads"),
-    "nesting": (lambda d, s: deep_nesting(d, max(2, int(1000 * s))), "nesting 1,000 deep"),
+    "nesting": (lambda d, s: deep_nesting(repeat_steps(d, max(1, int(100 * s))), max(2, int(1000 * s))),
+                "nesting 1,000 deep over 100 repeated steps"),
     "python frames": (lambda d, s: many_python_frames(d, max(2, int(1_000_000 * s))), "1M Python frames"),
     "tiny steps": (lambda d, s: many_tiny_steps(d, max(2, int(50_000 * s))), "50k tiny steps"),
     "no launches": (lambda d, s: kernels_without_launches(repeat_steps(d, max(1, int(100 * s)))),
@@ -321,8 +323,9 @@ def _busiest_stream(kernels: list[dict]):
     return max(busy, key=busy.get)
 
 
-def _host_window(doc: Doc) -> tuple[tuple, float, float]:
-    """The host thread (the one with most ops) and the window of its longest op or annotation."""
+def _host_window(doc: Doc, whole: bool = False) -> tuple[tuple, float, float]:
+    """The host thread (the one with most ops) and the window of its longest op or annotation
+    (``whole``: from its first event's start to its last one's end)."""
     evs = [e for e in complete(doc) if e.get("cat") in ("cpu_op", "user_annotation", "python_function")]
     if not evs:
         raise ValueError("the trace has no host events")
@@ -330,6 +333,9 @@ def _host_window(doc: Doc) -> tuple[tuple, float, float]:
     for e in evs:
         count[(e.get("pid"), e.get("tid"))] = count.get((e.get("pid"), e.get("tid")), 0) + 1
     host = max(count, key=count.get)
+    if whole:
+        mine = [e for e in evs if (e.get("pid"), e.get("tid")) == host]
+        return host, min(e["ts"] for e in mine), max(e["ts"] + _dur(e) for e in mine)
     longest = max((e for e in evs if (e.get("pid"), e.get("tid")) == host), key=_dur)
     return host, longest["ts"], longest["ts"] + max(_dur(longest), 1.0)
 
