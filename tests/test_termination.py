@@ -120,3 +120,29 @@ def test_every_growth_finishes(tmp_path, case):
     grown = growth.grow(doc, case, 0.02)  # 2,000 alternating kernels: past the cap of 1,500
     out = _analyse(growth.write(grown, str(tmp_path / "grown.json.gz")))
     assert out["kernels"] > 0
+
+
+@pytest.mark.parametrize("where", ["args", "top"])
+def test_nesting_past_the_decoder_is_a_sentence(tmp_path, where):
+    """The real MI300X decode step with one value nested 100,000 arrays deep (in an event's
+    args, or in a top-level key): reading and splitting it stop with one sentence. Fails on the
+    bug where the decoder's RecursionError came out as a traceback."""
+    from tracekit import read_trace
+    from tracekit.errors import TracekitError
+    from tracekit.trace import windows
+
+    doc = growth.load(str(real_trace_path("mi300x_decode")))
+    deep = "[" * 100_000 + "]" * 100_000
+    text = json.dumps(doc)
+    if where == "top":
+        text = text[:-1] + ', "deepKey": ' + deep + "}"
+    else:
+        at = text.index('"args": {') + len('"args": {')
+        text = text[:at] + '"deep": ' + deep + ", " + text[at:]
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    with pytest.raises(TracekitError, match="nests JSON arrays or objects too deep to be a trace"):
+        read_trace(str(path))
+    with pytest.raises(TracekitError, match="too deep"):
+        windows.split(str(path), str(tmp_path / "windows"))
+    assert not (tmp_path / "windows").exists()
