@@ -1,6 +1,8 @@
 """Segmentation and roofline attribution of a big trace, against reading it.
 
     python benchmarks/bench_analysis.py [TRACE]   (default: ../shared/traces/v100_ddp_train_large.json.gz)
+    python benchmarks/bench_analysis.py --stress [--scale 0.1] [--case threads]   (the stress set alone)
+    python benchmarks/bench_analysis.py --quick   (the stress set at a tenth of the issue's sizes)
 
 Prints each stage's best-of-N time and its ratio to the read. Targets (issues 4
 and 5): segmentation adds less than the read itself, and so does attribution.
@@ -21,6 +23,13 @@ Model pricing (issue 11): pricing a serving trace's kernels from its model (``--
 adds less than 10% to the time of analysing it (read + analyse, as ``tracekit report``
 does); the line also shows the extra against the analysis stage alone. Caches of
 per-name answers are cleared before each run, as a fresh process starts.
+
+Structure stress (issue 23): traces grown from a real one the way real runs grow
+(``growth.py``: steps repeated 1,000x, kernel kinds alternating on one stream 100k times,
+10k threads, nesting 1,000 deep, 1M Python frames, 50k tiny steps, kernels without
+launches, every stream overlapping), each analysed against its own read in the same run,
+per million events. Target: every stage terminates, and no case's analysis above 3x its
+read. ``--stress`` exits 1 when a case is over.
 """
 
 from __future__ import annotations
@@ -205,9 +214,63 @@ def idle_and_timelines() -> list[dict]:
     return out
 
 
+STRESS_BASE = os.path.join(SHARED, "mi300x_sglang-qwen3-8b_decode-step_hipgraph.json.gz")
+STRESS_TARGET = 3.0  # analysis time per event, against the read's in the same run
+
+
+def stress(scale: float = 1.0, cases: list[str] | None = None, base: str = STRESS_BASE) -> list[dict]:
+    """The structure-stress set (issue 23): traces grown from a real one (``growth.py``), each
+    read and analysed, the analysis against the read of the same file in the same run (both
+    per million events). ``scale`` shrinks the issue's sizes (1.0: steps repeated 1,000x, 100k
+    alternating kernels, 10k threads, nesting 1,000 deep, 1M Python frames, 50k tiny steps)."""
+    import tempfile
+
+    import growth
+
+    from tracekit import read_trace
+    from tracekit.analysis import analyze
+
+    if not os.path.exists(base):
+        print(f"skipped: {base} is absent (../shared/traces is not beside this checkout)")
+        return []
+    doc = growth.load(base)
+    print(f"structure stress, grown from {os.path.basename(base)} at scale {scale:g} of the issue's sizes; "
+          f"target: analysis < {STRESS_TARGET:.0f}x read per event")
+    out = []
+    with tempfile.TemporaryDirectory(prefix="tracekit-stress-") as tmp:
+        for name in cases or list(growth.CASES):
+            what = growth.CASES[name][1]
+            path = growth.write(growth.grow(doc, name, scale), os.path.join(tmp, "grown.json.gz"))
+            t_read = _best(lambda: read_trace(path), repeat=1)
+            trace = read_trace(path)
+            t_analyse = _best(lambda: analyze(trace), repeat=1)
+            n = max(trace.n_events, 1)
+            ratio = t_analyse / t_read
+            out.append({"case": name, "events": n, "read_s": t_read, "analyse_s": t_analyse, "ratio": ratio})
+            print(f"{name:22s} {n:>10,} events | read {t_read:7.3f} s ({t_read / n * 1e6:6.2f} s/M) | analyse "
+                  f"{t_analyse:7.3f} s ({t_analyse / n * 1e6:6.2f} s/M) = {ratio:5.2f}x read"
+                  f"{'   OVER ' + format(STRESS_TARGET, '.0f') + 'x' if ratio > STRESS_TARGET else ''}   ({what})")
+            del trace
+            os.remove(path)
+    return out
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:] or [DEFAULT] + [os.path.join(SHARED, f) for f in INFERENCE])
-    if not sys.argv[1:]:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("traces", nargs="*", help="traces to segment and attribute (default: the shared ones)")
+    ap.add_argument("--stress", action="store_true", help="only the structure-stress set, at --scale")
+    ap.add_argument("--quick", action="store_true", help="only the stress set, at a tenth of the issue's sizes")
+    ap.add_argument("--scale", type=float, default=None, help="stress sizes against the issue's (default 1.0)")
+    ap.add_argument("--case", action="append", help="one stress case by name (repeatable); default all")
+    args = ap.parse_args()
+    if args.stress or args.quick or args.case:
+        sys.exit(1 if any(r["ratio"] > STRESS_TARGET for r in stress(
+            args.scale if args.scale is not None else (0.1 if args.quick else 1.0), args.case)) else 0)
+    main(args.traces or [DEFAULT] + [os.path.join(SHARED, f) for f in INFERENCE])
+    if not args.traces:
         serving()
         idle_and_timelines()
         model_pricing()
+        stress(0.1)

@@ -1,7 +1,8 @@
 """A fuzz campaign: real traces mutated structurally, run through read -> analyse -> every
 renderer, and through ``tracekit split``, for a time budget. Any exception other than tracekit's own one-sentence error is a
-crash: it is printed with the mutations that caused it, the input is kept, and the exit
-status is 1.
+crash, and a case still running past its time limit (LIMIT_BASE_S + LIMIT_PER_EVENT_S per
+event) is a hang: either is printed with the mutations that caused it, the input is kept,
+and the exit status is 1.
 
     python benchmarks/fuzz.py [--seconds 60] [--seed 1] [--jobs 2] [--keep DIR]
 
@@ -9,7 +10,11 @@ Inputs: the small shared traces (../shared/traces) and the committed sample trac
 iteration a random window of a base's events (so links dangle) with one to three mutations:
 wrong types, missing keys, negative / huge / non-finite numbers, duplicate or dangling ids,
 unknown phase letters, odd shapes, grids and device properties, byte flips, and truncation
-(of the JSON and of its gzip stream). Prints mutations per second and a count per outcome.
+(of the JSON and of its gzip stream). A share of the cases (GROWTH_SHARE) grows structure
+instead, as real runs do (``growth.py``: steps repeated, kernel kinds alternating on one
+stream, many threads, deep nesting, many Python frames, many tiny steps, kernels without
+launches, every stream overlapping), at a random size, sometimes mutated after. Prints
+mutations per second and a count per outcome.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -33,6 +39,13 @@ BASES = ["a100_triton_tiny.json.gz", "mi250_rocm6.2_toy_train.json.gz", "b300_mo
          "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz", "h100_hf-qwen1.5-0.5b_forward_bs16.json.gz"]
 SAMPLES = [os.path.join(ROOT, "sample_traces", "tiny-bs1.pt.trace.json.gz")]
 WINDOW = 600  # events per iteration, at most
+# A case's time limit grows with its events: reading and analysing cost tens of microseconds
+# an event here (benchmarks/bench_analysis.py --stress), the renderers and split about as much
+# again; the base allows for a loaded machine and the fixed costs.
+LIMIT_BASE_S = 30.0
+LIMIT_PER_EVENT_S = 0.002
+GROWTH_SHARE = 0.2  # of the cases, grown rather than only mutated
+GROWN_MAX_EVENTS = 30_000  # a grown case bigger than this is drawn again, smaller
 FORMATS = ("json", "md", "text", "html")
 
 _ODD = [None, True, -1, 0, 2**63, 2**70, -(2**63), 1e308, -1e-300, "", "x", "123", [], [1, [2]], {}, {"a": 1}]
@@ -169,10 +182,36 @@ def _window(rng, base: dict) -> dict:
     return json.loads(json.dumps(doc))  # a deep copy the mutations may wreck
 
 
-def make_case(rng, bases) -> tuple[bytes, list[str], str]:
-    """(file bytes, what was done, suffix)."""
-    doc = _window(rng, rng.choice(bases))
-    done = [m(rng, doc) for m in rng.sample(DOC_MUTATIONS, rng.randint(1, 3))]
+def _grown(rng, base: dict) -> tuple[dict, list[str]] | None:
+    """A base (or a window of it) grown by one of ``growth.CASES`` at a random size; None when
+    that growth needs what the base lacks (no kernels, no annotation, ...)."""
+    import growth
+
+    name = rng.choice(sorted(growth.CASES))
+    src = base if len(base.get("traceEvents") or []) <= 5 * WINDOW else _window(rng, base)
+    scale = rng.choice([0.0005, 0.002, 0.005, 0.01, 0.03])
+    for _ in range(4):
+        try:
+            doc = growth.grow(src, name, scale)
+        except (ValueError, KeyError, TypeError):
+            return None
+        if growth.n_events(doc) <= GROWN_MAX_EVENTS:
+            return json.loads(json.dumps(doc)), [f"grown: {name} at scale {scale:g} ({growth.n_events(doc):,} events)"]
+        scale /= 4
+    return None
+
+
+def make_case(rng, bases) -> tuple[bytes, list[str], str, int]:
+    """(file bytes, what was done, suffix, events)."""
+    grown = _grown(rng, rng.choice(bases)) if rng.random() < GROWTH_SHARE else None
+    if grown is not None:
+        doc, done = grown
+        # Half the grown cases are mutated too: odd values in an odd structure.
+        done += [m(rng, doc) for m in rng.sample(DOC_MUTATIONS, rng.randint(0, 1) if rng.random() < 0.5 else 0)]
+    else:
+        doc = _window(rng, rng.choice(bases))
+        done = [m(rng, doc) for m in rng.sample(DOC_MUTATIONS, rng.randint(1, 3))]
+    events = len(doc["traceEvents"]) if isinstance(doc.get("traceEvents"), list) else 1
     data = json.dumps(doc).encode()
     if rng.random() < 0.15:
         data, what = rng.choice([b_flip, b_truncate])(rng, data)
@@ -183,7 +222,33 @@ def make_case(rng, bases) -> tuple[bytes, list[str], str]:
         if rng.random() < 0.1:
             data, what = rng.choice([b_flip, b_truncate])(rng, data)
             done.append(what + " (gzip)")
-    return data, done, suffix
+    return data, done, suffix, events
+
+
+def limit_s(events: int) -> float:
+    return LIMIT_BASE_S + LIMIT_PER_EVENT_S * events
+
+
+class CaseTimeout(BaseException):
+    """A case ran past its limit (a BaseException: no ``except Exception`` in tracekit takes it)."""
+
+
+def _alarm(signum, frame):
+    raise CaseTimeout
+
+
+def run_limited(path: str, seconds: float) -> str:
+    """``run_case`` under a wall-clock limit: 'timeout' when it runs past it. SIGALRM interrupts
+    Python code; a stage stuck inside one C call is caught by the campaign's own backstop."""
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return run_case(path)
+    except CaseTimeout:
+        return "timeout"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 # --- running ------------------------------------------------------------------------------
@@ -230,28 +295,39 @@ def _split_case(path: str) -> None:
         shutil.rmtree(out, ignore_errors=True)
 
 
+OUTCOMES = ("ok", "refused", "crash", "timeout")
+
+
 def worker(seed: int, seconds: float, keep: str, queue) -> None:
+    sys.path.insert(0, HERE)  # growth.py, beside this file (a spawned process starts afresh)
     rng = random.Random(seed)
     bases = _load_bases()
-    counts = {"ok": 0, "refused": 0, "crash": 0}
+    counts = dict.fromkeys(OUTCOMES, 0)
+    counts["grown"] = 0
     crashes = []
     deadline = time.monotonic() + seconds
     folder = tempfile.mkdtemp(prefix="tracekit-fuzz-")
     i = 0
     while time.monotonic() < deadline and bases:
-        data, done, suffix = make_case(rng, bases)
+        data, done, suffix, events = make_case(rng, bases)
+        counts["grown"] += done[0].startswith("grown")
         path = os.path.join(folder, f"case{suffix}")
         with open(path, "wb") as f:
             f.write(data)
+        limit = limit_s(events)
+        t = time.monotonic()
         try:
-            counts[run_case(path)] += 1
+            outcome = run_limited(path, limit)
+            tb = f"still running after {time.monotonic() - t:.0f} s (its limit: {limit:.0f} s for {events:,} events)\n"
         except Exception:  # noqa: BLE001 - a crash is what the campaign looks for
-            counts["crash"] += 1
-            kept = os.path.join(keep, f"crash-{seed}-{i}{suffix}")
+            outcome, tb = "crash", traceback.format_exc(limit=6)
+        counts[outcome] += 1
+        if outcome in ("crash", "timeout"):
+            kept = os.path.join(keep, f"{outcome}-{seed}-{i}{suffix}")
             os.makedirs(keep, exist_ok=True)
             with open(kept, "wb") as f:
                 f.write(data)
-            crashes.append({"file": kept, "mutations": done, "traceback": traceback.format_exc(limit=6)})
+            crashes.append({"file": kept, "mutations": done, "outcome": outcome, "traceback": tb})
         i += 1
     queue.put((counts, crashes))
 
@@ -273,23 +349,39 @@ def main(argv: list[str] | None = None) -> int:
              for j in range(args.jobs)]
     for p in procs:
         p.start()
-    results = [queue.get() for _ in procs]
+    # The backstop: a worker stuck where its alarm cannot reach (inside one C call) reports
+    # nothing; past the budget and the largest case's limit, it is a hang, and is stopped.
+    results, hung = [], 0
+    wait_until = t0 + args.seconds + limit_s(GROWN_MAX_EVENTS) + 60
+    for _ in procs:
+        try:
+            results.append(queue.get(timeout=max(1.0, wait_until - time.monotonic())))
+        except Exception:  # noqa: BLE001 - queue.Empty: a worker never came back
+            hung += 1
     for p in procs:
-        p.join()
+        p.join(timeout=5)
+        if p.is_alive():
+            p.terminate()
+            p.join()
     elapsed = time.monotonic() - t0
-    total = {"ok": 0, "refused": 0, "crash": 0}
+    total = dict.fromkeys(OUTCOMES, 0)
+    total["grown"] = 0
     crashes = []
     for counts, found in results:
         for k, v in counts.items():
             total[k] += v
         crashes += found
-    n = sum(total.values())
-    print(f"fuzz: {n:,} mutated traces in {elapsed:.0f} s on {args.jobs} process(es): {n / elapsed:.1f} per second; "
-          f"{total['ok']:,} analysed and rendered, {total['refused']:,} refused with a sentence, "
-          f"{total['crash']:,} crashed")
+    total["timeout"] += hung
+    n = sum(total[k] for k in OUTCOMES)
+    print(f"fuzz: {n:,} mutated traces ({total['grown']:,} of them grown) in {elapsed:.0f} s on {args.jobs} "
+          f"process(es): {n / elapsed:.1f} per second; {total['ok']:,} analysed and rendered, "
+          f"{total['refused']:,} refused with a sentence, {total['crash']:,} crashed, "
+          f"{total['timeout']:,} over their time limit")
+    if hung:
+        print(f"\nHANG {hung} worker(s) never reported: stuck past every case's limit where the alarm cannot reach")
     for c in crashes[:20]:
-        print(f"\nCRASH {c['file']}  ({'; '.join(c['mutations'])})\n{c['traceback']}")
-    return 1 if crashes else 0
+        print(f"\n{c['outcome'].upper()} {c['file']}  ({'; '.join(c['mutations'])})\n{c['traceback']}")
+    return 1 if crashes or hung else 0
 
 
 if __name__ == "__main__":

@@ -196,19 +196,35 @@ def _segments(s: np.ndarray, e: np.ndarray, key: np.ndarray, label: np.ndarray, 
               merge: bool = True) -> _Segments:
     """The segments (start_ms, end_ms, key, label, count) of intervals, from ``start``; with
     ``merge``, neighbours with the same key closer than span / RESOLUTION merged (coarser until
-    at most MAX_SEGMENTS). A merged segment's label counts its intervals."""
+    at most MAX_SEGMENTS). A merged segment's label counts its intervals.
+
+    Merging by key cannot get under the cap when neighbours alternate keys more than
+    MAX_SEGMENTS times: once the tolerance exceeds every gap, a coarser one merges nothing
+    more. Then the lane is coarsened by time instead (``_buckets``), so a lane never holds
+    more than MAX_SEGMENTS, whatever the data."""
     if not len(s):
         return _NO_SEGMENTS
     o = np.argsort(s, kind="stable")
     s, e, key, label = s[o], e[o], np.asarray(key, dtype=object)[o], np.asarray(label, dtype=object)[o]
+    run_end = np.maximum.accumulate(e)
+    # What starts a segment: a change of key, or a gap wider than tol after the run so far.
+    # Neither depends on tol but the comparison, so each round is one vector compare. Unmerged
+    # (tol -1), only intervals of one key overlapping by more than a nanosecond share a segment.
+    changes = key[1:] != key[:-1]
+    gaps = s[1:] - run_end[:-1]
+    widest = float(gaps.max()) if len(gaps) else 0.0
     tol = span / RESOLUTION if merge else -1
-    while True:
-        run_end = np.maximum.accumulate(e)
-        new = np.ones(len(s), dtype=bool)
-        new[1:] = (key[1:] != key[:-1]) | (s[1:] - run_end[:-1] > tol)
-        if new.sum() <= MAX_SEGMENTS or not merge:
+    new = np.ones(len(s), dtype=bool)
+    # Each round multiplies tol by 4, and the rounds are bounded twice over: once tol passes the
+    # widest gap nothing more merges (only changes of key are left), and a fixed count holds
+    # whatever the numbers (4**64 passes any int64 gap).
+    for _ in range(_MAX_ROUNDS):
+        new[1:] = changes | (gaps > tol)
+        if new.sum() <= MAX_SEGMENTS or not merge or not tol <= widest:
             break
         tol *= 4
+    if merge and new.sum() > MAX_SEGMENTS:
+        return _buckets(s, e, run_end, key, label, start)
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(s) - 1)
     count = (last - first + 1).tolist()
@@ -222,6 +238,44 @@ def _segments(s: np.ndarray, e: np.ndarray, key: np.ndarray, label: np.ndarray, 
     labels[merged] = [f"{c} × {k}"[:LABEL_CHARS] for c, k in zip((last - first + 1)[merged].tolist(),
                                                                   keys[merged].tolist())]
     return _Segments(a, b, keys, labels, count)
+
+
+# tol starts at span / RESOLUTION and a lane's gaps are under the span, so 7 rounds
+# (log4(RESOLUTION) + 1) pass them all; the spare ones hold for any int64 gap whatever the span.
+_MAX_ROUNDS = 64
+
+
+def _buckets(s: np.ndarray, e: np.ndarray, run_end: np.ndarray, key: np.ndarray, label: np.ndarray,
+             start: int) -> _Segments:
+    """Sorted intervals that alternate kinds too often to merge by kind, as at most MAX_SEGMENTS
+    segments: equal slices of time, each one segment of the intervals starting in it, keyed by
+    the kind holding most of its busy time (ties: the kind seen first), labelled with how many
+    intervals of how many kinds it merges (a lone interval keeps its own label). Sorting, once:
+    n log n."""
+    lo, hi = float(s[0]), float(run_end[-1])
+    width = max(hi - lo, 1.0) / MAX_SEGMENTS
+    # A NaN time (not one the reader makes) lands in the last slice rather than off the end.
+    bucket = np.clip(np.nan_to_num((s - lo) / width, nan=MAX_SEGMENTS - 1), 0, MAX_SEGMENTS - 1).astype(np.int64)
+    first = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])  # s is sorted, so slices are runs
+    last = np.append(first[1:] - 1, len(s) - 1)
+    count = last - first + 1
+    codes, uniques = pd.factorize(key, use_na_sentinel=False)
+    # Busy time per (slice, kind), then the busiest kind of each slice.
+    pair = bucket * len(uniques) + codes
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    busy = np.bincount(inverse, weights=np.maximum(e - s, 0).astype(float), minlength=len(pairs))
+    pair_bucket, pair_code = pairs // len(uniques), pairs % len(uniques)
+    o = np.lexsort((pair_code, -busy, pair_bucket))  # per slice: busiest first, then first seen
+    top = o[np.r_[True, pair_bucket[o][1:] != pair_bucket[o][:-1]]]
+    kinds = np.bincount(pair_bucket, minlength=MAX_SEGMENTS)[pair_bucket[top]]
+    keys = np.array([str(u) for u in uniques], dtype=object)[pair_code[top]]
+    own = label[first].tolist()
+    labels = np.array([(str(t) if c == 1 else f"{c} × {k}" if n == 1 else f"{c} intervals of {n} kinds, mostly {k}")
+                       [:LABEL_CHARS] for c, n, k, t in zip(count.tolist(), kinds.tolist(), keys.tolist(), own)],
+                      dtype=object)
+    a = np.round((s[first] - start) / 1e6, 4).tolist()
+    b = np.round((run_end[last] - start) / 1e6, 4).tolist()
+    return _Segments(a, b, keys, labels, count.tolist())
 
 
 def _texts(values: np.ndarray, shape) -> np.ndarray:

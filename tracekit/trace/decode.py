@@ -16,6 +16,7 @@ from __future__ import annotations
 import decimal
 import os
 import re
+import sys
 from typing import Any, Union
 
 import msgspec
@@ -179,6 +180,13 @@ def decode(path: str, data: bytes, exact_ts: bool = False) -> tuple[list[Event],
             raise TruncatedJSON(f"{path} ends in the middle of the JSON: the file looks truncated") from None
         raise TracekitError(f"{path} is not valid JSON ({msg})") from None
     return events, meta
+
+
+def too_deep(path: str) -> TracekitError:
+    """The error for a document nested past what the decoder recurses through (msgspec goes one
+    level of Python recursion per array or object): no profiler writes one."""
+    return TracekitError(f"{path} nests JSON arrays or objects too deep to be a trace "
+                         f"(more than {sys.getrecursionlimit():,} levels)")
 
 
 _ERROR_BYTE = re.compile(r"\(byte (\d+)\)")

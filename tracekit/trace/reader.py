@@ -44,6 +44,14 @@ def read_trace(
     Raises ``TracekitError`` with one sentence for anything that is not a readable trace.
     """
     path = os.fspath(path)
+    try:
+        return _read_path(path, progress, max_bytes, chunk_bytes)
+    except RecursionError:
+        # A document nested past the decoder's recursion: a sentence, not a traceback.
+        raise dec.too_deep(path) from None
+
+
+def _read_path(path: str, progress: Progress | None, max_bytes: int | None, chunk_bytes: int) -> Trace:
     limit = limits.max_decompressed_bytes(max_bytes)
     if os.path.isdir(path):
         files = dec.list_trace_files(path)

@@ -40,6 +40,7 @@ import numpy as np
 from tracekit import markers
 from tracekit.errors import TracekitError
 from tracekit.trace import inflate, limits, stream
+from tracekit.trace.decode import too_deep
 from tracekit.trace.columns import LAUNCH_FLOWS, TABLE_OF
 
 try:  # ISA-L's gzip writer, several times faster than zlib's at the same level (the fast extra)
@@ -182,9 +183,11 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
     os.makedirs(out_dir, exist_ok=True)
     try:
         return _split(path, out_dir, max_events, force, progress)
-    except BaseException:
+    except BaseException as e:
         if made and not os.listdir(out_dir):
             os.rmdir(out_dir)  # a folder this call made leaves with it
+        if isinstance(e, RecursionError):  # nested past the decoder's recursion
+            raise too_deep(path) from None
         raise
 
 
