@@ -1,6 +1,6 @@
 """A fuzz campaign: real traces mutated structurally, run through read -> analyse -> every
 renderer, and through ``tracekit split``, for a time budget. Any exception other than tracekit's own one-sentence error is a
-crash, and a case still running past its time limit (LIMIT_BASE_S + LIMIT_PER_EVENT_S per
+crash (an analysis whose books do not balance raises one), and a case still running past its time limit (LIMIT_BASE_S + LIMIT_PER_EVENT_S per
 event) is a hang: either is printed with the mutations that caused it, the input is kept,
 and the exit status is 1.
 
@@ -30,6 +30,10 @@ import sys
 import tempfile
 import time
 import traceback
+
+# Every analysis checks its books (tracekit.analysis.books); here an unbalanced one raises,
+# and the campaign counts it as a crash. Set before tracekit is imported, in the workers too.
+os.environ["TRACEKIT_STRICT_BOOKS"] = "1"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

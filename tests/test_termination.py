@@ -104,6 +104,10 @@ def test_repeated_decode_steps_finish(tmp_path):
     assert n_kernels == 20 * 558  # 555 kernels and 3 memcpys per copy, as the trace holds
     out = _analyse(growth.write(grown, str(tmp_path / "repeated.json")))
     assert out["kernels"] == n_kernels
+    # The copies share correlation ids; each kernel still goes with the launch of its own
+    # copy (the latest call of its id before it started), so the run is 20 steps, not one
+    # step of all 20 copies' time (what linking every kernel to the first copy's launch gave).
+    assert out["steps"] == 20
     for tl in out["timelines"]:
         assert all(len(lane["segments"]) <= timeline.MAX_SEGMENTS for lane in tl["lanes"])
         drawn = sum(s[4] for lane in tl["lanes"] if lane["kind"] == "stream" for s in lane["segments"])

@@ -26,7 +26,8 @@ def link(trace: Trace) -> None:
     rt = trace.runtime
     rt["op"] = _runtime_to_op(rt, trace.cpu_ops)
     k = trace.kernels
-    launch = _lookup(rt["correlation"].to_numpy(), k["correlation"].to_numpy()) if len(k) else np.empty(0, np.int64)
+    launch = (_launch_of(rt["correlation"].to_numpy(), rt["start_ns"].to_numpy(), k["correlation"].to_numpy(),
+                         k["start_ns"].to_numpy()) if len(k) else np.empty(0, np.int64))
     k["launch"] = launch
     if len(k):
         graph_rows = np.flatnonzero(_ends_with(rt["name"], GRAPH_LAUNCHES))
@@ -58,6 +59,34 @@ def _lookup(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     pos = np.minimum(pos, len(keys) - 1)
     found = (sorted_keys[pos] == wanted) & (wanted >= 0)
     return np.where(found, order[pos], -1).astype(np.int64)
+
+
+def _launch_of(corr: np.ndarray, issued: np.ndarray, wanted: np.ndarray, started: np.ndarray) -> np.ndarray:
+    """The runtime row that launched each kernel. Correlation ids are unique within one
+    profiled process, but a trace stitched from several sessions (or grown by repeating its
+    events) reuses them: a kernel then belongs to the latest call with its id issued before it
+    started (a kernel never starts before its launch), else to the first such call."""
+    valid = corr[corr >= 0]
+    if len(np.unique(valid)) == len(valid):
+        return _lookup(corr, wanted)
+    n_rt = len(corr)
+    # One sort of calls and kernels together by (id, time, calls first): each kernel's launch
+    # is the last call before it in its id's run.
+    ids = np.concatenate([corr, wanted])
+    times = np.concatenate([issued, started])
+    is_call = np.r_[np.ones(n_rt, bool), np.zeros(len(wanted), bool)]
+    o = np.lexsort((~is_call, times, ids))
+    row = np.where(is_call[o], o, -1)
+    last = np.maximum.accumulate(np.where(row >= 0, np.arange(len(o)), -1))
+    same = (last >= 0) & (ids[o][np.maximum(last, 0)] == ids[o])
+    before = np.where(same, o[np.maximum(last, 0)], -1)
+    out = np.full(len(wanted), -1, dtype=np.int64)
+    kern = ~is_call[o]
+    out[o[kern] - n_rt] = before[kern]
+    # A kernel recorded as starting before every call of its id (clock skew): the first call.
+    first = _lookup(corr, wanted)
+    out = np.where(out < 0, first, out)
+    return np.where(wanted >= 0, out, -1).astype(np.int64)
 
 
 def _runtime_to_op(rt: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
