@@ -8,8 +8,15 @@ the kernels carry it:
 - a kernel's component comes from its taxonomy category and name (``component_of``): a GEMM
   is ``linear``, except the step's LM head (its last GEMM, of a name launched once in the
   step); MoE grouped GEMMs are ``experts``, the other MoE kernels ``routing``; ...
-- pooled components (GEMMs, experts, routing, attention, linear attention, collectives) are
-  shared among the step's kernels of that component in proportion to their durations;
+- a dense GEMM whose launch grid and named tile give its output width N
+  (``tracekit.analysis.grid_shapes``) is matched to the model's layer of that width per rank
+  (QKV, o_proj, gate-up, down, router, shared experts, LM head; o_proj and down, of one width,
+  told apart by the kernel before it: attention or activation) and priced as that layer alone:
+  2*M*N*K with M the step's tokens (the logit tokens for the LM head), bytes N*K weights at
+  their stored precision plus M*(K+N) activations. Its ``note`` names the layer;
+- pooled components (GEMMs nothing identifies, experts, routing, attention, linear attention,
+  collectives) are shared among the step's kernels of that component in proportion to their
+  durations (for GEMMs: what the identified ones leave, the note says so);
 - per-launch components (norms, rotary, activations, KV-cache writes, quantisation,
   embedding, sampling) are priced launch by launch: each processes every token of the step;
 - generic kernels (copies, fills, elementwise and reduction helpers) have no model cost: the
@@ -34,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import frameworks
-from tracekit.analysis import taxonomy
+from tracekit.analysis import grid_shapes, taxonomy
 from tracekit.frameworks import DECODE, MIXED, PREFILL, BatchSide
 from tracekit.models import costs as mc
 from tracekit.models.config import ModelSpec
@@ -93,6 +100,9 @@ class ModelCosts:
     layer_check: str | None = None
     # Why the model's costs were not used (the trace contradicts the model; no --model-force).
     withheld: str | None = None
+    # Per unit: how its model cost was found, where that is worth saying (the layer a GEMM's
+    # grid matched, or that a duration share priced it); None elsewhere.
+    note: np.ndarray | None = None
 
 
 def withheld_reason(model: ModelSpec, misfit: str) -> str:
@@ -233,6 +243,9 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
     dur = work["dur_ns"].to_numpy().astype(float)
     start = work["start_ns"].to_numpy()
     out = ModelCosts(flops, nbytes, dtype, unit, comp, reason, share)
+    out.note = note = np.full(n, None, dtype=object)
+    grids = _grids(work)
+    layers = mc.named_linears(model, tp)
     act_bytes = mc_bytes(model.dtype)
     out.kv_dtype, kv, out.kv_how = kv_cache_dtype(name_uniques, model.dtype)
     kv_bytes = kv if kv is not None else act_bytes
@@ -282,6 +295,21 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                     mine = mine[~done]
                     if not len(mine):
                         continue
+                if c in ("linear", "lm_head") and grids is not None:
+                    matched = _layer_gemms(model, mine, rows, comp, start, grids, name_uniques, name_codes, layers,
+                                           int(round(all_tokens)), int(round(logit_tokens)), act_bytes,
+                                           flops, nbytes, note)
+                    if matched.any():
+                        said = hint[mine[matched]]
+                        dtype[mine[matched]] = np.where(said != None, said, work_c.dtype)  # noqa: E711
+                        unit[mine[matched]], reason[mine[matched]] = work_c.unit, None
+                        f_total = max(f_total - float(flops[mine[matched]].sum()), 0.0)
+                        b_total = max(b_total - float(nbytes[mine[matched]].sum()), 0.0)
+                        mine = mine[~matched]
+                        if not len(mine):
+                            continue
+                    note[mine] = ("duration share of the step's remaining dense-GEMM work: neither its grid nor "
+                                  "its name identifies the model layer it computes")
                 d = dur[mine]
                 w = d / d.sum() if d.sum() > 0 else np.full(len(mine), 1.0 / len(mine))
                 flops[mine], nbytes[mine] = f_total * w, b_total * w
@@ -308,6 +336,72 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
             out.dtype_conflicts[c] = ("/".join(sorted(seen)), stored)
     out.layer_check = layer_check(model, work, comp, steps)
     return out
+
+
+def _grids(work: pd.DataFrame) -> np.ndarray | None:
+    """(grid x, y, z, block x, y, z) per unit, or None when the work table carries no grids."""
+    cols = [f"{g}_{a}" for g in ("grid", "block") for a in "xyz"]
+    if not all(c in work for c in cols):
+        return None
+    return np.stack([work[c].to_numpy().astype(np.int64) for c in cols], axis=1)
+
+
+# The component of the kernel before a GEMM that tells which of two layers of one width it is:
+# after attention the output projection, after the activation the MLP's down projection.
+_AFTER = {"attention": ("o_proj", "linear_attn_out"), "linear_attention": ("o_proj", "linear_attn_out"),
+          "activation": ("down_proj", "shared_down_proj"), "experts": ("down_proj", "shared_down_proj"),
+          "routing": ("down_proj", "shared_down_proj")}
+
+
+def _layer_gemms(model, mine, rows, comp, start, grids, name_uniques, name_codes, layers, tokens, logit_tokens,
+                 act_bytes, flops, nbytes, note) -> np.ndarray:
+    """Price the GEMM kernels of ``mine`` whose grid identifies their layer (the model's layer of
+    the width N the grid gives at M = the step's tokens) as that layer: 2*M*N*K FLOPs, weights +
+    activations bytes. Returns which of ``mine`` were priced."""
+    matched = np.zeros(len(mine), dtype=bool)
+    if tokens <= 0:
+        return matched
+    widths = tuple(sorted({n for _, _, _, n in layers}))
+    lm = [x for x in layers if x[0] == "lm_head"]
+    by_start = rows[np.argsort(start[rows], kind="stable")]
+    position = {int(r): i for i, r in enumerate(by_start.tolist())}
+    for j, r in enumerate(mine.tolist()):
+        name = name_uniques[name_codes[r]]
+        g = grids[r]
+        grid, block = (int(g[0]), int(g[1]), int(g[2])), (int(g[3]), int(g[4]), int(g[5]))
+        m, shape = tokens, grid_shapes.derive(name, grid, block, m=tokens, n_candidates=widths)
+        if (shape is None or shape.n_match is None) and logit_tokens and logit_tokens != tokens and lm:
+            # The LM head computes only the logit tokens (one per request).
+            m, shape = logit_tokens, grid_shapes.derive(name, grid, block, m=logit_tokens,
+                                                        n_candidates=(lm[0][3],))
+        if shape is None or not shape.n_fits:
+            continue
+        cands = lm if m != tokens else [x for x in layers if x[3] in shape.n_fits]
+        if len({(x[2], x[3]) for x in cands}) > 1:
+            cands = _by_neighbour(cands, by_start, position[r], comp, model.hidden)
+        if len({(x[2], x[3]) for x in cands}) != 1:
+            continue
+        layer, cls, k, n = cands[0]
+        mm = logit_tokens if layer == "lm_head" and logit_tokens else m
+        flops[r] = 2.0 * mm * n * k
+        nbytes[r] = n * k * model.weight(cls).bytes_per_param + mm * (k + n) * act_bytes
+        how = "the step's logit tokens" if layer == "lm_head" else "the step's tokens"
+        note[r] = (f"{layer}: N={n} matched from the grid {list(grid)} and tile {shape.tile.n}x{shape.tile.m} "
+                   f"({shape.tile.family}), K={k} from the model, M={mm} ({how}); 2*M*N*K")
+        matched[j] = True
+    return matched
+
+
+def _by_neighbour(cands, by_start, at, comp, hidden):
+    """Of the layers a GEMM's grid fits (one width but different K, or several widths a split-K
+    grid allows), the ones the kernel before it points to."""
+    for i in range(at - 1, -1, -1):
+        c = comp[by_start[i]]
+        if c in _AFTER:
+            return [x for x in cands if x[0] in _AFTER[c]]
+        if c in ("norm", "rope", "qk_norm", "embedding", "quantize"):
+            return [x for x in cands if x[2] == hidden]  # reads the residual stream
+    return cands
 
 
 def kv_cache_dtype(names, default: str) -> tuple[str, float | None, str]:

@@ -147,6 +147,10 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
             "cost_reason": text(reason),
             "cost_source": text(cost_source),
             "component": text(component),
+            # How a model-priced unit's cost was found where that is worth saying (the layer a
+            # GEMM's grid matched; a duration share), None elsewhere.
+            "cost_note": text(model_costs.note if model_costs is not None and model_costs.note is not None
+                              else np.full(len(work), None, dtype=object)),
             # What the above-roof check did to a model-priced unit: "capped" (routed experts'
             # bytes capped at the roof) or "undescribed" (cost left unknown); None otherwise.
             "model_check": text(np.full(len(work), None, dtype=object)),

@@ -63,7 +63,8 @@ class Segmentation:
     run_kind: str
     device_type: str  # "gpu" or "cpu" (CPU-only trace: leaf ops are the work)
     # One row per unit of device work. Columns: name, kind, start_ns, end_ns, dur_ns,
-    # op (cpu_ops row or -1), launch (runtime row or -1), stream, graph (bool), ctas, issue_ns, issue_tid, step (-1 = outside), phase.
+    # op (cpu_ops row or -1), launch (runtime row or -1), stream, graph (bool), ctas, grid_x/y/z, block_x/y/z,
+    # issue_ns, issue_tid, step (-1 = outside), phase.
     work: pd.DataFrame
     # One row per step; see ``_STEP_COLUMNS``.
     steps: pd.DataFrame
@@ -199,6 +200,10 @@ def _joined(before: str | None, why: str) -> str:
 # --- work ---------------------------------------------------------------------------
 
 
+# The launch grid's and block's dimensions (-1: not recorded), carried from the kernels table.
+GRID_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+
 def _work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
     """The units of device work: GPU activities, or leaf CPU ops on a CPU-only trace."""
     if len(trace.kernels):
@@ -221,6 +226,7 @@ def _work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
                 "stream": k["stream"],
                 "graph": k["graph"],
                 "ctas": k["ctas"] if "ctas" in k else -1,
+                **{g: k[g] if g in k else -1 for g in GRID_COLUMNS},
                 "issue_ns": issue_ns.astype(np.int64),
                 "issue_tid": issue_tid.astype(np.int64),
             }
@@ -241,6 +247,7 @@ def _work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
             "stream": -1,
             "graph": False,
             "ctas": -1,
+            **{g: -1 for g in GRID_COLUMNS},
             "issue_ns": leaves["start_ns"].to_numpy(),
             "issue_tid": leaves["tid"].to_numpy(),
         }

@@ -328,3 +328,31 @@ def per_token(m: ModelSpec, component: str, tp: int = 1, *, fused_add: bool = Fa
     if component == "embedding":
         return 0.0, 2 * h * act_bytes
     return None
+
+
+def named_linears(m: ModelSpec, tp: int = 1) -> list[tuple[str, str, int, int]]:
+    """(layer name, weight class, K, N per rank) of each distinct dense GEMM of a layer, as
+    engines launch them: QKV and gate-up fused (and unfused, for engines that do not fuse), the
+    router, shared experts, and the LM head (vocab-parallel). ``linear_matrices`` gives the sizes."""
+    out: list[tuple[str, str, int, int]] = []
+    groups: dict[str, list[tuple[int, int]]] = {}
+    for cls, k, n, _ in linear_matrices(m, tp):
+        groups.setdefault(cls, []).append((k, n))
+    names = {"linear_attention": ("linear_attn_in", "linear_attn_ba", "linear_attn_out"),
+             "mlp": ("gate_up_proj", "down_proj"), "router": ("router",),
+             "shared_experts": ("shared_gate_up_proj", "shared_down_proj")}
+    for cls, shapes in groups.items():
+        if cls == "attention" and m.count(attention=MLA) == 0:
+            (h, q), (_, kv), (ko, o) = shapes[:3]
+            out += [("qkv_proj", cls, h, q + kv), ("q_proj", cls, h, q), ("kv_proj", cls, h, kv), ("o_proj", cls, ko, o)]
+            continue
+        if cls == "attention":
+            out += [(f"mla_proj_{i}" if i < len(shapes) - 1 else "o_proj", cls, k, n) for i, (k, n) in enumerate(shapes)]
+            continue
+        label = names.get(cls, ())
+        out += [(label[i] if i < len(label) else f"{cls}_{i}", cls, k, n) for i, (k, n) in enumerate(shapes)]
+        if cls in ("mlp", "shared_experts") and m.gated_mlp:
+            k, n = shapes[0]
+            out.append((label[0].replace("gate_up", "up"), cls, k, n // 2))  # gate and up launched apart
+    out.append(("lm_head", "lm_head", m.hidden, math.ceil(m.vocab / tp)))
+    return out

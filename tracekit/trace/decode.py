@@ -54,6 +54,8 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     # recorded shapes still has (GEMM grids grow with the tokens of a step). Raw, so a
     # malformed grid costs that kernel its grid, not the whole read.
     grid: msgspec.Raw = ABSENT
+    # Threads per block ([x, y, z]); ROCm traces write ``grid`` in threads, so blocks are grid / block.
+    block: msgspec.Raw = ABSENT
 
 
 _NO_ARGS = Args()
