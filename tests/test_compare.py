@@ -142,7 +142,11 @@ def test_kernels_are_matched_by_category_and_op_not_name():
         ("prefill", "gemm", "aten::mm", "Cijk_other", 9000, 0.9),  # other phase: not matched
     ]))
     k = _kernel_movers("decode", before, after)
-    (mm,) = k["movers"]
+    (mm,) = [r for r in k["movers"] if r["status"] == "both"]
+    # Groups only one run has are movers too, ranked with the rest by |change|: 6, 1, 0.8, 0.5 us.
+    assert [(r["op"], r["status"]) for r in k["movers"]] == [
+        ("aten::mm", "both"), ("aten::_flash_attention_forward", "gone"), ("aiter::mha_batch_prefill", "new"),
+        ("(some_fused_kernel<>())", "gone")]
     assert (mm["op"], mm["category"]) == ("aten::mm", "gemm")
     assert (mm["before_kernel"], mm["after_kernel"]) == ("sm90_xmma_gemm_bf16", "Cijk_Alik_Bljk_BBS")
     assert mm["before_ms"] == pytest.approx(0.008) and mm["after_ms"] == pytest.approx(0.002)
@@ -259,12 +263,13 @@ def test_every_format_says_what_the_batch_did(batch_comparison):
 def test_json_is_the_comparison_contract(batch_comparison):
     data = json.loads(render_comparison(batch_comparison, "json"))
     assert data["schema_version"] == 1 and data["kind"] == "tracekit.comparison"
-    assert set(data) == {"schema_version", "kind", "before", "after", "method", "context", "headline", "phases", "kernels", "summary"}
+    assert set(data) == {"schema_version", "kind", "before", "after", "method", "context", "headline", "phases", "kernels",
+                         "summary", "suggested_gate"}
     assert data["before"]["workload"]["batch"] == 1 and data["after"]["workload"]["batch"] == 8
     assert data["method"]["noise_sigmas"] == NOISE_SIGMAS
     h = {x["key"]: x for x in data["headline"]}
     assert h["decode_tokens_per_s"]["verdict"] == "better"
-    assert set(data["kernels"]["decode"]) == {"movers", "new", "vanished"}
+    assert set(data["kernels"]["decode"]) == {"basis", "steps", "categories", "movers", "new", "vanished"}
     # The HTML shows the JSON's numbers.
     html = render_comparison(batch_comparison, "html")
     tps = CompareHtml(include_js=False).view_model(data)["headline"]
@@ -344,8 +349,11 @@ def test_gate_check_on_hand_built_runs():
     assert parse_gate("tpot_p50>+2ms").check(c) is None
     assert parse_gate("decode_tokens_per_s<-5%").check(c) is not None  # ~ -9 %
     assert parse_gate("tpot_p50<-5%").check(compare(a, b)) is not None
-    # A gate on a figure neither run has fails, saying so (a gate must not pass silently).
-    assert "missing from the before and after runs" in parse_gate("ttft_ms>+5%").check(c)
+    # A gate on a figure neither run has never passes silently: it says so, naming a gate that would work.
+    gate = parse_gate("ttft_ms>+5%")
+    assert gate.missing(c) == gate.check(c) == ("--fail-if 'ttft_ms>+5%': neither run has TTFT, so the gate cannot be "
+                                                "checked; gate on a figure both runs have, e.g. --fail-if 'tpot_p50>+5%'")
+    assert parse_gate("tpot_p50>+5%").missing(c) is None
     with pytest.raises(TracekitError):
         parse_gate("tpot_p50>+5ms%")
 
@@ -481,7 +489,7 @@ def test_hostile_names_stay_inert_in_every_format(hostile_comparison):
     _, c = hostile_comparison
     data = c.to_dict()
     # The payloads reached the comparison: an op name, the file name.
-    ops = [r["op"] for part in data["kernels"]["decode"].values() for r in part]
+    ops = [r["op"] for part in ("movers", "new", "vanished") for r in data["kernels"]["decode"][part]]
     assert any(HOSTILE[0] in op for op in ops)
     assert "<i id=tk-pwned-file>" in data["before"]["source"]["name"]
     html = render_comparison(c, "html")
@@ -591,3 +599,144 @@ def test_an_efficiency_verdict_against_its_latency_says_why():
     from tracekit.report.compare import render_comparison
 
     assert mfu["disagreement"] in render_comparison(c, "text").replace("\n", " ")
+
+
+# --- serving traces: movers by |Δ ms| with categories above, gates on figures both runs have ----------
+
+
+def _raw_kernels(path) -> list[dict]:
+    """The trace's own kernel events, read straight from the file (not through tracekit)."""
+    import gzip
+
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    return [e for e in events if str(e.get("cat", "")).lower() == "kernel" and e.get("ph") == "X"]
+
+
+@pytest.fixture(scope="module")
+def vendor_pair():
+    from tracekit.analysis import analyze
+
+    return compare(analyze(read_real("b300_qwen3_moe")), analyze(read_real("mi300x_qwen3_moe")))
+
+
+def test_two_vendors_movers_are_the_moe_and_gemm_kernels_by_their_time(vendor_pair):
+    """B300 vs MI300X, the same SGLang Qwen3-30B-A3B decode step: no kernel name in common and
+    graph-replayed kernels without ops. Fails if movers are only groups both runs have (the old
+    top movers were aten::argmax and aten::copy_ at microseconds while the 5.7 ms MoE GEMM was
+    only "new"), or if categories are not the level that carries the change."""
+    k = vendor_pair.kernels["decode"]
+    cats = k["categories"]
+    # The category level: moe moved most; its Δ is the phase table's (the analysis's own by-category sums).
+    by_cat = {r["name"]: r["delta_ms"] for r in vendor_pair.phases["decode"]["by_category"]}
+    assert cats[0]["category"] == "moe"
+    assert cats[0]["delta_ms"] == pytest.approx(by_cat["moe"], rel=1e-9) and cats[0]["delta_ms"] > 2.0
+    assert {c["category"]: c["delta_ms"] for c in cats} == pytest.approx(by_cat)
+    # The kernel-group level: the MoE GEMMs and the GEMMs lead, each ranked by its own time.
+    top = [(r["category"], r["status"]) for r in k["movers"][:4]]
+    assert top == [("moe", "new"), ("moe", "gone"), ("gemm", "new"), ("gemm", "gone")], top
+    # Hand check against the trace itself: every hipBLASLt GEMM (Cijk_*) of the MI300X step is one group.
+    cijk = sum(e["dur"] for e in _raw_kernels(real_trace_path("mi300x_qwen3_moe")) if e["name"].startswith("Cijk_")) / 1e3
+    gemm = next(r for r in k["movers"] if r["category"] == "gemm" and r["status"] == "new")
+    assert gemm["op"].startswith("(Cijk_Alik_Bljk") and gemm["after_kernels"] == 4
+    assert gemm["after_ms"] == pytest.approx(cijk, rel=1e-3)
+    assert abs(k["movers"][0]["delta_ms"]) > 1.0  # not a microsecond op
+
+
+def _slowed_gemm_pair(tmp_path, factor=1.2):
+    """The B300 decode trace (after) and a copy whose nvjet GEMM kernels run 1/factor as long
+    under another tile variant's name (before): after = before with its GEMMs 20% slower and renamed.
+    Shortening kernels never makes them overlap; the rest of the trace is untouched."""
+    import gzip
+
+    src = real_trace_path("b300_qwen3_moe")
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    slowed = 0.0
+    for e in doc["traceEvents"]:
+        if str(e.get("cat", "")).lower() == "kernel" and str(e.get("name", "")).startswith("nvjet_sm103_tst_"):
+            e["dur"] = e["dur"] / factor
+            slowed += e["dur"] * (factor - 1)
+            # nvjet_sm103_tst_64x16_64x16_4x1_... -> nvjet_sm103_tst_256x128_64x16_4x1_...: another tile
+            e["name"] = re.sub(r"^nvjet_sm103_tst_\d+x\d+_", "nvjet_sm103_tst_256x128_", e["name"])
+    before = tmp_path / "b300_gemm-fast.json.gz"
+    with gzip.open(before, "wt") as f:
+        json.dump(doc, f)
+    return before, src, slowed / 1e3
+
+
+def test_a_gemm_slowed_and_renamed_is_the_top_mover(tmp_path):
+    """One trace with its GEMMs 20% slower under another cuBLAS tile name: the GEMM category is the
+    top mover with the hand-computed Δ, and its kernels match as one family (status both), not as
+    a "gone" and a "new" group. Fails if kernels match by their full name."""
+    from tracekit import read_trace
+    from tracekit.analysis import analyze
+
+    before, after, slowed_ms = _slowed_gemm_pair(tmp_path)
+    c = compare(analyze(read_trace(str(before))), analyze(read_trace(str(after))))
+    k = c.kernels["decode"]
+    assert k["categories"][0]["category"] == "gemm"
+    assert k["categories"][0]["delta_ms"] == pytest.approx(slowed_ms, rel=1e-3)
+    assert all(abs(cat["delta_ms"]) < 1e-9 for cat in k["categories"][1:])
+    top = k["movers"][0]
+    assert (top["op"], top["status"]) == ("(nvjet_sm103_tst)", "both")
+    assert top["delta_ms"] == pytest.approx(slowed_ms, rel=1e-3) and top["speedup"] == pytest.approx(1 / 1.2, rel=1e-3)
+    assert k["new"] == [] and k["vanished"] == []
+    # Every format shows the category level with the GEMM family under it.
+    text = render_comparison(c, "text")
+    assert re.search(r"\n    gemm +\S+ ms +\S+ ms +\+\S+ ms", text) and "  (nvjet_sm103_tst)" in text
+    assert "| **gemm** |" in render_comparison(c, "md")
+    assert '<tbody data-category="gemm">' in render_comparison(c, "html")
+
+
+def test_kernel_families_strip_templates_and_tile_suffixes():
+    """Fails if a tile variant, a template instance or a mangled name makes a kernel another group."""
+    from tracekit.analysis.movers import kernel_family
+
+    assert kernel_family("nvjet_sm103_tst_32x64_64x16_4x1_v_bz_splitK_TNN") == "nvjet_sm103_tst"
+    assert kernel_family("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x16x256_MI16x16x1_SN") == \
+        kernel_family("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT16x16x512_MI16x16x1_SN")
+    assert kernel_family("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_kernel") == \
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
+    assert kernel_family("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(Params)") == \
+        "cutlass_80_tensorop_s1688gemm"
+    assert kernel_family("_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi8EEEvPT0_") == "aiter::add_rmsnorm_quant_kernel"
+    assert kernel_family("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, "
+                         "std::array<char*, 3> >(int, float)") == "at::native::vectorized_elementwise_kernel<>()"
+    assert kernel_family("flash_fwd_splitkv_kernel") == "flash_fwd_splitkv_kernel"
+
+
+def test_movers_are_per_step_when_step_counts_differ():
+    """2 vs 4 decode steps of the same per-step work: no mover, per step. Fails if totals are
+    compared (the after run would look 2x slower in every group)."""
+    def run(n):
+        rows = [("decode", "gemm", None, f"nvjet_sm90_tst_{64 * (1 + i % 2)}x8_kernel", 3000, None) for i in range(n)]
+        return _analysis(work=_work(rows), phases={"decode": {"steps": n}})
+    k = _kernel_movers("decode", run(2), run(4))
+    assert k["basis"] == "per step" and k["steps"] == {"before": 2, "after": 4}
+    (g,) = k["movers"]
+    assert (g["op"], g["before_ms"], g["after_ms"], g["delta_ms"]) == ("(nvjet_sm90_tst)", 0.003, 0.003, 0.0)
+    assert (g["before_calls"], g["after_calls"]) == (2, 4)
+
+
+def test_engine_traces_suggest_a_gate_both_have_and_refuse_one_they_lack(tmp_path):
+    """Engine-step traces have no TPOT: the suggested gate must name a figure both runs have
+    (it used to be tpot_p50, which then always failed), and a gate on TPOT exits 2 with one
+    sentence saying the figure is absent (it used to exit 1 as if the run had regressed)."""
+    b, a = real_trace_path("b300_qwen3_moe"), real_trace_path("mi300x_qwen3_moe")
+    res = _cli(b, a, "-o", tmp_path / "c.html")
+    assert res.exit_code == 0, res.output
+    suggested = re.search(r"--fail-if '([^']+)'", res.output).group(1)
+    assert suggested == "decode_step_p50>+5%"
+    data = json.loads(_cli(b, a, "-o", "-", "-f", "json").stdout)
+    assert data["suggested_gate"] == suggested
+    assert all(h["before"] is not None and h["after"] is not None for h in data["headline"] if h["key"] == "decode_step_p50")
+    # The suggested gate is checkable: it fails because MI300X is slower here (exit 1), not for want of data.
+    res = _cli(b, a, "-o", tmp_path / "d.md", "--fail-if", suggested)
+    assert res.exit_code == 1 and "gate failed: decode_step_p50>+5%: decode step p50 changed +" in res.stderr
+    res = _cli(b, a, "-o", tmp_path / "e.md", "--fail-if", "tpot_p50>+5%")
+    assert res.exit_code == 2, res.output
+    (line,) = [x for x in res.stderr.splitlines() if x.strip()]
+    assert line.startswith("tracekit: error: --fail-if 'tpot_p50>+5%': neither run has TPOT p50 (an engine trace")
+    assert "gate on a figure both runs have, e.g. --fail-if 'decode_step_p50>+5%'" in line
+    assert "Traceback" not in res.output

@@ -16,7 +16,8 @@ nothing. Verdicts (``better`` / ``worse`` / ``within noise`` / ``not comparable`
 
 Kernels are matched across runs by (phase, category, launching op) rather than by
 name: the same ``aten::linear`` runs ``sm90_xmma_gemm_*`` on one GPU and
-``Cijk_*`` on another. Each side's "% of roof" is against its own device's spec
+``Cijk_*`` on another; without a linked op by kernel family, and ranked by |Δ ms| with
+categories as the level above (``tracekit.analysis.movers``). Each side's "% of roof" is against its own device's spec
 row, so a kernel that got 2x faster on a new GPU but reaches 40 % of that GPU's
 roof reads off one table row.
 """
@@ -31,8 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.analyze import short_name
 from tracekit.analysis.model import Analysis, _clean
+from tracekit.analysis.movers import TOP_MOVERS, kernel_movers
 from tracekit.errors import TracekitError
 
 SCHEMA_VERSION = 1
@@ -41,8 +42,6 @@ NOISE_SIGMAS = 2.0
 FLAT_THRESHOLD = 0.02  # relative change below which a one-sample figure counts as noise
 FLAT_POINTS = 0.01  # ... and, for shares (MFU, MBU, idle), absolute change below 1 point
 BOOTSTRAP = 1000  # resamples for the noise of TPOT percentiles
-TOP_MOVERS = 12
-NAME_CAP = 2000  # full kernel names kept for hover text
 
 PHASES = ("prefill", "decode", "mixed", "unknown")
 ALL = "all"  # neither run has inference steps: the whole trace is compared
@@ -110,7 +109,9 @@ class Comparison:
                     "flat_threshold": FLAT_THRESHOLD,
                     "flat_points": FLAT_POINTS,
                     "bootstrap_resamples": BOOTSTRAP,
-                    "kernel_match": "by phase, category and launching op (kernel names differ across GPUs)",
+                    "kernel_match": ("by phase, category and launching op, or kernel family (the name without template "
+                                     "arguments and tile suffixes) where no op is linked; ranked by |change in ms|, a group "
+                                     "only one run has by its own time"),
                     "roof": "each run against its own device's spec row",
                 },
                 "context": self.context,
@@ -118,6 +119,7 @@ class Comparison:
                 "phases": self.phases,
                 "kernels": self.kernels,
                 "summary": self.summary,
+                "suggested_gate": suggested_gate(self),
             }
         )
 
@@ -529,75 +531,16 @@ def _roof_by_category(a: Analysis, phase: str) -> dict[str, float]:
 # --- kernels -------------------------------------------------------------------------
 
 
-def _groups(a: Analysis, phase: str) -> pd.DataFrame:
-    w = a.work if phase == ALL else a.work[a.work["phase"] == phase]
-    if not len(w):
-        return pd.DataFrame(columns=["key", "category", "op_label", "ms", "calls", "example", "roof", "known", "names"])
-    op = w["op_name"].where(w["op_name"].notna(), None)
-    label = [o if isinstance(o, str) else "(" + short_name(str(n), 48) + ")" for o, n in zip(op, w["name"].astype(str))]
-    f = w.assign(op_label=label, roof_x=np.where(w["roof_fraction"].notna(), w["roof_fraction"] * w["dur_ns"], 0.0),
-                 known=np.where(w["roof_fraction"].notna(), w["dur_ns"], 0), category=w["category"].astype(str))
-    # The example kernel is the group's longest-running name, not whichever came first.
-    by_name = f.groupby(["category", "op_label", "name"], observed=True)["dur_ns"].sum().reset_index()
-    top = by_name.sort_values("dur_ns", ascending=False).drop_duplicates(["category", "op_label"])
-    g = f.groupby(["category", "op_label"], observed=True).agg(
-        ns=("dur_ns", "sum"), calls=("dur_ns", "size"), roof_x=("roof_x", "sum"), known=("known", "sum"),
-        names=("name", "nunique"),
-    )
-    g = g.reset_index().merge(top[["category", "op_label", "name"]].rename(columns={"name": "example"}),
-                              on=["category", "op_label"], how="left")
-    g["ms"] = g["ns"] / 1e6
-    g["roof"] = np.where(g["known"] > 0, g["roof_x"] / g["known"].where(g["known"] > 0, 1), np.nan)
-    g["key"] = g["category"].astype(str) + " | " + g["op_label"].astype(str)
-    return g
+def _kernel_movers(phase: str, before: Analysis, after: Analysis) -> dict[str, Any]:
+    """The phase's kernel movers (``tracekit.analysis.movers``), per step when the runs hold
+    different numbers of steps in it."""
+    def work(a: Analysis) -> pd.DataFrame:
+        return a.work if phase == ALL else a.work[a.work["phase"] == phase]
 
+    def steps(a: Analysis) -> int:
+        return 0 if phase == ALL else int((a.phases.get(phase) or {}).get("steps") or 0)
 
-def _val(v: Any, cast=float) -> Any:
-    return None if v is None or pd.isna(v) else cast(v)
-
-
-def _kernel_movers(phase: str, before: Analysis, after: Analysis) -> dict[str, list[dict[str, Any]]]:
-    gb, ga = _groups(before, phase), _groups(after, phase)
-    m = gb.merge(ga, on=["key", "category", "op_label"], how="outer", suffixes=("_b", "_a"))
-    rows = []
-    for r in m.itertuples(index=False):
-        b = _val(r.ms_b) or 0.0
-        a = _val(r.ms_a) or 0.0
-        cb, ca = _val(r.calls_b, int), _val(r.calls_a, int)
-        mb = b * 1e3 / cb if cb else None
-        ma = a * 1e3 / ca if ca else None
-        eb = None if pd.isna(r.example_b) else str(r.example_b)
-        ea = None if pd.isna(r.example_a) else str(r.example_a)
-        rows.append(
-            {
-                "key": r.key,
-                "category": r.category,
-                "op": r.op_label,
-                "before_ms": b,
-                "after_ms": a,
-                "delta_ms": a - b,
-                "speedup": (b / a) if a and b else None,
-                "before_calls": cb,
-                "after_calls": ca,
-                "before_mean_us": mb,
-                "after_mean_us": ma,
-                "per_call_speedup": (mb / ma) if mb and ma else None,
-                "before_kernel": None if eb is None else short_name(eb),
-                "after_kernel": None if ea is None else short_name(ea),
-                "before_kernel_full": None if eb is None else eb[:NAME_CAP],
-                "after_kernel_full": None if ea is None else ea[:NAME_CAP],
-                "before_kernels": _val(r.names_b, int),
-                "after_kernels": _val(r.names_a, int),
-                "before_roof": _val(r.roof_b),
-                "after_roof": _val(r.roof_a),
-            }
-        )
-    both = [r for r in rows if r["before_ms"] and r["after_ms"]]
-    return {
-        "movers": sorted(both, key=lambda r: (-abs(r["delta_ms"]), r["key"]))[:TOP_MOVERS],
-        "new": sorted([r for r in rows if not r["before_ms"] and r["after_ms"]], key=lambda r: (-r["after_ms"], r["key"]))[:TOP_MOVERS],
-        "vanished": sorted([r for r in rows if r["before_ms"] and not r["after_ms"]], key=lambda r: (-r["before_ms"], r["key"]))[:TOP_MOVERS],
-    }
+    return kernel_movers(work(before), work(after), (steps(before), steps(after)), TOP_MOVERS)
 
 
 def _roof_notes(k: dict[str, list[dict[str, Any]]], before: Analysis, after: Analysis) -> list[str]:
@@ -732,13 +675,29 @@ class Gate:
     relative: bool
     text: str
 
-    def check(self, c: Comparison) -> str | None:
-        """A sentence saying how the gate failed, or None when it holds."""
+    def missing(self, c: Comparison) -> str | None:
+        """One sentence when a run lacks the gate's figure (it can neither hold nor fail), else None."""
         h = c.figure(self.metric)
+        if h is not None and h["before"] is not None and h["after"] is not None:
+            return None
         label = h["label"] if h else HEADLINE[self.metric][0].format(word="GPU")
-        if h is None or h["before"] is None or h["after"] is None:
-            which = [s for s, a in (("before", c.before), ("after", c.after)) if metric_value(a, self.metric) is None]
-            return f"{self.text}: {label} is missing from the {' and '.join(which) or 'both'} run{'s' if len(which) > 1 else ''}, so the gate cannot hold"
+        which = [s for s, a in (("before", c.before), ("after", c.after)) if metric_value(a, self.metric) is None]
+        runs = "neither run has" if len(which) != 1 else f"the {which[0]} run has no"
+        why = ""
+        engine = [a for a in (c.before, c.after) if a.metrics.get("latency_semantics") == "engine steps"]
+        if engine and self.metric in ("ttft_ms",) + tuple(k for k in HEADLINE if k.startswith("tpot_")):
+            why = " (an engine trace times steps, not requests, so it has no TTFT or TPOT)"
+        instead = suggested_gate(c)
+        hint = f"; gate on a figure both runs have, e.g. --fail-if '{instead}'" if instead else ""
+        return f"--fail-if {self.text!r}: {runs} {label}{why}, so the gate cannot be checked{hint}"
+
+    def check(self, c: Comparison) -> str | None:
+        """A sentence saying how the gate failed, or None when it holds (see ``missing`` first)."""
+        h = c.figure(self.metric)
+        absent = self.missing(c)
+        if absent or h is None:
+            return absent
+        label = h["label"]
         change = h["relative"] if self.relative else h["delta"]
         if change is None:
             return f"{self.text}: the before run's {label} is 0, so there is no relative change"
@@ -751,6 +710,23 @@ class Gate:
         noise = " (within step-to-step noise, though)" if h["verdict"] == "within noise" else ""
         return (f"{self.text}: {label} changed {shown} ({_fmt(h['before'], unit)} -> {_fmt(h['after'], unit)}), "
                 f"{'above' if self.op == '>' else 'below'} {limit}{noise}")
+
+
+# The gate suggested to a user, first figure both runs have: TPOT for request-level runs, the
+# decode (or prefill) step time and tokens/s for engine traces, which have no TPOT.
+SUGGESTED = ("tpot_p50", "decode_step_p50", "decode_tokens_per_s", "prefill_step_p50", "ttft_ms", "prefill_tokens_per_s")
+SUGGESTED_CHANGE = 5  # percent
+
+
+def suggested_gate(c: Comparison) -> str | None:
+    """``decode_step_p50>+5%``: a --fail-if on a figure both runs have (None when there is none),
+    so that the suggestion cannot fail for want of the figure."""
+    for key in SUGGESTED:
+        h = c.figure(key)
+        if h is not None and h["before"] is not None and h["after"] is not None:
+            lower = HEADLINE[key][2] == "lower"
+            return f"{key}{'>+' if lower else '<-'}{SUGGESTED_CHANGE}%"
+    return None
 
 
 def parse_gate(text: str) -> Gate:

@@ -21,7 +21,8 @@ SUMMARY_LINES = 6  # sentences printed after writing a report file
 @output_options("reports/compare-<before>-vs-<after>.<format>")
 @click.option("--fail-if", "gates", multiple=True, metavar="EXPR",
               help="Exit with status 1 when the after run crosses a threshold, e.g. 'tpot_p50>+5%', "
-                   "'decode_tokens_per_s<-3%', 'ttft_ms>+2ms', 'decode_mbu<-2pp'. May repeat.")
+                   "'decode_step_p50>+5%' (engine traces), 'decode_tokens_per_s<-3%', 'ttft_ms>+2ms', "
+                   "'decode_mbu<-2pp'. May repeat; a gate on a figure a run lacks exits 2.")
 @click.option("--gpu-before", metavar="NAME", help="Price the before run against this GPU's spec row (see `tracekit gpus`).")
 @click.option("--gpu-after", metavar="NAME", help="Price the after run against this GPU's spec row.")
 @click.option("--project-before", metavar="GPU",
@@ -38,7 +39,7 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     per-phase time by bound and category, and kernels matched by category and op, each run
     against its own GPU's roofline. With --fail-if it gates CI: exit status 1 when a gate fails."""
     from tracekit.analysis import analyze
-    from tracekit.analysis.compare import compare, context_sentence, parse_gate
+    from tracekit.analysis.compare import compare, context_sentence, parse_gate, suggested_gate
     from tracekit.report.compare import choose
     from tracekit.report.output import DEFAULT_DIR, report_stem
 
@@ -71,8 +72,14 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
             click.echo(f"  {line}")
         if len(lines) > SUMMARY_LINES:
             click.echo(f"  ... {len(lines) - SUMMARY_LINES} more in the report")
-        click.echo(_next_step(renderer.name, before, after, path))
+        click.echo(_next_step(renderer.name, before, after, path, suggested_gate(comparison)))
     if parsed:
+        # A gate on a figure a run lacks can neither hold nor fail: a usage error (exit 2), not a regression.
+        absent = [m for m in (g.missing(comparison) for g in parsed) if m]
+        if absent:
+            for m in absent[:-1]:
+                click.echo(f"tracekit: error: {m}", err=True)
+            raise TracekitError(absent[-1])
         failures = [f for f in (g.check(comparison) for g in parsed) if f]
         if failures:
             for f in failures:
@@ -116,13 +123,15 @@ def _is_report_json(path: str) -> bool:
     return isinstance(data, dict) and "schema_version" in data and ("metrics" in data or "headline" in data)
 
 
-def _next_step(name: str, before: str, after: str, path: str) -> str:
+def _next_step(name: str, before: str, after: str, path: str, gate: str | None) -> str:
     q = shlex.quote
     pair = f"{q(before)} {q(after)}"
     if name == "html":
-        return f"next: open {q(path)} in a browser (it works offline), or gate CI with: tracekit compare {pair} --fail-if 'tpot_p50>+5%'"
+        # The suggested gate is on a figure both runs have, so it does not fail for want of it.
+        ci = f", or gate CI with: tracekit compare {pair} --fail-if {q(gate)}" if gate else ""
+        return f"next: open {q(path)} in a browser (it works offline){ci}"
     if name == "md":
         return f"next: paste {q(path)} into a pull request; the full report with charts: tracekit compare {pair}"
     if name == "json":
-        return f"next: the keys are schema_version, kind, before, after, method, context, headline, phases, kernels, summary; for people: tracekit compare {pair}"
+        return f"next: the keys are schema_version, kind, before, after, method, context, headline, phases, kernels, summary, suggested_gate; for people: tracekit compare {pair}"
     return f"next: tracekit compare {pair} for the HTML report with charts"

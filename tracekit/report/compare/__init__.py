@@ -81,12 +81,15 @@ class CompareText(Renderer):
         ctx = [[term_text(c["label"]), term_text(c["before"]), "->", term_text(c["after"]), term_text(c["note"])] for c in vm["context"]]
         vm["context_table"] = text_table(None, ctx)
         for k in vm["kernels"]:
-            rows = [
-                [term_text(r["op"]), term_text(r["category"]), r["before"], r["after"], r["delta"], r["per_call"],
-                 f"{r['before_roof']} -> {r['after_roof']}"]
-                for r in k["movers"]
-            ]
-            k["table"] = text_table(["op", "category", "before", "after", "change", "per call", "of own roof"], rows) if rows else []
+            rows = []
+            for c in k["categories"]:
+                rows.append([term_text(c["category"]), c["before"], c["after"], c["delta"], c["status"], ""])
+                for r in c["rows"]:
+                    roof = f"{r['before_roof']} -> {r['after_roof']}" if r["status"] == "" else ""
+                    rows.append(["  " + term_text(r["op_short"]), r["before"], r["after"], r["delta"],
+                                 r["status"] or r["per_call"], roof])
+            head = ["category / op or kernel", "before", "after", "change", "per call", "of own roof"]
+            k["table"] = text_table(head, rows) if rows else []
         return vm
 
     def render_data(self, data: dict[str, Any]) -> str:

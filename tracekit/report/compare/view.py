@@ -247,6 +247,7 @@ def _kernel_row(r: dict[str, Any]) -> dict[str, Any]:
     return {
         "category": r.get("category"),
         "op": r.get("op"),
+        "op_short": _cut(r.get("op")),
         "before_kernel": _cut(r.get("before_kernel")),
         "after_kernel": _cut(r.get("after_kernel")),
         "before_full": r.get("before_kernel_full") or r.get("before_kernel") or "",
@@ -265,6 +266,25 @@ def _kernel_row(r: dict[str, Any]) -> dict[str, Any]:
         "per_call": speedup(r.get("per_call_speedup")),
         "before_roof": fmt.pct(r.get("before_roof")),
         "after_roof": fmt.pct(r.get("after_roof")),
+        # new / gone: the group ran in one run only (it is still ranked by its time).
+        "status": STATUS_LABELS.get(r.get("status") or "", ""),
+    }
+
+
+STATUS_LABELS = {"new": "new", "gone": "gone", "both": ""}
+
+
+def _category_row(c: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "category": c.get("category"),
+        "before": fmt.ms(c.get("before_ms")) if c.get("before_ms") else fmt.MISSING,
+        "after": fmt.ms(c.get("after_ms")) if c.get("after_ms") else fmt.MISSING,
+        "delta": signed(c.get("delta_ms"), "ms"),
+        "relative": rel(c.get("relative")),
+        "trend": _trend(c.get("delta_ms")),
+        "status": STATUS_LABELS.get(c.get("status") or "", ""),
+        "groups": c.get("groups") or 0,
+        "rows": [_kernel_row(r) for r in c.get("top") or []],
     }
 
 
@@ -276,6 +296,11 @@ def kernels(data: dict[str, Any], top: int | None = None) -> list[dict[str, Any]
                 "phase": phase,
                 "label": phase_label(phase) if phase != "all" else "Whole trace",
                 **{part: [_kernel_row(r) for r in (k.get(part) or [])[:top]] for part in ("movers", "new", "vanished")},
+                # Movers by category, each with its top groups: the level that carries the change when
+                # the runs share no kernel names (two vendors, graph-replayed kernels without ops).
+                "categories": [_category_row(c) for c in (k.get("categories") or [])[:top]],
+                "per_step": k.get("basis") == "per step",
+                "steps": {s: fmt.count((k.get("steps") or {}).get(s)) for s in SIDES},
             }
         )
     return out
