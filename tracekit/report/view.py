@@ -290,7 +290,7 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     for phase, share in (m.get("idle_share") or {}).items():
         add(
             f"idle_share.{phase}", f"{word} idle, {phase_label(phase).lower()}", share, fmt.pct(share),
-            f"share of the {phase_label(phase).lower()} steps' {word} time with nothing running",
+            f"share of the {phase_label(phase).lower()} steps' time with no {word} work running",
             f"{word} idle share: {formulas.get('idle_share', '')}; {formulas.get('gpu_idle', '')}.",
         )
     return out
