@@ -202,6 +202,9 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
         "replayed from a CUDA/HIP graph: its ops and shapes are not in this trace (pass the graph-capture trace)"
     )
     reason[(op < 0) & ~graph] = "no launching op in the trace"
+    if source.reason is not None:  # a capture at another batch size: why its shapes were not used
+        said = (op < 0) & (source.reason != None)  # noqa: E711
+        reason[said] = source.reason[said]
     ops = source.ops
     if not len(ops) or not (op >= 0).any():
         return flops, nbytes, dtype, unit, reason, pricing
