@@ -96,3 +96,22 @@ def test_c_eager_ops_beside_a_replay_keep_their_own_costs():
         assert np.array_equal(got["pricing_op"].to_numpy(), own["pricing_op"].to_numpy())
         assert np.allclose(got["flops"].to_numpy(float), own["flops"].to_numpy(float), equal_nan=True)
         assert np.allclose(got["bytes"].to_numpy(float), own["bytes"].to_numpy(float), equal_nan=True)
+
+
+def test_a_by_order_matching_refuses_another_batch_too():
+    """Bug: a CUDA capture (launch calls name no kernels) matched by graph length takes a graph
+    of another batch when none of the step's batch fits (the old "prefer the step's batch,
+    else any" sort): piecewise graphs of every batch size have the same length."""
+    from tracekit.analysis.capture import with_capture
+
+    trace = read_real("mi300x_decode")
+    seg = segment(trace)
+    for batch, applies in ((32, True), (16, False)):
+        cap = _capture_at(batch)
+        cuda_like = dataclasses.replace(cap, runtime=cap.runtime.assign(kernel=None))  # as CUDA writes them
+        got = with_capture(trace, seg.work, cuda_like, seg.steps)
+        replayed = seg.work["graph"].to_numpy() & (seg.work["op"].to_numpy() < 0)
+        assert (got.op[replayed] >= 0).all() == applies
+        if not applies:
+            assert (got.op[replayed] < 0).all()
+            assert all("captured at batch 16, this step ran batch 32" in r for r in got.reason[replayed])
