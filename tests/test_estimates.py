@@ -77,6 +77,7 @@ def test_json_says_which_figures_are_bounds(key):
     assert dec["mbu"] is not None and dec["mbu_estimate"] == "upper" and dec["bytes_estimate"] == "upper"
     assert 0 < dec["bytes_estimate_share"]["upper"] < 1
     assert "the MBU is an upper bound" in dec["mbu_basis"]
+    assert [s["mbu_estimate"] for s in d["steps"]] == ["upper"]  # the one step's MBU rests on the same bytes
     rows = d["top_kernels"]["decode"]
     moe = [r for r in rows if r["category"] == "moe" and r["cost_source"] == "model" and r["achieved_gbps"]]
     experts = [r for r in moe if r["achieved_gbps"] == pytest.approx(PEAK_BW[key] / 1e9)]

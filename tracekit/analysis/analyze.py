@@ -244,6 +244,16 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split
     bw = spec.peak_bandwidth if spec is not None else None
     secs = out["duration_ns"].to_numpy() / 1e9
     out["mbu"] = np.where((secs > 0) & bool(bw), out["bytes"].to_numpy() / np.where(secs > 0, secs, 1) / (bw or 1), np.nan)
+    # What each step's bytes (and MBU) are, as per phase (``combined_estimate``): only steps
+    # holding estimated units need the per-step pass.
+    out["mbu_estimate"] = None
+    if "estimate" in work:
+        est = work["estimate"].to_numpy(dtype=object)[sel]
+        marked = np.flatnonzero(pd.notna(est))
+        if len(marked):
+            b = work["bytes"].to_numpy()[sel]
+            kinds = {int(i): combined_estimate(est[step == i], b[step == i]) for i in np.unique(step[marked])}
+            out["mbu_estimate"] = [kinds.get(int(i)) for i in at]
     out["split"] = [(split or {}).get(int(i)) for i in out["step"]]
     out["idle_by_cause"] = [idle.step_causes(i) if idle is not None else None for i in range(len(out))]
     out["launch_gap_ns"] = idle.by_step[:, 1] if idle is not None else 0

@@ -141,6 +141,9 @@ def with_capture(trace: Trace, work: pd.DataFrame, capture: Trace, steps: pd.Dat
     for (size, batches), n in mismatches.items():
         note += (f"; {n} kernels of replays at batch {size} got no capture shapes: the capture trace's graphs were "
                  f"captured at batch {_batches_text(batches)}")
+    if replays and not any(g.batch is not None for g in graphs):
+        note += ("; the capture trace names no batch size (no capture_<n>_<mode> range), so the graphs' batch "
+                 "was not checked against the replaying steps'")
     if refused and not mismatches:
         note += f"; {refused} replays matched no captured graph"
     return OpSource(ops, parents, op, note, reason if refused else None)
