@@ -25,7 +25,7 @@ from tracekit.analysis.latency import latency, step_weights
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.ranks import rank_view
 from tracekit.analysis.roofline import (ABOVE_ROOF, BOUNDS, CAPTURE, COST_SOURCES, LATENCY_ROOF, LIMITERS, MODEL,
-                                       SHAPES, attribute, limiter)
+                                       SHAPES, attribute, combined_estimate, limiter)
 from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, Segmentation, segment
 from tracekit.analysis.split import phase_weights, split_mixed
 from tracekit.analysis.timeline import timelines
@@ -244,6 +244,16 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split
     bw = spec.peak_bandwidth if spec is not None else None
     secs = out["duration_ns"].to_numpy() / 1e9
     out["mbu"] = np.where((secs > 0) & bool(bw), out["bytes"].to_numpy() / np.where(secs > 0, secs, 1) / (bw or 1), np.nan)
+    # What each step's bytes (and MBU) are, as per phase (``combined_estimate``): only steps
+    # holding estimated units need the per-step pass.
+    out["mbu_estimate"] = None
+    if "estimate" in work:
+        est = work["estimate"].to_numpy(dtype=object)[sel]
+        marked = np.flatnonzero(pd.notna(est))
+        if len(marked):
+            b = work["bytes"].to_numpy()[sel]
+            kinds = {int(i): combined_estimate(est[step == i], b[step == i]) for i in np.unique(step[marked])}
+            out["mbu_estimate"] = [kinds.get(int(i)) for i in at]
     out["split"] = [(split or {}).get(int(i)) for i in out["step"]]
     out["idle_by_cause"] = [idle.step_causes(i) if idle is not None else None for i in range(len(out))]
     out["launch_gap_ns"] = idle.by_step[:, 1] if idle is not None else 0
@@ -312,6 +322,8 @@ def _model_view(spec: ModelSpec | None, how: str | None, tp: int, tp_how: str, c
         out["layer_check"] = mcosts.layer_check
         out["withheld"] = mcosts.withheld
         out["dtype_conflicts"] = {c: {"kernels": k, "model": m} for c, (k, m) in mcosts.dtype_conflicts.items()}
+        # {component: the formula and numbers of its estimated bytes} (experts touched, KV read).
+        out["estimates"] = dict(mcosts.estimates)
     return out
 
 
@@ -395,6 +407,9 @@ def _phase(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
     mbu, mbu_ach, mbu_basis, mbu_reason = _mbu(nbytes, time_ms, spec, unknown_cost, kernel_ms)
     if mbu_basis:
         mbu_basis += "; " + _sources_text(w, "bytes")
+    bytes_estimate, estimate_share = _bytes_estimates(w)
+    if mbu_basis and bytes_estimate:
+        mbu_basis += "; " + _estimates_text(estimate_share, bytes_estimate)
     src = categorical.Values(w["cost_source"] if "cost_source" in w else np.full(len(w), "shapes", dtype=object))
     sources = {s: float(ms[src.eq(s)].sum()) for s in COST_SOURCES}
     return {
@@ -434,7 +449,37 @@ def _phase(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
         "mbu_achievable": mbu_ach,
         "mbu_basis": mbu_basis,
         "mbu_reason": mbu_reason,
+        # What the phase's bytes (and the MBU built on them) are: "upper" or "lower" bound, the
+        # model's "estimate", or None (the minimal traffic of stated work); and the share of
+        # the bytes each kind of unit holds.
+        "bytes_estimate": bytes_estimate,
+        "bytes_estimate_share": estimate_share,
+        "mbu_estimate": bytes_estimate if mbu is not None else None,
     }
+
+
+_ESTIMATE_WORDS = {"upper": "upper bounds (routed experts' bytes capped at the bandwidth roof)",
+                   "lower": "lower bounds (a prefill's KV read without a stated cached prefix)",
+                   "model": "the model's estimates (distinct experts expected under uniform routing)"}
+
+
+def _bytes_estimates(w: pd.DataFrame) -> tuple[str | None, dict[str, float]]:
+    """(what the phase's bytes are, {estimate kind: share of the bytes}) (``combined_estimate``)."""
+    if "estimate" not in w or not len(w):
+        return None, {}
+    est = w["estimate"].to_numpy(dtype=object)
+    b = np.nan_to_num(w["bytes"].to_numpy(dtype=float))
+    total = float(b.sum())
+    vals = categorical.Values(est)
+    share = {k: float(b[vals.eq(k)].sum()) / total for k in _ESTIMATE_WORDS if total > 0 and vals.eq(k).any()}
+    return combined_estimate(est, b), share
+
+
+def _estimates_text(share: dict[str, float], kind: str) -> str:
+    parts = [f"{v:.0%} of the bytes are {_ESTIMATE_WORDS[k]}" for k, v in share.items() if v > 0]
+    whole = {"upper": "the MBU is an upper bound", "lower": "the MBU is a lower bound",
+             "model": "the MBU is an estimate"}[kind]
+    return ", ".join(parts) + f": {whole}"
 
 
 def _mfu(w: pd.DataFrame, time_ms: float, spec) -> tuple:
@@ -619,6 +664,7 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
             "limiter": _mode(w, "limiter"),
             "cost_source": _mode(w, "cost_source") if "cost_source" in w else "shapes",
             "peak_note": _mode(w, "peak_note") if "peak_note" in w else None,
+            "estimate": _estimates_by_name(w),
             "roof_x_dur": roof_x_dur.groupby(w["name"], observed=True).sum(),
             "known_dur": known_dur.groupby(w["name"], observed=True).sum(),
         }
@@ -647,12 +693,30 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
                 "cost_source": r["cost_source"],
                 # The peak that priced it when its dtype has none on the device ("priced at fp8 peak: ...").
                 "peak_note": r["peak_note"] if isinstance(r["peak_note"], str) else None,
+                # What its bytes (and the bandwidth and roof fraction built on them) are: "upper" or
+                # "lower" bound, the model's "estimate", or None (the minimal traffic of stated work).
+                "estimate": r["estimate"] if isinstance(r["estimate"], str) else None,
                 "achieved_tflops": (r["flops"] / secs / 1e12) if secs and pd.notna(r["flops"]) else None,
                 "achieved_gbps": (r["bytes"] / secs / 1e9) if secs and pd.notna(r["bytes"]) else None,
                 "roof_fraction": roof,
             }
         )
     return rows
+
+
+def _estimates_by_name(w: pd.DataFrame) -> pd.Series | None:
+    """Per kernel name whose units carry an estimate, what its summed bytes are (``combined_estimate``)."""
+    if "estimate" not in w:
+        return None
+    has = w["estimate"].notna().to_numpy()
+    if not has.any():
+        return None
+    names = w["name"]
+    out = {}
+    for name in pd.unique(names[has]):
+        mine = (names == name).to_numpy()
+        out[name] = combined_estimate(w["estimate"].to_numpy(dtype=object)[mine], w["bytes"].to_numpy(dtype=float)[mine])
+    return pd.Series(out, dtype=object)
 
 
 # Beyond this many names x values, _mode counts the pairs present instead of a full table.
@@ -770,6 +834,8 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
             for c, v in (("flops", flops_all), ("bytes", bytes_all), ("dur_ns", dur_all))}
     calls = np.bincount(inverse, minlength=len(groups))
     order = np.argsort(-sums["dur_ns"], kind="stable")[:ROOFLINE_POINTS]
+    est_all = w["estimate"].to_numpy(dtype=object) if "estimate" in w else None
+    any_est = est_all is not None and bool(pd.notna(est_all[rows_in]).any())
     rows = []
     for g in order:
         i = first[g]
@@ -778,6 +844,8 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
         rows.append(((label, None, text_cols[0][i], text_cols[1][i], text_cols[2][i]),
                      {"flops": sums["flops"][g], "bytes": sums["bytes"][g], "dur_ns": sums["dur_ns"][g],
                       "calls": calls[g], "kernel": str(w["name"].iat[r]),
+                      "estimate": combined_estimate(est_all[rows_in[inverse == g]], bytes_all[rows_in[inverse == g]])
+                      if any_est else None,
                       "source": w["cost_source"].iat[r],
                       "op": int(pricing_all[r]) if shaped_rows[i] else -1}))
     for (lab, _, cat, dtype, unit), r in rows:
@@ -803,6 +871,8 @@ def _roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | Non
                 "roof_flops": roof,
                 "peak_note": spec.runs_as_note(dtype, unit),
                 "cost_source": str(r["source"]),
+                # What the point's bytes are: "upper"/"lower" bound, the model's "estimate", or null.
+                "estimate": r["estimate"],
                 "bound": bound,
                 "limiter": str(limiter([bound], [fraction if fraction is not None else np.nan])[0]),
                 # Same definition as per kernel: time the roofline allows over time taken.

@@ -8,11 +8,20 @@ op that issued it. Replay and capture queue the same kernels in the same order, 
 - where the capture's launch calls name their kernels (ROCm's ``hipLaunchKernel`` /
   ``hipExtModuleLaunchKernel`` carry a ``kernel`` argument), the two name sequences are
   aligned (``difflib``, tolerant of a few extra or missing kernels);
-- where they do not (CUDA), each captured graph's launches (kernel launches and the
-  memcpy/memset nodes, between ``*StreamBeginCapture`` and ``*StreamEndCapture``, under
-  the engine's ``capture_<n>_<mode>`` range) are matched to a replay by order: a replay of
-  K GPU activities takes the captured graph of exactly K launches, preferring the batch
-  size of the replaying step.
+- where they do not (CUDA), a replay of K GPU activities takes a captured graph of exactly
+  K launches (kernel launches and the memcpy/memset nodes).
+
+Engines capture one graph per batch size (vLLM's ``capture_<n>_<mode>`` ranges, SGLang's
+capture loop), and a graph's ops hold the shapes of the batch it was captured at: they
+price a replay only when the replaying step ran that batch. A step whose batch differs from
+every captured graph's gets no capture shapes, with the reason ("captured at batch 32, this
+step ran batch 16"), and is priced otherwise (the model, with the step's own tokens) or
+left unknown. Kernels that ran outside any replay (a piecewise or mixed step's eager ops)
+are never touched: they keep their own ops and shapes.
+
+A graph's batch is the ``capture_<n>_<mode>`` range it was captured in; a step's is the
+tokens it ran (the rows a graph processes: vLLM keys its graphs by tokens, SGLang's decode
+graphs by requests, one token each), else its batch of requests.
 """
 
 from __future__ import annotations
@@ -28,6 +37,13 @@ from tracekit.trace.links import op_parents
 from tracekit.trace.model import Trace
 
 _BEGIN_CAPTURE = ("cudaStreamBeginCapture", "hipStreamBeginCapture")
+_END_CAPTURE = ("cudaStreamEndCapture", "hipStreamEndCapture")
+_LAUNCH_CALLS = ("LaunchKernel", "LaunchKernelEx", "LaunchKernelExC", "ModuleLaunchKernel", "ExtModuleLaunchKernel",
+                 "LaunchCooperativeKernel", "MemcpyAsync", "MemsetAsync", "Memcpy2DAsync", "MemsetD32Async",
+                 "MemsetD8Async")
+# Captured graphs a replay's kernel names are aligned against, the closest in length first,
+# when the batch does not single one out.
+_ALIGN_CANDIDATES = 3
 
 
 @dataclass
@@ -38,61 +54,160 @@ class OpSource:
     parents: np.ndarray
     op: np.ndarray
     note: str | None = None
+    # Per unit: why a replayed kernel got no capture shapes (None: no such reason).
+    reason: np.ndarray | None = None
 
 
 def own_ops(trace: Trace, work: pd.DataFrame) -> OpSource:
     return OpSource(trace.cpu_ops, op_parents(trace.cpu_ops), work["op"].to_numpy().copy())
 
 
+@dataclass
+class _Graph:
+    ops: np.ndarray  # capture op row of each launch call, in order (-1: launched outside any op)
+    kernels: list[str] | None  # the kernel each launch call names (ROCm), "" for unnamed; None: none named
+    batch: int | None  # from the capture_<n>_<mode> range around it; None when no range says
+
+
 def with_capture(trace: Trace, work: pd.DataFrame, capture: Trace, steps: pd.DataFrame | None = None) -> OpSource:
-    """``own_ops`` plus the capture trace's ops for the replayed kernels that align."""
+    """``own_ops`` plus the capture trace's ops for the replayed kernels that align with a
+    graph captured at the replaying step's batch."""
     base = own_ops(trace, work)
     replayed = np.flatnonzero(work["graph"].to_numpy() & (base.op < 0))
     if not len(replayed):
         base.note = "the capture trace was not needed: no kernel of this trace was replayed from a graph"
         return base
-    launches = _captured_launches(capture)
-    if not len(launches):
-        return _by_order(trace, work, capture, base, replayed, steps)
-    ops, parents, offset = _joined_ops(trace, capture, base)
+    graphs = _captured_graphs(capture)
+    named = any(g.kernels is not None for g in graphs)
+    if not graphs or (not named and not any(len(g.ops) for g in graphs)):
+        base.note = (
+            f"{capture.path} holds no stream capture (no *StreamBeginCapture ... *StreamEndCapture) and names no "
+            "kernels in its launch calls, so the replayed kernels cannot be matched to captured ops"
+        )
+        return base
+    offset = len(trace.cpu_ops)
+    ops = pd.concat([trace.cpu_ops, capture.cpu_ops], ignore_index=True)
+    ops["name"] = ops["name"].astype("category")
+    cap_parents = op_parents(capture.cpu_ops)
+    parents = np.concatenate([base.parents, np.where(cap_parents >= 0, cap_parents + offset, -1)])
     op = base.op
+    reason = np.full(len(work), None, dtype=object)
     names = work["name"].astype(str).to_numpy()
     starts = work["start_ns"].to_numpy()
     launch = trace.kernels["launch"].to_numpy()
-    matched = 0
-    # Each graph launch is one replay: align its kernels, in time order, to the capture.
+    step_of = work["step"].to_numpy() if "step" in work else np.full(len(work), -1)
+    sizes = _step_sizes(steps)
+    aligned: dict[tuple, tuple[int, list[tuple[int, int]]]] = {}  # (names, graph) -> (matches, pairs)
+    matched = replays = refused = 0
+    mismatches: dict[tuple[int, tuple], int] = {}
+    # Each graph launch is one replay: match its kernels, in time order, to one captured graph.
     for _, rows in pd.Series(replayed).groupby(launch[replayed]):
         rows = rows.to_numpy()
         rows = rows[np.argsort(starts[rows], kind="stable")]
-        sm = SequenceMatcher(None, list(names[rows]), list(launches["kernel"]), autojunk=False)
-        for block in sm.get_matching_blocks():
-            for i in range(block.size):
-                cap_op = int(launches["op"].iat[block.b + i])
-                if cap_op >= 0:
-                    op[rows[block.a + i]] = cap_op + offset
-                    matched += 1
-    note = (
-        f"{matched} of {len(replayed)} graph-replayed kernels were matched, by kernel name and order, "
-        f"to the ops that queued them in the capture trace {capture.path}"
-    )
-    return OpSource(ops, parents, op, note)
+        size = sizes.get(int(step_of[rows[0]]))
+        pool, why = _graphs_for(graphs, size, len(rows), named)
+        if why is not None:
+            reason[rows] = why
+            refused += 1
+            if size is not None:
+                key = (size, tuple(sorted({g.batch for g in graphs if g.batch is not None})))
+                mismatches[key] = mismatches.get(key, 0) + len(rows)
+            continue
+        if named:
+            key_names = tuple(names[rows])
+            best = None
+            for i in pool:
+                if (key_names, i) not in aligned:
+                    aligned[(key_names, i)] = _align(key_names, graphs[i])
+                got = aligned[(key_names, i)]
+                if best is None or got[0] > best[0]:
+                    best = got
+            pairs = best[1] if best else []
+            if pairs:
+                replays += 1
+            for a, cap_op in pairs:
+                op[rows[a]] = cap_op + offset
+            matched += len(pairs)
+        else:
+            g = graphs[pool[0]]
+            replays += 1
+            ok = g.ops >= 0
+            op[rows[ok]] = g.ops[ok] + offset
+            matched += int(ok.sum())
+    how = ("by kernel name and order" if named else
+           "by position in the captured graph (its launch calls name no kernels)")
+    note = (f"{matched} of {len(replayed)} graph-replayed kernels were matched, {how}, to the ops that queued them "
+            f"in the capture trace {capture.path} ({replays} replays matched a captured graph)")
+    for (size, batches), n in mismatches.items():
+        note += (f"; {n} kernels of replays at batch {size} got no capture shapes: the capture trace's graphs were "
+                 f"captured at batch {_batches_text(batches)}")
+    if replays and not any(g.batch is not None for g in graphs):
+        note += ("; the capture trace names no batch size (no capture_<n>_<mode> range), so the graphs' batch "
+                 "was not checked against the replaying steps'")
+    if refused and not mismatches:
+        note += f"; {refused} replays matched no captured graph"
+    return OpSource(ops, parents, op, note, reason if refused else None)
 
 
-_LAUNCH_CALLS = ("LaunchKernel", "LaunchKernelEx", "LaunchKernelExC", "ModuleLaunchKernel", "ExtModuleLaunchKernel",
-                 "LaunchCooperativeKernel", "MemcpyAsync", "MemsetAsync", "Memcpy2DAsync", "MemsetD32Async",
-                 "MemsetD8Async")
-_END_CAPTURE = ("cudaStreamEndCapture", "hipStreamEndCapture")
+def _graphs_for(graphs: list[_Graph], size: int | None, length: int, named: bool) -> tuple[list[int], str | None]:
+    """Indices of the captured graphs a replay of ``length`` kernels in a step of ``size``
+    tokens may take its shapes from, or the reason none may."""
+    batches = sorted({g.batch for g in graphs if g.batch is not None})
+    idx = list(range(len(graphs)))
+    if size is not None and batches:
+        same = [i for i in idx if graphs[i].batch == size]
+        if not same:
+            unlabelled = [i for i in idx if graphs[i].batch is None]
+            if not unlabelled:
+                return [], (f"replayed from a CUDA/HIP graph: the capture trace's graphs were captured at batch "
+                            f"{_batches_text(tuple(batches))}, this step ran batch {size}: their shapes do not "
+                            "apply (pass the capture of this batch size)")
+            same = unlabelled
+        idx = same
+    if not named:
+        fits = [i for i in idx if len(graphs[i].ops) == length]
+        if not fits:
+            return [], ("replayed from a CUDA/HIP graph: no captured graph in the capture trace launches the "
+                        f"{length} kernels and copies of this replay")
+        seen = sorted({graphs[i].batch for i in fits if graphs[i].batch is not None})
+        if size is None and len(seen) > 1:
+            return [], (f"replayed from a CUDA/HIP graph: graphs of this length were captured at batch "
+                        f"{_batches_text(tuple(seen))} and the step's batch is not in the trace, so which one "
+                        "replayed is unknown")
+        return fits[:1], None
+    named_idx = [i for i in idx if graphs[i].kernels is not None]
+    if size is None:
+        seen = sorted({graphs[i].batch for i in named_idx if graphs[i].batch is not None})
+        if len(seen) > 1:
+            return [], (f"replayed from a CUDA/HIP graph: the capture trace holds graphs captured at batch "
+                        f"{_batches_text(tuple(seen))} and the step's batch is not in the trace, so which one "
+                        "replayed is unknown")
+    named_idx.sort(key=lambda i: abs(len(graphs[i].kernels) - length))
+    return named_idx[:_ALIGN_CANDIDATES], None
 
 
-@dataclass
-class _Graph:
-    ops: np.ndarray  # capture op row of each launch, in order (-1: launched outside any op)
-    batch: int | None
+def _align(names: tuple, g: _Graph) -> tuple[int, list[tuple[int, int]]]:
+    """(matches, [(replay position, capture op)]) of a replay's kernel names aligned to a graph's."""
+    kernels = g.kernels or []
+    keep = [j for j, k in enumerate(kernels) if k]
+    sm = SequenceMatcher(None, list(names), [kernels[j] for j in keep], autojunk=False)
+    pairs = []
+    for block in sm.get_matching_blocks():
+        for i in range(block.size):
+            cap_op = int(g.ops[keep[block.b + i]])
+            if cap_op >= 0:
+                pairs.append((block.a + i, cap_op))
+    return len(pairs), pairs
+
+
+def _batches_text(batches: tuple) -> str:
+    return ", ".join(str(b) for b in batches)
 
 
 def _captured_graphs(capture: Trace) -> list[_Graph]:
     """Each graph the capture trace recorded: the launch calls between a begin and an end of
-    stream capture, in order, with the batch size of the engine's ``capture_<n>_<mode>`` range."""
+    stream capture, in order, with the batch size of the engine's ``capture_<n>_<mode>`` range.
+    A trace that names kernels in its launch calls but records no stream capture is one graph."""
     rt = capture.runtime
     if not len(rt):
         return []
@@ -100,6 +215,7 @@ def _captured_graphs(capture: Trace) -> list[_Graph]:
     begins = rt[names.isin(_BEGIN_CAPTURE)].sort_values("start_ns")
     ends = rt[names.isin(_END_CAPTURE)].sort_values("start_ns")
     launch = rt[names.str.replace(r"^(cuda|hip|cu)", "", regex=True).isin(_LAUNCH_CALLS)]
+    has_names = "kernel" in rt and bool((rt["kernel"].notna() & (rt["kernel"] != "")).any())
     ann = capture.annotations
     ranges = []
     if len(ann):
@@ -114,73 +230,29 @@ def _captured_graphs(capture: Trace) -> list[_Graph]:
             continue
         e = int(later["start_ns"].iloc[0])
         mine = launch[(launch["tid"] == b.tid) & (launch["start_ns"] > b.start_ns) & (launch["start_ns"] < e)]
+        mine = mine.sort_values("start_ns")
         batch = next((n for s0, e0, n in ranges if s0 <= b.start_ns <= e0), None)
-        graphs.append(_Graph(mine.sort_values("start_ns")["op"].to_numpy(), batch))
+        graphs.append(_Graph(mine["op"].to_numpy(), _kernel_names(mine) if has_names else None, batch))
+    if not graphs and has_names:
+        named = rt[rt["kernel"].notna() & (rt["kernel"] != "")].sort_values("start_ns")
+        batch = ranges[0][2] if len({n for _, _, n in ranges}) == 1 else None
+        graphs.append(_Graph(named["op"].to_numpy(), _kernel_names(named), batch))
     return graphs
 
 
-def _by_order(trace: Trace, work: pd.DataFrame, capture: Trace, base: OpSource, replayed: np.ndarray,
-              steps: pd.DataFrame | None) -> OpSource:
-    """Replayed kernels matched to captured ops by position within each captured graph."""
-    graphs = _captured_graphs(capture)
-    if not graphs:
-        base.note = (
-            f"{capture.path} holds no stream capture (no *StreamBeginCapture ... *StreamEndCapture) and names no "
-            "kernels in its launch calls, so the replayed kernels cannot be matched to captured ops"
-        )
-        return base
-    ops, parents, offset = _joined_ops(trace, capture, base)
-    op = base.op
-    starts = work["start_ns"].to_numpy()
-    launch = trace.kernels["launch"].to_numpy()
-    step_batch = _step_batches(steps)
-    matched = replays = 0
-    for _, rows in pd.Series(replayed).groupby(launch[replayed]):
-        rows = rows.to_numpy()
-        rows = rows[np.argsort(starts[rows], kind="stable")]
-        fits = [g for g in graphs if len(g.ops) == len(rows)]
-        if not fits:
-            continue
-        batch = step_batch.get(int(work["step"].iat[rows[0]])) if "step" in work else None
-        if batch is not None:
-            fits.sort(key=lambda g: (g.batch is None, (g.batch or 0) < batch, abs((g.batch or 0) - batch)))
-        g = fits[0]
-        replays += 1
-        ok = g.ops >= 0
-        op[rows[ok]] = g.ops[ok] + offset
-        matched += int(ok.sum())
-    note = (
-        f"{matched} of {len(replayed)} graph-replayed kernels were matched, by position in the captured graph "
-        f"(its launch calls name no kernels), to the ops that queued them in the capture trace {capture.path} "
-        f"({replays} replays matched a captured graph of the same length)"
-    )
-    return OpSource(ops, parents, op, note)
+def _kernel_names(rows: pd.DataFrame) -> list[str]:
+    return ["" if not isinstance(k, str) else k for k in rows["kernel"].tolist()]
 
 
-def _joined_ops(trace: Trace, capture: Trace, base: OpSource) -> tuple[pd.DataFrame, np.ndarray, int]:
-    """The trace's ops followed by the capture's (rows of the capture offset), with parents."""
-    offset = len(trace.cpu_ops)
-    ops = pd.concat([trace.cpu_ops, capture.cpu_ops], ignore_index=True)
-    ops["name"] = ops["name"].astype("category")
-    cap_parents = op_parents(capture.cpu_ops)
-    parents = np.concatenate([base.parents, np.where(cap_parents >= 0, cap_parents + offset, -1)])
-    return ops, parents, offset
-
-
-def _step_batches(steps: pd.DataFrame | None) -> dict[int, int]:
-    """Batch size of each step that states one: engines capture one graph per batch size."""
+def _step_sizes(steps: pd.DataFrame | None) -> dict[int, int]:
+    """Per step that states one, the size its graphs are keyed by: the tokens it ran (vLLM
+    captures by tokens; a decode step's tokens are its requests), else its batch."""
     if steps is None or not len(steps):
         return {}
-    return {int(s): int(b) for s, b in zip(steps["step"], steps["batch"]) if not np.isnan(b)}
-
-
-def _captured_launches(capture: Trace) -> pd.DataFrame:
-    """Launch calls made while capturing, in order, with the kernel each queued and its op."""
-    rt = capture.runtime
-    if "kernel" not in rt or not len(rt):
-        return rt.iloc[0:0]
-    named = rt[rt["kernel"].notna() & (rt["kernel"] != "")]
-    begin = rt[rt["name"].astype(str).isin(_BEGIN_CAPTURE)]
-    if len(begin):
-        named = named[named["start_ns"] >= begin["start_ns"].min()]
-    return named.sort_values("start_ns")
+    out = {}
+    tokens = steps["tokens"] if "tokens" in steps else pd.Series(np.nan, index=steps.index)
+    for s, t, b in zip(steps["step"], tokens, steps["batch"]):
+        v = t if not pd.isna(t) else b
+        if not pd.isna(v):
+            out[int(s)] = int(v)
+    return out

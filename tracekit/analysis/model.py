@@ -127,6 +127,8 @@ def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
                 "flops": _get(r, "flops"),
                 "bytes": _get(r, "bytes"),
                 "mbu": _get(r, "mbu"),
+                # What its bytes and MBU are: "upper"/"lower" bound, the model's "estimate", or null.
+                "mbu_estimate": getattr(r, "mbu_estimate", None),
                 # Mixed steps: the prefill and decode parts (requests, tokens, kv_tokens, gpu_ms).
                 **({"split": r.split} if getattr(r, "split", None) else {}),
             }

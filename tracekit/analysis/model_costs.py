@@ -44,7 +44,7 @@ from tracekit import frameworks
 from tracekit.analysis import grid_shapes, taxonomy
 from tracekit.frameworks import DECODE, MIXED, PREFILL, BatchSide
 from tracekit.models import costs as mc
-from tracekit.models.config import ModelSpec
+from tracekit.models.config import ModelSpec, expected_experts
 
 _EXPERT_GEMM = re.compile(r"gemm|matmul|^bmm_|fused_moe_kernel|fused_experts|grouped|marlin|_ogs", re.I)
 _QK_NORM = re.compile(r"qk_?norm", re.I)
@@ -103,6 +103,19 @@ class ModelCosts:
     # Per unit: how its model cost was found, where that is worth saying (the layer a GEMM's
     # grid matched, or that a duration share priced it); None elsewhere.
     note: np.ndarray | None = None
+    # Per unit: what kind of figure its bytes are when they are not the minimal traffic of
+    # stated work (``ESTIMATES``): routed experts' bytes rest on the expected distinct experts
+    # (``model``), a prefill's KV read without a stated cache on no cached prefix (``lower``).
+    estimate: np.ndarray | None = None
+    # {component: the basis of its estimate, formula and numbers}, for the JSON's model view.
+    estimates: dict[str, str] = field(default_factory=dict)
+
+
+# What a unit's bytes are, when not the minimal traffic of work the trace states: an upper
+# bound (experts capped at the bandwidth roof), a lower bound (KV read assuming no cached
+# prefix), or the model's expectation (distinct experts under uniform routing).
+UPPER, LOWER, ESTIMATED = "upper", "lower", "model"
+ESTIMATES = (UPPER, LOWER, ESTIMATED)
 
 
 def withheld_reason(model: ModelSpec, misfit: str) -> str:
@@ -246,6 +259,8 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
     out.note = note = np.full(n, None, dtype=object)
     grids = _grids(work)
     layers = mc.named_linears(model, tp)
+    estimate = np.full(n, None, dtype=object)
+    out.estimate = estimate
     act_bytes = mc_bytes(model.dtype)
     out.kv_dtype, kv, out.kv_how = kv_cache_dtype(name_uniques, model.dtype)
     kv_bytes = kv if kv is not None else act_bytes
@@ -325,6 +340,10 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                 else:
                     dtype[mine] = work_c.dtype
                 reason[mine] = None
+                kind = _bytes_estimate(c, sd, steps.at[i, "prefill_side"] if "prefill_side" in steps else None)
+                if kind is not None:
+                    estimate[mine] = kind
+                    out.estimates.setdefault(c, _estimate_basis(model, tp, c, sd))
             else:
                 _per_launch(model, tp, c, mine, fused, out_size, all_tokens, logit_tokens, flops, nbytes, dtype,
                             unit, reason, act_bytes, kv_bytes)
@@ -402,6 +421,40 @@ def _by_neighbour(cands, by_start, at, comp, hidden):
         if c in ("norm", "rope", "qk_norm", "embedding", "quantize"):
             return [x for x in cands if x[2] == hidden]  # reads the residual stream
     return cands
+
+
+def _bytes_estimate(component: str, sides: dict[str, mc.Side], stated_prefill) -> str | None:
+    """What the model's bytes of a pooled component are in a step (``ESTIMATES``), None when
+    they are the minimal traffic of what the step states. ``stated_prefill``: the step's own
+    prefill ``BatchSide``, as its source stated it (None when it stated none)."""
+    if component == "experts":
+        return ESTIMATED  # the distinct experts read are expected under uniform routing, not known
+    if component == "attention" and PREFILL in sides and sides[PREFILL].tokens > sides[PREFILL].requests:
+        # A prefill whose cached keys no annotation states is priced as reading its own tokens
+        # only (no cached prefix, ``step_sides`` and ``attention_geometry``): its KV read is a
+        # lower bound.
+        if not isinstance(stated_prefill, BatchSide) or stated_prefill.kv_tokens is None:
+            return LOWER
+    return None
+
+
+def _estimate_basis(model: ModelSpec, tp: int, component: str, sides: dict[str, mc.Side]) -> str:
+    """The formula and numbers behind a component's estimated bytes, as the JSON states them."""
+    if component == "attention":
+        return ("lower bound: the KV read of a prefill whose cached keys the trace does not state counts its own "
+                "tokens only (no cached prefix)")
+    tokens = sum(s.tokens for s in sides.values())
+    e, k = model.experts, model.top_k
+    touched = expected_experts(e, k, tokens)
+    per = mc.expert_parameters(model, tp) * model.weight("experts").bytes_per_param
+    # Expected distinct experts per MoE layer when each of B tokens picks k of E experts
+    # uniformly: E * (1 - (1 - k/E)^B) (each expert is missed by one token with probability
+    # 1 - k/E, by all B with (1 - k/E)^B).
+    return (f"the model's estimate: expected distinct experts per MoE layer under uniform routing, "
+            f"E*(1-(1-k/E)^B) = {e}*(1-(1-{k}/{e})^{tokens:g}) = {touched:.1f} of {e} at B={tokens:g} tokens "
+            f"(the first step priced; each step by its own tokens), each expert's weights read once: {per:,.0f} bytes per expert per rank; "
+            "where that needs more than the bandwidth roof in the kernels' time, the bytes are capped at the "
+            "roof: an upper bound")
 
 
 def kv_cache_dtype(names, default: str) -> tuple[str, float | None, str]:

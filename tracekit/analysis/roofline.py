@@ -116,6 +116,9 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
         shaped[:] = False
     model_costs = None
     component = np.full(len(work), None, dtype=object)
+    # What kind of figure each unit's bytes are when not the minimal traffic of stated work
+    # (model_costs.ESTIMATES: upper or lower bound, the model's expectation); None otherwise.
+    estimate = np.full(len(work), None, dtype=object)
     if model is not None and policy != "shapes":
         known = (np.where(shaped, flops, np.nan), np.where(shaped, nbytes, np.nan)) if shaped.any() else None
         model_costs = mc.price(model, tp, seg.steps, work, category, seg.source, known=known, sides=sides)
@@ -129,6 +132,7 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
         dtype[use], unit[use] = model_costs.dtype[use], model_costs.unit[use]
         cost_source[use] = MODEL
         reason[use] = None
+        estimate[use] = model_costs.estimate[use]
         still = ~shaped & ~use & (model_costs.reason != None)  # noqa: E711
         reason[still] = model_costs.reason[still]
     elif policy == "model":
@@ -154,6 +158,7 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
             # What the above-roof check did to a model-priced unit: "capped" (routed experts'
             # bytes capped at the roof) or "undescribed" (cost left unknown); None otherwise.
             "model_check": text(np.full(len(work), None, dtype=object)),
+            "estimate": text(estimate),
         },
         # The columns are fresh arrays: consolidating them into 2-D blocks would copy each
         # while the originals are still alive (a serving run's table is hundreds of MB).
@@ -206,6 +211,9 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
         "replayed from a CUDA/HIP graph: its ops and shapes are not in this trace (pass the graph-capture trace)"
     )
     reason[(op < 0) & ~graph] = "no launching op in the trace"
+    if source.reason is not None:  # a capture at another batch size: why its shapes were not used
+        said = (op < 0) & (source.reason != None)  # noqa: E711
+        reason[said] = source.reason[said]
     ops = source.ops
     if not len(ops) or not (op >= 0).any():
         return flops, nbytes, dtype, unit, reason, pricing
@@ -412,7 +420,7 @@ def _model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, 
             capped[rows] = True
             reason[rows] = (f"uniform routing would touch experts whose weights need {ratio:.0%} of the "
                             "bandwidth roof in these kernels' time: routing concentrated on fewer experts; bytes "
-                            "capped at what peak bandwidth moves in that time")
+                            "capped at what peak bandwidth moves in that time, an upper bound")
         else:
             flops[rows], nbytes[rows] = np.nan, np.nan
             dropped[rows] = True
@@ -439,6 +447,27 @@ def _model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, 
     check = table["model_check"].to_numpy().copy()
     check[capped], check[dropped] = "capped", "undescribed"
     table["model_check"] = categorical.text(check, index=table.index)
+    # The capped bytes are what the roof lets move in the kernels' time: the most they can have
+    # been, not an estimate of what they were.
+    est = table["estimate"].to_numpy(dtype=object).copy()
+    est[capped], est[dropped] = mc.UPPER, None
+    table["estimate"] = categorical.text(est, index=table.index)
+
+
+def combined_estimate(estimates, nbytes) -> str | None:
+    """What a sum of units' bytes is (``model_costs.ESTIMATES``), from each unit's: exact
+    figures (None) added to bounds of one direction keep that bound; bounds of both directions,
+    or any expectation, make the sum an estimate of the model; no estimate at all, None."""
+    est = np.asarray(estimates, dtype=object)
+    b = np.asarray(nbytes, dtype=float)
+    with np.errstate(invalid="ignore"):
+        counted = ~np.isnan(b) & (b > 0)
+    kinds = {str(e) for e in est[counted].tolist() if isinstance(e, str)}
+    if not kinds:
+        return None
+    if len(kinds) == 1:
+        return kinds.pop()
+    return mc.ESTIMATED
 
 
 def limiter(bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | None = None) -> np.ndarray:

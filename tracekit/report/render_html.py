@@ -78,6 +78,7 @@ class HtmlRenderer(HtmlPage):
                 {"phase": r["phase"], "chart": r.get("id"), "reason": r.get("reason"), "note": r.get("note")} for r in rooflines
             ],
             "top_kernels": view.top_kernels(data, self.top),
+            "estimate_legend": view.estimate_legend(view.estimates_shown(data)),
             "quality": view.data_quality(data),
             "hta": hta_view.section(data),
             # Chart specs for Bokeh, embedded through the script_json filter.

@@ -30,6 +30,7 @@ class MarkdownRenderer(Renderer):
             "ranks": ranks_view.ranks(data),
             "idle": view.idle_lines(data),
             "top_kernels": view.top_kernels(data, self.top),
+            "estimate_legend": view.estimate_legend(view.estimates_shown(data)),
             "device_word": view.device_word(data),
             "hta": hta_view.md_lines(data),
         }

@@ -45,6 +45,9 @@ class TextRenderer(Renderer):
                 for h in headline
             ],
             "table": table,
+            "estimate_legend": view.estimate_legend(
+                [k for k in ("upper", "lower", "model") if any(p.get("mbu_estimate") == k
+                                                              for p in (data.get("phases") or {}).values())]),
             "no_phases": view.no_phases_reason(data),
             "findings": view.findings(data),
             "idle": view.idle_lines(data),

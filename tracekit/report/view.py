@@ -131,6 +131,34 @@ def header(data: dict[str, Any]) -> dict[str, Any]:
 
 COST_SOURCE_LABELS = {"shapes": "recorded shapes", "capture": "graph-capture shapes", "model": "the model",
                       "none": "unknown"}
+# The mark before a figure built on estimated bytes (the JSON's ``estimate``), and its meaning.
+ESTIMATE_MARKS = {"upper": "≤", "lower": "≥", "model": "~"}
+ESTIMATE_MEANINGS = {
+    "upper": "an upper bound: bytes capped at what peak bandwidth moves in the kernels' time (routed experts "
+             "whose expected weights would need more)",
+    "lower": "a lower bound: a prefill's KV read counted without a cached prefix the trace does not state",
+    "model": "the model's estimate: distinct experts expected under uniform routing, E*(1-(1-k/E)^B)",
+}
+
+
+def marked(text: str, estimate: str | None) -> str:
+    """A figure's text with the mark of what its bytes are ("≤ 43.6%"); unmarked when exact."""
+    mark = ESTIMATE_MARKS.get(estimate or "")
+    return f"{mark} {text}" if mark and text != fmt.MISSING else text
+
+
+def estimate_legend(kinds) -> list[str]:
+    """One line per estimate mark shown: the mark and what it means."""
+    return [f"{ESTIMATE_MARKS[k]} {ESTIMATE_MEANINGS[k]}" for k in ESTIMATE_MARKS if k in set(kinds)]
+
+
+def estimates_shown(data: dict[str, Any]) -> list[str]:
+    """The estimate kinds the report's marked figures carry (phases' MBU, top kernels' bytes)."""
+    kinds = [p.get("mbu_estimate") for p in (data.get("phases") or {}).values()]
+    for rows in (data.get("top_kernels") or {}).values():
+        kinds += [r.get("estimate") for r in rows]
+    kinds += [r.get("estimate") for r in (data.get("overall") or {}).get("top_kernels") or []]
+    return [k for k in ESTIMATE_MARKS if k in kinds]
 
 
 def model_view(data: dict[str, Any]) -> dict[str, Any] | None:
@@ -282,7 +310,7 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     )
     dec = phases.get("decode") or {}
     add(
-        "decode_mbu", "Decode MBU", m.get("decode_mbu"), fmt.pct(m.get("decode_mbu")),
+        "decode_mbu", "Decode MBU", m.get("decode_mbu"), marked(fmt.pct(m.get("decode_mbu")), dec.get("mbu_estimate")),
         f"vs {_first_clause(dec.get('mbu_basis'))}",
         f"Memory bandwidth utilisation: {formulas.get('mbu', '')}. Against {dec.get('mbu_basis')}."
         + (f" Against the achievable ceiling: {fmt.pct(dec['mbu_achievable'])}." if dec.get("mbu_achievable") is not None else ""),
@@ -335,7 +363,7 @@ def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                     if (p.get("by_limiter") or {}).get(k)),
                 "mfu": fmt.pct(p.get("mfu")),
                 "mfu_note": p.get("mfu_basis") or p.get("mfu_reason") or why.get(f"{phase}_mfu"),
-                "mbu": fmt.pct(p.get("mbu")),
+                "mbu": marked(fmt.pct(p.get("mbu")), p.get("mbu_estimate")),
                 "mbu_note": p.get("mbu_basis") or p.get("mbu_reason") or why.get(f"{phase}_mbu"),
                 "unknown_cost_share": fmt.pct(p.get("unknown_cost_share")),
             }
@@ -421,7 +449,7 @@ def _achieved(row: dict[str, Any]) -> str:
     if row.get("achieved_tflops") is not None:
         parts.append(fmt.flops(row["achieved_tflops"] * 1e12))
     if row.get("achieved_gbps") is not None:
-        parts.append(fmt.bandwidth(row["achieved_gbps"] * 1e9))
+        parts.append(marked(fmt.bandwidth(row["achieved_gbps"] * 1e9), row.get("estimate")))
     return " · ".join(parts) if parts else fmt.MISSING
 
 
@@ -442,7 +470,9 @@ def kernel_rows(rows: list[dict[str, Any]], top: int | None = None) -> list[dict
                 "bound_key": r.get("bound"),
                 "limiter": r.get("limiter") or "unknown",
                 "achieved": _achieved(r),
-                "roof": fmt.pct(r.get("roof_fraction")),
+                "roof": marked(fmt.pct(r.get("roof_fraction")), r.get("estimate")),
+                "estimate": r.get("estimate"),
+                "estimate_note": ESTIMATE_MEANINGS.get(r.get("estimate") or ""),
             }
         )
     return out
