@@ -54,6 +54,10 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     # recorded shapes still has (GEMM grids grow with the tokens of a step). Raw, so a
     # malformed grid costs that kernel its grid, not the whole read.
     grid: msgspec.Raw = ABSENT
+    block: msgspec.Raw = ABSENT
+    # Bytes a memcpy/memset moved: a default serving trace's only record of the sizes of the
+    # arrays a step copies (input ids, positions, sampled tokens).
+    nbytes: Union[int, str] = msgspec.field(default=-1, name="bytes")
 
 
 _NO_ARGS = Args()

@@ -10,6 +10,8 @@ where the trace does not give the link.
     name, kind ("kernel" | "memcpy" | "memset"), start_ns, end_ns, dur_ns,
     device, stream, correlation, external_id,
     ctas     blocks launched (grid x * y * z), -1 where the trace has no grid
+    grid_x, grid_y, grid_z, block_x, block_y, block_z   launch dimensions (int32), -1 where not recorded
+    bytes    bytes a memcpy or memset moved (its `bytes` arg), -1 elsewhere
     launch   -> row in ``runtime`` of the launching runtime call (by correlation)
     op       -> row in ``cpu_ops`` of the op that launched it (through the launch)
     graph    bool: launched by a cudaGraphLaunch / hipGraphLaunch (graph replay)
