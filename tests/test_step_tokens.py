@@ -99,7 +99,8 @@ def test_stripped_b200_is_one_prefill_of_888_tokens_and_says_why_its_batch_is_un
     s = seg.segment(strip_annotations(read_real("b200_vllm")))
     [step] = s.steps.to_dict("records")
     assert step["phase"] == "prefill" and step["tokens"] == 888
-    assert "reshape_and_cache_flash_kernel grid x = 888" in step["tokens_source"]
+    assert "KV-cache writes (vllm::reshape_and_cache_flash_kernel" in step["tokens_source"]
+    assert "grid x = 888, one block per token" in step["tokens_source"]
     assert "3,552 and 7,104 bytes" in step["tokens_source"]  # the input ids and positions agree
     assert np.isnan(step["batch"]) and "no source in the trace counts its requests" in step["batch_source"]
 
@@ -137,7 +138,7 @@ def test_eager_prefill_with_a_decode_attention_kernel_among_replayed_decode_step
     s = seg.segment(one_after_another(extend, decode, decode, decode))
     assert list(s.steps["phase"]) == ["prefill", "decode", "decode", "decode"]
     ev = s.steps["evidence"][0]
-    assert "decode attention kernel paged_attention_ll4mi" in ev and "outweighed" in ev
+    assert "decode attention kernel void paged_attention_ll4mi_QKV" in ev and "outweighed" in ev
     assert s.steps["phase_confidence"][0] > 0.5
 
 

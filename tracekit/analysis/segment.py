@@ -150,7 +150,8 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
                          f"{'are' if dropped != 1 else 'is'} not counted as a step")
             work["step"] = _assign(work, ranges)
     steps = _steps_table(ranges, work)
-    counts = (step_tokens.step_counts(trace.kernels, work["step"].to_numpy(), len(steps), steps["source"].tolist())
+    counts = (step_tokens.step_counts(trace.kernels, work["step"].to_numpy(), len(steps), steps["source"].tolist(),
+                                      iteration_of=_iteration(work, steps))
               if device_type == "gpu" and len(steps) else [step_tokens.StepCounts() for _ in range(len(steps))])
     _fill_counts(steps, counts)
     _resolve_phases(steps, work, counts)
@@ -209,6 +210,26 @@ def _resolve_phases(steps: pd.DataFrame, work: pd.DataFrame, counts: list | None
                    "KV-cache writes or paged attention kernels show autoregressive generation")
         steps.at[i, "phase"], steps.at[i, "evidence"] = phase, _joined(steps.at[i, "evidence"], why)
         steps.at[i, "phase_confidence"] = np.nan if confidence is None else confidence
+
+
+def _iteration(work: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """For work issued outside every step: the step whose engine iteration it ends (the latest
+    step begun before it on its thread, when no later step has begun), else -1. The sampler's
+    readback of the step's tokens often follows the step's own range; evidence only, the
+    work's step (and the books) stay as assigned."""
+    out = np.full(len(work), -1, dtype=np.int64)
+    step_of, issue, tid = work["step"].to_numpy(), work["issue_ns"].to_numpy(), work["issue_tid"].to_numpy()
+    loose = np.flatnonzero((step_of < 0) & (issue >= 0))
+    if not len(loose) or not len(steps):
+        return out
+    s_tid, s_start = steps["tid"].to_numpy(), steps["cpu_start_ns"].to_numpy()
+    for t in np.unique(s_tid):
+        idx = np.flatnonzero(s_tid == t)
+        idx = idx[np.argsort(s_start[idx], kind="stable")]
+        mine = loose[tid[loose] == t]
+        pos = np.searchsorted(s_start[idx], issue[mine], side="right") - 1
+        out[mine] = np.where(pos >= 0, idx[np.maximum(pos, 0)], -1)
+    return out
 
 
 def _fill_counts(steps: pd.DataFrame, counts: list) -> None:

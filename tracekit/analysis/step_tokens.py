@@ -87,10 +87,11 @@ def _grid(kernels: pd.DataFrame) -> np.ndarray:
 
 
 def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
-                sources: list[str] | None = None) -> list[StepCounts]:
+                sources: list[str] | None = None, iteration_of: np.ndarray | None = None) -> list[StepCounts]:
     """What the evidence says of each step's tokens and requests; ``step_of`` gives the step of
     each row of ``kernels`` (-1: none), ``sources`` each step's source (an engine's conventions
-    differ). Rules run once per distinct kernel name and grid."""
+    differ), ``iteration_of`` for rows outside every step the step whose engine iteration they
+    end (the sampled-token readback is read there). Rules run once per distinct kernel name and grid."""
     out = [StepCounts() for _ in range(n_steps)]
     if not n_steps or not len(kernels):
         for c in out:
@@ -142,9 +143,17 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
             direction = np.array([_direction(names[c] if c >= 0 else "") for c in codes[crow].tolist()])
             for d, target in (("htod", tok_votes), ("dtoh", req_votes)):
                 sel = crow[direction == d]
+                owner = step_of
+                if d == "dtoh" and iteration_of is not None:
+                    # The readback that closes a step's iteration, issued after its range.
+                    late = np.flatnonzero((step_of < 0) & (iteration_of >= 0) & (kind == "memcpy") & (nbytes > 0))
+                    late = late[np.array([_direction(names[c] if c >= 0 else "") == "dtoh"
+                                          for c in codes[late].tolist()], dtype=bool)] if len(late) else late
+                    sel = np.concatenate([sel, late])
+                    owner = np.where(step_of >= 0, step_of, iteration_of)
                 if not len(sel):
                     continue
-                by_step = pd.Series(nbytes[sel]).groupby(step_of[sel]).agg(list)
+                by_step = pd.Series(nbytes[sel]).groupby(owner[sel]).agg(list)
                 for step, sizes in by_step.items():
                     if d == "htod":
                         found = frameworks.input_copy_tokens(sizes)
@@ -190,6 +199,6 @@ def _direction(name: str) -> str | None:
     return None
 
 
-def _short(name: str, width: int = 48) -> str:
+def _short(name: str, width: int = 64) -> str:
     head = name.split("(")[0].replace("void ", "").strip() or name
     return head if len(head) <= width else head[: width - 3] + "..."
