@@ -19,6 +19,9 @@ Three kinds, tried in this order by ``segment``:
    with many more kernels while the others replay graphs, holds prefill work; the
    light steps beside it are decode. A step replaying CUDA/HIP graphs is decode
    (engines capture graphs for decode batch sizes), unless its names say otherwise.
+4. **The vote** (``Ballot``): ``segment`` casts each kind above, and the step's counted
+   tokens against its requests, as weighted votes; the phase with the most weight wins,
+   with a confidence, and the evidence text names every vote, so disagreement shows.
 """
 
 from __future__ import annotations

@@ -20,10 +20,12 @@ grammars live in ``tracekit.frameworks``):
    pass (or the outermost ``nn.Module`` spans); else steps found from the launch
    pattern (``launches``); else ``ProfilerStep#N``; else the whole trace as one pass.
 
-Steps whose source does not state the phase take it from evidence (``evidence``):
-op shapes, phase-only attention kernels, then the structure of the run's steps
-(GEMM grid sizes, graph replay, kernel counts). When the evidence is too weak the
-phase stays ``unknown``. A step that launched no GPU work is not a step.
+Steps whose source does not state their tokens and batch take them from the trace's
+evidence (``step_tokens``: KV-write grids, input copies, the sampled-token readback, ...);
+steps whose source does not state the phase take it from a weighed vote (``evidence``):
+counted tokens against requests, phase-only attention kernels, the structure of the run's
+steps (GEMM grid sizes, eager among replayed, GPU time). When the evidence is too weak
+or split the phase stays ``unknown``. A step that launched no GPU work is not a step.
 
 A trace with backward ops or optimizer steps is a training run: no prefill or
 decode steps are invented for it.
