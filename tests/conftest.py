@@ -37,6 +37,7 @@ REAL = {
     "gb10_vllm": "gb10_vllm-qwen3.5-27b-nvfp4_decode-10steps.pt.trace.json.gz",
     "b300_qwen3_moe": "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz",
     "mi300x_qwen3_moe": "mi300x_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz",
+    "rtx3090_vllm": "rtx3090_vllm-gpt-oss-20b_decode-new-cached.pt.trace.json.gz",
 }
 
 

@@ -74,6 +74,7 @@ def analyze(
     costs: str = "auto",
     weights: str | None = None,
     model_force: bool = False,
+    stated: dict | None = None,
 ) -> Analysis:
     """Analyse a trace. ``gpu``/``spec_file`` override the device lookup; the two
     ``cpu_*`` peaks (FLOP/s, bytes/s) stand in for a CPU trace's missing calibration;
@@ -85,17 +86,19 @@ def analyze(
     ``auto`` (shapes where recorded, the model elsewhere), ``shapes`` or ``model``. A run
     tracekit collected is priced by the model config its sidecar recorded. A model the trace
     contradicts (another number of attention layers) prices nothing, with the reason, unless
-    ``model_force``."""
+    ``model_force``. ``stated`` gives the tokens and batch of each phase's steps where the user
+    knows them (``{"tokens": {"prefill": 1049}, "batch": {"decode": 1}}``, phase ``"all"`` for every step)."""
     parts, match = measure(trace, gpu=gpu, spec_file=spec_file, cpu_matmul_flops=cpu_matmul_flops,
                            cpu_bandwidth=cpu_bandwidth, capture=capture, model=model, tp=tp, costs=costs,
-                           weights=weights, model_force=model_force)
+                           weights=weights, model_force=model_force, stated=stated)
     return assemble(trace, parts, match)
 
 
 def measure(trace: Trace, *, gpu=None, spec_file=None, cpu_matmul_flops=None, cpu_bandwidth=None, capture=None,
-            model=None, tp=None, costs="auto", weights=None, model_force=False) -> tuple[Parts, SpecMatch]:
+            model=None, tp=None, costs="auto", weights=None, model_force=False,
+            stated=None) -> tuple[Parts, SpecMatch]:
     """Segment, price and split the trace's work against its device (``analyze``'s options)."""
-    seg = segment(trace)
+    seg = segment(trace, stated=stated)
     match = _device_spec(trace, gpu, spec_file, cpu_matmul_flops, cpu_bandwidth)
     spec_model, model_how = _model(trace, model, weights)
     tp_value, tp_how = _tp(trace, tp)

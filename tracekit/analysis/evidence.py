@@ -19,6 +19,9 @@ Three kinds, tried in this order by ``segment``:
    with many more kernels while the others replay graphs, holds prefill work; the
    light steps beside it are decode. A step replaying CUDA/HIP graphs is decode
    (engines capture graphs for decode batch sizes), unless its names say otherwise.
+4. **The vote** (``Ballot``): ``segment`` casts each kind above, and the step's counted
+   tokens against its requests, as weighted votes; the phase with the most weight wins,
+   with a confidence, and the evidence text names every vote, so disagreement shows.
 """
 
 from __future__ import annotations
@@ -341,4 +344,125 @@ def structural_phases(features: pd.DataFrame, todo: np.ndarray, engine: np.ndarr
         elif share > 0.5:
             out[i] = (DECODE, f"replays CUDA/HIP graphs ({share:.0%} of its kernels); "
                               "engines capture graphs for decode batch sizes")
+    return out
+
+
+# --- 4. the vote ------------------------------------------------------------------------
+
+# Weights of each kind of evidence for a step's phase. Counted tokens beside counted
+# requests are the most direct (a step computing more tokens than it has requests holds
+# prefill work); a phase-only attention kernel is next (prefill kernels more so: engines
+# also launch decode-named kernels in a prefill step, for its cached requests or as the
+# paged path of a short query); structure across the run's steps and GPU time come last.
+W_COUNTS, W_PREFILL_NAME, W_DECODE_NAME, W_WEAK_NAME = 3.0, 2.0, 1.0, 0.5
+W_HEAVY, W_LIGHT, W_GRAPHS, W_EAGER, W_GPU_TIME, W_MORE_TOKENS = 2.0, 1.0, 1.0, 1.0, 1.0, 1.0
+# The weight at which a verdict is fully sure: one vote of a graph replay alone is not.
+W_SURE = 3.0
+# A step with this many times the GPU busy time of the run's median engine step holds prefill work.
+HEAVY_GPU_TIME = 2.0
+
+
+class Ballot:
+    """The phase votes cast for one step: (phase, weight, reason) each."""
+
+    def __init__(self) -> None:
+        self.votes: list[tuple[str, float, str]] = []
+        self.both_attention = False  # decode and prefill attention kernels both ran
+
+    def cast(self, phase: str, weight: float, why: str) -> None:
+        if phase in (PREFILL, DECODE) and weight > 0:
+            self.votes.append((phase, weight, why))
+
+    def verdict(self) -> tuple[str, float | None, str | None]:
+        """(phase, confidence, evidence text). Prefill wins as MIXED when decode attention ran
+        beside prefill attention; a tie, or no vote, is UNKNOWN."""
+        score = {PREFILL: 0.0, DECODE: 0.0}
+        for phase, w, _ in self.votes:
+            score[phase] += w
+        total = score[PREFILL] + score[DECODE]
+        if total == 0:
+            return UNKNOWN, None, None
+        if score[PREFILL] == score[DECODE]:
+            return UNKNOWN, 0.5, "the evidence is split evenly: " + self._text()
+        winner = PREFILL if score[PREFILL] > score[DECODE] else DECODE
+        phase = MIXED if winner == PREFILL and self.both_attention else winner
+        sure = min(1.0, total / W_SURE)
+        return phase, round(score[winner] / total * sure, 3), self._text(winner)
+
+    def _text(self, winner: str | None = None) -> str:
+        parts = []
+        for side in (PREFILL, DECODE):
+            reasons = [why for phase, _, why in self.votes if phase == side]
+            if reasons:
+                weight = sum(w for phase, w, _ in self.votes if phase == side)
+                parts.append(f"{side} {weight:g} ({'; '.join(reasons)})")
+        text = "phase votes: " + ", ".join(parts)
+        if winner is not None and len(parts) == 2:
+            text += f"; the {DECODE if winner == PREFILL else PREFILL} evidence is outweighed"
+        return text
+
+
+def count_vote(ballot: Ballot, tokens: float | None, requests: float | None) -> None:
+    """Counted tokens against counted requests: more tokens than requests is prefill work,
+    one token per request is decode."""
+    if tokens is None or requests is None or not requests or np.isnan(tokens) or np.isnan(requests):
+        return
+    if tokens > requests:
+        ballot.cast(PREFILL, W_COUNTS, f"{int(tokens):,} tokens for {int(requests):,} requests")
+    elif tokens == requests:
+        ballot.cast(DECODE, W_COUNTS, f"one token for each of {int(requests):,} requests")
+
+
+def name_vote(ballot: Ballot, codes: np.ndarray, flags: NameFlags) -> None:
+    """The step's phase-only attention kernels (``name_evidence_codes``) as votes."""
+    codes = np.unique(codes[codes >= 0])
+    dec, pre = codes[flags.decode[codes]], codes[flags.prefill[codes]]
+    first = lambda c: _short(flags.names[int(c[0])])  # noqa: E731
+    if len(pre):
+        ballot.cast(PREFILL, W_PREFILL_NAME, f"prefill attention kernel {first(pre)}")
+    elif len(weak := codes[flags.weak[codes]]):
+        ballot.cast(PREFILL, W_WEAK_NAME, f"prefill attention kernel {first(weak)} (engines run it for decode too)")
+    if len(dec):
+        ballot.cast(DECODE, W_DECODE_NAME, f"decode attention kernel {first(dec)}")
+    ballot.both_attention = bool(len(dec) and len(pre))
+
+
+def structure_vote(ballot: Ballot, verdict: tuple[str, str] | None) -> None:
+    """``structural_phases``' verdict on the step as a vote: a heavy step holds prefill work, a
+    light step beside heavy ones or a graph replay is decode."""
+    if verdict is None:
+        return
+    phase, why = verdict
+    if phase == PREFILL:
+        ballot.cast(PREFILL, W_HEAVY, why.removeprefix("holds prefill work: "))
+    elif why.startswith("a light step"):
+        ballot.cast(DECODE, W_LIGHT, why)
+    else:
+        ballot.cast(DECODE, W_GRAPHS, why)
+
+
+def run_votes(features: pd.DataFrame, busy_ns: np.ndarray, engine: np.ndarray,
+              tokens: np.ndarray | None = None) -> dict[int, list[tuple[str, float, str]]]:
+    """Votes from a step's place among the run's engine steps beyond ``structural_phases``:
+    eager (no graph launch) while most steps replay graphs, GPU time several times the
+    run's median step, and counted tokens several times the median step's."""
+    out: dict[int, list] = {}
+    index = np.flatnonzero(engine)
+    if len(index) < 3:
+        return out
+    share = features["graph_share"].to_numpy()[index]
+    replaying = share > 0.5
+    median_busy = float(np.median(busy_ns[index]))
+    counted = tokens[index] if tokens is not None else np.full(len(index), np.nan)
+    median_tokens = float(np.nanmedian(counted)) if (~np.isnan(counted)).sum() >= 3 else np.nan
+    for j, i in enumerate(index.tolist()):
+        votes = []
+        if replaying.mean() > 0.5 and share[j] == 0:
+            votes.append((PREFILL, W_EAGER, "runs eager (no graph launch) among graph-replayed steps"))
+        if median_busy > 0 and busy_ns[i] >= HEAVY_GPU_TIME * median_busy:
+            votes.append((PREFILL, W_GPU_TIME, f"{busy_ns[i] / median_busy:.1f}x the GPU time of the run's median step"))
+        if median_tokens > 0 and counted[j] >= HEAVY_GPU_TIME * median_tokens:
+            votes.append((PREFILL, W_MORE_TOKENS, f"{counted[j] / median_tokens:.1f}x the tokens of the run's median step"))
+        if votes:
+            out[i] = votes
     return out

@@ -114,6 +114,14 @@ def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
                 "kernels": int(r.kernels),
                 "tokens": None if pd.isna(r.tokens) else int(r.tokens),
                 "batch": None if pd.isna(r.batch) else int(r.batch),
+                # Where tokens and batch came from (annotation, evidence sources, the user, or why
+                # none) and how sure (analysis.step_tokens); kv_tokens where the annotation says.
+                "tokens_source": getattr(r, "tokens_source", None),
+                "tokens_confidence": _float(getattr(r, "tokens_confidence", None)),
+                "batch_source": getattr(r, "batch_source", None),
+                "batch_confidence": _float(getattr(r, "batch_confidence", None)),
+                "kv_tokens": None if pd.isna(getattr(r, "kv_tokens", None)) else int(r.kv_tokens),
+                "phase_confidence": _float(getattr(r, "phase_confidence", None)),
                 "graph_replay": bool(r.graph_replay),
                 # The batch of each phase as the step's annotation states it (None: not stated).
                 "prefill": _side(getattr(r, "prefill_side", None)),
@@ -159,3 +167,7 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def _float(value) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)

@@ -85,10 +85,41 @@ def model_options(f):
                           f"({', '.join(WEIGHT_CHOICES)}); LM head and embeddings stay at the config's dtype.")(f)
     f = click.option("--tp", type=click.IntRange(min=1), metavar="N",
                      help="Tensor-parallel degree of the run (default: distributedInfo's world size).")(f)
+    for what, noun in (("batch", "requests"), ("tokens", "tokens")):
+        f = click.option(f"--{what}", multiple=True, metavar="[PHASE=]N", callback=_stated_callback,
+                         expose_value=False,
+                         help=f"The {noun} of each step of a phase (prefill, decode, mixed; no PHASE: every step), "
+                              f"when the trace does not state them; repeatable, e.g. --{what} prefill=1049 "
+                              f"--{what} decode=1. Replaces what the trace's evidence says.")(f)
     f = click.option("--model", metavar="NAME|PATH",
                      help="The model that ran: a name from `tracekit models`, a config.json, or a checkpoint "
                           "folder holding one. Prices the kernels that have no recorded shapes.")(f)
     return f
+
+
+_STATED_KEY = "tracekit.stated"
+_PHASES = ("prefill", "decode", "mixed", "all")
+
+
+def _stated_callback(ctx, param, values):
+    table = {}
+    for text in values:
+        phase, _, number = text.rpartition("=")
+        phase = phase.strip().lower() or "all"
+        if phase not in _PHASES or not number.strip().isdigit() or int(number) < 1:
+            raise click.BadParameter(f"{text!r} is not [PHASE=]N with PHASE one of prefill, decode, mixed and N a "
+                                     "whole number above 0", param_hint=f"--{param.name}")
+        table[phase] = int(number)
+    ctx.meta.setdefault(_STATED_KEY, {})[param.name] = table
+    return None
+
+
+def stated_figures() -> dict | None:
+    """The ``--tokens`` / ``--batch`` figures of the running command, as ``analyze(stated=...)``
+    takes them (``{"tokens": {phase: n}, "batch": {phase: n}}``), or None when none were given."""
+    ctx = click.get_current_context(silent=True)
+    got = {k: v for k, v in ((ctx.meta.get(_STATED_KEY) or {}) if ctx else {}).items() if v}
+    return got or None
 
 
 # --- where a document goes: a file, or the terminal ------------------------------------

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from tracekit.cli.common import check_device_options, deliver, model_options, output_options, output_target, read_with_progress
+from tracekit.cli.common import check_device_options, deliver, model_options, output_options, output_target, read_with_progress, stated_figures
 from tracekit.errors import TracekitError
 
 SUMMARY_LINES = 6  # sentences printed after writing a report file
@@ -59,6 +59,7 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
 
     spec_model = _load_model(model, weights)  # the same model prices both runs
     b, a = (_side(_read(p), g, t, model=spec_model, tp=tp, costs=costs, model_force=model_force,
+                  stated=stated_figures(),
                   weights=weights if spec_model is None else None)
             for p, g, t in ((before, gpu_before, targets[0]), (after, gpu_after, targets[1])))
     comparison = compare(b, a)

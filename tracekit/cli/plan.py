@@ -8,7 +8,7 @@ import shlex
 
 import click
 
-from tracekit.cli.common import deliver, model_options, output_options, output_target, read_with_progress
+from tracekit.cli.common import deliver, model_options, output_options, output_target, read_with_progress, stated_figures
 from tracekit.errors import TracekitError
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|us)\s*$", re.IGNORECASE)
@@ -76,7 +76,8 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
     spec_model = _load_model(model, weights)
     read = [read_with_progress(p) for p in traces]
     spec_model = spec_model or resolve_model(read[0])
-    options = dict(model=spec_model, tp=tp, costs=costs, weights=None, model_force=model_force)
+    options = dict(model=spec_model, tp=tp, costs=costs, weights=None, model_force=model_force,
+                   stated=stated_figures())
     analyses = []
     for t in read:
         a = analyze(t, **options)

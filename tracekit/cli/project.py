@@ -7,7 +7,7 @@ import shlex
 
 import click
 
-from tracekit.cli.common import check_device_options, deliver, model_options, output_options, output_target, read_with_progress, trace_argument
+from tracekit.cli.common import check_device_options, deliver, model_options, output_options, output_target, read_with_progress, trace_argument, stated_figures
 from tracekit.errors import TracekitError
 
 
@@ -46,7 +46,7 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
         raise TracekitError(f"{trace}: no such file or folder")
     spec_model = _load_model(model, weights)
     projection = project(read_with_progress(trace), target, gpu=gpu, model=spec_model, tp=tp, costs=costs,
-                         model_force=model_force,
+                         model_force=model_force, stated=stated_figures(),
                          weights=weights if spec_model is None else None)
     deliver(renderer.render(projection), path, output is None, replacing)
     to_terminal = path is None

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from tracekit.cli.common import check_device_options, human_size, model_options, read_with_progress, trace_argument
+from tracekit.cli.common import check_device_options, human_size, model_options, read_with_progress, trace_argument, stated_figures
 from tracekit.errors import TracekitError
 
 FORMATS = ("html", "json", "md", "text")
@@ -62,7 +62,8 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
     captured = read_with_progress(capture) if capture else None
     analysis = analyze(t, gpu=gpu, spec_file=spec_file, capture=captured,
                        cpu_matmul_flops=cpu_flops, cpu_bandwidth=cpu_bandwidth, model=spec_model, tp=tp,
-                       costs=costs, weights=weights if spec_model is None else None, model_force=model_force)
+                       costs=costs, weights=weights if spec_model is None else None, model_force=model_force,
+                       stated=stated_figures())
     data = analysis.to_dict()
     if with_hta:
         from tracekit.analysis.hta import run_hta

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli.common import check_device_options, model_options, read_with_progress, trace_argument
+from tracekit.cli.common import check_device_options, model_options, read_with_progress, trace_argument, stated_figures
 from tracekit.trace.summary import summarize
 
 
@@ -30,7 +30,7 @@ def command(trace: str, top: int, gpu: str | None, spec_file: str | None, model:
     t = read_with_progress(trace)
     click.echo(summarize(t, top=top))
     analysis = analyze(t, gpu=gpu, spec_file=spec_file, model=spec_model, tp=tp, costs=costs,
-                       model_force=model_force,
+                       model_force=model_force, stated=stated_figures(),
                        weights=weights if spec_model is None else None)
     click.echo("")
     click.echo(TextRenderer(show_header=False).render(analysis).rstrip("\n"))

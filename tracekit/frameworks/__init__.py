@@ -8,7 +8,13 @@ Segmentation asks this package, and never matches an engine's strings itself:
 - ``step_frame_source(name)``: whether a Python frame is one engine step (vLLM
   ``execute_model``, SGLang ``forward_batch_generation``) when there are no annotations;
 - ``rank_from_path(path)``: rank (and stage) from a per-rank trace file name;
-- ``capture(name)``: a graph-capture range (vLLM/SGLang ``capture_<n>_<mode>``).
+- ``capture(name)``: a graph-capture range (vLLM/SGLang ``capture_<n>_<mode>``);
+- ``unread_step_name(name)``: a note for a range shaped like an engine's step annotation
+  that no grammar here reads (a new engine version), instead of silence;
+- the evidence a default trace keeps about a step's tokens and batch, as each engine
+  writes it: ``kv_write_tokens`` (KV-cache write grids), ``decode_attention_sequences``
+  (paged decode attention grids), ``input_copy_tokens`` (input id / position copy sizes),
+  ``readback_requests`` (the sampled tokens copied back to the host).
 
 Sources, strongest first (``SOURCE_ORDER``): a run's step source is the strongest any
 step used, and when two annotations cover one step the stronger decides its phase.
@@ -17,6 +23,7 @@ step used, and when two annotations cover one step the stronger decides its phas
 from __future__ import annotations
 
 import os
+import re
 
 from tracekit.frameworks import markers, pytorch, sglang, user, vllm
 from tracekit.frameworks.base import DECODE, MIXED, PREFILL, UNKNOWN, BatchSide, StepAnnotation
@@ -55,6 +62,68 @@ def parse_annotation(name: str) -> StepAnnotation | None:
         if module in (sglang, vllm) and module.is_candidate(name):
             return None  # an engine's empty or IDLE step
     return None
+
+
+def unread_step_name(name: str) -> str | None:
+    """A sentence naming ``name`` when it looks like an engine's step annotation but no grammar
+    reads it (``parse_annotation`` gave None and it is not an engine's empty step); else None."""
+    if vllm.is_step_like(name) and not vllm.is_candidate(name):
+        return (f"range {name[:120]!r} looks like a vLLM step annotation but follows no grammar tracekit "
+                "reads (execute_[T_]context_C(...)_generation_G(...), execute_new_N_cached_M)")
+    if sglang.is_step_like(name) and not sglang.is_candidate(name):
+        return f"range {name[:120]!r} looks like an SGLang step annotation but follows no grammar tracekit reads"
+    return None
+
+
+def kv_write_tokens(name: str, grid: tuple[int, int, int]) -> tuple[int, str] | None:
+    """(tokens, whose convention) when ``name`` is an engine's KV-cache write kernel that
+    launches one block per token written, else None."""
+    for module, who in ((vllm, "vLLM"), (sglang, "SGLang")):
+        got = module.kv_write_tokens(name, grid)
+        if got is not None:
+            return got, who
+    return None
+
+
+def per_token_kernel(name: str, grid: tuple[int, int, int]) -> tuple[int, str] | None:
+    """(tokens, whose convention) for a kernel other than a KV write that an engine launches
+    with one block per token (vLLM's rotary embedding), else None."""
+    got = vllm.per_token_kernel(name, grid)
+    return None if got is None else (got, "vLLM")
+
+
+# PyTorch's softmax over the last dimension launches one block per row; the sampler's
+# softmax over the logits has one row per request.
+_SOFTMAX_ROWS = re.compile(r"\bcunn_SoftMaxForward\b")
+
+
+def sampler_rows(name: str, grid: tuple[int, int, int]) -> int | None:
+    """Rows of a row-wise softmax launch (the sampler's logits: one per request), else None."""
+    x, y, z = grid
+    return x if x > 0 and y == 1 and z == 1 and _SOFTMAX_ROWS.search(name) else None
+
+
+def decode_attention_sequences(name: str, grid: tuple[int, int, int]) -> int | None:
+    """Sequences (requests) a paged decode attention launch covers, from its grid, else None."""
+    return vllm.decode_attention_sequences(name, grid)
+
+
+def input_copy_tokens(htod_sizes: list[int]) -> list[int]:
+    """Candidate token counts from a step's host-to-device copy sizes (vLLM's int32 input ids
+    beside int64 positions)."""
+    return vllm.input_copy_tokens(htod_sizes)
+
+
+def readback_requests(dtoh_sizes: list[int], source: str | None = None) -> list[int]:
+    """Candidate request counts when a step copies exactly one size back to the host: the
+    sampled token ids, one per request. SGLang hands them back as int64; vLLM builds differ
+    (int64 upstream, int32 in forks), so a step of another source gets both readings."""
+    sizes = set(dtoh_sizes)
+    if len(sizes) != 1:
+        return []
+    (size,) = sizes
+    widths = (8,) if source in (SOURCE_SGLANG, SOURCE_SGLANG_FRAMES) else (8, 4)
+    return sorted({size // w for w in widths if size > 0 and size % w == 0})
 
 
 def step_frame_source(name: str) -> str | None:
@@ -103,6 +172,7 @@ def _rank_and_run(base: str) -> tuple[dict, str] | None:
 __all__ = [
     "DECODE", "ENGINE_SOURCES", "MIXED", "PREFILL", "SOURCE_INFERRED", "SOURCE_LAUNCHES", "SOURCE_MARKERS",
     "SOURCE_NONE", "SOURCE_ORDER", "SOURCE_SGLANG", "SOURCE_SGLANG_FRAMES", "SOURCE_USER", "SOURCE_VLLM",
-    "SOURCE_VLLM_FRAMES", "UNKNOWN", "BatchSide", "StepAnnotation", "capture", "parse_annotation",
-    "rank_from_path", "step_frame_source",
+    "SOURCE_VLLM_FRAMES", "UNKNOWN", "BatchSide", "StepAnnotation", "capture", "decode_attention_sequences",
+    "input_copy_tokens", "kv_write_tokens", "parse_annotation", "per_token_kernel", "sampler_rows", "rank_from_path", "readback_requests",
+    "step_frame_source", "unread_step_name",
 ]

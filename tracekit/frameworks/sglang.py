@@ -7,6 +7,9 @@ work: not a step); keys seen: ``bs`` (requests) and ``toks`` (tokens).
 Step frame (no annotations, ``with_stack`` on): the Python frame
 ``sglang/srt/managers/tp_worker.py(NNN): forward_batch_generation``.
 
+KV-cache writes: ``store_kvcache`` launches one block per token written (grid x = tokens),
+the one figure of an extend step's tokens a replayed or shape-less trace keeps.
+
 Per-rank files: ``[<prefix>-]<profile id>-TP-<tp>[-DP-<dp>][-PP-<pp>][-EP-<ep>][-<STAGE>].trace.json.gz``,
 STAGE being ``EXTEND`` or ``DECODE`` when profiled by stage.
 """
@@ -21,6 +24,8 @@ SOURCE = "SGLang step annotations"
 FRAME_SOURCE = "SGLang forward_batch_generation frames"
 
 _STEP = re.compile(r"^step\[\s*(?P<mode>[A-Za-z_]+)(?P<args>[^\]]*)\]")
+_KV_WRITE = re.compile(r"\bstore_kvcache\b")
+_STEP_LIKE = re.compile(r"^step\[")
 _KV = re.compile(r"(\w+)\s*=\s*(\d+)")
 _MODES = {"EXTEND": PREFILL, "PREFILL": PREFILL, "DECODE": DECODE, "MIXED": MIXED}
 _FRAME = re.compile(r"(?:^|/)sglang/srt/managers/tp_worker\w*\.py\(\d+\): forward_batch_generation$")
@@ -61,6 +66,16 @@ def parse(name: str) -> StepAnnotation | None:
         # A MIXED step's split between its sides is not in the annotation.
         tokens=tokens, batch=requests, problem=problem,
     )
+
+
+def kv_write_tokens(name: str, grid: tuple[int, int, int]) -> int | None:
+    """Tokens an SGLang ``store_kvcache`` launch wrote (one block per token), else None."""
+    x, y, z = grid
+    return x if x > 0 and y == 1 and z == 1 and _KV_WRITE.search(name) else None
+
+
+def is_step_like(name: str) -> bool:
+    return bool(_STEP_LIKE.match(name))
 
 
 def is_step_frame(name: str) -> bool:

@@ -6,9 +6,26 @@ Step annotation (one ``record_function`` range per engine step), two forms:
   T tokens scheduled in all; C prefill (context) requests computing Q query tokens over
   K keys, and the sums over requests of q² and q·k that causal attention's work needs;
   G decode (generation) requests with the same four numbers;
-- older: ``execute_context_<C>(<Q>[_<ΣQ²>])_generation_<G>(<Q>[_<ΣQ²>])``.
+- older: ``execute_context_<C>(<Q>[_<ΣQ²>])_generation_<G>(<Q>[_<ΣQ²>])``;
+- newer (late 2025): ``execute_new_<N>_cached_<M>``: N requests scheduled for the first
+  time (their prefill, or its first chunk) and M already running (decode, one token
+  each, unless a chunked prefill continues: the evidence of the step's tokens tells).
+  No token counts: those come from the trace's evidence (``analysis.step_tokens``).
 
-A step with C > 0 and G > 0 is a mixed (chunked-prefill) step.
+A step with C > 0 and G > 0 (N > 0 and M > 0) is a mixed (chunked-prefill) step.
+
+What a default vLLM trace (no shapes) still says about a step's tokens and batch,
+each an engine convention read by ``analysis.step_tokens``:
+
+- the KV-cache write kernels (``reshape_and_cache_kernel``, ``reshape_and_cache_flash_kernel``,
+  ``concat_and_cache_mla_kernel``) launch one block per token written: grid x = tokens;
+- the rotary embedding kernel (``vllm::rotary_embedding_kernel``) launches one block per
+  token: grid x = tokens;
+- the model runner copies the step's input ids (int32) and positions (int64) host to
+  device: two copies of 4T and 8T bytes for T tokens;
+- the paged decode attention kernels launch one block row per sequence:
+  ``paged_attention_v1/v2_kernel`` grid (heads, sequences, partitions), ROCm
+  ``paged_attention_ll4mi_*`` grid (sequences, partitions, KV heads).
 
 Step frame (no annotations, ``with_stack`` on): the Python frame
 ``vllm/v1/worker/gpu_model_runner.py(NNN): execute_model`` (V0:
@@ -39,13 +56,27 @@ _FIELD = re.compile(r"(sqsq|sqsk|sq|sk)[=:]?(\d+)")
 _FIELD_NAMES = {"sq": "tokens", "sk": "kv_tokens", "sqsq": "sum_q2", "sqsk": "sum_qk"}
 _OLD_ARGS = re.compile(r"^(\d+)(?:_(\d+))?$")
 _FRAME = re.compile(r"(?:^|/)vllm/(?:[\w.]+/)*\w*model_runner\.py\(\d+\): execute_model$")
+_NEW_CACHED = re.compile(r"^execute_new_(\d+)_cached_(\d+)$")
+# Names that look like a step annotation of some vLLM version (``execute_`` then counts):
+# read by no grammar here, they are named in a note rather than ignored in silence.
+_STEP_LIKE = re.compile(r"^execute_(?!model\b)\w*\d")
+_KV_WRITE = re.compile(r"\b(?:vllm::)?(?:reshape_and_cache(?:_flash)?_kernel(?:_flash)?|concat_and_cache_mla_kernel)\b")
+_ROTARY = re.compile(r"\bvllm::(?:batched_)?rotary_embedding_kernel\b")
+_PAGED_V12 = re.compile(r"\bpaged_attention_v[12]_kernel\b")
+_PAGED_LL4MI = re.compile(r"\bpaged_attention_ll4mi_QKV\w*_kernel\b")
 _CAPTURE = re.compile(r"^capture_(\d+)_(\w+)$")
 _RANK_FILE = re.compile(r"(?:^|[-_.])rank[-_]?(\d+)(?=[._-])", re.IGNORECASE)
 
 
 def is_candidate(name: str) -> bool:
     """Names that claim to be a vLLM step annotation (parsed or reported as malformed)."""
-    return name.startswith("execute") and "_context_" in name and "_generation_" in name
+    return name.startswith("execute") and (("_context_" in name and "_generation_" in name)
+                                           or name.startswith("execute_new_"))
+
+
+def is_step_like(name: str) -> bool:
+    """A name shaped like a vLLM step annotation (``execute_`` and counts), read or not."""
+    return bool(_STEP_LIKE.match(name))
 
 
 def parse(name: str) -> StepAnnotation | None:
@@ -56,6 +87,8 @@ def parse(name: str) -> StepAnnotation | None:
     """
     if not is_candidate(name):
         return None
+    if name.startswith("execute_new_"):
+        return _parse_new_cached(name)
     m = _EXECUTE.match(name.strip())
     if m is None:
         return StepAnnotation(UNKNOWN, SOURCE, "malformed vLLM execute annotation",
@@ -80,6 +113,56 @@ def parse(name: str) -> StepAnnotation | None:
                 "generation (decode) requests")
     return StepAnnotation(phase, SOURCE, evidence, prefill=prefill, decode=decode, tokens=tokens,
                           batch=requests, problem="; ".join(problems) or None)
+
+
+def _parse_new_cached(name: str) -> StepAnnotation | None:
+    """``execute_new_<N>_cached_<M>``: requests per side; tokens only where implied (a running
+    request decodes one token). None for an empty step (N = M = 0)."""
+    m = _NEW_CACHED.match(name.strip())
+    if m is None:
+        return StepAnnotation(UNKNOWN, SOURCE, "malformed vLLM execute annotation",
+                              problem=f"vLLM step annotation {name[:120]!r} does not follow execute_new_N_cached_M")
+    new, cached = int(m[1]), int(m[2])
+    prefill = BatchSide(requests=new, tokens=0 if new == 0 else None)
+    decode = BatchSide(requests=cached, tokens=cached)
+    phase = phase_of(prefill, decode)
+    if phase is None:
+        return None
+    tokens = cached if new == 0 else None
+    evidence = (f"vLLM batch: {new} new (prefill) and {cached} running (decode) requests; "
+                "the annotation states no token counts")
+    return StepAnnotation(phase, SOURCE, evidence, prefill=prefill, decode=decode, tokens=tokens,
+                          batch=new + cached)
+
+
+def kv_write_tokens(name: str, grid: tuple[int, int, int]) -> int | None:
+    """Tokens a KV-cache write kernel wrote (one block per token), else None."""
+    x, y, z = grid
+    return x if x > 0 and y == 1 and z == 1 and _KV_WRITE.search(name) else None
+
+
+def per_token_kernel(name: str, grid: tuple[int, int, int]) -> int | None:
+    """Tokens a kernel launched with one block per token covered (rotary embedding), else None."""
+    x, y, z = grid
+    return x if x > 0 and y == 1 and z == 1 and _ROTARY.search(name) else None
+
+
+def decode_attention_sequences(name: str, grid: tuple[int, int, int]) -> int | None:
+    """Sequences a paged decode attention launch covers (its grid's sequence axis), else None."""
+    if min(grid) <= 0:
+        return None
+    if _PAGED_V12.search(name):
+        return grid[1]
+    if _PAGED_LL4MI.search(name):
+        return grid[0]
+    return None
+
+
+def input_copy_tokens(sizes: list[int]) -> list[int]:
+    """Token counts T for which a step's host-to-device copies hold both 4T bytes (int32 input
+    ids) and 8T bytes (int64 positions): the candidates, smallest first."""
+    have = set(sizes)
+    return sorted({s // 4 for s in have if s > 0 and s % 4 == 0 and 2 * s in have})
 
 
 def _side(requests: int, text: str, what: str, problems: list[str]) -> BatchSide:

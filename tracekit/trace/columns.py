@@ -60,8 +60,8 @@ _CAT, _TS, _DUR, _ARGS, _NAME, _PID, _TID = (
 _EXT, _EXT_LC, _CORR, _DEVICE, _STREAM = (
     attrgetter(a) for a in ("external_id", "external_id_lc", "correlation", "device", "stream")
 )
-_DIMS, _TYPES, _CONCRETE, _KERNEL, _GRID, _BLOCK = (
-    attrgetter(a) for a in ("input_dims", "input_types", "concrete", "kernel", "grid", "block")
+_DIMS, _TYPES, _CONCRETE, _KERNEL, _GRID, _BLOCK, _BYTES = (
+    attrgetter(a) for a in ("input_dims", "input_types", "concrete", "kernel", "grid", "block", "nbytes")
 )
 
 TABLES = ("kernels", "runtime", "cpu_ops", "annotations", "python")
@@ -80,9 +80,10 @@ class Builder:
         self._names: dict[str, int] = {}
         # (b"" and "" stand for "not recorded": None in the tables.)
         self._texts = _Texts((b"", ""))
-        # Distinct raw grid texts -> a row of ``_grid_rows``: (x, y, z, x*y*z), -1s where unusable.
-        self._grids: dict[bytes, int] = {}
-        self._grid_rows: list[tuple[int, int, int, int]] = []
+        # Distinct launch dimensions ([x, y, z] texts of grid and block) -> a row of
+        # ``self._dims`` (x, y, z, x*y*z); row 0 is "not recorded".
+        self._grids: dict[bytes, int] = {b"": 0}
+        self._dims: list[tuple[int, int, int, int]] = [(-1, -1, -1, -1)]
         # Category -> its rank of first appearance in the file: the whole-document
         # reader grouped rows by category in that order before sorting by time, and
         # ties in time keep that order.
@@ -203,14 +204,13 @@ class Builder:
             cols["stream"] = np.where(stream >= 0, stream, _ints(_TID, evs)) if (stream < 0).any() else stream
             cols["correlation"] = _ints(_CORR, args)
             cols["external_id"] = ext
-            grid = self._grid(map(_GRID, args))
-            cols["ctas"] = grid[:, 3]
-            # The dimensions too: a GEMM's tile counts along M and N are its grid's x and y
-            # (tracekit.analysis.grid_shapes), lost in the product.
-            block = self._grid(map(_BLOCK, args))
+            grid = self._dims_of(map(_GRID, args))
+            cols["ctas"] = grid[:, 3].astype(np.int64)
+            block = self._dims_of(map(_BLOCK, args))
             for i, axis in enumerate("xyz"):
                 cols[f"grid_{axis}"] = grid[:, i].astype(np.int32)
                 cols[f"block_{axis}"] = block[:, i].astype(np.int32)
+            cols["bytes"] = _ints(_BYTES, args)
         else:
             cols["pid"] = _ints(_PID, evs)
             cols["tid"] = _ints(_TID, evs)
@@ -243,22 +243,22 @@ class Builder:
             return np.zeros(len(raws), dtype=np.int32)
         return self._texts.codes(list(map(bytes, raws)), bytes.decode)
 
-    def _grid(self, grids) -> np.ndarray:
-        """Per kernel (x, y, z, x * y * z) of a ``grid`` or ``block`` (an n x 4 int64 array); -1s
-        where the trace has no usable one.
+    def _dims_of(self, raws) -> np.ndarray:
+        """(x, y, z, x*y*z) of each kernel's ``grid`` or ``block`` as an int64 [n, 4] array;
+        -1 where the trace does not record it.
 
         A trace holds few distinct grids among many kernels, so each raw text is parsed once.
         """
-        seen, rows = self._grids, self._grid_rows
+        seen, dims = self._grids, self._dims
 
         def learn(keys: list) -> None:
             for key in dict.fromkeys(keys):
                 if key not in seen:
-                    seen[key] = len(rows)
-                    rows.append(_grid_dims(key))
+                    seen[key] = len(dims)
+                    dims.append(_launch_dims(key))
 
-        codes = _codes(seen, list(map(bytes, grids)), None, learn, np.int64)
-        return np.array(rows, dtype=np.int64).reshape(-1, 4)[codes]
+        codes = _codes(seen, list(map(bytes, raws)), None, learn)
+        return np.array(dims, dtype=np.int64)[codes]
 
     # -- the tables ---------------------------------------------------------------------
 
@@ -407,21 +407,22 @@ def _thread_id(v) -> int:
     return -1
 
 
-def _grid_dims(text: bytes) -> tuple[int, int, int, int]:
-    """(x, y, z, x * y * z) of a raw ``grid`` text ([x, y, z], shorter lists padded with 1);
-    -1s where it is absent or malformed."""
-    none = (-1, -1, -1, -1)
+_NO_DIMS = (-1, -1, -1, -1)
+
+
+def _launch_dims(text: bytes) -> tuple[int, int, int, int]:
+    """(x, y, z, x*y*z) of a launch's ``[x, y, z]`` (missing axes are 1); all -1 when malformed."""
     if not text:
-        return none
+        return _NO_DIMS
     try:
         dims = json.loads(text)
     except ValueError:
-        return none
-    if not isinstance(dims, list) or not dims or len(dims) > 3 or \
-            not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
-        return none
+        return _NO_DIMS
+    if not isinstance(dims, list) or not 1 <= len(dims) <= 3 or \
+            not all(isinstance(d, int) and not isinstance(d, bool) and 0 < d < 2**31 for d in dims):
+        return _NO_DIMS
     x, y, z = (list(dims) + [1, 1])[:3]
-    return x, y, z, x * y * z
+    return (x, y, z, x * y * z) if x * y * z < 2**62 else _NO_DIMS
 
 
 class _Growing:
@@ -470,10 +471,12 @@ def _empty(columns: dict[str, str]) -> Callable[[], pd.DataFrame]:
 
 
 _TEXT_COLUMNS = ("kernel", "input_dims", "input_types", "concrete_inputs")
+# A kernel's launch dimensions, one column per axis (-1: not recorded).
+_LAUNCH = {f"{what}_{axis}": "int32" for what in ("grid", "block") for axis in "xyz"}
 _TIME = {"name": "category", "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64"}
 _COLUMNS = {
     "kernels": {**_TIME, "kind": "category", "device": "int64", "stream": "int64", "correlation": "int64",
-                "external_id": "int64", "ctas": "int64", **{f"{g}_{a}": "int32" for g in ("grid", "block") for a in "xyz"}},
+                "external_id": "int64", "ctas": "int64", **_LAUNCH, "bytes": "int64"},
     "runtime": {**_TIME, "api": "category", "pid": "int64", "tid": "int64", "correlation": "int64",
                 "external_id": "int64", "kernel": "object"},
     "cpu_ops": {**_TIME, "pid": "int64", "tid": "int64", "external_id": "int64", "input_dims": "object",
@@ -484,8 +487,7 @@ _COLUMNS = {
 }
 # The column order of a table with rows (an empty table has _COLUMNS' order).
 _ORDER = {
-    "kernels": [*_TIME, "kind", "device", "stream", "correlation", "external_id", "ctas", "grid_x", "grid_y",
-                "grid_z", "block_x", "block_y", "block_z"],
+    "kernels": [*_TIME, "kind", "device", "stream", "correlation", "external_id", "ctas", *_LAUNCH, "bytes"],
     "runtime": [*_TIME, "pid", "tid", "api", "correlation", "external_id", "kernel"],
     "cpu_ops": [*_TIME, "pid", "tid", "external_id", "input_dims", "input_types", "concrete_inputs"],
     "annotations": [*_TIME, "pid", "tid", "side", "device", "stream", "external_id"],

@@ -56,6 +56,9 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     grid: msgspec.Raw = ABSENT
     # Threads per block ([x, y, z]); ROCm traces write ``grid`` in threads, so blocks are grid / block.
     block: msgspec.Raw = ABSENT
+    # Bytes a memcpy/memset moved: a default serving trace's only record of the sizes of the
+    # arrays a step copies (input ids, positions, sampled tokens).
+    nbytes: Union[int, str] = msgspec.field(default=-1, name="bytes")
 
 
 _NO_ARGS = Args()

@@ -13,6 +13,7 @@ where the trace does not give the link.
     grid_x, grid_y, grid_z   the launch grid's dimensions (int32; -1 where the trace has no grid;
              ROCm traces count the grid in threads, CUDA traces in blocks)
     block_x, block_y, block_z   threads per block (int32; -1 where not recorded)
+    bytes    bytes a memcpy or memset moved (its `bytes` arg), -1 elsewhere
     launch   -> row in ``runtime`` of the launching runtime call (by correlation)
     op       -> row in ``cpu_ops`` of the op that launched it (through the launch)
     graph    bool: launched by a cudaGraphLaunch / hipGraphLaunch (graph replay)

@@ -1,0 +1,179 @@
+"""Tokens, batch and phase of engine steps from a default trace's own evidence (issue 24, items
+1 and 2): the shared serving traces with their annotations stripped must come out as their
+annotations state, and figures the evidence cannot tell are None with the reason."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from conftest import read_real
+from tracekit import frameworks
+from tracekit.analysis import evidence
+from tracekit.analysis import segment as seg
+
+
+def strip_annotations(trace, python: bool = False):
+    """The trace as a default engine profile would hold it: no step (batch) annotations, and
+    with ``python`` no Python stacks either."""
+    out = dataclasses.replace(trace, annotations=trace.annotations.iloc[0:0])
+    return dataclasses.replace(out, python=trace.python.iloc[0:0]) if python else out
+
+
+def one_after_another(*traces):
+    """One timeline holding each trace's events after the previous one's (links shifted)."""
+    tables = {name: [] for name in ("kernels", "runtime", "cpu_ops", "annotations", "python")}
+    shift, offsets = 0, {"runtime": 0, "cpu_ops": 0}
+    for i, t in enumerate(traces):
+        if i:
+            shift += int(traces[i - 1].end_ns - t.start_ns) + 1_000_000
+        for name in tables:
+            table = getattr(t, name).copy()
+            for col in ("start_ns", "end_ns"):
+                table[col] = table[col] + shift
+            for col, target in (("launch", "runtime"), ("op", "cpu_ops")):
+                if col in table:
+                    table[col] = np.where(table[col] >= 0, table[col] + offsets[target], -1)
+            if "name" in table:
+                table["name"] = table["name"].astype(str)
+            tables[name].append(table)
+        for target in offsets:
+            offsets[target] += len(getattr(t, target))
+    merged = {n: pd.concat(parts, ignore_index=True) for n, parts in tables.items()}
+    for table in merged.values():
+        if "name" in table:
+            table["name"] = table["name"].astype("category")
+    return dataclasses.replace(traces[0], **merged)
+
+
+# --- vLLM's newer step annotation -------------------------------------------------------
+
+
+def test_vllm_execute_new_cached_steps_hold_prefill_and_a_batch():
+    """Bug: execute_new_N_cached_M ignored, the execute_model frames taken, all 17 steps called
+    decode with no batch."""
+    s = seg.segment(read_real("rtx3090_vllm"))
+    steps = s.steps
+    assert s.source == seg.SOURCE_VLLM
+    assert len(steps) == 17  # the 18th range, execute_new_0_cached_0, computes nothing
+    assert list(steps["label"][:2]) == ["execute_new_2_cached_0", "execute_new_2_cached_2"]
+    assert list(steps["phase"]) == ["prefill", "mixed"] + ["decode"] * 15
+    assert list(steps["batch"]) == [2, 4] + [4] * 14 + [2]
+    # The annotation states no tokens: the KV-cache writes count them (12 in each admitting step).
+    assert list(steps["tokens"][:2]) == [12, 12]
+    assert "reshape_and_cache" in steps["tokens_source"][0]
+    assert steps["tokens_source"][2] == seg.ANNOTATION_SOURCE
+    # The mixed step: 2 running requests decode 2 tokens, the 2 new ones prefill the other 10.
+    assert steps["prefill_side"][1].tokens == 10 and steps["decode_side"][1].tokens == 2
+
+
+def test_a_step_like_name_no_grammar_reads_is_named_in_a_note():
+    """Bug: an annotation of an unknown grammar was dropped in silence."""
+    trace = read_real("rtx3090_vllm")
+    ann = trace.annotations.copy()
+    names = ann["name"].astype(str).to_numpy().copy()
+    names[names == "execute_new_0_cached_2"] = "execute_7_scheduled_3_waiting"
+    ann["name"] = pd.Categorical(names)
+    s = seg.segment(dataclasses.replace(trace, annotations=ann))
+    assert any("'execute_7_scheduled_3_waiting'" in n and "no grammar" in n for n in s.notes)
+    assert frameworks.unread_step_name("execute_model") is None
+
+
+# --- stripped shared traces: the annotations' figures from the evidence -------------------
+
+
+def test_stripped_gb10_is_ten_decode_steps_of_batch_4():
+    """Bug: without annotations the batch of the decode steps was not found ("not in the trace")."""
+    s = seg.segment(strip_annotations(read_real("gb10_vllm")))
+    assert list(s.steps["phase"]) == ["decode"] * 10
+    assert list(s.steps["tokens"]) == [4] * 10 and list(s.steps["batch"]) == [4] * 10
+    assert s.steps["tokens_source"].str.contains("KV-cache writes").all()
+
+
+def test_stripped_b200_is_one_prefill_of_888_tokens_and_says_why_its_batch_is_unknown():
+    """Bug: tokens of a default trace's prefill step missing; or a batch made up."""
+    s = seg.segment(strip_annotations(read_real("b200_vllm")))
+    [step] = s.steps.to_dict("records")
+    assert step["phase"] == "prefill" and step["tokens"] == 888
+    assert "KV-cache writes (vllm::reshape_and_cache_flash_kernel" in step["tokens_source"]
+    assert "grid x = 888, one block per token" in step["tokens_source"]
+    assert "3,552 and 7,104 bytes" in step["tokens_source"]  # the input ids and positions agree
+    assert np.isnan(step["batch"]) and "no source in the trace counts its requests" in step["batch_source"]
+
+
+def test_stripped_mi300x_extend_is_a_prefill_of_15360_tokens():
+    """Bug: SGLang's store_kvcache grid not read: the extend step's tokens unknown."""
+    s = seg.segment(strip_annotations(read_real("mi300x_extend")))
+    [step] = s.steps.to_dict("records")
+    assert step["phase"] == "prefill" and step["tokens"] == 15360
+    assert "store_kvcache" in step["tokens_source"]
+    assert np.isnan(step["batch"])  # nothing in the step counts its 15 requests
+
+
+@pytest.mark.parametrize("key,batch", [("mi300x_decode", 32), ("b300_qwen3_moe", 16)])
+def test_stripped_sglang_decode_batch_from_the_sampled_tokens(key, batch):
+    """Bug: a graph-replayed decode step's batch not found (the replayed kernels have no shapes)."""
+    s = seg.segment(strip_annotations(read_real(key)))
+    [step] = s.steps.to_dict("records")
+    assert step["phase"] == "decode" and step["batch"] == batch and step["tokens"] == batch
+    assert "readback" in step["batch_source"]
+
+
+def test_eager_prefill_with_a_decode_attention_kernel_among_replayed_decode_steps_is_prefill():
+    """Bug (the 70B MI300X trace): the first decode-attention kernel name in an eager prefill
+    step made it "decode"."""
+    extend = strip_annotations(read_real("mi300x_extend"))
+    k = extend.kernels.copy()
+    names = k["name"].astype(str).to_numpy().copy()
+    # Engines run a paged decode kernel in a prefill step too (the 70B step 0 did).
+    attn = np.flatnonzero(pd.Series(names).str.contains("FmhaBatchPrefill").to_numpy())
+    names[attn[0]] = "void paged_attention_ll4mi_QKV_mfma16_kernel<0, __hip_bfloat16>"
+    k["name"] = pd.Categorical(names)
+    extend = dataclasses.replace(extend, kernels=k)
+    decode = strip_annotations(read_real("mi300x_decode"))
+    s = seg.segment(one_after_another(extend, decode, decode, decode))
+    assert list(s.steps["phase"]) == ["prefill", "decode", "decode", "decode"]
+    ev = s.steps["evidence"][0]
+    assert "decode attention kernel void paged_attention_ll4mi_QKV" in ev and "outweighed" in ev
+    assert s.steps["phase_confidence"][0] > 0.5
+
+
+# --- the vote ------------------------------------------------------------------------------
+
+
+def test_counted_tokens_outweigh_a_decode_kernel_name():
+    """Bug: the first phase flag won: a 1,049-token step of one request called decode."""
+    b = evidence.Ballot()
+    evidence.count_vote(b, 1049.0, 1.0)
+    b.cast(evidence.DECODE, evidence.W_DECODE_NAME, "decode attention kernel paged_attention_ll4mi")
+    phase, confidence, text = b.verdict()
+    assert phase == "prefill" and confidence == pytest.approx(3 / 4)
+    assert "1,049 tokens for 1 requests" in text and "outweighed" in text
+    tie = evidence.Ballot()
+    tie.cast(evidence.PREFILL, 1.0, "a")
+    tie.cast(evidence.DECODE, 1.0, "b")
+    assert tie.verdict()[0] == "unknown"
+
+
+# --- figures the user states ---------------------------------------------------------------
+
+
+def test_stated_batch_replaces_what_the_evidence_cannot_tell():
+    """Bug: no way to state a step's batch when the trace does not hold it."""
+    s = seg.segment(strip_annotations(read_real("b200_vllm")), stated={"batch": {"prefill": 1}})
+    [step] = s.steps.to_dict("records")
+    assert step["batch"] == 1 and step["batch_source"].startswith(seg.STATED_SOURCE)
+    assert step["tokens"] == 888  # the evidence's figure stays where nothing was stated
+
+
+def test_a_bad_stated_figure_is_one_sentence():
+    """Bug: a malformed --tokens value gave a traceback or was ignored."""
+    from tracekit.cli import main
+
+    result = CliRunner().invoke(main, ["summary", "missing.json", "--tokens", "prefil=12"])
+    assert result.exit_code == 2
+    assert "is not [PHASE=]N" in result.output and "Traceback" not in result.output

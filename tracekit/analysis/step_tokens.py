@@ -1,0 +1,204 @@
+"""Tokens and batch of each step from the trace's own evidence, when no annotation states them.
+
+A default serving trace (no shapes, graph-replayed steps) still holds, per step, figures
+that engines size by the step's tokens or requests; each is a *source* that votes, with a
+weight for how directly it counts (the conventions are the engines', in ``tracekit.frameworks``):
+
+tokens
+  - KV-cache writes (weight 3): vLLM ``reshape_and_cache*`` / SGLang ``store_kvcache``
+    launch one block per token written, so grid x is the step's tokens;
+  - input copies (weight 2): the host-to-device copies of the step's int32 input ids and
+    int64 positions, 4T and 8T bytes (several candidate pairs split the weight);
+  - other per-token kernels (weight 2): vLLM's rotary embedding, one block per token.
+requests (batch)
+  - token readback (weight 2): the sampled token ids (one per request) copied back to the
+    host (int64 in SGLang; a vLLM build's width is not known, so int64 and int32 readings
+    split the weight);
+  - paged decode attention grids (weight 2): one block row per sequence;
+  - the sampler's softmax over the logits (weight 1): one row per request (weak: a run
+    that asks for prompt logprobs has a row per token).
+
+Each figure is the value with the most weight; its confidence is that weight over all the
+weight cast, and sources that disagree are named in a note. A figure no source gives, or
+that sources tie on, stays None, with the reason. The annotation, where it states a figure, is not overruled here:
+``segment`` keeps it and notes evidence that disagrees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracekit import frameworks
+from tracekit.analysis import categorical
+
+W_KV_WRITE, W_INPUT_COPY, W_PER_TOKEN = 3.0, 2.0, 2.0
+W_READBACK, W_DECODE_ATTENTION, W_SAMPLER = 2.0, 2.0, 1.0
+
+NO_TOKENS = ("no source in the trace counts its tokens (no KV-cache write grids or input-id/position copy "
+             "sizes)")
+NO_REQUESTS = "no source in the trace counts its requests (no sampled-token readback or decode attention grids)"
+
+
+@dataclass
+class Figure:
+    """One step's figure as the evidence voted: value (None: no source), where it came from,
+    confidence in [0, 1], and a note when sources disagree."""
+
+    value: int | None = None
+    source: str | None = None
+    confidence: float | None = None
+    note: str | None = None
+
+
+@dataclass
+class StepCounts:
+    tokens: Figure = field(default_factory=Figure)
+    requests: Figure = field(default_factory=Figure)
+
+
+def _vote(votes: list[tuple[int, float, str]], empty: str) -> Figure:
+    """The value with the most weight among ``votes`` (value, weight, source text)."""
+    if not votes:
+        return Figure(source=empty)
+    weight: dict[int, float] = {}
+    for value, w, _ in votes:
+        weight[value] = weight.get(value, 0.0) + w
+    best = max(weight, key=lambda v: (weight[v], -v))
+    total = sum(weight.values())
+    tied = sorted(v for v in weight if weight[v] == weight[best])
+    if len(tied) > 1:
+        readings = "; ".join(dict.fromkeys(f"{s} says {v:,}" for v, _, s in votes))
+        return Figure(source=f"the evidence cannot tell: {readings}")
+    agree = "; ".join(dict.fromkeys(s for v, _, s in votes if v == best))
+    others = [f"{s} says {v:,}" for v, _, s in votes if v != best]
+    note = None
+    if others:
+        note = f"sources disagree: {best:,} from {agree}, but {'; '.join(dict.fromkeys(others))}"
+    return Figure(best, agree, round(weight[best] / total, 3), note)
+
+
+def _grid(kernels: pd.DataFrame) -> np.ndarray:
+    if "grid_x" not in kernels:
+        return np.full((len(kernels), 3), -1, dtype=np.int64)
+    return np.stack([kernels[f"grid_{a}"].to_numpy().astype(np.int64) for a in "xyz"], axis=1)
+
+
+def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
+                sources: list[str] | None = None, iteration_of: np.ndarray | None = None) -> list[StepCounts]:
+    """What the evidence says of each step's tokens and requests; ``step_of`` gives the step of
+    each row of ``kernels`` (-1: none), ``sources`` each step's source (an engine's conventions
+    differ), ``iteration_of`` for rows outside every step the step whose engine iteration they
+    end (the sampled-token readback is read there). Rules run once per distinct kernel name and grid."""
+    out = [StepCounts() for _ in range(n_steps)]
+    if not n_steps or not len(kernels):
+        for c in out:
+            c.tokens.source, c.requests.source = NO_TOKENS, NO_REQUESTS
+        return out
+    tok_votes: list[list] = [[] for _ in range(n_steps)]
+    req_votes: list[list] = [[] for _ in range(n_steps)]
+    inside = (step_of >= 0) & (step_of < n_steps)
+    kind = kernels["kind"].astype(str).to_numpy() if "kind" in kernels else np.full(len(kernels), "kernel")
+    names = categorical.category_strings(kernels["name"])
+    codes = categorical.codes(kernels["name"])
+    grid = _grid(kernels)
+    # Kernels: KV-cache writes and decode attention, per (step, name, grid) with its launch count.
+    is_kernel = inside & (kind == "kernel") & (grid[:, 0] > 0)
+    rows = np.flatnonzero(is_kernel)
+    if len(rows):
+        frame = pd.DataFrame({"step": step_of[rows], "code": codes[rows], "x": grid[rows, 0],
+                              "y": grid[rows, 1], "z": grid[rows, 2]})
+        kv_of = {}
+        for key, n in frame.value_counts(sort=False).items():
+            step, code, x, y, z = (int(v) for v in key)
+            name = names[code] if code >= 0 else ""
+            if (name, x, y, z) not in kv_of:
+                g = (x, y, z)
+                kv_of[(name, x, y, z)] = (frameworks.kv_write_tokens(name, g), frameworks.per_token_kernel(name, g),
+                                          frameworks.decode_attention_sequences(name, g),
+                                          frameworks.sampler_rows(name, g))
+            kv, per_token, seqs, rows_ = kv_of[(name, x, y, z)]
+            short = _short(name)
+            if kv is not None:
+                tok_votes[step].append((kv[0], W_KV_WRITE,
+                                        f"{kv[1]} KV-cache writes ({short} grid x = {kv[0]:,}, one block per token)",
+                                        int(n)))
+            if per_token is not None:
+                tok_votes[step].append((per_token[0], W_PER_TOKEN, f"{per_token[1]} per-token kernel ({short} "
+                                        f"grid x = {per_token[0]:,})", int(n)))
+            if rows_ is not None:
+                req_votes[step].append((rows_, W_SAMPLER, f"sampler softmax rows ({short}: {rows_:,}, one per "
+                                        "request)", int(n)))
+            if seqs is not None:
+                req_votes[step].append((seqs, W_DECODE_ATTENTION,
+                                        f"decode attention grid ({short}: {seqs:,} sequences)", int(n)))
+    # Copies: the input-id/position pair host to device, the sampled tokens back.
+    if "bytes" in kernels:
+        nbytes = kernels["bytes"].to_numpy()
+        copy = inside & (kind == "memcpy") & (nbytes > 0)
+        crow = np.flatnonzero(copy)
+        if len(crow):
+            direction = np.array([_direction(names[c] if c >= 0 else "") for c in codes[crow].tolist()])
+            for d, target in (("htod", tok_votes), ("dtoh", req_votes)):
+                sel = crow[direction == d]
+                owner = step_of
+                if d == "dtoh" and iteration_of is not None:
+                    # The readback that closes a step's iteration, issued after its range.
+                    late = np.flatnonzero((step_of < 0) & (iteration_of >= 0) & (kind == "memcpy") & (nbytes > 0))
+                    late = late[np.array([_direction(names[c] if c >= 0 else "") == "dtoh"
+                                          for c in codes[late].tolist()], dtype=bool)] if len(late) else late
+                    sel = np.concatenate([sel, late])
+                    owner = np.where(step_of >= 0, step_of, iteration_of)
+                if not len(sel):
+                    continue
+                by_step = pd.Series(nbytes[sel]).groupby(owner[sel]).agg(list)
+                for step, sizes in by_step.items():
+                    if d == "htod":
+                        found = frameworks.input_copy_tokens(sizes)
+                        for t in found:
+                            target[int(step)].append((t, W_INPUT_COPY / len(found),
+                                                      f"input-id/position copies ({4 * t:,} and {8 * t:,} bytes "
+                                                      "host to device)", 1))
+                    else:
+                        found = frameworks.readback_requests(sizes, sources[int(step)] if sources else None)
+                        for r in found:
+                            target[int(step)].append((r, W_READBACK / len(found), f"sampled-token readback "
+                                                      f"({sizes[0]:,} bytes device to host, one "
+                                                      f"int{8 * sizes[0] // r} per request)", 1))
+    for i in range(n_steps):
+        # A source's launches vote once (the most common grid among its launches), not once per layer.
+        out[i].tokens = _vote(_per_source(tok_votes[i]), NO_TOKENS)
+        out[i].requests = _vote(_per_source(req_votes[i]), NO_REQUESTS)
+    return out
+
+
+def _per_source(votes: list[tuple]) -> list[tuple[int, float, str]]:
+    """One vote per kind of source: among one source's grids (a kernel launched per layer with a
+    padded last launch, say), the value launched most often. The input-copy candidates of one
+    step (several size pairs) each keep their share of that source's weight."""
+    best: dict[str, tuple] = {}
+    shared: dict[tuple, tuple] = {}
+    for value, w, text, n in votes:
+        kind = text.split(" (")[0]
+        if kind.startswith(("input-id", "sampled-token")):
+            shared.setdefault((kind, value), (value, w, text, n))
+        elif kind not in best or n > best[kind][3]:
+            best[kind] = (value, w, text, n)
+    return [(v, w, t) for v, w, t, _ in [*best.values(), *shared.values()]]
+
+
+def _direction(name: str) -> str | None:
+    """A copy's direction from the profiler's name (``Memcpy HtoD (Pinned -> Device)``, ROCm alike)."""
+    low = name.lower()
+    if "htod" in low or "host -> device" in low or "hosttodevice" in low:
+        return "htod"
+    if "dtoh" in low or "device -> host" in low or "devicetohost" in low:
+        return "dtoh"
+    return None
+
+
+def _short(name: str, width: int = 64) -> str:
+    head = name.split("(")[0].replace("void ", "").strip() or name
+    return head if len(head) <= width else head[: width - 3] + "..."
