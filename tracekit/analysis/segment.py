@@ -98,6 +98,10 @@ _STEP_COLUMNS = {
     "prefill_side": "object",
     "decode_side": "object",
 }
+# A window of a longer trace (tracekit split): the end of the previous window's last step on
+# each thread ({tid: ns}), so that its first step is timed as in the whole trace (analysis.merge
+# puts it in the trace's metadata).
+PREVIOUS_STEP_END = "tracekit_previous_step_end_ns"
 _RANGE_COLUMNS = ["start", "end", "tid", "phase", "source", "evidence", "label", "tokens", "batch",
                   "prefill_side", "decode_side"]
 
@@ -132,7 +136,7 @@ def segment(trace: Trace) -> Segmentation:
             notes.append(f"{dropped} step range{'s' if dropped != 1 else ''} launched no GPU work and "
                          f"{'are' if dropped != 1 else 'is'} not counted as a step")
             work["step"] = _assign(work, ranges)
-    steps = _steps_table(ranges, work)
+    steps = _steps_table(ranges, work, trace.metadata.get(PREVIOUS_STEP_END))
     _resolve_phases(steps, work)
     phase_of_step = steps["phase"].to_numpy() if len(steps) else np.array([UNKNOWN], dtype=object)
     work["phase"] = categorical.text(np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)],
@@ -538,7 +542,7 @@ def _containing(starts: np.ndarray, ends: np.ndarray, ids: np.ndarray, t: np.nda
     return np.where(ok, ids[np.maximum(pos, 0)], -1)
 
 
-def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
+def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | None = None) -> pd.DataFrame:
     if not len(ranges):
         return _empty_steps()
     rows = []
@@ -552,7 +556,7 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     # When the GPU runs behind the CPU (asynchronous scheduling), a step's GPU work waits
     # for the previous step's: its time starts when that work ended, so that step
     # durations add up to the run's span instead of counting the queue twice.
-    previous_end: dict[int, int] = {}
+    previous_end = {int(t): int(e) for t, e in (previous_end or {}).items()}
     begin_of = np.zeros(len(ranges), np.int64)
     end_of = np.zeros(len(ranges), np.int64)
     for i, (cpu0, cpu1, tid) in enumerate(zip(ranges["start"].tolist(), ranges["end"].tolist(),
