@@ -390,14 +390,19 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
     if DECODE not in phases:
         reasons["decode_mbu"] = "the trace holds no decode step"
     why_unknown = dict(sorted(acc.why_unknown.items(), key=lambda kv: -kv[1])[:8])
+    cut = next((w["window"].get("cut") for w in acc.windows if isinstance(w["window"], dict)), None)
+    merged_note = (f"merged from {k} windows of one trace (tracekit split{', cut ' + cut if cut else ''}): steps, "
+                   "phases, kernel aggregates and percentiles are the whole run's; the roofline points and timelines "
+                   "are taken from single windows and the largest idle intervals summed from each window's largest "
+                   "(provenance.windows says which)")
     prov.update({
-        "notes": acc.notes + notes, "lacks": acc.lacks, "reasons": reasons, "outside_steps": acc.outside,
+        "notes": [merged_note] + acc.notes + notes, "lacks": acc.lacks, "reasons": reasons, "outside_steps": acc.outside,
         "unknown_bound_ms_by_reason": why_unknown, "unmatched_kernels": acc.unmatched[:50],
         "windows": {
             "count": k,
             "files": [w["file"] for w in acc.windows],
             "steps_per_window": [w["steps"] for w in acc.windows],
-            "cut": next((w["window"].get("cut") for w in acc.windows if isinstance(w["window"], dict)), None),
+            "cut": cut,
             # Figures that are not sums over the windows, and the window each was taken from.
             "taken_from_window": taken,
             "merged_approximately": {
