@@ -5,12 +5,14 @@ few hundred bytes per kernel, so a trace around the size of memory cannot be ana
 whole. ``split`` cuts it into windows of about ``max_events`` events by time, in two
 streamed passes whose memory does not grow with the trace:
 
-1. A survey: every event's time, the span of every op and annotation, each runtime call's
-   correlation id and each annotation's External id go to temporary files on disk.
+1. A survey: every event's time, the span of every op, annotation, GPU kernel and engine
+   step (the step annotations and step frames ``tracekit.frameworks`` reads), each runtime
+   call's correlation id and each annotation's External id go to temporary files on disk.
 2. Routing: every event is copied, as the bytes it was written with, into the window its
    time falls in. Window edges are near the time quantiles that give windows of
-   ``max_events``, at instants when no op or annotation is open on any thread (between
-   steps, where the trace names them), so no step or op is cut in two.
+   ``max_events``, only between steps (a step longer than a window makes it grow), or at
+   idle instants (no op open, no GPU work running) when the trace names no steps, so no
+   step is cut in two.
 
 Kineto writes every CPU-side event before all GPU activity, and a kernel runs after its
 launch, often in the next step's time: a kernel (and its launch flow) therefore goes to the
@@ -19,8 +21,8 @@ kernels stay linked to their launches and ops; a GPU annotation goes with its CP
 (by External id). Metadata events (process and thread names) go to every window, and each
 window carries the trace's top-level keys (device properties, distributedInfo,
 baseTimeNanoseconds), so a window reads, segments and prices like the whole trace would over
-that time. ``tracekit batch`` on the windows' folder then analyses them in parallel, a row
-per window.
+that time. ``tracekit report`` of the windows' folder merges them into one report of the run
+(``analysis.merge``); ``tracekit batch`` analyses them in parallel, a row per window.
 """
 
 from __future__ import annotations
