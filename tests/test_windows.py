@@ -232,3 +232,162 @@ def test_a_failed_split_leaves_an_existing_folder_as_it_was(tmp_path):
     with pytest.raises(TracekitError):
         windows.split(str(bad), str(out))
     assert os.listdir(out) == ["mine.txt"] and (out / "mine.txt").read_text() == "keep"
+
+
+# --- windows keep whole steps; one merged report of the run ----------------------------------
+
+from conftest import SHARED_TRACES  # noqa: E402
+
+from tracekit.analysis.merge import analyse_windows, window_paths  # noqa: E402
+
+RTX3090_VLLM = "rtx3090_vllm-gpt-oss-20b_decode-new-cached.pt.trace.json.gz"  # execute_model frames, with stacks
+
+
+def _path(name):
+    if name.startswith("sample:"):
+        return SAMPLE_TRACES / name.split(":", 1)[1]
+    path = SHARED_TRACES / (REAL_NAMES.get(name) or name)
+    if not path.exists():
+        pytest.skip(f"real trace {path} is absent (../shared/traces is not beside this checkout)")
+    return path
+
+
+from conftest import REAL as REAL_NAMES  # noqa: E402
+
+
+def _close(a, b, rel=1e-3):
+    if a is None or b is None:
+        return a is b
+    return abs(a - b) <= rel * max(abs(a), abs(b)) + 1e-9
+
+
+def _assert_same_report(whole, merged):
+    """Steps (count, phases, durations), phases and their totals within 0.1%, percentiles equal."""
+    assert len(merged.steps) == len(whole.steps)
+    assert merged.steps["phase"].tolist() == whole.steps["phase"].tolist()
+    np.testing.assert_array_equal(merged.steps["duration_ns"].to_numpy(), whole.steps["duration_ns"].to_numpy())
+    np.testing.assert_array_equal(merged.steps["gpu_busy_ns"].to_numpy(), whole.steps["gpu_busy_ns"].to_numpy())
+    assert merged.steps["step"].tolist() == list(range(len(whole.steps)))  # numbered again from 0
+    assert list(merged.phases) == list(whole.phases)
+    for p, w in whole.phases.items():
+        m = merged.phases[p]
+        assert m["steps"] == w["steps"] and m["kernels"] == w["kernels"], p
+        for f in ("time_ms", "gpu_busy_ms", "gpu_idle_ms", "kernel_ms", "flops", "bytes", "mfu", "mbu"):
+            assert _close(m[f], w[f]), (p, f, m[f], w[f])
+        assert set(m["by_category"]) == set(w["by_category"])
+        for c, ms in w["by_category"].items():
+            assert _close(m["by_category"][c], ms), (p, c)
+        for c, ms in w["idle_by_cause"].items():
+            assert _close(m["idle_by_cause"][c], ms), (p, c)
+        # Per-name kernel aggregates summed over the windows.
+        key = [(r["name"], r["calls"], round(r["total_ms"], 6)) for r in w and whole.top_kernels[p]]
+        assert [(r["name"], r["calls"], round(r["total_ms"], 6)) for r in merged.top_kernels[p]] == key
+    for k in ("prefill_step_ms", "decode_step_ms", "ttft_ms", "tpot_ms"):
+        assert merged.metrics[k] == whole.metrics[k], k
+    assert sorted(f.id for f in merged.findings) == sorted(f.id for f in whole.findings)
+
+
+@pytest.mark.parametrize("name", ["gb10_vllm", RTX3090_VLLM, "sample:tiny-bs8.pt.trace.json.gz",
+                                  "b200_vllm", "mi300x_extend", "b300_qwen3_moe", "h100_hf"])
+def test_merged_report_of_the_windows_is_the_whole_traces(name, tmp_path):
+    """Steps named by the engine (vLLM annotations, execute_model frames, SGLang step ranges,
+    tracekit markers) are never cut, and the merged report of the windows is the whole
+    trace's. Fails if a window edge falls inside a step (steps multiply, as the inferred
+    fallback finds single layers of the cut step), if the first step of a window is timed from
+    its CPU start instead of the previous window's last step (gb10: the GPU runs 74 ms behind),
+    or if a per-phase sum or a percentile is taken from one window."""
+    src = _path(name)
+    whole = analyze(read_trace(src))
+    out = _split(src, tmp_path, parts=4)
+    if len(whole.steps) >= 3:
+        assert len(out) >= 3
+    merged = analyse_windows(out, read_trace)
+    _assert_same_report(whole, merged)
+    assert merged.provenance["windows"]["count"] == len(out)
+    assert sum(merged.provenance["windows"]["steps_per_window"]) == len(whole.steps)
+
+
+def _strip_annotations(src, dest):
+    """The trace without its annotations (CPU and GPU ranges): steps only as Python frames."""
+    import json
+
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"]
+                          if e.get("cat") not in ("user_annotation", "gpu_user_annotation")]
+    dest.write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
+    return dest
+
+
+def test_a_step_named_only_by_execute_model_frames_is_never_cut(tmp_path):
+    """A with_stack vLLM trace without annotations: its steps are the execute_model frames.
+    Fails if split cuts inside a frame (old split only avoided open ops and annotations, so a
+    window edge could fall in a step between two of its ops): a window's step then loses part
+    of its kernels and the count or durations change."""
+    src = _strip_annotations(_path(RTX3090_VLLM), tmp_path / "stripped.json.gz")
+    t = read_trace(src)
+    assert not len(t.annotations)
+    whole = analyze(t)
+    assert whole.phase_source == frameworks.SOURCE_VLLM_FRAMES and len(whole.steps) == 17
+    out = _split(src, tmp_path, parts=12)
+    assert len(out) >= 6
+    per = [analyze(read_trace(p)) for p in out]
+    assert sum(len(a.steps) for a in per) == 17
+    # Each window's steps are whole: their kernels as in the whole trace.
+    got = pd.concat([a.steps for a in per])
+    np.testing.assert_array_equal(got["kernels"].to_numpy(), whole.steps["kernels"].to_numpy())
+    _assert_same_report(whole, analyse_windows(out, read_trace))
+
+
+def test_a_window_smaller_than_a_step_grows_and_says_so(tmp_path):
+    """One SGLang extend step of 58k events in windows of a quarter of that: the step stays
+    whole in one window, and the split says the window grew. Fails if the step is cut (the old
+    split cut at the least-covered instant inside it: several windows, each a piece of it)."""
+    src = real_trace_path("mi300x_extend")
+    notes: list = []
+    out = _split(src, tmp_path, parts=4, notes=notes)
+    assert [len(analyze(read_trace(p)).steps) for p in out].count(1) == 1
+    assert any("stays whole" in n and "grows" in n for n in notes)
+
+
+def test_traces_without_steps_are_cut_at_idle_instants(tmp_path):
+    """A trace that names no steps (a100_particle: steps only from its launch pattern) is cut
+    at instants when no op is open and no kernel runs: no kernel runs from the last CPU event
+    of a window to the first of the next. Fails if an edge falls where a kernel runs."""
+    src = real_trace_path("a100_particle")
+    whole = read_real("a100_particle")
+    out = _split(src, tmp_path, parts=4)
+    assert len(out) >= 3
+    parts = [read_trace(p) for p in out]
+    assert {p.metadata[windows.WINDOW_KEY]["cut"] for p in parts} == {windows.CUT_IDLE}
+    k = whole.kernels
+    for a, b in zip(parts, parts[1:]):
+        last = max(t["start_ns"].max() for t in (a.cpu_ops, a.runtime) if len(t))
+        first = min(t["start_ns"].min() for t in (b.cpu_ops, b.runtime) if len(t))
+        assert not ((k["start_ns"] <= last) & (k["end_ns"] >= first)).any()
+
+
+def test_report_of_a_split_folder_is_one_merged_report(tmp_path):
+    """tracekit report DIR of a split's windows: one JSON report of the whole run. Fails if the
+    folder is refused (as ranks that are not one run) or only one window is reported."""
+    import json
+
+    src = real_trace_path("gb10_vllm")
+    out = tmp_path / "w"
+    r = CliRunner().invoke(main, ["split", str(src), "-o", str(out), "--events", "40000"], catch_exceptions=False)
+    assert r.exit_code == 0 and f"tracekit report {out}" in r.output, r.output
+    assert len(window_paths(str(out))) >= 3
+    r = CliRunner().invoke(main, ["report", str(out), "-o", str(tmp_path / "r.json")], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert len(data["steps"]) == 10 and [s["index"] for s in data["steps"]] == list(range(10))
+    assert data["provenance"]["windows"]["count"] >= 3
+    assert data["provenance"]["notes"][0].startswith("merged from")
+    whole = analyze(read_real("gb10_vllm"))
+    assert data["metrics"]["decode_step_ms"] == pytest.approx(whole.metrics["decode_step_ms"], rel=1e-12)
+
+
+def test_report_of_a_split_folder_missing_a_window_is_one_sentence(tmp_path):
+    out = _split(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz", tmp_path)
+    os.remove(out[1])
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "w"), "-o", str(tmp_path / "r.json")])
+    assert r.exit_code == 2 and "lacks window 2" in r.output and "Traceback" not in r.output

@@ -975,3 +975,21 @@ def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[
             "model-undescribed": f"a model component needs > {ABOVE_ROOF:.0%} of its kernels' time at the roofline",
         },
     }
+
+
+# --- for merging windows (analysis.merge) ----------------------------------------------
+
+
+def phase_figures(work: pd.DataFrame, lat, spec, withheld: str | None = None) -> dict[str, dict[str, Any]]:
+    """Per phase, its figures from (weighted) units of work and the latency aggregates, as
+    ``assemble`` computes them (idle causes aside): ``analysis.merge`` gives it the windows'
+    units summed by kind, whose sums are the whole run's."""
+    by_phase = {p: _phase_work(work, p) for p in PHASE_ORDER if p in lat.phases}
+    phases = {p: _phase(p, w, lat.phases[p], spec) for p, w in by_phase.items()}
+    _withhold(phases, by_phase, withheld)
+    return phases
+
+
+def metrics_of(lat, phases: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's headline metrics from its latency figures and phases (``assemble``'s)."""
+    return _metrics(lat, phases)

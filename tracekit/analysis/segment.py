@@ -111,6 +111,10 @@ _STEP_COLUMNS = {
     "prefill_side": "object",
     "decode_side": "object",
 }
+# A window of a longer trace (tracekit split): the end of the previous window's last step on
+# each thread ({tid: ns}), so that its first step is timed as in the whole trace (analysis.merge
+# puts it in the trace's metadata).
+PREVIOUS_STEP_END = "tracekit_previous_step_end_ns"
 _RANGE_COLUMNS = ["start", "end", "tid", "phase", "source", "evidence", "label", "tokens", "batch",
                   "prefill_side", "decode_side"]
 
@@ -152,7 +156,7 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
             notes.append(f"{dropped} step range{'s' if dropped != 1 else ''} launched no GPU work and "
                          f"{'are' if dropped != 1 else 'is'} not counted as a step")
             work["step"] = _assign(work, ranges)
-    steps = _steps_table(ranges, work)
+    steps = _steps_table(ranges, work, trace.metadata.get(PREVIOUS_STEP_END))
     counts = (step_tokens.step_counts(trace.kernels, work["step"].to_numpy(), len(steps), steps["source"].tolist(),
                                       iteration_of=_iteration(work, steps))
               if device_type == "gpu" and len(steps) else [step_tokens.StepCounts() for _ in range(len(steps))])
@@ -654,7 +658,7 @@ def _containing(starts: np.ndarray, ends: np.ndarray, ids: np.ndarray, t: np.nda
     return np.where(ok, ids[np.maximum(pos, 0)], -1)
 
 
-def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
+def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | None = None) -> pd.DataFrame:
     if not len(ranges):
         return _empty_steps()
     rows = []
@@ -668,7 +672,7 @@ def _steps_table(ranges: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
     # When the GPU runs behind the CPU (asynchronous scheduling), a step's GPU work waits
     # for the previous step's: its time starts when that work ended, so that step
     # durations add up to the run's span instead of counting the queue twice.
-    previous_end: dict[int, int] = {}
+    previous_end = {int(t): int(e) for t, e in (previous_end or {}).items()}
     begin_of = np.zeros(len(ranges), np.int64)
     end_of = np.zeros(len(ranges), np.int64)
     for i, (cpu0, cpu1, tid) in enumerate(zip(ranges["start"].tolist(), ranges["end"].tolist(),

@@ -1,4 +1,5 @@
-"""``tracekit report TRACE [-o FILE]``: one trace (or a folder of per-rank traces) to a report."""
+"""``tracekit report TRACE [-o FILE]``: one trace (or a folder of per-rank traces, or the windows
+``tracekit split`` wrote: one merged report of the run) to a report."""
 
 from __future__ import annotations
 
@@ -58,19 +59,29 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
         from tracekit.analysis.hta import require
 
         require()  # a missing extra fails before the slow read too
-    t = read_with_progress(trace)
     captured = read_with_progress(capture) if capture else None
-    analysis = analyze(t, gpu=gpu, spec_file=spec_file, capture=captured,
-                       cpu_matmul_flops=cpu_flops, cpu_bandwidth=cpu_bandwidth, model=spec_model, tp=tp,
-                       costs=costs, weights=weights if spec_model is None else None, model_force=model_force,
-                       stated=stated_figures())
+    options = dict(gpu=gpu, spec_file=spec_file, capture=captured, cpu_matmul_flops=cpu_flops,
+                   cpu_bandwidth=cpu_bandwidth, model=spec_model, tp=tp, costs=costs,
+                   weights=weights if spec_model is None else None, model_force=model_force,
+                   stated=stated_figures())
+    split_windows = _windows(trace)
+    if split_windows:
+        # The windows of one split (tracekit split): analysed one at a time, merged into one report.
+        from tracekit.analysis.merge import analyse_windows
+
+        analysis = analyse_windows(split_windows, read_with_progress, **options)
+        files = split_windows
+    else:
+        t = read_with_progress(trace)
+        analysis = analyze(t, **options)
+        files = t.metadata.get("files") or [t.path]
     data = analysis.to_dict()
     if with_hta:
         from tracekit.analysis.hta import run_hta
 
         if sys.stderr.isatty():  # HTA parses ~10 MB/s on its own: say what the wait is
             click.echo("running HolisticTraceAnalysis on the same files...", err=True)
-        data["hta"] = run_hta(t.metadata.get("files") or [t.path])
+        data["hta"] = run_hta(files)
     text = renderer.render_data(data)
     if to_stdout:
         click.echo(text, nl=False)
@@ -79,6 +90,15 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
     click.echo(f"{'replaced' if replacing else 'wrote'} {path} ({human_size(size)})")
     if not is_stream(path):
         click.echo(_next_step(renderer.name, trace, path))
+
+
+def _windows(trace: str) -> list[str] | None:
+    """A folder holding the windows of one split, in order; None for anything else."""
+    if not os.path.isdir(trace):
+        return None
+    from tracekit.analysis.merge import window_paths
+
+    return window_paths(trace)
 
 
 def _load_model(model: str | None, weights: str | None):

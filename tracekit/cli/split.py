@@ -22,21 +22,26 @@ def command(trace: str, out_dir: str | None, max_events: int | None, force: bool
     """Cut TRACE into windows of its time, each a trace file of its own, in two streamed passes
     whose memory does not grow with the trace: for traces too large to analyse whole.
 
-    Windows end at an instant when no op or annotation is open (between steps), each kernel
-    goes with the launch that queued it, and every window keeps the trace's device and rank
-    metadata.
-    Analyse them all with `tracekit batch DIR` (a row per window), or one with `tracekit report`."""
+    Windows are cut only between the engine's steps (step annotations or step frames; at idle
+    instants when the trace names no steps), so each step is whole in one window with its
+    kernels (a step longer than a window makes it grow); every window keeps the trace's device
+    and rank metadata.
+    `tracekit report DIR` gives one merged report of the whole run; `tracekit batch DIR` a row per window."""
     from tracekit.trace import windows
 
     if out_dir is None:
         out_dir = os.path.join("reports", f"{windows.trace_stem(trace)}-windows")
+    notes: list[str] = []
     with _Progress() as progress:
         written = windows.split(trace, out_dir, max_events=max_events or windows.DEFAULT_EVENTS, force=force,
-                                progress=progress)
+                                progress=progress, notes=notes)
     size = sum(os.path.getsize(p) for p in written)
     click.echo(f"wrote {len(written)} window{'s' if len(written) != 1 else ''} of {trace} to {out_dir} "
                f"({human_size(size)})")
-    click.echo(f"next: tracekit batch {out_dir} (a row per window), or tracekit report {written[0]}", err=True)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"next: tracekit report {out_dir} (one merged report of the run), or tracekit batch {out_dir} "
+               "(a row per window)", err=True)
 
 
 class _Progress:

@@ -38,7 +38,8 @@ def check_one_run(folder: str, parts: list[Trace]) -> None:
     names = [os.path.basename(t.path) for t in parts]
     if all(WINDOW_NAME.search(n) for n in names):
         raise TracekitError(f"{folder} holds {len(parts)} windows of a trace (tracekit split), each a trace of its "
-                            "own; " + _ONE_BY_ONE)
+                            "own, not ranks to merge into one timeline: tracekit report FOLDER gives one merged "
+                            "report of the run; " + _ONE_BY_ONE)
     seen: dict[tuple, str] = {}
     for name, fp in zip(names, map(fingerprint, parts)):
         if fp in seen:

@@ -5,12 +5,14 @@ few hundred bytes per kernel, so a trace around the size of memory cannot be ana
 whole. ``split`` cuts it into windows of about ``max_events`` events by time, in two
 streamed passes whose memory does not grow with the trace:
 
-1. A survey: every event's time, the span of every op and annotation, each runtime call's
-   correlation id and each annotation's External id go to temporary files on disk.
+1. A survey: every event's time, the span of every op, annotation, GPU kernel and engine
+   step (the step annotations and step frames ``tracekit.frameworks`` reads), each runtime
+   call's correlation id and each annotation's External id go to temporary files on disk.
 2. Routing: every event is copied, as the bytes it was written with, into the window its
    time falls in. Window edges are near the time quantiles that give windows of
-   ``max_events``, at instants when no op or annotation is open on any thread (between
-   steps, where the trace names them), so no step or op is cut in two.
+   ``max_events``, only between steps (a step longer than a window makes it grow), or at
+   idle instants (no op open, no GPU work running) when the trace names no steps, so no
+   step is cut in two.
 
 Kineto writes every CPU-side event before all GPU activity, and a kernel runs after its
 launch, often in the next step's time: a kernel (and its launch flow) therefore goes to the
@@ -19,8 +21,8 @@ kernels stay linked to their launches and ops; a GPU annotation goes with its CP
 (by External id). Metadata events (process and thread names) go to every window, and each
 window carries the trace's top-level keys (device properties, distributedInfo,
 baseTimeNanoseconds), so a window reads, segments and prices like the whole trace would over
-that time. ``tracekit batch`` on the windows' folder then analyses them in parallel, a row
-per window.
+that time. ``tracekit report`` of the windows' folder merges them into one report of the run
+(``analysis.merge``); ``tracekit batch`` analyses them in parallel, a row per window.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ import re
 import shutil
 import tempfile
 from operator import attrgetter
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
 import msgspec
 import numpy as np
 
-from tracekit import markers
+from tracekit import frameworks, markers
 from tracekit.errors import TracekitError
 from tracekit.trace import inflate, limits, stream
 from tracekit.trace.decode import too_deep
@@ -55,6 +57,8 @@ DEFAULT_EVENTS = 2_000_000
 MAX_WINDOWS = 500
 # How split names its windows: <trace name>.window-<i>-of-<k>.json.gz, in time order.
 WINDOW_NAME = re.compile(r"\.window-(\d+)-of-(\d+)\.json\.gz$")
+# The top-level key of a window saying which it is: {"index", "of", "trace", "cut"}.
+WINDOW_KEY = "tracekitWindow"
 # The time grid windows are cut on: a bin of a 10-minute trace is 0.14 ms, finer than the host's
 # pause between two steps; its histograms take 64 MB whatever the trace's size.
 _BINS = 1 << 22
@@ -75,6 +79,7 @@ class _Where(msgspec.Struct, gc=False, frozen=True):
 
     ph: str = ""
     cat: Union[str, None] = None
+    name: Any = None  # (untrusted: any JSON value; only a string can name a step)
     ts: float = math.nan
     dur: float = 0.0
     id: Union[int, str, None] = None
@@ -83,7 +88,7 @@ class _Where(msgspec.Struct, gc=False, frozen=True):
 
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _WHERE = msgspec.json.Decoder(list[_Where])
-_PH, _CAT, _TS, _DUR, _ID = (attrgetter(a) for a in ("ph", "cat", "ts", "dur", "id"))
+_PH, _CAT, _TS, _DUR, _ID, _NAME = (attrgetter(a) for a in ("ph", "cat", "ts", "dur", "id", "name"))
 _CORR_OF, _EXT_OF = attrgetter("args.correlation"), attrgetter("args.external_id")
 
 # What an event is to routing, by (phase, category): the last four are the complete ("X")
@@ -162,19 +167,25 @@ def _ints(values: list) -> np.ndarray:
                          for v in values], dtype=np.int64)
 
 
+def _hashable(name) -> bool:
+    return isinstance(name, str)
+
+
 def trace_stem(path: str) -> str:
     """The name a trace's windows start with: the file's name without its trace extension."""
     return os.path.basename(markers.sidecar_path_for(path))[: -len(markers.SIDECAR_SUFFIX)]
 
 
 def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: bool = False,
-          progress: Callable[[str, int, int | None], None] | None = None) -> list[str]:
+          progress: Callable[[str, int, int | None], None] | None = None,
+          notes: list[str] | None = None) -> list[str]:
     """Write ``path``'s windows of about ``max_events`` CPU-side events (ops, runtime calls,
     annotations, Python frames; kernels go with their launches) into ``out_dir`` (created if
     missing) and return their paths, in time order. ``force`` replaces an earlier split's
     windows there. ``progress(stage, bytes_done, bytes_total or None)`` is called as each pass
     goes through the decompressed text (the survey learns the total for the routing pass).
-    Raises ``TracekitError`` with one sentence for anything that cannot be split."""
+    What the user should know about the cut (a window grown to hold a long step) is appended
+    to ``notes``. Raises ``TracekitError`` with one sentence for anything that cannot be split."""
     if max_events < 1:
         raise TracekitError(f"the events per window must be a positive number, not {max_events}")
     if not os.path.isfile(path):
@@ -182,7 +193,7 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
     made = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     try:
-        return _split(path, out_dir, max_events, force, progress)
+        return _split(path, out_dir, max_events, force, progress, notes)
     except BaseException as e:
         if made and not os.listdir(out_dir):
             os.rmdir(out_dir)  # a folder this call made leaves with it
@@ -191,7 +202,7 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
         raise
 
 
-def _split(path: str, out_dir: str, max_events: int, force: bool, progress) -> list[str]:
+def _split(path: str, out_dir: str, max_events: int, force: bool, progress, notes: list | None) -> list[str]:
     sidecar = markers.sidecar_path_for(path)
     stem = trace_stem(path)
     clash = [f for f in os.listdir(out_dir) if f.startswith(f"{stem}.window-")]
@@ -211,7 +222,9 @@ def _split(path: str, out_dir: str, max_events: int, force: bool, progress) -> l
         survey.close()
         writing = f"writing {len(edges) + 1} window{'s' if len(edges) else ''}"
         written = _route(path, limit, survey.meta, edges, launches, annotations, out_dir, stem, tmp,
-                         lambda done: tick(writing, done, survey.bytes))
+                         lambda done: tick(writing, done, survey.bytes), survey.cut if len(edges) else "")
+        if notes is not None:
+            notes.extend(survey.notes)
     if os.path.exists(sidecar):  # what tracekit collect recorded of the run holds for every window
         for w in written:
             shutil.copyfile(sidecar, markers.sidecar_path_for(w))
@@ -230,7 +243,23 @@ _FILES = {
     "ranges": np.dtype([("start", "f8"), ("end", "f8")]),  # every op and CPU annotation
     "launches": _TIMED_IDS,  # runtime calls and their correlation ids
     "annotations": _TIMED_IDS,  # CPU annotations and their External ids
+    "steps": np.dtype([("start", "f8"), ("end", "f8")]),  # engine steps: annotations and step frames
+    "profiler_steps": np.dtype([("start", "f8"), ("end", "f8")]),  # ProfilerStep#N ranges
+    "gpu": np.dtype([("start", "f8"), ("end", "f8")]),  # kernels, memcpy and memset
 }
+# What a range is to cutting: no step, an engine's step (the grammars of tracekit.frameworks:
+# step annotations, step frames), or a ProfilerStep#N range (a step only where nothing else is).
+_NOT_STEP, _ENGINE_STEP, _PROFILER_STEP = range(3)
+
+
+def _step_class(kind: int, name) -> int:
+    if not isinstance(name, str):
+        return _NOT_STEP
+    if kind == _ANNOTATION:
+        if frameworks.parse_annotation(name) is not None:
+            return _ENGINE_STEP
+        return _PROFILER_STEP if frameworks.pytorch.is_profiler_step(name) else _NOT_STEP
+    return _ENGINE_STEP if frameworks.step_frame_source(name) else _NOT_STEP
 
 
 class _Survey:
@@ -242,6 +271,9 @@ class _Survey:
         self.bytes = 0  # of decompressed text
         self.lo, self.hi = math.inf, -math.inf
         self.meta: dict = {}
+        self.counts = {"steps": 0, "profiler_steps": 0}  # rows of those files
+        self.cut = CUT_STEPS  # how _edges cut the windows
+        self.notes: list[str] = []  # what the user should know about the cut
 
     def close(self) -> None:
         for f in self._files.values():
@@ -284,6 +316,7 @@ def _each(chunks: stream.EventChunks, tick: Callable[[int], None]):
 def _survey(path: str, limit: int, tmp: str, tick: Callable[[int], None]) -> _Survey:
     s = _Survey(tmp)
     kinds: dict = {}
+    step_of: dict = {}
     chunks = _open(path, limit)
     for chunk in _each(chunks, tick):
         c = _Columns(chunk.where, kinds, ids_of=(_LAUNCH, _ANNOTATION), durations=True)
@@ -299,18 +332,44 @@ def _survey(path: str, limit: int, tmp: str, tick: Callable[[int], None]) -> _Su
         for name, kind in (("launches", _LAUNCH), ("annotations", _ANNOTATION)):
             rows = timed & (c.kind == kind) & (c.id >= 0)
             s.write(name, c.ts[rows], c.id[rows])
+        gpu = timed & (c.kind == _GPU)
+        s.write("gpu", c.ts[gpu], c.ts[gpu] + np.nan_to_num(c.dur[gpu]))
+        # Steps, by name: each distinct (kind, name) asks the engine grammars once.
+        rows = np.flatnonzero(timed & ((c.kind == _ANNOTATION) | (c.kind == _COMPLETE)))
+        if len(rows):
+            keys = list(zip(c.kind[rows].tolist(), map(_NAME, map(chunk.where.__getitem__, rows.tolist()))))
+            for key in set(k for k in keys if _hashable(k[1])).difference(step_of):
+                step_of[key] = _step_class(*key)
+            cls = np.fromiter((step_of.get(k, _NOT_STEP) if _hashable(k[1]) else _NOT_STEP for k in keys),
+                              np.int8, len(keys))
+            for name, which in (("steps", _ENGINE_STEP), ("profiler_steps", _PROFILER_STEP)):
+                mine = rows[cls == which]
+                if len(mine):
+                    s.write(name, c.ts[mine], c.ts[mine] + np.nan_to_num(c.dur[mine]))
+                    s.counts[name] += len(mine)
     s.meta = chunks.meta
     s.bytes = chunks.slices.total
     return s
 
 
+# How a split's windows were cut (the window's metadata and ``split``'s notes say which).
+CUT_STEPS = "between engine steps"
+CUT_PROFILER_STEPS = "between ProfilerStep ranges"
+CUT_IDLE = "at idle instants (no op open, no GPU work running)"
+CUT_OPS = "at instants when no op is open (the GPU is never idle there)"
+CUT_LEAST = "at the least-covered instants (ops never all close)"
+
+
 def _edges(s: _Survey, max_events: int) -> np.ndarray:
     """Window edges in trace microseconds, increasing: window i holds times in [edges[i-1], edges[i]).
 
-    Each edge is an instant, near the time quantile that gives windows of ``max_events``,
-    at which no op and no annotation is open on any thread (between steps, where the trace
-    names them): a step, an op and the launches inside it are never cut apart. Both are
-    found on one time grid of ``_BINS`` bins, from histograms, whatever the trace's size."""
+    Each edge is near the time quantile that gives windows of ``max_events``, where no step
+    is open: at the start of a step that begins after every earlier step (on any thread)
+    ended, the steps being the engine's (``tracekit.frameworks``: step annotations, step
+    frames; else ``ProfilerStep#N`` ranges). A step, its ops and the launches inside it are
+    never cut apart: a step longer than a window makes its window grow. A trace that names
+    no steps is cut at idle instants: no op or annotation open and no GPU work running,
+    found on a time grid of ``_BINS`` bins from histograms, whatever the trace's size."""
     k = math.ceil(s.n / max_events) if s.n else 1
     if k > MAX_WINDOWS:
         raise TracekitError(f"{s.n:,} events in windows of {max_events:,} would make {k:,} windows, more than "
@@ -327,17 +386,85 @@ def _edges(s: _Survey, max_events: int) -> np.ndarray:
     for block in s.blocks("ts"):
         cum += np.bincount(bins(block["ts"]), minlength=_BINS)
     np.cumsum(cum, out=cum)
-    # Ranges open at the start of each bin: those begun in earlier bins less those ended in them
-    # (an end in the bin itself still counts as open, so a bin start that reads 0 is clear).
+    targets = np.arange(1, k) * (s.n / k)
+    named = "steps" if s.counts["steps"] else "profiler_steps" if s.counts["profiler_steps"] else None
+    if named is not None:
+        s.cut = CUT_STEPS if named == "steps" else CUT_PROFILER_STEPS
+        # Steps are few beside events (one per forward pass): their starts and ends fit in memory.
+        rows = np.concatenate(list(s.blocks(named)))
+        starts, ends = _step_gaps(rows["start"], rows["end"])
+        cuts = starts[(starts > s.lo) & (starts <= s.hi)]
+        # Events before each cut (to a bin): a cut is chosen by how near it is to a quantile.
+        before = cum[np.maximum(bins(cuts) - 1, 0)] * (bins(cuts) > 0)
+        chosen = _nearest(before, targets)
+        edges = cuts[chosen] if len(cuts) else np.zeros(0)
+        counts = before[chosen] if len(cuts) else np.zeros(0, np.int64)
+    else:
+        open_at = _open_at(s, "ranges", bins)
+        busy_at = _open_at(s, "gpu", bins)
+        for cut, clear in ((CUT_IDLE, (open_at == 0) & (busy_at == 0)), (CUT_OPS, open_at == 0)):
+            at = np.flatnonzero(clear[1:]) + 1  # (bin 0 is the trace's start)
+            if len(at):
+                s.cut = cut
+                chosen = at[_nearest(cum[at - 1], targets)]
+                break
+        else:
+            s.cut = CUT_LEAST
+            chosen = _least_covered(open_at, np.searchsorted(cum, targets))
+        edges = s.lo + chosen.astype(np.float64) * width
+        counts = cum[chosen - 1]
+    edges, counts = np.unique(edges), counts[np.unique(edges, return_index=True)[1]]
+    # A window left with a sliver of the events (a trace's few events before its first step) joins the next.
+    keep, kept, last = [], [0], 0
+    for e, n in zip(edges.tolist(), counts.tolist()):
+        if n - last >= max_events // 10 and s.n - n >= max_events // 10:
+            keep.append(e)
+            kept.append(int(n))
+            last = n
+    held = np.diff([*kept, s.n])
+    if held.max() > 1.5 * max_events:
+        i = int(np.argmax(held))
+        what = "a step longer than a window stays whole" if named else "no earlier instant is idle"
+        s.notes.append(f"window {i + 1} holds about {int(held[i]):,} CPU-side events, more than --events "
+                       f"{max_events:,}: {what}, so the window grows")
+    return np.asarray(keep, dtype=np.float64)
+
+
+def _step_gaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The instants no step is open: each step start after every earlier step (nested ones
+    and other threads' included) ended, and that end. Sorted by time."""
+    o = np.argsort(start, kind="stable")
+    st, en = start[o], np.maximum(end[o], start[o])
+    reach = np.maximum.accumulate(en)
+    gap = np.flatnonzero(st[1:] > reach[:-1]) + 1
+    return st[gap], reach[gap - 1]
+
+
+def _nearest(have: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """For each target count, the index of the candidate whose count (sorted) is nearest."""
+    if not len(have):
+        return np.zeros(0, np.int64)
+    j = np.clip(np.searchsorted(have, targets), 1, len(have) - 1) if len(have) > 1 else np.zeros(len(targets), np.int64)
+    if len(have) > 1:
+        j = np.where(np.abs(have[j - 1] - targets) <= np.abs(have[j] - targets), j - 1, j)
+    return j.astype(np.int64)
+
+
+def _open_at(s: _Survey, name: str, bins) -> np.ndarray:
+    """Ranges of a survey file open at the start of each bin: those begun in earlier bins less
+    those ended in them (an end in the bin itself still counts as open, so 0 is clear)."""
     open_at = np.zeros(_BINS, dtype=np.int64)
-    for block in s.blocks("ranges"):
+    for block in s.blocks(name):
         open_at[1:] += np.bincount(bins(block["start"]), minlength=_BINS)[:-1]
         open_at[1:] -= np.bincount(bins(block["end"]), minlength=_BINS)[:-1]
     np.cumsum(open_at, out=open_at)
-    quantile = np.searchsorted(cum, np.arange(1, k) * (s.n / k))
+    return open_at
+
+
+def _least_covered(open_at: np.ndarray, quantile: np.ndarray) -> np.ndarray:
+    """Within a quarter of a window of each quantile bin, the least-covered bin start, the nearest of those."""
     chosen = []
     for j, q in enumerate(quantile.tolist()):
-        # Within a quarter of a window of its quantile, the clearest bin start, the nearest of those.
         lo_q = quantile[j - 1] if j else 0
         hi_q = quantile[j + 1] if j + 1 < len(quantile) else _BINS
         reach = max(1, min(q - lo_q, hi_q - q) // 4)
@@ -347,15 +474,7 @@ def _edges(s: _Survey, max_events: int) -> np.ndarray:
         near = open_at[a:b]
         best = np.flatnonzero(near == near.min()) + a
         chosen.append(int(best[np.argmin(np.abs(best - q))]))
-    edges = np.unique(chosen)
-    # A window left with a sliver of the events (a trace's few events before its first step) joins the next.
-    keep, last = [], 0
-    for e in edges.tolist():
-        n = int(cum[e - 1])
-        if n - last >= max_events // 10 and s.n - n >= max_events // 10:
-            keep.append(e)
-            last = n
-    return s.lo + np.asarray(keep, dtype=np.float64) * width
+    return np.asarray(chosen, dtype=np.int64)
 
 
 class _IdRanges:
@@ -389,17 +508,18 @@ class _IdRanges:
 
 
 def _route(path: str, limit: int, meta: dict, edges: np.ndarray, launches: _IdRanges, annotations: _IdRanges,
-           out_dir: str, stem: str, tmp: str, tick: Callable[[int], None]) -> list[str]:
+           out_dir: str, stem: str, tmp: str, tick: Callable[[int], None], cut: str) -> list[str]:
     k = len(edges) + 1
     names = [f"{stem}.window-{i + 1:0{len(str(k))}d}-of-{k}.json.gz" for i in range(k)]  # WINDOW_NAME
     parts = [os.path.join(tmp, n) for n in names]
     # The trace's own top-level keys, then its events: each window is a trace like the whole.
-    head = msgspec.json.encode({**meta, "traceEvents": []})[:-3] + b"["
     outs = [_gzip.open(p, "wb", compresslevel=1) for p in parts]
     first = [True] * k
     try:
-        for out in outs:
-            out.write(head)
+        for i, out in enumerate(outs):
+            # Which window of which trace, and how it was cut: tracekit report DIR merges them in order.
+            window = {"index": i + 1, "of": k, "trace": os.path.basename(path), "cut": cut}
+            out.write(msgspec.json.encode({**meta, WINDOW_KEY: window, "traceEvents": []})[:-3] + b"[")
         kinds: dict = {}
         for chunk in _each(_open(path, limit, raws=True), tick):
             c = _Columns(chunk.where, kinds, ids_of=(_GPU, _FLOW, _GPU_ANNOTATION))
