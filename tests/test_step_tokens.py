@@ -111,7 +111,53 @@ def test_stripped_mi300x_extend_is_a_prefill_of_15360_tokens():
     [step] = s.steps.to_dict("records")
     assert step["phase"] == "prefill" and step["tokens"] == 15360
     assert "store_kvcache" in step["tokens_source"]
-    assert np.isnan(step["batch"])  # nothing in the step counts its 15 requests
+
+
+def test_stripped_mi300x_extend_batch_is_its_15_requests():
+    """Bug: SGLang's one-program-per-request kernel (create_flashinfer_kv_indices_triton, grid
+    (bs,)) and the sampler's argmax (one output per request) not read: the extend step's batch,
+    which its annotation states as 15, came out unknown."""
+    s = seg.segment(strip_annotations(read_real("mi300x_extend")))
+    [step] = s.steps.to_dict("records")
+    assert step["batch"] == 15  # step[EXTEND bs=15 ...]
+    assert "create_flashinfer_kv_indices_triton grid x = 15" in step["batch_source"]
+    assert "sampler argmax rows" in step["batch_source"]
+
+
+def test_stripped_mi300x_qwen3_moe_decode_counts_its_16_requests():
+    """Bug: a graph-replayed ROCm decode step with no sampled-token readback (only DtoD copies)
+    kept no count of its requests, so its tokens and batch (16/16 in the annotation) were
+    unknown and --model priced 0.5% of its kernel time."""
+    s = seg.segment(strip_annotations(read_real("mi300x_qwen3_moe")))
+    [step] = s.steps.to_dict("records")
+    assert step["phase"] == "decode" and step["batch"] == 16 and step["tokens"] == 16
+    assert "per-request kernel" in step["batch_source"] and "argmax" in step["batch_source"]
+
+
+def test_sampler_and_per_request_rules_read_only_their_kernels():
+    """Bug: the argmax / per-request rules read a grid axis that is not the request count (a
+    2-D launch of the per-request kernel, a name that merely contains the word)."""
+    argmax = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, "
+              "unsigned int, long, 4, 4> >(at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, "
+              "long, 4, 4>)")
+    assert frameworks.sampler_rows(argmax, (16, 19, 1)) == (16, "argmax")  # grid y splits the vocabulary
+    assert frameworks.sampler_rows(argmax.replace("ArgMaxOps", "SumOps"), (16, 1, 1)) is None
+    assert frameworks.per_request_kernel("create_flashinfer_kv_indices_triton", (15, 1, 1)) == (15, "SGLang")
+    assert frameworks.per_request_kernel("create_flashinfer_kv_indices_triton", (15, 2, 1)) is None
+    assert frameworks.per_request_kernel("my_create_flashinfer_kv_indices_triton_v2", (15, 1, 1)) is None
+
+
+def test_stripped_rtx3090_admitting_steps_have_prefill_work_and_their_batch():
+    """Bug: vLLM V1 samples after the execute_model range, so the sampler's per-request softmax and
+    argmax were not counted for the step; the two admitting steps (execute_new_2_cached_0,
+    execute_new_2_cached_2) then had no batch (the int64/int32 readback readings tie) and no phase."""
+    s = seg.segment(strip_annotations(read_real("rtx3090_vllm")))
+    steps = s.steps
+    assert list(steps["batch"][:3]) == [2, 4, 4]  # the annotations: 2 new; 2 new + 2 cached; 4 cached
+    assert list(steps["tokens"][:3]) == [12, 12, 4]
+    assert steps["phase"][0] == "prefill" and steps["phase"][1] in ("prefill", "mixed")
+    assert (steps["phase"][2:] == "decode").all()
+    assert "sampler softmax rows" in steps["batch_source"][0]
 
 
 @pytest.mark.parametrize("key,batch", [("mi300x_decode", 32), ("b300_qwen3_moe", 16)])

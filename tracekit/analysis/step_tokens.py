@@ -15,8 +15,12 @@ requests (batch)
     host (int64 in SGLang; a vLLM build's width is not known, so int64 and int32 readings
     split the weight);
   - paged decode attention grids (weight 2): one block row per sequence;
-  - the sampler's softmax over the logits (weight 1): one row per request (weak: a run
-    that asks for prompt logprobs has a row per token).
+  - SGLang's per-request kernels (weight 2): ``create_flashinfer_kv_indices_triton`` and the
+    KV allocator's ``alloc_decode_kernel`` / ``alloc_extend_kernel`` launch one program per
+    request (grid ``(bs,)``);
+  - the sampler's softmax and greedy argmax over the logits (weight 1 each): one row per
+    request (weak: a run that asks for prompt logprobs has a row per token). Kernels of the
+    step's iteration issued after its range (vLLM V1 samples there) count too.
 
 Each figure is the value with the most weight; its confidence is that weight over all the
 weight cast, and sources that disagree are named in a note. A figure no source gives, or
@@ -35,11 +39,12 @@ from tracekit import frameworks
 from tracekit.analysis import categorical
 
 W_KV_WRITE, W_INPUT_COPY, W_PER_TOKEN = 3.0, 2.0, 2.0
-W_READBACK, W_DECODE_ATTENTION, W_SAMPLER = 2.0, 2.0, 1.0
+W_READBACK, W_DECODE_ATTENTION, W_SAMPLER, W_PER_REQUEST = 2.0, 2.0, 1.0, 2.0
 
 NO_TOKENS = ("no source in the trace counts its tokens (no KV-cache write grids or input-id/position copy "
              "sizes)")
-NO_REQUESTS = "no source in the trace counts its requests (no sampled-token readback or decode attention grids)"
+NO_REQUESTS = ("no source in the trace counts its requests (no sampled-token readback, sampler, per-request "
+               "kernel or decode attention grids)")
 
 
 @dataclass
@@ -105,22 +110,36 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
     codes = categorical.codes(kernels["name"])
     grid = _grid(kernels)
     # Kernels: KV-cache writes and decode attention, per (step, name, grid) with its launch count.
-    is_kernel = inside & (kind == "kernel") & (grid[:, 0] > 0)
-    rows = np.flatnonzero(is_kernel)
+    is_kernel = (kind == "kernel") & (grid[:, 0] > 0)
+    owner = step_of
+    if iteration_of is not None:
+        # The sampler of a step's iteration may run after its range (vLLM V1's sample_tokens):
+        # its per-request kernels count for that step; token counts stay with the range's own work.
+        owner = np.where(inside, step_of, np.where((iteration_of >= 0) & (iteration_of < n_steps), iteration_of, -1))
+    late_kernel = is_kernel & ~inside & (owner >= 0)
+    rows = np.flatnonzero((is_kernel & inside) | late_kernel)
     if len(rows):
-        frame = pd.DataFrame({"step": step_of[rows], "code": codes[rows], "x": grid[rows, 0],
+        frame = pd.DataFrame({"step": owner[rows], "late": late_kernel[rows], "code": codes[rows], "x": grid[rows, 0],
                               "y": grid[rows, 1], "z": grid[rows, 2]})
         kv_of = {}
         for key, n in frame.value_counts(sort=False).items():
-            step, code, x, y, z = (int(v) for v in key)
+            step, late, code, x, y, z = (int(v) for v in key)
             name = names[code] if code >= 0 else ""
             if (name, x, y, z) not in kv_of:
                 g = (x, y, z)
                 kv_of[(name, x, y, z)] = (frameworks.kv_write_tokens(name, g), frameworks.per_token_kernel(name, g),
                                           frameworks.decode_attention_sequences(name, g),
-                                          frameworks.sampler_rows(name, g))
-            kv, per_token, seqs, rows_ = kv_of[(name, x, y, z)]
+                                          frameworks.sampler_rows(name, g), frameworks.per_request_kernel(name, g))
+            kv, per_token, seqs, rows_, per_req = kv_of[(name, x, y, z)]
             short = _short(name)
+            if per_req is not None:
+                req_votes[step].append((per_req[0], W_PER_REQUEST, f"{per_req[1]} per-request kernel ({short} "
+                                        f"grid x = {per_req[0]:,}, one program per request)", int(n)))
+            if rows_ is not None:
+                req_votes[step].append((rows_[0], W_SAMPLER, f"sampler {rows_[1]} rows ({short}: {rows_[0]:,}, one "
+                                        "per request)", int(n)))
+            if late:
+                continue
             if kv is not None:
                 tok_votes[step].append((kv[0], W_KV_WRITE,
                                         f"{kv[1]} KV-cache writes ({short} grid x = {kv[0]:,}, one block per token)",
@@ -128,9 +147,6 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
             if per_token is not None:
                 tok_votes[step].append((per_token[0], W_PER_TOKEN, f"{per_token[1]} per-token kernel ({short} "
                                         f"grid x = {per_token[0]:,})", int(n)))
-            if rows_ is not None:
-                req_votes[step].append((rows_, W_SAMPLER, f"sampler softmax rows ({short}: {rows_:,}, one per "
-                                        "request)", int(n)))
             if seqs is not None:
                 req_votes[step].append((seqs, W_DECODE_ATTENTION,
                                         f"decode attention grid ({short}: {seqs:,} sequences)", int(n)))

@@ -14,7 +14,9 @@ Segmentation asks this package, and never matches an engine's strings itself:
 - the evidence a default trace keeps about a step's tokens and batch, as each engine
   writes it: ``kv_write_tokens`` (KV-cache write grids), ``decode_attention_sequences``
   (paged decode attention grids), ``input_copy_tokens`` (input id / position copy sizes),
-  ``readback_requests`` (the sampled tokens copied back to the host).
+  ``readback_requests`` (the sampled tokens copied back to the host), ``sampler_rows``
+  (the sampler's softmax/argmax over the logits), ``per_request_kernel`` (SGLang's
+  one-program-per-request kernels).
 
 Sources, strongest first (``SOURCE_ORDER``): a run's step source is the strongest any
 step used, and when two annotations cover one step the stronger decides its phase.
@@ -95,12 +97,30 @@ def per_token_kernel(name: str, grid: tuple[int, int, int]) -> tuple[int, str] |
 # PyTorch's softmax over the last dimension launches one block per row; the sampler's
 # softmax over the logits has one row per request.
 _SOFTMAX_ROWS = re.compile(r"\bcunn_SoftMaxForward\b")
+# PyTorch's reduce_kernel, reducing a long contiguous dimension (the vocabulary: far more
+# values per thread than block rows), splits the input over both block axes and over grid y,
+# so grid x is one column per output: the greedy sampler's argmax has one output per request.
+_ARGMAX_ROWS = re.compile(r"\breduce_kernel<.*\bArgM(?:ax|in)Ops\b")
 
 
-def sampler_rows(name: str, grid: tuple[int, int, int]) -> int | None:
-    """Rows of a row-wise softmax launch (the sampler's logits: one per request), else None."""
+def sampler_rows(name: str, grid: tuple[int, int, int]) -> tuple[int, str] | None:
+    """(rows, which) of a sampler launch over the logits, one row per request: the row-wise
+    softmax (one block per row) or the greedy argmax (grid x = outputs), else None."""
     x, y, z = grid
-    return x if x > 0 and y == 1 and z == 1 and _SOFTMAX_ROWS.search(name) else None
+    if x <= 0 or z != 1:
+        return None
+    if y == 1 and _SOFTMAX_ROWS.search(name):
+        return x, "softmax"
+    if y >= 1 and _ARGMAX_ROWS.search(name):
+        return x, "argmax"
+    return None
+
+
+def per_request_kernel(name: str, grid: tuple[int, int, int]) -> tuple[int, str] | None:
+    """(requests, whose convention) for a kernel an engine launches with one program per
+    request (SGLang's KV-index and KV-allocation kernels), else None."""
+    got = sglang.per_request_kernel(name, grid)
+    return None if got is None else (got, "SGLang")
 
 
 def decode_attention_sequences(name: str, grid: tuple[int, int, int]) -> int | None:
@@ -173,6 +193,6 @@ __all__ = [
     "DECODE", "ENGINE_SOURCES", "MIXED", "PREFILL", "SOURCE_INFERRED", "SOURCE_LAUNCHES", "SOURCE_MARKERS",
     "SOURCE_NONE", "SOURCE_ORDER", "SOURCE_SGLANG", "SOURCE_SGLANG_FRAMES", "SOURCE_USER", "SOURCE_VLLM",
     "SOURCE_VLLM_FRAMES", "UNKNOWN", "BatchSide", "StepAnnotation", "capture", "decode_attention_sequences",
-    "input_copy_tokens", "kv_write_tokens", "parse_annotation", "per_token_kernel", "sampler_rows", "rank_from_path", "readback_requests",
+    "input_copy_tokens", "kv_write_tokens", "parse_annotation", "per_request_kernel", "per_token_kernel", "sampler_rows", "rank_from_path", "readback_requests",
     "step_frame_source", "unread_step_name",
 ]

@@ -10,6 +10,11 @@ Step frame (no annotations, ``with_stack`` on): the Python frame
 KV-cache writes: ``store_kvcache`` launches one block per token written (grid x = tokens),
 the one figure of an extend step's tokens a replayed or shape-less trace keeps.
 
+Per-request kernels: the attention backends' ``create_flashinfer_kv_indices_triton`` and the
+paged KV allocator's ``alloc_decode_kernel`` / ``alloc_extend_kernel`` are Triton kernels
+launched with grid ``(bs,)``, one program per request: grid x is the batch, launched
+eagerly before a replayed graph, so a graph-replayed decode step keeps it.
+
 Per-rank files: ``[<prefix>-]<profile id>-TP-<tp>[-DP-<dp>][-PP-<pp>][-EP-<ep>][-<STAGE>].trace.json.gz``,
 STAGE being ``EXTEND`` or ``DECODE`` when profiled by stage.
 """
@@ -26,6 +31,7 @@ FRAME_SOURCE = "SGLang forward_batch_generation frames"
 _STEP = re.compile(r"^step\[\s*(?P<mode>[A-Za-z_]+)(?P<args>[^\]]*)\]")
 _KV_WRITE = re.compile(r"\bstore_kvcache\b")
 _STEP_LIKE = re.compile(r"^step\[")
+_PER_REQUEST = re.compile(r"^(?:create_flashinfer_kv_indices_triton|alloc_decode_kernel|alloc_extend_kernel)$")
 _KV = re.compile(r"(\w+)\s*=\s*(\d+)")
 _MODES = {"EXTEND": PREFILL, "PREFILL": PREFILL, "DECODE": DECODE, "MIXED": MIXED}
 _FRAME = re.compile(r"(?:^|/)sglang/srt/managers/tp_worker\w*\.py\(\d+\): forward_batch_generation$")
@@ -72,6 +78,12 @@ def kv_write_tokens(name: str, grid: tuple[int, int, int]) -> int | None:
     """Tokens an SGLang ``store_kvcache`` launch wrote (one block per token), else None."""
     x, y, z = grid
     return x if x > 0 and y == 1 and z == 1 and _KV_WRITE.search(name) else None
+
+
+def per_request_kernel(name: str, grid: tuple[int, int, int]) -> int | None:
+    """Requests a one-program-per-request SGLang kernel covered (grid x), else None."""
+    x, y, z = grid
+    return x if x > 0 and y == 1 and z == 1 and _PER_REQUEST.match(name.strip()) else None
 
 
 def is_step_like(name: str) -> bool:
