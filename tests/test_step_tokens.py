@@ -223,3 +223,25 @@ def test_a_bad_stated_figure_is_one_sentence():
     result = CliRunner().invoke(main, ["summary", "missing.json", "--tokens", "prefil=12"])
     assert result.exit_code == 2
     assert "is not [PHASE=]N" in result.output and "Traceback" not in result.output
+
+
+def test_stripped_decode_attention_of_unknown_keys_is_memory_bound_with_an_upper_bound():
+    """Bug: a graph-replayed decode step keeps no count of the keys its requests attend to, so
+    decode attention (a quarter of mi300x_decode's kernel time) had unknown bound and --model
+    priced 74% of it; its intensity does not depend on the keys, so it is memory-bound, with
+    bytes an upper bound (capped at the roof) that holds against the annotation's stated keys."""
+    from tracekit.analysis import analyze
+    trace = read_real("mi300x_decode")
+    stripped = analyze(strip_annotations(trace), model="qwen3-8b").work
+    stated = analyze(trace, model="qwen3-8b").work
+    att = stripped["name"].astype(str).str.contains("paged_attention_ll4mi").to_numpy()
+    assert att.any()
+    assert (stripped["bound"][att].astype(str) == "memory").all()
+    assert (stripped["estimate"][att].astype(str) == "upper").all()
+    assert "not in the trace" in str(stripped["bound_reason"][att].iloc[0])
+    # An upper bound: at least the bytes the annotated keys (sk=32,785) give.
+    assert stripped["bytes"][att].sum() >= stated["bytes"][att].sum()
+    ins = (stripped["step"] >= 0).to_numpy()
+    known = stripped["bound"].astype(str).isin(["compute", "memory", "interconnect"]).to_numpy()
+    dur = stripped["dur_ns"].to_numpy()
+    assert dur[known & ins].sum() / dur[ins].sum() >= 0.90

@@ -299,6 +299,11 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                 if work_c is None:
                     reason[mine] = f"the model has no {c.replace('_', ' ')} work for this kernel ({model.name})"
                     continue
+                unbounded_keys = False
+                if isinstance(work_c, mc.Missing) and c == "attention":
+                    priced = _decode_attention_unknown_keys(model, tp, sd, act_bytes, kv_bytes)
+                    if priced is not None:
+                        work_c, unbounded_keys = priced, True
                 if isinstance(work_c, mc.Missing):
                     reason[mine] = work_c.reason
                     continue
@@ -341,6 +346,9 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                     dtype[mine] = work_c.dtype
                 reason[mine] = None
                 kind = _bytes_estimate(c, sd, steps.at[i, "prefill_side"] if "prefill_side" in steps else None)
+                if unbounded_keys:
+                    kind = UPPER
+                    out.estimates.setdefault(c, UNKNOWN_KEYS_BASIS)
                 if kind is not None:
                     estimate[mine] = kind
                     out.estimates.setdefault(c, _estimate_basis(model, tp, c, sd))
@@ -421,6 +429,31 @@ def _by_neighbour(cands, by_start, at, comp, hidden):
         if c in ("norm", "rope", "qk_norm", "embedding", "quantize"):
             return [x for x in cands if x[2] == hidden]  # reads the residual stream
     return cands
+
+
+# Keys per request that no context reaches: decode attention priced at this many keys needs
+# more than the bandwidth roof in any kernel's time, so the roofline caps it (``roofline``).
+UNBOUNDED_KEYS = float(2 ** 40)
+UNKNOWN_KEYS_BASIS = (
+    "upper bound: the keys each request attends to are not in the trace; a decode step's attention does "
+    "4*Hq*d FLOPs per key read (2*Hkv*d KV bytes), an intensity that no key count changes and below every "
+    "ridge, so it is memory-bound, and its bytes are capped at what peak bandwidth moves in the kernels' time")
+
+
+def _decode_attention_unknown_keys(model: ModelSpec, tp: int, sides: dict[str, mc.Side], act_bytes: float,
+                                   kv_bytes: float) -> mc.Work | None:
+    """Decode attention of a step whose keys are unknown, priced at more keys than any context
+    holds (one query per request: pairs = keys), for the roofline to cap at the roof as an
+    upper bound. None for a step with prefill work: its intensity grows with its queries per
+    request, so without the keys no bound class follows."""
+    d = sides.get(DECODE)
+    if set(sides) != {DECODE} or d.requests <= 0 or d.tokens != d.requests:
+        return None
+    keys = d.requests * UNBOUNDED_KEYS
+    side = mc.Side(d.requests, d.tokens, keys, keys, d.logit_tokens)
+    got = mc.step_costs(model, side, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes,
+                        act_dtype=model.dtype).get("attention")
+    return got if isinstance(got, mc.Work) else None
 
 
 def _bytes_estimate(component: str, sides: dict[str, mc.Side], stated_prefill) -> str | None:

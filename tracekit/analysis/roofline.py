@@ -414,6 +414,7 @@ def _model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, 
     single = ~is_pooled & (took_m > 0) & (need_m > ABOVE_ROOF * np.where(took_m > 0, took_m, 1))
     for i in np.flatnonzero(single):
         cases.append((str(comp_m[i]), rows_m[i:i + 1], float(need_m[i] / took_m[i])))
+    est_now = table["estimate"].to_numpy(dtype=object)
     for c, rows, ratio in cases:
         if c == "experts":
             nbytes[rows] /= ratio  # memory-bound at any expert count: bytes are the time's roof
@@ -421,6 +422,15 @@ def _model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, 
             reason[rows] = (f"uniform routing would touch experts whose weights need {ratio:.0%} of the "
                             "bandwidth roof in these kernels' time: routing concentrated on fewer experts; bytes "
                             "capped at what peak bandwidth moves in that time, an upper bound")
+        elif c == "attention" and all(e == mc.UPPER for e in est_now[rows].tolist()):
+            # Decode attention of unknown keys (model_costs.UNKNOWN_KEYS_BASIS): FLOPs and bytes
+            # both scale with the keys, so both come down to the roof's bytes in the kernels' time.
+            flops[rows] /= ratio
+            nbytes[rows] /= ratio
+            capped[rows] = True
+            reason[rows] = ("the keys each request attends to are not in the trace: decode attention is memory-bound "
+                            "at any key count; bytes capped at what peak bandwidth moves in these kernels' time, "
+                            "an upper bound")
         else:
             flops[rows], nbytes[rows] = np.nan, np.nan
             dropped[rows] = True
