@@ -415,6 +415,7 @@ def _model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, 
     for i in np.flatnonzero(single):
         cases.append((str(comp_m[i]), rows_m[i:i + 1], float(need_m[i] / took_m[i])))
     est_now = table["estimate"].to_numpy(dtype=object)
+    ridge = table["ridge"].to_numpy(dtype=float) if "ridge" in table else np.full(len(table), np.nan)
     for c, rows, ratio in cases:
         if c == "experts":
             nbytes[rows] /= ratio  # memory-bound at any expert count: bytes are the time's roof
@@ -424,7 +425,17 @@ def _model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, 
                             "capped at what peak bandwidth moves in that time, an upper bound")
         elif c == "attention" and all(e == mc.UPPER for e in est_now[rows].tolist()):
             # Decode attention of unknown keys (model_costs.UNKNOWN_KEYS_BASIS): FLOPs and bytes
-            # both scale with the keys, so both come down to the roof's bytes in the kernels' time.
+            # both scale with the keys, so both come down to the roof's bytes in the kernels' time;
+            # memory-bound only where that key-independent intensity is below the ridge (absorbed
+            # MLA's need not be): else its cost and bound stay unknown.
+            with np.errstate(divide="ignore", invalid="ignore"):
+                below = flops[rows] / nbytes[rows] < ridge[rows]
+            if not below.all():
+                flops[rows], nbytes[rows] = np.nan, np.nan
+                dropped[rows] = True
+                reason[rows] = ("the keys each request attends to are not in the trace, and this attention's "
+                                "intensity at any key count is not below the ridge: its bound is not known")
+                continue
             flops[rows] /= ratio
             nbytes[rows] /= ratio
             capped[rows] = True
