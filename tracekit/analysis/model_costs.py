@@ -436,8 +436,9 @@ def _by_neighbour(cands, by_start, at, comp, hidden):
 UNBOUNDED_KEYS = float(2 ** 40)
 UNKNOWN_KEYS_BASIS = (
     "upper bound: the keys each request attends to are not in the trace; a decode step's attention does "
-    "4*Hq*d FLOPs per key read (2*Hkv*d KV bytes), an intensity that no key count changes and below every "
-    "ridge, so it is memory-bound, and its bytes are capped at what peak bandwidth moves in the kernels' time")
+    "4*Hq*d FLOPs per key read (2*Hkv*d KV bytes), an intensity that no key count changes; where it is below "
+    "the GPU's ridge the kernels are memory-bound, and their bytes are capped at what peak bandwidth moves in "
+    "their time")
 
 
 def _decode_attention_unknown_keys(model: ModelSpec, tp: int, sides: dict[str, mc.Side], act_bytes: float,
