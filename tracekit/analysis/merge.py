@@ -46,7 +46,7 @@ from tracekit.analysis.idle import CAUSES, TOP
 from tracekit.analysis.latency import latency, step_weights
 from tracekit.analysis.model import Analysis, Finding
 from tracekit.analysis.roofline import limiter
-from tracekit.analysis.segment import GIVEN_STEPS, PREVIOUS_STEP_END, Segmentation, inferred_bounds
+from tracekit.analysis.segment import GIVEN_STEPS, PREVIOUS_STEP_END, Segmentation, inferred_bounds, is_training
 from tracekit.analysis.split import phase_weights
 from tracekit.errors import TracekitError
 from tracekit.frameworks import DECODE, PREFILL, SOURCE_NONE, SOURCE_ORDER
@@ -199,8 +199,8 @@ def _inferred(paths: list[str], read: Callable[[str], Any]):
     for j, path in enumerate(paths):
         t = read(path)
         w = t.metadata.get(win.WINDOW_KEY)
-        if not isinstance(w, dict) or w.get("cut") in _NAMED_CUTS or not w.get("cut"):
-            return None
+        if not isinstance(w, dict) or w.get("cut") in _NAMED_CUTS or not w.get("cut") or is_training(t):
+            return None  # (a training run has no steps to keep whole)
         rows.add(t, j)
         # (The window's first CPU-side instant: a step without launches goes to the window it starts in.)
         spans.append(min((int(x["start_ns"].min()) for x in (t.runtime, t.cpu_ops) if len(x)), default=0))

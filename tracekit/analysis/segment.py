@@ -509,6 +509,11 @@ def _drop_empty(ranges: pd.DataFrame, work: pd.DataFrame) -> tuple[pd.DataFrame,
 # --- inferred passes -----------------------------------------------------------------
 
 
+def is_training(trace: Trace) -> bool:
+    """Whether the trace is a training run (backward ops, optimizer steps): no steps are inferred for it."""
+    return _is_training(trace)
+
+
 def _is_training(trace: Trace) -> bool:
     names = pd.Series(trace.cpu_ops["name"].cat.categories if len(trace.cpu_ops) else [], dtype=object)
     if len(names) and names.str.contains(_TRAINING_OP_RE).any():

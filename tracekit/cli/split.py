@@ -22,8 +22,9 @@ def command(trace: str, out_dir: str | None, max_events: int | None, force: bool
     """Cut TRACE into windows of its time, each a trace file of its own, in two streamed passes
     whose memory does not grow with the trace: for traces too large to analyse whole.
 
-    Windows are cut only between the engine's steps (step annotations or step frames; at idle
-    instants when the trace names no steps), so each step is whole in one window with its
+    Windows are cut only between the engine's steps (step annotations or step frames; when the
+    trace names none, between the steps tracekit infers from it, as its report would), so each
+    step is whole in one window with its
     kernels (a step longer than a window makes it grow); every window keeps the trace's device
     and rank metadata.
     `tracekit report DIR` gives one merged report of the whole run; `tracekit batch DIR` a row per window."""

@@ -12,7 +12,9 @@ streamed passes whose memory does not grow with the trace:
    time falls in. Window edges are near the time quantiles that give windows of
    ``max_events``, only between steps (a step longer than a window makes it grow), or at
    idle instants (no op open, no GPU work running) when the trace names no steps, so no
-   step is cut in two.
+   step is cut in two. Steps inferred from a trace that names none (the launch pattern,
+   forward-pass anchors) need the analysis: ``analysis.merge.split_keeping_steps`` infers them
+   from the first split's windows and splits again between them (``split``'s ``steps``).
 
 Kineto writes every CPU-side event before all GPU activity, and a kernel runs after its
 launch, often in the next step's time: a kernel (and its launch flow) therefore goes to the
