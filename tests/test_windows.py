@@ -391,3 +391,40 @@ def test_report_of_a_split_folder_missing_a_window_is_one_sentence(tmp_path):
     os.remove(out[1])
     r = CliRunner().invoke(main, ["report", str(tmp_path / "w"), "-o", str(tmp_path / "r.json")])
     assert r.exit_code == 2 and "lacks window 2" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("name, parts", [("a100_particle", 4), ("a100_particle", 6), ("b300_moe", 3)])
+def test_split_of_a_trace_with_inferred_steps_merges_to_the_whole_traces_report(name, parts, tmp_path):
+    """A trace that names no steps (both: steps only from the repeating launch pattern; 11 and
+    3 steps) split by the CLI into >= 3 windows: the merged report is the whole trace's. Fails if
+    split cuts at idle instants inside an inferred step, or each window infers its own steps
+    (a100_particle: 14 steps instead of 11; b300_moe: durations off by up to 0.55 ms), or if the
+    ops between a cut and the next step's start are only in one window (b300_moe: the first
+    step's host idle loses 23 us; a100_particle: an op open at the cut loses its kernels' FLOPs)."""
+    src = real_trace_path(name)
+    whole = analyze(read_real(name))
+    assert whole.phase_source == frameworks.SOURCE_LAUNCHES and len(whole.steps) in (11, 3)
+    n = sum(len(getattr(read_real(name), t)) for t in TABLES)
+    out = tmp_path / "w"
+    r = CliRunner().invoke(main, ["split", str(src), "-o", str(out), "--events", str(n // parts)],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    paths = window_paths(str(out))
+    assert len(paths) >= 3
+    merged = analyse_windows(paths, read_trace)
+    _assert_same_report(whole, merged)
+    assert {read_trace(p).metadata[windows.WINDOW_KEY]["cut"] for p in paths} == {windows.CUT_INFERRED}
+    assert not merged.provenance["windows"].get("steps_inferred_per_window")
+
+
+def test_windows_cut_inside_an_inferred_step_say_the_merge_is_not_the_whole_traces(tmp_path):
+    """Windows cut at idle instants (windows.split alone, as an earlier tracekit wrote them) of a
+    trace whose steps are inferred: a step of the whole trace spans two windows, so the merged
+    report cannot be the whole trace's, and its notes say so plainly. Fails if the merge gives
+    the windows' own inferred steps silently (14 steps for 11, no word)."""
+    out = _split(real_trace_path("a100_particle"), tmp_path, parts=4)
+    assert len(out) >= 3
+    merged = analyse_windows(out, read_trace)
+    assert merged.provenance["windows"]["steps_inferred_per_window"] is True
+    said = [n for n in merged.provenance["notes"] if "names no steps" in n]
+    assert len(said) == 1 and "spans windows" in said[0] and "may differ from the whole trace's" in said[0]

@@ -36,7 +36,8 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import books
+from tracekit import frameworks
+from tracekit.analysis import books, categorical
 from tracekit.analysis import findings as find
 from tracekit.analysis.analyze import (PHASE_ORDER, ROOF_TOLERANCE, TOP_KERNELS, assemble, measure, metrics_of,
                                        phase_figures, short_name)
@@ -45,11 +46,12 @@ from tracekit.analysis.idle import CAUSES, TOP
 from tracekit.analysis.latency import latency, step_weights
 from tracekit.analysis.model import Analysis, Finding
 from tracekit.analysis.roofline import limiter
-from tracekit.analysis.segment import PREVIOUS_STEP_END, Segmentation
+from tracekit.analysis.segment import GIVEN_STEPS, PREVIOUS_STEP_END, Segmentation, inferred_bounds, is_training
 from tracekit.analysis.split import phase_weights
 from tracekit.errors import TracekitError
 from tracekit.frameworks import DECODE, PREFILL, SOURCE_NONE, SOURCE_ORDER
 from tracekit.trace import windows as win
+from tracekit.trace.model import Trace
 
 _SUMS = ("dur_ns", "flops", "bytes", "units", "roof_x_dur", "known_dur")
 # Per-unit figures that are not sums: left out of the compact table (its rows are groups).
@@ -84,13 +86,23 @@ def window_paths(folder: str) -> list[str] | None:
 
 def analyse_windows(paths: list[str], read: Callable[[str], Any], **options) -> Analysis:
     """Read (``read(path) -> Trace``) and analyse each window in order, one at a time, with
-    ``analyze``'s ``options``, and merge them into one ``Analysis`` of the run."""
+    ``analyze``'s ``options``, and merge them into one ``Analysis`` of the run.
+
+    Windows of a trace that names no steps were cut at idle instants, and steps a window would
+    infer on its own are not the whole trace's (the launch pattern's period and its edge
+    fragments, the first and last pass of the anchors, depend on what else is in the trace):
+    the steps are then inferred once over all the windows' step-relevant rows
+    (``_StepRows``) and each window is given its own (``segment.GIVEN_STEPS``)."""
     spec_of: list = []
+    given, why_not = _given_steps(paths, read)
+    notes = [why_not] if why_not else []
 
     def each() -> Iterator[Analysis]:
         previous: dict[int, int] = {}
-        for path in paths:
+        for j, path in enumerate(paths):
             t = read(path)
+            if given is not None:
+                t.metadata[GIVEN_STEPS] = given[j]
             if previous:
                 t.metadata[PREVIOUS_STEP_END] = dict(previous)
             parts, match = measure(t, **options)
@@ -105,7 +117,156 @@ def analyse_windows(paths: list[str], read: Callable[[str], Any], **options) -> 
 
     gen = each()
     first = next(gen)
-    return merge(chain([first], gen), spec=spec_of[0], folder=os.path.dirname(paths[0]) or ".")
+    merged = merge(chain([first], gen), spec=spec_of[0], folder=os.path.dirname(paths[0]) or ".")
+    if notes:
+        merged.provenance["notes"] = merged.provenance["notes"][:1] + notes + merged.provenance["notes"][1:]
+        merged.provenance["windows"]["steps_inferred_per_window"] = True
+    return merged
+
+
+# How split cut windows between steps it knows by name: their steps are found as in the whole trace.
+_NAMED_CUTS = (win.CUT_STEPS,)
+
+
+class _StepRows:
+    """What step inference (``segment.inferred_bounds``) reads of a trace, gathered over its
+    windows: each launch call with its first kernel, the token-embedding ops, the ``nn.Module``
+    frames, the ProfilerStep ranges, and each thread's first and last rows (a thread's span).
+    A row per launch, not per kernel or event."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, list[pd.DataFrame]] = {t: [] for t in ("kernels", "runtime", "cpu_ops", "python",
+                                                                       "annotations")}
+        self.launch_window: list[np.ndarray] = []  # the window of each launch kept, in runtime order
+        self.n_runtime = 0
+        self.path = ""
+        self.base_ns = None  # the trace's baseTimeNanoseconds (times in its text are shifted by it)
+
+    @staticmethod
+    def _spans(t: pd.DataFrame) -> np.ndarray:
+        """Rows holding each thread's first start and last end."""
+        if not len(t):
+            return np.zeros(0, np.int64)
+        g = t.reset_index(drop=True).groupby("tid", sort=False)
+        return np.union1d(g["start_ns"].idxmin().to_numpy(), g["end_ns"].idxmax().to_numpy())
+
+    def add(self, t, window: int) -> None:
+        self.path = self.path or t.path
+        k, rt = t.kernels, t.runtime
+        launch = k["launch"].to_numpy() if len(k) else np.zeros(0, np.int64)
+        has = np.flatnonzero(launch >= 0)
+        # The first kernel of each launch (the launch's token in the launch pattern).
+        first = pd.Series(has).groupby(launch[has]).min().to_numpy() if len(has) else np.zeros(0, np.int64)
+        rows = np.union1d(launch[first], self._spans(rt)) if len(rt) else np.zeros(0, np.int64)
+        new_index = np.full(len(rt), -1, np.int64)
+        new_index[rows] = self.n_runtime + np.arange(len(rows))
+        kern = k.iloc[first].copy()
+        kern["launch"] = new_index[launch[first]]
+        self.tables["kernels"].append(kern)
+        self.tables["runtime"].append(rt.iloc[rows])
+        self.launch_window.append(np.full(len(rows), window, np.int64))
+        self.n_runtime += len(rows)
+        ops = t.cpu_ops
+        if len(ops):
+            emb = np.flatnonzero(categorical.isin(ops["name"], {"aten::embedding"}))
+            self.tables["cpu_ops"].append(ops.iloc[np.union1d(emb, self._spans(ops))])
+        py = t.python
+        if len(py):
+            mods = np.flatnonzero(categorical.mask(py["name"], lambda n: n.startswith("nn.Module: ")))
+            self.tables["python"].append(py.iloc[np.union1d(mods, self._spans(py))])
+        ann = t.annotations
+        if len(ann):
+            ps = (ann["side"] == "cpu").to_numpy() & categorical.mask(ann["name"], frameworks.pytorch.is_profiler_step)
+            self.tables["annotations"].append(ann[ps])
+
+    def trace(self) -> Trace:
+        def table(name: str) -> pd.DataFrame:
+            parts = [p for p in self.tables[name] if len(p)]
+            if not parts:
+                return self.tables[name][0].iloc[:0] if self.tables[name] else pd.DataFrame()
+            out = pd.concat([p.astype({"name": str}) if "name" in p else p for p in parts], ignore_index=True)
+            return out.assign(name=out["name"].astype("category")) if "name" in out else out
+
+        return Trace(self.path, *(table(n) for n in ("kernels", "runtime", "cpu_ops", "annotations", "python")))
+
+
+def _inferred(paths: list[str], read: Callable[[str], Any]):
+    """The steps inferred once over every window's step-relevant rows: (step rows, bounds,
+    source, notes, each window's first CPU-side instant), or None where the windows were cut
+    between steps the trace names (each window finds them as the whole trace would)."""
+    rows = _StepRows()
+    spans: list[int] = []
+    for j, path in enumerate(paths):
+        t = read(path)
+        w = t.metadata.get(win.WINDOW_KEY)
+        if not isinstance(w, dict) or w.get("cut") in _NAMED_CUTS or not w.get("cut") or is_training(t):
+            return None  # (a training run has no steps to keep whole)
+        rows.add(t, j)
+        # (The window's first CPU-side instant: a step without launches goes to the window it starts in.)
+        spans.append(min((int(x["start_ns"].min()) for x in (t.runtime, t.cpu_ops) if len(x)), default=0))
+        rows.base_ns = t.metadata.get("baseTimeNanoseconds")
+        del t
+    light = rows.trace()
+    notes: list[str] = []
+    bounds, source = inferred_bounds(light, notes=notes)
+    return (rows, light, bounds, source, notes, spans) if bounds else None
+
+
+def _given_steps(paths: list[str], read: Callable[[str], Any]) -> tuple[list[dict] | None, str | None]:
+    """Per window, the steps inferred once over the whole trace that are its own
+    (``segment.GIVEN_STEPS``), or None where the windows' steps are named (found in each as in
+    the whole trace) or an inferred step spans two windows: then the reason, said plainly."""
+    found = _inferred(paths, read)
+    if found is None:
+        return None, None
+    rows, light, bounds, source, notes, spans = found
+    rt = light.runtime
+    in_window = np.concatenate(rows.launch_window) if rows.launch_window else np.zeros(0, np.int64)
+    issue, tid = rt["start_ns"].to_numpy(), rt["tid"].to_numpy()
+    mine: list[list] = [[] for _ in paths]
+    for i, (start, end, t_id, label) in enumerate(bounds):
+        held = np.unique(in_window[(tid == t_id) & (issue >= start) & (issue <= end)])
+        if len(held) > 1:
+            return None, (f"the trace names no steps and its inferred step {i + 1} ({label}) spans windows "
+                          f"{held[0] + 1} and {held[-1] + 1}: each window's steps were inferred on their own, so the "
+                          "steps, phases and per-phase figures may differ from the whole trace's (split it again "
+                          "with tracekit split, which cuts between the whole trace's inferred steps)")
+        at = int(held[0]) if len(held) else int(np.clip(np.searchsorted(spans, start, side="right") - 1,
+                                                        0, len(paths) - 1))
+        mine[at].append([int(start), int(end), int(t_id), str(label)])
+    return [{"bounds": b, "source": source, "notes": notes} for b in mine], None
+
+
+def split_keeping_steps(path: str, out_dir: str, read: Callable[[str], Any], **options) -> list[str]:
+    """``windows.split`` (its ``options``), whose windows keep whole the steps a trace that names
+    none has inferred: the first split's windows (cut at idle instants) are read one at a time
+    for their step-relevant rows, the steps are inferred once over them as the whole trace's
+    analysis would (``segment.inferred_bounds``), and the trace is split again between those
+    steps. A trace naming its steps is split once."""
+    first: list[str] = []
+    written = win.split(path, out_dir, **{**options, "notes": first})
+    found = _inferred(written, read) if len(written) > 1 else None
+    if found is None:
+        if options.get("notes") is not None:
+            options["notes"].extend(first)
+        return written
+    rows, light, bounds, _, _, _ = found
+    base = int(rows.base_ns) if isinstance(rows.base_ns, int) else 0
+    # Each step's start and its launches' span (a cut anywhere between two steps' launches keeps
+    # both whole: work goes to the step its launch was issued in), in trace microseconds, half a
+    # nanosecond before the instant: an event there goes to its window whatever the rounding of
+    # the text's times.
+    rt = light.runtime
+    launched = np.unique(light.kernels["launch"].to_numpy())
+    launched = launched[launched >= 0]
+    issue, end, tid = (rt[c].to_numpy()[launched] for c in ("start_ns", "end_ns", "tid"))
+    steps = []
+    for a, b, t_id, _ in bounds:
+        mine = (tid == t_id) & (issue >= a) & (issue <= b)
+        if mine.any():
+            steps.append(((a - base - 0.5) / 1e3, (int(issue[mine].min()) - base - 0.5) / 1e3,
+                          (int(end[mine].max()) - base) / 1e3))
+    return win.split(path, out_dir, **{**options, "force": True, "steps": np.array(steps, dtype=np.float64)})
 
 
 def compact(work: pd.DataFrame) -> pd.DataFrame:

@@ -115,6 +115,10 @@ _STEP_COLUMNS = {
 # each thread ({tid: ns}), so that its first step is timed as in the whole trace (analysis.merge
 # puts it in the trace's metadata).
 PREVIOUS_STEP_END = "tracekit_previous_step_end_ns"
+# A window of a trace whose steps are inferred (no step is named): the steps inferred once over
+# the whole trace that are this window's, ``{"bounds": [[start, end, tid, label], ...], "source",
+# "notes"}`` (analysis.merge puts it in the metadata), so each window's steps are the whole trace's.
+GIVEN_STEPS = "tracekit_given_steps"
 _RANGE_COLUMNS = ["start", "end", "tid", "phase", "source", "evidence", "label", "tokens", "batch",
                   "prefill_side", "decode_side"]
 
@@ -505,6 +509,11 @@ def _drop_empty(ranges: pd.DataFrame, work: pd.DataFrame) -> tuple[pd.DataFrame,
 # --- inferred passes -----------------------------------------------------------------
 
 
+def is_training(trace: Trace) -> bool:
+    """Whether the trace is a training run (backward ops, optimizer steps): no steps are inferred for it."""
+    return _is_training(trace)
+
+
 def _is_training(trace: Trace) -> bool:
     names = pd.Series(trace.cpu_ops["name"].cat.categories if len(trace.cpu_ops) else [], dtype=object)
     if len(names) and names.str.contains(_TRAINING_OP_RE).any():
@@ -527,6 +536,26 @@ def _inferred_passes(trace: Trace, work: pd.DataFrame, notes: list[str]) -> list
     ops = trace.cpu_ops
     if not len(ops) and not len(trace.kernels):
         return []
+    given = trace.metadata.get(GIVEN_STEPS)
+    if given is not None:  # a window of a split trace: the steps inferred once over the whole trace
+        bounds, source = [tuple(b) for b in given["bounds"]], given["source"]
+        notes.extend(given.get("notes") or [])
+    else:
+        bounds, source = inferred_bounds(trace, work, notes)
+    out = []
+    for (start, end, tid, label), (phase, why, tokens, batch) in zip(bounds, evidence.shape_evidence_many(ops, bounds)):
+        out.append((start, end, tid, phase, source, why, label, tokens, batch, None, None))
+    return out
+
+
+def inferred_bounds(trace: Trace, work: pd.DataFrame | None = None,
+                    notes: list[str] | None = None) -> tuple[list[tuple[int, int, int, str]], str]:
+    """``(start, end, tid, label)`` of each inferred step (``_inferred_passes``, before its
+    classification) and their source. ``work`` is the trace's work table (made when None)."""
+    notes = [] if notes is None else notes
+    ops = trace.cpu_ops
+    if work is None:
+        work = _work_table(trace)[0]
     anchors = (_embedding_anchors(ops) if len(ops) else []) or _module_anchors(trace)
     source = SOURCE_INFERRED
     if anchors:
@@ -541,15 +570,12 @@ def _inferred_passes(trace: Trace, work: pd.DataFrame, notes: list[str]) -> list
             bounds = _profiler_steps(trace)
     if not bounds:
         if not len(ops):
-            return []
+            return [], source
         tids = work["issue_tid"][work["issue_tid"] >= 0]
         tid = int(tids.mode().iloc[0]) if len(tids) else int(ops["tid"].mode().iloc[0])
         lo, hi = _thread_span(trace, tid)
         bounds = [(lo, hi, tid, "whole trace")]
-    out = []
-    for (start, end, tid, label), (phase, why, tokens, batch) in zip(bounds, evidence.shape_evidence_many(ops, bounds)):
-        out.append((start, end, tid, phase, source, why, label, tokens, batch, None, None))
-    return out
+    return [(int(a), int(b), int(t), str(label)) for a, b, t, label in bounds], source
 
 
 def _thread_span(trace: Trace, tid: int) -> tuple[int, int]:

@@ -22,19 +22,23 @@ def command(trace: str, out_dir: str | None, max_events: int | None, force: bool
     """Cut TRACE into windows of its time, each a trace file of its own, in two streamed passes
     whose memory does not grow with the trace: for traces too large to analyse whole.
 
-    Windows are cut only between the engine's steps (step annotations or step frames; at idle
-    instants when the trace names no steps), so each step is whole in one window with its
+    Windows are cut only between the engine's steps (step annotations or step frames; when the
+    trace names none, between the steps tracekit infers from it, as its report would), so each
+    step is whole in one window with its
     kernels (a step longer than a window makes it grow); every window keeps the trace's device
     and rank metadata.
     `tracekit report DIR` gives one merged report of the whole run; `tracekit batch DIR` a row per window."""
+    from tracekit import read_trace
+    from tracekit.analysis.merge import split_keeping_steps
     from tracekit.trace import windows
 
     if out_dir is None:
         out_dir = os.path.join("reports", f"{windows.trace_stem(trace)}-windows")
     notes: list[str] = []
     with _Progress() as progress:
-        written = windows.split(trace, out_dir, max_events=max_events or windows.DEFAULT_EVENTS, force=force,
-                                progress=progress, notes=notes)
+        # (A trace that names no steps is split twice: again between the steps inferred from its windows.)
+        written = split_keeping_steps(trace, out_dir, read_trace, max_events=max_events or windows.DEFAULT_EVENTS,
+                                      force=force, progress=progress, notes=notes)
     size = sum(os.path.getsize(p) for p in written)
     click.echo(f"wrote {len(written)} window{'s' if len(written) != 1 else ''} of {trace} to {out_dir} "
                f"({human_size(size)})")

@@ -12,7 +12,9 @@ streamed passes whose memory does not grow with the trace:
    time falls in. Window edges are near the time quantiles that give windows of
    ``max_events``, only between steps (a step longer than a window makes it grow), or at
    idle instants (no op open, no GPU work running) when the trace names no steps, so no
-   step is cut in two.
+   step is cut in two. Steps inferred from a trace that names none (the launch pattern,
+   forward-pass anchors) need the analysis: ``analysis.merge.split_keeping_steps`` infers them
+   from the first split's windows and splits again between them (``split``'s ``steps``).
 
 Kineto writes every CPU-side event before all GPU activity, and a kernel runs after its
 launch, often in the next step's time: a kernel (and its launch flow) therefore goes to the
@@ -178,14 +180,18 @@ def trace_stem(path: str) -> str:
 
 def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: bool = False,
           progress: Callable[[str, int, int | None], None] | None = None,
-          notes: list[str] | None = None) -> list[str]:
+          notes: list[str] | None = None, steps: np.ndarray | None = None) -> list[str]:
     """Write ``path``'s windows of about ``max_events`` CPU-side events (ops, runtime calls,
     annotations, Python frames; kernels go with their launches) into ``out_dir`` (created if
     missing) and return their paths, in time order. ``force`` replaces an earlier split's
     windows there. ``progress(stage, bytes_done, bytes_total or None)`` is called as each pass
     goes through the decompressed text (the survey learns the total for the routing pass).
     What the user should know about the cut (a window grown to hold a long step) is appended
-    to ``notes``. Raises ``TracekitError`` with one sentence for anything that cannot be split."""
+    to ``notes``. ``steps`` are steps found elsewhere (inferred from a trace that names none:
+    ``analysis.merge.split_keeping_steps``) to cut between, rows of (step start, first launch,
+    last launch's end) in trace microseconds, instead of the steps the trace names or its idle
+    instants; the ops between a cut and the next step's start go to both windows.
+    Raises ``TracekitError`` with one sentence for anything that cannot be split."""
     if max_events < 1:
         raise TracekitError(f"the events per window must be a positive number, not {max_events}")
     if not os.path.isfile(path):
@@ -193,7 +199,7 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
     made = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     try:
-        return _split(path, out_dir, max_events, force, progress, notes)
+        return _split(path, out_dir, max_events, force, progress, notes, steps)
     except BaseException as e:
         if made and not os.listdir(out_dir):
             os.rmdir(out_dir)  # a folder this call made leaves with it
@@ -202,7 +208,8 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
         raise
 
 
-def _split(path: str, out_dir: str, max_events: int, force: bool, progress, notes: list | None) -> list[str]:
+def _split(path: str, out_dir: str, max_events: int, force: bool, progress, notes: list | None,
+           steps: np.ndarray | None = None) -> list[str]:
     sidecar = markers.sidecar_path_for(path)
     stem = trace_stem(path)
     clash = [f for f in os.listdir(out_dir) if f.startswith(f"{stem}.window-")]
@@ -217,12 +224,14 @@ def _split(path: str, out_dir: str, max_events: int, force: bool, progress, note
         tick = progress or (lambda stage, done, total: None)
         stage = f"surveying {os.path.basename(path)}"
         survey = _survey(path, limit, tmp, lambda done: tick(stage, done, None))
+        survey.given = None if steps is None else np.asarray(steps, dtype=np.float64).reshape(-1, 3)
         edges = _edges(survey, max_events)
         launches, annotations = _IdRanges(survey, "launches", edges), _IdRanges(survey, "annotations", edges)
         survey.close()
         writing = f"writing {len(edges) + 1} window{'s' if len(edges) else ''}"
         written = _route(path, limit, survey.meta, edges, launches, annotations, out_dir, stem, tmp,
-                         lambda done: tick(writing, done, survey.bytes), survey.cut if len(edges) else "")
+                         lambda done: tick(writing, done, survey.bytes), survey.cut if len(edges) else "",
+                         survey.range_edges)
         if notes is not None:
             notes.extend(survey.notes)
     if os.path.exists(sidecar):  # what tracekit collect recorded of the run holds for every window
@@ -274,6 +283,8 @@ class _Survey:
         self.counts = {"steps": 0, "profiler_steps": 0}  # rows of those files
         self.cut = CUT_STEPS  # how _edges cut the windows
         self.notes: list[str] = []  # what the user should know about the cut
+        self.given: np.ndarray | None = None  # steps found elsewhere, split's ``steps``
+        self.range_edges = np.zeros(0)  # where given, the starts of the steps cut before (the edges' own)
 
     def close(self) -> None:
         for f in self._files.values():
@@ -355,6 +366,7 @@ def _survey(path: str, limit: int, tmp: str, tick: Callable[[int], None]) -> _Su
 # How a split's windows were cut (the window's metadata and ``split``'s notes say which).
 CUT_STEPS = "between engine steps"
 CUT_PROFILER_STEPS = "between ProfilerStep ranges"
+CUT_INFERRED = "between the steps inferred from the whole trace (it names none)"
 CUT_IDLE = "at idle instants (no op open, no GPU work running)"
 CUT_OPS = "at instants when no op is open (the GPU is never idle there)"
 CUT_LEAST = "at the least-covered instants (ops never all close)"
@@ -387,18 +399,29 @@ def _edges(s: _Survey, max_events: int) -> np.ndarray:
         cum += np.bincount(bins(block["ts"]), minlength=_BINS)
     np.cumsum(cum, out=cum)
     targets = np.arange(1, k) * (s.n / k)
-    named = "steps" if s.counts["steps"] else "profiler_steps" if s.counts["profiler_steps"] else None
+    named = "given" if s.given is not None else \
+        "steps" if s.counts["steps"] else "profiler_steps" if s.counts["profiler_steps"] else None
     if named is not None:
-        s.cut = CUT_STEPS if named == "steps" else CUT_PROFILER_STEPS
+        s.cut = {"given": CUT_INFERRED, "steps": CUT_STEPS}.get(named, CUT_PROFILER_STEPS)
         # Steps are few beside events (one per forward pass): their starts and ends fit in memory.
-        rows = np.concatenate(list(s.blocks(named)))
-        starts, ends = _step_gaps(rows["start"], rows["end"])
+        if named == "given":
+            starts, ends = _step_gaps(s.given[:, 1], s.given[:, 2])
+        else:
+            rows = np.concatenate(list(s.blocks(named)))
+            starts, ends = _step_gaps(rows["start"], rows["end"])
         cuts = starts[(starts > s.lo) & (starts <= s.hi)]
         # Events before each cut (to a bin): a cut is chosen by how near it is to a quantile.
         before = cum[np.maximum(bins(cuts) - 1, 0)] * (bins(cuts) > 0)
         chosen = _nearest(before, targets)
         edges = cuts[chosen] if len(cuts) else np.zeros(0)
         counts = before[chosen] if len(cuts) else np.zeros(0, np.int64)
+        if named == "given" and len(edges):
+            # A given step is its launches' span: any instant after the previous step's last
+            # launch keeps both whole. The latest at which no op is open keeps each kernel with
+            # its op (ops begin before their launches); the ops between it and the step's own
+            # start are written to the earlier window too (``_route``).
+            edges = _clear_before(edges, ends[(starts > s.lo) & (starts <= s.hi)][chosen],
+                                  _open_at(s, "ranges", bins), bins, s.lo, width)
     else:
         open_at = _open_at(s, "ranges", bins)
         busy_at = _open_at(s, "gpu", bins)
@@ -421,6 +444,11 @@ def _edges(s: _Survey, max_events: int) -> np.ndarray:
             keep.append(e)
             kept.append(int(n))
             last = n
+    if named == "given" and keep:
+        # Each edge's step: the first whose first launch is at or after it.
+        first = s.given[np.argsort(s.given[:, 1], kind="stable"), :]
+        at = np.minimum(np.searchsorted(first[:, 1], np.asarray(keep), side="left"), len(first) - 1)
+        s.range_edges = np.minimum(first[at, 0], first[at, 1])
     held = np.diff([*kept, s.n])
     if held.max() > 1.5 * max_events:
         i = int(np.argmax(held))
@@ -438,6 +466,19 @@ def _step_gaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarr
     reach = np.maximum.accumulate(en)
     gap = np.flatnonzero(st[1:] > reach[:-1]) + 1
     return st[gap], reach[gap - 1]
+
+
+def _clear_before(cuts: np.ndarray, after: np.ndarray, open_at: np.ndarray, bins, lo: float,
+                  width: float) -> np.ndarray:
+    """Each cut moved back to the latest bin start after ``after`` (the previous step's last
+    launch) and no later than the cut at which no op or annotation is open; kept where none is."""
+    out = cuts.copy()
+    for j, (c, a) in enumerate(zip(cuts.tolist(), after.tolist())):
+        first, last = int(bins(np.array([a]))[0]) + 1, int(bins(np.array([c]))[0])
+        clear = np.flatnonzero(open_at[first:last + 1] == 0) if first <= last else []
+        if len(clear):
+            out[j] = max(lo + (first + int(clear[-1])) * width, math.nextafter(a, math.inf))
+    return out
 
 
 def _nearest(have: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -508,7 +549,8 @@ class _IdRanges:
 
 
 def _route(path: str, limit: int, meta: dict, edges: np.ndarray, launches: _IdRanges, annotations: _IdRanges,
-           out_dir: str, stem: str, tmp: str, tick: Callable[[int], None], cut: str) -> list[str]:
+           out_dir: str, stem: str, tmp: str, tick: Callable[[int], None], cut: str,
+           range_edges: np.ndarray = np.zeros(0)) -> list[str]:
     k = len(edges) + 1
     names = [f"{stem}.window-{i + 1:0{len(str(k))}d}-of-{k}.json.gz" for i in range(k)]  # WINDOW_NAME
     parts = [os.path.join(tmp, n) for n in names]
@@ -535,6 +577,15 @@ def _route(path: str, limit: int, meta: dict, edges: np.ndarray, launches: _IdRa
                 for w in range(k):
                     _write(outs[w], first, w, raws[i])
             window[is_meta] = -1
+            if len(range_edges):
+                # Between inferred steps the cut (an instant no op is open) may fall before the
+                # next step's own start: the ops between are the earlier step's, and also go to
+                # its window (where the whole trace has them in that step), and the other way round.
+                ops = np.flatnonzero(c.kind == _OP)
+                theirs = np.searchsorted(range_edges, np.nan_to_num(c.ts[ops], nan=-math.inf), side="right")
+                other = theirs != window[ops]
+                for i, w in zip(ops[other].tolist(), theirs[other].tolist()):
+                    _write(outs[w], first, w, raws[i])
             order = np.argsort(window, kind="stable")
             bounds = np.searchsorted(window[order], np.arange(k + 1))
             for w in range(k):
