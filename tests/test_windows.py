@@ -277,8 +277,16 @@ def _assert_same_report(whole, merged):
         assert set(m["by_category"]) == set(w["by_category"])
         for c, ms in w["by_category"].items():
             assert _close(m["by_category"][c], ms), (p, c)
-        for c, ms in w["idle_by_cause"].items():
-            assert _close(m["idle_by_cause"][c], ms), (p, c)
+        # Idle by cause, but for one stated degradation: Python frames go to the window where they
+        # start, so the outer frames covering a window's first lead-in are not in that window and
+        # a few microseconds of its host idle read as unattributed (0.01 ms per window on rtx3090).
+        wc, mc = w["idle_by_cause"], m["idle_by_cause"]
+        for c, ms in wc.items():
+            if c not in ("host", "unattributed"):
+                assert _close(mc[c], ms), (p, c)
+        assert _close(mc["host"] + mc["unattributed"], wc["host"] + wc["unattributed"]), p
+        moved = mc["unattributed"] - wc["unattributed"]
+        assert -1e-9 <= moved <= 0.05 * (len(merged.provenance["windows"]["steps_per_window"]) - 1) + 1e-9, (p, moved)
         # Per-name kernel aggregates summed over the windows.
         key = [(r["name"], r["calls"], round(r["total_ms"], 6)) for r in w and whole.top_kernels[p]]
         assert [(r["name"], r["calls"], round(r["total_ms"], 6)) for r in merged.top_kernels[p]] == key

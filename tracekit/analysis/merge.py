@@ -19,7 +19,9 @@ the timelines (the slowest step's from its window; the typical step's from the w
 own typical step is nearest the run's median), the roofline points of each phase (from the
 window holding the phase's slowest step: each window caps its points), the largest idle
 intervals (the windows' groups summed: a group below a window's top rows is missed there),
-and the findings' order (the fusion advice, whose chains of back-to-back kernels are summed
+the idle causes of each window's first step (Python frames are routed by their start, so
+an outer frame begun in an earlier window no longer covers its lead-in: host idle there reads
+as unattributed, a few microseconds a window), and the findings' order (the fusion advice, whose chains of back-to-back kernels are summed
 over the windows, is placed among the advice by the time it saves).
 
 ``analyse_windows`` reads and analyses the windows one at a time, in order, telling each the
@@ -555,7 +557,8 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
     merged_note = (f"merged from {k} windows of one trace (tracekit split{', cut ' + cut if cut else ''}): steps, "
                    "phases, kernel aggregates and percentiles are the whole run's; the roofline points and timelines "
                    "are taken from single windows and the largest idle intervals summed from each window's largest "
-                   "(provenance.windows says which)")
+                   "(provenance.windows says which); a window's first step may read a few microseconds of host "
+                   "idle as unattributed, where the Python frames that covered it began in an earlier window")
     prov.update({
         "notes": [merged_note] + acc.notes + notes, "lacks": acc.lacks, "reasons": reasons, "outside_steps": acc.outside,
         "unknown_bound_ms_by_reason": why_unknown, "unmatched_kernels": acc.unmatched[:50],
