@@ -928,9 +928,9 @@ def _names_where(names: pd.Series, rows: np.ndarray) -> list[str]:
     return sorted(found | {np.nan} if (used < 0).any() else found)
 
 
-def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[str, Any]:
-    outside = work["step"].to_numpy() < 0
-    reasons = dict(lat.reasons)
+def phase_reasons(phases: dict[str, dict]) -> dict[str, str]:
+    """Why each missing MFU/MBU is missing: a phase's own reason, or that the phase is absent."""
+    reasons = {}
     for p, v in phases.items():
         if v.get("mfu") is None and v.get("mfu_reason"):
             reasons[f"{p}_mfu"] = v["mfu_reason"]
@@ -940,6 +940,13 @@ def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[
         reasons["prefill_mfu"] = "the trace holds no prefill step"
     if DECODE not in phases:
         reasons["decode_mbu"] = "the trace holds no decode step"
+    return reasons
+
+
+def _provenance(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dict[str, Any]:
+    outside = work["step"].to_numpy() < 0
+    reasons = dict(lat.reasons)
+    reasons.update(phase_reasons(phases))
     unknown = categorical.Values(work["bound"]).eq("unknown")
     why = work["bound_reason"].to_numpy(dtype=object)[unknown]
     why[pd.isna(why)] = "unknown"

@@ -42,7 +42,7 @@ from tracekit import frameworks
 from tracekit.analysis import books, categorical
 from tracekit.analysis import findings as find
 from tracekit.analysis.analyze import (PHASE_ORDER, ROOF_TOLERANCE, TOP_KERNELS, assemble, measure, metrics_of,
-                                       phase_figures, short_name)
+                                       phase_figures, phase_reasons, short_name)
 from tracekit.analysis.advice import FUSIBLE, FUSION_SHARE, MIN_AT_STAKE, compiled, fusable_runs
 from tracekit.analysis.idle import CAUSES, TOP
 from tracekit.analysis.latency import latency, step_weights
@@ -543,15 +543,7 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
     reasons = {k2: v for k2, v in (prov.get("reasons") or {}).items()
                if not (k2.endswith("_mfu") or k2.endswith("_mbu") or k2 in lat.__dict__)}
     reasons.update(lat.reasons)
-    for p, v in phases.items():
-        if v.get("mfu") is None and v.get("mfu_reason"):
-            reasons[f"{p}_mfu"] = v["mfu_reason"]
-        if v.get("mbu") is None and v.get("mbu_reason"):
-            reasons[f"{p}_mbu"] = v["mbu_reason"]
-    if PREFILL not in phases:
-        reasons["prefill_mfu"] = "the trace holds no prefill step"
-    if DECODE not in phases:
-        reasons["decode_mbu"] = "the trace holds no decode step"
+    reasons.update(phase_reasons(phases))
     why_unknown = dict(sorted(acc.why_unknown.items(), key=lambda kv: -kv[1])[:8])
     cut = next((w["window"].get("cut") for w in acc.windows if isinstance(w["window"], dict)), None)
     merged_note = (f"merged from {k} windows of one trace (tracekit split{', cut ' + cut if cut else ''}): steps, "
