@@ -162,3 +162,21 @@ def test_a_violation_raises_under_strict_and_is_a_note_otherwise(monkeypatch):
     monkeypatch.delenv(books.STRICT_ENV)
     [note] = books.enforce(["duration is not GPU busy + GPU idle in step 3"])
     assert "tracekit bug" in note and "step 3" in note
+
+
+def test_causes_sum_to_the_nanosecond_with_an_epoch_scale_duration():
+    """Found by the 10k-case fuzz run: a step range whose duration is epoch-scale (a writer's
+    bogus value) gives the step an idle tail of ~1.5e18 ns; summing the causes in float64
+    (bincount) dropped nanoseconds past 2^53, so the causes no longer summed to the idle time
+    and the books check raised. Fails if the per-step causes are summed in floating point again."""
+    base = read_real("b300_qwen3_moe")
+    huge = 1_497_760_187_527_496_367  # not a multiple of float64's 256 ns spacing there
+    ann = base.annotations.copy()
+    cpu = np.flatnonzero((ann["side"] == "cpu").to_numpy())
+    i = ann.index[cpu[0]]
+    ann.loc[i, "dur_ns"] = huge
+    ann.loc[i, "end_ns"] = ann.loc[i, "start_ns"] + huge
+    d = analyze(dataclasses.replace(base, annotations=ann)).to_dict()  # strict books: raises on a mismatch
+    s = max(d["steps"], key=lambda x: x["duration_ms"])
+    assert s["duration_ms"] > 1e12
+    assert sum(s["idle_by_cause"].values()) == pytest.approx(s["gpu_idle_ms"], rel=1e-12)

@@ -178,9 +178,12 @@ def idle_causes(trace: Trace, seg: Segmentation) -> IdleCauses:
         for lo in range(0, len(rows), _BLOCK):
             block = rows[lo:lo + _BLOCK]
             parts[block] = _split({c: v[block] for c, v in cols.items()}, cov)
+    # Summed in int64, not bincount's float64: a step's causes must sum to its idle time to the
+    # nanosecond, and float64 drops nanoseconds past 2^53 (an epoch-scale bogus duration).
+    step_of = gaps["step"].to_numpy()
     for j, c in enumerate(CAUSES):
         gaps[c] = parts[:, j]
-        by_step[:, j] = np.bincount(gaps["step"].to_numpy(), weights=parts[:, j], minlength=len(steps))
+        np.add.at(by_step, (step_of, j), parts[:, j])
     return IdleCauses(by_step, gaps, trace)
 
 
