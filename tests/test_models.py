@@ -302,10 +302,16 @@ def test_mixed_steps_split_by_the_model():
 
 
 def test_kernel_precision_and_a_wrong_model_are_said():
-    a = analyze(read_real("gb10_vllm"), model="qwen3.5-27b")  # the trace's GEMMs are NVFP4
+    # The trace's GEMMs are NVFP4; --weights bf16 says otherwise, and the names contradict it.
+    a = analyze(read_real("gb10_vllm"), model="qwen3.5-27b", weights="bf16")
     ids = {f.id: f.text for f in a.findings}
     assert "--weights" in ids["model-precision"] and "fp4" in ids["model-precision"]
     assert "model-undescribed" in ids  # bf16 weights cannot be read that fast: left unknown, not >100%
+    # With the config silent on quantisation, the kernels' names price the weights, and say so.
+    silent = {f.id: f for f in analyze(read_real("gb10_vllm"), model="qwen3.5-27b").findings}
+    assert silent["model-precision"].severity == "info" and "nvfp4" in silent["model-precision"].text
+    stated = {f.id: f for f in analyze(read_real("gb10_vllm"), model="qwen3.5-27b", weights="nvfp4").findings}
+    assert silent["model-undescribed"].text == stated["model-undescribed"].text != ids["model-undescribed"]
     wrong = analyze(read_real("b200_vllm"), model="qwen3-30b-a3b")  # 48 layers; gpt-oss-120b has 36
     assert "model-mismatch" in {f.id for f in wrong.findings}
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import __version__
-from tracekit.analysis import books, categorical, truncation
+from tracekit.analysis import books, categorical, stated_weights, truncation
 from tracekit.analysis import findings as find
 from tracekit.analysis.advice import THRESHOLDS as advice_thresholds
 from tracekit.analysis.ceilings import check_ceilings
@@ -31,6 +31,7 @@ from tracekit.analysis.split import phase_weights, split_mixed
 from tracekit.analysis.timeline import timelines
 from tracekit.errors import TracekitError
 from tracekit.models import ModelSpec, load_model
+from tracekit.models.config import with_weights
 from tracekit.models.registry import from_sidecar
 from tracekit.specs import SpecMatch, cpu_lookup, with_calibration
 from tracekit.specs.identify import identify
@@ -101,6 +102,13 @@ def measure(trace: Trace, *, gpu=None, spec_file=None, cpu_matmul_flops=None, cp
     seg = segment(trace, stated=stated)
     match = _device_spec(trace, gpu, spec_file, cpu_matmul_flops, cpu_bandwidth)
     spec_model, model_how = _model(trace, model, weights)
+    said = None
+    if spec_model is not None and not spec_model.precision_stated:
+        # A config silent on quantisation, and GEMM kernels that name narrow weights: a quantised
+        # copy of the model ran, so its weights are priced as the kernels state (said in the view).
+        said = stated_weights.stated(seg.work)
+        if said is not None:
+            spec_model = with_weights(spec_model, said.precision, said.sentence(spec_model.dtype))
     tp_value, tp_how = _tp(trace, tp)
     attr = attribute(trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs,
                      model_force=model_force)
@@ -118,6 +126,8 @@ def measure(trace: Trace, *, gpu=None, spec_file=None, cpu_matmul_flops=None, cp
     model_view = _model_view(spec_model, model_how, tp_value, tp_how, costs, attr.model_costs, model)
     if model_view is not None:
         model_view["forced"] = bool(model_force)
+        if said is not None:
+            model_view["weights_from_kernels"] = said.precision
     return Parts(seg, work, split, idle_causes(trace, seg), attr.ops, model_view, attr.capture_note,
                  ceilings_note), match
 

@@ -187,6 +187,11 @@ def _model_findings(a: Analysis) -> list[Finding]:
         parts = ", ".join(f"{v:.0%} by {label.get(k, k)}" for k, v in by.sort_values(ascending=False).items() if v >= 0.005)
         out.append(Finding("cost-sources", f"Kernel time was priced {parts}; the model is {m['name']} "
                                            f"(TP {m['tp']}: {m['tp_source']}; weights: {m['precision_source']}).", "info"))
+    if m.get("weights_from_kernels"):
+        out.append(Finding(
+            "model-precision",
+            f"{m['name']}'s config states no quantisation, but the GEMM kernels run {m['weights_from_kernels']} "
+            f"weights, so its linear layers are priced so ({m['precision_source']}).", "info"))
     for comp, c in (m.get("dtype_conflicts") or {}).items():
         out.append(Finding(
             "model-precision",

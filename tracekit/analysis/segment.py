@@ -161,11 +161,16 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
                          f"{'are' if dropped != 1 else 'is'} not counted as a step")
             work["step"] = _assign(work, ranges)
     steps = _steps_table(ranges, work, trace.metadata.get(PREVIOUS_STEP_END))
-    counts = (step_tokens.step_counts(trace.kernels, work["step"].to_numpy(), len(steps), steps["source"].tolist(),
-                                      iteration_of=_iteration(work, steps))
+    step_of = work["step"].to_numpy()
+    counts = (step_tokens.step_counts(trace.kernels, step_of, len(steps), steps["source"].tolist(),
+                                      iteration_of=_iteration(work, steps),
+                                      logits_rows=step_tokens.last_gemm_rows(trace.kernels, step_of, trace.cpu_ops,
+                                                                             trace.shapes))
               if device_type == "gpu" and len(steps) else [step_tokens.StepCounts() for _ in range(len(steps))])
     _fill_counts(steps, counts)
+    inferred = (steps["phase"] == UNKNOWN).to_numpy() if len(steps) else np.zeros(0, dtype=bool)
     _resolve_phases(steps, work, counts)
+    _carried_requests(steps, inferred)
     _after_phase(steps, stated or {}, notes)
     phase_of_step = steps["phase"].to_numpy() if len(steps) else np.array([UNKNOWN], dtype=object)
     work["phase"] = categorical.text(np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)],
@@ -221,6 +226,40 @@ def _resolve_phases(steps: pd.DataFrame, work: pd.DataFrame, counts: list | None
                    "KV-cache writes or paged attention kernels show autoregressive generation")
         steps.at[i, "phase"], steps.at[i, "evidence"] = phase, _joined(steps.at[i, "evidence"], why)
         steps.at[i, "phase_confidence"] = np.nan if confidence is None else confidence
+
+
+def _carried_requests(steps: pd.DataFrame, inferred: np.ndarray) -> None:
+    """A vLLM step the evidence calls prefill that also runs the previous step's requests is
+    mixed. vLLM's scheduler serves the running requests first each step and admits new ones
+    into the budget left, so of this step's requests, as many as the previous step ran (at
+    most) continue: one new token each. The rest are new, and hold the step's other tokens.
+    The trace does not show whether a previous request finished instead; the verdict says so.
+    Only steps whose phase came from evidence; SGLang runs prefill (extend) batches apart from
+    its running batch by default, so its steps are not touched."""
+    if not len(steps) or not inferred.any():
+        return
+    vllm = steps["source"].isin([SOURCE_VLLM, SOURCE_VLLM_FRAMES]).to_numpy()
+    for tid in pd.unique(steps["tid"]):
+        rows = np.flatnonzero((steps["tid"] == tid).to_numpy())
+        rows = rows[np.argsort(steps["cpu_start_ns"].to_numpy()[rows], kind="stable")]
+        for prev, i in zip(rows[:-1].tolist(), rows[1:].tolist()):
+            if not (inferred[i] and vllm[i] and steps.at[i, "phase"] == PREFILL):
+                continue
+            tokens, batch, before = steps.at[i, "tokens"], steps.at[i, "batch"], steps.at[prev, "batch"]
+            if np.isnan(tokens) or np.isnan(batch) or np.isnan(before):
+                continue
+            carried = int(min(before, batch))
+            new, new_tokens = int(batch) - carried, int(tokens) - carried
+            if carried < 1 or new < 1 or new_tokens < new:
+                continue  # no request carried, none new (a chunked prefill continues), or too few tokens
+            steps.at[i, "phase"] = MIXED
+            steps.at[i, "prefill_side"] = frameworks.BatchSide(requests=new, tokens=new_tokens)
+            steps.at[i, "decode_side"] = frameworks.BatchSide(requests=carried, tokens=carried)
+            steps.at[i, "phase_confidence"] = min(_or_one(steps.at[i, "phase_confidence"]), 0.5)
+            steps.at[i, "evidence"] = _joined(steps.at[i, "evidence"], (
+                f"mixed: {carried} of its {int(batch)} requests ran in the previous step and continue (vLLM "
+                f"schedules running requests first), so {new} are new with {new_tokens:,} of its "
+                f"{int(tokens):,} tokens; the trace does not show whether a previous request finished instead"))
 
 
 def _iteration(work: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:

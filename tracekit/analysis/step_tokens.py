@@ -20,7 +20,11 @@ requests (batch)
     request (grid ``(bs,)``);
   - the sampler's softmax and greedy argmax over the logits (weight 1 each): one row per
     request (weak: a run that asks for prompt logprobs has a row per token). Kernels of the
-    step's iteration issued after its range (vLLM V1 samples there) count too.
+    step's iteration issued after its range (vLLM V1 samples there) count too;
+  - logits rows (weight 1, where op shapes are recorded): engines compute logits only at each
+    request's last token (``hidden_states[logits_indices]``), so the step's last GEMM, the LM
+    head, has one input row per request; counted only when that is fewer rows than the step's
+    tokens (a forward that computes every token's logits says nothing of its requests).
 
 Each figure is the value with the most weight; its confidence is that weight over all the
 weight cast, and sources that disagree are named in a note. A figure no source gives, or
@@ -36,10 +40,10 @@ import numpy as np
 import pandas as pd
 
 from tracekit import frameworks
-from tracekit.analysis import categorical
+from tracekit.analysis import categorical, taxonomy
 
 W_KV_WRITE, W_INPUT_COPY, W_PER_TOKEN = 3.0, 2.0, 2.0
-W_READBACK, W_DECODE_ATTENTION, W_SAMPLER, W_PER_REQUEST = 2.0, 2.0, 1.0, 2.0
+W_READBACK, W_DECODE_ATTENTION, W_SAMPLER, W_PER_REQUEST, W_LOGITS = 2.0, 2.0, 1.0, 2.0, 1.0
 
 NO_TOKENS = ("no source in the trace counts its tokens (no KV-cache write grids or input-id/position copy "
              "sizes)")
@@ -92,11 +96,13 @@ def _grid(kernels: pd.DataFrame) -> np.ndarray:
 
 
 def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
-                sources: list[str] | None = None, iteration_of: np.ndarray | None = None) -> list[StepCounts]:
+                sources: list[str] | None = None, iteration_of: np.ndarray | None = None,
+                logits_rows: dict[int, tuple[int, str]] | None = None) -> list[StepCounts]:
     """What the evidence says of each step's tokens and requests; ``step_of`` gives the step of
     each row of ``kernels`` (-1: none), ``sources`` each step's source (an engine's conventions
     differ), ``iteration_of`` for rows outside every step the step whose engine iteration they
-    end (the sampled-token readback is read there). Rules run once per distinct kernel name and grid."""
+    end (the sampled-token readback is read there), ``logits_rows`` each step's last GEMM's
+    input rows and its op (``last_gemm_rows``). Rules run once per distinct kernel name and grid."""
     out = [StepCounts() for _ in range(n_steps)]
     if not n_steps or not len(kernels):
         for c in out:
@@ -184,10 +190,56 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
                                                       f"({sizes[0]:,} bytes device to host, one "
                                                       f"int{8 * sizes[0] // r} per request)", 1))
     for i in range(n_steps):
+        if logits_rows and i in logits_rows:
+            rows_, op_name = logits_rows[i]
+            tokens = _vote(_per_source(tok_votes[i]), NO_TOKENS).value
+            if tokens is not None and rows_ < tokens:
+                req_votes[i].append((rows_, W_LOGITS, f"logits rows (the step's last GEMM, {op_name}, has {rows_:,} "
+                                     "input rows: one per request's last token)", 1))
         # A source's launches vote once (the most common grid among its launches), not once per layer.
         out[i].tokens = _vote(_per_source(tok_votes[i]), NO_TOKENS)
         out[i].requests = _vote(_per_source(req_votes[i]), NO_REQUESTS)
     return out
+
+
+def last_gemm_rows(kernels: pd.DataFrame, step_of: np.ndarray, ops: pd.DataFrame,
+                   shapes) -> dict[int, tuple[int, str]]:
+    """Per step, the input rows (M) of the op of its last GEMM kernel and the op's name, where
+    its shapes are recorded; ``shapes(op_row)`` gives (Input Dims, types)."""
+    if "op" not in kernels or not len(kernels) or not len(ops):
+        return {}
+    op = kernels["op"].to_numpy()
+    names = categorical.category_strings(kernels["name"])
+    codes = categorical.codes(kernels["name"])
+    gemm_code = np.array([taxonomy.categorize(n) == taxonomy.GEMM for n in names], dtype=bool)
+    sel = np.flatnonzero((step_of >= 0) & (op >= 0) & (codes >= 0))
+    sel = sel[gemm_code[codes[sel]]] if len(sel) else sel
+    if not len(sel):
+        return {}
+    start = kernels["start_ns"].to_numpy()
+    order = sel[np.lexsort((start[sel], step_of[sel]))]
+    last = order[np.r_[step_of[order][1:] != step_of[order][:-1], True]]
+    out = {}
+    for r in last.tolist():
+        o = int(op[r])
+        dims, _ = shapes(o)
+        m = _gemm_rows(str(ops["name"].iat[o]), dims) if dims else None
+        if m:
+            out[int(step_of[r])] = (m, str(ops["name"].iat[o]))
+    return out
+
+
+def _gemm_rows(op: str, dims: list) -> int | None:
+    """The input rows (M) of a GEMM op from its recorded Input Dims."""
+    try:
+        if op in ("aten::mm", "aten::matmul", "aten::linear"):
+            first = dims[0]
+            return int(np.prod(first[:-1])) if len(first) >= 2 else None
+        if op == "aten::addmm":
+            return int(dims[1][0])
+    except (IndexError, TypeError, ValueError):
+        return None
+    return None
 
 
 def _per_source(votes: list[tuple]) -> list[tuple[int, float, str]]:

@@ -126,6 +126,8 @@ class ModelSpec:
     precision: dict[str, Precision] = field(default_factory=dict, hash=False)
     dtype: str = "bf16"
     precision_source: str = "the checkpoint's dtype (no quantization_config)"
+    # Whether a quantization_config or --weights stated the precision (False: the config is silent).
+    precision_stated: bool = False
     notes: tuple[str, ...] = ()
 
     @property
@@ -244,8 +246,9 @@ def from_config(cfg: dict[str, Any], name: str, source: str, *, weights: str | N
                             "linear_num_value_heads / linear_key_head_dim")
     if weights is not None:
         return with_weights(spec, weights)
-    precision, how = _precision(c.get("quantization_config"), spec, what)
-    return replace(spec, precision=precision, precision_source=how)
+    qc = c.get("quantization_config")
+    precision, how = _precision(qc, spec, what)
+    return replace(spec, precision=precision, precision_source=how, precision_stated=bool(qc))
 
 
 def _layer(i: int, c: dict, n_layers: int, experts: int, mla: bool, what: str) -> Layer:
@@ -414,14 +417,16 @@ def _group_precision(group: dict, what: str) -> Precision:
 WEIGHT_CHOICES = ("bf16", "fp16", "fp8", "nvfp4", "nvfp4-w4a16", "mxfp4", "int4", "int8")
 
 
-def with_weights(spec: ModelSpec, weights: str) -> ModelSpec:
+def with_weights(spec: ModelSpec, weights: str, how: str | None = None) -> ModelSpec:
     """The model with every quantisable linear layer stored as ``weights`` (LM head,
-    embeddings and router as the checkpoint dtype, as quantisation tools leave them)."""
+    embeddings and router as the checkpoint dtype, as quantisation tools leave them).
+    ``how``: where that came from, when not ``--weights``."""
     if weights not in PRECISIONS:
         raise TracekitError(f"--weights {weights!r} is not one of {', '.join(WEIGHT_CHOICES)}")
     prec = PRECISIONS[weights]
-    return replace(spec, precision={c: prec for c in _QUANTISABLE},
-                   precision_source=f"--weights {weights} (linear layers; LM head, embeddings and router {spec.dtype})")
+    return replace(spec, precision={c: prec for c in _QUANTISABLE}, precision_stated=how is None,
+                   precision_source=how or f"--weights {weights} (linear layers; LM head, embeddings and router "
+                                           f"{spec.dtype})")
 
 
 def expected_experts(experts: int, top_k: int, tokens: float) -> float:

@@ -9,7 +9,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from tracekit.report import charts, hta_view, ranks_chart, ranks_view, view
+from tracekit.report import charts, hta_view, ranks_chart, ranks_view, steps_view, view
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import html_env, render
 
@@ -78,6 +78,7 @@ class HtmlRenderer(HtmlPage):
                 {"phase": r["phase"], "chart": r.get("id"), "reason": r.get("reason"), "note": r.get("note")} for r in rooflines
             ],
             "top_kernels": view.top_kernels(data, self.top),
+            "steps": steps_view.step_rows(data),
             "estimate_legend": view.estimate_legend(view.estimates_shown(data)),
             "quality": view.data_quality(data),
             "hta": hta_view.section(data),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import hta_view, ranks_view, view
+from tracekit.report import hta_view, ranks_view, steps_view, view
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import render, text_env
 
@@ -30,6 +30,7 @@ class MarkdownRenderer(Renderer):
             "ranks": ranks_view.ranks(data),
             "idle": view.idle_lines(data),
             "top_kernels": view.top_kernels(data, self.top),
+            "steps": steps_view.step_rows(data, shown=12),
             "estimate_legend": view.estimate_legend(view.estimates_shown(data)),
             "device_word": view.device_word(data),
             "hta": hta_view.md_lines(data),
