@@ -203,3 +203,41 @@ def test_tile_grammars_name_by_name():
         s = gs.derive(name, (132, 1, 1), m=8944)
         assert s.n_how == gs.UNKNOWN and s.n is None and s.reason
     assert gs.derive("void at::native::vectorized_elementwise_kernel<4>", (4, 1, 1)) is None
+
+
+def test_given_m_the_grid_gives_n_on_every_shared_trace_with_shapes():
+    """Where a flat or swizzled grid needs M (pricing gives it the step's tokens), the recorded
+    M given, the derived N range holds the recorded N for every 2-D GEMM of every shared trace
+    with shapes; within one tile for nvjet/hipBLASLt/legacy cuBLAS grids (and for CUTLASS at
+    swizzle 1), within the swizzle's S tiles otherwise. Batched GEMMs (aten::bmm) are left out:
+    a flat grid folds their batch count in with the tiles, and linear layers are 2-D. Bugs: M
+    and N swapped in the flat grid's division, the cluster rounding applied to the wrong side,
+    the swizzle width taken from grid.y."""
+    checked = wrong = 0.0
+    lines = []
+    for key in SHAPED:
+        trace = read_real(key)
+        work = segment(trace).work
+        ops = trace.cpu_ops
+        names = work["name"].astype(str).to_numpy()
+        for i in np.flatnonzero((work["kind"] == "kernel").to_numpy() & (work["op"].to_numpy() >= 0)):
+            op = int(work["op"].iat[i])
+            op_name = str(ops["name"].iat[op])
+            if taxonomy.categorize(names[i]) != taxonomy.GEMM or op_name in ("aten::bmm", "aten::baddbmm"):
+                continue
+            dims, _ = trace.shapes(op)
+            rec = _recorded(op_name, dims) if dims else None
+            if rec is None:
+                continue
+            grid = tuple(int(work[f"grid_{a}"].iat[i]) for a in "xyz")
+            block = tuple(int(work[f"block_{a}"].iat[i]) for a in "xyz")
+            got = gs.derive(names[i], grid, block, m=rec[0])
+            if got is None or got.n_how == gs.UNKNOWN:
+                continue
+            dur = float(work["dur_ns"].iat[i])
+            checked += dur
+            if not got.n_lo < rec[1] <= got.n_hi:
+                wrong += dur
+                lines.append(f"{key}: {names[i][:60]} grid {grid} M={rec[0]} N={rec[1]} -> ({got.n_lo}, {got.n_hi}]")
+    assert checked > 0
+    assert wrong == 0, "\n".join(lines[:10])

@@ -17,6 +17,8 @@ the tiles on the grid decides what the grid alone says (``GRAMMARS``, one row pe
 - ``flat``: one grid dimension counts all tiles (N tiles x M tiles, rounded up to the cluster
   shape, times the split-K slices): cuBLASLt ``nvjet_*`` and hipBLASLt ``Cijk_*`` (whose ROCm
   grid is in threads: divided by the block). A known M gives N; otherwise only their product.
+  A batched GEMM (``aten::bmm``) folds its batch count into the same dimension, so its N read
+  this way is the batch times N: the derivation is for 2-D GEMMs, which linear layers are.
 - ``persistent``: the grid is the SM count, not the tiles (Hopper ``sm90_xmma`` warp-specialised
   kernels, Marlin, stream-K): M and N are unknown, and said to be, rather than a wrong number.
 - ``opaque``: the name states no tile (Triton kernels, whose BLOCK sizes live in their launch

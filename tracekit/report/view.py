@@ -552,7 +552,9 @@ def data_quality(data: dict[str, Any]) -> dict[str, Any]:
                 bases.append({"what": f"{phase_label(phase)} {what.upper()}", "basis": text})
     return {
         "lacks": [{"key": k, "text": v, "effect": LACK_EFFECTS.get(k)} for k, v in lacks.items()],
-        "notes": [str(n) for n in prov.get("notes") or []],
+        # The segmentation's "N of M units ... outside any step" note is the outside_steps line below.
+        "notes": [str(n) for n in prov.get("notes") or []
+                  if not (outside.get("units") and str(n).endswith("were issued outside any step"))],
         "reasons": [{"figure": _figure_name(k), "reason": v} for k, v in (prov.get("reasons") or {}).items()],
         "device_match": prov.get("device_match") or {},
         "device_reason": dev.get("reason"),
