@@ -48,7 +48,7 @@ def test_compute_limited_work_moves_with_flops_and_memory_limited_with_bandwidth
     fast = dataclasses.replace(h100, key="h100-2x-flops", name="H100 with twice the FLOPs",
                                matrix_flops={k: 2 * v for k, v in h100.matrix_flops.items()})
     pj = project(trace, fast)
-    src, dst = pj.source.work, pj.projected["datasheet"].work
+    src, dst = pj.source.work, pj.projected["central"].work
     # GEMMs far enough above the ridge stay compute-bound with twice the FLOPs: half the time.
     gemm = (src["category"] == "gemm") & (src["limiter"] == "compute") & (src["intensity"] > 2 * src["ridge"])
     mem = (src["limiter"] == "memory") & (src["unit"] == "vector")
@@ -62,7 +62,7 @@ def test_compute_limited_work_moves_with_flops_and_memory_limited_with_bandwidth
     assert dst.loc[mem, "dur_ns"].sum() == pytest.approx(src.loc[mem, "dur_ns"].sum(), rel=0.001)
     # Idle stays as measured, plus the time the host's own work holds the step after the
     # faster GPU is done (a step is never shorter than its host's work): that is host idle.
-    src_p, dst_p = pj.source.phases["prefill"], pj.projected["datasheet"].phases["prefill"]
+    src_p, dst_p = pj.source.phases["prefill"], pj.projected["central"].phases["prefill"]
     saved = src_p["gpu_busy_ms"] - dst_p["gpu_busy_ms"]
     held = dst_p["time_ms"] - (src_p["time_ms"] - saved)
     assert held >= -1e-6
