@@ -1,15 +1,18 @@
 """What a measured run would do on another GPU: every kernel re-priced on the target's roofline.
 
-A kernel with a known cost took ``t`` on the source, where its roofline time was
-``r_src = max(FLOPs / F_src, bytes / B_src)`` (F: the matrix or vector peak for its dtype;
-B: bandwidth); it reached ``r_src / t`` of that roof. On the target it is assumed to reach
-the same fraction of the target's roof, so it takes ``t * r_tgt / r_src``. Compute-limited work
-thus moves with the target's peak for its dtype, memory-limited work with its bandwidth, and a
-kernel whose side of the ridge differs on the target moves with the roof it meets there.
+A kernel with a known cost took ``t`` on the source. Its kind of kernel (its category: GEMM,
+attention, normalization, elementwise, MoE, collectives, other) reaches a fraction ``f`` of each
+datasheet roof on each vendor class (``tracekit.specs.factors``, data with sources). With
+``R = max(FLOPs / (F x f_compute), bytes / (B x f_memory))`` (F: the matrix or vector peak for its
+dtype; B: bandwidth), it is assumed to reach the same fraction of ``R`` on the target as on the
+source, so it takes ``t * R_tgt / R_src``: on one side of the ridge on both GPUs that is
+``t * (r_tgt / f_tgt) / (r_src / f_src)``. A kernel whose side of the ridge differs on the target
+moves with the roof it meets there.
 
-- Two bases give the range: the datasheet peaks of both GPUs, and their achievable ceilings
-  (peak x the vendor-class factor, or what ``collect`` measured). The achievable basis is the
-  central estimate: vendors reach different fractions of their datasheet.
+- The range is an interval: its ends take the factors' low and high figures (the two GPUs'
+  errors combined as independent, root sum of squares of the log-widths), and kernels of unknown
+  cost, kept as measured in the central, take the fastest and slowest plausible ratio
+  (``unknown_band``), so their share widens it. On the same device it is a point.
 - A dtype the target has no peak for (FP4 on a GPU without FP4 tensor cores) runs at the next
   wider one it has (FP4 -> FP8 -> BF16 -> FP16 -> FP32; ``GpuSpec.runs_as``, the rule the
   measured roofline uses too); its bytes stay.
@@ -17,8 +20,10 @@ kernel whose side of the ridge differs on the target moves with the roof it meet
   too small to fill either GPU, their time is launch and memory latency, which tracks the
   memory system of a GPU generation more than it stays fixed. Each projection also says what
   its GPU busy time would be with them kept as measured.
-- Collectives move with the interconnect bandwidth when both rows know it, else stay.
-- Kernels with unknown cost stay as measured, and the share they hold is reported.
+- Collectives move with the interconnect bandwidth (communication factor) when both rows know
+  it, else stay (and widen the range as unknown cost).
+- Kernels with unknown cost stay as measured in the central projection, and the share they
+  hold is reported.
 
 A step's GPU busy time scales with the sum of its kernels' projected time (so overlap between
 streams stays as measured); its idle time stays as measured (host work, syncs, launches do not
@@ -42,28 +47,32 @@ from tracekit.analysis.model import Analysis, _clean
 from tracekit.analysis.roofline import COMPUTE, INTERCONNECT, LATENCY, MEMORY, UNKNOWN, _bounds, limiter
 from tracekit.analysis.truncation import gpu_events_lost
 from tracekit.errors import TracekitError
-from tracekit.specs import GpuSpec, SpecMatch, normalise_dtype
+from tracekit.specs import GpuSpec, SpecMatch, factors, normalise_dtype
 from tracekit.specs.lookup import spec_by_name
 from tracekit.trace.model import Trace
 
 SCHEMA_VERSION = 1
 KIND = "tracekit.projection"
-BASES = ("datasheet", "achievable")
+# The central projection and the ends of its range (low: the fastest, high: the slowest).
+ESTIMATES = ("central", "low", "high")
 _COPIES = ("memcpy", "memset")
 
 
 # The method in plain sentences, for the report (the module docstring says the same).
 METHOD = [
-    "Each kernel with a known cost is assumed to reach the same fraction of the target's roof as it reached of "
-    "the source's: it takes its measured time x (roofline time on the target / roofline time on the source), "
-    "the roofline time being max(FLOPs / peak FLOP/s for its dtype, bytes / bandwidth). Compute-limited work moves "
-    "with the peak FLOP/s, memory-limited work with bandwidth.",
-    "Two bases give the range: both GPUs' datasheet peaks, and their achievable ceilings (the central estimate).",
+    "Each kernel with a known cost keeps the fraction of its category's roof that it reached on the source: with "
+    "R = max(FLOPs / (peak FLOP/s for its dtype x f_compute), bytes / (bandwidth x f_memory)), it takes its measured "
+    "time x R on the target / R on the source. f is the fraction of the datasheet roof that its kind of kernel "
+    "(GEMM, attention, normalization, elementwise, MoE, collectives, other) reaches on each GPU's vendor class: "
+    "tracekit's category factors, each with its source (published measurements; estimates say so).",
+    "The central projection uses the central factors. The range is an interval, not two bases: its low and high ends "
+    "take each side's low and high factors (combined as independent errors), and kernels of unknown cost, kept as "
+    "measured in the central, take the fastest and slowest plausible ratio between the GPUs at its ends.",
     "A dtype the target has no peak for runs at the next wider one it has (FP4 -> FP8 -> BF16), bytes unchanged.",
     "Latency-limited kernels move with their roof too (their time is launch and memory latency, which tracks the "
     "GPU generation); the projection also says what it gives with them kept as measured.",
-    "Collectives move with the interconnect bandwidth when both spec rows know it. Kernels of unknown cost, and all "
-    "GPU idle time, stay as measured; a step never gets shorter than its host's own work.",
+    "Collectives move with the interconnect bandwidth at the communication factor when both spec rows know it. "
+    "All GPU idle time stays as measured; a step never gets shorter than its host's own work.",
 ]
 
 
@@ -75,6 +84,7 @@ class Projection:
     phases: dict[str, dict[str, Any]]
     headline: list[dict[str, Any]]
     notes: list[str]
+    factors: dict[str, Any] = dataclasses.field(default_factory=dict)  # classes and fractions used
 
     def to_dict(self) -> dict[str, Any]:
         src = self.source.device
@@ -91,11 +101,12 @@ class Projection:
                        "peak_flops": {"matrix": dict(self.target.matrix_flops),
                                       "vector": dict(self.target.vector_flops)}},
             "method": METHOD,
+            "factors": self.factors,
             "phases": self.phases,
             "headline": self.headline,
             "notes": self.notes,
             "measured": self.source.to_dict(),
-            "projected": self.projected["achievable"].to_dict(),
+            "projected": self.projected["central"].to_dict(),
         })
 
 
@@ -117,28 +128,58 @@ def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis
     if parts.seg.device_type != "gpu":
         raise TracekitError("cannot project a CPU-only trace onto a GPU: its work is CPU ops, not kernels")
     notes: list[str] = []
-    projected, busy_kept = {}, {}
-    for basis in BASES:
-        dur, moved, kept_latency, dtype_notes = reprice(parts.work, match.spec, target, basis)
-        if basis == "achievable":
-            notes += dtype_notes
-        new_parts = _projected_parts(trace, parts, dur, target)
-        measured = source.device.get("name") or "an unknown GPU"  # a trace may not name its GPU
-        how = f"projected from {measured} ({basis} basis): tracekit project --to {target.key}"
-        projected[basis] = assemble(trace, new_parts, SpecMatch(target, how, None),
-                                    device_name=f"{target.name} (projected from {measured})",
-                                    with_timelines=False)
-        # The same projection with latency-limited kernels kept as measured.
-        alt = np.where(kept_latency, parts.work["dur_ns"].to_numpy(dtype=float), dur)
-        busy_kept[basis] = _step_busy(parts, alt)
-    phases = _phase_figures(source, projected, busy_kept, parts)
+    rp = reprice(parts.work, match.spec, target)
+    notes += rp.notes
+    measured = source.device.get("name") or "an unknown GPU"  # a trace may not name its GPU
+    projected = {}
+    for estimate in ESTIMATES:
+        new_parts = _projected_parts(trace, parts, getattr(rp, estimate), target)
+        how = f"projected from {measured} ({estimate} estimate): tracekit project --to {target.key}"
+        projected[estimate] = assemble(trace, new_parts, SpecMatch(target, how, None),
+                                       device_name=f"{target.name} (projected from {measured})",
+                                       with_timelines=False)
+    # The name compare and plan read the central projection by (the achievable basis before).
+    projected["achievable"] = projected["central"]
+    # The central projection with latency-limited kernels kept as measured.
+    busy_kept = _step_busy(parts, np.where(rp.latency, parts.work["dur_ns"].to_numpy(dtype=float), rp.central))
+    phases = _phase_figures(source, projected, busy_kept, parts, rp)
     notes += _notes(parts, source, phases)
-    return Projection(source, target, projected, phases, _headline(source, projected), notes)
+    return Projection(source, target, projected, phases, _headline(source, projected), notes,
+                      _factor_summary(match.spec, target))
 
 
-def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec, basis: str):
-    """Per unit: projected duration (ns), whether it moved, whether it is latency-limited
-    (moved, but shown kept as an alternative), and notes on dtypes the target lacks."""
+@dataclass
+class Repriced:
+    """Per unit of work: projected duration (ns) at the central, low (fastest) and high
+    (slowest) factors; whether it moved with a roof; whether it is latency-limited (moved, but
+    shown kept as an alternative); whether its cost is unknown (kept, widening the range)."""
+
+    central: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    moved: np.ndarray
+    latency: np.ndarray
+    unknown: np.ndarray
+    notes: list[str]
+
+
+def _spread(src: GpuSpec, tgt: GpuSpec, f_s: tuple, f_t: tuple) -> tuple[float, float]:
+    """Log-widths (fast, slow) of the ratio f_s / f_t from both sides' low/high figures,
+    taken as independent errors (root sum of squares). Zero on the same device: a kernel
+    keeps exactly its fraction of the roof there."""
+    if src.key == tgt.key:
+        return 0.0, 0.0
+    fast = np.hypot(np.log(f_t[2] / f_t[1]), np.log(f_s[1] / f_s[0]))
+    slow = np.hypot(np.log(f_t[1] / f_t[0]), np.log(f_s[2] / f_s[1]))
+    return float(fast), float(slow)
+
+
+def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec) -> Repriced:
+    """Each unit's time on ``tgt``: it keeps the fraction of its category's roof it reached on
+    ``src``. With R = max(FLOPs / (peak FLOP/s x f_compute), bytes / (bandwidth x f_memory)),
+    f the category's fraction of the datasheet roof on each GPU's vendor class
+    (``tracekit.specs.factors``), a unit takes t_src x R_tgt / R_src; its low and high take the
+    factors' spread; a unit of unknown cost keeps t_src, its low and high the plausible ratios."""
     dur = work["dur_ns"].to_numpy(dtype=float)
     flops, nbytes = work["flops"].to_numpy(dtype=float), work["bytes"].to_numpy(dtype=float)
     dtype = work["dtype"].astype(object).to_numpy()
@@ -146,49 +187,94 @@ def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec, basis: str):
     bound = work["bound"].astype(object).to_numpy()
     lim = work["limiter"].astype(object).to_numpy()
     kind = work["kind"].astype(str).to_numpy()
-    ach = basis == "achievable"
-    ratio = np.full(len(work), np.nan)
+    fcat = np.array([factors.factor_category(c) for c in work["category"].astype(str).to_numpy()], dtype=object)
+    ratio, lo, hi = (np.full(len(work), np.nan) for _ in range(3))
     notes = []
     priced = ~np.isnan(flops) & ~np.isnan(nbytes) & (dur > 0) & (bound != INTERCONNECT)
-    pairs = pd.DataFrame({"d": dtype[priced], "u": unit[priced]}).drop_duplicates()
-    bw_s = src.achievable_bandwidth if ach else src.peak_bandwidth
-    bw_t = tgt.achievable_bandwidth if ach else tgt.peak_bandwidth
-    for d, u in pairs.itertuples(index=False):
-        sel = priced & (dtype == d) & (unit == u)
+    groups = pd.DataFrame({"d": dtype[priced], "u": unit[priced], "c": fcat[priced]}).drop_duplicates()
+    bw_s, bw_t = src.peak_bandwidth, tgt.peak_bandwidth
+    short_dtypes: dict[tuple, float] = {}
+    for d, u, c in groups.itertuples(index=False):
+        sel = priced & (dtype == d) & (unit == u) & (fcat == c)
         # Both sides price a dtype without a peak at the next wider one (GpuSpec.runs_as), as
         # the measured roofline did.
-        d_s = src.runs_as(d, u)
-        f_s = _flops(src, d_s, u, ach) if d_s else None
-        d_t = tgt.runs_as(d, u)
-        f_t = _flops(tgt, d_t, u, ach) if d_t else None
-        if not (f_s and f_t and bw_s and bw_t):
+        d_s, d_t = src.runs_as(d, u), tgt.runs_as(d, u)
+        p_s = src.peak_flops(d_s, u) if d_s else None
+        p_t = tgt.peak_flops(d_t, u) if d_t else None
+        if not (p_s and p_t and bw_s and bw_t):
             continue
         if d_t != normalise_dtype(d):
-            ms = dur[sel].sum() / 1e6
-            notes.append(f"{tgt.name} has no {d} {u} peak: {ms:.3g} ms of {d} kernels are projected at its {d_t} rate "
-                         "(their bytes unchanged)")
-        r_s = np.maximum(flops[sel] / f_s, nbytes[sel] / bw_s)
-        r_t = np.maximum(flops[sel] / f_t, nbytes[sel] / bw_t)
-        ratio[sel] = np.where(r_s > 0, r_t / np.where(r_s > 0, r_s, 1), np.nan)
-    # Copies whose bytes are known move with bandwidth; collectives with the interconnect.
+            short_dtypes[(d, u, d_t)] = short_dtypes.get((d, u, d_t), 0.0) + dur[sel].sum() / 1e6
+        fc_s, fm_s = factors.fractions(src, c, "compute"), factors.fractions(src, c, "memory")
+        fc_t, fm_t = factors.fractions(tgt, c, "compute"), factors.fractions(tgt, c, "memory")
+        comp_s, mem_s = flops[sel] / (p_s * fc_s[1]), nbytes[sel] / (bw_s * fm_s[1])
+        comp_t, mem_t = flops[sel] / (p_t * fc_t[1]), nbytes[sel] / (bw_t * fm_t[1])
+        r_s, r_t = np.maximum(comp_s, mem_s), np.maximum(comp_t, mem_t)
+        r = np.where(r_s > 0, r_t / np.where(r_s > 0, r_s, 1), np.nan)
+        # The spread of the side each GPU's category roof binds on.
+        widths = {(cs, ct): _spread(src, tgt, fc_s if cs else fm_s, fc_t if ct else fm_t)
+                  for cs in (True, False) for ct in (True, False)}
+        on_c_s, on_c_t = comp_s >= mem_s, comp_t >= mem_t
+        fast = np.choose(on_c_s * 2 + on_c_t, [widths[(False, False)][0], widths[(False, True)][0],
+                                                 widths[(True, False)][0], widths[(True, True)][0]])
+        slow = np.choose(on_c_s * 2 + on_c_t, [widths[(False, False)][1], widths[(False, True)][1],
+                                                 widths[(True, False)][1], widths[(True, True)][1]])
+        ratio[sel], lo[sel], hi[sel] = r, r * np.exp(-fast), r * np.exp(slow)
+    for (d, u, d_t), ms in short_dtypes.items():
+        notes.append(f"{tgt.name} has no {d} {u} peak: {ms:.3g} ms of {d} kernels are projected at its {d_t} rate "
+                     "(their bytes unchanged)")
+    # Copies whose bytes are known move with bandwidth at their category's memory fraction.
     copies = np.isin(kind, _COPIES) & np.isnan(ratio) & ~np.isnan(nbytes) & (nbytes > 0)
-    if bw_s and bw_t:
-        ratio[copies] = bw_s / bw_t
+    if copies.any() and bw_s and bw_t:
+        for c in pd.unique(fcat[copies]):
+            sel = copies & (fcat == c)
+            _set_ratio(ratio, lo, hi, sel, src, tgt, bw_s, bw_t, factors.fractions(src, c, "memory"),
+                       factors.fractions(tgt, c, "memory"))
+    # Collectives move with the interconnect at the communication fraction of its peak.
     link = (bound == INTERCONNECT) & ~np.isnan(nbytes)
     if link.any():
         if src.interconnect_bandwidth and tgt.interconnect_bandwidth:
-            ratio[link] = src.interconnect_bandwidth / tgt.interconnect_bandwidth
+            _set_ratio(ratio, lo, hi, link, src, tgt, src.interconnect_bandwidth, tgt.interconnect_bandwidth,
+                       factors.fractions(src, "communication", "memory"),
+                       factors.fractions(tgt, "communication", "memory"))
         else:
-            notes.append(f"collectives ({dur[link].sum() / 1e6:.3g} ms) stay as measured: "
+            notes.append(f"collectives ({dur[link].sum() / 1e6:.3g} ms) stay as measured, widening the range: "
                          f"{'the target' if not tgt.interconnect_bandwidth else 'the source'}'s spec row has no "
                          "interconnect bandwidth")
     moved = ~np.isnan(ratio)
-    out = np.where(moved, dur * np.where(moved, ratio, 1.0), dur)
-    return out, moved, moved & (lim == LATENCY), notes
+    central = np.where(moved, dur * np.where(moved, ratio, 1.0), dur)
+    # Unknown cost: kept as measured, its low and high the fastest and slowest plausible ratios.
+    band_lo, band_hi = unknown_band(src, tgt)
+    unknown = ~moved & (dur > 0)
+    low = np.where(moved, dur * np.where(moved, lo, 1.0), dur * band_lo)
+    high = np.where(moved, dur * np.where(moved, hi, 1.0), dur * band_hi)
+    return Repriced(central, low, high, moved, moved & (lim == LATENCY), unknown, notes)
 
 
-def _flops(spec: GpuSpec, dtype: str, unit: str, achievable: bool) -> float | None:
-    return spec.achievable_flops(dtype, unit) if achievable else spec.peak_flops(dtype, unit)
+def _set_ratio(ratio, lo, hi, sel, src, tgt, roof_s, roof_t, f_s, f_t) -> None:
+    r = (roof_s * f_s[1]) / (roof_t * f_t[1])
+    fast, slow = _spread(src, tgt, f_s, f_t)
+    ratio[sel], lo[sel], hi[sel] = r, r * np.exp(-fast), r * np.exp(slow)
+
+
+def unknown_band(src: GpuSpec, tgt: GpuSpec) -> tuple[float, float]:
+    """(fastest, slowest) plausible ratio target/source time for a kernel of unknown cost:
+    the widest of the "other" category's memory ratio and its BF16 matrix ratio, each with its
+    spread, and 1 (it may not move at all). Both 1 on the same device."""
+    if src.key == tgt.key:
+        return 1.0, 1.0
+    lows, highs = [1.0], [1.0]
+    roofs = [(src.peak_bandwidth, tgt.peak_bandwidth, "memory"),
+             (src.peak_flops("bf16"), tgt.peak_flops("bf16"), "compute")]
+    for roof_s, roof_t, side in roofs:
+        if not (roof_s and roof_t):
+            continue
+        f_s, f_t = factors.fractions(src, "other", side), factors.fractions(tgt, "other", side)
+        r = (roof_s * f_s[1]) / (roof_t * f_t[1])
+        fast, slow = _spread(src, tgt, f_s, f_t)
+        lows.append(r * np.exp(-fast))
+        highs.append(r * np.exp(slow))
+    return float(min(lows)), float(max(highs))
 
 
 def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpec) -> Parts:
@@ -282,37 +368,68 @@ def _host_floor(trace: Trace, steps: pd.DataFrame) -> np.ndarray:
 # --- figures -------------------------------------------------------------------------
 
 
-def _phase_figures(source: Analysis, projected: dict[str, Analysis], busy_kept: dict, parts: Parts) -> dict:
+def _phase_figures(source: Analysis, projected: dict[str, Analysis], busy_kept: np.ndarray, parts: Parts,
+                   rp: Repriced) -> dict:
     out = {}
     lo_hi = lambda vals: [float(min(vals)), float(max(vals))] if all(v is not None for v in vals) else None  # noqa: E731
     weights = _phase_step_weights(parts)
+    ends = ("low", "central", "high")
+    dur = parts.work["dur_ns"].to_numpy(dtype=float)
     for phase, p in source.phases.items():
-        pp = {b: a.phases.get(phase) or {} for b, a in projected.items()}
-        w = parts.work[(parts.work["phase"] == phase)]
-        lim = w.groupby("limiter")["dur_ns"].sum() / 1e6
-        central = pp["achievable"]
-        kept = {b: float((busy_kept[b] * weights[phase]).sum() / 1e6) for b in BASES}
+        pp = {e: projected[e].phases.get(phase) or {} for e in ends}
+        in_phase = (parts.work["phase"] == phase).to_numpy()
+        w = parts.work[in_phase]
+        lim = w.groupby("limiter", observed=True)["dur_ns"].sum() / 1e6
         step_ms = lambda a: _mean_step(a, phase)  # noqa: E731
+        kernel_ms = dur[in_phase].sum() / 1e6
+        unknown_ms = float(dur[in_phase & rp.unknown].sum() / 1e6)
+        busy = lo_hi([pp[e].get("gpu_busy_ms") for e in ends])
         out[phase] = {
             "measured_gpu_busy_ms": p.get("gpu_busy_ms"),
-            "projected_gpu_busy_ms": central.get("gpu_busy_ms"),
+            "projected_gpu_busy_ms": pp["central"].get("gpu_busy_ms"),
+            "projected_gpu_busy_ms_range": busy,
             "measured_step_ms": step_ms(source),
-            "projected_step_ms": step_ms(projected["achievable"]),
+            "projected_step_ms": step_ms(projected["central"]),
             "measured_time_ms": p.get("time_ms"),
-            "projected_time_ms": central.get("time_ms"),
+            "projected_time_ms": pp["central"].get("time_ms"),
             "measured_tokens_per_s": _tokens_per_s(source, phase),
-            "projected_tokens_per_s": _tokens_per_s(projected["achievable"], phase),
+            "projected_tokens_per_s": _tokens_per_s(projected["central"], phase),
             "projected_range": {
-                "gpu_busy_ms": lo_hi([pp[b].get("gpu_busy_ms") for b in BASES]),
-                "step_ms": lo_hi([step_ms(projected[b]) for b in BASES]),
-                "time_ms": lo_hi([pp[b].get("time_ms") for b in BASES]),
-                "tokens_per_s": lo_hi([_tokens_per_s(projected[b], phase) for b in BASES]),
+                "gpu_busy_ms": busy,
+                "step_ms": lo_hi([step_ms(projected[e]) for e in ends]),
+                "time_ms": lo_hi([pp[e].get("time_ms") for e in ends]),
+                "tokens_per_s": lo_hi([_tokens_per_s(projected[e], phase) for e in ends]),
             },
+            # Kernel time per category: measured, projected (central) and its range.
+            "by_category_ms": _by_category(w, rp, in_phase),
             # Kernel time by limiter on the source: what moved with which roof, and what stayed.
             "measured_by_limiter_ms": {str(k): float(v) for k, v in lim.items()},
-            "kept_ms": float(w.loc[w["limiter"] == UNKNOWN, "dur_ns"].sum() / 1e6),
-            "latency_kept_gpu_busy_ms": kept["achievable"],
+            "kept_ms": unknown_ms,
+            "unknown_share": unknown_ms / kernel_ms if kernel_ms else 0.0,
+            "latency_kept_gpu_busy_ms": float((busy_kept * weights[phase]).sum() / 1e6),
         }
+    return out
+
+
+def _by_category(w: pd.DataFrame, rp: Repriced, in_phase: np.ndarray) -> dict[str, dict[str, Any]]:
+    frame = pd.DataFrame({"c": w["category"].astype(str).to_numpy(), "m": w["dur_ns"].to_numpy(dtype=float),
+                          "p": rp.central[in_phase], "lo": rp.low[in_phase], "hi": rp.high[in_phase]})
+    sums = frame.groupby("c").sum() / 1e6
+    return {str(c): {"measured_ms": float(r.m), "projected_ms": float(r.p), "range_ms": [float(r.lo), float(r.hi)],
+                     "factor_category": factors.factor_category(c)}
+            for c, r in sums.sort_values("m", ascending=False).iterrows()}
+
+
+def _factor_summary(src: GpuSpec, tgt: GpuSpec) -> dict[str, Any]:
+    """Which vendor class each GPU is, and the fractions used, with their sources (for the report)."""
+    out = {}
+    for role, spec in (("source", src), ("target", tgt)):
+        cls = factors.vendor_class(spec)
+        out[role] = {"spec_key": spec.key, "class": cls.key, "class_name": cls.name, "factors": {
+            c: {"compute": list(factors.fractions(spec, c, "compute")),
+                "memory": list(factors.fractions(spec, c, "memory")), "source": factors.source(spec, c)}
+            for c in factors.FACTOR_CATEGORIES}}
+    out["unknown_ratio_band"] = list(unknown_band(src, tgt))
     return out
 
 
@@ -347,10 +464,10 @@ def _headline(source: Analysis, projected: dict[str, Analysis]) -> list[dict[str
     out = []
     for key, label, get in _FIGURES:
         measured = get(source.metrics)
-        values = [get(projected[b].metrics) for b in BASES]
+        values = [get(projected[e].metrics) for e in ESTIMATES]
         if measured is None and all(v is None for v in values):
             continue
-        out.append({"key": key, "label": label, "measured": measured, "projected": values[1],
+        out.append({"key": key, "label": label, "measured": measured, "projected": values[0],
                     "range": [min(values), max(values)] if all(v is not None for v in values) else None})
     return out
 
@@ -360,19 +477,26 @@ def _notes(parts: Parts, source: Analysis, phases: dict) -> list[str]:
     for phase, f in phases.items():
         by = f["measured_by_limiter_ms"]
         total = sum(by.values())
-        lat, unk = by.get(LATENCY, 0.0), by.get(UNKNOWN, 0.0)
+        lat = by.get(LATENCY, 0.0)
         if total and lat / total >= 0.05:
             out.append(f"{phase}: {lat:.3g} ms ({lat / total:.0%} of kernel time) is latency-limited and moved with "
                        f"its roof; kept as measured, the projected GPU busy time would be "
                        f"{f['latency_kept_gpu_busy_ms']:.3g} ms instead of {f['projected_gpu_busy_ms']:.3g} ms")
-        if total and unk / total >= 0.05:
-            out.append(f"{phase}: {unk:.3g} ms ({unk / total:.0%} of kernel time) has unknown cost and stays as "
-                       "measured" + ("" if source.model else "; --model NAME prices kernels without shapes"))
+        unk, share = f["kept_ms"], f["unknown_share"]
+        if share >= 0.05:
+            out.append(f"{phase}: {unk:.3g} ms ({share:.0%} of kernel time) has unknown cost: it stays as measured "
+                       "in the central projection and widens the range" + (
+                           "" if source.model else "; --model NAME prices kernels without shapes"))
+        r = f["projected_gpu_busy_ms_range"]
+        if r and f["projected_gpu_busy_ms"] is not None:
+            out.append(f"{phase}: projected GPU busy {f['projected_gpu_busy_ms']:.3g} ms, range {r[0]:.3g} to "
+                       f"{r[1]:.3g} ms (the category factors' low and high figures, and the unknown-cost share)")
         moved = {k: v for k, v in by.items() if k in (COMPUTE, MEMORY) and v}
         if moved:
             out.append(f"{phase}: " + ", ".join(f"{v:.3g} ms {k}-limited" for k, v in moved.items())
                        + " moved with the target's " + " and ".join(
-                           {"compute": "peak FLOP/s", "memory": "bandwidth"}[k] for k in moved))
+                           {"compute": "peak FLOP/s", "memory": "bandwidth"}[k] for k in moved)
+                       + " at each category's fraction of it on each vendor class")
     out.append("GPU idle time (host work, syncs, launches) stays as measured; a step never gets shorter than its "
                "host's own work")
     return out

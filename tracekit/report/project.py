@@ -66,7 +66,13 @@ def view_model(data: dict[str, Any]) -> dict[str, Any]:
             "tps": fmt.per_s(p["measured_tokens_per_s"]), "tps_p": fmt.per_s(p["projected_tokens_per_s"]),
             "tps_r": _range(r["tokens_per_s"], "tok/s"),
             "latency_kept": fmt.ms(p["latency_kept_gpu_busy_ms"]),
+            "unknown_share": fmt.pct(p.get("unknown_share")),
+            "categories": [{"category": c, "factor_category": v["factor_category"], "measured": fmt.ms(v["measured_ms"]),
+                            "projected": fmt.ms(v["projected_ms"]), "range": _range(v["range_ms"], "ms")}
+                           for c, v in (p.get("by_category_ms") or {}).items()],
         })
+    f = data.get("factors") or {}
+    classes = {role: f"{f[role]['class_name']} ({f[role]['class']})" for role in ("source", "target") if role in f}
     return {
         "title": f"{src.get('name')}: {src.get('device')} → {tgt['spec']}",
         "source": src, "target": tgt,
@@ -74,8 +80,24 @@ def view_model(data: dict[str, Any]) -> dict[str, Any]:
         "target_bw_ach": fmt.bandwidth(tgt.get("achievable_bandwidth")),
         "headline": headline, "phases": phases, "notes": data["notes"],
         "method": list(data["method"]),
+        "classes": classes,
+        "factor_rows": _factor_rows(f),
         "tracekit_version": (data.get("measured") or {}).get("source", {}).get("tracekit_version"),
     }
+
+
+def _factor_rows(f: dict[str, Any]) -> list[dict[str, str]]:
+    """The category factors both GPUs were priced with, as display rows with their sources."""
+    if "source" not in f:
+        return []
+    rows = []
+    for cat, src in f["source"]["factors"].items():
+        tgt = f["target"]["factors"][cat]
+        show = lambda v: "/".join(f"{x:.2f}" for x in v)  # noqa: E731
+        rows.append({"category": cat, "src_compute": show(src["compute"]), "src_memory": show(src["memory"]),
+                     "tgt_compute": show(tgt["compute"]), "tgt_memory": show(tgt["memory"]),
+                     "src_source": src["source"], "tgt_source": tgt["source"]})
+    return rows
 
 
 def _charts(data: dict[str, Any]) -> tuple[list[dict], dict[str, dict]]:

@@ -1,0 +1,96 @@
+"""Projection accuracy: ``tracekit project`` against the target GPU's own trace of the same workload.
+
+For every pair of real traces available (``../shared/traces`` or ``$TRACEKIT_SHARED_TRACES``),
+both directions: per-step GPU busy time projected from the source onto the target's spec row,
+against what the target's trace measured (``analyze(target)`` phase GPU busy per step); then per
+category (summed by factor category, since the two engines name some kernels differently), and
+the error summary: median and worst |error| of the central, and how many intervals contain the
+measured value.
+
+    PYTHONPATH=$PWD python benchmarks/bench_project.py
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from tracekit.analysis.analyze import analyze
+from tracekit.analysis.project import project
+from tracekit.specs import factors
+from tracekit.trace import read_trace
+
+SHARED = Path(os.environ.get("TRACEKIT_SHARED_TRACES", Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"))
+
+# (label, source file, target file, target spec key, phase, analyze options)
+PAIRS = [
+    ("SGLang Qwen3-30B-A3B decode bs16, B300 -> MI300X", "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz",
+     "mi300x_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz", "mi300x", "decode", {"model": "qwen3-30b-a3b"}),
+    ("SGLang Qwen3-30B-A3B decode bs16, MI300X -> B300", "mi300x_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz",
+     "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz", "b300", "decode", {"model": "qwen3-30b-a3b"}),
+]
+
+
+def _per_step(a, phase: str, busy_ms: float) -> float:
+    steps = a.steps[a.steps["phase"] == phase] if len(a.steps) else a.steps
+    return busy_ms / max(len(steps), 1)
+
+
+def _by_factor_category(by: dict[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for c, ms in by.items():
+        k = factors.factor_category(c)
+        out[k] = out.get(k, 0.0) + ms
+    return out
+
+
+def main() -> int:
+    rows = []
+    for label, src, dst, gpu, phase, options in PAIRS:
+        s_path, d_path = SHARED / src, SHARED / dst
+        if not (s_path.exists() and d_path.exists()):
+            print(f"skip {label}: trace absent under {SHARED}")
+            continue
+        t0 = time.perf_counter()
+        pj = project(read_trace(str(s_path)), gpu, **options)
+        target = analyze(read_trace(str(d_path)), **options)
+        p = pj.phases[phase]
+        n_src = len(pj.source.steps[pj.source.steps["phase"] == phase])
+        central = p["projected_gpu_busy_ms"] / max(n_src, 1)
+        lo, hi = (v / max(n_src, 1) for v in p["projected_gpu_busy_ms_range"])
+        measured = _per_step(target, phase, target.phases[phase]["gpu_busy_ms"])
+        err = central / measured - 1
+        rows.append((label, central, lo, hi, measured, err, lo <= measured <= hi))
+        print(f"\n{label}  ({time.perf_counter() - t0:.1f} s)")
+        print(f"  per-step GPU busy: projected {central:.2f} ms ({lo:.2f}-{hi:.2f}), measured {measured:.2f} ms, "
+              f"error {err:+.1%}, interval {'contains' if lo <= measured <= hi else 'MISSES'} it; "
+              f"unknown cost {p['unknown_share']:.0%} of kernel time")
+        proj = _by_factor_category({c: v["projected_ms"] / max(n_src, 1) for c, v in p["by_category_ms"].items()})
+        rng_lo = _by_factor_category({c: v["range_ms"][0] / max(n_src, 1) for c, v in p["by_category_ms"].items()})
+        rng_hi = _by_factor_category({c: v["range_ms"][1] / max(n_src, 1) for c, v in p["by_category_ms"].items()})
+        n_tgt = max(len(target.steps[target.steps["phase"] == phase]), 1)
+        meas = _by_factor_category({c: v / n_tgt for c, v in (target.phases[phase].get("by_category") or {}).items()})
+        print(f"  {'category':<14}{'projected':>10}{'range':>16}{'measured':>10}{'error':>9}")
+        for c in sorted(set(proj) | set(meas), key=lambda c: -meas.get(c, 0.0)):
+            pr, me = proj.get(c), meas.get(c)
+            e = f"{pr / me - 1:+.0%}" if pr is not None and me else "-"
+            r = f"{rng_lo[c]:.3f}-{rng_hi[c]:.3f}" if c in rng_lo else "-"
+            print(f"  {c:<14}{pr if pr is not None else float('nan'):>10.3f}{r:>16}"
+                  f"{me if me is not None else float('nan'):>10.3f}{e:>9}")
+    if not rows:
+        print("no pair available")
+        return 0
+    errs = [abs(r[5]) for r in rows]
+    print(f"\nsummary over {len(rows)} projections: central median |error| {statistics.median(errs):.1%}, "
+          f"worst {max(errs):.1%}; interval contains the measured value in {sum(r[6] for r in rows)} of {len(rows)}")
+    print(f"\n| pair | projected (range) | measured | error |\n|---|---|---|---|")
+    for label, c, lo, hi, m, e, _ in rows:
+        print(f"| {label} | {c:.2f} ms ({lo:.2f}-{hi:.2f}) | {m:.2f} ms | {e:+.1%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
