@@ -93,8 +93,9 @@ def check(projection, measured: Analysis) -> Check:
         categories[phase] = _categories((central.phases.get(phase) or {}).get("by_category") or {},
                                         m.get("by_category") or {})
         kernels[phase] = _kernels(central.work, measured.work, phase)
+    busy = "GPU busy" if measured.device.get("type") == "gpu" else "busy"  # a CPU run's ops keep it busy
     return Check(measured.source.get("path"), measured.device.get("name"), phases, categories, kernels,
-                 _headline(phases, categories, measured.device.get("name") or projection.target.name))
+                 _headline(phases, categories, measured.device.get("name") or projection.target.name, busy))
 
 
 def _categories(projected: dict[str, float], measured: dict[str, float]) -> dict[str, dict[str, Any]]:
@@ -117,15 +118,15 @@ def _kernels(projected: pd.DataFrame, measured: pd.DataFrame, phase: str) -> lis
             for n, v in common.items()]
 
 
-def _headline(phases: dict, categories: dict, where: str) -> str:
+def _headline(phases: dict, categories: dict, where: str, busy: str) -> str:
     parts = []
     for phase, f in phases.items():
         if f["error"] is None:
             continue
-        parts.append(f"{phase}: projected GPU busy {f['projected_ms']:.3g} ms per step vs {f['measured_ms']:.3g} ms "
+        parts.append(f"{phase}: projected {busy} {f['projected_ms']:.3g} ms per step vs {f['measured_ms']:.3g} ms "
                      f"measured on {where} ({f['error']:+.0%})")
     if not parts:
-        return f"nothing to check: no phase has measured GPU busy time on {where}"
+        return f"nothing to check: no phase has measured {busy} time on {where}"
     # The category whose projected kernel time is furthest (in ms) from the measured one.
     worst = max(((abs(c["projected_ms"] - c["measured_ms"]), phase, name, c)
                  for phase, cats in categories.items() for name, c in cats.items()), default=None,
@@ -149,7 +150,7 @@ def same_workload(source: Analysis, measured: Analysis, target) -> None:
     src_gpu, tgt_gpu = source.device.get("spec_key"), measured.device.get("spec_key")
     if tgt_gpu is not None and tgt_gpu == src_gpu:
         raise TracekitError(f"cannot check the projection: the target trace was measured on "
-                            f"{measured.device.get('spec') or tgt_gpu}, the GPU the source was measured on, not on "
+                            f"{measured.device.get('spec') or tgt_gpu}, the device the source was measured on, not on "
                             f"{target.name}")
     if tgt_gpu is not None and tgt_gpu != target.key:
         raise TracekitError(f"cannot check the projection: it is onto {target.name} ({target.key}), but the target "

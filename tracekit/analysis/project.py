@@ -114,8 +114,10 @@ def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis
     if match.spec is None:
         raise TracekitError("cannot project: the measured GPU has no spec row, so how close its kernels came to its "
                             f"roof is unknown ({match.reason or 'no peaks'}); pass --gpu NAME for it")
-    if parts.seg.device_type != "gpu":
-        raise TracekitError("cannot project a CPU-only trace onto a GPU: its work is CPU ops, not kernels")
+    if parts.seg.device_type != "gpu" and not is_cpu(target):
+        # CPU ops re-price on another CPU's measured ceilings (the same roofline), not on a GPU's.
+        raise TracekitError("cannot project a CPU-only trace onto a GPU: its work is CPU ops, not kernels "
+                            "(it projects onto a CPU: --to a spec file with vendor CPU)")
     notes: list[str] = []
     projected, busy_kept = {}, {}
     for basis in BASES:
@@ -134,6 +136,11 @@ def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis
     phases = _phase_figures(source, projected, busy_kept, parts)
     notes += _notes(parts, source, phases)
     return Projection(source, target, projected, phases, _headline(source, projected), notes)
+
+
+def is_cpu(spec: GpuSpec) -> bool:
+    """Whether a spec row is a CPU's (measured by collect, or a spec file with vendor CPU)."""
+    return (spec.vendor or "").strip().lower() == "cpu"
 
 
 def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec, basis: str):

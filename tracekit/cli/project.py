@@ -15,15 +15,18 @@ from tracekit.errors import TracekitError
 @click.command("project")
 @trace_argument
 @click.option("--to", "to", required=True, metavar="GPU",
-              help="The GPU to project onto: a name or key from `tracekit gpus` (e.g. mi300x, h100-sxm, b200).")
+              help="The GPU to project onto: a name or key from `tracekit gpus` (e.g. mi300x, h100-sxm, b200), or a "
+                   "spec file (JSON, CSV or TOML, as for --spec-file; vendor CPU for a CPU trace).")
 @output_options("reports/<trace name>-on-<gpu>.<format>")
 @click.option("--gpu", metavar="NAME", help="The GPU the trace was measured on, when its spec row is not found.")
+@click.option("--spec-file", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
+              help="The measured device's peaks from a JSON, CSV or TOML file (a `tracekit gpus --json` row works).")
 @click.option("--check", "check_trace", metavar="TARGET_TRACE",
               help="A trace of the same workload measured on the target GPU: show projected beside measured, per "
                    "phase, kernel category and kernel name, with the error (refused when the work differs).")
 @model_options
 def command(trace: str, to: str, output: str | None, fmt: str | None, force: bool, gpu: str | None,
-            check_trace: str | None, model: str | None, tp: int | None, weights: str | None, costs: str,
+            spec_file: str | None, check_trace: str | None, model: str | None, tp: int | None, weights: str | None, costs: str,
             model_force: bool = False) -> None:
     """Project TRACE onto another GPU: every kernel re-priced on the target's roofline at the
     fraction of the roof it reached where it was measured (compute-limited work with the
@@ -40,10 +43,13 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
     from tracekit.cli.report import _load_model
     from tracekit.report.output import DEFAULT_DIR, report_stem
     from tracekit.report.project import choose
+    from tracekit.specs import load_spec_file
     from tracekit.specs.lookup import spec_by_name
 
-    target = spec_by_name(to)  # a bad --to fails before the slow read
-    check_device_options(gpu)  # so does a bad --gpu
+    # A bad --to fails before the slow read; a path that exists is a spec file.
+    to_file = to if os.path.isfile(to) else None
+    target = load_spec_file(to_file) if to_file else spec_by_name(to)
+    check_device_options(gpu, spec_file)  # so do a bad --gpu or --spec-file
     renderer, path, replacing = output_target(
         output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-on-{target.key}{ext}"), force)
     for path_ in (trace, check_trace):
@@ -52,14 +58,16 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
     spec_model = _load_model(model, weights)
     options = dict(model=spec_model, tp=tp, costs=costs, model_force=model_force, stated=stated_figures(),
                    weights=weights if spec_model is None else None)
-    projection = project(read_with_progress(trace), target, gpu=gpu, **options)
+    projection = project(read_with_progress(trace), target, gpu=gpu, spec_file=spec_file, **options)
     document = projection
     if check_trace is not None:
         from tracekit.analysis import analyze
         from tracekit.analysis.check import CheckedProjection, check
 
-        # The target trace is analysed as the source was (same model, costs), on its own GPU.
-        document = CheckedProjection(projection, check(projection, analyze(read_with_progress(check_trace), **options)))
+        # The target trace is analysed as the source was (same model, costs), on its own GPU: the
+        # spec file given as --to when there is one, else the GPU its trace names.
+        on_target = analyze(read_with_progress(check_trace), spec_file=to_file, **options)
+        document = CheckedProjection(projection, check(projection, on_target))
     deliver(renderer.render(document), path, output is None, replacing)
     to_terminal = path is None
     if to_terminal:
