@@ -140,6 +140,30 @@ def test_compare_takes_a_projection_as_one_side(tmp_path):
     assert "projected from AMD Instinct MI300X" in d["before"]["device"]["name"]
     step = next(h for h in d["headline"] if h["key"] == "decode_step_p50")
     assert step["before"] == pytest.approx(step["after"], rel=0.30)
+    # Item 4: the side is the projection's central estimate, and the summary says its range.
+    from tracekit.analysis.project import project
+    pj = project(read_real("mi300x_qwen3_moe"), "b300", model=MOE)
+    assert d["before"]["device"]["name"] == pj.projected["central"].device["name"]
+    low, high = pj.phases["decode"]["projected_gpu_busy_ms_range"]
+    said = [s for s in d["summary"] if s.startswith("before: projected from")]
+    assert said and f"range {low:.4g} to {high:.4g} ms" in said[0]
+
+
+def test_plan_onto_another_gpu_says_the_projections_range(tmp_path):
+    """Item 4: plan --gpu sizes from the same projection as compare, and says its range. Bug:
+    plan silently using one basis of the projection (the range lost), or another projection."""
+    from tracekit.analysis.project import project
+    pre, dec = str(real_trace_path("mi300x_extend")), str(real_trace_path("mi300x_decode"))
+    out = tmp_path / "b300.json"
+    r = CliRunner().invoke(main, ["plan", pre, dec, "--model", "qwen3-8b", "--isl", "2048", "--osl", "256",
+                                  "--rate", "2", "--ttft-slo", "2s", "--tpot-slo", "1s", "--gpu", "b300",
+                                  "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    notes = json.loads(out.read_text())["notes"]
+    pj = project(read_real("mi300x_decode"), "b300", model="qwen3-8b")
+    low, high = pj.phases["decode"]["projected_gpu_busy_ms_range"]
+    assert any(f"decode GPU busy {pj.phases['decode']['projected_gpu_busy_ms']:.4g} ms (range {low:.4g} to "
+               f"{high:.4g} ms)" in n for n in notes), notes
 
 
 def test_project_needs_the_measured_gpus_peaks():

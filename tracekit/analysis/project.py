@@ -86,6 +86,20 @@ class Projection:
     notes: list[str]
     factors: dict[str, Any] = dataclasses.field(default_factory=dict)  # classes and fractions used
 
+    def range_note(self) -> str:
+        """The projection's central figure and range per phase, in one sentence, for the
+        commands that build on it (``compare --project-before``, ``plan --gpu``)."""
+        parts = []
+        for phase, f in self.phases.items():
+            r, c = f.get("projected_gpu_busy_ms_range"), f.get("projected_gpu_busy_ms")
+            if r and c is not None:
+                parts.append(f"{phase} GPU busy {c:.4g} ms (range {r[0]:.4g} to {r[1]:.4g} ms)")
+        where = f"projected from {self.source.device.get('name') or 'the measured GPU'} onto {self.target.name}"
+        if not parts:
+            return f"{where}: no phase has a projected range"
+        return (f"{where}: " + "; ".join(parts) + " — the central estimate is used; the range is the category "
+                "factors' spread and the time of unknown cost")
+
     def to_dict(self) -> dict[str, Any]:
         src = self.source.device
         return _clean({
@@ -125,8 +139,10 @@ def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis
     if match.spec is None:
         raise TracekitError("cannot project: the measured GPU has no spec row, so how close its kernels came to its "
                             f"roof is unknown ({match.reason or 'no peaks'}); pass --gpu NAME for it")
-    if parts.seg.device_type != "gpu":
-        raise TracekitError("cannot project a CPU-only trace onto a GPU: its work is CPU ops, not kernels")
+    if parts.seg.device_type != "gpu" and not is_cpu(target):
+        # CPU ops re-price on another CPU's measured ceilings (the same roofline), not on a GPU's.
+        raise TracekitError("cannot project a CPU-only trace onto a GPU: its work is CPU ops, not kernels "
+                            "(it projects onto a CPU: --to a spec file with vendor CPU)")
     notes: list[str] = []
     rp = reprice(parts.work, match.spec, target)
     notes += rp.notes
@@ -146,6 +162,11 @@ def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis
     notes += _notes(parts, source, phases)
     return Projection(source, target, projected, phases, _headline(source, projected), notes,
                       _factor_summary(match.spec, target))
+
+
+def is_cpu(spec: GpuSpec) -> bool:
+    """Whether a spec row is a CPU's (measured by collect, or a spec file with vendor CPU)."""
+    return (spec.vendor or "").strip().lower() == "cpu"
 
 
 @dataclass

@@ -58,11 +58,13 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     from tracekit.cli.report import _load_model
 
     spec_model = _load_model(model, weights)  # the same model prices both runs
-    b, a = (_side(_read(p), g, t, model=spec_model, tp=tp, costs=costs, model_force=model_force,
-                  stated=stated_figures(),
-                  weights=weights if spec_model is None else None)
-            for p, g, t in ((before, gpu_before, targets[0]), (after, gpu_after, targets[1])))
+    (b, b_note), (a, a_note) = (_side(_read(p), g, t, model=spec_model, tp=tp, costs=costs, model_force=model_force,
+                                      stated=stated_figures(),
+                                      weights=weights if spec_model is None else None)
+                                for p, g, t in ((before, gpu_before, targets[0]), (after, gpu_after, targets[1])))
     comparison = compare(b, a)
+    # A projected side is the projection's central estimate: say its range where the summary is read.
+    comparison.summary += [f"{side}: {n}" for side, n in (("before", b_note), ("after", a_note)) if n]
     to_terminal = path is None
     # Messages go to stderr when stdout carries the report itself.
     say = (lambda m: click.echo(m, err=True)) if to_terminal else click.echo
@@ -90,14 +92,16 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
 
 
 def _side(trace, gpu, target, **options):
-    """One side of the comparison: the run as measured, or as projected onto ``target``."""
+    """One side of the comparison: the run as measured, or as projected onto ``target`` (the
+    projection's central estimate, with the sentence that states its range)."""
     from tracekit.analysis import analyze
 
     if target is None:
-        return analyze(trace, gpu=gpu, **options)
+        return analyze(trace, gpu=gpu, **options), None
     from tracekit.analysis.project import project
 
-    return project(trace, target, gpu=gpu, **options).projected["achievable"]
+    projection = project(trace, target, gpu=gpu, **options)
+    return projection.projected["central"], projection.range_note()
 
 
 def _read(path: str):

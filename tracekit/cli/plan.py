@@ -78,11 +78,14 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
     spec_model = spec_model or resolve_model(read[0])
     options = dict(model=spec_model, tp=tp, costs=costs, weights=None, model_force=model_force,
                    stated=stated_figures())
-    analyses = []
+    analyses, projected = [], []
     for t in read:
         a = analyze(t, **options)
         if target is not None and a.device.get("spec_key") != target.key:
-            a = project(t, target, **options).projected["achievable"]
+            # The projection compare --project-before uses too: its central estimate, its range said.
+            projection = project(t, target, **options)
+            a = projection.projected["central"]
+            projected.append(projection.range_note())
         analyses.append(a)
     spec = target
     if spec is None and analyses[0].device.get("type") == "gpu" and analyses[0].device.get("spec_key"):
@@ -93,6 +96,7 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
         click.echo(f"warning: planned without the model: {withheld}", err=True)
     phase_costs = fit_costs(analyses, None if withheld else spec_model,
                             memory_gb=spec.memory_gb if spec is not None else None)
+    phase_costs.notes.extend(projected)
     result = plan(phase_costs, Demand(rate, isl, osl), slo, max_gpus=max_gpus,
                   kv_link=kv_link * 1e9 if kv_link else None,
                   inputs={"traces": list(traces), "name": report_stem(traces[0]), "max_gpus": max_gpus,

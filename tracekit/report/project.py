@@ -48,6 +48,30 @@ def measured_on(data: dict[str, Any]) -> str:
     return data["source"].get("device") or "an unknown GPU"
 
 
+def _error(e: float | None) -> str:
+    return fmt.MISSING if e is None else f"{e:+.0%}"
+
+
+def check_view(check: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The check of a projection against a trace measured on the target (``--check``), formatted."""
+    if not check:
+        return None
+    phases = [{"label": phase_label(ph), "steps": fmt.count(f["steps"]),
+               "projected": fmt.ms(f["projected_ms"]), "measured": fmt.ms(f["measured_ms"]), "error": _error(f["error"]),
+               "range": (f"{fmt.ms(f['range_ms'][0])} to {fmt.ms(f['range_ms'][1])}" if f.get("range_ms") else "—"),
+               "inside": {True: "yes", False: "no"}.get(f.get("inside"), "—"),
+               "projected_total": fmt.ms(f["projected_total_ms"]), "measured_total": fmt.ms(f["measured_total_ms"])}
+              for ph, f in check["phases"].items()]
+    row = lambda name, c: {"name": name, "projected": fmt.ms(c["projected_ms"]),  # noqa: E731
+                           "measured": fmt.ms(c["measured_ms"]), "error": _error(c["error"])}
+    categories = [{"label": phase_label(ph), "rows": [row(n, c) for n, c in cats.items()]}
+                  for ph, cats in check["categories"].items()]
+    kernels = [{"label": phase_label(ph), "rows": [row(k["name"], k) for k in rows]}
+               for ph, rows in check["kernels"].items() if rows]
+    return {"trace": check.get("target_trace"), "device": check.get("target_device"), "headline": check["headline"],
+            "phases": phases, "categories": categories, "kernels": kernels}
+
+
 def view_model(data: dict[str, Any]) -> dict[str, Any]:
     src, tgt = data["source"], data["target"]
     src = {**src, "device": measured_on(data)}
@@ -82,6 +106,7 @@ def view_model(data: dict[str, Any]) -> dict[str, Any]:
         "method": list(data["method"]),
         "classes": classes,
         "factor_rows": _factor_rows(f),
+        "check": check_view(data.get("check")),
         "tracekit_version": (data.get("measured") or {}).get("source", {}).get("tracekit_version"),
     }
 
@@ -174,7 +199,26 @@ class ProjectText(TextTemplate):
         vm = view_model(data)
         vm["table"] = text_table(["figure", "measured", "projected", "change", "range"], [
             [term_text(h[k]) for k in ("label", "measured", "projected", "change", "range")] for h in vm["headline"]])
+        c = vm["check"]
+        if c:
+            c["phase_table"] = text_table(
+                ["phase", "steps", "projected/step", "measured/step", "error", "range/step", "inside"],
+                [[p["label"], p["steps"], p["projected"], p["measured"], p["error"], p["range"],
+                  p["inside"]] for p in c["phases"]])
+            c["category_tables"] = [{"label": g["label"], "lines": text_table(
+                ["kernel time by category", "projected", "measured", "error"],
+                [[term_text(r["name"]), r["projected"], r["measured"], r["error"]] for r in g["rows"]])}
+                for g in c["categories"]]
+            c["kernel_tables"] = [{"label": g["label"], "lines": text_table(
+                ["projected", "measured", "error", "kernel (same name in both runs)"],
+                [[r["projected"], r["measured"], r["error"], term_text(fmt_name(r["name"]))] for r in g["rows"]])}
+                for g in c["kernels"]]
         return vm
+
+
+def fmt_name(name: str, width: int = 90) -> str:
+    """A kernel name cut to a terminal line (the JSON keeps it whole)."""
+    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 choose = PROJECTIONS.choose
