@@ -48,7 +48,8 @@ from tracekit.analysis.idle import CAUSES, TOP
 from tracekit.analysis.latency import latency, step_weights
 from tracekit.analysis.model import Analysis, Finding
 from tracekit.analysis.roofline import limiter
-from tracekit.analysis.segment import GIVEN_STEPS, PREVIOUS_STEP_END, Segmentation, inferred_bounds, is_training
+from tracekit.analysis.segment import (GIVEN_STEPS, PREVIOUS_STEP_BATCH, PREVIOUS_STEP_END, Segmentation,
+                                       inferred_bounds, is_training)
 from tracekit.analysis.split import phase_weights
 from tracekit.errors import TracekitError
 from tracekit.frameworks import DECODE, PREFILL, SOURCE_NONE, SOURCE_ORDER
@@ -101,12 +102,15 @@ def analyse_windows(paths: list[str], read: Callable[[str], Any], **options) -> 
 
     def each() -> Iterator[Analysis]:
         previous: dict[int, int] = {}
+        batch: dict[int, float] = {}  # per thread, the batch of its last step so far
         for j, path in enumerate(paths):
             t = read(path)
             if given is not None:
                 t.metadata[GIVEN_STEPS] = given[j]
             if previous:
                 t.metadata[PREVIOUS_STEP_END] = dict(previous)
+            if batch:
+                t.metadata[PREVIOUS_STEP_BATCH] = dict(batch)
             parts, match = measure(t, **options)
             spec_of.append(match.spec)
             a = assemble(t, parts, match)
@@ -114,6 +118,9 @@ def analyse_windows(paths: list[str], read: Callable[[str], Any], **options) -> 
             s = a.steps
             for tid, end in zip(s["tid"].tolist(), s["end_ns"].tolist()):
                 previous[int(tid)] = max(previous.get(int(tid), int(end)), int(end))
+            for tid, b in zip(s.sort_values("cpu_start_ns", kind="stable")["tid"].tolist(),
+                              s.sort_values("cpu_start_ns", kind="stable")["batch"].tolist()):
+                batch[int(tid)] = float(b)
             del t, parts
             yield a
 

@@ -115,6 +115,9 @@ _STEP_COLUMNS = {
 # each thread ({tid: ns}), so that its first step is timed as in the whole trace (analysis.merge
 # puts it in the trace's metadata).
 PREVIOUS_STEP_END = "tracekit_previous_step_end_ns"
+# Per thread, the batch of the last step of the windows before this one (``merge``): a window's
+# first step may run that step's requests on (``_carried_requests``).
+PREVIOUS_STEP_BATCH = "tracekit_previous_step_batch"
 # A window of a trace whose steps are inferred (no step is named): the steps inferred once over
 # the whole trace that are this window's, ``{"bounds": [[start, end, tid, label], ...], "source",
 # "notes"}`` (analysis.merge puts it in the metadata), so each window's steps are the whole trace's.
@@ -170,7 +173,7 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
     _fill_counts(steps, counts)
     inferred = (steps["phase"] == UNKNOWN).to_numpy() if len(steps) else np.zeros(0, dtype=bool)
     _resolve_phases(steps, work, counts)
-    _carried_requests(steps, inferred)
+    _carried_requests(steps, inferred, trace.metadata.get(PREVIOUS_STEP_BATCH))
     _after_phase(steps, stated or {}, notes)
     phase_of_step = steps["phase"].to_numpy() if len(steps) else np.array([UNKNOWN], dtype=object)
     work["phase"] = categorical.text(np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)],
@@ -228,24 +231,27 @@ def _resolve_phases(steps: pd.DataFrame, work: pd.DataFrame, counts: list | None
         steps.at[i, "phase_confidence"] = np.nan if confidence is None else confidence
 
 
-def _carried_requests(steps: pd.DataFrame, inferred: np.ndarray) -> None:
+def _carried_requests(steps: pd.DataFrame, inferred: np.ndarray, previous: dict | None = None) -> None:
     """A vLLM step the evidence calls prefill that also runs the previous step's requests is
     mixed. vLLM's scheduler serves the running requests first each step and admits new ones
     into the budget left, so of this step's requests, as many as the previous step ran (at
     most) continue: one new token each. The rest are new, and hold the step's other tokens.
     The trace does not show whether a previous request finished instead; the verdict says so.
     Only steps whose phase came from evidence; SGLang runs prefill (extend) batches apart from
-    its running batch by default, so its steps are not touched."""
+    its running batch by default, so its steps are not touched. ``previous``: per thread, the
+    batch of the step before this trace's first (a window of a split run)."""
     if not len(steps) or not inferred.any():
         return
+    previous = {int(t): float(b) for t, b in (previous or {}).items()}
     vllm = steps["source"].isin([SOURCE_VLLM, SOURCE_VLLM_FRAMES]).to_numpy()
     for tid in pd.unique(steps["tid"]):
         rows = np.flatnonzero((steps["tid"] == tid).to_numpy())
         rows = rows[np.argsort(steps["cpu_start_ns"].to_numpy()[rows], kind="stable")]
-        for prev, i in zip(rows[:-1].tolist(), rows[1:].tolist()):
+        for prev, i in zip([-1, *rows[:-1].tolist()], rows.tolist()):
             if not (inferred[i] and vllm[i] and steps.at[i, "phase"] == PREFILL):
                 continue
-            tokens, batch, before = steps.at[i, "tokens"], steps.at[i, "batch"], steps.at[prev, "batch"]
+            before = steps.at[prev, "batch"] if prev >= 0 else previous.get(int(tid), np.nan)
+            tokens, batch = steps.at[i, "tokens"], steps.at[i, "batch"]
             if np.isnan(tokens) or np.isnan(batch) or np.isnan(before):
                 continue
             carried = int(min(before, batch))
