@@ -59,7 +59,7 @@ def test_nothing_meets_and_the_plan_says_what_is_missing():
     c = _linear(2e-4, 0.02, 2e-4)
     p = plan(c, Demand(4.0, 1000, 100), Slo(0.1, 0.03), max_gpus=8)
     assert p.recommended is None and not any(o.meets_slo for o in p.options)
-    assert any("a prefill of 1000 tokens alone takes 200 ms" in m and "TTFT SLO of 100 ms" in m for m in p.missing)
+    assert any("a prefill of 1,000 tokens alone takes 200 ms" in m and "TTFT SLO of 100 ms" in m for m in p.missing)
     d = p.to_dict()
     assert d["recommended"] is None and d["missing"]
 
@@ -113,8 +113,8 @@ def test_plan_on_a_serving_pair_and_its_pages(tmp_path):
     html = (tmp_path / "p.html").read_text()
     assert 'id="tk-chart-capacity"' in html and "Recommended" in html
     text = (tmp_path / "p.txt").read_text()
-    # The steps' blocking host copies are kept in the costs, and the notes say so.
-    assert "outside GPU work" in text and "sync" in text
+    # The steps' one-off blocking host copies are left out of the costs, and the notes say so.
+    assert "left out of the decode cost as a one-off" in text and "sync" in text
 
 
 @pytest.mark.parametrize("bad, message", [("500", "needs a unit"), ("-5ms", "needs a unit"), ("0ms", "positive")])

@@ -6,9 +6,19 @@
   ``R_p`` is the roofline time of the model's work for those tokens (summed over components,
   each ``max(FLOPs / peak for its dtype, bytes / bandwidth)``), ``eff_p`` the measured prefill
   steps' GPU busy time over their roofline time, and ``overhead_p`` their mean time outside
-  GPU busy (host work, idle).
+  GPU busy (host work, idle), one-off idle left out (below).
 - ``decode_s(b, L)``: one decode step of ``b`` requests at mean context ``L``, likewise: weights
   read once per step, the KV cache per request, FLOPs per token.
+- One-off idle: a step's sync idle (the host blocked in a synchronising call while the GPU
+  ran none of the step's work) over half the step's GPU busy time and over 1 ms waited on
+  something other than the step's kernels (a synchronous copy of a step's inputs blocks for
+  microseconds): a blocking copy or synchronize of the profiled moment, not per-step work.
+  When at most half of a phase's steps show it (or the phase has one step), it is left out of
+  that phase's overhead, and the notes say how much, where and why; ``--keep-idle`` keeps it.
+  Shown by most of the steps, it is per-step work and kept. Launch, host and wait idle
+  (per-kernel overhead) is always kept.
+- A mixed step counts as a prefill and a decode part, by its split: each side's GPU time,
+  and its duration and idle in that proportion.
 - Without a model the measured FLOPs and bytes scale instead (prefill with tokens, decode FLOPs
   with the batch, its bytes fixed: the KV cache's growth is then not modelled; said in notes).
 
@@ -44,11 +54,19 @@ from tracekit.analysis.model import Analysis, _clean
 from tracekit.errors import TracekitError
 from tracekit.models import ModelSpec
 from tracekit.models.costs import Missing, Side, kv_bytes_per_token, step_costs, weight_bytes
+from tracekit.report import formatting as fmt
 
 SCHEMA_VERSION = 1
 KIND = "tracekit.plan"
 MEMORY_USE = 0.9  # of a replica's GPU memory, for weights and the KV cache
 MAX_GPUS = 64
+# Sync idle is the host blocked while the GPU runs none of the step's work. A synchronous copy of a
+# step's inputs (kilobytes) blocks for tens of microseconds; sync idle over half the step's GPU busy
+# time and over a millisecond is a wait on something else. Shown by at most ONE_OFF_SHARE of a
+# phase's steps (or in its only step), it is a one-off of the profiled moment.
+ONE_OFF_SYNC_OVER_BUSY = 0.5
+ONE_OFF_SYNC_MIN_MS = 1.0
+ONE_OFF_SHARE = 0.5
 
 
 @dataclass
@@ -214,8 +232,8 @@ def evaluate(name: str, c: PhaseCosts, d: Demand, slo: Slo, x: int, y: int, kv_l
         transfer = d.isl * c.kv_bytes_per_token / kv_link
     ttft = tpot = batch = None
     if rho >= 1:
-        reasons.append(f"prefill is over capacity: {d.rate / x:.3g} requests/s per replica, each taking "
-                       f"{s * 1e3:.3g} ms")
+        reasons.append(f"prefill is over capacity: {fmt.num(d.rate / x)} requests/s per replica, each taking "
+                       f"{fmt.ms(s * 1e3)}")
     if name == "colocated":
         if rho < 1:
             tpot, batch = _tpot(c, d, d.rate / x, 1 - rho)
@@ -230,12 +248,12 @@ def evaluate(name: str, c: PhaseCosts, d: Demand, slo: Slo, x: int, y: int, kv_l
         if tpot is None:
             reasons.append("decode is over capacity")
     if batch is not None and batch > _max_batch(c, d):
-        reasons.append(f"the KV cache of {batch:.3g} requests x {d.isl + d.osl} tokens per decode replica does not fit "
+        reasons.append(f"the KV cache of {fmt.num(batch)} requests x {d.isl + d.osl} tokens per decode replica does not fit "
                        f"beside the weights in {MEMORY_USE:.0%} of its memory")
     if ttft is not None and ttft > slo.ttft_s:
-        reasons.append(f"TTFT {ttft * 1e3:.3g} ms is over the SLO of {slo.ttft_s * 1e3:.3g} ms")
+        reasons.append(f"TTFT {fmt.ms(ttft * 1e3)} is over the SLO of {fmt.ms(slo.ttft_s * 1e3)}")
     if tpot is not None and tpot > slo.tpot_s:
-        reasons.append(f"TPOT {tpot * 1e3:.3g} ms is over the SLO of {slo.tpot_s * 1e3:.3g} ms")
+        reasons.append(f"TPOT {fmt.ms(tpot * 1e3)} is over the SLO of {fmt.ms(slo.tpot_s * 1e3)}")
     decode_reps = x if name == "colocated" else y
     return Option(name, x, decode_reps, c.tp, ttft, tpot, batch, x * d.isl / s,
                   decode_reps * _decode_capacity(c, d, slo.tpot_s), not reasons, reasons)
@@ -308,13 +326,13 @@ def _why(rec: Option | None, options: list[Option], max_gpus: int) -> str:
     text = f"{parts[rec.name].capitalize()} on {rec.total_gpus} GPU{'s' if rec.total_gpus != 1 else ''}"
     if rec.name == "disaggregated":
         text += f" ({rec.prefill_replicas * rec.tp} prefill + {rec.decode_replicas * rec.tp} decode)"
-    text += (f" meets both SLOs (TTFT {rec.ttft_s * 1e3:.3g} ms, TPOT {rec.tpot_s * 1e3:.3g} ms) with the fewest GPUs")
+    text += f" meets both SLOs (TTFT {fmt.ms(rec.ttft_s * 1e3)}, TPOT {fmt.ms(rec.tpot_s * 1e3)}) with the fewest GPUs"
     for o in options:
         if o is rec:
             continue
         if o.meets_slo and o.total_gpus == rec.total_gpus:
-            text += (f"; {o.name} needs as many, with less goodput per GPU ({o.goodput_per_gpu:,.3g} against "
-                     f"{rec.goodput_per_gpu:,.3g} output tokens/s)")
+            text += (f"; {o.name} needs as many, with less goodput per GPU ({fmt.num(o.goodput_per_gpu)} against "
+                     f"{fmt.num(rec.goodput_per_gpu)} output tokens/s)")
         elif o.meets_slo:
             text += f"; {o.name} needs {o.total_gpus}" + (
                 " (prefills interleaved with decode steps take decode's time)" if o.name == "colocated" else
@@ -329,17 +347,17 @@ def _missing(c: PhaseCosts, d: Demand, slo: Slo, options: list[Option], max_gpus
     out = []
     s = c.prefill_s(d.isl)
     if s > slo.ttft_s:
-        out.append(f"a prefill of {d.isl} tokens alone takes {s * 1e3:.3g} ms on {c.device}, over the TTFT SLO of "
-                   f"{slo.ttft_s * 1e3:.3g} ms: a faster GPU (tracekit project), more tensor parallelism or shorter "
+        out.append(f"a prefill of {fmt.count(d.isl)} tokens alone takes {fmt.ms(s * 1e3)} on {c.device}, over the TTFT SLO of "
+                   f"{fmt.ms(slo.ttft_s * 1e3)}: a faster GPU (tracekit project), more tensor parallelism or shorter "
                    "prompts")
     t1 = c.decode_s(1, d.context)
     if t1 > slo.tpot_s:
-        out.append(f"a decode step of one request at {d.context:.0f} tokens of context takes {t1 * 1e3:.3g} ms on "
-                   f"{c.device}, over the TPOT SLO of {slo.tpot_s * 1e3:.3g} ms")
+        out.append(f"a decode step of one request at {fmt.count(round(d.context))} tokens of context takes {fmt.ms(t1 * 1e3)} on "
+                   f"{c.device}, over the TPOT SLO of {fmt.ms(slo.tpot_s * 1e3)}")
     if _max_batch(c, d) < 1:
         out.append("the weights leave no room for one request's KV cache on a replica")
     if not out:
-        out.append(f"the demand ({d.rate:g} requests/s) needs more than --max-gpus {max_gpus}: "
+        out.append(f"the demand ({fmt.num(d.rate)} requests/s) needs more than --max-gpus {max_gpus}: "
                    + "; ".join(f"{o.name}: {o.reasons[0]}" for o in options if o.reasons))
     return out
 
@@ -348,11 +366,13 @@ def _missing(c: PhaseCosts, d: Demand, slo: Slo, options: list[Option], max_gpus
 
 
 def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: float | None = None,
-              kv_bytes: float | None = None) -> PhaseCosts:
+              kv_bytes: float | None = None, keep_idle: bool = False) -> PhaseCosts:
     """Phase costs of one replica from the prefill and decode steps of ``analyses``, all on
-    one device; ``model`` gives the roofline of other token counts and batches."""
-    pre = [(a, s) for a in analyses for s in _steps(a, "prefill")]
-    dec = [(a, s) for a in analyses for s in _steps(a, "decode")]
+    one device; ``model`` gives the roofline of other token counts and batches. One-off idle
+    (``one_off_idle``) is left out of the phases' overhead unless ``keep_idle``."""
+    views = [a.to_dict() for a in analyses]
+    pre = [(a, s) for a, v in zip(analyses, views) for s in _steps(v, "prefill")]
+    dec = [(a, s) for a, v in zip(analyses, views) for s in _steps(v, "decode")]
     if not pre or not dec:
         missing = "prefill" if not pre else "decode"
         raise TracekitError(f"plan needs prefill and decode steps (in one trace or across several); the traces hold "
@@ -442,12 +462,21 @@ def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: floa
                      "not modelled)")
         basis["fit"] = "measured time per prompt token (prefill) and the measured decode steps"
         kv_tok = weights = None
-    over_p = float(np.mean([max(s["duration_ms"] - s["gpu_busy_ms"], 0.0) for _, s in pre])) / 1e3
-    over_d = float(np.mean([max(s["duration_ms"] - s["gpu_busy_ms"], 0.0) for _, s in dec])) / 1e3
+    one_off = {phase: one_off_idle([s for _, s in steps], phase, _sync_sources(views, phase))
+               for phase, steps in (("prefill", pre), ("decode", dec))}
+    left_out = {phase: ([0.0] * len(steps) if keep_idle or not one_off[phase]["excluded"] else one_off[phase]["per_step_ms"])
+                for phase, steps in (("prefill", pre), ("decode", dec))}
+    over_p = _overhead(pre, left_out["prefill"])
+    over_d = _overhead(dec, left_out["decode"])
     # Busy time over roofline time: how much slower than the roof the measured steps ran.
     basis.update({"prefill_steps": len(pre), "decode_steps": len(dec), "prefill_busy_over_roofline": eff_p,
                   "decode_busy_over_roofline": eff_d, "prefill_overhead_ms": over_p * 1e3,
-                  "decode_overhead_ms": over_d * 1e3})
+                  "decode_overhead_ms": over_d * 1e3, "keep_idle": keep_idle,
+                  "one_off_idle": [{k: v for k, v in one_off[p].items() if k != "per_step_ms"}
+                                   for p in ("prefill", "decode") if one_off[p]["steps"]]})
+    for phase in ("prefill", "decode"):
+        if one_off[phase]["steps"]:
+            notes.append(_one_off_note(one_off[phase], keep_idle))
     for phase, over, steps in (("prefill", over_p, pre), ("decode", over_d, dec)):
         busy = float(np.mean([s["gpu_busy_ms"] for _, s in steps])) / 1e3
         if over > busy:
@@ -456,8 +485,8 @@ def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: floa
                 for k, v in (s.get("idle_by_cause") or {}).items():
                     causes[k] = causes.get(k, 0.0) + v
             top = max(causes, key=causes.get) if causes and max(causes.values()) > 0 else None
-            notes.append(f"the measured {phase} steps spend {over * 1e3:.3g} ms each outside GPU work "
-                         f"({busy * 1e3:.3g} ms busy){f', mostly GPU idle caused by {top}' if top else ''}; the plan "
+            notes.append(f"the measured {phase} steps spend {fmt.ms(over * 1e3)} each outside GPU work "
+                         f"({fmt.ms(busy * 1e3)} busy){f', mostly GPU idle caused by {top}' if top else ''}; the plan "
                          "keeps it (tracekit report names what it is)")
     memory = memory_gb * 1e9 * tp if memory_gb else None
     if memory is None:
@@ -467,13 +496,88 @@ def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: floa
                       memory, basis, notes)
 
 
-def _steps(a: Analysis, phase: str) -> list[dict[str, Any]]:
-    """The steps of ``phase`` with GPU work, and the ``phase`` part of every split mixed step:
-    its share of the step's busy time, duration and idle causes, with that side's batch.
-    Its FLOPs and bytes are the whole step's, so they are left out (the fit then works
-    from times)."""
+def _overhead(steps: list[tuple[Analysis, dict]], left_out_ms: list[float]) -> float:
+    """Mean seconds per step outside GPU busy, less each step's one-off idle."""
+    return float(np.mean([max(s["duration_ms"] - s["gpu_busy_ms"] - x, 0.0)
+                          for (_, s), x in zip(steps, left_out_ms)])) / 1e3
+
+
+def one_off_idle(steps: list[dict[str, Any]], phase: str, sources: list[dict] | None = None) -> dict[str, Any]:
+    """The sync idle of ``phase``'s steps that is no per-step work.
+
+    A step's sync idle is the host blocked in a synchronising call while the GPU ran none of
+    the step's work. A synchronous copy of a step's inputs blocks for microseconds, so sync
+    idle over ``ONE_OFF_SYNC_OVER_BUSY`` of the step's GPU busy time and over
+    ``ONE_OFF_SYNC_MIN_MS`` waited on something other than the step's kernels: a blocking copy
+    or synchronize of the profiled moment (GPU work from before the profile, an allocation,
+    a first transfer), not what every step of a steady run does. Such sync is ``excluded``
+    when at most ``ONE_OFF_SHARE`` of the phase's steps show it or the phase has one step
+    (nothing shows it recurring); shown by more, it is per-step work and kept. Launch, host
+    and wait idle are per-kernel overhead and never one-off here.
+
+    Returns ``phase``, ``steps`` (how many show it), ``of_steps``, ``ms`` (their sync idle),
+    ``busy_ms`` (their GPU busy), ``per_step_ms`` (each step's sync idle to leave out, 0
+    where none), ``excluded``, ``reason``, and the largest sync interval's ``call``, ``op``
+    and ``frame`` from ``sources`` (the phase's ``idle_top`` rows)."""
+    per_step = []
+    for s in steps:
+        sync = float((s.get("idle_by_cause") or {}).get("sync") or 0.0)
+        large = sync > ONE_OFF_SYNC_OVER_BUSY * s["gpu_busy_ms"] and sync > ONE_OFF_SYNC_MIN_MS * _part(s)
+        per_step.append(sync if large else 0.0)
+    shown = sum(x > 0 for x in per_step)
+    n = len(steps)
+    excluded = shown > 0 and (n == 1 or shown <= ONE_OFF_SHARE * n)
+    busy = sum(s["gpu_busy_ms"] for s, x in zip(steps, per_step) if x > 0)
+    if not shown:
+        reason = None
+    elif excluded:
+        among = (f"the run holds one {phase} step, so nothing shows it recurring" if n == 1 else
+                 f"{n - shown} of the {n} {phase} steps do not show it")
+        reason = (f"the GPU ran none of the {fmt.ms(busy)} of kernels of the step{'s' if shown != 1 else ''} meanwhile, "
+                  "and a synchronous copy of a step's inputs blocks for microseconds, so it waited on something "
+                  f"else; {among}")
+    else:
+        reason = (f"{shown} of the {n} {phase} steps block in sync for over half their GPU work: it recurs, so it is "
+                  "per-step work")
+    top = max((r for r in sources or [] if r.get("cause") == "sync"), key=lambda r: r.get("ms") or 0.0, default=None)
+    frames = [f for f in (top or {}).get("stack") or [] if ".py(" in f]
+    return {"phase": phase, "steps": shown, "of_steps": n, "cause": "sync", "ms": float(sum(per_step)),
+            "busy_ms": float(busy), "per_step_ms": per_step if excluded else [0.0] * n, "excluded": excluded,
+            "reason": reason, "call": (top or {}).get("call"), "op": (top or {}).get("op"),
+            "frame": frames[-1] if frames else None}
+
+
+def _part(s: dict[str, Any]) -> float:
+    """The share of its step a (mixed) step part holds: its duration over the whole step's."""
+    whole = s.get("whole_duration_ms")
+    return s["duration_ms"] / whole if whole else 1.0
+
+
+def _sync_sources(views: list[dict[str, Any]], phase: str) -> list[dict]:
+    """The ``idle_top`` rows of ``phase`` over the analyses, to name a one-off sync's call."""
+    return [r for v in views for r in ((v.get("phases") or {}).get(phase) or {}).get("idle_top") or []]
+
+
+def _one_off_note(o: dict[str, Any], keep_idle: bool) -> str:
+    """One sentence: the one-off idle of a phase, how large, where, and whether the plan keeps it."""
+    where = ", ".join(x for x in (o["op"], o["frame"]) if x)
+    call = o["call"] or "a synchronising call"
+    steps = f"the {o['phase']} step's" if o["of_steps"] == 1 else f"{o['steps']} of the {o['of_steps']} {o['phase']} steps'"
+    head = f"{steps} {fmt.ms(o['ms'])} of GPU idle blocked in {call}{f' ({where})' if where else ''} (idle cause sync)"
+    if not o["excluded"]:
+        return f"{head} is kept in the {o['phase']} cost: {o['reason']}"
+    if keep_idle:
+        return f"{head} is kept in the {o['phase']} cost (--keep-idle), though it looks a one-off: {o['reason']}"
+    return f"{head} is left out of the {o['phase']} cost as a one-off: {o['reason']}; --keep-idle keeps it"
+
+
+def _steps(view: dict[str, Any], phase: str) -> list[dict[str, Any]]:
+    """The steps of ``phase`` with GPU work in an analysis' ``view`` (``to_dict()``), and the
+    ``phase`` part of every split mixed step: its share of the step's busy time, duration and
+    idle causes, with that side's batch. Its FLOPs and bytes are the whole step's, so they
+    are left out (the fit then works from times)."""
     out = []
-    for s in a.to_dict()["steps"]:
+    for s in view["steps"]:
         if not s["kernels"] or s["gpu_busy_ms"] <= 0:
             continue
         if s["phase"] == phase:
@@ -483,6 +587,7 @@ def _steps(a: Analysis, phase: str) -> list[dict[str, Any]]:
             frac = side["gpu_ms"] / s["gpu_busy_ms"]
             other = "decode" if phase == "prefill" else "prefill"
             out.append({**s, "phase": phase, "mixed_part": True, "gpu_busy_ms": side["gpu_ms"],
+                        "whole_duration_ms": s["duration_ms"],
                         "duration_ms": s["duration_ms"] * frac, "gpu_idle_ms": s["gpu_idle_ms"] * frac,
                         "idle_by_cause": {k: v * frac for k, v in (s.get("idle_by_cause") or {}).items()},
                         "tokens": side.get("tokens"), "batch": side.get("requests"),

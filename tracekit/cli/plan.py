@@ -40,10 +40,13 @@ def duration_s(text: str, what: str) -> float:
               help="The most GPUs an option may use.")
 @click.option("--kv-link", type=click.FloatRange(min=0, min_open=True), metavar="GB/S",
               help="Bandwidth that carries a prompt's KV cache from prefill to decode GPUs (disaggregated).")
+@click.option("--keep-idle", is_flag=True,
+              help="Keep GPU idle the trace shows as a one-off blocking copy or sync (longer than its step's GPU "
+                   "work, not recurring) in every step's cost; by default it is left out and named in the notes.")
 @output_options("reports/plan-<trace name>.<format>")
 @model_options
 def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: str, tpot_slo: str, gpu: str | None,
-            max_gpus: int, kv_link: float | None, output: str | None, fmt: str | None, force: bool,
+            max_gpus: int, kv_link: float | None, keep_idle: bool, output: str | None, fmt: str | None, force: bool,
             model: str | None, tp: int | None, weights: str | None, costs: str,
             model_force: bool = False) -> None:
     """Size a colocated and a disaggregated (prefill and decode on separate GPUs) deployment
@@ -95,13 +98,13 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
     if withheld:
         click.echo(f"warning: planned without the model: {withheld}", err=True)
     phase_costs = fit_costs(analyses, None if withheld else spec_model,
-                            memory_gb=spec.memory_gb if spec is not None else None)
+                            memory_gb=spec.memory_gb if spec is not None else None, keep_idle=keep_idle)
     phase_costs.notes.extend(projected)
     result = plan(phase_costs, Demand(rate, isl, osl), slo, max_gpus=max_gpus,
                   kv_link=kv_link * 1e9 if kv_link else None,
                   inputs={"traces": list(traces), "name": report_stem(traces[0]), "max_gpus": max_gpus,
                           "model": spec_model.name if spec_model is not None else None,
-                          "gpu": target.key if target is not None else None})
+                          "gpu": target.key if target is not None else None, "keep_idle": keep_idle})
     deliver(renderer.render(result), path, output is None, replacing)
     to_terminal = path is None
     if to_terminal:

@@ -6,6 +6,7 @@ The HTML page adds a capacity chart: per option, each phase's capacity against t
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from tracekit.report import charts
@@ -50,11 +51,63 @@ def view_model(data: dict[str, Any]) -> dict[str, Any]:
             ("KV cache per token", fmt.si(c.get("kv_bytes_per_token"), "B") if c.get("kv_bytes_per_token") else fmt.MISSING),
             ("weights per replica", fmt.si(c.get("weights_bytes"), "B") if c.get("weights_bytes") else fmt.MISSING),
             ("memory per replica", fmt.si(c.get("memory_bytes"), "B") if c.get("memory_bytes") else fmt.MISSING),
+            *_one_off_rows(c),
         ],
         "demand": {"prefill": fmt.per_s(d["prefill_tokens_per_s"]), "decode": fmt.per_s(d["decode_tokens_per_s"])},
         "options": options, "recommended": data["recommended"], "why": data["why"], "missing": data["missing"],
-        "notes": data["notes"], "method": data["method"].split("\n\n"),
+        "notes": data["notes"], "method": method_blocks(data["method"]),
     }
+
+
+def _one_off_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
+    """One row per phase whose one-off idle the plan found: how much, and whether it is counted."""
+    rows = []
+    for o in c.get("one_off_idle") or []:
+        counted = "kept (--keep-idle)" if c.get("keep_idle") or not o.get("excluded") else "left out"
+        steps = f"{o['steps']} of {o['of_steps']} {o['phase']} steps" if o["of_steps"] != 1 else f"the {o['phase']} step"
+        rows.append((f"one-off {o['phase']} idle", f"{fmt.ms(o['ms'])} of {o['cause']} in {steps}: {counted}"))
+    return rows
+
+
+_INLINE = re.compile(r"``(.+?)``|\*\*(.+?)\*\*|\*(.+?)\*")
+
+
+def _inline(text: str) -> list[tuple[str, str]]:
+    """``text`` as (style, text) runs: "code", "strong", "em" or "" (plain); the template
+    writes each run's tag, so the text itself is escaped and never markup."""
+    runs, at = [], 0
+    for m in _INLINE.finditer(text):
+        if m.start() > at:
+            runs.append(("", text[at:m.start()]))
+        style = "code" if m.group(1) is not None else "strong" if m.group(2) is not None else "em"
+        runs.append((style, m.group(1) or m.group(2) or m.group(3)))
+        at = m.end()
+    if at < len(text):
+        runs.append(("", text[at:]))
+    return runs
+
+
+def method_blocks(text: str) -> list[dict[str, Any]]:
+    """The method (a docstring: paragraphs, ``- `` bullet lists, ``code``, **bold**, *italic*)
+    as blocks the template renders as paragraphs and lists: {"kind": "p" | "ul", "parts":
+    [runs per paragraph or bullet]}."""
+    blocks = []
+    for para in text.strip().split("\n\n"):
+        lines = para.splitlines()
+        items: list[list[str]] = []
+        lead: list[str] = []
+        for line in lines:
+            if line.startswith("- "):
+                items.append([line[2:].strip()])
+            elif items:
+                items[-1].append(line.strip())
+            else:
+                lead.append(line.strip())
+        if lead:
+            blocks.append({"kind": "p", "parts": [_inline(" ".join(lead))]})
+        if items:
+            blocks.append({"kind": "ul", "parts": [_inline(" ".join(i)) for i in items]})
+    return blocks
 
 
 def capacity_chart(data: dict[str, Any]) -> dict[str, Any]:
