@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tracekit.analysis.analyze import analyze
 from tracekit.analysis.project import project
-from tracekit.specs import factors, load_spec_file
+from tracekit.specs import cpu_entry, factors, load_spec_file
 from tracekit.trace import read_trace
 
 SHARED = Path(os.environ.get("TRACEKIT_SHARED_TRACES", Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"))
@@ -73,11 +73,8 @@ def _cpu_pair(folder: Path) -> list[tuple]:
             print(f"skip the recorded CPU pair: collect failed: {(r.stderr or r.stdout).strip()[-200:]}")
             return []
         cal = json.loads((folder / f"t{threads}.tracekit.json").read_text())["calibration"]
-        tflops = cal["matmul_flops"]["fp32"] / 1e12
         spec = folder / f"cpu{threads}.json"
-        spec.write_text(json.dumps({"name": f"CPU {threads} threads", "vendor": "CPU",
-                                    "memory_bandwidth_GBps": cal["copy_bandwidth"] / 1e9,
-                                    "matrix_tflops": {"fp32": tflops}, "vector_tflops": {"fp32": tflops}}))
+        spec.write_text(json.dumps(cpu_entry(cal, f"CPU {threads} threads")))
         runs[threads] = (str(folder / f"t{threads}.pt.trace.json.gz"), str(spec))
     (t1, s1), (t2, s2) = runs[1], runs[2]
     return [(f"tiny preset on this CPU, {phase}, 1 -> 2 threads (recorded here)", t1, t2, load_spec_file(s2), phase,

@@ -14,6 +14,7 @@ from tracekit.analysis.check import check
 from tracekit.analysis.project import project
 from tracekit.cli import main
 from tracekit.errors import TracekitError
+from tracekit.specs import cpu_entry
 
 MOE = "qwen3-30b-a3b"
 PAIRS = [("b300_qwen3_moe", "mi300x_qwen3_moe", "mi300x"), ("mi300x_qwen3_moe", "b300_qwen3_moe", "b300")]
@@ -124,11 +125,8 @@ def cpu_pair(tmp_path_factory):
                                       "--threads", str(threads), "--no-progress", "-o", str(name)])
         assert r.exit_code == 0, r.output
         cal = json.loads((tmp / f"t{threads}.tracekit.json").read_text())["calibration"]
-        tflops = cal["matmul_flops"]["fp32"] / 1e12
         spec = tmp / f"cpu{threads}.json"
-        spec.write_text(json.dumps({"name": f"CPU {threads} threads", "vendor": "CPU",
-                                    "memory_bandwidth_GBps": cal["copy_bandwidth"] / 1e9,
-                                    "matrix_tflops": {"fp32": tflops}, "vector_tflops": {"fp32": tflops}}))
+        spec.write_text(json.dumps(cpu_entry(cal, f"CPU {threads} threads")))
         runs[threads] = (str(tmp / f"t{threads}.pt.trace.json.gz"), str(spec))
     return runs
 

@@ -16,7 +16,7 @@ Typical use::
         match.spec.peak_flops("c10::BFloat16", "matrix"), match.spec.peak_bandwidth
 """
 
-from tracekit.specs.database import all_specs, load_spec_file
+from tracekit.specs.database import all_specs, cpu_entry, load_spec_file
 from tracekit.specs.lookup import SpecMatch, lookup, match_device, normalise_name, spec_by_name
 from tracekit.specs.measured import cpu_lookup, cpu_spec_from_sidecar, measured_spec, with_calibration
 from tracekit.specs.model import DTYPES, UNITS, GpuSpec, normalise_dtype
@@ -29,6 +29,7 @@ __all__ = [
     "all_specs",
     "cpu_lookup",
     "cpu_spec_from_sidecar",
+    "cpu_entry",
     "load_spec_file",
     "lookup",
     "match_device",

@@ -459,6 +459,15 @@ def _parse(kind: str, text: str, path: Path) -> object:
     return json.loads(text)
 
 
+def cpu_entry(calibration: dict, name: str) -> dict:
+    """A spec-file entry (vendor CPU) for the CPU a ``tracekit collect`` run measured, from its
+    sidecar's ``calibration``: its fp32 matmul rate as both peaks and its copy bandwidth. Written
+    to a file, it lets a CPU run be projected onto another CPU (``project --to FILE``)."""
+    tflops = calibration["matmul_flops"]["fp32"] / 1e12
+    return {"name": name, "vendor": "CPU", "memory_bandwidth_GBps": calibration["copy_bandwidth"] / 1e9,
+            "matrix_tflops": {"fp32": tflops}, "vector_tflops": {"fp32": tflops}}
+
+
 def load_spec_file(path: str | Path) -> GpuSpec:
     """A user's spec for their GPU: JSON, CSV or TOML (Python >= 3.11), by the file's suffix.
 
