@@ -28,7 +28,8 @@ atexit.register(gc.freeze)
 # that defines it. A command's module (and what it imports: pandas, the analysis, Jinja2)
 # is imported only when that command runs, so `tracekit gpus` or `--help` start fast and
 # `tracekit summary` pays for nothing the other commands need.
-COMMANDS = ("collect", "report", "compare", "summary", "batch", "split", "project", "plan", "gpus", "models")
+COMMANDS = ("collect", "report", "compare", "summary", "batch", "split", "annotate", "project", "plan", "gpus",
+            "models")
 
 
 # Commands that run the user's model: their threading is the workload's, left as it is.

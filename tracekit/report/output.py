@@ -92,11 +92,11 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(path: str, text: str, *, make_parent: bool = False) -> int:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a
+def write_atomic(path: str, text: str | bytes, *, make_parent: bool = False) -> int:
+    """Write ``text`` (or bytes, e.g. gzip) to ``path`` through a temporary file in the same folder and a
     rename, so a failure leaves either the old file or none, never half a report.
     A stream target (``/dev/null``) is written directly. Returns the number of bytes written."""
-    data = text.encode("utf-8")
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
     if is_stream(path):
         try:
             with open(path, "wb") as f:

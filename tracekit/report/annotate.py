@@ -1,0 +1,302 @@
+"""An analysis rendered into the trace itself: the original Chrome-trace document, unchanged,
+plus tracks that Perfetto and chrome://tracing show beside the profiler's own.
+
+What is added (nothing of the original is removed or altered):
+
+- a process of its own (an integer pid the trace does not use, named "tracekit") with
+  ``M`` metadata events naming its tracks;
+- a steps track: each step an ``X`` slice named "<phase> step <index>" whose args hold its
+  phase, tokens, batch (and where they came from), duration, GPU busy and idle;
+- a GPU-idle track: each idle gap of a step (``analysis.idle``) an ``X`` slice named by its
+  largest cause, with every cause's share, and the call, op and frames the launching thread
+  was in;
+- per unit of work (each kernel, or each leaf CPU op of a CPU trace), ``tracekit_*`` keys
+  added to the original event's args: category, bound, limiter, FLOPs, bytes, roof fraction,
+  cost source. Every original key and value stays; the prefix keeps the added keys apart.
+
+The added events carry the category ``tracekit``, which the reader gives no table, so an
+annotated trace reads back with the same analysis as the original.
+Times are written as the file writes them: microseconds from ``baseTimeNanoseconds``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis.idle import CAUSES
+
+CATEGORY = "tracekit"  # no table of the reader's: the added events are invisible to the analysis
+ARG_PREFIX = "tracekit_"
+STEPS_TID, IDLE_TID = 1, 2
+# Work columns copied into each kernel's args (as tracekit_<column>).
+WORK_ARGS = ("category", "bound", "limiter", "flops", "bytes", "roof_fraction", "cost_source")
+_FIRST_PID = 2_000_000_000  # above any OS pid and GPU id Kineto writes
+# Idle gaps described with call, op and frames, longest first: the rest are named by cause only
+# (a serving trace has a gap between almost every two kernels; describing each costs the time of
+# the analysis again, and the short ones are launch overhead whose call is the next launch).
+DESCRIBED_GAPS = 5000
+
+
+def events(doc: Any) -> list:
+    """The ``traceEvents`` list of a document (an object, or an old bare list of events)."""
+    if isinstance(doc, list):
+        return doc
+    evs = doc.get("traceEvents") if isinstance(doc, dict) else None
+    return evs if isinstance(evs, list) else []
+
+
+def annotate(doc: Any, trace, parts, analysis, rank_label: str | None = None) -> dict[str, int]:
+    """Add the analysis' tracks and per-kernel args to ``doc`` (the trace's parsed JSON) in place.
+
+    ``trace`` is the ``Trace`` read from that document, ``parts`` and ``analysis`` what
+    ``analysis.analyze.measure``/``assemble`` made of it. Returns counts of what was added."""
+    evs = events(doc)
+    base_ns = _base_ns(doc)
+    pid = _free_pid(evs)
+    steps = analysis.steps
+    title = "tracekit steps" + (f" ({rank_label})" if rank_label else "")
+    step_slices = _step_slices(steps, pid, base_ns)
+    # A CPU trace has no device waiting on its ops: no idle track.
+    idle_slices = _idle_slices(parts.idle, parts.work, steps, pid, base_ns)
+    added = _metadata(pid, title, with_idle=bool(idle_slices))
+    kernels = _kernel_args(evs, trace, parts.work)
+    evs.extend(added + step_slices + idle_slices)
+    return {"steps": len(step_slices), "idle": len(idle_slices), "kernels": kernels, "pid": pid}
+
+
+def _base_ns(doc: Any) -> int:
+    base = doc.get("baseTimeNanoseconds") if isinstance(doc, dict) else None
+    return base if isinstance(base, int) and not isinstance(base, bool) else 0
+
+
+def _free_pid(evs: list) -> int:
+    used = {e.get("pid") for e in evs if isinstance(e, dict)}
+    pid = _FIRST_PID
+    while pid in used:
+        pid += 1
+    return pid
+
+
+def _metadata(pid: int, steps_title: str, with_idle: bool) -> list[dict]:
+    def meta(name: str, args: dict, tid: int | None = None) -> dict:
+        e = {"ph": "M", "cat": CATEGORY, "name": name, "pid": pid, "args": args}
+        if tid is not None:
+            e["tid"] = tid
+        return e
+
+    out = [
+        meta("process_name", {"name": "tracekit"}),
+        meta("process_labels", {"labels": "tracekit's reading of this trace"}),
+        meta("process_sort_index", {"sort_index": -1}),
+        meta("thread_name", {"name": steps_title}, STEPS_TID),
+        meta("thread_sort_index", {"sort_index": STEPS_TID}, STEPS_TID),
+    ]
+    if with_idle:
+        out += [meta("thread_name", {"name": "GPU idle, by cause"}, IDLE_TID),
+                meta("thread_sort_index", {"sort_index": IDLE_TID}, IDLE_TID)]
+    return out
+
+
+def _us(ns: int, base_ns: int) -> float:
+    """A table time (ns, base applied) as the file's ts: microseconds from its base, ns-exact."""
+    return round((int(ns) - base_ns) / 1000, 3)
+
+
+def _dur_us(ns: int) -> float:
+    return round(int(ns) / 1000, 3)
+
+
+def _value(v: Any) -> Any:
+    """A JSON-safe scalar: NaN and missing -> None, numpy -> Python."""
+    if v is None:
+        return None
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return None
+        return int(v) if v.is_integer() and abs(v) < 2**53 else v
+    try:
+        if pd.isna(v):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return v
+
+
+def _step_slices(steps: pd.DataFrame, pid: int, base_ns: int) -> list[dict]:
+    out = []
+    for r in steps.itertuples(index=False):
+        idle = getattr(r, "idle_by_cause", None)
+        out.append({
+            "ph": "X", "cat": CATEGORY, "name": f"{r.phase} step {int(r.step)}", "pid": pid, "tid": STEPS_TID,
+            "ts": _us(r.begin_ns, base_ns), "dur": _dur_us(r.end_ns - r.begin_ns),
+            "args": {
+                "step": int(r.step),
+                "phase": r.phase,
+                "label": _value(r.label),
+                "tokens": _value(r.tokens),
+                "batch": _value(r.batch),
+                "tokens_source": _value(getattr(r, "tokens_source", None)),
+                "batch_source": _value(getattr(r, "batch_source", None)),
+                "phase_source": _value(r.source),
+                "duration_ms": r.duration_ns / 1e6,
+                "busy_ms": r.gpu_busy_ns / 1e6,
+                "idle_ms": r.gpu_idle_ns / 1e6,
+                "kernels": int(r.kernels),
+                **({"idle_by_cause_ms": {k: _value(v) for k, v in idle.items()}} if isinstance(idle, dict) else {}),
+            },
+        })
+    return out
+
+
+def _idle_slices(idle, work: pd.DataFrame, steps: pd.DataFrame, pid: int, base_ns: int) -> list[dict]:
+    g = idle.gaps
+    if not len(g):
+        return []
+    start, end, step = g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), g["step"].to_numpy()
+    parts = g[list(CAUSES)].to_numpy()
+    main = parts.argmax(axis=1)
+    longest = np.argsort(-(end - start), kind="stable")[:DESCRIBED_GAPS]
+    described = set(longest.tolist())
+    phase = steps["phase"].to_numpy(dtype=object) if len(steps) else np.zeros(0, dtype=object)
+    out = []
+    for i in range(len(g)):
+        cause = CAUSES[int(main[i])]
+        args: dict[str, Any] = {"cause": cause, "step": int(step[i]),
+                                "phase": phase[step[i]] if 0 <= step[i] < len(phase) else None,
+                                "idle_us": (int(end[i]) - int(start[i])) / 1000,
+                                "by_cause_us": {c: int(parts[i, j]) / 1000 for j, c in enumerate(CAUSES)
+                                                if parts[i, j] > 0}}
+        name = cause
+        if i in described:
+            d = idle.describe(i, cause, work)
+            args.update({"call": d["call"], "op": d["op"], "frames": list(d["stack"])})
+            if d["call"]:
+                name = f"{cause}: {d['call']}"
+            elif d["op"]:
+                name = f"{cause}: {d['op']}"
+        out.append({"ph": "X", "cat": CATEGORY, "name": name, "pid": pid, "tid": IDLE_TID,
+                    "ts": _us(start[i], base_ns), "dur": _dur_us(int(end[i]) - int(start[i])), "args": args})
+    return out
+
+
+# The reader's categories (lower-cased) of the events each kind of work comes from.
+_KERNEL_CATS = frozenset(("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset"))
+_CPU_OP_CATS = frozenset(("cpu_op", "operator"))
+
+
+def _kernel_args(evs: list, trace, work: pd.DataFrame) -> int:
+    """Add each unit of work's roofline figures to the args of the event it was read from.
+
+    Events and table rows are matched by name and correlation, then in time order within
+    each such group (the table's times are the file's, in ns; comparing orders rather than
+    values survives the float rounding of epoch-scale timestamps). A group whose sizes
+    differ (an event the reader dropped) is left without args. Returns how many were given."""
+    cols = [c for c in WORK_ARGS if c in work]
+    if not cols or not len(work):
+        return 0
+    if len(trace.kernels):
+        table, rows, cats = trace.kernels, np.arange(len(work)), _KERNEL_CATS
+        corr = table["correlation"].to_numpy()
+    else:
+        table, rows, cats = trace.cpu_ops, work["op"].to_numpy(), _CPU_OP_CATS
+        corr = np.full(len(table), -1)
+    names = table["name"].astype(str).to_numpy()
+    starts, durs = table["start_ns"].to_numpy(), table["dur_ns"].to_numpy()
+    of_row = {int(r): w for w, r in enumerate(rows.tolist()) if r >= 0}
+    # Every row of the table is matched (a CPU trace's work is its leaf ops, but events of the
+    # same name include the ops above them); only the rows that are work get args.
+    table_groups: dict[tuple, list] = defaultdict(list)
+    wanted = {(names[r], int(corr[r])) for r in of_row}
+    for r in range(len(table)):
+        key = (names[r], int(corr[r]))
+        if key in wanted:
+            table_groups[key].append(r)
+    event_groups: dict[tuple, list] = defaultdict(list)
+    for e in evs:
+        if not (isinstance(e, dict) and e.get("ph") == "X" and str(e.get("cat", "")).lower() in cats):
+            continue
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        c = args.get("correlation", -1)
+        key = (str(e.get("name", "")), c if isinstance(c, int) and not isinstance(c, bool) else -1)
+        if key in table_groups:
+            event_groups[key].append(e)
+    values = {c: work[c].to_numpy(dtype=object) for c in cols}
+    given = 0
+    for key, tr in table_groups.items():
+        ev = event_groups.get(key, [])
+        if len(ev) != len(tr):
+            continue
+        tr.sort(key=lambda r: (int(starts[r]), -int(durs[r])))
+        ev.sort(key=lambda e: (_num(e.get("ts")), -_num(e.get("dur"))))
+        for r, e in zip(tr, ev):
+            w = of_row.get(r)
+            if w is None:
+                continue
+            if not isinstance(e.get("args"), dict):
+                e["args"] = {}
+            e["args"].update({ARG_PREFIX + c: _value(values[c][w]) for c in cols})
+            given += 1
+    return given
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+
+
+# --- files: the document in, the annotated document out -------------------------------
+
+ANNOTATED_SUFFIX = ".tracekit.json.gz"
+
+
+def load_document(path: str) -> Any:
+    """The parsed JSON of a trace file (.json, .json.gz, .json.zst), or a TracekitError in one sentence.
+    A file cut off mid-write is refused: an annotated copy would silently lack its end."""
+    import json
+
+    from tracekit.errors import TracekitError
+    from tracekit.trace import decode
+
+    data, cut = decode.read_bytes(path)
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        why = f"its {cut}" if cut else f"its JSON is not a complete document ({str(e).split(':')[0]})"
+        raise TracekitError(f"{path} cannot be annotated: {why}; annotate needs the whole trace") from None
+    if not events(doc):
+        raise TracekitError(f"{path} is not a Chrome trace (no traceEvents list)")
+    return doc
+
+
+def dump_document(doc: Any, path: str) -> bytes:
+    """The document as bytes for ``path``: gzip-compressed when its name ends in .gz."""
+    import gzip
+    import json
+
+    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=True).encode("utf-8")
+    if path.lower().endswith(".gz"):
+        # Level 6: most of level 9's ratio in a fraction of its time on a 100 MB document.
+        return gzip.compress(text, compresslevel=6, mtime=0)
+    return text
+
+
+def annotate_file(src: str, read, measure_options: dict | None = None) -> tuple[Any, dict[str, int]]:
+    """``src``'s document annotated (and counts of what was added): the file is read by ``read``
+    (``read_trace`` or one showing progress) and analysed as ``report`` would."""
+    from tracekit.analysis.analyze import assemble, measure
+
+    doc = load_document(src)
+    trace = read(src)
+    parts, match = measure(trace, **(measure_options or {}))
+    analysis = assemble(trace, parts, match, with_timelines=False)
+    dist = trace.distributed or {}
+    rank = dist.get("rank")
+    label = f"rank {rank}" if isinstance(rank, int) and not isinstance(rank, bool) else None
+    counts = annotate(doc, trace, parts, analysis, label)
+    return doc, counts
