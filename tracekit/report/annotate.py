@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from decimal import Decimal
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -42,40 +44,72 @@ _FIRST_PID = 2_000_000_000  # above any OS pid and GPU id Kineto writes
 DESCRIBED_GAPS = 5000
 
 
-def events(doc: Any) -> list:
-    """The ``traceEvents`` list of a document (an object, or an old bare list of events)."""
-    if isinstance(doc, list):
-        return doc
-    evs = doc.get("traceEvents") if isinstance(doc, dict) else None
-    return evs if isinstance(evs, list) else []
+class _Args(msgspec.Struct, gc=False):
+    correlation: Any = -1
 
 
-def annotate(doc: Any, trace, parts, analysis, rank_label: str | None = None) -> dict[str, int]:
-    """Add the analysis' tracks and per-kernel args to ``doc`` (the trace's parsed JSON) in place.
+class _Head(msgspec.Struct, gc=False):
+    """What matching needs of an event; the event itself stays the file's text (``msgspec.Raw``)."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+class Document:
+    """A trace document as the file's text, cut into its top-level values and its events: what is
+    not changed is written back verbatim (an epoch-scale ``ts`` with ns digits keeps every digit,
+    which a float would round to a quarter of a microsecond)."""
+
+    def __init__(self, top: dict[str, msgspec.Raw] | None, events: list[msgspec.Raw]):
+        self.top = top  # None: an old bare list of events
+        self.events = events
+        self.heads = msgspec.json.decode(b"[" + b",".join(events) + b"]", type=list[_Head]) if events else []
+
+    def base_ns(self) -> int:
+        raw = (self.top or {}).get("baseTimeNanoseconds")
+        try:
+            base = msgspec.json.decode(raw) if raw is not None else 0
+        except msgspec.DecodeError:
+            return 0
+        return base if isinstance(base, int) and not isinstance(base, bool) else 0
+
+    def encode(self) -> bytes:
+        evs = b"[" + b",".join(self.events) + b"]"
+        if self.top is None:
+            return evs
+        # The keys in the file's order (Kineto writes some metadata after the events).
+        return _ENCODER.encode({k: msgspec.Raw(evs) if k == "traceEvents" else v for k, v in self.top.items()})
+
+
+# Decimal timestamps are written as numbers, exact to the nanosecond at any clock value.
+_ENCODER = msgspec.json.Encoder(decimal_format="number")
+
+
+def annotate(doc: Document, trace, parts, analysis, rank_label: str | None = None) -> dict[str, int]:
+    """Add the analysis' tracks and per-kernel args to ``doc`` (the trace's document) in place.
 
     ``trace`` is the ``Trace`` read from that document, ``parts`` and ``analysis`` what
     ``analysis.analyze.measure``/``assemble`` made of it. Returns counts of what was added."""
-    evs = events(doc)
-    base_ns = _base_ns(doc)
-    pid = _free_pid(evs)
+    base_ns = doc.base_ns()
+    pid = _free_pid(doc.heads)
     steps = analysis.steps
     title = "tracekit steps" + (f" ({rank_label})" if rank_label else "")
     step_slices = _step_slices(steps, pid, base_ns)
     # A CPU trace has no device waiting on its ops: no idle track.
     idle_slices = _idle_slices(parts.idle, parts.work, steps, pid, base_ns)
     added = _metadata(pid, title, with_idle=bool(idle_slices))
-    kernels = _kernel_args(evs, trace, parts.work)
-    evs.extend(added + step_slices + idle_slices)
+    kernels = _kernel_args(doc, trace, parts.work)
+    doc.events.extend(msgspec.Raw(_ENCODER.encode(e)) for e in added + step_slices + idle_slices)
     return {"steps": len(step_slices), "idle": len(idle_slices), "kernels": kernels, "pid": pid}
 
 
-def _base_ns(doc: Any) -> int:
-    base = doc.get("baseTimeNanoseconds") if isinstance(doc, dict) else None
-    return base if isinstance(base, int) and not isinstance(base, bool) else 0
-
-
-def _free_pid(evs: list) -> int:
-    used = {e.get("pid") for e in evs if isinstance(e, dict)}
+def _free_pid(heads: list) -> int:
+    used = {h.pid for h in heads if isinstance(h.pid, (int, str))}
     pid = _FIRST_PID
     while pid in used:
         pid += 1
@@ -102,13 +136,13 @@ def _metadata(pid: int, steps_title: str, with_idle: bool) -> list[dict]:
     return out
 
 
-def _us(ns: int, base_ns: int) -> float:
-    """A table time (ns, base applied) as the file's ts: microseconds from its base, ns-exact."""
-    return round((int(ns) - base_ns) / 1000, 3)
+def _us(ns: int, base_ns: int) -> Decimal:
+    """A table time (ns, base applied) as the file's ts: microseconds from its base, exact to the ns."""
+    return Decimal(int(ns) - base_ns).scaleb(-3)
 
 
-def _dur_us(ns: int) -> float:
-    return round(int(ns) / 1000, 3)
+def _dur_us(ns: int) -> Decimal:
+    return Decimal(int(ns)).scaleb(-3)
 
 
 def _value(v: Any) -> Any:
@@ -191,7 +225,7 @@ _KERNEL_CATS = frozenset(("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memse
 _CPU_OP_CATS = frozenset(("cpu_op", "operator"))
 
 
-def _kernel_args(evs: list, trace, work: pd.DataFrame) -> int:
+def _kernel_args(doc: Document, trace, work: pd.DataFrame) -> int:
     """Add each unit of work's roofline figures to the args of the event it was read from.
 
     Events and table rows are matched by name and correlation, then in time order within
@@ -219,14 +253,13 @@ def _kernel_args(evs: list, trace, work: pd.DataFrame) -> int:
         if key in wanted:
             table_groups[key].append(r)
     event_groups: dict[tuple, list] = defaultdict(list)
-    for e in evs:
-        if not (isinstance(e, dict) and e.get("ph") == "X" and str(e.get("cat", "")).lower() in cats):
+    for i, h in enumerate(doc.heads):
+        if h.ph != "X" or not isinstance(h.cat, str) or h.cat.lower() not in cats:
             continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        c = args.get("correlation", -1)
-        key = (str(e.get("name", "")), c if isinstance(c, int) and not isinstance(c, bool) else -1)
+        c = _correlation(h.args) if len(trace.kernels) else -1
+        key = (str(h.name) if h.name is not None else "", c)
         if key in table_groups:
-            event_groups[key].append(e)
+            event_groups[key].append(i)
     values = {c: work[c].to_numpy(dtype=object) for c in cols}
     given = 0
     for key, tr in table_groups.items():
@@ -234,16 +267,32 @@ def _kernel_args(evs: list, trace, work: pd.DataFrame) -> int:
         if len(ev) != len(tr):
             continue
         tr.sort(key=lambda r: (int(starts[r]), -int(durs[r])))
-        ev.sort(key=lambda e: (_num(e.get("ts")), -_num(e.get("dur"))))
-        for r, e in zip(tr, ev):
+        ev.sort(key=lambda i: (_num(doc.heads[i].ts), -_num(doc.heads[i].dur)))
+        for r, i in zip(tr, ev):
             w = of_row.get(r)
             if w is None:
                 continue
-            if not isinstance(e.get("args"), dict):
-                e["args"] = {}
-            e["args"].update({ARG_PREFIX + c: _value(values[c][w]) for c in cols})
+            _add_args(doc, i, {ARG_PREFIX + c: _value(values[c][w]) for c in cols})
             given += 1
     return given
+
+
+def _correlation(args: msgspec.Raw) -> int:
+    if not len(args):
+        return -1
+    try:
+        c = msgspec.json.decode(args, type=_Args).correlation
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return -1
+    return c if isinstance(c, int) and not isinstance(c, bool) else -1
+
+
+def _add_args(doc: Document, i: int, extra: dict) -> None:
+    """Event ``i`` with ``extra`` added to its args; every original key keeps its text."""
+    event = msgspec.json.decode(doc.events[i], type=dict[str, msgspec.Raw])
+    args = msgspec.json.decode(event["args"], type=dict[str, msgspec.Raw]) if "args" in event else {}
+    event["args"] = msgspec.Raw(_ENCODER.encode({**args, **extra}))
+    doc.events[i] = msgspec.Raw(_ENCODER.encode(event))
 
 
 def _num(v: Any) -> float:
@@ -255,38 +304,39 @@ def _num(v: Any) -> float:
 ANNOTATED_SUFFIX = ".tracekit.json.gz"
 
 
-def load_document(path: str) -> Any:
-    """The parsed JSON of a trace file (.json, .json.gz, .json.zst), or a TracekitError in one sentence.
+def load_document(path: str) -> Document:
+    """A trace file's document (.json, .json.gz, .json.zst), or a TracekitError in one sentence.
     A file cut off mid-write is refused: an annotated copy would silently lack its end."""
-    import json
-
     from tracekit.errors import TracekitError
     from tracekit.trace import decode
 
     data, cut = decode.read_bytes(path)
     try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError) as e:
-        why = f"its {cut}" if cut else f"its JSON is not a complete document ({str(e).split(':')[0]})"
+        if data.lstrip()[:1] == b"[":
+            top, evs = None, msgspec.json.decode(data, type=list[msgspec.Raw])
+        else:
+            top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+            evs = msgspec.json.decode(top.get("traceEvents", b"null"), type=list[msgspec.Raw] | None)
+            if evs is None:
+                raise TracekitError(f"{path} is not a Chrome trace (no traceEvents list)")
+        return Document(top, evs)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        why = f"its {cut}" if cut else f"its JSON is not a complete trace document ({e})"
         raise TracekitError(f"{path} cannot be annotated: {why}; annotate needs the whole trace") from None
-    if not events(doc):
-        raise TracekitError(f"{path} is not a Chrome trace (no traceEvents list)")
-    return doc
 
 
-def dump_document(doc: Any, path: str) -> bytes:
+def dump_document(doc: Document, path: str) -> bytes:
     """The document as bytes for ``path``: gzip-compressed when its name ends in .gz."""
     import gzip
-    import json
 
-    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=True).encode("utf-8")
+    text = doc.encode()
     if path.lower().endswith(".gz"):
         # Level 6: most of level 9's ratio in a fraction of its time on a 100 MB document.
         return gzip.compress(text, compresslevel=6, mtime=0)
     return text
 
 
-def annotate_file(src: str, read, measure_options: dict | None = None) -> tuple[Any, dict[str, int]]:
+def annotate_file(src: str, read, measure_options: dict | None = None) -> tuple[Document, dict[str, int]]:
     """``src``'s document annotated (and counts of what was added): the file is read by ``read``
     (``read_trace`` or one showing progress) and analysed as ``report`` would."""
     from tracekit.analysis.analyze import assemble, measure
