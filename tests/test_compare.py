@@ -264,7 +264,7 @@ def test_json_is_the_comparison_contract(batch_comparison):
     data = json.loads(render_comparison(batch_comparison, "json"))
     assert data["schema_version"] == 1 and data["kind"] == "tracekit.comparison"
     assert set(data) == {"schema_version", "kind", "before", "after", "method", "context", "headline", "phases", "kernels",
-                         "summary", "suggested_gate"}
+                         "summary", "suggested_gate", "gates"}
     assert data["before"]["workload"]["batch"] == 1 and data["after"]["workload"]["batch"] == 8
     assert data["method"]["noise_sigmas"] == NOISE_SIGMAS
     h = {x["key"]: x for x in data["headline"]}

@@ -41,7 +41,8 @@ KIND = "tracekit.comparison"
 NOISE_SIGMAS = 2.0
 FLAT_THRESHOLD = 0.02  # relative change below which a one-sample figure counts as noise
 FLAT_POINTS = 0.01  # ... and, for shares (MFU, MBU, idle), absolute change below 1 point
-BOOTSTRAP = 1000  # resamples for the noise of TPOT percentiles
+BOOTSTRAP = 1000  # resamples for the noise of TPOT percentiles and for each change's interval
+INTERVAL = 0.95  # the confidence of the interval reported with each per-step change
 
 PHASES = ("prefill", "decode", "mixed", "unknown")
 ALL = "all"  # neither run has inference steps: the whole trace is compared
@@ -93,6 +94,8 @@ class Comparison:
     phases: dict[str, dict[str, Any]]
     kernels: dict[str, dict[str, list[dict[str, Any]]]]
     summary: list[str] = field(default_factory=list)
+    # The --fail-if gates judged on this comparison (``Gate.evaluate``), set by whoever gates it.
+    gates: list[dict[str, Any]] = field(default_factory=list)
 
     def figure(self, key: str) -> dict[str, Any] | None:
         return next((h for h in self.headline if h["key"] == key), None)
@@ -109,6 +112,9 @@ class Comparison:
                     "flat_threshold": FLAT_THRESHOLD,
                     "flat_points": FLAT_POINTS,
                     "bootstrap_resamples": BOOTSTRAP,
+                    "interval": (f"{INTERVAL:.0%} bootstrap interval of each change, resampling each run's steps "
+                                 "(seeded); none for figures measured once per run"),
+                    "gate_rule": GATE_RULE,
                     "kernel_match": ("by phase, category and launching op, or kernel family (the name without template "
                                      "arguments and tile suffixes) where no op is linked; ranked by |change in ms|, a group "
                                      "only one run has by its own time"),
@@ -120,6 +126,7 @@ class Comparison:
                 "kernels": self.kernels,
                 "summary": self.summary,
                 "suggested_gate": suggested_gate(self),
+                "gates": self.gates,
             }
         )
 
@@ -192,7 +199,7 @@ def _figure(key: str, before: Analysis, after: Analysis, word: str = "GPU") -> d
     b, a = metric_value(before, key), metric_value(after, key)
     out = {"key": key, "label": label, "unit": unit, "better": better, "before": b, "after": a,
            "delta": None, "relative": None, "verdict": "not comparable", "noise": None, "noise_basis": None,
-           "reason": None, "disagreement": None}
+           "interval": None, "reason": None, "disagreement": None}
     if b is None or a is None:
         missing = "before" if b is None else "after"
         out["reason"] = f"the {missing} run has no {label}"
@@ -201,6 +208,7 @@ def _figure(key: str, before: Analysis, after: Analysis, word: str = "GPU") -> d
     out["relative"] = (a - b) / b if b else None
     noise, basis = _noise(key, before, after)
     out["noise"] = noise
+    out["interval"] = change_interval(key, before, after)
     if noise is not None:
         meaningful = abs(a - b) > NOISE_SIGMAS * noise
         out["noise_basis"] = (
@@ -282,6 +290,55 @@ def _noise(key: str, before: Analysis, after: Analysis) -> tuple[float | None, s
     if q is None:  # pragma: no cover - every tpot_ key is listed
         return None, "one value per run"
     return _bootstrap_se(sb, sa, q), f"{steps} (bootstrap of the p{q})"
+
+
+def change_interval(key: str, before: Analysis, after: Analysis) -> dict[str, Any] | None:
+    """The ``INTERVAL`` (95 %) bootstrap interval of a per-step figure's change, or None for a
+    figure measured once per run (or a run with fewer than 2 steps).
+
+    Each run's steps are resampled with replacement (``BOOTSTRAP`` times, seeded, so the same
+    pair of traces always gives the same interval), the figure recomputed on each resample, and
+    the change after - before taken pairwise: ``delta`` is [low, high] in the figure's unit,
+    ``relative`` the same for (after / before - 1). This is the spread of the steps within each
+    run; a shift common to a whole run (another process on the machine for the whole run) is not
+    in it, only repeated runs show that."""
+    if not (key.startswith(("tpot_", "decode_step_")) or key == "decode_tokens_per_s"):
+        return None
+    sb, sa = _decode_steps(before, key), _decode_steps(after, key)
+    vb, va = metric_value(before, key), metric_value(after, key)
+    if sb is None or sa is None or vb is None or va is None:
+        return None
+    rng = np.random.default_rng(0)
+    rb, ra = sb[_block_indices(len(sb), rng)], sa[_block_indices(len(sa), rng)]
+    stat = key.rsplit("_", 1)[-1]
+    if key == "decode_tokens_per_s":
+        # tokens / total step time: a resample's rate scales with 1 / its mean step time.
+        xb, xa = vb * sb.mean() / rb.mean(axis=1), va * sa.mean() / ra.mean(axis=1)
+    elif stat == "mean":
+        xb, xa = rb.mean(axis=1), ra.mean(axis=1)
+    else:
+        q = float(stat[1:])
+        xb, xa = np.percentile(rb, q, axis=1), np.percentile(ra, q, axis=1)
+    tail = (1 - INTERVAL) / 2 * 100
+    lo_hi = (tail, 100 - tail)
+    delta = np.percentile(xa - xb, lo_hi)
+    out: dict[str, Any] = {"level": INTERVAL, "delta": [float(delta[0]), float(delta[1])], "relative": None,
+                           "basis": f"bootstrap of {len(sb)} and {len(sa)} steps"}
+    if np.all(xb > 0):
+        rel = np.percentile(xa / xb - 1, lo_hi)
+        out["relative"] = [float(rel[0]), float(rel[1])]
+    return out
+
+
+def _block_indices(n: int, rng: np.random.Generator) -> np.ndarray:
+    """``BOOTSTRAP`` resamples of ``n`` step indices, drawn as circular blocks of about sqrt(n)
+    consecutive steps. Steps are not independent: a stretch of slow steps (another process on
+    the core, a clock change) lasts many steps, and resampling single steps would shuffle it
+    into every resample and make the interval too narrow; whole blocks keep such stretches."""
+    length = max(1, math.ceil(math.sqrt(n)))
+    blocks = math.ceil(n / length)
+    starts = rng.integers(0, n, (BOOTSTRAP, blocks, 1))
+    return ((starts + np.arange(length)) % n).reshape(BOOTSTRAP, blocks * length)[:, :n]
 
 
 def _bootstrap_se(sb: np.ndarray, sa: np.ndarray, q: float) -> float:
@@ -692,24 +749,74 @@ class Gate:
         return f"--fail-if {self.text!r}: {runs} {label}{why}, so the gate cannot be checked{hint}"
 
     def check(self, c: Comparison) -> str | None:
-        """A sentence saying how the gate failed, or None when it holds (see ``missing`` first)."""
+        """A sentence saying how the gate failed (or why it cannot be checked), or None when it
+        holds, including when the change crossed the threshold only within noise."""
+        g = self.evaluate(c)
+        return g["sentence"] if g["verdict"] in ("fail", "missing") else None
+
+    def evaluate(self, c: Comparison) -> dict[str, Any]:
+        """The gate's verdict on ``c`` (``GATE_RULE``): ``pass``, ``fail``, ``noise`` (the change
+        crossed the threshold but its interval reaches back across it) or ``missing`` (a run lacks
+        the figure), with the threshold, the change, its interval and a sentence, as the JSON's
+        ``gates[]`` holds them."""
         h = c.figure(self.metric)
+        out: dict[str, Any] = {"expr": self.text, "metric": self.metric, "op": self.op, "threshold": self.threshold,
+                               "relative": self.relative, "unit": "%" if self.relative else HEADLINE[self.metric][1],
+                               "before": None, "after": None, "change": None, "interval": None, "interval_level": None,
+                               "verdict": "missing", "sentence": None}
         absent = self.missing(c)
         if absent or h is None:
-            return absent
-        label = h["label"]
+            out["sentence"] = absent
+            return out
+        label, unit = h["label"], h["unit"]
+        out.update(before=h["before"], after=h["after"])
         change = h["relative"] if self.relative else h["delta"]
         if change is None:
-            return f"{self.text}: the before run's {label} is 0, so there is no relative change"
-        failed = change > self.threshold if self.op == ">" else change < self.threshold
-        if not failed:
-            return None
-        unit = h["unit"]
-        shown = f"{change:+.1%}" if self.relative else _fmt(change, unit, delta=True)
-        limit = f"{self.threshold:+.1%}" if self.relative else _fmt(self.threshold, unit, delta=True)
-        noise = " (within step-to-step noise, though)" if h["verdict"] == "within noise" else ""
-        return (f"{self.text}: {label} changed {shown} ({_fmt(h['before'], unit)} -> {_fmt(h['after'], unit)}), "
-                f"{'above' if self.op == '>' else 'below'} {limit}{noise}")
+            out.update(verdict="fail", sentence=f"{self.text}: the before run's {label} is 0, so there is no relative change")
+            return out
+        out["change"] = change
+        iv = h.get("interval") or {}
+        interval = iv.get("relative" if self.relative else "delta")
+        if interval is not None:
+            out.update(interval=interval, interval_level=iv.get("level"))
+
+        def show(x: float) -> str:
+            return f"{x:+.1%}" if self.relative else _fmt(x, unit, delta=True)
+
+        def beyond(x: float) -> bool:
+            return x > self.threshold if self.op == ">" else x < self.threshold
+
+        limit = show(self.threshold)
+        where = "above" if self.op == ">" else "below"
+        moved = f"{label} changed {show(change)} ({_fmt(h['before'], unit)} -> {_fmt(h['after'], unit)})"
+        span = f"{iv.get('level', INTERVAL):.0%} interval {show(interval[0])} to {show(interval[1])}" if interval else None
+        if not beyond(change):
+            out["verdict"] = "pass"
+            out["sentence"] = f"{self.text}: {moved}{f', {span}' if span else ''}, not {where} {limit}"
+        elif interval is not None:
+            near = interval[0] if self.op == ">" else interval[1]
+            if beyond(near):
+                out["verdict"] = "fail"
+                out["sentence"] = f"{self.text}: {moved}, {where} {limit} beyond noise ({span})"
+            else:
+                out["verdict"] = "noise"
+                out["sentence"] = f"{self.text}: {moved}, {where} {limit} but within noise ({span} reaches {limit})"
+        elif h["verdict"] == "within noise":
+            out["verdict"] = "noise"
+            out["sentence"] = f"{self.text}: {moved}, {where} {limit} but within noise ({h['noise_basis']})"
+        else:
+            out["verdict"] = "fail"
+            out["sentence"] = (f"{self.text}: {moved}, {where} {limit} (a figure measured once per run: no interval, "
+                               "so the threshold alone decides)")
+        return out
+
+
+# The rule every gate follows, stated in the JSON's method and the README.
+GATE_RULE = ("a gate fails when the change is beyond its threshold and so is the near end of the change's "
+             f"{INTERVAL:.0%} interval (the whole interval lies beyond the threshold); beyond the threshold with "
+             "the interval reaching back across it is 'noise' and does not fail; a figure measured once per "
+             "run has no interval, so its threshold alone decides (unless the change is under compare's fixed "
+             "noise threshold)")
 
 
 # The gate suggested to a user, first figure both runs have: TPOT for request-level runs, the

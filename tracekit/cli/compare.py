@@ -23,6 +23,9 @@ SUMMARY_LINES = 6  # sentences printed after writing a report file
               help="Exit with status 1 when the after run crosses a threshold, e.g. 'tpot_p50>+5%', "
                    "'decode_step_p50>+5%' (engine traces), 'decode_tokens_per_s<-3%', 'ttft_ms>+2ms', "
                    "'decode_mbu<-2pp'. May repeat; a gate on a figure a run lacks exits 2.")
+@click.option("--junit", "junit", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
+              help="Also write the gates' verdicts as JUnit XML (one testcase per gate) for CI to show, "
+                   "even when gates fail.")
 @click.option("--gpu-before", metavar="NAME", help="Price the before run against this GPU's spec row (see `tracekit gpus`).")
 @click.option("--gpu-after", metavar="NAME", help="Price the after run against this GPU's spec row.")
 @click.option("--project-before", metavar="GPU",
@@ -30,6 +33,7 @@ SUMMARY_LINES = 6  # sentences printed after writing a report file
 @click.option("--project-after", metavar="GPU", help="Compare the after run as projected onto GPU.")
 @model_options
 def command(before: str, after: str, output: str | None, fmt: str | None, force: bool, gates: tuple[str, ...],
+            junit: str | None,
             gpu_before: str | None, gpu_after: str | None, project_before: str | None, project_after: str | None,
             model: str | None, tp: int | None, weights: str | None, costs: str,
             model_force: bool = False) -> None:
@@ -37,13 +41,19 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     folder of per-rank traces. Shows context differences that make the comparison unfair
     first, then headline deltas with a verdict per figure (better, worse, within noise),
     per-phase time by bound and category, and kernels matched by category and op, each run
-    against its own GPU's roofline. With --fail-if it gates CI: exit status 1 when a gate fails."""
+    against its own GPU's roofline. With --fail-if it gates CI: exit status 1 when a gate fails,
+    that is when the change is beyond the threshold and so is its whole 95% interval (a change
+    past the threshold whose interval reaches back across it is reported as noise and passes)."""
     from tracekit.analysis import analyze
     from tracekit.analysis.compare import compare, context_sentence, parse_gate, suggested_gate
     from tracekit.report.compare import choose
     from tracekit.report.output import DEFAULT_DIR, report_stem
 
     parsed = [parse_gate(g) for g in gates]  # a bad expression fails before any slow read
+    if junit:
+        from tracekit.report.compare.junit import check_target
+
+        check_target(junit, (before, after, output))
     from tracekit.specs.lookup import spec_by_name
 
     targets = [spec_by_name(g) if g else None for g in (project_before, project_after)]
@@ -65,6 +75,8 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     comparison = compare(b, a)
     # A projected side is the projection's central estimate: say its range where the summary is read.
     comparison.summary += [f"{side}: {n}" for side, n in (("before", b_note), ("after", a_note)) if n]
+    # Judged before rendering, so that every format shows each gate's verdict and interval.
+    comparison.gates = [g.evaluate(comparison) for g in parsed]
     to_terminal = path is None
     # Messages go to stderr when stdout carries the report itself.
     say = (lambda m: click.echo(m, err=True)) if to_terminal else click.echo
@@ -76,6 +88,11 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
         if len(lines) > SUMMARY_LINES:
             click.echo(f"  ... {len(lines) - SUMMARY_LINES} more in the report")
         click.echo(_next_step(renderer.name, before, after, path, suggested_gate(comparison)))
+    if junit:
+        from tracekit.report.compare.junit import write_junit
+
+        write_junit(comparison.gates, junit)
+        say(f"wrote {junit} (JUnit XML, {len(parsed)} gate{'s' if len(parsed) != 1 else ''})")
     if parsed:
         # A gate on a figure a run lacks can neither hold nor fail: a usage error (exit 2), not a regression.
         absent = [m for m in (g.missing(comparison) for g in parsed) if m]
@@ -88,6 +105,9 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
             for f in failures:
                 click.echo(f"tracekit: gate failed: {f}", err=True)
             sys.exit(1)
+        for g in comparison.gates:
+            if g["verdict"] == "noise":
+                say(f"gate within noise: {g['sentence']}")
         say(f"gates passed ({len(parsed)})")
 
 

@@ -167,10 +167,43 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "verdict_class": VERDICT_CLASS.get(verdict, "na"),
                 "basis": basis,
                 "noise": signed(h.get("noise"), unit).lstrip("+") if h.get("noise") is not None else None,
+                # "+2.1% to +9.8%": the 95 % interval of the relative change, where steps give one.
+                "interval": _interval_text(h.get("interval")),
                 # Why an efficiency verdict disagrees with its latency's, when it does.
                 "disagreement": h.get("disagreement"),
             }
         )
+    return out
+
+
+def _interval_text(iv: dict[str, Any] | None) -> str:
+    r = (iv or {}).get("relative")
+    return f"{rel(r[0])} to {rel(r[1])}" if r else fmt.MISSING
+
+
+GATE_MARK = {"fail": "❌ fail", "pass": "✅ pass", "noise": "〰️ within noise", "missing": "⚠️ missing"}
+
+
+def gates(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The --fail-if gates as judged (``gates[]``): expression, threshold, change, interval, verdict."""
+    out = []
+    for g in data.get("gates") or []:
+        unit = g.get("unit") or ""
+
+        def show(x: float | None, unit: str = unit) -> str:
+            return rel(x) if unit == "%" else signed(x, unit)
+
+        iv = g.get("interval")
+        out.append({
+            "expr": g["expr"],
+            "metric": g["metric"],
+            "threshold": show(g.get("threshold")),
+            "change": show(g.get("change")),
+            "interval": f"{show(iv[0])} to {show(iv[1])}" if iv else fmt.MISSING,
+            "verdict": g["verdict"],
+            "mark": GATE_MARK.get(g["verdict"], g["verdict"]),
+            "sentence": g.get("sentence") or "",
+        })
     return out
 
 
@@ -328,6 +361,7 @@ def view_model(data: dict[str, Any], top: int | None = None) -> dict[str, Any]:
         "tags": {s: tag(data, s) for s in SIDES},
         "context": context(data),
         "headline": headline(data),
+        "gates": gates(data),
         "summary": list(data.get("summary") or []),
         "phases": phases(data),
         "kernels": kernels(data, top),
