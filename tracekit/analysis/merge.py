@@ -118,8 +118,8 @@ def analyse_windows(paths: list[str], read: Callable[[str], Any], **options) -> 
             s = a.steps
             for tid, end in zip(s["tid"].tolist(), s["end_ns"].tolist()):
                 previous[int(tid)] = max(previous.get(int(tid), int(end)), int(end))
-            for tid, b in zip(s.sort_values("cpu_start_ns", kind="stable")["tid"].tolist(),
-                              s.sort_values("cpu_start_ns", kind="stable")["batch"].tolist()):
+            in_order = s.sort_values("cpu_start_ns", kind="stable")
+            for tid, b in zip(in_order["tid"].tolist(), in_order["batch"].tolist()):
                 batch[int(tid)] = float(b)
             del t, parts
             yield a

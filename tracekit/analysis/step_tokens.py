@@ -190,14 +190,13 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
                                                       f"({sizes[0]:,} bytes device to host, one "
                                                       f"int{8 * sizes[0] // r} per request)", 1))
     for i in range(n_steps):
-        if logits_rows and i in logits_rows:
-            rows_, op_name = logits_rows[i]
-            tokens = _vote(_per_source(tok_votes[i]), NO_TOKENS).value
-            if tokens is not None and rows_ < tokens:
-                req_votes[i].append((rows_, W_LOGITS, f"logits rows (the step's last GEMM, {op_name}, has {rows_:,} "
-                                     "input rows: one per request's last token)", 1))
         # A source's launches vote once (the most common grid among its launches), not once per layer.
         out[i].tokens = _vote(_per_source(tok_votes[i]), NO_TOKENS)
+        tokens = out[i].tokens.value
+        if logits_rows and i in logits_rows and tokens is not None and logits_rows[i][0] < tokens:
+            rows_, op_name = logits_rows[i]
+            req_votes[i].append((rows_, W_LOGITS, f"logits rows (the step's last GEMM, {op_name}, has {rows_:,} "
+                                 "input rows: one per request's last token)", 1))
         out[i].requests = _vote(_per_source(req_votes[i]), NO_REQUESTS)
     return out
 
