@@ -17,6 +17,7 @@ from conftest import SAMPLE_TRACES, real_trace_path
 from tracekit import markers, read_trace
 from tracekit.analysis import analyze
 from tracekit.cli import main
+from tracekit.report.annotate import LANE_STRIDE, _spread
 
 # Serving traces of three engines and vendors, a Hugging Face forward, a ns-timestamp
 # training trace, and the CPU sample trace (its sidecar holds the CPU's calibration).
@@ -116,8 +117,8 @@ def test_tracks_hold_the_reports_steps_and_idle(key, annotated):
     report = analyze(read_trace(src)).to_dict()
     new = _load(out)
     added = [e for e in new["traceEvents"] if e.get("cat") == "tracekit" and e["ph"] == "X"]
-    steps = [e for e in added if e["tid"] == 1]
-    idle = [e for e in added if e["tid"] == 2]
+    steps = sorted((e for e in added if e["tid"] % LANE_STRIDE == 1), key=lambda e: e["args"]["step"])
+    idle = [e for e in added if e["tid"] % LANE_STRIDE == 2]
     assert [(e["args"]["step"], e["args"]["phase"]) for e in steps] == \
         [(s["index"], s["phase"]) for s in report["steps"]]
     assert [e["name"] for e in steps] == [f"{s['phase']} step {s['index']}" for s in report["steps"]]
@@ -202,3 +203,49 @@ def test_a_folder_of_traces_is_annotated_file_by_file(tmp_path):
     for name in ("tiny-bs1", "tiny-bs8"):
         doc = _load(str(out / f"{name}.tracekit.json.gz"))
         assert any(e.get("cat") == "tracekit" and e["ph"] == "X" for e in doc["traceEvents"])
+
+
+@pytest.mark.parametrize("key", TRACES)
+def test_added_tracks_follow_perfettos_json_rules(key, annotated):
+    """Perfetto imports a JSON trace's complete events only where they nest perfectly on their
+    (pid, tid) track (its FAQ: overlapping B/E/X events are not supported), names tracks from
+    ``process_name``/``thread_name`` metadata, and keys tracks by pid: checked here on the added
+    events with exact (Decimal) times, by interval arithmetic, not by tracekit. Fails if two added
+    slices partly overlap on one track (Perfetto would drop or cut one), if a track is unnamed,
+    or if the added process reuses a pid of the trace (its tracks would mix with the profiler's).
+    No Perfetto binary runs here: its trace processor is fetched from the network on first use."""
+    _, out, _ = annotated(key)
+    events = _load(out, exact=True)["traceEvents"]
+    added = [e for e in events if e.get("cat") == "tracekit"]
+    assert {e["pid"] for e in added}.isdisjoint(e.get("pid") for e in events if e.get("cat") != "tracekit")
+    named = {(e["pid"], e["tid"]) for e in added if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert any(e["ph"] == "M" and e["name"] == "process_name" for e in added)
+    tracks = defaultdict(list)
+    for e in added:
+        if e["ph"] == "X":
+            assert isinstance(e["pid"], int) and isinstance(e["tid"], int) and e["dur"] >= 0
+            tracks[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    if not tracks:  # a training trace: the report found no inference steps, so no step has a slice
+        assert analyze(read_trace(_path(key))).steps.empty
+        return
+    for track, spans in tracks.items():
+        assert track in named
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        open_ends = []
+        for start, stop in spans:
+            while open_ends and open_ends[-1] <= start:
+                open_ends.pop()
+            assert not open_ends or stop <= open_ends[-1], f"{track}: a slice at {start} crosses the end of its parent"
+            open_ends.append(stop)
+
+
+def test_overlapping_slices_are_spread_over_named_lanes():
+    """Two step windows that overlap (an engine scheduling the next step while the GPU runs this
+    one) go on two lanes; one that starts as another ends shares its lane. Hand-built slices:
+    [0, 10), [5, 15), [10, 20) need exactly 2 lanes, the third back on the first. Fails if
+    overlapping slices stay on one track or if every slice gets its own lane."""
+    slices = [{"pid": 7, "tid": 1, "ts": Decimal(a), "dur": Decimal(10)} for a in (0, 5, 10)]
+    meta = _spread(slices, "tracekit steps")
+    assert [e["tid"] for e in slices] == [1, 1 + LANE_STRIDE, 1]
+    assert [(m["tid"], m["name"]) for m in meta] == [(1 + LANE_STRIDE, "thread_name")]
+    assert "lane 2" in meta[0]["args"]["name"]

@@ -21,6 +21,7 @@ Times are written as the file writes them: microseconds from ``baseTimeNanosecon
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from decimal import Decimal
@@ -35,6 +36,7 @@ from tracekit.analysis.idle import CAUSES
 CATEGORY = "tracekit"  # no table of the reader's: the added events are invisible to the analysis
 ARG_PREFIX = "tracekit_"
 STEPS_TID, IDLE_TID = 1, 2
+LANE_STRIDE = 100  # a track's overlapping slices go to tids tid + 100, tid + 200, ... (see _spread)
 # Work columns copied into each kernel's args (as tracekit_<column>).
 WORK_ARGS = ("category", "bound", "limiter", "flops", "bytes", "roof_fraction", "cost_source")
 _FIRST_PID = 2_000_000_000  # above any OS pid and GPU id Kineto writes
@@ -103,6 +105,7 @@ def annotate(doc: Document, trace, parts, analysis, rank_label: str | None = Non
     # A CPU trace has no device waiting on its ops: no idle track.
     idle_slices = _idle_slices(parts.idle, parts.work, steps, pid, base_ns)
     added = _metadata(pid, title, with_idle=bool(idle_slices))
+    added += _spread(step_slices, title) + _spread(idle_slices, "GPU idle, by cause")
     kernels = _kernel_args(doc, trace, parts.work)
     doc.events.extend(msgspec.Raw(_ENCODER.encode(e)) for e in added + step_slices + idle_slices)
     return {"steps": len(step_slices), "idle": len(idle_slices), "kernels": kernels, "pid": pid}
@@ -134,6 +137,35 @@ def _metadata(pid: int, steps_title: str, with_idle: bool) -> list[dict]:
         out += [meta("thread_name", {"name": "GPU idle, by cause"}, IDLE_TID),
                 meta("thread_sort_index", {"sort_index": IDLE_TID}, IDLE_TID)]
     return out
+
+
+def _spread(slices: list[dict], title: str) -> list[dict]:
+    """Move slices that overlap an earlier one on their track to further lanes (tids
+    ``tid + LANE_STRIDE * k``), in place, and return the metadata naming those lanes.
+
+    Perfetto and chrome://tracing accept only slices that nest perfectly on a track; one that
+    starts inside another and ends after it is dropped or cut. A step's window runs from its
+    first launch to its last kernel's end, so on an engine that schedules the next step while
+    the GPU still runs this one (asynchronous scheduling) two windows can overlap; so can two
+    windows of a trace stitched from several. Each slice goes to the first lane whose last
+    slice has ended (a greedy interval colouring: as few lanes as the deepest overlap)."""
+    active: list[tuple[Decimal, int]] = []  # (end, lane) of the slices still open
+    free: list[int] = []  # lanes whose last slice has ended, lowest first
+    lanes = 0
+    for e in sorted(slices, key=lambda e: e["ts"]):
+        while active and active[0][0] <= e["ts"]:
+            heapq.heappush(free, heapq.heappop(active)[1])
+        if free:
+            lane = heapq.heappop(free)
+        else:
+            lane, lanes = lanes, lanes + 1
+        heapq.heappush(active, (e["ts"] + e["dur"], lane))
+        e["tid"] += LANE_STRIDE * lane
+    if not slices:
+        return []
+    tid, pid = min(e["tid"] for e in slices), slices[0]["pid"]  # lane 0's tid: every slice is >= it
+    return [{"ph": "M", "cat": CATEGORY, "name": "thread_name", "pid": pid, "tid": tid + LANE_STRIDE * k,
+             "args": {"name": f"{title} (overlapping, lane {k + 1})"}} for k in range(1, lanes)]
 
 
 def _us(ns: int, base_ns: int) -> Decimal:
