@@ -205,6 +205,28 @@ def test_a_folder_of_traces_is_annotated_file_by_file(tmp_path):
         assert any(e.get("cat") == "tracekit" and e["ph"] == "X" for e in doc["traceEvents"])
 
 
+def test_split_windows_carry_the_whole_runs_steps(tmp_path):
+    """A folder of split windows is annotated as ``tracekit report DIR`` reads it: the step slices of
+    all the windows, together, are the steps of the whole (unsplit) trace's report, numbered as the
+    run's, with the same phase, tokens and batch. The real RTX 3090 vLLM trace cut into 3 windows
+    (its step 1 is mixed only because it carries the requests of step 0, in the window before).
+    Fails if each window numbers its steps from 0, or is analysed without the earlier windows'
+    context (the carried requests would read as a prefill)."""
+    src = real_trace_path("rtx3090_vllm")
+    windows, out = tmp_path / "windows", tmp_path / "annotated"
+    r = CliRunner().invoke(main, ["split", str(src), "-o", str(windows), "--events", "20000"])
+    assert r.exit_code == 0, r.output
+    assert len(os.listdir(windows)) >= 3
+    r = CliRunner().invoke(main, ["annotate", str(windows), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    slices = [e for f in sorted(os.listdir(out)) for e in _load(str(out / f))["traceEvents"]
+              if e.get("cat") == "tracekit" and e["ph"] == "X" and e["tid"] % LANE_STRIDE == 1]
+    whole = analyze(read_trace(str(src))).to_dict()["steps"]
+    assert [(e["args"]["step"], e["args"]["phase"], e["args"]["tokens"], e["args"]["batch"]) for e in slices] == \
+        [(s["index"], s["phase"], s["tokens"], s["batch"]) for s in whole]
+    assert "mixed" in {s["phase"] for s in whole}
+
+
 @pytest.mark.parametrize("key", TRACES)
 def test_added_tracks_follow_perfettos_json_rules(key, annotated):
     """Perfetto imports a JSON trace's complete events only where they nest perfectly on their

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from itertools import chain
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -89,31 +89,69 @@ def window_paths(folder: str) -> list[str] | None:
 
 def analyse_windows(paths: list[str], read: Callable[[str], Any], **options) -> Analysis:
     """Read (``read(path) -> Trace``) and analyse each window in order, one at a time, with
-    ``analyze``'s ``options``, and merge them into one ``Analysis`` of the run.
-
-    Windows of a trace that names no steps were cut at idle instants, and steps a window would
-    infer on its own are not the whole trace's (the launch pattern's period and its edge
-    fragments, the first and last pass of the anchors, depend on what else is in the trace):
-    the steps are then inferred once over all the windows' step-relevant rows
-    (``_StepRows``) and each window is given its own (``segment.GIVEN_STEPS``)."""
+    ``analyze``'s ``options``, and merge them into one ``Analysis`` of the run."""
+    windows = Windows(paths, read, **options)
     spec_of: list = []
-    given, why_not = _given_steps(paths, read)
-    notes = [why_not] if why_not else []
 
     def each() -> Iterator[Analysis]:
+        for w in windows:
+            spec_of.append(w.match.spec)
+            a = w.analysis
+            del w  # the window's trace and parts go before the next window is read: memory holds one
+            yield a
+
+    gen = each()
+    first = next(gen)
+    merged = merge(chain([first], gen), spec=spec_of[0], folder=os.path.dirname(paths[0]) or ".")
+    if windows.why_not:
+        merged.provenance["notes"] = merged.provenance["notes"][:1] + [windows.why_not] + merged.provenance["notes"][1:]
+        merged.provenance["windows"]["steps_inferred_per_window"] = True
+    return merged
+
+
+class Window(NamedTuple):
+    """One window read and analysed in its run's context: its trace, ``measure``'s parts and
+    spec match, and its analysis (steps numbered within the window, from ``first_step``)."""
+
+    path: str
+    trace: Trace
+    parts: Any
+    match: Any
+    analysis: Analysis
+    first_step: int  # how many steps the earlier windows hold: this window's step 0 is the run's step first_step
+
+
+class Windows:
+    """The windows of one split, each read and analysed in order, one at a time, as the whole
+    run's report sees it (iterate: a ``Window`` each; keep none to keep memory to one window).
+
+    Each window is told the end of the previous window's last step on every thread (so its
+    first step's lead-in is not read as idle) and each thread's last batch (so a carried
+    request is seen across the cut). Windows of a trace that names no steps were cut at idle
+    instants, and steps a window would infer on its own are not the whole trace's (the launch
+    pattern's period and its edge fragments, the first and last pass of the anchors, depend on
+    what else is in the trace): the steps are then inferred once over all the windows'
+    step-relevant rows (``_StepRows``) and each window is given its own
+    (``segment.GIVEN_STEPS``); ``why_not`` says why, when that could not be done."""
+
+    def __init__(self, paths: list[str], read: Callable[[str], Any], with_timelines: bool = True, **options):
+        self.paths, self.read, self.options, self.with_timelines = paths, read, options, with_timelines
+        self.given, self.why_not = _given_steps(paths, read)
+
+    def __iter__(self) -> Iterator[Window]:
         previous: dict[int, int] = {}
         batch: dict[int, float] = {}  # per thread, the batch of its last step so far
-        for j, path in enumerate(paths):
-            t = read(path)
-            if given is not None:
-                t.metadata[GIVEN_STEPS] = given[j]
+        first_step = 0
+        for j, path in enumerate(self.paths):
+            t = self.read(path)
+            if self.given is not None:
+                t.metadata[GIVEN_STEPS] = self.given[j]
             if previous:
                 t.metadata[PREVIOUS_STEP_END] = dict(previous)
             if batch:
                 t.metadata[PREVIOUS_STEP_BATCH] = dict(batch)
-            parts, match = measure(t, **options)
-            spec_of.append(match.spec)
-            a = assemble(t, parts, match)
+            parts, match = measure(t, **self.options)
+            a = assemble(t, parts, match, with_timelines=self.with_timelines)
             a.source["window"] = t.metadata.get(win.WINDOW_KEY)
             s = a.steps
             for tid, end in zip(s["tid"].tolist(), s["end_ns"].tolist()):
@@ -121,16 +159,9 @@ def analyse_windows(paths: list[str], read: Callable[[str], Any], **options) -> 
             in_order = s.sort_values("cpu_start_ns", kind="stable")
             for tid, b in zip(in_order["tid"].tolist(), in_order["batch"].tolist()):
                 batch[int(tid)] = float(b)
-            del t, parts
-            yield a
-
-    gen = each()
-    first = next(gen)
-    merged = merge(chain([first], gen), spec=spec_of[0], folder=os.path.dirname(paths[0]) or ".")
-    if notes:
-        merged.provenance["notes"] = merged.provenance["notes"][:1] + notes + merged.provenance["notes"][1:]
-        merged.provenance["windows"]["steps_inferred_per_window"] = True
-    return merged
+            yield Window(path, t, parts, match, a, first_step)
+            first_step += len(s)
+            del t, parts, a
 
 
 # How split cut windows between steps it knows by name: their steps are found as in the whole trace.

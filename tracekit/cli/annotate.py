@@ -31,8 +31,9 @@ def command(trace: str, output: str | None, force: bool, gpu: str | None, spec_f
     roof fraction, cost source) on every kernel. Every original event is kept as it was.
     Open the result in https://ui.perfetto.dev or chrome://tracing.
 
-    A folder (one file per rank, or the windows `tracekit split` wrote) is annotated file by file
-    into an output folder, each file analysed on its own."""
+    A folder is annotated file by file into an output folder: one file per rank, each analysed
+    on its own; or the windows `tracekit split` wrote, each analysed in order as `tracekit
+    report DIR` reads them, its steps numbered as the whole run's."""
     from tracekit.report.output import check_output, default_output, report_stem
     from tracekit.trace import decode
 
@@ -56,8 +57,18 @@ def command(trace: str, output: str | None, force: bool, gpu: str | None, spec_f
             if os.path.isdir(out_dir):
                 check_output(dst, force=force, ours=False)  # before any slow work
         os.makedirs(out_dir, exist_ok=True)
-        for src, dst in zip(files, targets):
-            _one(src, dst, options, replacing=os.path.isfile(dst), force=force)
+        from tracekit.analysis.merge import window_paths
+
+        if window_paths(trace) is not None:  # split's windows: read as `report DIR` reads them, in order
+            from tracekit.report.annotate import annotate_windows
+
+            dst_of = dict(zip(files, targets))
+            for src, doc, counts in annotate_windows(window_paths(trace), read_with_progress, options):
+                dst = dst_of[src]
+                _write(src, dst, doc, counts, replacing=os.path.isfile(dst), force=force)
+        else:
+            for src, dst in zip(files, targets):
+                _one(src, dst, options, replacing=os.path.isfile(dst), force=force)
         click.echo(f"next: open the files of {out_dir} in https://ui.perfetto.dev (one per rank or window)", err=True)
         return
     path = output or default_output(trace, ".tracekit.json.gz")
@@ -70,11 +81,17 @@ def command(trace: str, output: str | None, force: bool, gpu: str | None, spec_f
 
 
 def _one(src: str, dst: str, options: dict, replacing: bool, make_parent: bool = False, force: bool = False) -> None:
-    from tracekit import markers
-    from tracekit.report import write_atomic
-    from tracekit.report.annotate import annotate_file, dump_document
+    from tracekit.report.annotate import annotate_file
 
     doc, counts = annotate_file(src, read_with_progress, options)
+    _write(src, dst, doc, counts, replacing, make_parent, force)
+
+
+def _write(src: str, dst: str, doc, counts: dict, replacing: bool, make_parent: bool = False, force: bool = False) -> None:
+    from tracekit import markers
+    from tracekit.report import write_atomic
+    from tracekit.report.annotate import dump_document
+
     size = write_atomic(dst, dump_document(doc, dst), make_parent=make_parent)
     click.echo(f"{'replaced' if replacing else 'wrote'} {dst} ({human_size(size)}): {counts['steps']} steps, "
                f"{counts['idle']:,} idle gaps, tracekit args on {counts['kernels']:,} kernels")

@@ -25,13 +25,14 @@ import heapq
 import math
 from collections import defaultdict
 from decimal import Decimal
-from typing import Any
+from typing import Any, Iterator
 
 import msgspec
 import numpy as np
 import pandas as pd
 
 from tracekit.analysis.idle import CAUSES
+from tracekit.trace.windows import WINDOW_KEY
 
 CATEGORY = "tracekit"  # no table of the reader's: the added events are invisible to the analysis
 ARG_PREFIX = "tracekit_"
@@ -92,18 +93,19 @@ class Document:
 _ENCODER = msgspec.json.Encoder(decimal_format="number")
 
 
-def annotate(doc: Document, trace, parts, analysis, rank_label: str | None = None) -> dict[str, int]:
+def annotate(doc: Document, trace, parts, analysis, rank_label: str | None = None, first_step: int = 0) -> dict[str, int]:
     """Add the analysis' tracks and per-kernel args to ``doc`` (the trace's document) in place.
 
     ``trace`` is the ``Trace`` read from that document, ``parts`` and ``analysis`` what
-    ``analysis.analyze.measure``/``assemble`` made of it. Returns counts of what was added."""
+    ``analysis.analyze.measure``/``assemble`` made of it; ``first_step`` numbers the steps (a
+    split window's step 0 is its run's step ``first_step``). Returns counts of what was added."""
     base_ns = doc.base_ns()
     pid = _free_pid(doc.heads)
     steps = analysis.steps
     title = "tracekit steps" + (f" ({rank_label})" if rank_label else "")
-    step_slices = _step_slices(steps, pid, base_ns)
+    step_slices = _step_slices(steps, pid, base_ns, first_step)
     # A CPU trace has no device waiting on its ops: no idle track.
-    idle_slices = _idle_slices(parts.idle, parts.work, steps, pid, base_ns)
+    idle_slices = _idle_slices(parts.idle, parts.work, steps, pid, base_ns, first_step)
     added = _metadata(pid, title, with_idle=bool(idle_slices))
     added += _spread(step_slices, title) + _spread(idle_slices, "GPU idle, by cause")
     kernels = _kernel_args(doc, trace, parts.work)
@@ -195,15 +197,16 @@ def _value(v: Any) -> Any:
     return v
 
 
-def _step_slices(steps: pd.DataFrame, pid: int, base_ns: int) -> list[dict]:
+def _step_slices(steps: pd.DataFrame, pid: int, base_ns: int, first_step: int = 0) -> list[dict]:
     out = []
     for r in steps.itertuples(index=False):
         idle = getattr(r, "idle_by_cause", None)
+        index = first_step + int(r.step)
         out.append({
-            "ph": "X", "cat": CATEGORY, "name": f"{r.phase} step {int(r.step)}", "pid": pid, "tid": STEPS_TID,
+            "ph": "X", "cat": CATEGORY, "name": f"{r.phase} step {index}", "pid": pid, "tid": STEPS_TID,
             "ts": _us(r.begin_ns, base_ns), "dur": _dur_us(r.end_ns - r.begin_ns),
             "args": {
-                "step": int(r.step),
+                "step": index,
                 "phase": r.phase,
                 "label": _value(r.label),
                 "tokens": _value(r.tokens),
@@ -221,7 +224,8 @@ def _step_slices(steps: pd.DataFrame, pid: int, base_ns: int) -> list[dict]:
     return out
 
 
-def _idle_slices(idle, work: pd.DataFrame, steps: pd.DataFrame, pid: int, base_ns: int) -> list[dict]:
+def _idle_slices(idle, work: pd.DataFrame, steps: pd.DataFrame, pid: int, base_ns: int,
+                 first_step: int = 0) -> list[dict]:
     g = idle.gaps
     if not len(g):
         return []
@@ -234,7 +238,7 @@ def _idle_slices(idle, work: pd.DataFrame, steps: pd.DataFrame, pid: int, base_n
     out = []
     for i in range(len(g)):
         cause = CAUSES[int(main[i])]
-        args: dict[str, Any] = {"cause": cause, "step": int(step[i]),
+        args: dict[str, Any] = {"cause": cause, "step": first_step + int(step[i]),
                                 "phase": phase[step[i]] if 0 <= step[i] < len(phase) else None,
                                 "idle_us": (int(end[i]) - int(start[i])) / 1000,
                                 "by_cause_us": {c: int(parts[i, j]) / 1000 for j, c in enumerate(CAUSES)
@@ -377,8 +381,25 @@ def annotate_file(src: str, read, measure_options: dict | None = None) -> tuple[
     trace = read(src)
     parts, match = measure(trace, **(measure_options or {}))
     analysis = assemble(trace, parts, match, with_timelines=False)
-    dist = trace.distributed or {}
-    rank = dist.get("rank")
-    label = f"rank {rank}" if isinstance(rank, int) and not isinstance(rank, bool) else None
-    counts = annotate(doc, trace, parts, analysis, label)
+    counts = annotate(doc, trace, parts, analysis, _rank_label(trace))
     return doc, counts
+
+
+def annotate_windows(paths: list[str], read, measure_options: dict | None = None) -> Iterator[tuple[str, Document, dict]]:
+    """The windows of one split (in order), each annotated as ``tracekit report DIR`` reads
+    them: each window analysed in its run's context (``merge.Windows``: the previous window's
+    step ends and batches, the steps inferred once over all windows) and its steps numbered as
+    the run's. Yields (window path, its annotated document, counts), one window in memory at a time."""
+    from tracekit.analysis.merge import Windows
+
+    for w in Windows(paths, read, with_timelines=False, **(measure_options or {})):
+        doc = load_document(w.path)
+        window = w.trace.metadata.get(WINDOW_KEY) or {}
+        label = ", ".join(x for x in (_rank_label(w.trace), f"window {window.get('index')} of {window.get('of')}"
+                                      if window else None) if x)
+        yield w.path, doc, annotate(doc, w.trace, w.parts, w.analysis, label or None, first_step=w.first_step)
+
+
+def _rank_label(trace) -> str | None:
+    rank = (trace.distributed or {}).get("rank")
+    return f"rank {rank}" if isinstance(rank, int) and not isinstance(rank, bool) else None
