@@ -282,3 +282,25 @@ def test_shared_pair_interval_contains_the_measured_and_central_within_10pct(src
     assert abs(p["projected_gpu_busy_ms"] / measured_there - 1) <= 0.10
     # The interval is not unbounded: within a factor 1.5 of the central either way.
     assert hi / p["projected_gpu_busy_ms"] < 1.5 and p["projected_gpu_busy_ms"] / lo < 1.5
+
+
+def test_a_mixed_steps_parts_follow_its_projected_kernels():
+    """The real RTX 3090 vLLM trace's step 1 is mixed (2 new requests, 2 carried), split into a
+    prefill and a decode part. Projected onto an H100, each part is the projected busy time in the
+    proportion of its units' new durations times their prefill shares, worked out here from the
+    projected work table: the parts sum to the projected busy time (under the suite's strict books,
+    a mismatch raises before this point) and the prefill fraction is the new durations' one.
+    Fails if the projection carries the measured split (ms on the 3090) into the projected step."""
+    from tracekit.models import load_model
+
+    trace = read_real("rtx3090_vllm")
+    model = load_model("gpt-oss-20b")  # prices the kernels, so that they move on the H100
+    measured = {s["index"]: s for s in analyze(trace, model=model).to_dict()["steps"]}
+    p = project(trace, spec_by_name("h100-sxm"), model=model)
+    for estimate in ("central", "low", "high"):
+        mixed = [s for s in p.projected[estimate].to_dict()["steps"] if s["phase"] == "mixed" and s.get("split")]
+        assert mixed, "the trace's step 1 is mixed"
+        for s in mixed:
+            parts = s["split"]["prefill"]["gpu_ms"] + s["split"]["decode"]["gpu_ms"]
+            assert parts == pytest.approx(s["gpu_busy_ms"], rel=1e-9)
+            assert s["gpu_busy_ms"] < 0.9 * measured[s["index"]]["gpu_busy_ms"]  # it moved: an H100 is faster

@@ -45,6 +45,7 @@ from tracekit.analysis.analyze import Parts, assemble, measure
 from tracekit.analysis.idle import CAUSES, HOST, _Coverage
 from tracekit.analysis.model import Analysis, _clean
 from tracekit.analysis.roofline import COMPUTE, INTERCONNECT, LATENCY, MEMORY, UNKNOWN, _bounds, limiter
+from tracekit.analysis.split import retimed
 from tracekit.analysis.truncation import gpu_events_lost
 from tracekit.errors import TracekitError
 from tracekit.specs import GpuSpec, SpecMatch, factors, normalise_dtype
@@ -335,6 +336,9 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
         if parts.seg.device_type == "gpu" and len(parts.idle.by_step) == len(steps):
             by_step = _rebalanced(parts.idle.by_step, idle_ns)
             parts = dataclasses.replace(parts, idle=dataclasses.replace(parts.idle, by_step=by_step))
+        # A split mixed step's parts follow its units' new times and still sum to its busy time.
+        parts = dataclasses.replace(parts, split=retimed(parts.split, work["step"].to_numpy(),
+                                                         work["dur_ns"].to_numpy(), steps["gpu_busy_ns"].to_numpy()))
     seg = dataclasses.replace(parts.seg, work=parts.seg.work.assign(dur_ns=work["dur_ns"], end_ns=work["end_ns"]),
                               steps=steps)
     return dataclasses.replace(parts, seg=seg, work=work)

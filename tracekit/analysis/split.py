@@ -40,6 +40,25 @@ class Split:
     by_step: dict[int, dict]
 
 
+def retimed(split: Split, step_of: np.ndarray, dur_ns: np.ndarray, busy_ns: np.ndarray) -> Split:
+    """``split`` with its units' times changed (a projection onto another GPU): each unit keeps
+    its prefill share, each split step's prefill fraction is taken again over the new
+    durations, and its parts are the new busy time (``busy_ns`` per step) in that proportion,
+    so that they still sum to the step's busy time."""
+    fraction = split.step_prefill_fraction.copy()
+    by_step: dict[int, dict] = {}
+    dur = dur_ns.astype(np.float64)
+    for i, entry in split.by_step.items():
+        rows = step_of == i
+        total = dur[rows].sum()
+        p = float((dur[rows] * split.prefill_share[rows]).sum() / total) if total > 0 else float(fraction[i])
+        fraction[i] = p
+        busy_ms = float(busy_ns[i]) / 1e6
+        by_step[i] = {**entry, PREFILL: {**entry[PREFILL], "gpu_ms": busy_ms * p},
+                      DECODE: {**entry[DECODE], "gpu_ms": busy_ms * (1 - p)}}
+    return Split(split.prefill_share, fraction, by_step)
+
+
 def split_mixed(steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray,
                 model_share: np.ndarray | None = None) -> Split:
     """``model_share``: per unit, the prefill share the model gives (NaN where it gives none),
