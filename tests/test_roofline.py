@@ -221,3 +221,118 @@ def test_per_step_attribution_adds_up_to_the_phase():
     # Decode steps are memory-bound work on this CPU: weights and KV cache read per token.
     assert all(s["memory_ms"] > s["compute_ms"] for s in steps if s["phase"] == "decode")
     assert steps[0]["cpu_start_ms"] == 0
+
+
+# --- hand-built kernels: every figure worked out here by arithmetic ------------------------
+#
+# Each kernel is one aten::mm with recorded shapes launching one GEMM kernel of a stated
+# duration. FLOPs = 2*M*N*K and bytes = element size x (M*K + K*N + M*N) (each operand read
+# once, the output written once), so intensity, bound and roof fraction follow from the
+# datasheet peaks written below, not from tracekit's cost functions or spec lookups.
+
+A100_BF16 = 312e12  # A100 SXM4 datasheet: BF16 tensor core, dense
+A100_TF32 = 156e12  # TF32 tensor core, dense
+A100_FP32 = 19.5e12  # FP32 (no tensor cores)
+A100_BW = 2039e9  # A100 80GB SXM: HBM2e 2,039 GB/s
+H100_BF16, H100_FP8, H100_BW = 989.4e12, 1978.9e12, 3350e9  # H100 SXM datasheet, dense
+B200_BF16, B200_FP4 = 2250e12, 9000e12  # B200 datasheet (HGX B200 / 8), dense
+
+
+def _hand_gemms(tmp_path, device, gemms, name="hand.json"):
+    """A trace of ``gemms``: (M, N, K, torch dtype, kernel name, duration us), one after another;
+    returns the attributed table (rows in the order given)."""
+    from kineto import Doc
+    from tracekit import read_trace
+
+    doc = Doc(device=device)
+    t = 0.0
+    for m, n, k, dtype, kname, dur in gemms:
+        ext = doc.op("aten::mm", t, 10.0, dims=[[m, k], [k, n]], types=[dtype, dtype])
+        doc.kernel(kname, t + 1, t + 20, dur, ext=ext)
+        t += 20 + dur + 10
+    trace = read_trace(doc.write(tmp_path / name))
+    seg = segment(trace)
+    order = np.argsort(seg.work["start_ns"].to_numpy(), kind="stable")
+    table = attribute(trace, seg, lookup(trace.device_props())).table
+    return table.iloc[order].reset_index(drop=True)
+
+
+def _gemm_figures(m, n, k, size):
+    flops = 2.0 * m * n * k
+    nbytes = float(size) * (m * k + k * n + m * n)
+    return flops, nbytes
+
+
+def test_roofline_bound_and_fraction_of_hand_built_gemms(tmp_path):
+    """Bound and roof fraction of bf16 GEMMs on an A100 against hand arithmetic. The ridge is
+    312e12 / 2039e9 = 153.0 FLOP/byte; M=128 (intensity 120.5) is memory-bound, between half the
+    ridge and the ridge, and M=192 (175.5) compute-bound, between the ridge and twice it: fails if
+    the compute/memory threshold moves (halved or doubled), if the bound compares the wrong times,
+    or if the roof fraction uses the wrong peak or duration."""
+    bf = "c10::BFloat16"
+    cases = [  # M, N, K, duration us, expected bound
+        (4096, 4096, 4096, 1000.0, "compute"),
+        (192, 4096, 4096, 50.0, "compute"),
+        (128, 4096, 4096, 40.0, "memory"),
+        (16, 4096, 4096, 50.0, "memory"),
+    ]
+    t = _hand_gemms(tmp_path, "NVIDIA A100-SXM4-80GB",
+                    [(m, n, k, bf, "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", d)
+                     for m, n, k, d, _ in cases])
+    ridge = A100_BF16 / A100_BW
+    assert ridge == pytest.approx(153.016, rel=1e-4)
+    for i, (m, n, k, dur_us, bound) in enumerate(cases):
+        flops, nbytes = _gemm_figures(m, n, k, 2)
+        intensity = flops / nbytes
+        # The cases sit where a moved threshold would flip them.
+        assert (intensity >= ridge) == (bound == "compute")
+        row = t.iloc[i]
+        assert row["flops"] == pytest.approx(flops) and row["bytes"] == pytest.approx(nbytes)
+        assert row["intensity"] == pytest.approx(intensity)
+        assert row["ridge"] == pytest.approx(ridge)
+        assert row["bound"] == bound, (m, intensity, ridge)
+        roof_s = max(flops / A100_BF16, nbytes / A100_BW)
+        assert row["roof_fraction"] == pytest.approx(roof_s / (dur_us * 1e-6), rel=1e-6), (m, row["roof_fraction"])
+    # Worked figures for two of them: 2*4096^3 / 312e12 = 440.5 us of 1000 us; M=16: 2*(16*4096*2 + 4096^2)
+    # bytes = 33,816,576 B / 2039 GB/s = 16.585 us of 50 us.
+    assert t.iloc[0]["roof_fraction"] == pytest.approx(0.4405, abs=1e-4)
+    assert t.iloc[3]["roof_fraction"] == pytest.approx(0.3317, abs=1e-4)
+    assert list(t["limiter"]) == ["compute", "compute", "memory", "memory"]  # all above LATENCY_ROOF (0.3)
+
+
+@pytest.mark.parametrize(
+    "device, torch_dtype, size, kernel, priced_as, peak, bw",
+    [
+        # FP32 GEMMs on TF32 tensor cores say so in the kernel name: TF32 rate, not FP32.
+        ("NVIDIA A100-SXM4-80GB", "float", 4,
+         "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8_kernel",
+         "tf32", A100_TF32, A100_BW),
+        ("NVIDIA A100-SXM4-80GB", "float", 4, "ampere_sgemm_128x64_nn", "fp32", A100_FP32, A100_BW),
+        # An FP8 GEMM (e4m3 operands) under an op whose recorded inputs are bf16: the FP8 rate.
+        ("NVIDIA H100 80GB HBM3", "c10::BFloat16", 2,
+         "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+         "fp8", H100_FP8, H100_BW),
+        ("NVIDIA H100 80GB HBM3", "c10::BFloat16", 2,
+         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+         "bf16", H100_BF16, H100_BW),
+        # An NVFP4 GEMM (e2m1 operands) on a B200: the FP4 rate.
+        ("NVIDIA B200", "c10::BFloat16", 2,
+         "void cutlass::device_kernel<cutlass3x_sm100_bstensorop_s128x128x256gemm_e2m1_e2m1_f32_bf16_bf16_128x128x256_1x1x1_0_tnt_align32_o_vs16_2sm>",
+         "fp4", B200_FP4, 8000e9),
+    ],
+)
+def test_dtype_refinement_prices_each_precision_at_its_own_peak(tmp_path, device, torch_dtype, size, kernel,
+                                                                priced_as, peak, bw):
+    """A compute-bound GEMM (M=N=K=8192) whose kernel name states its precision is priced at that
+    precision's datasheet peak: the roof fraction is 2*8192^3 / peak / duration. Fails if TF32 work
+    is priced as FP32 (8x too high a fraction), if FP8 or FP4 kernels under a bf16 op are priced at
+    the bf16 rate, or if a plain FP32 sgemm is promoted to TF32."""
+    m = n = k = 8192
+    dur_us = 20000.0
+    t = _hand_gemms(tmp_path, device, [(m, n, k, torch_dtype, kernel, dur_us)])
+    row = t.iloc[0]
+    flops, nbytes = _gemm_figures(m, n, k, size)
+    assert row["dtype"] == priced_as
+    assert row["peak_flops"] == pytest.approx(peak)
+    assert row["bound"] == "compute" and flops / nbytes > peak / bw
+    assert row["roof_fraction"] == pytest.approx(flops / peak / (dur_us * 1e-6), rel=1e-6)
