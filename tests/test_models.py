@@ -353,8 +353,9 @@ def test_mixed_steps_split_by_the_model():
     attention, linear_attention = comp == "attention", comp == "linear_attention"
     tokenwise = ~attention & ~linear_attention
     assert attention.sum() == 16 and tokenwise.sum() > 1000
-    assert np.allclose(share[tokenwise], by_tokens, rtol=0, atol=1e-12)
-    assert np.allclose(share[attention], by_attention, rtol=0, atol=1e-6)
+    off = share[tokenwise][np.abs(share[tokenwise] - by_tokens) > 1e-12]
+    assert not len(off), f"token-proportional work given prefill shares {sorted({float(round(x, 6)) for x in off})}, not 512/516"
+    assert np.abs(share[attention] - by_attention).max() < 1e-6, (share[attention], by_attention)
     # Gated-DeltaNet work: mostly per token (a little more per token when chunked), with one
     # recurrent state per request (1 prefill, 4 decode): prefill's share is near the tokens'.
     assert ((share[linear_attention] > 0.95) & (share[linear_attention] < 1)).all()
