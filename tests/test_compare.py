@@ -1,8 +1,9 @@
 """``tracekit compare``: verdicts against noise, context, kernel matching across GPUs, each run
 against its own roofline, CI gates, the renderers and the CLI.
 
-Two traces are collected here (the tiny preset on the CPU, batch 1 and batch 8); the real
-H100 and MI300X traces come from ``../shared/traces``. The browser check of a compare page
+Two traces are collected here (the tiny preset on the CPU, batch 1 and batch 8; the batch-8
+trace's time axis is then stretched so that its steps are longer by construction, not by the
+machine's load); the real H100 and MI300X traces come from ``../shared/traces``. The browser check of a compare page
 is in ``test_compare_browser.py``.
 """
 

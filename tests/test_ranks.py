@@ -3,7 +3,8 @@
 Multi-rank inputs are genuine: copies of a real two-rank NCCL training trace written as the
 ranks of one run (one with its collectives lengthened by a known amount, so a known rank is the
 straggler and the wait is known by hand), the real B200 TP8 rank 0 alone, and CPU traces of a
-real gloo all-reduce run recorded here with torch.distributed.
+real gloo all-reduce run recorded here with torch.distributed; and two hand-built GPU ranks
+(tests/kineto.py) whose per-step skew is placed by the test, so every wait is known exactly.
 """
 
 from __future__ import annotations
