@@ -149,6 +149,59 @@ def test_world_size_from_the_runs_other_files():
     assert frameworks.rank_from_path("h100_hf-qwen1.5-0.5b_forward_bs16.json.gz") is None
 
 
+# Every per-rank file-name form the engines write, as a function of the rank: vLLM's worker
+# (``<instance>-rank-<r>.<time>``), older builds and forks (``rank<r>.<time>``, ``rank_<r>``,
+# ``_rank<r>``), SGLang's ``<id>-TP-<r>[-DP-..][-PP-..][-EP-..][-STAGE]``. Each rank's file has its
+# own time stamp, as each worker writes its own.
+RANK_NAME_FORMS = [
+    ("vllm rank<N>", lambda r: f"rank{r}.17761164911096550{80 + r}.pt.trace.json.gz"),
+    ("vllm -rank-N", lambda r: f"1765516657148888380-rank-{r}.17655167004994981{10 + r}.pt.trace.json.gz"),
+    ("vllm rank-N", lambda r: f"rank-{r}.1765516700.pt.trace.json"),
+    ("vllm _rank_N", lambda r: f"llama70b_rank_{r}.pt.trace.json.gz"),
+    ("vllm .rankN", lambda r: f"worker.rank{r}.17655167{r}.pt.trace.json.gz"),
+    ("sglang TP", lambda r: f"1782799835.6885648-TP-{r}.trace.json.gz"),
+    ("sglang TP stage", lambda r: f"1782799835.6885648-TP-{r}-DECODE.trace.json.gz"),
+    ("sglang TP DP EP", lambda r: f"1782799835.6885648-TP-{r}-DP-0-EP-{r}.trace.json.gz"),
+    ("sglang TP PP stage .pt", lambda r: f"run-1782799835.6-TP-{r}-PP-1-EXTEND.pt.trace.json.gz"),
+]
+
+
+@pytest.mark.parametrize("form, name", RANK_NAME_FORMS, ids=[f for f, _ in RANK_NAME_FORMS])
+def test_every_per_rank_name_form_gives_rank_and_world_size(form, name):
+    """Four files of one run named in each engine form: each gives its own rank and, from its
+    siblings, world size 4; a file of another run beside them does not count. Fails if any form
+    loses its rank or its world size (the run key of a form taking in the rank or time stamp)."""
+    files = [f"/run/{name(r)}" for r in range(4)]
+    for r, path in enumerate(files):
+        info = frameworks.rank_from_path(path, files)
+        assert info is not None, path
+        assert (info["rank"], info.get("world_size")) == (r, 4), (form, path, info)
+        assert info["source"]
+        alone = frameworks.rank_from_path(path)
+        assert alone["rank"] == r and "world_size" not in alone  # no siblings: world size unknown
+    # Two ranks of this run beside all four of another run (other instance or profile id): 2, not 6.
+    other = [f"/run/x{name(r)}" if not name(r)[0].isdigit() else f"/run/9{name(r)}" for r in range(4)]
+    info = frameworks.rank_from_path(files[1], files[:2] + other)
+    assert info.get("world_size") == 2, (form, info)
+
+
+def test_world_size_from_vllm_file_names_when_the_traces_do_not_state_it(tmp_path):
+    """Read a folder of two vLLM-named rank files whose documents carry no distributedInfo: the
+    trace's ranks and world size come from the names. Fails if the reader drops the world size
+    the names give."""
+    from kineto import Doc
+    from tracekit import read_trace
+
+    for r in range(2):
+        doc = Doc(device="NVIDIA A100-SXM4-80GB")
+        doc.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", 0.0, 5.0, 10.0 + r)
+        doc.write(tmp_path / f"1765516657148888380-rank-{r}.17655167{r}.pt.trace.json.gz")
+    one = read_trace(tmp_path / "1765516657148888380-rank-1.176551671.pt.trace.json.gz")
+    assert (one.distributed["rank"], one.distributed["world_size"]) == (1, 2)
+    both = read_trace(tmp_path)
+    assert sorted(set(both.kernels["rank"].tolist())) == [0, 1]
+
+
 def test_engine_modules_own_their_grammar():
     # Segmentation never matches engine strings itself: the modules answer.
     assert vllm.is_candidate("execute_context_1(1)_generation_0(0)") and not vllm.is_candidate("step[DECODE]")

@@ -5,10 +5,12 @@ end), ``gpu_busy_ms`` (union of kernel/memcpy/memset intervals over all streams)
 (span - busy) and ``kernel_ms`` (sum of kernel durations) must agree within 1% with HTA's
 temporal breakdown (its "kernel_time" is the span, its idle time is span minus the union of all
 GPU events) and, for kernel time, HTA's GPU kernel breakdown (computation + communication
-kernels). tracekit's figures are the report's ``ranks[]`` entries (``tracekit.analysis.ranks``)
-where the report has them (a folder of ranks, or one rank of a larger world); a single-process
-trace has no ``ranks[]``, and there the same definitions are computed below from the ``Trace``
-tables (``local_figures``).
+kernels). tracekit's figures are always its own: the report's ``ranks[]`` entries
+(``tracekit.analysis.ranks``) where the report has them (a folder of ranks, or one rank of a
+larger world); a single-process trace has no ``ranks[]``, and there ``ranks.rank_view`` measures
+it as rank 0 of a stated two-rank world (a rank's figures do not depend on the world size, only the
+cross-rank summary does). ``local_figures`` below, the same definitions computed straight from the
+``Trace`` tables, is a second check of those figures, not a stand-in for them.
 
 Every trace in ../shared/traces was run through HTA 0.6.1 (traceinsight) this way, through
 tracekit's adapter (timestamps unrounded, Triton's CPU launcher ops off the GPU streams):
@@ -120,14 +122,21 @@ def local_figures(trace) -> dict[int, dict[str, float]]:
 
 
 def tracekit_figures(trace) -> tuple[dict[int, dict[str, float]], str]:
-    """(per-rank figures, where they came from): the report's ranks[] entries, else local_figures."""
+    """(per-rank figures, where they came from), always from ``ranks.rank_view``: the report's
+    ranks[] entries, or for a single-process trace the same measurement of it as rank 0 of a
+    stated two-rank world (world size changes only the summary, never a rank's figures)."""
+    import dataclasses
+
     from tracekit.analysis.ranks import rank_view
     from tracekit.analysis.segment import segment
 
     view = rank_view(trace, segment(trace))  # what analyze() puts in the report's ranks[]
     if view:
         return {e["rank"]: e for e in view["ranks"]}, "report ranks[]"
-    return local_figures(trace), "local definitions"
+    alone = dataclasses.replace(trace, distributed={**(trace.distributed or {}), "rank": 0, "world_size": 2})
+    view = rank_view(alone, segment(alone))
+    assert view is not None, "a stated world of 2 gives a ranks view"
+    return {e["rank"]: e for e in view["ranks"]}, "ranks.rank_view of the single process as rank 0"
 
 
 def hta_figures(hta: dict) -> dict[int, dict[str, float]]:
@@ -145,6 +154,9 @@ def hta_figures(hta: dict) -> dict[int, dict[str, float]]:
 @needs_hta
 @pytest.mark.parametrize("key", ORACLE)
 def test_tracekit_rank_figures_agree_with_hta(key):
+    """tracekit's own span, busy, idle and kernel time (ranks.py, the figures the report shows)
+    against HTA's on every oracle trace. Fails if ranks.py's union, span or kernel sum is wrong on
+    any of them, single-process traces included."""
     ours, source = tracekit_figures(read_real(key))
     theirs = hta_figures(hta_of(key))
     assert sorted(ours) == sorted(theirs)
@@ -153,6 +165,18 @@ def test_tracekit_rank_figures_agree_with_hta(key):
         assert t["gpu_busy_ms"] > 0
         for fig in ("span_ms", "gpu_busy_ms", "idle_ms", "kernel_ms"):
             assert agree(o[fig], t[fig]), f"{key} rank {rank} {fig}: tracekit ({source}) {o[fig]} vs HTA {t[fig]}"
+
+
+@pytest.mark.parametrize("key", ORACLE)
+def test_local_definitions_agree_with_tracekits_rank_figures(key):
+    """The plain-numpy figures from the Trace tables against ranks.py's (no HTA needed): two
+    implementations of one definition. Fails if ranks.py's measurement drifts from the definition."""
+    ours, _ = tracekit_figures(read_real(key))
+    local = local_figures(read_real(key))
+    assert sorted(ours) == sorted(local)
+    for rank, l in local.items():
+        for fig in ("span_ms", "gpu_busy_ms", "idle_ms", "kernel_ms"):
+            assert agree(ours[rank][fig], l[fig]), (key, rank, fig, ours[rank][fig], l[fig])
 
 
 @needs_hta
@@ -169,7 +193,7 @@ def test_hta_defaults_would_disagree_which_is_why_the_adapter_unrounds():
 
     from tracekit.analysis import hta as adapter
 
-    ours = local_figures(read_real("b300_moe"))[0]["gpu_busy_ms"]
+    ours = tracekit_figures(read_real("b300_moe"))[0][0]["gpu_busy_ms"]
     assert agree(ours, hta_of("b300_moe")["temporal_breakdown"]["ranks"][0]["busy_ms"])
     TraceAnalysis = adapter.require()
     opts = HTAEnvOptions.instance()

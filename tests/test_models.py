@@ -172,36 +172,68 @@ def test_sliding_windows_cap_pairs_and_keys():
     assert mc.attention_geometry(_side(16, 16), None) is None  # keys not stated
 
 
-def test_analytic_flops_match_flop_counter_on_a_llama():
-    """The model's matrix FLOPs against torch's FlopCounterMode on the same Llama, for a
-    prefill (causal attention, SDPA's count adjusted to causal) and a decode step."""
+# A small Llama with long sequences, where attention is most of the work: 2 layers, hidden 128,
+# 4 query heads and 2 KV heads of 32 dims, MLP 256, vocabulary 1000.
+_LLAMA = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, vocab_size=1000)
+_LONG = 2048
+
+
+def _flop_counter_runs():
+    """(label, FlopCounterMode's FLOPs, SDPA full-attention FLOPs it counted, model Side) for a
+    2048-token prefill (logits of the last token only) and a decode step over a 2048-token KV cache."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from torch.utils import flop_counter
-
-    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
-                                   attn_implementation="sdpa")
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    spec = from_config(cfg.to_dict(), "llama", "test")
-    sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
-            lambda q, k, v, *a, out_shape=None, **kw: flop_counter.sdpa_flop_count(q, k, v)}
-    batch, prompt = 2, 32
-    ids = torch.randint(0, 1000, (batch, prompt))
+    import copy
     import inspect
 
+    from torch.utils import flop_counter
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(**_LLAMA, attn_implementation="sdpa")
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    # On the CPU, SDPA runs _scaled_dot_product_flash_attention_for_cpu, which FlopCounterMode
+    # has no formula for; give it the counter's own SDPA formula (full, non-causal attention).
+    sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
+            lambda q, k, v, *a, out_shape=None, **kw: flop_counter.sdpa_flop_count(q, k, v)}
     params = inspect.signature(model.forward).parameters
     logits_kw = "logits_to_keep" if "logits_to_keep" in params else "num_logits_to_keep"
-    with torch.no_grad(), flop_counter.FlopCounterMode(display=False, custom_mapping=sdpa) as counter:
-        model(ids, use_cache=False, **{logits_kw: 1})
-    counted = counter.get_total_flops()
-    # FlopCounterMode counts SDPA as full attention; the model counts the causal pairs.
-    full = 2 * batch * 4 * prompt * prompt * (64 + 64) * 2
-    causal = 2 * batch * 4 * (prompt * (prompt + 1) / 2) * (64 + 64) * 2
-    side = mc.Side(batch, batch * prompt, batch * prompt, batch * prompt * (prompt + 1) / 2, batch)
-    ours = sum(w.flops for c, w in mc.step_costs(spec, side, act_bytes=4.0).items()
-               if c in ("linear", "lm_head", "attention"))
-    assert ours == pytest.approx(counted - full + causal, rel=0.01)
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+    ids = torch.randint(0, 1000, (1, _LONG))
+    step = torch.randint(0, 1000, (1, 1))
+    layers, hq, d = 2, 4, 32
+    with torch.no_grad():
+        with flop_counter.FlopCounterMode(display=False, custom_mapping=sdpa) as counter:
+            model(ids, use_cache=False, **{logits_kw: 1})
+        full = layers * 2 * hq * _LONG * _LONG * (d + d)  # SDPA counted as every query x every key
+        yield "prefill 2048", counter.get_total_flops(), full, mc.Side(1, _LONG, _LONG, _LONG * (_LONG + 1) / 2, 1)
+        cache = transformers.DynamicCache(config=cfg) if "config" in inspect.signature(
+            transformers.DynamicCache).parameters else transformers.DynamicCache()
+        model(ids, use_cache=True, **{cache_kw: cache})
+        with flop_counter.FlopCounterMode(display=False, custom_mapping=sdpa) as counter:
+            model(step, use_cache=True, **{cache_kw: copy.deepcopy(cache)})
+        keys = _LONG + 1  # the new token attends to the 2048 cached keys and itself
+        yield "decode, 2048 KV", counter.get_total_flops(), layers * 2 * hq * keys * (d + d), mc.Side(1, 1, keys, keys, 1)
+
+
+def test_analytic_flops_match_flop_counter_on_long_sequences():
+    """The model's matrix FLOPs against torch's FlopCounterMode on the same Llama, for a 2048-token
+    prefill (SDPA's full count adjusted to causal pairs) and a decode step over a 2048-token KV
+    cache. Attention is over half of the FLOPs in both (2*Hq*pairs*(Dqk+Dv) per layer), so at a 1%
+    tolerance this fails if the attention formula drops the value head dimension, miscounts pairs or
+    keys, or any projection's FLOPs are off."""
+    spec = from_config(_LLAMA | {"model_type": "llama", "torch_dtype": "float32"}, "llama", "test")
+    layers, hq, d = 2, 4, 32
+    for label, counted, full, side in _flop_counter_runs():
+        causal = layers * 2 * hq * side.pairs * (d + d)
+        expected = counted - full + causal
+        costs = mc.step_costs(spec, side, act_bytes=4.0)
+        ours = sum(costs[c].flops for c in ("linear", "lm_head", "attention"))
+        assert ours == pytest.approx(expected, rel=0.01), (label, ours, expected)
+        assert costs["attention"].flops == pytest.approx(causal, rel=1e-9), label
+        # Attention carries most of the work here (by FlopCounterMode's count), so a wrong
+        # attention count cannot hide in the tolerance.
+        assert causal / expected > 0.5, label
 
 
 # --- pricing real serving traces by the model --------------------------------------------
@@ -293,12 +325,47 @@ def test_a_collected_run_is_priced_by_its_recorded_model_and_agrees_with_its_sha
 
 
 def test_mixed_steps_split_by_the_model():
+    """A mixed step's model split against hand numbers from its annotation's own counts
+    (context_1: one request of sq=512 new tokens, sk=2048 keys, sqsq=262144, sqsk=1048576;
+    generation_4: 4 tokens over sk=4004 keys). Token-proportional work goes 512/516 to prefill;
+    full attention by each side's FLOPs + bytes (Qwen3.5-27B: 24 query and 4 KV heads of 256 dims,
+    FP8 KV cache). Fails if the prefill and decode shares are swapped (the prefill part would be
+    ~1% of the step instead of ~99%), if attention is split by tokens, or if the parts do not add
+    up to the step's busy time."""
     from test_serving import MIXED, _with_annotation
 
     a = analyze(_with_annotation(read_real("gb10_vllm"), 3, MIXED), model="qwen3.5-27b", weights="nvfp4")
-    split = a.to_dict()["steps"][3]["split"]
+    step = a.to_dict()["steps"][3]
+    split = step["split"]
     assert "model" in split["basis"]
-    assert split["prefill"]["gpu_ms"] + split["decode"]["gpu_ms"] == pytest.approx(a.to_dict()["steps"][3]["gpu_busy_ms"])
+    assert (split["prefill"]["tokens"], split["decode"]["tokens"]) == (512, 4)
+    by_tokens = 512 / 516
+    # Causal pairs of the chunk: sqsk - (sqsq - sq) / 2 = 1048576 - (262144 - 512) / 2 = 917,760
+    # (512 queries over 1,536 cached keys, and causal within the chunk); decode: one per key, 4,004.
+    hq, hkv, d = 24, 4, 256 + 256  # Dqk + Dv
+    pre_pairs, dec_pairs = 1048576 - (262144 - 512) / 2, 4004
+    pre = 2 * hq * pre_pairs * d + (2048 * hkv * d * 1 + 512 * hq * d * 2)  # FLOPs + KV (1 B) and q/out bytes (2 B)
+    dec = 2 * hq * dec_pairs * d + (4004 * hkv * d * 1 + 4 * hq * d * 2)
+    by_attention = pre / (pre + dec)
+    assert by_attention == pytest.approx(0.995295, abs=1e-6)
+    w = a.work[a.work["step"] == 3]
+    comp, share, dur = w["component"].to_numpy(dtype=object), w["prefill_share"].to_numpy(), w["dur_ns"].to_numpy()
+    attention, linear_attention = comp == "attention", comp == "linear_attention"
+    tokenwise = ~attention & ~linear_attention
+    assert attention.sum() == 16 and tokenwise.sum() > 1000
+    off = share[tokenwise][np.abs(share[tokenwise] - by_tokens) > 1e-12]
+    assert not len(off), f"token-proportional work given prefill shares {sorted({float(round(x, 6)) for x in off})}, not 512/516"
+    assert np.abs(share[attention] - by_attention).max() < 1e-6, (share[attention], by_attention)
+    # Gated-DeltaNet work: mostly per token (a little more per token when chunked), with one
+    # recurrent state per request (1 prefill, 4 decode): prefill's share is near the tokens'.
+    assert ((share[linear_attention] > 0.95) & (share[linear_attention] < 1)).all()
+    # The step's busy time divides as its kernel time does (linear attention's 2% of the time bounded).
+    busy = step["gpu_busy_ms"]
+    known = (dur[tokenwise] * by_tokens).sum() + (dur[attention] * by_attention).sum()
+    lo = busy * (known + 0.95 * dur[linear_attention].sum()) / dur.sum()
+    hi = busy * (known + dur[linear_attention].sum()) / dur.sum()
+    assert lo <= split["prefill"]["gpu_ms"] <= hi
+    assert split["prefill"]["gpu_ms"] + split["decode"]["gpu_ms"] == pytest.approx(busy)
 
 
 def test_kernel_precision_and_a_wrong_model_are_said():

@@ -98,29 +98,52 @@ def test_gpu_override_prices_the_same_kernels():
 
 
 def test_cost_of_an_op_is_shared_among_its_kernels():
+    """An aten::linear that launched several kernels (a GEMM and a bias or split-K kernel): its
+    cost, worked out here from its recorded shapes ([b, s, k] x [n, k] (+ [n] bias), bf16: FLOPs
+    2*b*s*k*n, bytes 2 x (b*s*k + n*k + n + b*s*n)), is shared among them in proportion to their
+    durations. Fails if an op's cost is counted once per kernel, given to one kernel only, split
+    evenly rather than by time, or priced from the wrong operands."""
     trace, seg, t = _attributed("h100_hf")
+    names = trace.cpu_ops["name"].astype(str).to_numpy()
+    dur = seg.work["dur_ns"].to_numpy().astype(float)
     groups = t[t["pricing_op"] >= 0].groupby("pricing_op")
-    multi = [p for p, g in groups if len(g) > 1 and g["flops"].notna().all()]
-    assert multi, "expected ops that launch several kernels"
-    from tracekit.analysis import costs
-
-    ops = trace.cpu_ops
-    for p in multi[:20]:
-        cost = costs.op_cost_json(ops["name"].iat[p], ops["input_dims"].iat[p], ops["input_types"].iat[p], ops["concrete_inputs"].iat[p])
+    multi = [p for p, g in groups if len(g) > 1 and g["flops"].notna().all() and names[p] == "aten::linear"]
+    assert len(multi) > 100, "expected linears that launch several kernels"
+    for p in multi[:40]:
+        dims, types = trace.shapes(p)
+        (b, s, k), (n, k2) = dims[0], dims[1]
+        bias = len(dims) > 2 and dims[2] == [n]
+        assert k == k2 and set(types[:2]) == {"c10::BFloat16"}
+        flops = 2.0 * b * s * k * n
+        nbytes = 2.0 * (b * s * k + n * k + (n if bias else 0) + b * s * n)
         g = t[t["pricing_op"] == p]
-        assert g["flops"].sum() == pytest.approx(cost.flops)
-        assert g["bytes"].sum() == pytest.approx(cost.bytes)
+        assert g["flops"].sum() == pytest.approx(flops, rel=1e-6)
+        assert g["bytes"].sum() == pytest.approx(nbytes, rel=1e-6)
+        d = dur[g.index.to_numpy()]
+        assert (g["flops"].to_numpy() / flops) == pytest.approx(d / d.sum(), rel=1e-6)
 
 
 def test_per_kernel_figures_are_consistent():
+    """Per-kernel roofline columns on the MI300X prefill against the MI300X datasheet (bf16 matrix
+    1307.4 TFLOP/s, vector 163.4 TFLOP/s, 5.3 TB/s), not against the table's own peak columns:
+    intensity, achieved rate, bound (intensity vs the datasheet ridge) and roof fraction. Fails if
+    a unit is priced at the wrong peak, the ridge moves, or a fraction uses the wrong duration."""
     _, seg, t = _attributed("mi300x_extend")
-    k = t["flops"].notna() & t["peak_flops"].notna()
-    dur_s = seg.work.loc[k, "dur_ns"] / 1e9
-    assert np.allclose(t.loc[k, "intensity"], t.loc[k, "flops"] / t.loc[k, "bytes"])
-    assert np.allclose(t.loc[k, "achieved_flops"], t.loc[k, "flops"] / dur_s)
-    roof = np.maximum(t.loc[k, "flops"] / t.loc[k, "peak_flops"], t.loc[k, "bytes"] / t.loc[k, "peak_bw"])
-    assert np.allclose(t.loc[k, "roof_fraction"], roof / dur_s)
-    compute = (t.loc[k, "intensity"] >= t.loc[k, "ridge"]).to_numpy()
+    peaks = {("bf16", "matrix"): 1307.4e12, ("bf16", "vector"): 163.4e12, ("fp32", "vector"): 163.4e12}
+    bw = 5.3e12
+    k = (t["flops"].notna() & t["peak_flops"].notna() & (t["bound"].isin(["compute", "memory"]))).to_numpy()
+    pairs = list(zip(t.loc[k, "dtype"], t.loc[k, "unit"]))
+    assert set(pairs) <= set(peaks), set(pairs) - set(peaks)
+    assert ("bf16", "matrix") in set(pairs)
+    peak = np.array([peaks[x] for x in pairs])
+    flops, nbytes = t.loc[k, "flops"].to_numpy(), t.loc[k, "bytes"].to_numpy()
+    dur_s = seg.work.loc[k, "dur_ns"].to_numpy() / 1e9
+    assert np.allclose(t.loc[k, "peak_flops"], peak) and np.allclose(t.loc[k, "peak_bw"], bw)
+    assert np.allclose(t.loc[k, "intensity"], flops / nbytes)
+    assert np.allclose(t.loc[k, "achieved_flops"], flops / dur_s)
+    assert np.allclose(t.loc[k, "roof_fraction"], np.maximum(flops / peak, nbytes / bw) / dur_s)
+    compute = flops / nbytes >= peak / bw
+    assert compute.any() and (~compute).any()
     assert ((t.loc[k, "bound"] == "compute").to_numpy() == compute).all()
     # The achievable ceiling is lower than the datasheet peak, so the fraction of it is higher.
     assert (t.loc[k, "roof_fraction_achievable"] >= t.loc[k, "roof_fraction"] - 1e-12).all()
@@ -221,3 +244,118 @@ def test_per_step_attribution_adds_up_to_the_phase():
     # Decode steps are memory-bound work on this CPU: weights and KV cache read per token.
     assert all(s["memory_ms"] > s["compute_ms"] for s in steps if s["phase"] == "decode")
     assert steps[0]["cpu_start_ms"] == 0
+
+
+# --- hand-built kernels: every figure worked out here by arithmetic ------------------------
+#
+# Each kernel is one aten::mm with recorded shapes launching one GEMM kernel of a stated
+# duration. FLOPs = 2*M*N*K and bytes = element size x (M*K + K*N + M*N) (each operand read
+# once, the output written once), so intensity, bound and roof fraction follow from the
+# datasheet peaks written below, not from tracekit's cost functions or spec lookups.
+
+A100_BF16 = 312e12  # A100 SXM4 datasheet: BF16 tensor core, dense
+A100_TF32 = 156e12  # TF32 tensor core, dense
+A100_FP32 = 19.5e12  # FP32 (no tensor cores)
+A100_BW = 2039e9  # A100 80GB SXM: HBM2e 2,039 GB/s
+H100_BF16, H100_FP8, H100_BW = 989.4e12, 1978.9e12, 3350e9  # H100 SXM datasheet, dense
+B200_BF16, B200_FP4 = 2250e12, 9000e12  # B200 datasheet (HGX B200 / 8), dense
+
+
+def _hand_gemms(tmp_path, device, gemms, name="hand.json"):
+    """A trace of ``gemms``: (M, N, K, torch dtype, kernel name, duration us), one after another;
+    returns the attributed table (rows in the order given)."""
+    from kineto import Doc
+    from tracekit import read_trace
+
+    doc = Doc(device=device)
+    t = 0.0
+    for m, n, k, dtype, kname, dur in gemms:
+        ext = doc.op("aten::mm", t, 10.0, dims=[[m, k], [k, n]], types=[dtype, dtype])
+        doc.kernel(kname, t + 1, t + 20, dur, ext=ext)
+        t += 20 + dur + 10
+    trace = read_trace(doc.write(tmp_path / name))
+    seg = segment(trace)
+    order = np.argsort(seg.work["start_ns"].to_numpy(), kind="stable")
+    table = attribute(trace, seg, lookup(trace.device_props())).table
+    return table.iloc[order].reset_index(drop=True)
+
+
+def _gemm_figures(m, n, k, size):
+    flops = 2.0 * m * n * k
+    nbytes = float(size) * (m * k + k * n + m * n)
+    return flops, nbytes
+
+
+def test_roofline_bound_and_fraction_of_hand_built_gemms(tmp_path):
+    """Bound and roof fraction of bf16 GEMMs on an A100 against hand arithmetic. The ridge is
+    312e12 / 2039e9 = 153.0 FLOP/byte; M=128 (intensity 120.5) is memory-bound, between half the
+    ridge and the ridge, and M=192 (175.5) compute-bound, between the ridge and twice it: fails if
+    the compute/memory threshold moves (halved or doubled), if the bound compares the wrong times,
+    or if the roof fraction uses the wrong peak or duration."""
+    bf = "c10::BFloat16"
+    cases = [  # M, N, K, duration us, expected bound
+        (4096, 4096, 4096, 1000.0, "compute"),
+        (192, 4096, 4096, 50.0, "compute"),
+        (128, 4096, 4096, 40.0, "memory"),
+        (16, 4096, 4096, 50.0, "memory"),
+    ]
+    t = _hand_gemms(tmp_path, "NVIDIA A100-SXM4-80GB",
+                    [(m, n, k, bf, "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", d)
+                     for m, n, k, d, _ in cases])
+    ridge = A100_BF16 / A100_BW
+    assert ridge == pytest.approx(153.016, rel=1e-4)
+    for i, (m, n, k, dur_us, bound) in enumerate(cases):
+        flops, nbytes = _gemm_figures(m, n, k, 2)
+        intensity = flops / nbytes
+        # The cases sit where a moved threshold would flip them.
+        assert (intensity >= ridge) == (bound == "compute")
+        row = t.iloc[i]
+        assert row["flops"] == pytest.approx(flops) and row["bytes"] == pytest.approx(nbytes)
+        assert row["intensity"] == pytest.approx(intensity)
+        assert row["ridge"] == pytest.approx(ridge)
+        assert row["bound"] == bound, (m, intensity, ridge)
+        roof_s = max(flops / A100_BF16, nbytes / A100_BW)
+        assert row["roof_fraction"] == pytest.approx(roof_s / (dur_us * 1e-6), rel=1e-6), (m, row["roof_fraction"])
+    # Worked figures for two of them: 2*4096^3 / 312e12 = 440.5 us of 1000 us; M=16: 2*(16*4096*2 + 4096^2)
+    # bytes = 33,816,576 B / 2039 GB/s = 16.585 us of 50 us.
+    assert t.iloc[0]["roof_fraction"] == pytest.approx(0.4405, abs=1e-4)
+    assert t.iloc[3]["roof_fraction"] == pytest.approx(0.3317, abs=1e-4)
+    assert list(t["limiter"]) == ["compute", "compute", "memory", "memory"]  # all above LATENCY_ROOF (0.3)
+
+
+@pytest.mark.parametrize(
+    "device, torch_dtype, size, kernel, priced_as, peak, bw",
+    [
+        # FP32 GEMMs on TF32 tensor cores say so in the kernel name: TF32 rate, not FP32.
+        ("NVIDIA A100-SXM4-80GB", "float", 4,
+         "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8_kernel",
+         "tf32", A100_TF32, A100_BW),
+        ("NVIDIA A100-SXM4-80GB", "float", 4, "ampere_sgemm_128x64_nn", "fp32", A100_FP32, A100_BW),
+        # An FP8 GEMM (e4m3 operands) under an op whose recorded inputs are bf16: the FP8 rate.
+        ("NVIDIA H100 80GB HBM3", "c10::BFloat16", 2,
+         "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+         "fp8", H100_FP8, H100_BW),
+        ("NVIDIA H100 80GB HBM3", "c10::BFloat16", 2,
+         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+         "bf16", H100_BF16, H100_BW),
+        # An NVFP4 GEMM (e2m1 operands) on a B200: the FP4 rate.
+        ("NVIDIA B200", "c10::BFloat16", 2,
+         "void cutlass::device_kernel<cutlass3x_sm100_bstensorop_s128x128x256gemm_e2m1_e2m1_f32_bf16_bf16_128x128x256_1x1x1_0_tnt_align32_o_vs16_2sm>",
+         "fp4", B200_FP4, 8000e9),
+    ],
+)
+def test_dtype_refinement_prices_each_precision_at_its_own_peak(tmp_path, device, torch_dtype, size, kernel,
+                                                                priced_as, peak, bw):
+    """A compute-bound GEMM (M=N=K=8192) whose kernel name states its precision is priced at that
+    precision's datasheet peak: the roof fraction is 2*8192^3 / peak / duration. Fails if TF32 work
+    is priced as FP32 (8x too high a fraction), if FP8 or FP4 kernels under a bf16 op are priced at
+    the bf16 rate, or if a plain FP32 sgemm is promoted to TF32."""
+    m = n = k = 8192
+    dur_us = 20000.0
+    t = _hand_gemms(tmp_path, device, [(m, n, k, torch_dtype, kernel, dur_us)])
+    row = t.iloc[0]
+    flops, nbytes = _gemm_figures(m, n, k, size)
+    assert row["dtype"] == priced_as
+    assert row["peak_flops"] == pytest.approx(peak)
+    assert row["bound"] == "compute" and flops / nbytes > peak / bw
+    assert row["roof_fraction"] == pytest.approx(flops / peak / (dur_us * 1e-6), rel=1e-6)

@@ -278,3 +278,31 @@ def test_module_anchors_on_a_thread_without_ops_still_segment():
     py.loc[py["name"].astype(str).str.startswith("nn.Module: "), "tid"] = lonely
     s = seg.segment(dataclasses.replace(t, python=py))
     assert s.source == seg.SOURCE_INFERRED and len(s.steps) > 0
+
+
+def test_launches_on_a_steps_first_and_last_instant_belong_to_it(tmp_path):
+    """Three decode steps annotated [100, 200], [250, 350], [400, 500] us on one thread, each with
+    kernels launched at its first instant, inside, and at its last instant, and one launched in
+    the gap between two steps. By construction the step of each kernel is the range that holds its
+    launch, ends included; the gap's belongs to none. Fails on an off-by-one at the range edges
+    (a searchsorted side that drops or shifts launches at a step's start or end)."""
+    from kineto import Doc
+    from tracekit import read_trace
+
+    doc = Doc()
+    ranges = [(100.0, 200.0), (250.0, 350.0), (400.0, 500.0)]
+    expected = {}
+    for i, (a, b) in enumerate(ranges):
+        doc.annotation("execute_context_0(0)_generation_2(2)", a, b - a)
+        for t in (a, (a + b) / 2, b):
+            expected[t] = i
+    expected[225.0] = -1  # between steps 0 and 1
+    for t in sorted(expected):
+        doc.kernel("void vllm::rms_norm_kernel<c10::BFloat16>", t, t + 5.0, 3.0, launch_dur=0.0)
+    trace = read_trace(doc.write(tmp_path / "edges.json"))
+    s = seg.segment(trace)
+    assert len(s.steps) == 3 and set(s.steps["phase"]) == {"decode"}
+    issue_us = s.work["issue_ns"].to_numpy() / 1e3
+    got = dict(zip(np.round(issue_us - issue_us.min() + 100.0, 3).tolist(), s.work["step"].tolist()))
+    assert got == expected
+    assert s.steps["kernels"].tolist() == [3, 3, 3]

@@ -115,8 +115,9 @@ def _rank_trace(trace: Trace, rank: int) -> Trace:
             else np.ones(len(getattr(trace, n)), bool) for n in _TABLES}
     new_pos = {}
     for n in ("runtime", "cpu_ops"):
-        pos = np.full(len(getattr(trace, n)), -1, dtype=np.int64)
-        pos[keep[n]] = np.arange(int(keep[n].sum()))
+        # One slot more, read by the -1 links (no launch, no op): an empty table is then still indexable.
+        pos = np.full(len(getattr(trace, n)) + 1, -1, dtype=np.int64)
+        pos[:-1][keep[n]] = np.arange(int(keep[n].sum()))
         new_pos[n] = pos
     tables = {}
     for n in _TABLES:
@@ -124,7 +125,7 @@ def _rank_trace(trace: Trace, rank: int) -> Trace:
         for col, target in (("launch", "runtime"), ("op", "cpu_ops")):
             if col in df and len(df):
                 v = df[col].to_numpy()
-                df[col] = np.where(v >= 0, new_pos[target][np.maximum(v, 0)], -1).astype(np.int64)
+                df[col] = new_pos[target][np.where(v >= 0, v, -1)].astype(np.int64)
         tables[n] = df
     return dataclasses.replace(trace, **tables, distributed={**(trace.distributed or {}), "rank": rank})
 
