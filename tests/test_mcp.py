@@ -32,6 +32,12 @@ def _cli_json(*args: str) -> dict:
     return json.loads(result.stdout)
 
 
+def _pythonpath() -> str:
+    """The server's module path: this checkout first, then whatever the tests run with (the SDK
+    the client uses is the server's too)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def _close(a, b) -> bool:
     return a == pytest.approx(b, rel=REL, abs=1e-6)
 
@@ -142,7 +148,7 @@ def session_results(tmp_path_factory):
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "tracekit", "mcp", "--allow", str(SHARED_TRACES), "--allow", str(allowed)],
-        env={"PYTHONPATH": str(ROOT), "TRACEKIT_STRICT_BOOKS": "1"}, cwd=str(tmp))
+        env={"PYTHONPATH": _pythonpath(), "TRACEKIT_STRICT_BOOKS": "1"}, cwd=str(tmp))
     out: dict = {}
 
     async def run():
@@ -297,7 +303,7 @@ def test_session_ends_cleanly_when_stdin_closes(tmp_path):
     """Fails if the server hangs, exits non-zero or prints a traceback when its client closes stdin
     (after an initialize, and without one)."""
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'tracekit[mcp]')")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
     hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
     for stdin in (hello + "\n", ""):

@@ -71,7 +71,7 @@ def build(tools: Tools) -> Any:
         try:
             return json.dumps(call(), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         except TracekitError as e:
-            raise ToolError(e.message) from None
+            raise ToolError(_as_argument(e.message)) from None
         except Exception as e:  # a tracekit bug: one sentence to the agent, the traceback to the log
             logger.exception("tracekit tool failed")
             raise ToolError(f"tracekit failed on this input ({type(e).__name__}: {e}); this is a tracekit bug, "
@@ -159,6 +159,15 @@ def build(tools: Tools) -> Any:
         return answer(lambda: tools.project(path, to, model=model, gpu=gpu, tp=tp, limit=limit))
 
     return server
+
+
+def _as_argument(message: str) -> str:
+    """The library's sentences start with the CLI option at fault (``--gpu 'x' is not ...``);
+    an agent passed a tool argument of that name."""
+    for flag in ("--gpu", "--model", "--tp"):
+        if message.startswith(flag + " "):
+            return message[2:]
+    return message
 
 
 def serve(allow: list[str], cache_size: int) -> None:

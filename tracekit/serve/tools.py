@@ -58,6 +58,7 @@ class Tools:
 
     def summary(self, path: str, model: str | None = None, gpu: str | None = None, tp: int | None = None,
                 limit: int = 10) -> dict[str, Any]:
+        _limit(limit)
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         d = e.doc
         reasons = d["provenance"].get("reasons") or {}
@@ -93,6 +94,7 @@ class Tools:
 
     def steps(self, path: str, start: int = 0, stop: int | None = None, phase: str | None = None, limit: int = 50,
               model: str | None = None, gpu: str | None = None, tp: int | None = None) -> dict[str, Any]:
+        n = _limit(limit)
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         steps = e.doc["steps"]
         phases = sorted({s["phase"] for s in steps})
@@ -100,7 +102,6 @@ class Tools:
             raise TracekitError(f"phase {phase!r} has no steps in this trace (its steps are {_words(phases)})")
         chosen = [s for s in steps if s["index"] >= start and (stop is None or s["index"] < stop)
                   and (phase is None or s["phase"] == phase)]
-        n = _limit(limit)
         rows = [[_step_cell(s, c) for c in STEP_COLUMNS] for s in chosen[:n]]
         return _round({"total": len(steps), "matched": len(chosen), "returned": len(rows),
                        "range": [start, stop], "phase": phase, "columns": list(STEP_COLUMNS), "rows": rows,
@@ -109,6 +110,7 @@ class Tools:
     def kernels(self, path: str, phase: str | None = None, category: str | None = None, name: str | None = None,
                 limit: int = 10, full_names: bool = False, model: str | None = None, gpu: str | None = None,
                 tp: int | None = None) -> dict[str, Any]:
+        n = _limit(limit)
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         d = e.doc
         if phase is not None and phase not in d["phases"]:
@@ -122,7 +124,6 @@ class Tools:
         needle = (name or "").lower()
         chosen = [r for r in rows if (category is None or r["category"] == category)
                   and (not needle or needle in r["name"].lower() or needle in r["short_name"].lower())]
-        n = _limit(limit)
         columns = list(KERNEL_COLUMNS) + (["full_name"] if full_names else [])
         table = [[_kernel_cell(r, c) for c in columns] for r in chosen[:n]]
         out = {
@@ -144,11 +145,11 @@ class Tools:
 
     def idle(self, path: str, phase: str | None = None, limit: int = 10, model: str | None = None,
              gpu: str | None = None, tp: int | None = None) -> dict[str, Any]:
+        n = _limit(limit)
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         d = e.doc
         if phase is not None and phase not in d["phases"]:
             raise TracekitError(f"phase {phase!r} is not in this trace (its phases are {_words(d['phases'])})")
-        n = _limit(limit)
         out: dict[str, Any] = {"phases": {}}
         for p, v in d["phases"].items():
             if phase is not None and p != phase:
@@ -198,11 +199,11 @@ class Tools:
                 gpu_after: str | None = None, tp: int | None = None, limit: int = 5) -> dict[str, Any]:
         from tracekit.analysis.compare import compare
 
+        n = _limit(limit)
         b = self.cache.get(before, model=model, gpu=gpu_before, tp=tp, what="before")
         a = self.cache.get(after, model=model, gpu=gpu_after, tp=tp, what="after")
         # Kept on the after-run's entry: the pair is compared once while both stay unchanged.
         c = a.once(("compare", b.key), lambda: compare(b.analysis, a.analysis).to_dict())
-        n = _limit(limit)
         headline = [{k: h.get(k) for k in ("key", "unit", "before", "after", "delta", "relative", "verdict")}
                     for h in c["headline"] if h.get("before") is not None or h.get("after") is not None]
         phases = {}
@@ -226,6 +227,7 @@ class Tools:
         from tracekit.specs import load_spec_file
         from tracekit.specs.lookup import spec_by_name
 
+        n = _limit(limit)
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         if e.trace is None:
             raise TracekitError("project needs one trace or a folder of ranks, not the windows of a split: "
@@ -238,7 +240,6 @@ class Tools:
             target = spec_by_name(to)
             key = ("name", target.key)
         p = e.once(("project", key), lambda: project_parts(e.trace, e.parts, e.match, e.analysis, target).to_dict())
-        n = _limit(limit)
         keep = ("measured_gpu_busy_ms", "projected_gpu_busy_ms", "projected_gpu_busy_ms_range", "measured_step_ms",
                 "projected_step_ms", "measured_tokens_per_s", "projected_tokens_per_s", "projected_range",
                 "unknown_share")
@@ -281,6 +282,8 @@ def _kernel_cell(r: dict[str, Any], c: str) -> Any:
 def _step_cell(s: dict[str, Any], c: str) -> Any:
     if c == "idle_by_cause":
         return {k: v for k, v in (s.get(c) or {}).items() if v}
+    if c == "label" and isinstance(s.get(c), str) and len(s[c]) > NAME_WIDTH:
+        return s[c][: NAME_WIDTH - 1] + "…"  # a label is the trace's text: any length
     return s.get(c)
 
 
