@@ -46,8 +46,9 @@ def _close(a, b) -> bool:
 
 
 def test_confinement_refuses_paths_that_leave_the_allowed_folders(tmp_path):
-    """Fails if a path outside --allow, a `..` walk out of it, or a symlink (file or folder) from
-    inside to outside is accepted: the realpath check is what keeps an agent in its folders."""
+    """Fails if a path outside --allow, a `..` walk out of it, a symlink (file or folder) from
+    inside to outside, or a folder of ranks holding such a link is accepted: the realpath check is
+    what keeps an agent in its folders."""
     from tracekit.errors import TracekitError
     from tracekit.serve.cache import Confinement
 
@@ -58,6 +59,9 @@ def test_confinement_refuses_paths_that_leave_the_allowed_folders(tmp_path):
     (outside / "secret.json").write_text("{}")
     (allowed / "link.json").symlink_to(outside / "secret.json")
     (allowed / "dirlink").symlink_to(outside, target_is_directory=True)
+    (allowed / "ranks").mkdir()  # a folder of ranks inside, one of whose files links out
+    (allowed / "ranks" / "rank0.json").write_text("{}")
+    (allowed / "ranks" / "rank1.json").symlink_to(outside / "secret.json")
     (tmp_path / "allowed-sibling").mkdir()  # a prefix of the allowed name is not inside it
     (tmp_path / "allowed-sibling" / "x.json").write_text("{}")
     c = Confinement([str(allowed)], base=str(tmp_path))
@@ -67,6 +71,8 @@ def test_confinement_refuses_paths_that_leave_the_allowed_folders(tmp_path):
                 "allowed/dirlink/secret.json", "allowed-sibling/x.json", "/etc/passwd"):
         with pytest.raises(TracekitError, match="outside the folders this server may read"):
             c.resolve(bad)
+    with pytest.raises(TracekitError, match="rank1.json, a link to outside"):
+        c.resolve("allowed/ranks")
     with pytest.raises(TracekitError, match="no such file"):
         c.resolve("allowed/absent.json")
 
@@ -101,7 +107,7 @@ def test_cache_reads_once_and_again_when_the_file_changes(tmp_path):
     # Other options are another analysis, and the LRU keeps only `size` of them.
     cache.get(str(copy), gpu="mi300x")
     cache.get(str(copy), gpu="h100-sxm")
-    assert cache.misses == 4 and len(cache._entries) == 2
+    assert cache.misses == 4 and len(cache) == 2
 
 
 # --- the server over stdio, through the SDK's client ---------------------------------------
@@ -138,7 +144,7 @@ def session_results(tmp_path_factory):
         "kernels_name": ("kernels", {"path": rtx, "model": "gpt-oss-20b", "name": "MARLIN", "limit": 50}),
         "kernels_bad_phase": ("kernels", {"path": rtx, "model": "gpt-oss-20b", "phase": "training"}),
         "idle": ("idle", {"path": rtx, "model": "gpt-oss-20b", "phase": "prefill", "limit": 3}),
-        "explain_0": ("explain", {"path": rtx, "model": "gpt-oss-20b", "finding": "0"}),
+        "explain_0": ("explain", {"path": rtx, "model": "gpt-oss-20b", "finding": 0}),
         "explain_host": ("explain", {"path": rtx, "model": "gpt-oss-20b", "finding": "host-bound"}),
         "explain_bad": ("explain", {"path": rtx, "model": "gpt-oss-20b", "finding": "99"}),
         "compare": ("compare", {"before": b300, "after": mi300x}),

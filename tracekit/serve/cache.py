@@ -36,12 +36,23 @@ class Confinement:
         if "\0" in path:
             raise TracekitError(f"{what} {path!r} holds a NUL byte")
         real = os.path.realpath(os.path.join(self.base, os.path.expanduser(path)))
-        if not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots):
+        if not self._inside(real):
             raise TracekitError(f"{path} is outside the folders this server may read ({self._where()}); "
                                 "start it with --allow for another folder")
         if not os.path.exists(real):
             raise TracekitError(f"{path}: no such file or folder")
+        if os.path.isdir(real):
+            # A folder of ranks is read file by file: a member that links out is refused too.
+            from tracekit.trace.decode import list_trace_files
+
+            for f in list_trace_files(real):
+                if not self._inside(os.path.realpath(f)):
+                    raise TracekitError(f"{path} holds {os.path.basename(f)}, a link to outside the folders this "
+                                        f"server may read ({self._where()})")
         return real
+
+    def _inside(self, real: str) -> bool:
+        return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
 
     def _where(self) -> str:
         return ", ".join(self.roots)
@@ -118,16 +129,22 @@ class AnalysisCache:
                 hit = self._entries.get(key)
                 if hit is not None:
                     return hit
-            entry = _analyse(real, model_arg, gpu, tp)
+            try:
+                entry = _analyse(real, model_arg, gpu, tp)
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
             entry.key = key
             with self._lock:
                 self.misses += 1
                 self._entries[key] = entry
-                self._entries.move_to_end(key)
                 while len(self._entries) > self.size:
                     self._entries.popitem(last=False)
-                self._building.pop(key, None)
             return entry
+
+    def __len__(self) -> int:
+        """Analyses held now."""
+        return len(self._entries)
 
     def _model(self, model: str | None) -> tuple[Any, Any]:
         """(what ``analyze(model=...)`` gets, the cache key part). A model that names a file or

@@ -11,7 +11,7 @@ expected failure is an MCP tool error with one sentence, and the server keeps se
 import json
 import logging
 import sys
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Callable, Optional, Union
 
 from pydantic import Field
 
@@ -127,8 +127,8 @@ def build(tools: Tools) -> Any:
 
     @tool
     def explain(path: Path,
-                finding: Annotated[str, Field(description="a finding's index from summary (e.g. '0') or its "
-                                                          "id (e.g. 'launch-bound')")],
+                finding: Annotated[Union[int, str], Field(description="a finding's index from summary (e.g. 0) "
+                                                                      "or its id (e.g. 'launch-bound')")],
                 phase: Phase = None, model: Model = None, gpu: Gpu = None, tp: Tp = None) -> str:
         """One finding with its evidence: the rule that fired, what to try, the time at stake, and the
         figures it rests on (its phase's breakdown, the idle intervals or kernels it names)."""

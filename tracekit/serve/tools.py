@@ -174,7 +174,7 @@ class Tools:
                          "event; call/op/stack: the runtime call, its op and the innermost Python frames")
         return _round(out)
 
-    def explain(self, path: str, finding: str, phase: str | None = None, model: str | None = None,
+    def explain(self, path: str, finding: int | str, phase: str | None = None, model: str | None = None,
                 gpu: str | None = None, tp: int | None = None) -> dict[str, Any]:
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         d = e.doc
