@@ -12,12 +12,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import ROOT, SHARED_TRACES, real_trace_path
+from conftest import ROOT, SHARED_TRACES, real_trace_path
 
 TOOLS = {"summary", "steps", "kernels", "idle", "explain", "compare", "project"}
 REL = 1e-3  # the tools round to 5 significant digits (or 3 decimals of a ms)
