@@ -657,7 +657,17 @@ def short_name(name: str, width: int = 80) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
-def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
+def phase_work(work: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """The work table of one phase as the report's per-phase tables count it (split mixed steps by share)."""
+    return _phase_work(work, phase)
+
+
+def kernel_table(w: pd.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
+    """The ``top_kernels`` rows of work table ``w``, every kernel name by default (the report keeps 15)."""
+    return _top_kernels(w, top)
+
+
+def _top_kernels(w: pd.DataFrame, top: int | None = TOP_KERNELS) -> list[dict[str, Any]]:
     if not len(w):
         return []
     total = w["dur_ns"].sum()
@@ -681,7 +691,9 @@ def _top_kernels(w: pd.DataFrame) -> list[dict[str, Any]]:
             "roof_x_dur": roof_x_dur.groupby(w["name"], observed=True).sum(),
             "known_dur": known_dur.groupby(w["name"], observed=True).sum(),
         }
-    ).sort_values("total_ns", ascending=False).head(TOP_KERNELS)
+    ).sort_values("total_ns", ascending=False)
+    if top is not None:
+        table = table.head(top)
     rows = []
     for name, r in table.iterrows():
         secs = r["total_ns"] / 1e9

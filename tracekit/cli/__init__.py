@@ -29,7 +29,7 @@ atexit.register(gc.freeze)
 # is imported only when that command runs, so `tracekit gpus` or `--help` start fast and
 # `tracekit summary` pays for nothing the other commands need.
 COMMANDS = ("collect", "report", "compare", "summary", "batch", "split", "annotate", "project", "plan", "gpus",
-            "models")
+            "models", "mcp")
 
 
 # Commands that run the user's model: their threading is the workload's, left as it is.
