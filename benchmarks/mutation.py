@@ -258,7 +258,7 @@ class Runner:
         import cosmic_ray.plugins
         from cosmic_ray.mutating import use_mutation
 
-        tests = tests_for(m.module)
+        tests = [t for t in tests_for(m.module) if (self.copy / "tests" / t).exists()]  # as copied
         limit = max(60.0, self.factor * self.clean(tests))
         operator = cosmic_ray.plugins.get_operator(m.operator)()
         with use_mutation(self.copy / m.module, operator, m.occurrence) as (original, mutated):
