@@ -1,12 +1,12 @@
 """Compare pages in headless Chromium: every chart renders, nothing logs an error, nothing
-is fetched, hostile names stay inert. Skips without Chromium, like test_report_browser.py
+is fetched, hostile names stay inert. Skips without Chromium (fails under CI=true), like test_report_browser.py
 (whose driver it reuses); screenshots go to $TRACEKIT_SCREENSHOTS when set."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import SAMPLE_TRACES, read_real
-from test_report_browser import CHROMIUM, FORBIDDEN_PROBE, Chromium, _check_page, _shots, needs_browser
+from test_report_browser import FORBIDDEN_PROBE, Chromium, _check_page, _shots, chromium_path, needs_browser
 
 from tracekit.analysis import analyze
 from tracekit.analysis.compare import compare
@@ -32,7 +32,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def browser():
-    with Chromium(CHROMIUM) as b:
+    with Chromium(chromium_path()) as b:
         yield b
 
 

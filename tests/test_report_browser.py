@@ -2,7 +2,7 @@
 nothing logs an error, nothing is fetched, and hostile trace content stays inert.
 
 The tests skip, with the reason, where no Chromium is installed (``.ci/run`` installs
-Debian's ``chromium``). Screenshots are kept under pytest's temporary folder, or in
+Debian's ``chromium``), except under ``CI=true``, where they fail instead. Screenshots are kept under pytest's temporary folder, or in
 ``$TRACEKIT_SCREENSHOTS`` when that is set, for a person to look at.
 
 Below the tests' helpers is a tiny headless-Chromium driver (no extra packages).
@@ -354,15 +354,26 @@ import pytest  # noqa: E402
 from conftest import SAMPLE_TRACES, read_real  # noqa: E402
 
 CHROMIUM = find_chromium()
+# In CI (CI=true, as .ci/run sets) the browser tests are part of the suite: without Chromium they
+# fail instead of skipping, so that a green CI always means the pages were opened in a browser.
+BROWSER_REQUIRED = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 needs_browser = pytest.mark.skipif(
-    CHROMIUM is None,
+    CHROMIUM is None and not BROWSER_REQUIRED,
     reason="no Chromium on this machine: install Debian's chromium (.ci/run does) to run the browser tests",
 )
 
 
+def chromium_path() -> str:
+    """The Chromium to drive; fails the test (CI only reaches here without one) with the reason."""
+    if CHROMIUM is None:
+        pytest.fail("CI=true but no Chromium was found (looked for " + ", ".join(CHROMIUM_CANDIDATES)
+                    + "): the browser tests must run in CI", pytrace=False)
+    return CHROMIUM
+
+
 @pytest.fixture(scope="module")
 def browser():
-    with Chromium(CHROMIUM) as b:
+    with Chromium(chromium_path()) as b:
         yield b
 
 

@@ -1,0 +1,420 @@
+"""Mutation campaign over tracekit's analysis, models, frameworks and specs packages.
+
+    python benchmarks/mutation.py --sample 40 --seed 27 --json /tmp/mutation.json   # a seeded sample
+    python benchmarks/mutation.py --all                                           # every mutant (hours)
+    python benchmarks/mutation.py --ci                                            # CI's fixed set
+    python benchmarks/mutation.py --list                                          # count mutants only
+
+What it does: cosmic-ray's own generator enumerates every mutant of every module in the four
+packages (each of its operators at each place it applies: a replaced operator, number, boolean,
+comparison, an added ``not``, a removed decorator, a loop that never runs...). Mutants inside type
+annotations are left out and counted apart: this code has ``from __future__ import annotations``,
+so ``str | None`` -> ``str - None`` never runs and would only be noise. A mutant is applied to a
+private copy of the tree (the checkout is never written), and the tests that cover its module
+(``MODULE_TESTS`` below, else its package's ``PACKAGE_TESTS``) run against it with ``pytest -x``:
+a failing or erroring run kills it, a run past the time limit is a timeout, a passing run lets it
+survive. The unmutated tests run first, once per test set; if they fail or skip everything there
+is no campaign to run, and the script says so.
+
+What a sample estimates: ``--sample N`` runs N mutants per package drawn uniformly at random
+(``--seed``) from all of that package's mutants. Its kill rate estimates the kill rate of the full
+campaign (``--all``) over that package, with the 95% Wilson interval printed beside it for the
+sampling error. It says nothing about mutants outside cosmic-ray's operators, and a survivor in
+the sample stands for roughly total/sampled survivors like it in the package.
+
+Kill rate = (killed + timeouts) / (sampled - errors); an error is a mutant that could not be
+applied or a test run that pytest itself refused (usage error, nothing collected).
+
+``--ci`` runs the fixed list in benchmarks/mutation-ci.json (mutants of the hottest modules, each
+killed when the list was written, each named by its module, operator, function and source line
+so that edits elsewhere do not move it). CI fails when any of them survives, or when fewer than
+half of them can still be found (the code moved on: refresh the list with ``--write-ci``).
+
+Why cosmic-ray and not mutmut: mutmut 3 starts every run with the whole test suite, twice (its
+stats pass and a clean run), and picks the tests itself; here the whole suite is tens of minutes
+on two cores, and the map from module to tests is ours to keep. cosmic-ray's operators and its
+``use_mutation`` apply one named mutant at a time, against whatever command we choose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("tracekit/specs", "tracekit/frameworks", "tracekit/models", "tracekit/analysis")
+CI_FILE = ROOT / "benchmarks" / "mutation-ci.json"
+
+# Which tests cover each package's modules: fast, direct tests first (pytest -x stops at the
+# first failure, so a mutant that a quick test kills costs seconds).
+PACKAGE_TESTS = {
+    "tracekit/specs": ["test_specs.py", "test_spec_file.py", "test_roofline.py", "test_ceilings.py",
+                       "test_project.py"],
+    "tracekit/frameworks": ["test_frameworks.py", "test_segment.py", "test_serving.py", "test_step_tokens.py"],
+    "tracekit/models": ["test_models.py", "test_mutants_models.py", "test_grid_shapes.py", "test_model_fit.py"],
+    "tracekit/analysis": ["test_roofline.py", "test_segment.py", "test_costs.py", "test_serving.py",
+                          "test_taxonomy.py", "test_idle.py"],
+}
+# Modules whose own tests live elsewhere than their package's set (derived from what each test
+# file imports, plus the end-to-end tests that run the module through analyze()).
+MODULE_TESTS = {
+    "tracekit/specs/factors.py": ["test_project.py", "test_specs.py"],
+    "tracekit/specs/measured.py": ["test_specs.py", "test_estimates.py", "test_ceilings.py"],
+    "tracekit/analysis/advice.py": ["test_idle.py", "test_wording.py"],
+    "tracekit/analysis/books.py": ["test_books.py"],
+    "tracekit/analysis/capture.py": ["test_capture_batch.py", "test_models.py"],
+    "tracekit/analysis/ceilings.py": ["test_ceilings.py"],
+    "tracekit/analysis/check.py": ["test_project_check.py"],
+    "tracekit/analysis/compare.py": ["test_compare.py", "test_compare_gates.py"],
+    "tracekit/analysis/costs.py": ["test_costs.py", "test_roofline.py", "test_models.py"],
+    "tracekit/analysis/evidence.py": ["test_serving.py", "test_step_tokens.py", "test_taxonomy.py"],
+    "tracekit/analysis/findings.py": ["test_idle.py", "test_wording.py", "test_roofline.py"],
+    "tracekit/analysis/grid_shapes.py": ["test_grid_shapes.py"],
+    "tracekit/analysis/hta.py": ["test_hta.py"],
+    "tracekit/analysis/idle.py": ["test_idle.py", "test_plan_idle.py"],
+    "tracekit/analysis/latency.py": ["test_segment.py", "test_serving.py"],
+    "tracekit/analysis/merge.py": ["test_windows.py"],
+    "tracekit/analysis/model.py": ["test_compare.py", "test_model_fit.py"],
+    "tracekit/analysis/model_costs.py": ["test_model_fit.py", "test_grid_shapes.py", "test_models.py",
+                                         "test_mutants_analysis.py"],
+    "tracekit/analysis/movers.py": ["test_compare.py"],
+    "tracekit/analysis/plan.py": ["test_plan.py", "test_plan_idle.py"],
+    "tracekit/analysis/project.py": ["test_project.py", "test_project_check.py"],
+    "tracekit/analysis/ranks.py": ["test_ranks.py"],
+    "tracekit/analysis/roofline.py": ["test_roofline.py", "test_estimates.py", "test_idle.py",
+                                      "test_mutants_analysis.py"],
+    "tracekit/analysis/segment.py": ["test_segment.py", "test_serving.py", "test_step_tokens.py", "test_roofline.py"],
+    "tracekit/analysis/stated_weights.py": ["test_stated_weights.py"],
+    "tracekit/analysis/step_tokens.py": ["test_step_tokens.py", "test_serving.py"],
+    "tracekit/analysis/taxonomy.py": ["test_taxonomy.py", "test_grid_shapes.py"],
+    "tracekit/analysis/timeline.py": ["test_idle.py", "test_termination.py"],
+    "tracekit/analysis/truncation.py": ["test_reader_truncated.py"],
+    "tracekit/models/costs.py": ["test_models.py", "test_mutants_models.py", "test_model_fit.py"],
+    "tracekit/models/registry.py": ["test_models.py", "test_grid_shapes.py"],
+}
+# Where CI's fixed set is drawn from: the modules every report's figures pass through.
+HOT = ("tracekit/analysis/roofline.py", "tracekit/analysis/segment.py", "tracekit/analysis/model_costs.py",
+       "tracekit/models/costs.py", "tracekit/specs/lookup.py")
+
+
+@dataclass
+class Mutant:
+    module: str  # path from the repository root
+    operator: str  # cosmic-ray operator name
+    occurrence: int  # cosmic-ray's index of this operator's positions in the module
+    line: int
+    col: int
+    definition: str  # enclosing function or class ("" at module level)
+    source: str  # the source line, stripped
+    nth: int = 0  # index among mutants with the same module, operator, definition and source line
+
+    @property
+    def key(self) -> str:
+        """A name that survives edits to other lines (CI's fixed list is kept by it)."""
+        return f"{self.module}::{self.definition}::{self.operator}::{self.source}::{self.nth}"
+
+    @property
+    def package(self) -> str:
+        return next(p for p in PACKAGES if self.module.startswith(p + "/"))
+
+
+def tests_for(module: str) -> list[str]:
+    tests = MODULE_TESTS.get(module) or PACKAGE_TESTS[next(p for p in PACKAGES if module.startswith(p + "/"))]
+    return [t for t in tests if (ROOT / "tests" / t).exists()]
+
+
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) positions of every annotation: mutants there are never executed."""
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        annotations = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+                if arg is not None and arg.annotation is not None:
+                    annotations.append(arg.annotation)
+            if node.returns is not None:
+                annotations.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+        for n in annotations:
+            spans.append(((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)))
+    return spans
+
+
+def enumerate_mutants(modules: list[str]) -> tuple[list[Mutant], int]:
+    """Every mutant of these modules by cosmic-ray's generator, and how many were annotations."""
+    mutants, skipped = [], 0
+    for module in modules:
+        ms, n = module_mutants(module)
+        mutants += ms
+        skipped += n
+    return mutants, skipped
+
+
+def module_mutants(module: str) -> tuple[list[Mutant], int]:
+    """One module's mutants, cached under .mutation-cache/ by the module's text (parsing is slow)."""
+    import hashlib
+    from importlib.metadata import version
+
+    text = (ROOT / module).read_text()
+    digest = hashlib.sha256(f"{version('cosmic-ray')}\n{module}\n{text}".encode()).hexdigest()[:20]
+    cache = ROOT / ".mutation-cache" / f"{digest}.json"
+    if cache.exists():
+        d = json.loads(cache.read_text())
+        return [Mutant(**m) for m in d["mutants"]], d["annotations"]
+    from cosmic_ray.commands import init
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    with tempfile.TemporaryDirectory() as tmp, use_db(str(Path(tmp) / "session.sqlite"), WorkDB.Mode.create) as db:
+        init([ROOT / module], db, {})
+        items = [item.mutations[0] for item in db.pending_work_items]
+    lines, spans = text.splitlines(), annotation_spans(text)
+    mutants, skipped, seen = [], 0, Counter()
+    for spec in sorted(items, key=lambda s: (s.operator_name, s.occurrence)):
+        pos = tuple(spec.start_pos)
+        if any(start <= pos < end for start, end in spans):
+            skipped += 1
+            continue
+        src = lines[pos[0] - 1].strip()
+        base = (spec.definition_name or "", spec.operator_name, src)
+        mutants.append(Mutant(module, spec.operator_name, spec.occurrence, pos[0], pos[1],
+                              spec.definition_name or "", src, seen[base]))
+        seen[base] += 1
+    cache.parent.mkdir(exist_ok=True)
+    cache.write_text(json.dumps({"mutants": [asdict(m) for m in mutants], "annotations": skipped}))
+    return mutants, skipped
+
+
+def modules_of(package: str) -> list[str]:
+    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / package).rglob("*.py") if p.name != "__init__.py")
+
+
+def make_copy(tmp: Path) -> Path:
+    """A private tree to mutate: code and tests copied, data linked, ../shared beside it."""
+    copy = tmp / "repo"
+    copy.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "tracekit", copy / "tracekit", ignore=ignore)
+    shutil.copytree(ROOT / "tests", copy / "tests", ignore=ignore)
+    shutil.copy2(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    for name in ("sample_traces", "templates", "benchmarks"):
+        if (ROOT / name).exists():
+            (copy / name).symlink_to(ROOT / name)
+    if (ROOT.parent / "shared").exists():  # tests find the real traces at ROOT.parent/shared
+        (tmp / "shared").symlink_to(ROOT.parent / "shared")
+    return copy
+
+
+class Runner:
+    """Runs test sets in the copy: once clean (the baseline), then once per mutant."""
+
+    def __init__(self, copy: Path, timeout_factor: float):
+        self.copy, self.factor = copy, timeout_factor
+        self.env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+        self.baseline: dict[str, float] = {}
+
+    def pytest(self, tests: list[str], timeout: float | None) -> tuple[str, float, str]:
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *(f"tests/{t}" for t in tests)]
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, cwd=self.copy, env=self.env, capture_output=True, text=True, timeout=timeout,
+                               start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return "timeout", time.perf_counter() - t0, ""
+        dt = time.perf_counter() - t0
+        tail = (p.stdout + p.stderr).strip().splitlines()[-1:] or [""]
+        # pytest: 0 all passed, 1 a test failed, 2 interrupted (an import or collection error),
+        # 3 internal error, 4 usage error, 5 nothing collected.
+        outcome = {0: "survived", 1: "killed", 2: "killed"}.get(p.returncode, "error")
+        return outcome, dt, tail[0]
+
+    def clean(self, tests: list[str]) -> float:
+        """Seconds the unmutated tests take; each file runs clean once, and must pass."""
+        for t in tests:
+            if t not in self.baseline:
+                outcome, dt, tail = self.pytest([t], None)
+                if outcome != "survived":
+                    sys.exit(f"mutation: the unmutated tests/{t} does not pass ({tail}); fix it first.")
+                if " passed" not in tail:
+                    sys.exit(f"mutation: the unmutated tests/{t} ran nothing ({tail}).")
+                print(f"  baseline {dt:6.1f} s  tests/{t}  ({tail})", flush=True)
+                self.baseline[t] = dt
+        return sum(self.baseline[t] for t in tests)
+
+    def mutant(self, m: Mutant) -> dict:
+        import cosmic_ray.plugins
+        from cosmic_ray.mutating import use_mutation
+
+        tests = [t for t in tests_for(m.module) if (self.copy / "tests" / t).exists()]  # as copied
+        limit = max(60.0, self.factor * self.clean(tests))
+        operator = cosmic_ray.plugins.get_operator(m.operator)()
+        with use_mutation(self.copy / m.module, operator, m.occurrence) as (original, mutated):
+            if mutated is None:
+                outcome, dt, tail, diff = "error", 0.0, "cosmic-ray applied nothing", ""
+            else:
+                diff = changed_line(original, mutated)
+                outcome, dt, tail = self.pytest(tests, limit)
+        return {**asdict(m), "key": m.key, "package": m.package, "outcome": outcome, "seconds": round(dt, 2),
+                "mutated": diff, "tests": tests, "pytest": tail}
+
+
+def changed_line(original: str, mutated: str) -> str:
+    """The first mutated line, as it reads after the mutation."""
+    for a, b in zip(original.splitlines(), mutated.splitlines()):
+        if a != b:
+            return b.strip()
+    return ""
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a binomial proportion k/n (sound near 0 and 1, unlike p +- z*se)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def summarise(results: list[dict], totals: dict[str, int], annotations: dict[str, int]) -> dict:
+    out = {}
+    for pkg in totals:
+        rs = [r for r in results if r["package"] == pkg]
+        c = Counter(r["outcome"] for r in rs)
+        n = len(rs) - c["error"]
+        k = c["killed"] + c["timeout"]
+        lo, hi = wilson(k, n)
+        out[pkg] = {"mutants": totals[pkg], "annotation_mutants_left_out": annotations[pkg], "sampled": len(rs),
+                    "killed": c["killed"], "survived": c["survived"], "timeouts": c["timeout"], "errors": c["error"],
+                    "kill_rate": k / n if n else None, "wilson95": [lo, hi]}
+    return out
+
+
+def report(summary: dict, results: list[dict]) -> None:
+    print(f"\n{'package':22} {'mutants':>8} {'sampled':>8} {'killed':>7} {'survived':>8} {'timeouts':>8} "
+          f"{'errors':>6}  kill rate (95% Wilson)")
+    for pkg, s in summary.items():
+        rate = "-" if s["kill_rate"] is None else f"{100 * s['kill_rate']:5.1f}%"
+        lo, hi = s["wilson95"]
+        print(f"{pkg:22} {s['mutants']:8} {s['sampled']:8} {s['killed']:7} {s['survived']:8} {s['timeouts']:8} "
+              f"{s['errors']:6}  {rate} ({100 * lo:.1f}-{100 * hi:.1f}%)")
+    survivors = [r for r in results if r["outcome"] == "survived"]
+    print(f"\nsurvivors ({len(survivors)}):")
+    for r in survivors:
+        print(f"  {r['module']}:{r['line']}  {r['operator'].removeprefix('core/')}  in {r['definition'] or '<module>'}")
+        print(f"      {r['source']}\n   -> {r['mutated']}")
+
+
+def run_ci(runner: Runner, args) -> int:
+    listed = json.loads(CI_FILE.read_text())["mutants"]
+    modules = sorted({m["module"] for m in listed})
+    found = {m.key: m for m in enumerate_mutants(modules)[0]}
+    live = [found[m["key"]] for m in listed if m["key"] in found]
+    stale = [m["key"] for m in listed if m["key"] not in found]
+    for key in stale:
+        print(f"  stale (its line changed): {key}")
+    t0 = time.perf_counter()
+    survived = []
+    for i, m in enumerate(live, 1):
+        r = runner.mutant(m)
+        print(f"  [{i}/{len(live)}] {r['outcome']:8} {r['seconds']:6.1f} s  {m.module}:{m.line} {m.operator}", flush=True)
+        if r["outcome"] in ("survived", "error"):
+            survived.append(r)
+    print(f"mutation --ci: {len(live) - len(survived)}/{len(live)} killed in {time.perf_counter() - t0:.0f} s "
+          f"({len(stale)} stale)")
+    if survived:
+        for r in survived:
+            print(f"  {r['outcome']}: {r['module']}:{r['line']} {r['source']!r} -> {r['mutated']!r}")
+        print("mutation --ci: a mutant that the tests used to kill now survives: a test lost its teeth.")
+        return 1
+    if len(live) < len(listed) / 2:
+        print("mutation --ci: most of the fixed mutants no longer exist; refresh benchmarks/mutation-ci.json "
+              "with --write-ci.")
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sample", type=int, default=40, help="mutants per package (default 40)")
+    ap.add_argument("--seed", type=int, default=27)
+    ap.add_argument("--all", action="store_true", help="every mutant (the full campaign)")
+    ap.add_argument("--packages", nargs="+", default=list(PACKAGES), choices=PACKAGES)
+    ap.add_argument("--modules", nargs="+", help="only these modules (paths from the repository root)")
+    ap.add_argument("--keys", help="a JSON file of results: rerun exactly those mutants (e.g. survivors)")
+    ap.add_argument("--json", help="write the summary and every result here")
+    ap.add_argument("--list", action="store_true", help="count the mutants and stop")
+    ap.add_argument("--ci", action="store_true", help="run CI's fixed set (benchmarks/mutation-ci.json)")
+    ap.add_argument("--write-ci", type=int, metavar="N",
+                    help="write N of this run's killed mutants in the hot modules as CI's fixed set")
+    ap.add_argument("--timeout-factor", type=float, default=4.0, help="a mutant's limit: this x the clean run")
+    args = ap.parse_args(argv)
+    try:
+        import cosmic_ray  # noqa: F401
+    except ImportError:
+        print("mutation: cosmic-ray is not installed; install the test extra (pip install -e '.[test]').")
+        return 2
+
+    with tempfile.TemporaryDirectory(prefix="tracekit-mutation-") as tmp:
+        runner = Runner(make_copy(Path(tmp)), args.timeout_factor)
+        if args.ci:
+            return run_ci(runner, args)
+        modules = {p: [m for m in modules_of(p) if not args.modules or m in args.modules] for p in args.packages}
+        t0 = time.perf_counter()
+        population, totals, annotations = {}, {}, {}
+        for pkg, mods in modules.items():
+            population[pkg], annotations[pkg] = enumerate_mutants(mods) if mods else ([], 0)
+            totals[pkg] = len(population[pkg])
+        print(f"enumerated {sum(totals.values())} mutants in {time.perf_counter() - t0:.0f} s "
+              f"({sum(annotations.values())} in annotations left out): " +
+              ", ".join(f"{p} {n}" for p, n in totals.items()), flush=True)
+        if args.list:
+            return 0
+        if args.keys:
+            wanted = {r["key"] for r in json.loads(Path(args.keys).read_text())["results"]}
+            chosen = {p: [m for m in ms if m.key in wanted] for p, ms in population.items()}
+        elif args.all:
+            chosen = population
+        else:  # one generator per package, so that adding a package does not change another's sample
+            chosen = {p: sorted(random.Random(f"{args.seed}:{p}").sample(ms, min(args.sample, len(ms))),
+                                key=lambda m: (m.module, m.occurrence, m.operator)) for p, ms in population.items()}
+        results = []
+        todo = [m for ms in chosen.values() for m in ms]
+        for i, m in enumerate(todo, 1):
+            r = runner.mutant(m)
+            results.append(r)
+            print(f"  [{i}/{len(todo)}] {r['outcome']:8} {r['seconds']:6.1f} s  {m.module}:{m.line} "
+                  f"{m.operator.removeprefix('core/')}", flush=True)
+        summary = summarise(results, totals, annotations)
+        report(summary, results)
+        meta = {"seed": args.seed, "sample": None if args.all else args.sample, "date": time.strftime("%Y-%m-%d"),
+                "command": " ".join(["benchmarks/mutation.py", *(argv if argv is not None else sys.argv[1:])]),
+                "seconds": round(time.perf_counter() - t0)}
+        if args.json:
+            Path(args.json).write_text(json.dumps({**meta, "summary": summary, "results": results}, indent=1))
+        if args.write_ci:
+            killed = [r for r in results if r["module"] in HOT and r["outcome"] == "killed"]
+            killed.sort(key=lambda r: r["seconds"])  # the quickest kills keep CI short
+            keep = sorted(killed[: args.write_ci], key=lambda r: r["key"])
+            CI_FILE.write_text(json.dumps({**meta, "mutants": [{k: r[k] for k in ("key", "module", "line", "operator",
+                                                                                   "mutated", "seconds")}
+                                                               for r in keep]}, indent=1) + "\n")
+            print(f"wrote {len(keep)} mutants to {CI_FILE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
