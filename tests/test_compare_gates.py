@@ -1,15 +1,18 @@
 """Gates that know noise: each change's 95% interval, ``--fail-if`` failing only beyond the
-threshold *and* beyond noise, ``gates[]`` in the JSON and Markdown, and ``--junit FILE``.
+threshold *and* beyond noise, ``gates[]`` in the JSON and Markdown, and ``--junit FILE``; and
+several runs per side (``--before-run``/``--after-run``), whose intervals hold the run-to-run
+spread (hierarchical bootstrap, widened to the Student-t interval of the per-run figures).
 
-Two runs of the same code are collected here (the tiny preset on the CPU, batch 1, 64 decode
-steps each); the injected 10% slowdown is on the real GB10 vLLM decode trace from
-``../shared/traces`` (10 steady decode steps), stretched in time by 1.10.
+Four runs of the same code are collected here (the tiny preset on the CPU, batch 1, 64 decode
+steps each); the injected 10% slowdowns are on real serving traces from ``../shared/traces``
+(GB10 vLLM: 10 steady decode steps; RTX 3090 vLLM: 15), stretched in time.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -23,14 +26,15 @@ from tracekit.cli import main
 from test_compare import _decode
 
 NEW = 64  # decode steps per collected run: enough for the interval to be informative
+RUNS = 4  # collected runs: the first 2 for the one-run-per-side gates, all 4 for several per side
 SPLITS = 5  # seeded random halvings of each run's steps
 GATES = ("tpot_p50>+5%", "decode_tokens_per_s<-5%")
 
 
 @pytest.fixture(scope="module")
 def repeated_runs(tmp_path_factory):
-    """Per-step decode times (ms) of two runs of the same code collected here, once each (no
-    re-collection: whatever the machine did is what the gates are judged on)."""
+    """Per-step decode times (ms) of four runs of the same code collected here, one after the
+    other, once each (no re-collection: whatever the machine did is what the gates are judged on)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from tracekit import read_trace
@@ -39,7 +43,7 @@ def repeated_runs(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("gates-collect")
     out = []
-    for i in range(2):
+    for i in range(RUNS):
         r = collect(CollectOptions(preset="tiny", batch_size=1, prompt_len=32, new_tokens=NEW, output=str(folder / f"run{i}"),
                                    progress=False, threads=1, calibrate=False, seed=0, force=True))
         out.append(np.asarray(analyze(read_trace(r.trace_path)).metrics["tpot_series_ms"]))
@@ -57,7 +61,7 @@ def test_same_code_fires_no_gate_in_20(repeated_runs):
     ignores the steps' spread."""
     rng = np.random.default_rng(1)
     verdicts, beyond = [], 0
-    for steps in repeated_runs:
+    for steps in repeated_runs[:2]:
         assert len(steps) == NEW
         for _ in range(SPLITS):
             order = rng.permutation(len(steps))
@@ -163,3 +167,189 @@ def test_junit_never_overwrites_an_input(tmp_path):
                                     "--fail-if", "tpot_p50>+5%"])
     assert res.exit_code == 2 and "--junit" in res.stderr and "one of compare's own files" in res.stderr
     assert src.read_bytes() == before and "Traceback" not in res.output
+
+
+# --- several runs per side -----------------------------------------------------------------
+
+MULTI_SPLITS = 10  # x 2 gates = 20
+SHORT = 12  # steps of each run on each side: short runs, so that point changes beyond 5% are common
+
+
+def test_several_runs_per_side_fire_no_gate_in_20(repeated_runs):
+    """0 of 20 gates fire at 5% with three runs per side. The 20: 10 seeded draws of 3 of the 4
+    collected runs, each run's decode steps drawn at random into two disjoint sets of 12, before =
+    the first sets of the three runs and after = the second (three short runs a side), x 2 gates.
+    Each run gives steps to both sides, so both sides hold the same machine states (those steps
+    ran together): the pairs are of the same code under the same conditions, as when CI
+    interleaves before and after runs; the run-to-run spread is still there between the runs of
+    each side, and the intervals (hierarchical) hold it. Fails if a gate fires on the point change
+    or if the multi-run interval is narrower than the noise it should contain; also checks that
+    the interval says it is hierarchical."""
+    rng = np.random.default_rng(3)
+    verdicts, beyond = [], 0
+    for _ in range(MULTI_SPLITS):
+        chosen = rng.choice(RUNS, 3, replace=False)
+        before, after = [], []
+        for i in chosen:
+            steps = repeated_runs[i]
+            order = rng.permutation(len(steps))
+            before.append(_decode(steps[order[:SHORT]]))
+            after.append(_decode(steps[order[SHORT: 2 * SHORT]]))
+        c = compare(before, after)
+        for g in GATES:
+            e = parse_gate(g).evaluate(c)
+            basis = c.figure(e["metric"])["interval"]["basis"]
+            assert basis.startswith("hierarchical bootstrap of 3 runs (36 steps) and 3 runs (36 steps)"), basis
+            verdicts.append((g, round(e["change"], 4), e["interval"], e["verdict"]))
+            beyond += e["verdict"] in ("fail", "noise")
+    assert len(verdicts) == 20
+    assert [v for v in verdicts if v[3] == "fail"] == [], verdicts
+    print(sorted(abs(v[1]) for v in verdicts)[-5:])
+    print(f"same-code, 3 runs a side: {beyond} of 20 changes beyond 5% at the point estimate, 0 failed")
+
+
+@pytest.fixture(scope="module")
+def gb10():
+    from conftest import read_real
+    from tracekit.analysis import analyze
+
+    return analyze(read_real("gb10_vllm"))
+
+
+def _shifted(a, factor: float):
+    """The analysis ``a`` with every decode step ``factor`` times as long: a whole run shifted."""
+    import dataclasses
+
+    m = dict(a.metrics)
+    m["decode_step_series_ms"] = [x * factor for x in m["decode_step_series_ms"]]
+    m["decode_step_ms"] = {k: v * factor for k, v in m["decode_step_ms"].items()}
+    m["decode_tokens_per_s"] = m["decode_tokens_per_s"] / factor
+    return dataclasses.replace(a, metrics=m)
+
+
+def test_whole_run_shift_on_both_sides_widens_the_interval(gb10):
+    """Two runs a side, the second 10% slower than the first (a whole-run shift, as another job on
+    the machine for one run gives), on both sides: the change is 0, and its interval must hold the
+    10% run-to-run spread, while the one-run interval of the same steps is the steps' own (GB10's
+    10 steady steps: under 1% wide). By hand: the per-run p50s are m and 1.1m on each side, so the
+    pooled standard deviation is 0.05m x sqrt(2), the standard error of the change 0.05m x sqrt(2),
+    and the 95% Student-t half-width (2 degrees of freedom, t = 4.303) 4.303 x 0.0707 = 30% of m.
+    Fails if the between-run spread is ignored (a within-run bootstrap of the pooled steps of
+    both sides, which are the same steps, gives about 0)."""
+    one = compare(gb10, gb10).figure("decode_step_p50")["interval"]
+    two = compare([gb10, _shifted(gb10, 1.10)], [gb10, _shifted(gb10, 1.10)]).figure("decode_step_p50")
+    iv = two["interval"]
+    assert one["relative"][1] - one["relative"][0] < 0.01, one
+    assert "a shift of a whole run is not in it" in one["basis"]
+    m = np.percentile(np.concatenate([gb10.metrics["decode_step_series_ms"], 1.1 * np.asarray(gb10.metrics["decode_step_series_ms"])]), 50)
+    half = 4.303 * 0.05 * np.sqrt(2) * np.percentile(gb10.metrics["decode_step_series_ms"], 50) / m
+    assert iv["relative"][0] == pytest.approx(-half, rel=0.05) and iv["relative"][1] == pytest.approx(half, rel=0.05), iv
+    assert iv["basis"].startswith("hierarchical bootstrap of 2 runs (20 steps) and 2 runs (20 steps)") and "Student-t" in iv["basis"]
+    # Each run's own figure is in the JSON, so the spread can be read off.
+    assert two["runs"]["before"] == pytest.approx([gb10.metrics["decode_step_ms"]["p50"], 1.1 * gb10.metrics["decode_step_ms"]["p50"]])
+    assert two["basis"]["before"] == "2 runs: over the pooled steps (20 steps)"
+
+
+def test_engine_traces_have_decode_intervals(gb10):
+    """Serving traces without collect annotations (GB10 and RTX 3090 vLLM) have intervals for the
+    decode step time and for decode tokens/s. Tokens/s is tokens over step time, so its resampled
+    change is the mirror of the mean step time's: relative interval [1/(1+hi) - 1, 1/(1+lo) - 1]
+    of decode_step_mean's (hand arithmetic on the same seeded resamples). Fails if tokens/s has no
+    interval on an engine trace (it looked for TPOT steps, which an engine trace has none of) or
+    resamples other steps than its own."""
+    from conftest import read_real
+    from tracekit.analysis import analyze
+
+    for a in (gb10, analyze(read_real("rtx3090_vllm"))):
+        assert a.metrics.get("tpot_series_ms") in (None, [])  # an engine trace: no TPOT
+        c = compare(a, _shifted(a, 1.05))
+        mean, tps = c.figure("decode_step_mean")["interval"], c.figure("decode_tokens_per_s")["interval"]
+        assert c.figure("decode_step_p50")["interval"] is not None and mean is not None and tps is not None
+        lo, hi = mean["relative"]
+        assert tps["relative"] == pytest.approx([1 / (1 + hi) - 1, 1 / (1 + lo) - 1], abs=2e-3), (tps, mean)
+
+
+def _stretched_many(src: Path, folder: Path, factors) -> list[Path]:
+    out = []
+    for f in factors:
+        dst = folder / f"{src.name.split('.')[0]}-x{f:.3f}.pt.trace.json.gz"
+        _stretched(src, dst, f)
+        out.append(dst)
+    return out
+
+
+@pytest.fixture(scope="module")
+def rtx3090_runs(tmp_path_factory):
+    """Three 'runs' of the RTX 3090 vLLM trace a side: as recorded and 1% faster and slower (the
+    whole-run spread of a quiet GPU), and the same three 10% slower."""
+    src = real_trace_path("rtx3090_vllm")
+    folder = tmp_path_factory.mktemp("gates-runs")
+    before = [src, *_stretched_many(src, folder, (0.99, 1.01))]
+    after = _stretched_many(src, folder, (1.10, 1.10 * 0.99, 1.10 * 1.01))
+    return before, after
+
+
+def test_slowdown_with_several_runs_per_side_fires_through_the_cli(rtx3090_runs, tmp_path):
+    """``compare B A --before-run .. --after-run ..`` with a 10% slowdown in every after run and a
+    1% whole-run spread: decode_step_p50>+5% fails (exit 1) beyond noise, with a hierarchical
+    interval; the JSON lists each side's runs and each run's figure; decode_step_p50>+20% passes;
+    the HTML report shows the gates and intervals. Fails if the extra runs are ignored, if the
+    spread swamps a real slowdown, or if a side's runs are not all read."""
+    (b0, *bs), (a0, *as_) = rtx3090_runs
+    out, junit = tmp_path / "c.json", tmp_path / "gates.xml"
+    args = ["compare", str(b0), str(a0), *sum((["--before-run", str(p)] for p in bs), []),
+            *sum((["--after-run", str(p)] for p in as_), []), "--junit", str(junit),
+            "--fail-if", "decode_step_p50>+5%", "--fail-if", "decode_step_p50>+20%"]
+    res = CliRunner().invoke(main, [*args, "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    assert "gate failed: decode_step_p50>+5%" in res.stderr and "beyond noise" in res.stderr
+    data = json.loads(out.read_text())
+    assert [r["path"] for r in data["before"]["runs"]] == [str(p) for p in (b0, *bs)]
+    assert [r["path"] for r in data["after"]["runs"]] == [str(p) for p in (a0, *as_)]
+    gates = {g["expr"]: g for g in data["gates"]}
+    g = gates["decode_step_p50>+5%"]
+    assert g["verdict"] == "fail" and g["change"] == pytest.approx(0.10, abs=0.005) and 0.05 < g["interval"][0] < 0.10
+    assert gates["decode_step_p50>+20%"]["verdict"] == "pass"
+    h = next(h for h in data["headline"] if h["key"] == "decode_step_p50")
+    # 16 steps a run hold decode work (its 15 decode steps and its one mixed step).
+    assert h["interval"]["basis"].startswith("hierarchical bootstrap of 3 runs (48 steps) and 3 runs (48 steps)")
+    assert h["interval"]["runs"] == {"before": 3, "after": 3} and len(h["runs"]["after"]) == 3
+    assert "first run of each side" in data["method"]["detail"]
+    assert ET.parse(junit).getroot().find("testsuite").get("failures") == "1"
+    # The HTML report: each headline figure's interval and each gate's verdict, threshold, interval.
+    page = tmp_path / "c.html"
+    res = CliRunner().invoke(main, [*args, "-o", str(page)])
+    assert res.exit_code == 1, res.output
+    html = page.read_text()
+    assert '<section id="gates">' in html and 'data-expr="decode_step_p50&gt;+5%" data-verdict="fail"' in html
+    assert 'data-expr="decode_step_p50&gt;+20%" data-verdict="pass"' in html
+    row = html[html.index('<tr data-key="decode_step_p50"'):]
+    row = row[: row.index("</tr>")]
+    shown = re.search(r'class="n interval" title="hierarchical bootstrap[^"]*">([+-][\d.]+)% to ([+-][\d.]+)%<', row)
+    assert shown, row
+    assert [float(x) / 100 for x in shown.groups()] == pytest.approx(h["interval"]["relative"], rel=0.01)
+    gate_row = html[html.index('data-expr="decode_step_p50&gt;+5%"'):]
+    gate_row = gate_row[: gate_row.index("</tr>")]
+    assert "+5" in gate_row and "❌ fail" in gate_row and "beyond noise" in gate_row, gate_row
+
+
+def test_several_runs_errors_are_one_sentence(rtx3090_runs, tmp_path):
+    """--before-run / --after-run paths that do not exist, a run given twice on one side, and runs
+    of one side that are different workloads (another GPU, batch and model) each exit 2 with one
+    sentence and no traceback, before any report is written. Fails if a missing extra run is
+    silently skipped, a duplicate passes for a repeat (it would shrink the run-to-run spread), or
+    two workloads are pooled."""
+    (b0, *_), (a0, *_) = rtx3090_runs
+    out = tmp_path / "c.md"
+    cases = [
+        (["--before-run", str(tmp_path / "nope.json")], f"--before-run {tmp_path / 'nope.json'}: no such file or folder"),
+        (["--after-run", str(a0)], "the runs of one side must be separate runs"),
+        (["--after-run", str(real_trace_path("gb10_vllm"))], "the after runs are not repeats of one workload"),
+    ]
+    for extra, message in cases:
+        res = CliRunner().invoke(main, ["compare", str(b0), str(a0), *extra, "-o", str(out)])
+        assert res.exit_code == 2, res.output
+        lines = [line for line in res.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and message in lines[0] and "Traceback" not in res.output, res.stderr
+        assert not out.exists()
+    assert "device NVIDIA GeForce RTX 3090 vs NVIDIA GB10" in res.stderr and "batch size 2 vs 4" in res.stderr

@@ -27,13 +27,23 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from tracekit.analysis.model import Analysis, _clean
 from tracekit.analysis.movers import TOP_MOVERS, kernel_movers
+from tracekit.analysis.spread import (  # noqa: F401  (metric_value, change_interval: part of this module's API)
+    BOOTSTRAP,
+    INTERVAL,
+    as_runs,
+    change_figures,
+    change_interval,
+    metric_value,
+    side_value,
+    value_basis,
+)
 from tracekit.errors import TracekitError
 
 SCHEMA_VERSION = 1
@@ -41,8 +51,6 @@ KIND = "tracekit.comparison"
 NOISE_SIGMAS = 2.0
 FLAT_THRESHOLD = 0.02  # relative change below which a one-sample figure counts as noise
 FLAT_POINTS = 0.01  # ... and, for shares (MFU, MBU, idle), absolute change below 1 point
-BOOTSTRAP = 1000  # resamples for the noise of TPOT percentiles and for each change's interval
-INTERVAL = 0.95  # the confidence of the interval reported with each per-step change
 
 PHASES = ("prefill", "decode", "mixed", "unknown")
 ALL = "all"  # neither run has inference steps: the whole trace is compared
@@ -96,24 +104,38 @@ class Comparison:
     summary: list[str] = field(default_factory=list)
     # The --fail-if gates judged on this comparison (``Gate.evaluate``), set by whoever gates it.
     gates: list[dict[str, Any]] = field(default_factory=list)
+    # Every run of each side, ``before``/``after`` first (empty: that one run). Headline figures
+    # and intervals use them all; phases, kernels and context are from ``before`` and ``after``.
+    before_runs: list[Analysis] = field(default_factory=list)
+    after_runs: list[Analysis] = field(default_factory=list)
 
     def figure(self, key: str) -> dict[str, Any] | None:
         return next((h for h in self.headline if h["key"] == key), None)
 
+    def runs(self, side: str) -> list[Analysis]:
+        """All runs of ``side`` ("before" or "after"), the one shown in detail first."""
+        return (self.before_runs if side == "before" else self.after_runs) or [getattr(self, side)]
+
     def to_dict(self) -> dict[str, Any]:
+        several = len(self.runs("before")) > 1 or len(self.runs("after")) > 1
         return _clean(
             {
                 "schema_version": SCHEMA_VERSION,
                 "kind": KIND,
-                "before": _side(self.before),
-                "after": _side(self.after),
+                "before": _side(self.before, self.runs("before")),
+                "after": _side(self.after, self.runs("after")),
                 "method": {
                     "noise_sigmas": NOISE_SIGMAS,
                     "flat_threshold": FLAT_THRESHOLD,
                     "flat_points": FLAT_POINTS,
                     "bootstrap_resamples": BOOTSTRAP,
-                    "interval": (f"{INTERVAL:.0%} bootstrap interval of each change, resampling each run's steps "
-                                 "(seeded); none for figures measured once per run"),
+                    "interval": (f"{INTERVAL:.0%} bootstrap interval of each change (seeded): with one run per side, "
+                                 "circular blocks of each run's steps (the spread within the run; a shift of a whole "
+                                 "run is not in it); with several runs on a side, hierarchical: the side's runs drawn "
+                                 "with replacement, then blocks of steps within each (run-to-run spread included); "
+                                 "none for figures measured once per run"),
+                    "runs": RUNS_RULE,
+                    "detail": DETAIL_RULE if several else None,
                     "gate_rule": GATE_RULE,
                     "kernel_match": ("by phase, category and launching op, or kernel family (the name without template "
                                      "arguments and tile suffixes) where no op is linked; ranked by |change in ms|, a group "
@@ -131,7 +153,14 @@ class Comparison:
         )
 
 
-def _side(a: Analysis) -> dict[str, Any]:
+# How a side of several runs becomes one figure (``tracekit.analysis.spread.side_value``).
+RUNS_RULE = ("with several runs on a side: per-step figures (TPOT, decode step time) over the pooled steps of all "
+             "its runs, decode tokens/s as all tokens over all step time, figures measured once per run (TTFT, MFU, "
+             "MBU, idle) the median of the per-run figures")
+DETAIL_RULE = "phases, kernels and context are from the first run of each side; the headline and gates use every run"
+
+
+def _side(a: Analysis, runs: list[Analysis] | None = None) -> dict[str, Any]:
     src = a.source or {}
     dev = a.device or {}
     return {
@@ -144,13 +173,23 @@ def _side(a: Analysis) -> dict[str, Any]:
         "run_kind": a.run_kind,
         "workload": _workload(a),
         "steps": {p: int(v.get("steps") or 0) for p, v in a.phases.items()},
+        # Every run of the side (the first is the one above): where each came from and its steps.
+        "runs": [{"name": (r.source or {}).get("name"), "path": (r.source or {}).get("path"),
+                  "steps": {p: int(v.get("steps") or 0) for p, v in r.phases.items()}} for r in (runs or [a])],
     }
 
 
-def compare(before: Analysis, after: Analysis) -> Comparison:
-    """Compare two analyses: ``after`` is the run under test, ``before`` the baseline."""
+def compare(before: Analysis | Sequence[Analysis], after: Analysis | Sequence[Analysis]) -> Comparison:
+    """Compare two analyses: ``after`` is the run under test, ``before`` the baseline. Either may
+    be several runs of the same workload (a list, the first shown in detail): the headline
+    figures and their intervals then use every run (``RUNS_RULE``); a side whose runs are not
+    one workload raises ``TracekitError``."""
+    before_runs, after_runs = as_runs(before), as_runs(after)
+    for side, runs in (("before", before_runs), ("after", after_runs)):
+        check_same_workload(runs, side)
+    before, after = before_runs[0], after_runs[0]
     word = _device_word(before, after)
-    headline = [_figure(k, before, after, word) for k in HEADLINE]
+    headline = [_figure(k, before_runs, after_runs, word) for k in HEADLINE]
     headline = [h for h in headline if h["before"] is not None or h["after"] is not None]
     _explain_disagreements(headline, before, after)
     names = [p for p in PHASES if p in before.phases or p in after.phases]
@@ -160,9 +199,39 @@ def compare(before: Analysis, after: Analysis) -> Comparison:
     kernels = {p: _kernel_movers(p, before, after) for p in phases}
     for p in phases:
         phases[p]["explanation"] += _roof_notes(kernels[p], before, after)
-    c = Comparison(before, after, _context(before, after), headline, phases, kernels)
+    c = Comparison(before, after, _context(before, after), headline, phases, kernels,
+                   before_runs=before_runs if len(before_runs) > 1 else [],
+                   after_runs=after_runs if len(after_runs) > 1 else [])
     c.summary = _summary(c)
+    if len(before_runs) > 1 or len(after_runs) > 1:
+        c.summary.append(f"Runs: {len(before_runs)} before, {len(after_runs)} after; {DETAIL_RULE}.")
     return c
+
+
+# What runs of one side must share: pooling the steps of different workloads would measure nothing.
+SAME_WORKLOAD = ("device", "spec row", "phases decided by", "run kind", "model", "batch", "prompt_len", "dtype")
+
+
+def check_same_workload(runs: Sequence[Analysis], side: str) -> None:
+    """Raise ``TracekitError`` (one sentence) when the runs of one side differ in device, model,
+    batch, prompt length, dtype or how their steps were found: they are then not repeats of one
+    workload, and their pooled figures and run-to-run spread would mix two."""
+    first = runs[0]
+    for other in runs[1:]:
+        rows = [r for r in _context(first, other) if r["field"] in SAME_WORKLOAD]
+        fb, fa = _workload(first).get("gemm_flops_per_token"), _workload(other).get("gemm_flops_per_token")
+        if not rows and fb and fa and abs(fa / fb - 1) > 0.1:
+            rows = [{"label": "GEMM FLOPs per prompt token", "before": fb, "after": fa}]
+        if rows:
+            diff = "; ".join(f"{r['label']} {_plain(r['before'])} vs {_plain(r['after'])}" for r in rows)
+            raise TracekitError(
+                f"the {side} runs are not repeats of one workload ({_run_name(first)} vs {_run_name(other)}: {diff}); "
+                "give runs of the same workload per side, or compare the two as BEFORE and AFTER")
+
+
+def _run_name(a: Analysis) -> str:
+    src = a.source or {}
+    return str(src.get("path") or src.get("name") or "a run")
 
 
 def _device_word(before: Analysis, after: Analysis) -> str:
@@ -173,42 +242,29 @@ def _device_word(before: Analysis, after: Analysis) -> str:
 # --- headline ------------------------------------------------------------------------
 
 
-def metric_value(a: Analysis, key: str) -> float | None:
-    m = a.metrics
-    if key.startswith("tpot_"):
-        return (m.get("tpot_ms") or {}).get(key[5:])
-    for phase in ("prefill", "decode"):
-        if key.startswith(f"{phase}_step_"):
-            return (m.get(f"{phase}_step_ms") or {}).get(key[len(phase) + 6:])
-    if key.endswith("_idle_share"):
-        return (m.get("idle_share") or {}).get(key[: -len("_idle_share")])
-    return m.get(key)
-
-
-def _decode_steps(a: Analysis, key: str = "tpot_") -> np.ndarray | None:
-    """Per-step decode durations (ms), when there are enough to estimate variation: the
-    decode steps of a request-level run, or every step holding decode work of an engine run."""
-    series_key = "decode_step_series_ms" if key.startswith("decode_step_") else "tpot_series_ms"
-    series = np.asarray(a.metrics.get(series_key) or a.metrics.get("tpot_series_ms") or [], dtype=float)
-    return series if len(series) >= 2 else None
-
-
-def _figure(key: str, before: Analysis, after: Analysis, word: str = "GPU") -> dict[str, Any]:
+def _figure(key: str, before: Analysis | Sequence[Analysis], after: Analysis | Sequence[Analysis],
+            word: str = "GPU") -> dict[str, Any]:
+    """One headline figure of the two sides (each one run or several), with its verdict, noise
+    and interval."""
     label, unit, better = HEADLINE[key]
     label = label.format(word=word)
-    b, a = metric_value(before, key), metric_value(after, key)
+    before, after = as_runs(before), as_runs(after)
+    b, a = side_value(before, key), side_value(after, key)
     out = {"key": key, "label": label, "unit": unit, "better": better, "before": b, "after": a,
            "delta": None, "relative": None, "verdict": "not comparable", "noise": None, "noise_basis": None,
-           "interval": None, "reason": None, "disagreement": None}
+           "interval": None, "reason": None, "disagreement": None,
+           "basis": {"before": value_basis(before, key), "after": value_basis(after, key)}}
+    if len(before) > 1 or len(after) > 1:
+        # Each run's own figure, so that a reader sees the run-to-run spread the interval holds.
+        out["runs"] = {"before": [metric_value(r, key) for r in before], "after": [metric_value(r, key) for r in after]}
     if b is None or a is None:
         missing = "before" if b is None else "after"
         out["reason"] = f"the {missing} run has no {label}"
         return out
     out["delta"] = a - b
     out["relative"] = (a - b) / b if b else None
-    noise, basis = _noise(key, before, after)
+    noise, basis, out["interval"] = change_figures(key, before, after)
     out["noise"] = noise
-    out["interval"] = change_interval(key, before, after)
     if noise is not None:
         meaningful = abs(a - b) > NOISE_SIGMAS * noise
         out["noise_basis"] = (
@@ -266,86 +322,6 @@ def _peak(a: Analysis, work: str) -> float | None:
         return dev.get("peak_bandwidth")
     matrix = (dev.get("peak_flops") or {}).get("matrix") or {}
     return max(matrix.values()) if matrix else None
-
-
-def _noise(key: str, before: Analysis, after: Analysis) -> tuple[float | None, str]:
-    """Standard error of the difference from the per-step samples of both runs, and a
-    sentence saying what it is based on (or why there is none)."""
-    if not (key.startswith(("tpot_", "decode_step_")) or key == "decode_tokens_per_s"):
-        return None, "one value per run"
-    sb, sa = _decode_steps(before, key), _decode_steps(after, key)
-    if sb is None or sa is None:
-        return None, "fewer than 2 decode steps in a run, so no step-to-step variation"
-    steps = f"step-to-step variation of {len(sb)} and {len(sa)} decode steps"
-    if key in ("tpot_mean", "decode_step_mean"):
-        return math.sqrt(sb.var(ddof=1) / len(sb) + sa.var(ddof=1) / len(sa)), steps
-    if key == "decode_tokens_per_s":
-        # The rate is tokens over total step time: the relative error of the mean step time carries over.
-        b = abs(metric_value(before, key) or 0.0)
-        a = abs(metric_value(after, key) or 0.0)
-        rb = (sb.std(ddof=1) / sb.mean()) if sb.mean() > 0 else 0.0
-        ra = (sa.std(ddof=1) / sa.mean()) if sa.mean() > 0 else 0.0
-        return math.sqrt((b * rb) ** 2 / len(sb) + (a * ra) ** 2 / len(sa)), steps
-    q = {"tpot_p50": 50, "tpot_p90": 90, "tpot_p99": 99, "decode_step_p50": 50, "decode_step_p90": 90}.get(key)
-    if q is None:  # pragma: no cover - every tpot_ key is listed
-        return None, "one value per run"
-    return _bootstrap_se(sb, sa, q), f"{steps} (bootstrap of the p{q})"
-
-
-def change_interval(key: str, before: Analysis, after: Analysis) -> dict[str, Any] | None:
-    """The ``INTERVAL`` (95 %) bootstrap interval of a per-step figure's change, or None for a
-    figure measured once per run (or a run with fewer than 2 steps).
-
-    Each run's steps are resampled with replacement (``BOOTSTRAP`` times, seeded, so the same
-    pair of traces always gives the same interval), the figure recomputed on each resample, and
-    the change after - before taken pairwise: ``delta`` is [low, high] in the figure's unit,
-    ``relative`` the same for (after / before - 1). This is the spread of the steps within each
-    run; a shift common to a whole run (another process on the machine for the whole run) is not
-    in it, only repeated runs show that."""
-    if not (key.startswith(("tpot_", "decode_step_")) or key == "decode_tokens_per_s"):
-        return None
-    sb, sa = _decode_steps(before, key), _decode_steps(after, key)
-    vb, va = metric_value(before, key), metric_value(after, key)
-    if sb is None or sa is None or vb is None or va is None:
-        return None
-    rng = np.random.default_rng(0)
-    rb, ra = sb[_block_indices(len(sb), rng)], sa[_block_indices(len(sa), rng)]
-    stat = key.rsplit("_", 1)[-1]
-    if key == "decode_tokens_per_s":
-        # tokens / total step time: a resample's rate scales with 1 / its mean step time.
-        xb, xa = vb * sb.mean() / rb.mean(axis=1), va * sa.mean() / ra.mean(axis=1)
-    elif stat == "mean":
-        xb, xa = rb.mean(axis=1), ra.mean(axis=1)
-    else:
-        q = float(stat[1:])
-        xb, xa = np.percentile(rb, q, axis=1), np.percentile(ra, q, axis=1)
-    tail = (1 - INTERVAL) / 2 * 100
-    lo_hi = (tail, 100 - tail)
-    delta = np.percentile(xa - xb, lo_hi)
-    out: dict[str, Any] = {"level": INTERVAL, "delta": [float(delta[0]), float(delta[1])], "relative": None,
-                           "basis": f"bootstrap of {len(sb)} and {len(sa)} steps"}
-    if np.all(xb > 0):
-        rel = np.percentile(xa / xb - 1, lo_hi)
-        out["relative"] = [float(rel[0]), float(rel[1])]
-    return out
-
-
-def _block_indices(n: int, rng: np.random.Generator) -> np.ndarray:
-    """``BOOTSTRAP`` resamples of ``n`` step indices, drawn as circular blocks of about sqrt(n)
-    consecutive steps. Steps are not independent: a stretch of slow steps (another process on
-    the core, a clock change) lasts many steps, and resampling single steps would shuffle it
-    into every resample and make the interval too narrow; whole blocks keep such stretches."""
-    length = max(1, math.ceil(math.sqrt(n)))
-    blocks = math.ceil(n / length)
-    starts = rng.integers(0, n, (BOOTSTRAP, blocks, 1))
-    return ((starts + np.arange(length)) % n).reshape(BOOTSTRAP, blocks * length)[:, :n]
-
-
-def _bootstrap_se(sb: np.ndarray, sa: np.ndarray, q: float) -> float:
-    rng = np.random.default_rng(0)
-    db = np.percentile(sb[rng.integers(0, len(sb), (BOOTSTRAP, len(sb)))], q, axis=1)
-    da = np.percentile(sa[rng.integers(0, len(sa), (BOOTSTRAP, len(sa)))], q, axis=1)
-    return float(np.std(da - db, ddof=1))
 
 
 # --- context -------------------------------------------------------------------------
@@ -738,7 +714,7 @@ class Gate:
         if h is not None and h["before"] is not None and h["after"] is not None:
             return None
         label = h["label"] if h else HEADLINE[self.metric][0].format(word="GPU")
-        which = [s for s, a in (("before", c.before), ("after", c.after)) if metric_value(a, self.metric) is None]
+        which = [s for s in ("before", "after") if side_value(c.runs(s), self.metric) is None]
         runs = "neither run has" if len(which) != 1 else f"the {which[0]} run has no"
         why = ""
         engine = [a for a in (c.before, c.after) if a.metrics.get("latency_semantics") == "engine steps"]

@@ -1,4 +1,5 @@
-"""``tracekit compare BEFORE AFTER [-o FILE]``: what changed between two runs, phase by phase."""
+"""``tracekit compare BEFORE AFTER [-o FILE] [--before-run PATH ...] [--after-run PATH ...]``: what
+changed between two runs (or two sets of repeated runs), phase by phase."""
 
 from __future__ import annotations
 
@@ -23,6 +24,13 @@ SUMMARY_LINES = 6  # sentences printed after writing a report file
               help="Exit with status 1 when the after run crosses a threshold, e.g. 'tpot_p50>+5%', "
                    "'decode_step_p50>+5%' (engine traces), 'decode_tokens_per_s<-3%', 'ttft_ms>+2ms', "
                    "'decode_mbu<-2pp'. May repeat; a gate on a figure a run lacks exits 2.")
+@click.option("--before-run", "before_runs", multiple=True, metavar="PATH",
+              type=click.Path(dir_okay=True, file_okay=True, path_type=str),
+              help="Another run of the baseline (the same workload as BEFORE, collected the same way). May repeat: "
+                   "with several runs a side, each change's interval includes the run-to-run spread.")
+@click.option("--after-run", "after_runs", multiple=True, metavar="PATH",
+              type=click.Path(dir_okay=True, file_okay=True, path_type=str),
+              help="Another run of the change (the same workload as AFTER). May repeat.")
 @click.option("--junit", "junit", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
               help="Also write the gates' verdicts as JUnit XML (one testcase per gate) for CI to show, "
                    "even when gates fail.")
@@ -33,7 +41,7 @@ SUMMARY_LINES = 6  # sentences printed after writing a report file
 @click.option("--project-after", metavar="GPU", help="Compare the after run as projected onto GPU.")
 @model_options
 def command(before: str, after: str, output: str | None, fmt: str | None, force: bool, gates: tuple[str, ...],
-            junit: str | None,
+            before_runs: tuple[str, ...], after_runs: tuple[str, ...], junit: str | None,
             gpu_before: str | None, gpu_after: str | None, project_before: str | None, project_after: str | None,
             model: str | None, tp: int | None, weights: str | None, costs: str,
             model_force: bool = False) -> None:
@@ -43,17 +51,23 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     per-phase time by bound and category, and kernels matched by category and op, each run
     against its own GPU's roofline. With --fail-if it gates CI: exit status 1 when a gate fails,
     that is when the change is beyond the threshold and so is its whole 95% interval (a change
-    past the threshold whose interval reaches back across it is reported as noise and passes)."""
+    past the threshold whose interval reaches back across it is reported as noise and passes).
+    --before-run/--after-run add repeated runs of a side: the headline figures then pool every
+    run's steps, and the intervals resample runs as well as steps, so a shift of a whole run
+    counts as noise; phases and kernels are shown for BEFORE and AFTER."""
     from tracekit.analysis import analyze
     from tracekit.analysis.compare import compare, context_sentence, parse_gate, suggested_gate
     from tracekit.report.compare import choose
     from tracekit.report.output import DEFAULT_DIR, report_stem
 
     parsed = [parse_gate(g) for g in gates]  # a bad expression fails before any slow read
+    sides = {"before": [before, *before_runs], "after": [after, *after_runs]}
+    inputs = sides["before"] + sides["after"]
     if junit:
         from tracekit.report.compare.junit import check_target
 
-        check_target(junit, (before, after, output))
+        check_target(junit, (*inputs, output))
+    _check_inputs(sides)
     from tracekit.specs.lookup import spec_by_name
 
     targets = [spec_by_name(g) if g else None for g in (project_before, project_after)]
@@ -62,17 +76,20 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     renderer, path, replacing = output_target(
         output, fmt, choose,
         lambda ext: os.path.join(DEFAULT_DIR, f"compare-{report_stem(before)}-vs-{report_stem(after)}{ext}"), force)
-    for p in (before, after):
-        if not os.path.exists(p):
-            raise TracekitError(f"{p}: no such file or folder")
+    if path is not None and any(os.path.abspath(path) == os.path.abspath(p) for p in inputs):
+        raise TracekitError(f"{path}: that is one of compare's input traces; name another output file")
     from tracekit.cli.report import _load_model
 
     spec_model = _load_model(model, weights)  # the same model prices both runs
-    (b, b_note), (a, a_note) = (_side(_read(p), g, t, model=spec_model, tp=tp, costs=costs, model_force=model_force,
-                                      stated=stated_figures(),
-                                      weights=weights if spec_model is None else None)
-                                for p, g, t in ((before, gpu_before, targets[0]), (after, gpu_after, targets[1])))
-    comparison = compare(b, a)
+
+    def analyse(p: str, gpu: str | None, target):
+        return _side(_read(p), gpu, target, model=spec_model, tp=tp, costs=costs, model_force=model_force,
+                     stated=stated_figures(), weights=weights if spec_model is None else None)
+
+    b_all = [analyse(p, gpu_before, targets[0]) for p in sides["before"]]
+    a_all = [analyse(p, gpu_after, targets[1]) for p in sides["after"]]
+    b_note, a_note = b_all[0][1], a_all[0][1]
+    comparison = compare([x for x, _ in b_all], [x for x, _ in a_all])
     # A projected side is the projection's central estimate: say its range where the summary is read.
     comparison.summary += [f"{side}: {n}" for side, n in (("before", b_note), ("after", a_note)) if n]
     # Judged before rendering, so that every format shows each gate's verdict and interval.
@@ -109,6 +126,21 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
             if g["verdict"] == "noise":
                 say(f"gate within noise: {g['sentence']}")
         say(f"gates passed ({len(parsed)})")
+
+
+def _check_inputs(sides: dict[str, list[str]]) -> None:
+    """Every input exists, and no run is given twice on one side (a copy of a run would pass for
+    a repeat and shrink the run-to-run spread): checked before the slow reads, one sentence each."""
+    for side, paths in sides.items():
+        seen: dict[str, str] = {}
+        for i, p in enumerate(paths):
+            name = f"--{side}-run {p}" if i else p
+            if not os.path.exists(p):
+                raise TracekitError(f"{name}: no such file or folder")
+            key = os.path.realpath(p)
+            if key in seen:
+                raise TracekitError(f"{name}: the same trace as {seen[key]}; the runs of one side must be separate runs")
+            seen[key] = name
 
 
 def _side(trace, gpu, target, **options):

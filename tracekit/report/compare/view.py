@@ -129,6 +129,8 @@ def run_header(data: dict[str, Any], side: str) -> dict[str, Any]:
         "run_kind": s.get("run_kind"),
         "steps": ", ".join(f"{n} {phase_label(p).lower()}" for p, n in (s.get("steps") or {}).items()) or "none",
         "workload": [{"label": label, "value": _plain(work[k])} for k, label in _WORKLOAD if work.get(k) is not None],
+        # Repeated runs of this side (the first is the one detailed): their names, when more than one.
+        "runs": [str(r.get("name") or r.get("path") or "trace") for r in s.get("runs") or []] if len(s.get("runs") or []) > 1 else [],
     }
 
 
@@ -169,6 +171,10 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "noise": signed(h.get("noise"), unit).lstrip("+") if h.get("noise") is not None else None,
                 # "+2.1% to +9.8%": the 95 % interval of the relative change, where steps give one.
                 "interval": _interval_text(h.get("interval")),
+                # What the interval resampled (within one run, or runs and steps) and how a side of
+                # several runs became one figure.
+                "interval_basis": (h.get("interval") or {}).get("basis") or "no interval: a figure measured once per run",
+                "figure_basis": _figure_basis(h.get("basis")),
                 # Why an efficiency verdict disagrees with its latency's, when it does.
                 "disagreement": h.get("disagreement"),
             }
@@ -176,11 +182,18 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _figure_basis(basis: dict[str, Any] | None) -> str:
+    """"before 3 runs: over the pooled steps (192 steps); after ..." or "" with one run a side."""
+    parts = [f"{side} {basis[side]}" for side in SIDES if basis and basis.get(side) and basis[side] != "one run"]
+    return "; ".join(parts)
+
+
 def _interval_text(iv: dict[str, Any] | None) -> str:
     r = (iv or {}).get("relative")
     return f"{rel(r[0])} to {rel(r[1])}" if r else fmt.MISSING
 
 
+GATE_CLASS = {"fail": "worse", "pass": "better", "noise": "noise", "missing": "na"}
 GATE_MARK = {"fail": "❌ fail", "pass": "✅ pass", "noise": "〰️ within noise", "missing": "⚠️ missing"}
 
 
@@ -202,6 +215,7 @@ def gates(data: dict[str, Any]) -> list[dict[str, Any]]:
             "interval": f"{show(iv[0])} to {show(iv[1])}" if iv else fmt.MISSING,
             "verdict": g["verdict"],
             "mark": GATE_MARK.get(g["verdict"], g["verdict"]),
+            "verdict_class": GATE_CLASS.get(g["verdict"], "na"),
             "sentence": g.get("sentence") or "",
         })
     return out
@@ -346,6 +360,8 @@ def _method(m: dict[str, Any]) -> dict[str, Any]:
         "points": f"{(m.get('flat_points') or 0) * 100:g}",
         "bootstrap": fmt.count(m.get("bootstrap_resamples")),
         "kernel_match": m.get("kernel_match") or "",
+        "interval": m.get("interval") or "",
+        "runs": m.get("runs") or "",
         "roof": m.get("roof") or "",
     }
 
@@ -362,6 +378,9 @@ def view_model(data: dict[str, Any], top: int | None = None) -> dict[str, Any]:
         "context": context(data),
         "headline": headline(data),
         "gates": gates(data),
+        "gate_rule": (data.get("method") or {}).get("gate_rule") or "",
+        # With repeated runs: which parts use every run and which the first of each side.
+        "detail_note": (data.get("method") or {}).get("detail"),
         "summary": list(data.get("summary") or []),
         "phases": phases(data),
         "kernels": kernels(data, top),
