@@ -77,3 +77,38 @@ def test_int8_weights_with_16_bit_activations_carry_a_scale_per_128():
     m = from_config(cfg, "w8a16", "hand-written config")
     assert m.weight("mlp").name == "int8-w8a16"
     assert m.weight("mlp").bytes_per_param == pytest.approx(1 + 2 / 128)
+
+
+@pytest.mark.parametrize("act_bytes,expected", [(2.0, 2048 + 2048), (4.0, 2048 + 4096)])
+def test_full_attention_bytes_scale_queries_and_outputs_by_the_activation_size(act_bytes, expected):
+    """catches: the queries' and outputs' bytes not multiplied by the activation element size."""
+    m = _spec()  # 1 full-attention layer, 4 query and 4 KV heads of 16 + 16 dims
+    side = mc.Side(requests=1, tokens=8, kv_tokens=8, pairs=8 * 9 / 2, logit_tokens=1)
+    w = mc.step_costs(m, side, act_bytes=act_bytes, kv_bytes=2.0)["attention"]
+    # keys: 8 x 4 KV heads x 32 dims x 2 B = 2048; queries + outputs: 8 tokens x 4 heads x 32 dims x act_bytes
+    assert w.bytes == expected
+
+
+_SMALL_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+                "vocab_size": 100, "intermediate_size": 128, "torch_dtype": "bfloat16"}
+
+
+def test_sidecar_dtype_overrides_an_unquantised_config():
+    """catches: the dtype collect ran at (--dtype fp32) ignored for an unquantised config, whose
+    weights would then be priced at the config's 2-byte bfloat16 instead of 4-byte fp32."""
+    from tracekit.models.registry import from_sidecar
+
+    m = from_sidecar({"workload": {"model_config": _SMALL_LLAMA, "preset": "tiny", "dtype": "fp32"}})
+    assert m.dtype == "fp32"
+    assert m.weight("mlp").bytes_per_param == 4
+
+
+def test_sidecar_dtype_leaves_a_quantised_configs_weights_alone():
+    """catches: collect's run dtype overriding the stored precision a quantization_config states."""
+    from tracekit.models.registry import from_sidecar
+
+    cfg = {**_SMALL_LLAMA, "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}}
+    m = from_sidecar({"workload": {"model_config": cfg, "preset": "q", "dtype": "fp32"}})
+    assert m.dtype == "bf16"
+    assert m.weight("mlp").name == "int8-w8a16"

@@ -1,0 +1,131 @@
+"""GPU spec lookup edge cases that survivors of the mutation campaign (benchmarks/mutation.py)
+showed untested: zero peaks in spec files, garbled deviceProperties fields, MIG slices
+claiming more memory than their parent, architecture tags in kernel names, and the labels
+of CPU peaks given as options. Expected values are format facts (sm90 is compute capability
+9.0, an H100 has 132 SMs and 80 GB) or hand arithmetic, never the code's own output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import read_real
+from tracekit.errors import TracekitError
+from tracekit.specs import cpu_lookup, load_spec_file, lookup
+from tracekit.specs.identify import architecture, identify
+
+GIB = 1 << 30
+# The H100 SXM as a trace's deviceProperties carry it (h100_hf in ../shared/traces).
+H100 = {"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "numSms": 132,
+        "totalGlobalMem": 85018279936}
+SPEC = {"name": "My Accelerator", "vendor": "Acme", "memory_bandwidth_GBps": 1000,
+        "matrix_tflops": {"bf16": 200}, "vector_tflops": {"fp32": 20}}
+
+
+# --- user spec files --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("unit", ["matrix_tflops", "vector_tflops"])
+def test_zero_peak_in_a_spec_file_is_rejected(tmp_path, unit):
+    """catches: a zero peak accepted in a user spec file (every kernel would then be 'infinitely slow')."""
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps({**SPEC, unit: {"bf16": 0}}))
+    with pytest.raises(TracekitError) as e:
+        load_spec_file(path)
+    assert f"{unit}.bf16 must be positive" in e.value.message
+
+
+# --- garbled deviceProperties fields ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field,garbled", [("computeMajor", "9"), ("computeMinor", 0.5), ("numSms", "132"),
+                                           ("totalGlobalMem", "85018279936")])
+def test_non_integer_property_counts_as_absent_and_the_name_decides(field, garbled):
+    """catches: deviceProperties values that are not whole numbers (strings, floats) taken as
+    identifying fields, which makes an H100 'disagree' with its own row or crashes the lookup."""
+    match = lookup({**H100, field: garbled})
+    assert match.spec is not None and match.spec.key == "h100-sxm"
+
+
+@pytest.mark.parametrize("field", ["numSms", "multiProcessorCount"])
+def test_zero_sm_count_is_ignored_as_garbled(field):
+    """catches: 0 SMs treated as a plausible SM count, so a real H100 looks like another SKU."""
+    dev = {k: v for k, v in H100.items() if k != "numSms"}
+    match = lookup({**dev, field: 0})
+    assert match.spec is not None and match.spec.key == "h100-sxm"
+    assert any(f"{field} 0 is no GPU's SM count" in n for n in match.notes)
+
+
+def test_zero_num_sms_beside_a_good_multiprocessor_count_lets_that_count_stand():
+    """catches: numSms 0 taken as a value that contradicts multiProcessorCount 132 (then neither counts)."""
+    match = lookup({**H100, "numSms": 0, "multiProcessorCount": 132})
+    assert match.spec.key == "h100-sxm"
+    assert any("multiProcessorCount's 132 stands" in n for n in match.notes)
+    assert not any("contradict" in n for n in match.notes)
+
+
+# --- MIG slices ---------------------------------------------------------------------------------
+
+
+def test_mig_slice_with_more_memory_than_its_parent_is_not_trusted():
+    """catches: a loose 'slice fits its parent' memory check: a MIG slice of an 80 GB H100 that
+    claims 160 GiB is no slice of that part."""
+    dev = {"name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb", "computeMajor": 9, "computeMinor": 0,
+           "numSms": 60, "totalGlobalMem": 160 * GIB}
+    match = lookup(dev)
+    assert match.spec is None and "160.0 GiB of memory" in match.reason
+
+
+def test_mig_slice_a_little_over_its_parent_memory_within_driver_tolerance_fits():
+    """catches: the slice memory check losing its driver tolerance (reported memory varies ~2%)."""
+    dev = {"name": "NVIDIA H100 80GB HBM3 MIG 7g.80gb", "computeMajor": 9, "computeMinor": 0,
+           "numSms": 132, "totalGlobalMem": int(85018279936 * 1.02)}
+    assert lookup(dev).spec.key == "h100-sxm-mig-7g.80gb"
+
+
+# --- architecture tags in kernel names ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("names,expected", [
+    (["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"], ("NVIDIA", "sm_90", (9, 0))),
+    (["cutlass_80_tensorop_s16816gemm_bf16_128x128_32x4_nn_align8"], ("NVIDIA", "sm_80", (8, 0))),
+    (["nvjet_sm100_tst_128x8", "sm90_xmma_gemm"], ("NVIDIA", "sm_100", (10, 0))),
+    (["kernel_sm_20_legacy"], None),  # below any architecture tracekit knows: unrelated digits
+])
+def test_architecture_tags(names, expected):
+    """catches: NVIDIA sm/cutlass tags of real architectures skipped (or tiny numbers read as one)."""
+    assert architecture(names) == expected
+
+
+def test_unidentified_h100_trace_is_narrowed_by_its_kernels_architecture():
+    """catches: the sm90 tags of a real H100 trace's kernels ignored, so the reason cannot name
+    the Hopper parts to choose from."""
+    trace = read_real("h100_hf")
+    names = [str(n) for n in trace.kernels["name"].unique()]
+    match = identify(None, None, names)
+    assert match.spec is None
+    # The trace's own deviceProperties say compute capability 9.0: an H100 SXM part.
+    assert "built for sm_90" in match.reason and "--gpu h100-sxm" in match.reason
+    assert "--gpu a100-sxm4-80gb" not in match.reason  # an Ampere part cannot run sm90 code
+
+
+@pytest.mark.parametrize("kernel,key", [("sm75_xmma_gemm_f16f16_f16f32_f32_tn_n", "t4"),  # Turing 7.5: T4
+                                        ("nvjet_sm121_tst_64x8_kernel", "gb10")])  # DGX Spark's GB10 is 12.1
+def test_generic_name_is_identified_by_the_only_part_of_its_architecture(kernel, key):
+    """catches: the kernel-name fallback dead for NVIDIA: an architecture with one database row is that row."""
+    match = identify({"name": ""}, None, [kernel])
+    assert match.spec is not None and match.spec.key == key
+    assert "architecture tag sm_" in match.how
+
+
+# --- CPU peaks given as options -----------------------------------------------------------------
+
+
+def test_cpu_peaks_given_as_options_are_not_labelled_measured():
+    """catches: peaks the user typed (--cpu-flops / --cpu-bandwidth) labelled 'measured on this
+    machine' in the achievable-ceiling basis."""
+    spec = cpu_lookup(None, matmul_flops={"fp32": 5e10}, bandwidth=2e10).spec
+    assert spec.achievable_flops_basis("fp32", "vector") == "1 x peak (peaks given as options)"
+    assert spec.achievable_bandwidth_basis == "1 x peak (peaks given as options)"
+    assert "measured" not in spec.compute_factor_source and "measured" not in spec.bandwidth_factor_source
