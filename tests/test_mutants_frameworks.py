@@ -1,0 +1,141 @@
+"""Engine conventions in tracekit/frameworks that earlier tests let drift (mutation survivors):
+what a causal prefill's attention pairs are, a prefill marker's default keys, and which launch
+grids of vLLM/SGLang kernels count a step's tokens.
+
+Expected figures come from the formats: causal attention scores q*k - q(q-1)/2 query-key pairs
+per request; a prefill with no cache attends its own tokens (kv = tokens); vLLM's
+``reshape_and_cache*`` and rotary kernels and SGLang's ``store_kvcache`` launch a 1-D grid of
+one block per token; vLLM copies T int32 input ids (4T bytes) and T int64 positions (8T bytes)
+host to device each step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit import frameworks
+from tracekit.analysis import step_tokens as st
+from tracekit.frameworks import BatchSide
+
+VLLM_FRAMES = "vLLM execute_model frames"
+SGLANG_FRAMES = "SGLang forward_batch_generation frames"
+ROTARY = "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, int, int)"
+STORE_KV = "store_kvcache"
+HTOD = "Memcpy HtoD (Pinned -> Device)"
+
+
+def one_step(rows: list[tuple[str, str, tuple[int, int, int], int]]) -> pd.DataFrame:
+    """A kernel table of one step: (kind, name, grid, bytes) per row, as the reader lays it out."""
+    return pd.DataFrame({
+        "name": pd.Categorical([r[1] for r in rows]),
+        "kind": [r[0] for r in rows],
+        "start_ns": np.arange(len(rows), dtype=np.int64) * 1000,
+        "grid_x": [r[2][0] for r in rows], "grid_y": [r[2][1] for r in rows], "grid_z": [r[2][2] for r in rows],
+        "bytes": [r[3] for r in rows],
+    })
+
+
+def counts(rows, source=VLLM_FRAMES) -> st.StepCounts:
+    kernels = one_step(rows)
+    [c] = st.step_counts(kernels, np.zeros(len(kernels), dtype=np.int64), 1, [source])
+    return c
+
+
+# --- base.BatchSide.attention_pairs -----------------------------------------------------------
+
+
+def test_a_prefill_side_with_keys_but_no_square_sums_has_unknown_attention_pairs():
+    """catches: a prefill side (more tokens than requests) with kv stated but no sum of q^2 priced
+    as kv_tokens pairs, the decode rule (one query per request), undercounting its attention.
+
+    3 requests of 10 new tokens over 30 keys: each request scores q_i*k_i - q_i(q_i-1)/2 >= k_i
+    pairs, with equality only for q_i = 1; here some q_i >= 2, so the pairs exceed 30, and how
+    much depends on the split, which the annotation does not state."""
+    # A tracekit prefill marker of uneven prompts (10 tokens do not split evenly over 3).
+    m = frameworks.parse_annotation("tracekit::prefill bs=3 tokens=10 kv=30")
+    assert m.prefill.sum_q2 is None and m.prefill.kv_tokens == 30
+    assert m.prefill.attention_pairs() is None
+    # vLLM's detailed form without sqsq/sqsk: the same unknown.
+    v = frameworks.parse_annotation("execute_10_context_3(sq10sk30)_generation_0(sq0sk0)")
+    assert v.prefill == BatchSide(3, 10, 30) and v.prefill.attention_pairs() is None
+    # (Two splits of that side: q=(4,3,3), k=(12,9,9) scores 42+24+24 = 90 pairs;
+    # q=(8,1,1), k=(10,10,10) scores 52+10+10 = 72: not 30, and not one figure.)
+    # The decode rule stays: one query per request scores one pair per key.
+    assert BatchSide(requests=4, tokens=4, kv_tokens=4100).attention_pairs() == 4100.0
+
+
+# --- markers: a prefill marker's default keys -----------------------------------------------
+
+
+def test_a_prefill_marker_without_kv_attends_its_own_tokens():
+    """catches: a tracekit::prefill marker with no kv= losing its default kv_tokens = tokens (a
+    prefill with no cache attends exactly the tokens it computes), so the model-based attention
+    cost had no keys, and sum_qk (q*k with k = q) went missing with it."""
+    a = frameworks.parse_annotation("tracekit::prefill bs=2 tokens=64")
+    assert a.phase == "prefill"
+    # Two prompts of 32 tokens: keys 2 * 32 = 64; sum q*k = 2 * 32 * 32.
+    assert a.prefill.kv_tokens == 64
+    assert a.prefill.sum_qk == 2 * 32 * 32
+    # A decode marker gets no invented keys: its cache length is not its token count.
+    d = frameworks.parse_annotation("tracekit::decode#1 bs=2")
+    assert d.decode.tokens == 2 and d.decode.kv_tokens is None
+
+
+# --- SGLang store_kvcache: a 1-D grid only --------------------------------------------------
+
+
+def test_sglang_store_kvcache_counts_tokens_only_from_a_one_dimensional_grid():
+    """catches: an SGLang store_kvcache launch with grid y > 1 read as one block per token
+    (grid x = tokens), outvoting the step's input copies with a figure that is not its tokens.
+
+    The convention is a 1-D grid (x = tokens, y = z = 1); a (100, 8, 1) launch splits its work
+    otherwise, so the step's tokens come from its 40-token input copies (160 and 320 bytes)."""
+    assert frameworks.kv_write_tokens(STORE_KV, (100, 1, 1)) == (100, "SGLang")
+    assert frameworks.kv_write_tokens(STORE_KV, (100, 8, 1)) is None
+    c = counts([("kernel", STORE_KV, (100, 8, 1), 0),
+                ("memcpy", HTOD, (0, 0, 0), 4 * 40), ("memcpy", HTOD, (0, 0, 0), 8 * 40)], SGLANG_FRAMES)
+    assert c.tokens.value == 40 and "input-id/position copies" in c.tokens.source
+    assert "store_kvcache" not in (c.tokens.note or "")
+    # The 1-D launch does count, and outweighs the copies (weight 3 against 2).
+    c = counts([("kernel", STORE_KV, (100, 1, 1), 0),
+                ("memcpy", HTOD, (0, 0, 0), 4 * 40), ("memcpy", HTOD, (0, 0, 0), 8 * 40)], SGLANG_FRAMES)
+    assert c.tokens.value == 100 and "store_kvcache grid x = 100" in c.tokens.source
+
+
+# --- vLLM input-id / position copies --------------------------------------------------------
+
+
+def test_vllm_input_copies_of_an_odd_token_count_give_its_tokens():
+    """catches: the 4-byte alignment test of the input-id copy done as a bit test (s & 4), which
+    drops every T with 4T not a multiple of 8 (any odd T) and admits copies of 2 bytes.
+
+    37 tokens: int32 ids 4 * 37 = 148 bytes, int64 positions 8 * 37 = 296 bytes."""
+    assert frameworks.input_copy_tokens([148, 296]) == [37]
+    assert frameworks.input_copy_tokens([20, 40, 12, 24]) == [3, 5]  # two candidate pairs
+    assert frameworks.input_copy_tokens([2, 4]) == []  # 2 bytes is no int32 array
+    c = counts([("memcpy", HTOD, (0, 0, 0), 148), ("memcpy", HTOD, (0, 0, 0), 296)])
+    assert c.tokens.value == 37 and "148 and 296 bytes" in c.tokens.source
+
+
+# --- vLLM KV-cache writes and rotary embedding ----------------------------------------------
+
+
+def test_vllm_kv_write_with_an_empty_grid_counts_no_tokens():
+    """catches: a reshape_and_cache launch with grid x = 0 (no blocks: nothing written, or a
+    grid the trace lost) read as a step of 0 tokens instead of no count."""
+    name = "void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>"
+    assert frameworks.kv_write_tokens(name, (12, 1, 1)) == (12, "vLLM")
+    assert frameworks.kv_write_tokens(name, (0, 1, 1)) is None
+    assert frameworks.kv_write_tokens("void vllm::concat_and_cache_mla_kernel<float>", (0, 1, 1)) is None
+
+
+def test_vllm_rotary_embedding_counts_one_block_per_token():
+    """catches: vLLM's rotary embedding grid (T, 1, 1), one block per token, not read, so a
+    step whose only token evidence is that kernel kept no tokens; and a 3-D launch read as one."""
+    assert frameworks.per_token_kernel(ROTARY, (37, 1, 1)) == (37, "vLLM")
+    assert frameworks.per_token_kernel(ROTARY, (37, 1, 2)) is None
+    c = counts([("kernel", ROTARY, (37, 1, 1), 0)])
+    assert c.tokens.value == 37 and "per-token kernel" in c.tokens.source
+    c = counts([("kernel", ROTARY, (37, 1, 2), 0)])
+    assert c.tokens.value is None and c.tokens.source == st.NO_TOKENS
