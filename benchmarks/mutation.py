@@ -63,7 +63,7 @@ PACKAGE_TESTS = {
     "tracekit/specs": ["test_specs.py", "test_spec_file.py", "test_roofline.py", "test_ceilings.py",
                        "test_project.py"],
     "tracekit/frameworks": ["test_frameworks.py", "test_segment.py", "test_serving.py", "test_step_tokens.py"],
-    "tracekit/models": ["test_models.py", "test_mutants_models.py", "test_grid_shapes.py", "test_model_fit.py"],
+    "tracekit/models": ["test_models.py", "test_grid_shapes.py", "test_model_fit.py"],
     "tracekit/analysis": ["test_roofline.py", "test_segment.py", "test_costs.py", "test_serving.py",
                           "test_taxonomy.py", "test_idle.py"],
 }
@@ -87,21 +87,19 @@ MODULE_TESTS = {
     "tracekit/analysis/latency.py": ["test_segment.py", "test_serving.py"],
     "tracekit/analysis/merge.py": ["test_windows.py"],
     "tracekit/analysis/model.py": ["test_compare.py", "test_model_fit.py"],
-    "tracekit/analysis/model_costs.py": ["test_model_fit.py", "test_grid_shapes.py", "test_models.py",
-                                         "test_mutants_analysis.py"],
+    "tracekit/analysis/model_costs.py": ["test_model_fit.py", "test_grid_shapes.py", "test_models.py"],
     "tracekit/analysis/movers.py": ["test_compare.py"],
     "tracekit/analysis/plan.py": ["test_plan.py", "test_plan_idle.py"],
     "tracekit/analysis/project.py": ["test_project.py", "test_project_check.py"],
     "tracekit/analysis/ranks.py": ["test_ranks.py"],
-    "tracekit/analysis/roofline.py": ["test_roofline.py", "test_estimates.py", "test_idle.py",
-                                      "test_mutants_analysis.py"],
+    "tracekit/analysis/roofline.py": ["test_roofline.py", "test_estimates.py", "test_idle.py"],
     "tracekit/analysis/segment.py": ["test_segment.py", "test_serving.py", "test_step_tokens.py", "test_roofline.py"],
     "tracekit/analysis/stated_weights.py": ["test_stated_weights.py"],
     "tracekit/analysis/step_tokens.py": ["test_step_tokens.py", "test_serving.py"],
     "tracekit/analysis/taxonomy.py": ["test_taxonomy.py", "test_grid_shapes.py"],
     "tracekit/analysis/timeline.py": ["test_idle.py", "test_termination.py"],
     "tracekit/analysis/truncation.py": ["test_reader_truncated.py"],
-    "tracekit/models/costs.py": ["test_models.py", "test_mutants_models.py", "test_model_fit.py"],
+    "tracekit/models/costs.py": ["test_models.py", "test_model_fit.py"],
     "tracekit/models/registry.py": ["test_models.py", "test_grid_shapes.py"],
 }
 # Where CI's fixed set is drawn from: the modules every report's figures pass through.
@@ -131,8 +129,12 @@ class Mutant:
 
 
 def tests_for(module: str) -> list[str]:
-    tests = MODULE_TESTS.get(module) or PACKAGE_TESTS[next(p for p in PACKAGES if module.startswith(p + "/"))]
-    return [t for t in tests if (ROOT / "tests" / t).exists()]
+    package = next(p for p in PACKAGES if module.startswith(p + "/"))
+    tests = MODULE_TESTS.get(module) or PACKAGE_TESTS[package]
+    # The tests written to kill a package's mutants (tests/test_mutants_<package>*.py) are quick and
+    # aimed at exactly this, so they run first for every module of their package.
+    own = sorted(p.name for p in (ROOT / "tests").glob(f"test_mutants_{package.rsplit('/', 1)[1]}*.py"))
+    return [t for t in dict.fromkeys(own + tests) if (ROOT / "tests" / t).exists()]
 
 
 def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
