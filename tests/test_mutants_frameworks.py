@@ -11,10 +11,14 @@ host to device each step.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
+from conftest import read_real
 from tracekit import frameworks
+from tracekit.analysis import segment as seg
 from tracekit.analysis import step_tokens as st
 from tracekit.frameworks import BatchSide
 
@@ -139,3 +143,57 @@ def test_vllm_rotary_embedding_counts_one_block_per_token():
     assert c.tokens.value == 37 and "per-token kernel" in c.tokens.source
     c = counts([("kernel", ROTARY, (37, 1, 2), 0)])
     assert c.tokens.value is None and c.tokens.source == st.NO_TOKENS
+
+
+# --- base.BatchSide: empty sides and merging two annotations -------------------------------
+
+
+def test_a_side_with_no_requests_or_no_tokens_scores_no_attention_pairs():
+    """catches: an empty side (no requests, or no new tokens) scoring anything but 0 query-key
+    pairs: a count of pairs is never negative, and an empty batch computes no attention."""
+    assert BatchSide(requests=0, tokens=0).attention_pairs() == 0.0
+    assert BatchSide(requests=3, tokens=0, kv_tokens=300).attention_pairs() == 0.0
+    assert BatchSide(requests=0).attention_pairs() == 0.0
+    # vLLM's execute_new_0_cached_3: no new requests, so the prefill side is empty.
+    a = frameworks.parse_annotation("execute_new_0_cached_3")
+    assert a.phase == "decode" and a.prefill.attention_pairs() == 0.0
+
+
+def test_merging_two_annotations_of_a_step_keeps_this_sides_own_counts():
+    """catches: merged() overwriting the counts this side states with the other annotation's,
+    instead of only filling the ones it lacks (a nested range's stated tokens replaced by the
+    outer range's)."""
+    mine = BatchSide(requests=2, tokens=10)
+    other = BatchSide(requests=3, tokens=12, kv_tokens=40)
+    # requests and tokens stated here stay; kv_tokens, absent here, comes from the other.
+    assert mine.merged(other) == BatchSide(requests=2, tokens=10, kv_tokens=40)
+    # Nothing stated on the other side: nothing changes, and no field is blanked.
+    assert mine.merged(BatchSide()) == mine
+    assert BatchSide().merged(other) == other
+
+
+# --- vLLM execute_new_N_cached_M: the prefill side's tokens ---------------------------------
+
+
+def test_vllm_new_cached_step_with_one_new_request_gets_its_prefill_tokens_from_the_step():
+    """catches: execute_new_1_cached_M read as a prefill side of 0 tokens (it states no token
+    count, and a new request prefills at least one), so the step's tokens never fill it in and
+    its prefill is priced as no work; and execute_new_0_cached_M's empty side not stated as 0.
+
+    rtx3090_vllm's mixed step (execute_new_2_cached_2) writes 12 KV-cache entries; renamed to one
+    new request beside the 2 running ones, that request prefills 12 - 2 = 10 of them."""
+    one = frameworks.parse_annotation("execute_new_1_cached_2")
+    assert one.phase == "mixed" and one.prefill.requests == 1 and one.prefill.tokens is None
+    assert one.decode == BatchSide(requests=2, tokens=2)
+    none = frameworks.parse_annotation("execute_new_0_cached_4")
+    assert none.prefill == BatchSide(requests=0, tokens=0) and none.tokens == 4
+    trace = read_real("rtx3090_vllm")
+    ann = trace.annotations.copy()
+    names = ann["name"].astype(str).to_numpy().copy()
+    names[names == "execute_new_2_cached_2"] = "execute_new_1_cached_2"
+    ann["name"] = pd.Categorical(names)
+    steps = seg.segment(dataclasses.replace(trace, annotations=ann)).steps
+    assert steps["label"][1] == "execute_new_1_cached_2" and steps["phase"][1] == "mixed"
+    assert steps["tokens"][1] == 12
+    assert steps["prefill_side"][1] == BatchSide(requests=1, tokens=10)
+    assert steps["decode_side"][1] == BatchSide(requests=2, tokens=2)

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import read_real
 from tracekit.errors import TracekitError
-from tracekit.specs import cpu_lookup, load_spec_file, lookup
+from tracekit.specs import cpu_entry, cpu_lookup, load_spec_file, lookup, spec_by_name, with_calibration
 from tracekit.specs.identify import architecture, identify
 
 GIB = 1 << 30
@@ -129,3 +129,61 @@ def test_cpu_peaks_given_as_options_are_not_labelled_measured():
     assert spec.achievable_flops_basis("fp32", "vector") == "1 x peak (peaks given as options)"
     assert spec.achievable_bandwidth_basis == "1 x peak (peaks given as options)"
     assert "measured" not in spec.compute_factor_source and "measured" not in spec.bandwidth_factor_source
+
+
+# --- a CPU's measured ceilings written as a spec file -------------------------------------------
+
+
+def test_cpu_entry_written_and_loaded_gives_the_measured_rates_as_peaks(tmp_path):
+    """catches: the sidecar's FLOP/s turned into the spec file's TFLOP/s wrongly (anything but
+    a division by 10^12), so a CPU projected onto another CPU's file gets peaks off by orders
+    of magnitude (or negative ones the loader rejects)."""
+    # A tracekit collect calibration: 250 GFLOP/s fp32 matmul, 15 GB/s copy.
+    cal = {"matmul_flops": {"fp32": 2.5e11}, "copy_bandwidth": 1.5e10, "device": "cpu"}
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(cpu_entry(cal, "CPU 2 threads")))
+    spec = load_spec_file(path)
+    assert spec.name == "CPU 2 threads"
+    # 2.5e11 FLOP/s = 0.25 TFLOP/s in the file, read back as 2.5e11 FLOP/s, both units.
+    assert spec.peak_flops("fp32", "matrix") == pytest.approx(2.5e11)
+    assert spec.peak_flops("fp32", "vector") == pytest.approx(2.5e11)
+    assert spec.peak_bandwidth == pytest.approx(1.5e10)
+
+
+# --- measured matmul rates on a GPU: matrix work only -------------------------------------------
+
+
+def test_measured_matmul_rate_is_no_ceiling_for_vector_work(tmp_path):
+    """catches: a GPU's measured matmul FLOP/s (tracekit collect) used as the achievable ceiling
+    of vector (elementwise) work too, which runs on other units at another peak; the label
+    would still say '0.5 x peak' while the figure is the measured matmul rate."""
+    path = tmp_path / "acc.json"
+    path.write_text(json.dumps({**SPEC, "matrix_tflops": {"bf16": 200, "fp32": 40},
+                                "achievable": {"compute": 0.5}}))
+    sidecar = {"calibration": {"matmul_flops": {"fp32": 15e12, "bf16": 150e12}, "copy_bandwidth": 8e11,
+                               "device": "cuda:0"}}
+    spec = with_calibration(load_spec_file(path), sidecar)
+    # Matrix work: the measured rates.
+    assert spec.achievable_flops("bf16") == pytest.approx(150e12)
+    assert spec.achievable_flops("fp32", "matrix") == pytest.approx(15e12)
+    # Vector fp32: the file's 20 TFLOP/s vector peak x 0.5 = 10 TFLOP/s, not the measured 15.
+    assert spec.achievable_flops("fp32", "vector") == pytest.approx(10e12)
+    assert spec.achievable_flops_basis("fp32", "vector").startswith("0.5 x peak")
+
+
+# --- --gpu NAME suggestions -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,suggested", [
+    # "sxm4" is in these rows' keys (a100-sxm4-40gb, ...), not in their display names.
+    ("sxm4", "did you mean 'A100 40GB SXM', 'A100 80GB SXM', 'A800 80GB SXM'?"),
+    # "DGX Spark" is in the GB10's display name, not in its key (gb10).
+    ("DGX Spark", "did you mean 'GB10 (DGX Spark)'?"),
+])
+def test_unknown_gpu_option_suggests_rows_matching_key_or_name(name, suggested):
+    """catches: --gpu suggestions requiring the text in both a row's key and its display name,
+    so a key fragment (sxm4) or a name fragment (DGX Spark) suggests nothing."""
+    with pytest.raises(TracekitError) as e:
+        spec_by_name(name)
+    assert "is not in tracekit's GPU database" in e.value.message
+    assert suggested in e.value.message
