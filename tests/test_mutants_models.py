@@ -9,7 +9,7 @@ import pytest
 
 from tracekit.models import costs as mc
 from tracekit.models import from_config, load_model
-from tracekit.models.config import DENSE, FULL, LINEAR, MLA, MOE, Layer, ModelSpec
+from tracekit.models.config import DENSE, FULL, LINEAR, MLA, MOE, SLIDING, Layer, ModelSpec
 
 
 def _spec(**kw) -> ModelSpec:
@@ -112,3 +112,126 @@ def test_sidecar_dtype_leaves_a_quantised_configs_weights_alone():
     m = from_sidecar({"workload": {"model_config": cfg, "preset": "q", "dtype": "fp32"}})
     assert m.dtype == "bf16"
     assert m.weight("mlp").name == "int8-w8a16"
+
+
+def _small_config(quantization_config: dict) -> dict:
+    return {**_SMALL_LLAMA, "quantization_config": quantization_config}
+
+
+@pytest.mark.parametrize("activations,name,compute", [
+    ({"num_bits": 4, "type": "float", "group_size": 16}, "nvfp4", "fp4"),  # W4A4: FP4 GEMMs
+    (None, "nvfp4-w4a16", "bf16"),  # no input_activations: weight-only, 16-bit GEMMs
+])
+def test_compressed_tensors_nvfp4_group_runs_at_fp4_only_with_4_bit_activations(activations, name, compute):
+    """catches: a compressed-tensors NVFP4 group whose input activations are 4-bit (W4A4, as
+    nvfp4-pack-quantized checkpoints state) priced at the 16-bit peak as if weight-only."""
+    group = {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float", "group_size": 16}}
+    if activations:
+        group["input_activations"] = activations
+    m = from_config(_small_config({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+                                   "config_groups": {"group_0": group}}), "nvfp4", "hand-written config")
+    assert (m.weight("mlp").name, m.weight("mlp").compute) == (name, compute)
+    # e2m1 values (4 bits) + one fp8 scale byte per 16
+    assert m.weight("mlp").bytes_per_param == pytest.approx(0.5 + 1 / 16)
+
+
+def test_bitsandbytes_nf4_weights_carry_an_fp32_absmax_per_64():
+    """catches: bitsandbytes 4-bit (NF4) weights not priced as half a byte plus one 4-byte fp32
+    absmax per block of 64 (bitsandbytes' default blocksize for 4-bit weights)."""
+    m = from_config(_small_config({"quant_method": "bitsandbytes", "load_in_4bit": True,
+                                   "bnb_4bit_quant_type": "nf4"}), "nf4", "hand-written config")
+    assert m.weight("mlp").name == "nf4"
+    assert m.weight("mlp").bytes_per_param == pytest.approx(0.5 + 4 / 64)
+
+
+@pytest.mark.parametrize("out_bytes,fused_add,expected", [
+    (1.0, False, 64 * (2 + 1)),  # read 2-byte input, write 1-byte FP8 output
+    (1.0, True, 64 * (2 + 1) + 2 * 64 * 2),  # + the residual read and written at 2 bytes
+    (4.0, False, 64 * (2 + 4)),
+])
+def test_norm_bytes_per_token_add_the_input_and_output_element_sizes(out_bytes, fused_add, expected):
+    """catches: a norm fused with a quantisation priced as input size times output size
+    (equal only when both are 2 bytes) instead of one read plus one write per element."""
+    flops, nbytes = mc.per_token(_spec(), "norm", fused_add=fused_add, act_bytes=2.0, out_bytes=out_bytes)
+    assert flops == 5 * 64  # NORM_FLOPS x hidden
+    assert nbytes == expected
+
+
+def test_qwen2_sliding_window_starts_at_max_window_layers():
+    """catches: Qwen2's max_window_layers read backwards: transformers' Qwen2Config gives layers
+    i >= max_window_layers sliding-window attention and the bottom max_window_layers full."""
+    cfg = {"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+           "vocab_size": 100, "intermediate_size": 128, "use_sliding_window": True, "sliding_window": 1024,
+           "max_window_layers": 2}
+    m = from_config(cfg, "qwen2-swa", "hand-written config")
+    assert [(layer.attention, layer.window) for layer in m.layers] == [
+        (FULL, None), (FULL, None), (SLIDING, 1024), (SLIDING, 1024)]
+
+
+def test_kv_cache_bytes_per_token_of_deepseek_v3():
+    """catches: MLA's per-token cache bytes divided, not multiplied, by the cache element size."""
+    # 61 MLA layers x (512 latent + 64 rope key) x 2 bytes = 70,272 bytes per token (bf16 cache)
+    assert mc.kv_bytes_per_token(load_model("deepseek-v3")) == 70272
+    # fp8 cache: one byte each
+    assert mc.kv_bytes_per_token(load_model("deepseek-v3"), kv_bytes=1.0) == 35136
+
+
+def test_qwen3_next_has_one_full_attention_layer_in_every_four():
+    """catches: full_attention_interval misread (Qwen3-Next-80B-A3B's config has no layer_types:
+    transformers makes layer i full attention when (i + 1) % 4 == 0, the rest gated DeltaNet)."""
+    m = load_model("qwen3-next-80b-a3b")
+    assert m.n_layers == 48
+    assert [i for i, layer in enumerate(m.layers) if layer.attention == FULL] == list(range(3, 48, 4))
+    assert m.count(attention=LINEAR) == 36
+
+
+def test_gated_deltanet_projection_parameters():
+    """catches: the beta/decay projection (in_proj_ba: hidden -> 2 x value heads) sized wrongly."""
+    m = _spec(layers=(Layer(LINEAR, DENSE),), linear_key_heads=2, linear_value_heads=4, linear_key_dim=8,
+              linear_value_dim=16, linear_conv_kernel=4)
+    # Qwen3NextGatedDeltaNet: in_proj_qkvz 64 x (2 x 2 x 8 + 2 x 4 x 16) = 10240, in_proj_ba 64 x (2 x 4) = 512,
+    # out_proj (4 x 16) x 64 = 4096
+    assert mc.parameter_counts(m)["linear_attention"] == 10240 + 512 + 4096
+
+
+def test_all_reduce_flops_and_bytes_on_two_ranks():
+    """catches: the all-reduces' additions not scaling with the step's tokens."""
+    m = _spec()  # 1 layer, hidden 64, vocab 100
+    side = mc.Side(requests=1, tokens=4, kv_tokens=4, pairs=10, logit_tokens=1)
+    w = mc.step_costs(m, side, tp=2)["communication"]
+    # 3 all-reduces (attention, MLP, embedding) of 4 tokens x 64: each rank adds (N-1)/N = 1/2 of them
+    assert w.flops == 3 * 4 * 64 / 2
+    # ring moves 2 (N-1)/N = 1 x 512 bytes per all-reduce; the logits' all-gather 1/2 x 100 x 2 bytes
+    assert w.bytes == 3 * 512 + 100
+
+
+def test_deepseek_v3_attention_parameters():
+    """catches: MLA's kv_a_proj_with_mqa (hidden -> kv_lora_rank + qk_rope_head_dim) sized wrongly."""
+    m = load_model("deepseek-v3")
+    # per layer (DeepSeek-V3 modelling code): q_a 7168 x 1536, q_b 1536 x 128 x (128 + 64),
+    # kv_a_proj_with_mqa 7168 x (512 + 64), kv_b 512 x 128 x (128 + 128), o (128 x 128) x 7168
+    per_layer = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert per_layer == 187_105_280
+    assert mc.parameter_counts(m)["attention"] == 61 * per_layer
+
+
+@pytest.mark.parametrize("group_size,expected", [(32, 0.5 + 2 / 32), (None, 0.5 + 2 / 128)])
+def test_int4_w4a16_group_scales(group_size, expected):
+    """catches: a compressed-tensors int4 group's group_size ignored when stated, or the default
+    group of 128 not applied when absent (one 2-byte scale per group)."""
+    weights = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group"}
+    if group_size:
+        weights["group_size"] = group_size
+    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
+        "group_0": {"targets": ["Linear"], "weights": weights}}}), "w4a16", "hand-written config")
+    assert m.weight("mlp").name == "int4"
+    assert m.weight("mlp").bytes_per_param == pytest.approx(expected)
+
+
+def test_moe_spec_without_shared_experts_has_none():
+    """catches: a hand-built MoE ModelSpec that states no shared experts given a shared expert anyway."""
+    m = _spec(layers=(Layer(FULL, MOE),), experts=4, top_k=2, expert_intermediate=32)
+    counts = mc.parameter_counts(m)
+    assert "shared_experts" not in counts
+    # attention 64x64 + 64x128 + 64x64, router 64x4, 4 experts x 3 x 64 x 32, embedding and LM head 100 x 64 each
+    assert m.parameters() == 16384 + 256 + 24576 + 2 * 6400
