@@ -23,7 +23,10 @@ sampling error. It says nothing about mutants outside cosmic-ray's operators, an
 the sample stands for roughly total/sampled survivors like it in the package.
 
 Kill rate = (killed + timeouts) / (sampled - errors); an error is a mutant that could not be
-applied or a test run that pytest itself refused (usage error, nothing collected).
+applied or a test run that pytest itself refused (usage error, nothing collected). Mutation score =
+(killed + timeouts) / (sampled - errors - equivalent), the usual definition: a survivor listed in
+benchmarks/mutation-equivalent.json (each with its reason, argued in mutation-survivors.md) is one
+no test can kill, so it leaves the denominator. The Wilson interval is the score's.
 
 ``--ci`` runs the fixed list in benchmarks/mutation-ci.json (mutants of the hottest modules, each
 killed when the list was written, each named by its module, operator, function and source line
@@ -56,6 +59,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("tracekit/specs", "tracekit/frameworks", "tracekit/models", "tracekit/analysis")
 CI_FILE = ROOT / "benchmarks" / "mutation-ci.json"
+# Survivors judged equivalent (no input tells them from the original), each with the reason; the
+# reasons are argued in benchmarks/mutation-survivors.md. They stay in every run (a test that kills
+# one later simply kills it) but leave the denominator of the mutation score.
+EQUIVALENT_FILE = ROOT / "benchmarks" / "mutation-equivalent.json"
 
 # Which tests cover each package's modules: fast, direct tests first (pytest -x stops at the
 # first failure, so a mutant that a quick test kills costs seconds).
@@ -293,28 +300,39 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def equivalent_keys() -> dict[str, str]:
+    if not EQUIVALENT_FILE.exists():
+        return {}
+    return {m["key"]: m["why"] for m in json.loads(EQUIVALENT_FILE.read_text())["mutants"]}
+
+
 def summarise(results: list[dict], totals: dict[str, int], annotations: dict[str, int]) -> dict:
+    """Per package: the kill rate over every sampled mutant, and the mutation score, which leaves out
+    the survivors listed as equivalent (the usual definition: killed / non-equivalent mutants)."""
     out = {}
     for pkg in totals:
         rs = [r for r in results if r["package"] == pkg]
         c = Counter(r["outcome"] for r in rs)
-        n = len(rs) - c["error"]
         k = c["killed"] + c["timeout"]
-        lo, hi = wilson(k, n)
+        n = len(rs) - c["error"]
+        n_score = n - c["equivalent"]
+        lo, hi = wilson(k, n_score)
         out[pkg] = {"mutants": totals[pkg], "annotation_mutants_left_out": annotations[pkg], "sampled": len(rs),
-                    "killed": c["killed"], "survived": c["survived"], "timeouts": c["timeout"], "errors": c["error"],
-                    "kill_rate": k / n if n else None, "wilson95": [lo, hi]}
+                    "killed": c["killed"], "survived": c["survived"], "equivalent": c["equivalent"],
+                    "timeouts": c["timeout"], "errors": c["error"],
+                    "kill_rate": k / n if n else None, "score": k / n_score if n_score else None, "wilson95": [lo, hi]}
     return out
 
 
 def report(summary: dict, results: list[dict]) -> None:
-    print(f"\n{'package':22} {'mutants':>8} {'sampled':>8} {'killed':>7} {'survived':>8} {'timeouts':>8} "
-          f"{'errors':>6}  kill rate (95% Wilson)")
+    print(f"\n{'package':22} {'mutants':>8} {'sampled':>8} {'killed':>7} {'survived':>8} {'equiv':>6} "
+          f"{'timeouts':>8} {'errors':>6}  kill rate  score (95% Wilson)")
     for pkg, s in summary.items():
         rate = "-" if s["kill_rate"] is None else f"{100 * s['kill_rate']:5.1f}%"
+        score = "-" if s["score"] is None else f"{100 * s['score']:5.1f}%"
         lo, hi = s["wilson95"]
-        print(f"{pkg:22} {s['mutants']:8} {s['sampled']:8} {s['killed']:7} {s['survived']:8} {s['timeouts']:8} "
-              f"{s['errors']:6}  {rate} ({100 * lo:.1f}-{100 * hi:.1f}%)")
+        print(f"{pkg:22} {s['mutants']:8} {s['sampled']:8} {s['killed']:7} {s['survived']:8} {s['equivalent']:6} "
+              f"{s['timeouts']:8} {s['errors']:6}  {rate:>9}  {score} ({100 * lo:.1f}-{100 * hi:.1f}%)")
     survivors = [r for r in results if r["outcome"] == "survived"]
     print(f"\nsurvivors ({len(survivors)}):")
     for r in survivors:
@@ -395,10 +413,12 @@ def main(argv: list[str] | None = None) -> int:
         else:  # one generator per package, so that adding a package does not change another's sample
             chosen = {p: sorted(random.Random(f"{args.seed}:{p}").sample(ms, min(args.sample, len(ms))),
                                 key=lambda m: (m.module, m.occurrence, m.operator)) for p, ms in population.items()}
-        results = []
+        results, equivalent = [], equivalent_keys()
         todo = [m for ms in chosen.values() for m in ms]
         for i, m in enumerate(todo, 1):
             r = runner.mutant(m)
+            if r["outcome"] == "survived" and m.key in equivalent:
+                r.update(outcome="equivalent", why=equivalent[m.key])
             results.append(r)
             print(f"  [{i}/{len(todo)}] {r['outcome']:8} {r['seconds']:6.1f} s  {m.module}:{m.line} "
                   f"{m.operator.removeprefix('core/')}", flush=True)
