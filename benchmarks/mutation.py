@@ -70,7 +70,7 @@ PACKAGE_TESTS = {
     "tracekit/specs": ["test_specs.py", "test_spec_file.py", "test_roofline.py", "test_ceilings.py",
                        "test_project.py"],
     "tracekit/frameworks": ["test_frameworks.py", "test_segment.py", "test_serving.py", "test_step_tokens.py"],
-    "tracekit/models": ["test_models.py", "test_grid_shapes.py", "test_model_fit.py"],
+    "tracekit/models": ["test_models.py", "test_model_params_oracle.py", "test_grid_shapes.py", "test_model_fit.py"],
     "tracekit/analysis": ["test_roofline.py", "test_segment.py", "test_costs.py", "test_serving.py",
                           "test_taxonomy.py", "test_idle.py", "test_report_oracle.py"],
 }
@@ -108,7 +108,7 @@ MODULE_TESTS = {
     "tracekit/analysis/taxonomy.py": ["test_taxonomy.py", "test_grid_shapes.py"],
     "tracekit/analysis/timeline.py": ["test_idle.py", "test_termination.py", "test_report_oracle.py"],
     "tracekit/analysis/truncation.py": ["test_reader_truncated.py"],
-    "tracekit/models/costs.py": ["test_models.py", "test_model_fit.py"],
+    "tracekit/models/costs.py": ["test_models.py", "test_model_params_oracle.py", "test_model_fit.py"],
     "tracekit/models/registry.py": ["test_models.py", "test_grid_shapes.py"],
 }
 # Where CI's fixed set is drawn from: the modules every report's figures pass through.
