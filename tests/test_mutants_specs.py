@@ -1,7 +1,8 @@
 """GPU spec lookup edge cases that survivors of the mutation campaign (benchmarks/mutation.py)
 showed untested: zero peaks in spec files, garbled deviceProperties fields, MIG slices
 claiming more memory than their parent, architecture tags in kernel names, and the labels
-of CPU peaks given as options. Expected values are format facts (sm90 is compute capability
+of CPU peaks given as options; later, the unknown-key sentence's wording, zero bandwidths,
+the wider-dtype pricing note, and which calibrations are a CPU's. Expected values are format facts (sm90 is compute capability
 9.0, an H100 has 132 SMs and 80 GB) or hand arithmetic, never the code's own output."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import pytest
 
 from conftest import read_real
 from tracekit.errors import TracekitError
-from tracekit.specs import cpu_entry, cpu_lookup, load_spec_file, lookup, spec_by_name, with_calibration
+from tracekit.specs import (cpu_entry, cpu_lookup, load_spec_file, lookup, measured_spec, spec_by_name,
+                            with_calibration)
 from tracekit.specs.identify import architecture, identify
 
 GIB = 1 << 30
@@ -187,3 +189,133 @@ def test_unknown_gpu_option_suggests_rows_matching_key_or_name(name, suggested):
         spec_by_name(name)
     assert "is not in tracekit's GPU database" in e.value.message
     assert suggested in e.value.message
+
+
+# --- spec file keys and limits the error sentence names -------------------------------------------
+
+
+def _load_error(path) -> str:
+    with pytest.raises(TracekitError) as e:
+        load_spec_file(path)
+    return e.value.message
+
+
+@pytest.mark.parametrize("keys,opening", [
+    (["bandwith"], "unknown key 'bandwith'"),
+    (["bandwith", "clock"], "unknown keys 'bandwith'"),
+])
+def test_unknown_keys_are_counted_in_the_sentence(tmp_path, keys, opening):
+    """catches: the error sentence saying 'unknown key' of two unknown keys (or 'keys' of one)."""
+    path = tmp_path / "typos.json"
+    path.write_text(json.dumps({**SPEC, **{k: 1 for k in keys}}))
+    message = _load_error(path)
+    assert opening in message
+    assert ("unknown keys" in message) == (len(keys) > 1)
+
+
+def test_accepted_keys_say_peak_tables_take_dtypes_and_provenance_takes_text(tmp_path):
+    """catches: the accepted-keys list swapping its placeholders, telling the user that
+    matrix_tflops takes free text and provenance takes a dtype (the reverse of what loads)."""
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps({**SPEC, "bandwith": 1}))
+    message = _load_error(path)
+    assert "matrix_tflops.<dtype>, vector_tflops.<dtype>" in message
+    assert "provenance.<text>" in message
+    assert "matrix_tflops.<text>" not in message and "provenance.<dtype>" not in message
+    # What the placeholders promise: a provenance note under any name loads; a peak needs a dtype.
+    path.write_text(json.dumps({**SPEC, "provenance": {"where I read it": "vendor datasheet"}}))
+    assert load_spec_file(path).name == "My Accelerator"
+
+
+@pytest.mark.parametrize("key", ["memory_bandwidth_GBps", "interconnect_GBps"])
+def test_zero_bandwidth_in_a_spec_file_is_rejected(tmp_path, key):
+    """catches: a zero memory or interconnect bandwidth accepted in a user spec file (a
+    zero-bandwidth device: every byte moved would take forever)."""
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps({**SPEC, key: 0}))
+    assert f"{key} must be positive" in _load_error(path)
+
+
+def test_spec_file_with_compute_peaks_only_loads(tmp_path):
+    """catches: a spec file without memory_bandwidth_GBps (it is optional: compute peaks alone
+    suffice) refused or crashing in the bandwidth check."""
+    path = tmp_path / "compute.json"
+    path.write_text(json.dumps({"name": "Compute Only", "matrix_tflops": {"bf16": 200}}))
+    spec = load_spec_file(path)
+    assert spec.peak_bandwidth is None
+    assert spec.peak_flops("bf16") == pytest.approx(200e12)  # 200 TFLOP/s
+
+
+# --- work priced at a wider dtype's peak --------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype,used", [("fp8", "bf16"), ("fp4", "bf16")])
+def test_a100_fp8_and_fp4_work_carries_the_wider_peak_it_was_priced_at(dtype, used):
+    """catches: the 'priced at bf16 peak' note dropped for fp8 work on an A100 (Ampere tensor
+    cores have no FP8 or FP4: the next wider dtype it has is bf16), so a figure divides by the bf16
+    peak without saying so."""
+    a100 = spec_by_name("a100-sxm4-80gb")
+    assert a100.runs_as(dtype) == used
+    assert a100.runs_as_note(dtype) == f"priced at {used} peak: A100 80GB SXM has no {dtype} matrix peak"
+    assert a100.runs_as_note("bf16") is None and a100.runs_as_note("int8") is None  # own peaks (624 TOPS int8)
+
+
+# --- architecture tags: boundaries and vendors ---------------------------------------------------
+
+
+@pytest.mark.parametrize("names,expected", [
+    (["gemm_kernel_sm_29_x"], None),  # no GPU is compute capability 2.9 (Fermi ended at 2.1)
+    (["gemm_kernel_sm_30_x"], ("NVIDIA", "sm_30", (3, 0))),  # Kepler GK104 is 3.0
+])
+def test_architecture_tag_boundary(names, expected):
+    """catches: the lower bound of NVIDIA tags moved, so sm_29 digits read as an architecture."""
+    assert architecture(names) == expected
+
+
+class _Placed(str):
+    """A kernel name with a fixed hash: architecture() reads names from a set, and small distinct
+    hashes put them in a fresh set in hash order, so a test can pin which name comes first."""
+
+    def __new__(cls, text: str, place: int):
+        name = super().__new__(cls, text)
+        name.place = place
+        return name
+
+    def __hash__(self) -> int:
+        return self.place
+
+
+# A hipBLASLt GEMM of the MI300X extend trace (ISA942 = gfx942), shortened.
+_MI300X_GEMM = "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x192x64_MI16x16x1_ISA942_IU1_K1"
+
+
+@pytest.mark.parametrize("amd_first", [True, False])
+def test_amd_tag_outranks_nvidia_looking_digits_in_any_order(amd_first):
+    """catches: an NVIDIA-looking 'sm100' in one name replacing the AMD gfx942 tag already
+    found when that name happens to be read after the AMD one (set order): an MI300X trace
+    then reads as Blackwell."""
+    amd, nvidia = (1, 2) if amd_first else (2, 1)
+    names = [_Placed(_MI300X_GEMM, amd), _Placed("my_fused_kernel_sm100_variant", nvidia)]
+    assert [str(n) for n in set(names)][0] == (_MI300X_GEMM if amd_first else "my_fused_kernel_sm100_variant")
+    assert architecture(names) == ("AMD", "gfx942", (9, 4))
+
+
+# --- measured ceilings ---------------------------------------------------------------------------
+
+
+def test_calibration_without_a_device_is_no_cpu_measurement():
+    """catches: a calibration block that does not say it ran on the CPU (device absent) taken
+    as the CPU's measured peaks; only device 'cpu' is a CPU's."""
+    cal = {"matmul_flops": {"fp32": 2.5e11}, "copy_bandwidth": 1.5e10}
+    match = cpu_lookup({"calibration": cal})
+    assert match.spec is None and "--cpu-flops" in match.reason
+    assert cpu_lookup({"calibration": {**cal, "device": "CPU"}}).spec is not None  # the case is free
+
+
+def test_measured_spec_with_another_basis_labels_both_ceilings_with_it():
+    """catches: a caller's own basis (measured_spec basis=...) replaced by 'measured on this
+    machine' in the bandwidth ceiling's label while the compute label keeps it."""
+    basis = "from the vendor's stream benchmark"
+    spec = measured_spec("My CPU", {"fp32": 1e11}, 2e10, basis=basis)
+    assert spec.compute_factor_source == basis and spec.bandwidth_factor_source == basis
+    assert spec.achievable_bandwidth_basis == f"1 x peak ({basis})"
