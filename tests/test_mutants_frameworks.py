@@ -197,3 +197,117 @@ def test_vllm_new_cached_step_with_one_new_request_gets_its_prefill_tokens_from_
     assert steps["tokens"][1] == 12
     assert steps["prefill_side"][1] == BatchSide(requests=1, tokens=10)
     assert steps["decode_side"][1] == BatchSide(requests=2, tokens=2)
+
+
+# --- seed 29 (r3fw) -----------------------------------------------------------------------
+
+RESHAPE_CACHE = "void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>"
+PAGED_V1 = ("void vllm::paged_attention_v1_kernel<unsigned short, unsigned short, 128, 16, 128, "
+            "(vllm::Fp8KVCacheDataType)0, false>(unsigned short*, unsigned short const*)")
+PAGED_V2 = ("void vllm::paged_attention_v2_kernel<unsigned short, unsigned short, 128, 16, 128, "
+            "(vllm::Fp8KVCacheDataType)0, false, 512>(float*, float*, unsigned short*)")
+PAGED_LL4MI = ("void paged_attention_ll4mi_QKV_mfma16_kernel<__hip_bfloat16, __hip_bfloat16, "
+               "(vllm::Fp8KVCacheDataType)0, 16, 128, 256, true, 4>(__hip_bfloat16 const*)")
+
+
+def test_vllm_step_whose_stated_total_is_below_its_parts_is_reported():
+    """catches: an execute_<T>_... annotation whose total T is smaller than its parts' tokens
+    accepted in silence (only a total above the parts flagged), so a step stating fewer tokens
+    than its context and generation counts add up to is priced without a note.
+
+    1 context request of 4 tokens + 2 generation requests of 1 token each = 6 tokens."""
+    low = frameworks.parse_annotation("execute_5_context_1(sq4sk4)_generation_2(sq2sk40)")
+    assert low.phase == "mixed" and low.tokens == 5  # the stated total is kept
+    assert low.problem is not None and "schedules 5 tokens" in low.problem and "add up to 6" in low.problem
+    high = frameworks.parse_annotation("execute_7_context_1(sq4sk4)_generation_2(sq2sk40)")
+    assert high.problem is not None and "schedules 7 tokens" in high.problem and "add up to 6" in high.problem
+    ok = frameworks.parse_annotation("execute_6_context_1(sq4sk4)_generation_2(sq2sk40)")
+    assert ok.tokens == 6 and ok.problem is None
+
+
+def test_vllm_kv_write_counts_tokens_only_from_a_one_dimensional_grid():
+    """catches: a vLLM reshape_and_cache launch with grid z > 1 read as one block per token
+    (grid x = tokens), outvoting the step's input copies with a figure that is not its tokens.
+
+    reshape_and_cache* launch grid(num_tokens), y = z = 1; a (100, 1, 2) launch is not that,
+    so the step's tokens come from its 40-token input copies (160 and 320 bytes)."""
+    assert frameworks.kv_write_tokens(RESHAPE_CACHE, (100, 1, 1)) == (100, "vLLM")
+    assert frameworks.kv_write_tokens(RESHAPE_CACHE, (100, 1, 2)) is None
+    c = counts([("kernel", RESHAPE_CACHE, (100, 1, 2), 0),
+                ("memcpy", HTOD, (0, 0, 0), 4 * 40), ("memcpy", HTOD, (0, 0, 0), 8 * 40)])
+    assert c.tokens.value == 40 and "input-id/position copies" in c.tokens.source
+
+
+def test_a_step_with_one_decode_request_is_a_decode_step():
+    """catches: a generation (decode) side of a single request not counted as holding requests,
+    so a batch-1 decode step parsed as an empty step (no step at all) and a chunked-prefill
+    step beside one running request read as a pure prefill."""
+    one = frameworks.parse_annotation("execute_context_0(0)_generation_1(1)")
+    assert one is not None and one.phase == "decode" and (one.tokens, one.batch) == (1, 1)
+    new = frameworks.parse_annotation("execute_new_0_cached_1")
+    assert new is not None and new.phase == "decode" and new.decode == BatchSide(requests=1, tokens=1)
+    # 1 context request of 100 tokens beside 1 generation request: 101 tokens, 2 requests.
+    mixed = frameworks.parse_annotation("execute_context_1(100)_generation_1(1)")
+    assert mixed.phase == "mixed" and (mixed.tokens, mixed.batch) == (101, 2)
+    assert frameworks.parse_annotation("execute_new_1_cached_1").phase == "mixed"
+    # No requests on either side: an empty step, not a step.
+    assert frameworks.parse_annotation("execute_context_0(0)_generation_0(0)") is None
+
+
+def test_a_prefill_marker_gets_square_sums_only_when_its_tokens_split_evenly():
+    """catches: the even-split test of a tracekit::prefill marker done as a bit test
+    (tokens & bs == 0), which gives 3 prompts of 3 tokens no sum of q^2 and invents one for
+    5 tokens over 2 prompts (which cannot all have one length).
+
+    bs=3 tokens=9: three prompts of 3, sum q^2 = 3 * 9 = 27; each scores 3*3 - 3*2/2 = 6
+    query-key pairs, 18 in all."""
+    even = frameworks.parse_annotation("tracekit::prefill bs=3 tokens=9")
+    assert even.prefill.sum_q2 == 27 and even.prefill.sum_qk == 27
+    assert even.prefill.attention_pairs() == 18.0
+    odd = frameworks.parse_annotation("tracekit::prefill bs=2 tokens=5")
+    assert odd.prefill.sum_q2 is None and odd.prefill.sum_qk is None
+    assert odd.prefill.attention_pairs() is None
+
+
+def test_vllm_paged_attention_v1_v2_sequences_are_grid_y():
+    """catches: the sequences of a paged_attention_v1/v2 launch read off another axis than y:
+    vLLM launches them grid(num_heads, num_seqs[, partitions]), so x is the heads.
+
+    32 heads, 4 sequences, 3 partitions: 4 sequences, i.e. 4 requests in the step."""
+    assert frameworks.decode_attention_sequences(PAGED_V1, (32, 4, 1)) == 4
+    assert frameworks.decode_attention_sequences(PAGED_V2, (32, 4, 3)) == 4
+    c = counts([("kernel", PAGED_V2, (32, 4, 3), 0)])
+    assert c.requests.value == 4 and "4 sequences" in c.requests.source
+
+
+def test_rocm_paged_attention_ll4mi_sequences_are_grid_x():
+    """catches: the sequences of a ROCm paged_attention_ll4mi launch read off another axis than
+    x: vLLM launches it grid(num_seqs, max_num_partitions, num_kv_heads).
+
+    4 sequences, 3 partitions, 8 KV heads: 4 sequences, i.e. 4 requests in the step."""
+    assert frameworks.decode_attention_sequences(PAGED_LL4MI, (4, 3, 8)) == 4
+    c = counts([("kernel", PAGED_LL4MI, (4, 3, 8), 0)])
+    assert c.requests.value == 4 and "4 sequences" in c.requests.source
+
+
+def test_sglang_extend_annotation_states_the_prefill_side():
+    """catches: SGLang's step[EXTEND bs=.. toks=..] giving no prefill side, so a step the engine
+    described as 15 requests of 15360 tokens carried no batch side into the steps table (and the
+    report's per-step prefill counts) when no vLLM-style annotation wraps it.
+
+    mi300x_sglang's extend step, with its execute_... wrapper renamed away: only the SGLang
+    annotation is left, and it says bs=15 toks=15360."""
+    a = frameworks.parse_annotation("step[EXTEND bs=15 toks=15360]")
+    assert a.phase == "prefill" and a.prefill == BatchSide(requests=15, tokens=15360) and a.decode is None
+    assert frameworks.parse_annotation("step[PREFILL bs=2 toks=64]").prefill == BatchSide(requests=2, tokens=64)
+    trace = read_real("mi300x_extend")
+    ann = trace.annotations.copy()
+    names = ann["name"].astype(str).to_numpy().copy()
+    wrapper = np.char.startswith(names.astype(str), "execute_")
+    assert wrapper.any()
+    names[wrapper] = "not_a_step"
+    ann["name"] = pd.Categorical(names)
+    steps = seg.segment(dataclasses.replace(trace, annotations=ann)).steps
+    assert list(steps["label"]) == ["step[EXTEND bs=15 toks=15360]"]
+    assert steps["source"][0] == seg.SOURCE_SGLANG
+    assert steps["prefill_side"][0] == BatchSide(requests=15, tokens=15360)
