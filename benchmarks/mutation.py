@@ -85,7 +85,7 @@ MODULE_TESTS = {
     "tracekit/analysis/ceilings.py": ["test_ceilings.py"],
     "tracekit/analysis/check.py": ["test_project_check.py"],
     "tracekit/analysis/compare.py": ["test_compare.py", "test_compare_gates.py"],
-    "tracekit/analysis/costs.py": ["test_costs.py", "test_roofline.py", "test_models.py"],
+    "tracekit/analysis/costs.py": ["test_mutants_op_costs.py", "test_costs.py", "test_roofline.py", "test_models.py"],
     "tracekit/analysis/evidence.py": ["test_serving.py", "test_step_tokens.py", "test_taxonomy.py"],
     "tracekit/analysis/findings.py": ["test_idle.py", "test_wording.py", "test_roofline.py"],
     "tracekit/analysis/grid_shapes.py": ["test_grid_shapes.py"],
