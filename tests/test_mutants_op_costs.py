@@ -385,13 +385,16 @@ def test_gemm_family_whole_cost_and_refusals():
 
 
 def test_attention_cost_formula_edges():
-    """catches: bottom-right causal rows before the diagonal (len_q > len_k) counted as seeing keys,
+    """catches: bottom-right causal rows before the diagonal (len_q > len_k) counted as seeing keys
+    (or the triangle of the rest miscounted for an odd key count),
     top-left rows past len_k not seeing all len_k keys, and an unknown align accepted."""
     from tracekit.analysis.costs import attention_cost
 
     # Lq 6 > Lk 4, D = Dv = 1: flops = 4 * pairs.
     # bottom-right: query i sees keys up to 4 - 6 + i -> rows 0, 1 see none, rows 2..5 see 1..4 = 10.
     assert attention_cost(1, 1, 1, 6, 4, 1, 2, causal=True, align="bottom_right").flops == 4 * 10
+    # An odd key count, Lq 6 > Lk 3: rows 0..2 see none, rows 3..5 see 1, 2, 3 keys = 6.
+    assert attention_cost(1, 1, 1, 6, 3, 1, 2, causal=True, align="bottom_right").flops == 4 * 6
     # top-left: rows 0..3 see 1..4 keys, rows 4, 5 see all 4 -> 10 + 8 = 18.
     assert attention_cost(1, 1, 1, 6, 4, 1, 2, causal=True, align="top_left").flops == 4 * 18
     # GQA bytes: B=2, Hq=4, Hkv=1, Lq=3, Lk=5, D=8, Dv=4 at 2 bytes:
