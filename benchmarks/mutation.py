@@ -96,7 +96,7 @@ MODULE_TESTS = {
     "tracekit/analysis/model.py": ["test_compare.py", "test_model_fit.py"],
     "tracekit/analysis/model_costs.py": ["test_model_fit.py", "test_grid_shapes.py", "test_models.py"],
     "tracekit/analysis/movers.py": ["test_compare.py"],
-    "tracekit/analysis/plan.py": ["test_plan.py", "test_plan_idle.py"],
+    "tracekit/analysis/plan.py": ["test_mutants_plan.py", "test_plan.py", "test_plan_idle.py"],
     "tracekit/analysis/project.py": ["test_project.py", "test_project_check.py"],
     "tracekit/analysis/ranks.py": ["test_ranks.py"],
     "tracekit/analysis/roofline.py": ["test_roofline.py", "test_estimates.py", "test_idle.py", "test_report_oracle.py"],
