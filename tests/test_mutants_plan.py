@@ -400,3 +400,23 @@ def test_a_decode_step_without_kv_tokens_takes_its_context_from_the_workload(qwe
     bare = fit_costs([_Run(steps, model={"tp": 1})], qwen3_8b)
     # Nothing says the context: one token of KV cache a request.
     assert bare.decode_s(8, 1) == pytest.approx(0.015, rel=1e-9)
+
+
+def test_the_why_names_what_the_other_option_needs():
+    """catches: the recommendation's sentence misnaming the other option's size or its failure,
+    or a split deployment's prefill + decode GPUs."""
+    # Rate 2 (D): one colocated replica meets (TTFT 119 ms, TPOT 1/59 s); disaggregated 1 + 1 meets
+    # too (TPOT 0.01 / 0.79) but on two GPUs.
+    p = plan(_costs(), D, Slo(1.0, 0.03), max_gpus=4)
+    assert p.why == ("Colocated on 1 GPU meets both SLOs (TTFT 119 ms, TPOT 16.9 ms) with the fewest GPUs; "
+                     "disaggregated needs 2 (prefill and decode each need their own replicas).")
+    # Prefill 0.2 s a 1000-token prompt, decode 20 ms + 0.2 ms a request, 4 req/s, within 2 GPUs:
+    # colocated on 2: rho 0.4, TPOT t = (0.02 + 0.04 t) / 0.6 = 35.7 ms (over 30 ms); disaggregated 1 + 1:
+    # TTFT 0.2 + 0.8 x 0.2 / 0.4 = 600 ms, TPOT 0.02 / 0.92 = 21.7 ms.
+    c = PhaseCosts(lambda n: 2e-4 * n, lambda b, ctx: 0.02 + 2e-4 * b, device="test GPU")
+    q = plan(c, Demand(4.0, 1000, 100), Slo(1.0, 0.03), max_gpus=2)
+    assert q.recommended == "disaggregated"
+    assert q.why == ("Disaggregated on 2 GPUs (1 prefill + 1 decode) meets both SLOs (TTFT 600 ms, TPOT 21.7 ms) "
+                     "with the fewest GPUs; colocated does not meet them within --max-gpus 2 (TPOT 35.7 ms is over "
+                     "the SLO of 30.0 ms).")
+    assert q.missing == []
