@@ -420,3 +420,28 @@ def test_the_why_names_what_the_other_option_needs():
                      "with the fewest GPUs; colocated does not meet them within --max-gpus 2 (TPOT 35.7 ms is over "
                      "the SLO of 30.0 ms).")
     assert q.missing == []
+
+
+def test_the_closest_split_counts_phases_over_capacity_then_the_worst_slo_ratio():
+    """catches: the shortfall not counting a decode over capacity as a phase short, or the
+    TTFT/TPOT ratios against their SLOs mis-computed, so a farther split is shown."""
+    # 12 req/s (see above). Within 4 GPUs: 2 + 2 has both phases (TTFT 175 ms, TPOT 27 ms over 20 ms);
+    # 3 + 1 has decode over capacity: one phase short, so 2 + 2 is the nearer.
+    p = plan(_costs(), Demand(12.0, 1000, 100), Slo(1.0, 0.02), max_gpus=4)
+    assert p.recommended is None
+    assert (p.options[1].prefill_replicas, p.options[1].decode_replicas) == (2, 2)
+    # Within 3 GPUs both splits are one phase short: 1 + 2 at TPOT 27.03 ms, 2 + 1 at TTFT 175 ms.
+    # Against 100 ms / 20 ms SLOs: 1.75 against 1.35, 1 + 2 nearer; against 100 ms / 10 ms: 1.75
+    # against 2.70, 2 + 1 nearer.
+    a = plan(_costs(), Demand(12.0, 1000, 100), Slo(0.1, 0.02), max_gpus=3).options[1]
+    assert (a.prefill_replicas, a.decode_replicas) == (1, 2)
+    b = plan(_costs(), Demand(12.0, 1000, 100), Slo(0.1, 0.01), max_gpus=3).options[1]
+    assert (b.prefill_replicas, b.decode_replicas) == (2, 1)
+
+
+def test_the_why_counts_a_split_in_gpus_over_tensor_parallel_replicas():
+    """catches: the recommendation's "N prefill + M decode" counting replicas, not replicas x TP."""
+    # The disaggregated case above at TP 2 within 4 GPUs: one prefill and one decode replica.
+    c = PhaseCosts(lambda n: 2e-4 * n, lambda b, ctx: 0.02 + 2e-4 * b, device="test GPU", tp=2)
+    q = plan(c, Demand(4.0, 1000, 100), Slo(1.0, 0.03), max_gpus=4)
+    assert q.why.startswith("Disaggregated on 4 GPUs (2 prefill + 2 decode) meets both SLOs"), q.why
