@@ -266,6 +266,10 @@ def test_missing_names_a_step_over_its_slo_and_weights_with_no_room():
     assert p.missing == ["a decode step of one request at 1,050 tokens of context takes 11.1 ms on test GPU, over "
                          "the TPOT SLO of 10.0 ms",
                          "the weights leave no room for one request's KV cache on a replica"]
+    # A single request's step already over the SLO: a decode replica gives one token per 11.05 ms
+    # (the colocated option shown at 2 replicas: twice that).
+    assert p.options[0].decode_replicas == 2
+    assert p.options[0].decode_capacity == pytest.approx(2 / 0.01105, rel=1e-9)
 
 
 def _mixed_run():
