@@ -235,3 +235,89 @@ def test_moe_spec_without_shared_experts_has_none():
     assert "shared_experts" not in counts
     # attention 64x64 + 64x128 + 64x64, router 64x4, 4 experts x 3 x 64 x 32, embedding and LM head 100 x 64 each
     assert m.parameters() == 16384 + 256 + 24576 + 2 * 6400
+
+
+# --- seed 29 (r3m)
+
+
+def test_rope_flops_and_bytes_per_token():
+    """catches: rotary FLOPs divided, not multiplied, by the rotated elements (3 FLOPs each:
+    x*cos - y*sin, as tracekit.analysis.costs prices vLLM's rotary_embedding)."""
+    m = _spec(kv_heads=2, rotary_fraction=0.5)
+    # (4 query + 2 KV heads) x 16 dims x half rotated = 48 elements; each read and written at 2 bytes
+    assert mc.per_token(m, "rope") == (3 * 48, 2 * 48 * 2)
+
+
+def test_kv_write_bytes_per_token():
+    """catches: the KV-cache write not priced (None) while the quantize and embedding launches
+    get its figure instead: the write reads K and V at the activation size, stores them at the cache's."""
+    m = _spec(kv_heads=2)
+    # 2 KV heads x (16 K + 16 V dims) = 64 elements, read at 2 bytes and stored at 1 (fp8 cache)
+    assert mc.per_token(m, "kv_write", act_bytes=2.0, kv_bytes=1.0) == (0.0, 64 * 3)
+    # quantize: 2 FLOPs per hidden element, read at 2 bytes, written at 1; embedding: a 2-byte row read and written
+    assert mc.per_token(m, "quantize") == (2 * 64, 64 * 3)
+    assert mc.per_token(m, "embedding") == (0.0, 2 * 64 * 2)
+
+
+def test_sliding_window_pairs_with_an_odd_window():
+    """catches: a position at exactly the window counted both below and above it (odd windows:
+    the first capped position misplaced), so a window of 3 over 5 tokens gives 15 pairs, not 12."""
+    m = _spec(layers=(Layer(SLIDING, DENSE, window=3),))
+    side = mc.Side(requests=1, tokens=5, kv_tokens=5, pairs=15, logit_tokens=1)
+    w = mc.step_costs(m, side)["attention"]
+    # positions 1..5 see min(p, 3) keys: 1 + 2 + 3 + 3 + 3 = 12 pairs; 2 x 4 heads x 12 x (16 + 16)
+    assert w.flops == 2 * 4 * 12 * 32
+    assert "12 pairs" in w.note
+
+
+def test_fused_qkv_projection_width():
+    """catches: the fused QKV GEMM's output width not the query width plus the K and V widths."""
+    m = _spec(kv_heads=2)
+    shapes = {name: (k, n) for name, _, k, n in mc.named_linears(m)}
+    # q: 4 heads x 16 = 64; k and v: 2 x 2 heads x 16 = 64; fused 128
+    assert shapes["q_proj"] == (64, 64)
+    assert shapes["kv_proj"] == (64, 64)
+    assert shapes["qkv_proj"] == (64, 128)
+
+
+def test_mla_kv_a_projection_with_overlapping_bit_widths():
+    """catches: kv_a_proj_with_mqa's width (kv_lora_rank + qk_rope_head_dim) computed so that it
+    only comes out right when the two share no bits (DeepSeek's 512 and 64 do; 24 and 8 do not)."""
+    m = _spec(heads=4, kv_heads=4, head_dim=24, v_head_dim=16, kv_lora_rank=24, qk_rope_dim=8, qk_nope_dim=16,
+              layers=(Layer(MLA, DENSE),))
+    # q_proj 64 x 4 x 24, kv_a_proj_with_mqa 64 x (24 + 8), kv_b_proj 24 x 4 x (16 + 16), o_proj (4 x 16) x 64
+    assert mc.parameter_counts(m)["attention"] == 6144 + 2048 + 3072 + 4096
+
+
+def test_fp8_block_scaled_weights_bytes_per_param():
+    """catches: FP8 128x128-block weights not priced at one byte plus one fp32 scale per 16384 weights."""
+    m = from_config(_small_config({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                   "weight_block_size": [128, 128]}), "fp8", "hand-written config")
+    assert m.weight("mlp").name == "fp8"
+    assert m.weight("mlp").bytes_per_param == pytest.approx(1 + 4 / 16384, rel=1e-12)
+
+
+def test_config_groups_without_a_quant_method_are_read_as_compressed_tensors():
+    """catches: a quantization_config that states config_groups but no quant_method rejected as
+    an unknown method instead of read group by group."""
+    m = from_config(_small_config({"config_groups": {
+        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}), "w8", "hand-written config")
+    assert m.weight("mlp").name == "int8-w8a16"
+
+
+def test_compressed_tensors_without_config_groups_says_so():
+    """catches: compressed-tensors without config_groups reported as an unknown quantization
+    method rather than as missing its config_groups."""
+    from tracekit.errors import TracekitError
+
+    with pytest.raises(TracekitError, match="no config_groups"):
+        from_config(_small_config({"quant_method": "compressed-tensors"}), "ct", "hand-written config")
+
+
+def test_a_non_object_config_group_is_skipped_not_the_end():
+    """catches: the groups after a malformed (non-object) config group ignored, leaving their
+    targets at 16 bits."""
+    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
+        "junk": "not a group", "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}),
+        "w8", "hand-written config")
+    assert m.weight("mlp").name == "int8-w8a16"
