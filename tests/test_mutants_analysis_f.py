@@ -1,10 +1,11 @@
 """Behaviours of tracekit.analysis that surviving mutants (seed 29) showed no test pinned: how a
-comparison says each side's figure and interval were made when one side has one run and the other
-several, the activation width a MoE model with dense layers is priced at, the sentence for attention
-kernels of a kind the model has no layers of, and the "no grid" value (-1) of a CPU-only trace's
-work table, and what the merge's step-inference rows keep of a window's annotations. Expected figures are hand arithmetic on hand-built analyses and work tables, the model
-registry's own sizes (DeepSeek-R1: 3 dense layers of width 18432, 8 of 256 routed experts of width
-2048) and the trace model's documented -1 for "no grid"."""
+comparison says a side's figure was made when it has one run and the other side several, the
+activation width a MoE model with dense layers is priced at, the sentence for attention kernels of
+a kind the model has no layers of, the "no grid" value (-1) of a CPU-only trace's work table, and
+what the merge's step-inference rows keep of a window's annotations. Expected figures are hand
+arithmetic on hand-built analyses, work tables and traces, the model registry's own sizes
+(DeepSeek-R1: 3 dense layers of width 18432, 8 routed experts of width 2048 per token) and the
+trace model's documented -1 for "no grid"."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from tracekit.analysis.compare import compare
 from tracekit.analysis.merge import _StepRows
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.segment import segment
-from tracekit.analysis.spread import change_interval
 from tracekit.models import costs as mc
 from tracekit.models import load_model
 from conftest import SAMPLE_TRACES
@@ -62,15 +62,6 @@ def test_a_one_run_side_says_one_run_beside_a_side_of_two():
     f = compare(_run(ONE), [_run(s) for s in SEVERAL]).figure("tpot_mean")
     assert f["basis"]["before"] == "one run"
     assert f["basis"]["after"] == "2 runs: over the pooled steps (7 steps)"  # 3 + 4 steps pooled
-
-
-def test_the_interval_basis_counts_steps_of_one_run_and_runs_of_several():
-    """catches: ``interval_basis``'s one-run case keyed on two runs (``len(n) == 2``), so a one-run
-    side reads "1 runs (4 steps)" and a two-run side "3 steps" (its first run's count only)."""
-    iv = change_interval("tpot_mean", _run(ONE), [_run(s) for s in SEVERAL])
-    assert iv["basis"].startswith("hierarchical bootstrap of 4 steps and 2 runs (7 steps):"), iv["basis"]
-    iv = change_interval("tpot_mean", [_run(s) for s in SEVERAL], _run(ONE))
-    assert iv["basis"].startswith("hierarchical bootstrap of 2 runs (7 steps) and 4 steps:"), iv["basis"]
 
 
 # --- model_costs: a MoE model with dense layers prices activations at the dense width ------------
