@@ -104,3 +104,18 @@ def tp2_collect(tmp_path_factory):
 def tp2_run(tp2_collect):
     """The folder of a real ``collect --tp 2`` run: rank0/rank1 .pt.trace.json.gz plus sidecars."""
     return tp2_collect[0]
+
+
+def bare_analysis(metrics=None, device=None):
+    """An Analysis holding only ``metrics`` and the device, every table empty: for tests of what
+    compare and spread make of a run's figures, where the figures are the test's own."""
+    import pandas as pd
+
+    from tracekit.analysis.model import Analysis
+
+    work = ["phase", "category", "op_name", "name", "dur_ns", "roof_fraction", "unit", "dtype", "flops", "bound"]
+    return Analysis(source={"name": "x.json", "path": "x.json"},
+                    device=device or {"name": "GPU A", "type": "gpu", "spec": "A"},
+                    workload=None, run_kind="inference", phase_source="tracekit markers",
+                    steps=pd.DataFrame(columns=["phase", "tokens", "batch"]), work=pd.DataFrame(columns=work),
+                    phases={}, metrics=metrics or {}, findings=[], provenance={})

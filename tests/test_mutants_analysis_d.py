@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
 import pytest
+from conftest import bare_analysis
 from kineto import Doc
 
 from tracekit import read_trace
@@ -21,29 +21,9 @@ from tracekit.analysis.model import Analysis
 from tracekit.analysis.plan import one_off_idle
 from tracekit.analysis.spread import change_interval, metric_value
 
-WORK_COLUMNS = ["phase", "category", "op_name", "name", "dur_ns", "roof_fraction", "unit", "dtype", "flops", "bound"]
-
-
-def _analysis(metrics=None, device=None) -> Analysis:
-    """An Analysis holding only ``metrics`` (and the device), everything else empty."""
-    return Analysis(
-        source={"name": "x.json", "path": "x.json"},
-        device=device or {"name": "GPU A", "type": "gpu", "spec": "A"},
-        workload=None,
-        run_kind="inference",
-        phase_source="tracekit markers",
-        steps=pd.DataFrame(columns=["phase", "tokens", "batch"]),
-        work=pd.DataFrame(columns=WORK_COLUMNS),
-        phases={},
-        metrics=metrics or {},
-        findings=[],
-        provenance={},
-    )
-
-
 def _steady_run(step_ms: float, steps: int = 4) -> Analysis:
     """A request-level run whose decode steps all take ``step_ms``: no spread within the run."""
-    return _analysis({"tpot_series_ms": [step_ms] * steps,
+    return bare_analysis({"tpot_series_ms": [step_ms] * steps,
                       "tpot_ms": {"mean": step_ms, "p50": step_ms, "p90": step_ms}})
 
 
@@ -71,10 +51,10 @@ def test_several_steady_runs_a_side_widen_the_interval_to_the_student_t_one():
 def test_idle_share_figures_are_the_runs_phase_idle_shares():
     """catches: the phase name cut wrongly from ``<phase>_idle_share`` (e.g. one character too
     many, "decod"), so a run's idle shares read as missing and compare shows no idle row."""
-    a = _analysis({"idle_share": {"prefill": 0.1, "decode": 0.25}})
+    a = bare_analysis({"idle_share": {"prefill": 0.1, "decode": 0.25}})
     assert metric_value(a, "decode_idle_share") == 0.25
     assert metric_value(a, "prefill_idle_share") == 0.1
-    b = _analysis({"idle_share": {"prefill": 0.2, "decode": 0.4}})
+    b = bare_analysis({"idle_share": {"prefill": 0.2, "decode": 0.4}})
     row = next(h for h in compare(a, b).headline if h["key"] == "decode_idle_share")
     assert (row["before"], row["after"]) == (0.25, 0.4)
     assert row["delta"] == pytest.approx(0.15)
@@ -88,7 +68,7 @@ def test_idle_labels_say_cpu_only_when_both_runs_are_cpu_runs():
     gpu = {"name": "GPU A", "type": "gpu", "spec": "A"}
 
     def label(dev_before, dev_after) -> str:
-        runs = [_analysis({"idle_share": {"decode": share}}, device=dev) for share, dev in
+        runs = [bare_analysis({"idle_share": {"decode": share}}, device=dev) for share, dev in
                 ((0.2, dev_before), (0.3, dev_after))]
         return next(h for h in compare(*runs).headline if h["key"] == "decode_idle_share")["label"]
 

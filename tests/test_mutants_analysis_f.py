@@ -24,29 +24,15 @@ from tracekit.analysis.model import Analysis
 from tracekit.analysis.segment import segment
 from tracekit.models import costs as mc
 from tracekit.models import load_model
-from conftest import SAMPLE_TRACES
-
-WORK_COLUMNS = ["phase", "category", "op_name", "name", "dur_ns", "roof_fraction", "unit", "dtype", "flops", "bound"]
+from conftest import SAMPLE_TRACES, bare_analysis
 
 
 def _run(series) -> Analysis:
     """A request-level run whose decode steps (TPOT) are ``series`` ms; everything else empty."""
     s = np.asarray(series, dtype=float)
-    return Analysis(
-        source={"name": "x.json", "path": "x.json"},
-        device={"name": "GPU A", "type": "gpu", "spec": "A"},
-        workload=None,
-        run_kind="inference",
-        phase_source="tracekit markers",
-        steps=pd.DataFrame(columns=["phase", "tokens", "batch"]),
-        work=pd.DataFrame(columns=WORK_COLUMNS),
-        phases={},
-        metrics={"tpot_series_ms": list(s),
-                 "tpot_ms": {"mean": float(s.mean()), "p50": float(np.percentile(s, 50)),
-                             "p90": float(np.percentile(s, 90))}},
-        findings=[],
-        provenance={},
-    )
+    return bare_analysis({"tpot_series_ms": list(s),
+                          "tpot_ms": {"mean": float(s.mean()), "p50": float(np.percentile(s, 50)),
+                                      "p90": float(np.percentile(s, 90))}})
 
 
 # --- spread: the bases of a one-run side beside a several-runs side -------------------------------
