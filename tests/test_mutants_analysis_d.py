@@ -21,10 +21,11 @@ from tracekit.analysis.model import Analysis
 from tracekit.analysis.plan import one_off_idle
 from tracekit.analysis.spread import change_interval, metric_value
 
+
 def _steady_run(step_ms: float, steps: int = 4) -> Analysis:
     """A request-level run whose decode steps all take ``step_ms``: no spread within the run."""
     return bare_analysis({"tpot_series_ms": [step_ms] * steps,
-                      "tpot_ms": {"mean": step_ms, "p50": step_ms, "p90": step_ms}})
+                          "tpot_ms": {"mean": step_ms, "p50": step_ms, "p90": step_ms}})
 
 
 # --- spread: the Student-t interval of several runs a side ------------------------------------
