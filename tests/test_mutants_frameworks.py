@@ -311,3 +311,25 @@ def test_sglang_extend_annotation_states_the_prefill_side():
     assert list(steps["label"]) == ["step[EXTEND bs=15 toks=15360]"]
     assert steps["source"][0] == seg.SOURCE_SGLANG
     assert steps["prefill_side"][0] == BatchSide(requests=15, tokens=15360)
+
+
+# --- seed 30 (r5s) ---------------------------------------------------------------------------------
+
+
+def test_store_kvcache_with_an_empty_grid_counts_no_tokens():
+    """catches: an SGLang store_kvcache launch with grid x = 0 (no blocks: no launch the format
+    can carry, e.g. a hand-built kernel table) read as a KV write of 0 tokens, a vote for a
+    0-token step, instead of no evidence. One block per token: x = 100 is 100 tokens."""
+    assert frameworks.kv_write_tokens(STORE_KV, (100, 1, 1)) == (100, "SGLang")
+    assert frameworks.kv_write_tokens(STORE_KV, (0, 1, 1)) is None
+
+
+def test_sglang_per_request_kernel_with_an_empty_z_axis_counts_no_requests():
+    """catches: an SGLang one-program-per-request kernel (alloc_decode_kernel, grid (bs, 1, 1))
+    counted as bs requests when its grid's z axis is 0 (no programs at all), so a step of a
+    hand-built kernel table got 4 requests from a launch that ran nothing."""
+    assert frameworks.per_request_kernel("alloc_decode_kernel", (4, 1, 0)) is None
+    c = counts([("kernel", "alloc_decode_kernel", (4, 1, 0), 0)], SGLANG_FRAMES)
+    assert c.requests.value is None
+    # The 1-D grid it really launches: 4 programs, 4 requests.
+    assert counts([("kernel", "alloc_decode_kernel", (4, 1, 1), 0)], SGLANG_FRAMES).requests.value == 4

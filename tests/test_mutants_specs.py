@@ -319,3 +319,28 @@ def test_measured_spec_with_another_basis_labels_both_ceilings_with_it():
     spec = measured_spec("My CPU", {"fp32": 1e11}, 2e10, basis=basis)
     assert spec.compute_factor_source == basis and spec.bandwidth_factor_source == basis
     assert spec.achievable_bandwidth_basis == f"1 x peak ({basis})"
+
+
+# --- seed 30 (r5s) ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["compute", "bandwidth"])
+def test_zero_achievable_fraction_in_a_spec_file_is_rejected(tmp_path, what):
+    """catches: an achievable fraction of 0 accepted in a user spec file (its ceiling would be
+    0 FLOP/s or 0 B/s: every kernel infinitely far from it); the valid range is (0, 1]."""
+    path = tmp_path / "zero_achievable.json"
+    path.write_text(json.dumps({**SPEC, "achievable": {what: 0}}))
+    assert f"achievable.{what} must be in (0, 1]" in _load_error(path)
+    # 1 (the datasheet peak itself) is the top of the range and loads.
+    path.write_text(json.dumps({**SPEC, "achievable": {what: 1}}))
+    assert load_spec_file(path).name == "My Accelerator"
+
+
+def test_unreadable_spec_file_sentence_gives_the_os_reason_only(tmp_path):
+    """catches: the unreadable-file sentence giving the whole OSError text ("[Errno 2] No such
+    file or directory: '...'", the path twice) instead of the OS's reason after the path."""
+    import errno
+    import os
+
+    path = tmp_path / "missing.json"
+    assert _load_error(path) == f"GPU spec file {path} cannot be read: {os.strerror(errno.ENOENT)}"
