@@ -321,3 +321,49 @@ def test_a_non_object_config_group_is_skipped_not_the_end():
         "junk": "not a group", "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}),
         "w8", "hand-written config")
     assert m.weight("mlp").name == "int8-w8a16"
+
+
+# --- seed 30 (r5m)
+
+
+def test_fp8_per_channel_weights_bytes_per_param():
+    """catches: FP8 weights without weight_block_size (per-channel scales) not priced at one byte
+    plus one fp32 scale per 4096-wide channel (e.g. the scale term computed as a shift: a TypeError)."""
+    m = from_config(_small_config({"quant_method": "fp8", "activation_scheme": "dynamic"}), "fp8",
+                    "hand-written config")
+    assert m.weight("mlp").bytes_per_param == pytest.approx(1 + 4 / 4096, rel=1e-12)
+    assert "per-channel" in m.weight("mlp").note
+
+
+def test_decode_without_stated_keys_is_missing_not_a_prefill():
+    """catches: a decode step (one token per request) whose keys are unknown taken for a prefill
+    with no cached prefix (keys = its tokens) when its token and request counts are equal but not
+    the same Python object (e.g. both computed floats)."""
+    n = 300
+    side = mc.Side(requests=float(n), tokens=float(n), kv_tokens=None, pairs=float(n) * 1000, logit_tokens=float(n))
+    assert side.tokens == side.requests and side.tokens is not side.requests
+    assert mc.attention_geometry(side, None) is None
+    assert isinstance(mc.step_costs(_spec(), side)["attention"], mc.Missing)
+    # a prefill (more tokens than requests) without a stated cache still reads only its own tokens as keys
+    prefill = mc.Side(requests=float(1), tokens=float(n), kv_tokens=None, pairs=n * (n + 1) / 2, logit_tokens=1.0)
+    assert mc.attention_geometry(prefill, None) == (n * (n + 1) / 2, n)
+
+
+def test_kv_cache_bytes_per_token_count_sliding_layers_too():
+    """catches: sliding-window layers subtracted from (or left out of) the KV bytes a token adds,
+    instead of counted in full alongside the full-attention layers."""
+    m = _spec(kv_heads=2, layers=(Layer(FULL, DENSE),) * 2 + (Layer(SLIDING, DENSE, window=8),))
+    # 3 layers x 2 KV heads x (16 K + 16 V dims) x 2 bytes
+    assert mc.kv_bytes_per_token(m) == 3 * 2 * 32 * 2
+    # gpt-oss-20b (published config): 24 layers alternating sliding/full, 8 KV heads, head_dim 64, bf16 cache
+    assert mc.kv_bytes_per_token(load_model("gpt-oss-20b")) == 24 * 8 * (64 + 64) * 2
+
+
+@pytest.mark.parametrize("out_bytes,expected", [(None, 128 * (2 * 2 + 2)), (1.0, 128 * (2 * 2 + 1))])
+def test_gated_activation_bytes_per_token(out_bytes, expected):
+    """catches: the gated activation (SiLU(gate) x up) not priced as reading both the gate and up
+    halves at the activation size plus writing one output element per intermediate column."""
+    _, nbytes = mc.per_token(_spec(), "activation", act_bytes=2.0, out_bytes=out_bytes)
+    assert nbytes == expected
+    # 4-byte activations: 128 x (2 x 4 + 4)
+    assert mc.per_token(_spec(), "activation", act_bytes=4.0)[1] == 128 * 12
