@@ -59,8 +59,8 @@ def _best(fn, repeat=3):
 
 def measure(path: str) -> dict:
     from tracekit import read_trace
-    from tracekit.analysis.roofline import attribute
-    from tracekit.analysis.segment import segment
+    from tracekit.analysis.pricing.roofline import attribute
+    from tracekit.analysis.steps.segment import segment
     from tracekit.specs import lookup
 
     trace = read_trace(path)
@@ -93,7 +93,7 @@ def serving(path: str = SERVING) -> list[dict]:
     import dataclasses
 
     from tracekit import read_trace
-    from tracekit.analysis.segment import segment
+    from tracekit.analysis.steps.segment import segment
 
     if not os.path.exists(path):
         print(f"skipped: {path} is absent (../shared/traces is not beside this checkout)")
@@ -103,7 +103,8 @@ def serving(path: str = SERVING) -> list[dict]:
     no_ann = dataclasses.replace(trace, annotations=trace.annotations.iloc[0:0])
     bare = dataclasses.replace(no_ann, python=trace.python.iloc[0:0])
     out = []
-    from tracekit.analysis import evidence, taxonomy
+    from tracekit.analysis.steps import evidence
+    from tracekit.analysis.pricing import taxonomy
 
     def cold(t):
         # As a fresh process meets the trace: the per-name caches start empty.
@@ -136,7 +137,9 @@ MODEL_TARGET = 0.10
 def model_pricing() -> list[dict]:
     """Analysis with and without the model, against read + analysis."""
     from tracekit import read_trace
-    from tracekit.analysis import analyze, evidence, model_costs, taxonomy
+    from tracekit.analysis import analyze
+    from tracekit.analysis.steps import evidence
+    from tracekit.analysis.pricing import model_costs, taxonomy
     from tracekit.models import load_model
 
     out = []
@@ -179,10 +182,10 @@ IDLE_TARGET = 0.10
 def idle_and_timelines() -> list[dict]:
     from tracekit import read_trace
     from tracekit.analysis.analyze import analyze, short_name
-    from tracekit.analysis.idle import idle_causes
-    from tracekit.analysis.latency import step_weights
-    from tracekit.analysis.segment import segment
-    from tracekit.analysis.timeline import timelines
+    from tracekit.analysis.waiting.idle import idle_causes
+    from tracekit.analysis.steps.latency import step_weights
+    from tracekit.analysis.steps.segment import segment
+    from tracekit.analysis.steps.timeline import timelines
 
     out = []
     for name in [os.path.basename(SERVING), *INFERENCE]:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from tracekit.analysis.analyze import analyze
-from tracekit.analysis.project import project
+from tracekit.whatif.project import project
 from tracekit.specs import cpu_entry, factors, load_spec_file
 from tracekit.trace import read_trace
 

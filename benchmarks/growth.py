@@ -96,7 +96,7 @@ def alternate_categories(doc: Doc, n: int) -> Doc:
     kernel names of different categories (its longest kernel, twice as long as the other), evenly
     over the window those kernels covered: neighbours never share a kind, so no merging by kind
     can shorten the lane."""
-    from tracekit.analysis.taxonomy import categorize
+    from tracekit.analysis.pricing.taxonomy import categorize
 
     kernels = [e for e in complete(doc) if e.get("cat") == "kernel"]
     if not kernels:

@@ -11,10 +11,12 @@ import pandas as pd
 import pytest
 
 from conftest import read_real
-from tracekit.analysis import categorical, evidence, taxonomy
-from tracekit.analysis.capture import own_ops
-from tracekit.analysis.roofline import _outermost
-from tracekit.analysis import costs
+from tracekit.analysis import categorical
+from tracekit.analysis.steps import evidence
+from tracekit.analysis.pricing import taxonomy
+from tracekit.analysis.pricing.capture import own_ops
+from tracekit.analysis.pricing.roofline import _outermost
+from tracekit.analysis.pricing import op_costs
 
 
 @pytest.mark.parametrize("key", ["h100_hf", "v100_ddp", "mi300x_extend"])
@@ -40,7 +42,7 @@ def test_outermost_modelled_ancestor_matches_the_walk(key):
     t = read_real(key)
     src = own_ops(t, t.kernels.assign(op=t.kernels["op"]))
     names = categorical.strings(src.ops["name"])
-    modelled = np.array([costs.has_model(n) for n in names], dtype=bool)
+    modelled = np.array([op_costs.has_model(n) for n in names], dtype=bool)
     expected = []
     for row in range(len(modelled)):
         best, r = -1, row
@@ -86,7 +88,7 @@ def test_values_eq_and_isin_match_direct_comparison():
 
 def _drop_nested_reference(ranges: pd.DataFrame) -> pd.DataFrame:
     """The per-row walk that segment._drop_nested replaced: the oracle for it."""
-    from tracekit.analysis.segment import SOURCE_ORDER, _isna
+    from tracekit.analysis.steps.segment import SOURCE_ORDER, _isna
 
     if not len(ranges):
         return ranges
@@ -116,7 +118,7 @@ def _drop_nested_reference(ranges: pd.DataFrame) -> pd.DataFrame:
 def test_drop_nested_matches_the_walk(seed):
     """Nested step ranges (SGLang's step[...] inside execute_..., partial overlaps, several
     threads, stronger and weaker sources) come out as the per-row walk leaves them."""
-    from tracekit.analysis.segment import _RANGE_COLUMNS, SOURCE_ORDER, _drop_nested
+    from tracekit.analysis.steps.segment import _RANGE_COLUMNS, SOURCE_ORDER, _drop_nested
 
     rng = random.Random(seed)
     rows = []
@@ -138,7 +140,7 @@ def test_busy_per_step_matches_busy_step_by_step(seed):
     """Busy time (union of overlapping kernels), first start and last end of every step at
     once equal _busy per step, also on epoch-nanosecond clocks and on spans too wide for
     the keyed running maximum (its step-at-a-time fallback)."""
-    from tracekit.analysis.segment import _busy, _busy_per_step
+    from tracekit.analysis.steps.segment import _busy, _busy_per_step
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 9))
@@ -194,7 +196,7 @@ def _cut_offset_reference(anchors, period, gap_before):
 def test_cut_offset_matches_the_loop(seed):
     """The launch-pattern cut (offset of the longest median host pause) on every offset at
     once: the same offset, ties to the first, offsets past the last launch skipped."""
-    from tracekit.analysis.launches import _cut_offset
+    from tracekit.analysis.steps.launches import _cut_offset
 
     rng = np.random.default_rng(seed)
     for _ in range(50):
@@ -222,7 +224,7 @@ def _step_features_by_groupby(work: pd.DataFrame, n_steps: int) -> pd.DataFrame:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_step_features_match_the_groupbys(seed):
-    from tracekit.analysis.segment import segment
+    from tracekit.analysis.steps.segment import segment
 
     work = segment(read_real("gb10_vllm")).work.copy()
     rng = np.random.default_rng(seed)

@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 
 from conftest import read_real
-from tracekit.analysis.roofline import attribute
-from tracekit.analysis.segment import segment
+from tracekit.analysis.pricing.roofline import attribute
+from tracekit.analysis.steps.segment import segment
 from tracekit.models import load_model
 from tracekit.specs import lookup
 
@@ -102,7 +102,7 @@ def test_a_by_order_matching_refuses_another_batch_too():
     """Bug: a CUDA capture (launch calls name no kernels) matched by graph length takes a graph
     of another batch when none of the step's batch fits (the old "prefer the step's batch,
     else any" sort): piecewise graphs of every batch size have the same length."""
-    from tracekit.analysis.capture import with_capture
+    from tracekit.analysis.pricing.capture import with_capture
 
     trace = read_real("mi300x_decode")
     seg = segment(trace)

@@ -153,8 +153,8 @@ def test_ttft_agrees_with_segmentation(tiny_trace, tiny_run):
     not the traced run's."""
     import gzip
 
-    from tracekit.analysis.latency import latency
-    from tracekit.analysis.segment import segment
+    from tracekit.analysis.steps.latency import latency
+    from tracekit.analysis.steps.segment import segment
 
     lat = latency(segment(tiny_trace))
     with gzip.open(tiny_run[0].trace_path, "rt") as f:

@@ -21,7 +21,7 @@ from click.testing import CliRunner  # noqa: E402
 
 import tracekit  # noqa: E402
 from tracekit import markers  # noqa: E402
-from tracekit.analysis.segment import DECODE, PREFILL, SOURCE_MARKERS, segment  # noqa: E402
+from tracekit.analysis.steps.segment import DECODE, PREFILL, SOURCE_MARKERS, segment  # noqa: E402
 from tracekit.cli import main  # noqa: E402
 from tracekit.collect.parallel import FAIL_RANK_ENV  # noqa: E402
 from tracekit.collect.workloads import PRESETS  # noqa: E402
@@ -252,7 +252,7 @@ def test_default_folder_is_new_and_unique(tmp_path, monkeypatch):
     from tracekit.collect import parallel
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("tracekit.collect.collector._timestamp", lambda: "20260101-000000")
+    monkeypatch.setattr("tracekit.collect.collector.run_timestamp", lambda: "20260101-000000")
     first, created = parallel.resolve_folder(None, "tiny-tp2-bs1-p16-n4", False, 2)
     second, _ = parallel.resolve_folder(None, "tiny-tp2-bs1-p16-n4", False, 2)
     assert created and first == os.path.join("tracekit-traces", "tiny-tp2-bs1-p16-n4-20260101-000000")

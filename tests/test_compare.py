@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import SAMPLE_TRACES, read_real, real_trace_path
 
-from tracekit.analysis.compare import (
+from tracekit.compare.comparison import (
     NOISE_SIGMAS,
     Comparison,
     _figure,
@@ -762,7 +762,7 @@ def test_a_gemm_slowed_and_renamed_is_the_top_mover(tmp_path):
 
 def test_kernel_families_strip_templates_and_tile_suffixes():
     """Fails if a tile variant, a template instance or a mangled name makes a kernel another group."""
-    from tracekit.analysis.movers import kernel_family
+    from tracekit.compare.movers import kernel_family
 
     assert kernel_family("nvjet_sm103_tst_32x64_64x16_4x1_v_bz_splitK_TNN") == "nvjet_sm103_tst"
     assert kernel_family("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x16x256_MI16x16x1_SN") == \

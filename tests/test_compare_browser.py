@@ -9,7 +9,7 @@ from conftest import SAMPLE_TRACES, read_real
 from test_report_browser import FORBIDDEN_PROBE, Chromium, _check_page, _shots, chromium_path, needs_browser
 
 from tracekit.analysis import analyze
-from tracekit.analysis.compare import compare
+from tracekit.compare.comparison import compare
 from tracekit.report.compare import CompareHtml, render_comparison
 
 

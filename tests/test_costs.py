@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import real_trace_path
 
-from tracekit.analysis.costs import (
+from tracekit.analysis.pricing.op_costs import (
     MATRIX,
     VECTOR,
     NoCost,

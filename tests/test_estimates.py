@@ -14,8 +14,8 @@ import pytest
 
 from conftest import read_real
 from tracekit.analysis import analyze
-from tracekit.analysis.roofline import attribute, combined_estimate
-from tracekit.analysis.segment import segment
+from tracekit.analysis.pricing.roofline import attribute, combined_estimate
+from tracekit.analysis.steps.segment import segment
 from tracekit.models import load_model
 from tracekit.report import render
 

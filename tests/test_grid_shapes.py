@@ -1,4 +1,4 @@
-"""GEMM shapes from launch grids (tracekit.analysis.grid_shapes), checked against the shapes the
+"""GEMM shapes from launch grids (tracekit.analysis.pricing.grid_shapes), checked against the shapes the
 shared traces record (aten::mm/addmm/linear/bmm Input Dims: M and N independently, the oracle)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 from conftest import read_real
 from tracekit import frameworks
-from tracekit.analysis import grid_shapes as gs
-from tracekit.analysis import taxonomy
-from tracekit.analysis.segment import segment
+from tracekit.analysis.pricing import grid_shapes as gs
+from tracekit.analysis.pricing import taxonomy
+from tracekit.analysis.steps.segment import segment
 
 # Every shared trace that records both op shapes and GEMM kernel names with their grids.
 SHAPED = ["h100_hf", "mi300x_extend", "a100_particle", "a100_torchrec", "a100_dlrm", "b200_vllm", "b300_moe"]
@@ -124,7 +124,7 @@ def test_grid_shapes_never_wrong_and_within_a_tile_where_the_grid_tells(coverage
 
 
 def _priced(key: str, model: str):
-    from tracekit.analysis import model_costs as mc
+    from tracekit.analysis.pricing import model_costs as mc
     from tracekit.models.registry import load_model
 
     trace = read_real(key)

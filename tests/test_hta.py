@@ -128,7 +128,7 @@ def tracekit_figures(trace) -> tuple[dict[int, dict[str, float]], str]:
     import dataclasses
 
     from tracekit.analysis.ranks import rank_view
-    from tracekit.analysis.segment import segment
+    from tracekit.analysis.steps.segment import segment
 
     view = rank_view(trace, segment(trace))  # what analyze() puts in the report's ranks[]
     if view:

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from conftest import read_real
 
-from tracekit.analysis import advice as adv
-from tracekit.analysis import idle
+from tracekit.analysis.findings import advice as adv
+from tracekit.analysis.waiting import idle
 from tracekit.analysis.analyze import analyze
-from tracekit.analysis.roofline import LATENCY_ROOF
+from tracekit.analysis.pricing.roofline import LATENCY_ROOF
 
 
 def _ids(a) -> dict:
@@ -56,7 +56,7 @@ def _graphs(trace):
 
 def test_split_of_one_gap_by_what_the_host_did():
     # Five gaps of one thread, each showing one cause. Times in ns.
-    cov = idle._Coverage({
+    cov = idle.Coverage({
         "sync": (np.array([1_000]), np.array([9_000])),
         "launch": (np.array([1_000, 20_000]), np.array([9_000, 21_000])),
         "busy": (np.array([1_000, 20_000, 300_000]), np.array([9_000, 21_000, 600_000])),
@@ -81,7 +81,7 @@ def test_split_of_one_gap_by_what_the_host_did():
 
 
 def test_inside_the_launching_op_is_launch_cost():
-    cov = idle._Coverage({"sync": (np.zeros(0), np.zeros(0)), "launch": (np.zeros(0), np.zeros(0)),
+    cov = idle.Coverage({"sync": (np.zeros(0), np.zeros(0)), "launch": (np.zeros(0), np.zeros(0)),
                           "busy": (np.array([0]), np.array([1_000_000]))})
     g = pd.DataFrame({"start_ns": [0], "end_ns": [500_000], "issue_ns": [495_000],
                       "op_start_ns": [300_000], "op_end_ns": [496_000]})
@@ -260,7 +260,7 @@ def test_reports_show_limiters():
 
 
 def test_timelines_are_bounded_and_complete():
-    from tracekit.analysis import timeline
+    from tracekit.analysis.steps import timeline
 
     a = analyze(read_real("gb10_vllm"))
     tls = a.to_dict()["timelines"]
@@ -328,7 +328,7 @@ def test_host_work_advice_only_when_host_work_is_the_cause():
 
 @pytest.mark.parametrize("key", ["gb10_vllm", "h100_hf", "mi300x_extend"])
 def test_coverage_within_the_gaps_span_splits_gaps_as_the_whole_threads_does(key):
-    from tracekit.analysis.segment import segment
+    from tracekit.analysis.steps.segment import segment
 
     t = read_real(key)
     seg = segment(t)
@@ -339,8 +339,8 @@ def test_coverage_within_the_gaps_span_splits_gaps_as_the_whole_threads_does(key
             continue
         g = gaps[gaps["tid"].to_numpy() == tid]
         span = (int(g["start_ns"].min()), int(g["end_ns"].max()))
-        whole = idle._split(g, idle._Coverage.of_thread(t, int(tid)))
-        np.testing.assert_array_equal(idle._split(g, idle._Coverage.of_thread(t, int(tid), span)), whole)
+        whole = idle._split(g, idle.Coverage.of_thread(t, int(tid)))
+        np.testing.assert_array_equal(idle._split(g, idle.Coverage.of_thread(t, int(tid), span)), whole)
         checked += int((whole > 0).sum())
     assert checked > 0
 
@@ -349,7 +349,7 @@ def test_coverage_within_the_gaps_span_splits_gaps_as_the_whole_threads_does(key
 def test_gaps_split_in_blocks_as_in_one(key, monkeypatch):
     """idle_causes splits a thread's gaps a block at a time (bounded temporaries on a serving
     trace): blocks of a few gaps give every gap and every step the same parts as one block."""
-    from tracekit.analysis.segment import segment
+    from tracekit.analysis.steps.segment import segment
 
     t = read_real(key)
     seg = segment(t)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from conftest import read_real
 from tracekit.analysis import analyze
-from tracekit.analysis import costs as op_costs
+from tracekit.analysis.pricing import op_costs
 from tracekit.cli import main
 from tracekit.errors import TracekitError
 from tracekit.models import from_config, load_model, registry_entries, with_weights
@@ -457,8 +457,8 @@ def test_custom_ops_that_need_the_run():
 
 
 def test_capture_without_kernel_names_is_matched_by_order():
-    from tracekit.analysis.capture import with_capture
-    from tracekit.analysis.segment import segment
+    from tracekit.analysis.pricing.capture import with_capture
+    from tracekit.analysis.steps.segment import segment
 
     replay, capture = read_real("mi300x_decode"), read_real("mi300x_capture")
     seg = segment(replay)

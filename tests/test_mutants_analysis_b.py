@@ -12,12 +12,12 @@ from conftest import read_real
 from kineto import Doc
 
 from tracekit import read_trace
-from tracekit.analysis import model_costs as mc
-from tracekit.analysis import segment as seg
-from tracekit.analysis import taxonomy
+from tracekit.analysis.pricing import model_costs as mc
+from tracekit.analysis.steps import segment as seg
+from tracekit.analysis.pricing import taxonomy
 from tracekit.analysis.analyze import analyze
-from tracekit.analysis.project import project
-from tracekit.analysis.roofline import attribute, limiter
+from tracekit.whatif.project import project
+from tracekit.analysis.pricing.roofline import attribute, limiter
 from tracekit.models.registry import load_model
 from tracekit.specs import lookup
 from tracekit.specs.lookup import SpecMatch

@@ -15,11 +15,11 @@ from kineto import Doc
 
 from tracekit import read_trace
 from tracekit.analysis.analyze import analyze
-from tracekit.analysis.compare import compare
+from tracekit.compare.comparison import compare
 from tracekit.analysis.merge import merge
 from tracekit.analysis.model import Analysis
-from tracekit.analysis.plan import one_off_idle
-from tracekit.analysis.spread import change_interval, metric_value
+from tracekit.whatif.plan import one_off_idle
+from tracekit.compare.spread import change_interval, metric_value
 
 
 def _steady_run(step_ms: float, steps: int = 4) -> Analysis:

@@ -13,9 +13,9 @@ from conftest import read_real
 from kineto import Doc
 
 from tracekit import read_trace
-from tracekit.analysis import segment as seg
+from tracekit.analysis.steps import segment as seg
 from tracekit.analysis.analyze import analyze
-from tracekit.analysis.compare import compare
+from tracekit.compare.comparison import compare
 
 BF16 = "c10::BFloat16"
 GEMM = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn"

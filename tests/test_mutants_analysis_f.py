@@ -14,14 +14,14 @@ import pandas as pd
 import pytest
 
 from tracekit import read_trace
-from tracekit.analysis import taxonomy
-from tracekit.analysis import model_costs as mcosts
+from tracekit.analysis.pricing import taxonomy
+from tracekit.analysis.pricing import model_costs as mcosts
 from kineto import STREAM, Doc
 
-from tracekit.analysis.compare import compare
+from tracekit.compare.comparison import compare
 from tracekit.analysis.merge import _StepRows
 from tracekit.analysis.model import Analysis
-from tracekit.analysis.segment import segment
+from tracekit.analysis.steps.segment import segment
 from tracekit.models import costs as mc
 from tracekit.models import load_model
 from conftest import SAMPLE_TRACES, bare_analysis

@@ -14,9 +14,9 @@ import pytest
 from kineto import Doc
 
 from tracekit import read_trace
-from tracekit.analysis import segment as seg
-from tracekit.analysis.costs import price
-from tracekit.analysis.intervals import running_end
+from tracekit.analysis.steps import segment as seg
+from tracekit.analysis.pricing.op_costs import price
+from tracekit.analysis.waiting.intervals import running_end
 
 BF16, FP8, I64, F32 = "c10::BFloat16", "c10::Float8_e4m3fn", "long int", "float"
 
@@ -108,7 +108,7 @@ def test_only_attention_bytes_of_an_unstated_prefix_prefill_are_a_lower_bound():
     """catches: the lower-bound mark of a prefill whose cached keys are not stated given to other
     components than attention (e.g. the test ``component == "attention"`` turned into ``>=``, which
     marks linear, norm, etc. too), although their bytes do not depend on the cached prefix."""
-    from tracekit.analysis.model_costs import LOWER, _bytes_estimate
+    from tracekit.analysis.pricing.model_costs import LOWER, _bytes_estimate
     from tracekit.frameworks import PREFILL
     from tracekit.models import costs as mc
 

@@ -14,7 +14,9 @@ import pytest
 
 from conftest import real_trace_path
 from tracekit import read_trace
-from tracekit.analysis import spread, timeline, truncation
+from tracekit.compare import spread
+from tracekit.analysis.steps import timeline
+from tracekit.analysis import truncation
 from tracekit.analysis.model import Analysis
 
 

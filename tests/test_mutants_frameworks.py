@@ -18,8 +18,8 @@ import pandas as pd
 
 from conftest import read_real
 from tracekit import frameworks
-from tracekit.analysis import segment as seg
-from tracekit.analysis import step_tokens as st
+from tracekit.analysis.steps import segment as seg
+from tracekit.analysis.steps import step_tokens as st
 from tracekit.frameworks import BatchSide
 
 VLLM_FRAMES = "vLLM execute_model frames"

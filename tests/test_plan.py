@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import SAMPLE_TRACES, real_trace_path
 
-from tracekit.analysis.plan import Demand, PhaseCosts, Slo, plan
+from tracekit.whatif.plan import Demand, PhaseCosts, Slo, plan
 from tracekit.cli import main
 
 

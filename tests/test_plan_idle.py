@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from conftest import read_real, real_trace_path
 
 from tracekit.analysis.analyze import analyze
-from tracekit.analysis.plan import Demand, PhaseCosts, Slo, fit_costs, plan
+from tracekit.whatif.plan import Demand, PhaseCosts, Slo, fit_costs, plan
 from tracekit.cli import main
-from tracekit.cli.report import _load_model
+from tracekit.cli.common import load_model_option
 
 NOT_SYNC = ("launch", "host", "wait", "unattributed")
 
@@ -25,7 +25,7 @@ NOT_SYNC = ("launch", "host", "wait", "unattributed")
 @pytest.fixture(scope="module")
 def serving_pair():
     """The SGLang Qwen3-8B MI300X extend and decode traces, analysed with their model."""
-    model = _load_model("qwen3-8b", None)
+    model = load_model_option("qwen3-8b", None)
     return model, [analyze(read_real(k), model=model) for k in ("mi300x_extend", "mi300x_decode")]
 
 
@@ -93,7 +93,7 @@ def test_the_note_and_json_name_the_left_out_idle(serving_pair, tmp_path):
 def test_recurring_sync_is_per_step_work_and_kept():
     """Bug: every step's sync counted as a one-off (so real per-step blocking is planned away),
     or an outlier among many steady steps kept."""
-    from tracekit.analysis.plan import one_off_idle
+    from tracekit.whatif.plan import one_off_idle
 
     steady = {"gpu_busy_ms": 10.0, "duration_ms": 11.0, "idle_by_cause": {"sync": 0.02, "launch": 0.98}}
     blocked = {"gpu_busy_ms": 10.0, "duration_ms": 30.0, "idle_by_cause": {"sync": 19.0, "launch": 1.0}}
@@ -203,7 +203,7 @@ def test_a_trace_of_mixed_steps_alone_plans_from_their_split(mixed_only):
     p = plan(costs, Demand(1.0, 512, 64), Slo(1.0, 0.05), max_gpus=4)
     assert p.recommended in ("colocated", "disaggregated")
     # With the model the CLI would pass, the split parts plan too.
-    model = _load_model("gpt-oss-20b", None)
+    model = load_model_option("gpt-oss-20b", None)
     am = analyze(mixed_only, model=model)
     withmodel = fit_costs([am], model)
     assert withmodel.basis["prefill_steps"] == 1 and withmodel.prefill_s(512) > costs.prefill_s(10)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import REAL, SAMPLE_TRACES, read_real, real_trace_path
 
 from tracekit.analysis.analyze import analyze
-from tracekit.analysis.project import project
+from tracekit.whatif.project import project
 from tracekit.cli import main
 from tracekit.report.project import render_projection
 from tracekit.specs.lookup import spec_by_name
@@ -141,7 +141,7 @@ def test_compare_takes_a_projection_as_one_side(tmp_path):
     step = next(h for h in d["headline"] if h["key"] == "decode_step_p50")
     assert step["before"] == pytest.approx(step["after"], rel=0.30)
     # Item 4: the side is the projection's central estimate, and the summary says its range.
-    from tracekit.analysis.project import project
+    from tracekit.whatif.project import project
     pj = project(read_real("mi300x_qwen3_moe"), "b300", model=MOE)
     assert d["before"]["device"]["name"] == pj.projected["central"].device["name"]
     low, high = pj.phases["decode"]["projected_gpu_busy_ms_range"]
@@ -152,7 +152,7 @@ def test_compare_takes_a_projection_as_one_side(tmp_path):
 def test_plan_onto_another_gpu_says_the_projections_range(tmp_path):
     """Item 4: plan --gpu sizes from the same projection as compare, and says its range. Bug:
     plan silently using one basis of the projection (the range lost), or another projection."""
-    from tracekit.analysis.project import project
+    from tracekit.whatif.project import project
     pre, dec = str(real_trace_path("mi300x_extend")), str(real_trace_path("mi300x_decode"))
     out = tmp_path / "b300.json"
     r = CliRunner().invoke(main, ["plan", pre, dec, "--model", "qwen3-8b", "--isl", "2048", "--osl", "256",
@@ -184,7 +184,7 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from tracekit.analysis.project import reprice, unknown_band  # noqa: E402
+from tracekit.whatif.project import reprice, unknown_band  # noqa: E402
 from tracekit.specs import factors  # noqa: E402
 
 

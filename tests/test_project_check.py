@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from conftest import read_real, real_trace_path
 
 from tracekit.analysis.analyze import analyze
-from tracekit.analysis.check import check
-from tracekit.analysis.project import project
+from tracekit.whatif.check import check
+from tracekit.whatif.project import project
 from tracekit.cli import main
 from tracekit.errors import TracekitError
 from tracekit.specs import cpu_entry

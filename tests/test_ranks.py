@@ -23,7 +23,7 @@ from tests.conftest import real_trace_path
 from tracekit import read_trace
 from tracekit.analysis.analyze import analyze
 from tracekit.analysis.ranks import METHOD_COLLECTIVE, rank_view
-from tracekit.analysis.segment import segment
+from tracekit.analysis.steps.segment import segment
 from tracekit.report.render_html import HtmlRenderer
 from tracekit.report.render_md import MarkdownRenderer
 from tracekit.report.render_text import TextRenderer

@@ -469,7 +469,7 @@ def test_step_timeline_in_chromium(browser, tmp_path, key):
 @needs_browser
 def test_projection_page_in_chromium(browser, tmp_path):
     """tracekit project's page: both GPUs' breakdowns and both rooflines draw, nothing fetched."""
-    from tracekit.analysis.project import project
+    from tracekit.whatif.project import project
     from tracekit.report.project import ProjectHtml
 
     pj = project(read_real("b300_qwen3_moe"), "mi300x", model="qwen3-30b-a3b")
@@ -483,7 +483,7 @@ def test_projection_page_in_chromium(browser, tmp_path):
 
 @needs_browser
 def test_plan_page_in_chromium(browser, tmp_path):
-    from tracekit.analysis.plan import Demand, PhaseCosts, Slo, plan
+    from tracekit.whatif.plan import Demand, PhaseCosts, Slo, plan
     from tracekit.report.plan import PlanHtml
 
     costs = PhaseCosts(lambda n: 2e-4 * n, lambda b, ctx: 0.02 + 2e-4 * b, device="a test GPU")

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import all_real_traces, read_real
 from tracekit import frameworks, markers
-from tracekit.analysis import segment as seg
-from tracekit.analysis.latency import latency
+from tracekit.analysis.steps import segment as seg
+from tracekit.analysis.steps.latency import latency
 
 TRAINING = ["a100_dlrm", "a100_nccl", "a100_torchrec", "mi250_toy", "v100_ddp", "v100_pt19", "v100_ns"]
 

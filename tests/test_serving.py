@@ -14,8 +14,8 @@ import pytest
 from conftest import read_real, real_trace_path
 from tracekit import read_trace
 from tracekit.analysis import analyze
-from tracekit.analysis import segment as seg
-from tracekit.analysis.evidence import structural_phases
+from tracekit.analysis.steps import segment as seg
+from tracekit.analysis.steps.evidence import structural_phases
 
 
 def _data(trace):

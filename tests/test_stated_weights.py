@@ -1,5 +1,5 @@
 """The weight precision GEMM kernel names state, for a model whose config states none
-(tracekit.analysis.stated_weights)."""
+(tracekit.analysis.pricing.stated_weights)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from conftest import read_real
 from tracekit.analysis import analyze
-from tracekit.analysis import stated_weights as sw
+from tracekit.analysis.pricing import stated_weights as sw
 
 NVFP4 = ("_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEENS1_10collective13"
          "CollectiveMmaINS1_42MainloopSm120TmaWarpSpecializedBlockScaledILi2ELi3EEENS5_IJNS_12float_e2m1_tENS_13"

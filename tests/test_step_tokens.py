@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from conftest import read_real
 from tracekit import frameworks
-from tracekit.analysis import evidence
-from tracekit.analysis import segment as seg
+from tracekit.analysis.steps import evidence
+from tracekit.analysis.steps import segment as seg
 
 
 def strip_annotations(trace, python: bool = False):
@@ -110,7 +110,7 @@ def test_stripped_b200_is_one_prefill_of_888_tokens_of_one_request():
 def test_logits_rows_count_requests_only_when_fewer_than_the_tokens():
     """Bug: a forward that computes every token's logits (M = tokens) read as that many requests,
     or the rows read from the wrong Input Dims entry of addmm (its bias comes first)."""
-    from tracekit.analysis import step_tokens as st
+    from tracekit.analysis.steps import step_tokens as st
     kernels = pd.DataFrame({"name": pd.Categorical(["ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn",
                                                     "void vllm::reshape_and_cache_kernel<x>(...)"]),
                             "kind": ["kernel", "kernel"], "start_ns": [10, 5], "grid_x": [4, 6], "grid_y": [1, 1],

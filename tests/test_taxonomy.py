@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from conftest import all_real_traces, real_trace_path
 
-from tracekit.analysis import taxonomy as tx
-from tracekit.analysis.taxonomy import (
+from tracekit.analysis.pricing import taxonomy as tx
+from tracekit.analysis.pricing.taxonomy import (
     categorize,
     categorize_many,
     unmatched,
@@ -243,7 +243,7 @@ def test_word_boundaries_in_rules():
 
 
 def test_decode_and_prefill_attention_evidence():
-    from tracekit.analysis.evidence import is_decode_attention, is_prefill_attention
+    from tracekit.analysis.steps.evidence import is_decode_attention, is_prefill_attention
 
     decode = ["void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4>>",
               "void flash::flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128>>",

@@ -60,8 +60,8 @@ def test_alternating_kinds_on_one_stream_finish_within_the_cap(tmp_path):
     cannot get the lane under MAX_SEGMENTS. Fails on the bug where ``_segments`` then raised
     its tolerance forever (the test times out), and if the coarsened lane loses intervals,
     goes over the cap or is keyed by the lesser kind."""
-    from tracekit.analysis import timeline
-    from tracekit.analysis.taxonomy import categorize
+    from tracekit.analysis.steps import timeline
+    from tracekit.analysis.pricing.taxonomy import categorize
 
     doc = growth.load(str(real_trace_path("mi300x_decode")))
     grown = growth.alternate_categories(doc, 10_000)
@@ -96,7 +96,7 @@ def test_repeated_decode_steps_finish(tmp_path):
     times, each copy shifted by the trace's span, ids left as they are (~30k events). Fails on
     the bug where ``summary`` never finished (``_segments`` spinning, from ``_streams``): the
     subprocess times out. Every lane stays under the cap, and no kernel goes missing."""
-    from tracekit.analysis import timeline
+    from tracekit.analysis.steps import timeline
 
     doc = growth.load(str(real_trace_path("mi300x_decode")))
     grown = growth.repeat_steps(doc, 20, shift_ids=False)

@@ -16,19 +16,20 @@ import numpy as np
 import pandas as pd
 
 from tracekit import __version__
-from tracekit.analysis import books, categorical, stated_weights, truncation
-from tracekit.analysis import findings as find
-from tracekit.analysis.advice import THRESHOLDS as advice_thresholds
-from tracekit.analysis.ceilings import check_ceilings
-from tracekit.analysis.idle import IdleCauses, idle_causes
-from tracekit.analysis.latency import latency, step_weights
+from tracekit.analysis import books, categorical, truncation
+from tracekit.analysis.pricing import stated_weights
+from tracekit.analysis.findings import rules as find
+from tracekit.analysis.findings.advice import THRESHOLDS as advice_thresholds
+from tracekit.analysis.pricing.ceilings import check_ceilings
+from tracekit.analysis.waiting.idle import IdleCauses, idle_causes
+from tracekit.analysis.steps.latency import latency, step_weights
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.ranks import rank_view
-from tracekit.analysis.roofline import (ABOVE_ROOF, BOUNDS, CAPTURE, COST_SOURCES, LATENCY_ROOF, LIMITERS, MODEL,
+from tracekit.analysis.pricing.roofline import (ABOVE_ROOF, BOUNDS, CAPTURE, COST_SOURCES, LATENCY_ROOF, LIMITERS, MODEL,
                                        SHAPES, attribute, combined_estimate, limiter)
-from tracekit.analysis.segment import DECODE, MIXED, PREFILL, UNKNOWN, Segmentation, segment
-from tracekit.analysis.split import phase_weights, split_mixed
-from tracekit.analysis.timeline import timelines
+from tracekit.analysis.steps.segment import DECODE, MIXED, PREFILL, UNKNOWN, Segmentation, segment
+from tracekit.analysis.steps.mixed import phase_weights, split_mixed
+from tracekit.analysis.steps.timeline import timelines
 from tracekit.errors import TracekitError
 from tracekit.models import ModelSpec, load_model
 from tracekit.models.config import with_weights

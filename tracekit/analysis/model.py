@@ -65,7 +65,7 @@ class Analysis:
     truncated: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(
+        return json_safe(
             {
                 "schema_version": SCHEMA_VERSION,
                 "source": self.source,
@@ -153,12 +153,12 @@ def _get(row: Any, name: str) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         try:
             value = value.item()

@@ -40,9 +40,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import categorical, taxonomy
-from tracekit.analysis.idle import union_intervals
-from tracekit.analysis.segment import Segmentation, segment
+from tracekit.analysis import categorical
+
+from tracekit.analysis.pricing import taxonomy
+from tracekit.analysis.waiting.idle import union_intervals
+from tracekit.analysis.steps.segment import Segmentation, segment
 from tracekit.trace.model import Trace
 
 # Per-collective and per-step waits below this are clock jitter, not a wait (ns).

@@ -7,7 +7,7 @@ import os
 
 import click
 
-from tracekit.cli.common import (check_device_options, human_size, model_options, read_with_progress, stated_figures,
+from tracekit.cli.common import (check_device_options, human_size, load_model_option, model_options, read_with_progress, stated_figures,
                                  trace_argument)
 from tracekit.errors import TracekitError
 
@@ -40,7 +40,7 @@ def command(trace: str, output: str | None, force: bool, gpu: str | None, spec_f
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
     check_device_options(gpu, spec_file)
-    options = dict(gpu=gpu, spec_file=spec_file, model=_load_model(model, weights), tp=tp, costs=costs,
+    options = dict(gpu=gpu, spec_file=spec_file, model=load_model_option(model, weights), tp=tp, costs=costs,
                    model_force=model_force, stated=stated_figures())
     if options["model"] is None:
         options["weights"] = weights
@@ -114,11 +114,3 @@ def _refuse_input(src: str, dst: str) -> None:
     """The input is never the output, even with --force: the annotated copy replaces nothing it reads."""
     if os.path.exists(dst) and os.path.samefile(src, dst):
         raise TracekitError(f"{dst} is the input trace; annotate never overwrites it (give -o another name)")
-
-
-def _load_model(model: str | None, weights: str | None):
-    if model is None:
-        return None
-    from tracekit.models import load_model
-
-    return load_model(model, weights=weights)

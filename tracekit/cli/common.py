@@ -101,6 +101,15 @@ _STATED_KEY = "tracekit.stated"
 _PHASES = ("prefill", "decode", "mixed", "all")
 
 
+def load_model_option(model: str | None, weights: str | None):
+    """The ``ModelSpec`` that ``--model``/``--weights`` name, or None without ``--model``."""
+    if model is None:
+        return None
+    from tracekit.models import load_model  # lazy: the model registry is not needed by every command
+
+    return load_model(model, weights=weights)
+
+
 def _stated_callback(ctx, param, values):
     table = {}
     for text in values:

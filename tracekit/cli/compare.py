@@ -56,7 +56,7 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     run's steps, and the intervals resample runs as well as steps, so a shift of a whole run
     counts as noise; phases and kernels are shown for BEFORE and AFTER."""
     from tracekit.analysis import analyze
-    from tracekit.analysis.compare import compare, context_sentence, parse_gate, suggested_gate
+    from tracekit.compare.comparison import compare, context_sentence, parse_gate, suggested_gate
     from tracekit.report.compare import choose
     from tracekit.report.output import DEFAULT_DIR, report_stem
 
@@ -78,9 +78,9 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
         lambda ext: os.path.join(DEFAULT_DIR, f"compare-{report_stem(before)}-vs-{report_stem(after)}{ext}"), force)
     if path is not None and any(os.path.abspath(path) == os.path.abspath(p) for p in inputs):
         raise TracekitError(f"{path}: that is one of compare's input traces; name another output file")
-    from tracekit.cli.report import _load_model
+    from tracekit.cli.common import load_model_option
 
-    spec_model = _load_model(model, weights)  # the same model prices both runs
+    spec_model = load_model_option(model, weights)  # the same model prices both runs
 
     def analyse(p: str, gpu: str | None, target):
         return _side(_read(p), gpu, target, model=spec_model, tp=tp, costs=costs, model_force=model_force,
@@ -150,7 +150,7 @@ def _side(trace, gpu, target, **options):
 
     if target is None:
         return analyze(trace, gpu=gpu, **options), None
-    from tracekit.analysis.project import project
+    from tracekit.whatif.project import project
 
     projection = project(trace, target, gpu=gpu, **options)
     return projection.projected["central"], projection.range_note()

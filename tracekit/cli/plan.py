@@ -62,9 +62,9 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
           --rate 4 --ttft-slo 500ms --tpot-slo 50ms --kv-link 50
     """
     from tracekit.analysis.analyze import analyze, resolve_model
-    from tracekit.analysis.plan import Demand, Slo, fit_costs, plan
-    from tracekit.analysis.project import project
-    from tracekit.cli.report import _load_model
+    from tracekit.whatif.plan import Demand, Slo, fit_costs, plan
+    from tracekit.whatif.project import project
+    from tracekit.cli.common import load_model_option
     from tracekit.report.output import DEFAULT_DIR, report_stem
     from tracekit.report.plan import choose
     from tracekit.specs.lookup import spec_by_name
@@ -76,7 +76,7 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
     for p in traces:
         if not os.path.exists(p):
             raise TracekitError(f"{p}: no such file or folder")
-    spec_model = _load_model(model, weights)
+    spec_model = load_model_option(model, weights)
     read = [read_with_progress(p) for p in traces]
     spec_model = spec_model or resolve_model(read[0])
     options = dict(model=spec_model, tp=tp, costs=costs, weights=None, model_force=model_force,

@@ -40,8 +40,8 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
       tracekit project b300_decode.json.gz --to mi300x --model qwen3-30b-a3b
       tracekit project b300_decode.json.gz --to mi300x --check mi300x_decode.json.gz
     """
-    from tracekit.analysis.project import project
-    from tracekit.cli.report import _load_model
+    from tracekit.whatif.project import project
+    from tracekit.cli.common import load_model_option
     from tracekit.report.output import DEFAULT_DIR, report_stem
     from tracekit.report.project import choose
     from tracekit.specs import load_spec_file
@@ -56,14 +56,14 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
     for path_ in (trace, check_trace):
         if path_ is not None and not os.path.exists(path_):
             raise TracekitError(f"{path_}: no such file or folder")
-    spec_model = _load_model(model, weights)
+    spec_model = load_model_option(model, weights)
     options = dict(model=spec_model, tp=tp, costs=costs, model_force=model_force, stated=stated_figures(),
                    weights=weights if spec_model is None else None)
     projection = project(read_with_progress(trace), target, gpu=gpu, spec_file=spec_file, **options)
     document = projection
     if check_trace is not None:
         from tracekit.analysis import analyze
-        from tracekit.analysis.check import CheckedProjection, check
+        from tracekit.whatif.check import CheckedProjection, check
 
         # The target trace is analysed as the source was (same model, costs), on its own GPU: the
         # spec file given as --to when there is one, else the GPU its trace names.

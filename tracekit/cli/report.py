@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from tracekit.cli.common import check_device_options, human_size, model_options, read_with_progress, trace_argument, stated_figures
+from tracekit.cli.common import check_device_options, human_size, load_model_option, model_options, read_with_progress, trace_argument, stated_figures
 from tracekit.errors import TracekitError
 
 FORMATS = ("html", "json", "md", "text")
@@ -54,7 +54,7 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
     check_device_options(gpu, spec_file)  # so do a bad --gpu or --spec-file
-    spec_model = _load_model(model, weights)  # a bad --model fails before the slow read
+    spec_model = load_model_option(model, weights)  # a bad --model fails before the slow read
     if with_hta:
         from tracekit.analysis.hta import require
 
@@ -99,14 +99,6 @@ def _windows(trace: str) -> list[str] | None:
     from tracekit.analysis.merge import window_paths
 
     return window_paths(trace)
-
-
-def _load_model(model: str | None, weights: str | None):
-    if model is None:
-        return None
-    from tracekit.models import load_model
-
-    return load_model(model, weights=weights)
 
 
 def _next_step(name: str, trace: str, path: str) -> str:

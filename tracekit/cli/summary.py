@@ -23,10 +23,10 @@ def command(trace: str, top: int, gpu: str | None, spec_file: str | None, model:
     from tracekit.analysis import analyze
     from tracekit.report.render_text import TextRenderer
 
-    from tracekit.cli.report import _load_model
+    from tracekit.cli.common import load_model_option
 
     check_device_options(gpu, spec_file)  # before the read and before the first line is printed
-    spec_model = _load_model(model, weights)
+    spec_model = load_model_option(model, weights)
     t = read_with_progress(trace)
     click.echo(summarize(t, top=top))
     analysis = analyze(t, gpu=gpu, spec_file=spec_file, model=spec_model, tp=tp, costs=costs,

@@ -82,7 +82,8 @@ def require_transformers():
 # -- output path ---------------------------------------------------------------------------
 
 
-def _timestamp() -> str:
+def run_timestamp() -> str:
+    """The local time that names a collected run's default output files."""
     return _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
@@ -99,7 +100,7 @@ def resolve_output(output: str | None, stem: str, force: bool) -> str:
     """
     if output is None or output.endswith(("/", os.sep)) or os.path.isdir(output):
         folder = output or DEFAULT_DIR
-        base = os.path.join(folder, f"{stem}-{_timestamp()}")
+        base = os.path.join(folder, f"{stem}-{run_timestamp()}")
         path = base + markers.TRACE_SUFFIX
         n = 2
         while _taken(path):
@@ -160,7 +161,8 @@ class Progress:
 # -- the workload run ------------------------------------------------------------------------
 
 
-def _check_counts(opts: CollectOptions) -> None:
+def check_counts(opts: CollectOptions) -> None:
+    """One clear error for a count option below its least value (--batch-size 0, ...)."""
     for name, value, low in (
         ("--batch-size", opts.batch_size, 1),
         ("--prompt-len", opts.prompt_len, 1),
@@ -178,7 +180,7 @@ def _check_counts(opts: CollectOptions) -> None:
 
 def collect(opts: CollectOptions) -> CollectResult:
     """Run ``tracekit collect``: returns where the trace and sidecar went, and the sidecar."""
-    _check_counts(opts)
+    check_counts(opts)
     chosen = [n for n, v in (("--preset", opts.preset), ("--model", opts.model), ("a script", opts.script)) if v]
     if len(chosen) > 1:
         raise TracekitError(f"choose one workload: {' and '.join(chosen)} were both given")

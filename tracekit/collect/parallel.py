@@ -128,12 +128,12 @@ def resolve_folder(output: str | None, stem: str, force: bool, tp: int) -> tuple
     than this run's rank files is refused (a folder is read as one run); this run's rank files
     are overwritten only with ``force``.
     """
-    from tracekit.collect.collector import DEFAULT_DIR, _timestamp
+    from tracekit.collect.collector import DEFAULT_DIR, run_timestamp
     from tracekit.report.output import probe
     from tracekit.trace.decode import list_trace_files
 
     if output is None:
-        base = os.path.join(DEFAULT_DIR, f"{stem}-{_timestamp()}")
+        base = os.path.join(DEFAULT_DIR, f"{stem}-{run_timestamp()}")
         folder, n = base, 2
         while os.path.exists(folder):
             folder = f"{base}-{n}"
@@ -184,7 +184,7 @@ def collect_tp(opts, tp: int, announce: Callable[[str], None] | None = None) -> 
     from tracekit.collect import collector, workloads
 
     check_tp(tp, opts)
-    collector._check_counts(opts)
+    collector.check_counts(opts)
     plan = collector.plan_generation(opts)
     torch = collector.require_torch()
     collector.require_transformers()

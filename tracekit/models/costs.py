@@ -2,7 +2,7 @@
 
 Pure arithmetic from a ``ModelSpec`` and the step's batch (``Side``: requests, query
 tokens, keys attended, query-key pairs, logit tokens). The conventions of
-``tracekit.analysis.costs`` hold: a multiply-add is 2 FLOPs; bytes are the minimal
+``tracekit.analysis.pricing.op_costs`` hold: a multiply-add is 2 FLOPs; bytes are the minimal
 traffic (each weight read once per step, each activation read and written once); a
 kernel's time over the roofline of these figures says how close it came.
 
@@ -45,7 +45,7 @@ POOLED = ("linear", "lm_head", "experts", "routing", "attention", "linear_attent
 PER_LAUNCH = ("norm", "qk_norm", "rope", "activation", "kv_write", "quantize", "embedding", "sampling")
 # Sides whose mean query length is at most this are priced as decode (MLA's absorbed form).
 DECODE_LIKE = 8
-# FLOPs per element of per-launch kernels (see ``tracekit.analysis.costs`` for the convention).
+# FLOPs per element of per-launch kernels (see ``tracekit.analysis.pricing.op_costs`` for the convention).
 NORM_FLOPS, ROPE_FLOPS, ACT_FLOPS, QUANT_FLOPS = 5, 3, 5, 2
 # Gated DeltaNet, per token per value head: decay, k.S, the rank-1 update and S.q, each
 # dk x dv multiply-adds: about 8 dk dv FLOPs; the chunked prefill form adds the intra-chunk

@@ -31,7 +31,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.idle import CAUSES
+from tracekit.analysis.waiting.idle import CAUSES
 from tracekit.trace.windows import WINDOW_KEY
 
 CATEGORY = "tracekit"  # no table of the reader's: the added events are invisible to the analysis

@@ -16,7 +16,7 @@ from tracekit.report.render_html import HtmlPage
 from tracekit.report.templating import term_text
 
 if TYPE_CHECKING:
-    from tracekit.analysis.plan import Plan
+    from tracekit.whatif.plan import Plan
 
 
 def view_model(data: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from tracekit.report.templating import term_text
 from tracekit.report.view import LIMITERS, limiter_labels, phase_label
 
 if TYPE_CHECKING:
-    from tracekit.analysis.project import Projection
+    from tracekit.whatif.project import Projection
 
 _UNITS = {"ttft_ms": "ms", "tpot_p50": "ms", "prefill_step_p50": "ms", "decode_step_p50": "ms",
           "prefill_tokens_per_s": "tok/s", "decode_tokens_per_s": "tok/s", "prefill_mfu": "%", "decode_mbu": "%"}

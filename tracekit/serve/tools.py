@@ -44,7 +44,7 @@ IDLE_COLUMNS = ("cause", "ms", "share", "count", "call", "op", "stack")
 MOVER_COLUMNS = ("category", "op", "status", "before_ms", "after_ms", "delta_ms", "speedup", "before_kernel",
                  "after_kernel")
 
-# The idle cause each idle finding is about (tracekit/analysis/advice.py).
+# The idle cause each idle finding is about (tracekit/analysis/findings/advice.py).
 _IDLE_FINDINGS = {"host-sync": "sync", "launch-bound": "launch", "host-bound": "host", "gpu-waits": "wait"}
 
 
@@ -197,7 +197,7 @@ class Tools:
 
     def compare(self, before: str, after: str, model: str | None = None, gpu_before: str | None = None,
                 gpu_after: str | None = None, tp: int | None = None, limit: int = 5) -> dict[str, Any]:
-        from tracekit.analysis.compare import compare
+        from tracekit.compare.comparison import compare
 
         n = _limit(limit)
         b = self.cache.get(before, model=model, gpu=gpu_before, tp=tp, what="before")
@@ -223,7 +223,7 @@ class Tools:
                 limit: int = 5) -> dict[str, Any]:
         import os
 
-        from tracekit.analysis.project import project_parts
+        from tracekit.whatif.project import project_parts
         from tracekit.specs import load_spec_file
         from tracekit.specs.lookup import spec_by_name
 

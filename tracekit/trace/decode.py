@@ -181,7 +181,7 @@ def decode(path: str, data: bytes, exact_ts: bool = False) -> tuple[list[Event],
         raise TracekitError(f"{path} is not a valid trace: {e}") from None
     except msgspec.DecodeError as e:
         msg = str(e)
-        if _ends_early(msg, len(data)):
+        if ends_early(msg, len(data)):
             raise TruncatedJSON(f"{path} ends in the middle of the JSON: the file looks truncated") from None
         raise TracekitError(f"{path} is not valid JSON ({msg})") from None
     return events, meta
@@ -197,7 +197,8 @@ def too_deep(path: str) -> TracekitError:
 _ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
 
 
-def _ends_early(msg: str, size: int) -> bool:
+def ends_early(msg: str, size: int) -> bool:
+    """Whether msgspec's error ``msg`` on ``size`` bytes means the document was cut short."""
     # msgspec says "truncated", except for a cut right after a number's "-" or ".",
     # which it calls malformed at the byte just past the end.
     if "truncated" in msg:
@@ -219,13 +220,13 @@ def close_truncated(path: str, data: bytes) -> bytes:
     )
     bare = data.lstrip()[:1] == b"["
     chars = np.frombuffer(data, dtype=np.uint8)
-    quotes = _string_quotes(chars)
-    pos = _structure_positions(chars)
+    quotes = string_quotes(chars)
+    pos = structure_positions(chars)
     # A brace or bracket between an opening quote and its closing one is text.
     pos = pos[np.searchsorted(quotes, pos) % 2 == 0]
-    depth = np.cumsum(_DEPTH_STEP[chars[pos]], dtype=np.int64)  # depth after each of them
+    depth = np.cumsum(DEPTH_STEP[chars[pos]], dtype=np.int64)  # depth after each of them
     # The events' array: the document itself (a bare list), or the '[' of traceEvents.
-    opened, level = (0, 1) if bare else (_trace_events_opening(data, quotes, pos, depth), 2)
+    opened, level = (0, 1) if bare else (trace_events_opening(data, quotes, pos, depth), 2)
     if opened < 0 or not len(pos):
         raise none_left
     after = slice(opened + 1, None)
@@ -242,14 +243,15 @@ def close_truncated(path: str, data: bytes) -> bytes:
 
 
 _QUOTE, _BACKSLASH, _CLOSE_BRACE = ord('"'), ord("\\"), ord("}")
-_DEPTH_STEP = np.zeros(256, dtype=np.int8)
-_DEPTH_STEP[[ord("{"), ord("[")]] = 1
-_DEPTH_STEP[[ord("}"), ord("]")]] = -1
+# +1 for an opening bracket or brace, -1 for a closing one: cumulative sums give nesting depth.
+DEPTH_STEP = np.zeros(256, dtype=np.int8)
+DEPTH_STEP[[ord("{"), ord("[")]] = 1
+DEPTH_STEP[[ord("}"), ord("]")]] = -1
 # numpy passes over the bytes run in slices that stay in cache, ~2x faster than whole.
 _SCAN_SLICE = 1 << 22
 
 
-def _string_quotes(chars: np.ndarray) -> np.ndarray:
+def string_quotes(chars: np.ndarray) -> np.ndarray:
     """Positions of the quotes that open and close strings (escaped ones left out), sorted."""
     quotes = _positions_of(chars, (_QUOTE,))
     slashes = _positions_of(chars, (_BACKSLASH,))
@@ -267,7 +269,8 @@ def _string_quotes(chars: np.ndarray) -> np.ndarray:
     return quotes[odd_ends[at] != quotes - 1]
 
 
-def _structure_positions(chars: np.ndarray) -> np.ndarray:
+def structure_positions(chars: np.ndarray) -> np.ndarray:
+    """Positions of every bracket and brace, sorted (those inside strings included: filter with ``string_quotes``)."""
     return _positions_of(chars, tuple(map(ord, "{}[]")))
 
 
@@ -285,7 +288,7 @@ def _positions_of(chars: np.ndarray, values: tuple[int, ...]) -> np.ndarray:
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
-def _trace_events_opening(data: bytes, quotes: np.ndarray, pos: np.ndarray, depth: np.ndarray) -> int:
+def trace_events_opening(data: bytes, quotes: np.ndarray, pos: np.ndarray, depth: np.ndarray) -> int:
     """Index in ``pos`` of the '[' that opens the top-level traceEvents array, or -1."""
     for m in _TRACE_EVENTS_KEY.finditer(data):
         q = int(np.searchsorted(quotes, m.start()))

@@ -202,7 +202,7 @@ class EventChunks:
         try:
             top = dec.TOP.decode(doc)
         except msgspec.DecodeError as e:
-            if self.json_cut or not dec._ends_early(str(e), len(doc)):
+            if self.json_cut or not dec.ends_early(str(e), len(doc)):
                 raise NotStreamable from None
             # Cut in a key after the events: every event is there, the keys after them are lost.
             self.json_cut = True
@@ -259,10 +259,10 @@ def _scan(text: memoryview) -> tuple[int, int]:
     """(position of the last '}' that closes an element of the array opening ``text``,
     position of the ']' that closes the array), each -1 when absent."""
     chars = np.frombuffer(text, dtype=np.uint8)
-    quotes = dec._string_quotes(chars)
-    pos = dec._structure_positions(chars)
+    quotes = dec.string_quotes(chars)
+    pos = dec.structure_positions(chars)
     pos = pos[np.searchsorted(quotes, pos) % 2 == 0]  # a brace between quotes is text
-    depth = np.cumsum(dec._DEPTH_STEP[chars[pos]], dtype=np.int64)  # depth after each
+    depth = np.cumsum(dec.DEPTH_STEP[chars[pos]], dtype=np.int64)  # depth after each
     closed = np.flatnonzero(depth <= 0)
     array_end = int(pos[closed[0]]) if len(closed) else -1
     inside = slice(0, closed[0]) if len(closed) else slice(None)
@@ -274,11 +274,11 @@ def _scan(text: memoryview) -> tuple[int, int]:
 def _events_opening(data: bytes) -> int:
     """Byte position of the '[' that opens the top-level traceEvents array, or -1 (not yet seen)."""
     chars = np.frombuffer(data, dtype=np.uint8)
-    quotes = dec._string_quotes(chars)
-    pos = dec._structure_positions(chars)
+    quotes = dec.string_quotes(chars)
+    pos = dec.structure_positions(chars)
     pos = pos[np.searchsorted(quotes, pos) % 2 == 0]
-    depth = np.cumsum(dec._DEPTH_STEP[chars[pos]], dtype=np.int64)
-    i = dec._trace_events_opening(data, quotes, pos, depth)
+    depth = np.cumsum(dec.DEPTH_STEP[chars[pos]], dtype=np.int64)
+    i = dec.trace_events_opening(data, quotes, pos, depth)
     if i >= 0:
         return int(pos[i])
     if len(depth) and (depth[1:] <= 0).any():

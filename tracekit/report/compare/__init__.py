@@ -1,6 +1,6 @@
 """Renderers of a comparison (``tracekit compare``): HTML, JSON, Markdown, terminal text.
 
-    from tracekit.analysis.compare import compare
+    from tracekit.compare.comparison import compare
     from tracekit.report.compare import render_comparison
     html = render_comparison(compare(before, after), "html")
 
@@ -19,7 +19,7 @@ from tracekit.report.render_html import HtmlPage
 from tracekit.report.templating import render, term_text, text_env
 
 if TYPE_CHECKING:
-    from tracekit.analysis.compare import Comparison
+    from tracekit.compare.comparison import Comparison
 
 TOP_MD = 5  # movers per phase in the Markdown comment
 TOP_TEXT = 8  # ... and in the terminal

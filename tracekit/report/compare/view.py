@@ -2,7 +2,7 @@
 
 Like ``tracekit.report.view``: plain dicts and lists of display text, every number
 looked up in the JSON contract and formatted here; nothing is computed (verdicts,
-noise, explanations and roof fractions all come from ``tracekit.analysis.compare``).
+noise, explanations and roof fractions all come from ``tracekit.compare.comparison``).
 """
 
 from __future__ import annotations

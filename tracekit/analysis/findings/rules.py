@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from tracekit.analysis.advice import advice
+from tracekit.analysis.findings.advice import advice
 from tracekit.analysis.model import Finding
 
 if TYPE_CHECKING:

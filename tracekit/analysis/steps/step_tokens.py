@@ -40,7 +40,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit import frameworks
-from tracekit.analysis import categorical, taxonomy
+from tracekit.analysis import categorical
+from tracekit.analysis.pricing import taxonomy
 
 W_KV_WRITE, W_INPUT_COPY, W_PER_TOKEN = 3.0, 2.0, 2.0
 W_READBACK, W_DECODE_ATTENTION, W_SAMPLER, W_PER_REQUEST, W_LOGITS = 2.0, 2.0, 1.0, 2.0, 1.0

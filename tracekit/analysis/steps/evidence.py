@@ -32,7 +32,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import taxonomy
+from tracekit.analysis.pricing import taxonomy
 from tracekit.frameworks import DECODE, MIXED, PREFILL, UNKNOWN
 
 _ATTENTION_OP_RE = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|attention_forward", re.I)
@@ -59,7 +59,8 @@ HEAVY_GEMM_BLOCKS = 3.0
 HEAVY_EAGER_KERNELS = 1.3
 
 
-def _loads(text):
+def json_or_none(text):
+    """A recorded JSON field (``Input Dims``, ``Concrete Inputs``) parsed, or None when absent or malformed."""
     if not text:
         return None
     try:
@@ -95,7 +96,7 @@ _SILENT_SHAPES = "op shapes do not show tokens per sequence"
 
 
 def _embedding_tokens(dims) -> tuple | None:
-    d = _loads(dims)
+    d = json_or_none(dims)
     if d and len(d) >= 2 and isinstance(d[1], list) and len(d[1]) == 2:
         b, t = d[1]
         return _by_tokens(t, f"token ids of shape [{b}, {t}] in aten::embedding", b * t, b)
@@ -103,7 +104,7 @@ def _embedding_tokens(dims) -> tuple | None:
 
 
 def _attention_tokens(name: str, dims) -> tuple | None:
-    d = _loads(dims)
+    d = json_or_none(dims)
     if d and isinstance(d[0], list) and len(d[0]) == 4:
         b, _, lq, _ = d[0]
         return _by_tokens(lq, f"query of shape {d[0]} in {name}", b * lq, b)

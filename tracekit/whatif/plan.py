@@ -50,7 +50,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tracekit.analysis.model import Analysis, _clean
+from tracekit.analysis.model import Analysis, json_safe
 from tracekit.errors import TracekitError
 from tracekit.models import ModelSpec
 from tracekit.models.costs import Missing, Side, kv_bytes_per_token, step_costs, weight_bytes
@@ -154,7 +154,7 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         c, d = self.costs, self.demand
-        return _clean({
+        return json_safe({
             "schema_version": SCHEMA_VERSION,
             "kind": KIND,
             "inputs": {**self.inputs, "isl": d.isl, "osl": d.osl, "rate": d.rate, "ttft_slo_ms": self.slo.ttft_s * 1e3,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import taxonomy
+from tracekit.analysis.pricing import taxonomy
 from tracekit.frameworks import DECODE, MIXED, PREFILL, BatchSide
 
 BASIS = "attention kernels by each side's query-key pairs, all other work by each side's tokens"

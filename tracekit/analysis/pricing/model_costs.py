@@ -9,7 +9,7 @@ the kernels carry it:
   is ``linear``, except the step's LM head (its last GEMM, of a name launched once in the
   step); MoE grouped GEMMs are ``experts``, the other MoE kernels ``routing``; ...
 - a dense GEMM whose launch grid and named tile give its output width N
-  (``tracekit.analysis.grid_shapes``) is matched to the model's layer of that width per rank
+  (``tracekit.analysis.pricing.grid_shapes``) is matched to the model's layer of that width per rank
   (QKV, o_proj, gate-up, down, router, shared experts, LM head; o_proj and down, of one width,
   told apart by the kernel before it: attention or activation) and priced as that layer alone:
   2*M*N*K with M the step's tokens (the logit tokens for the LM head), bytes N*K weights at
@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit import frameworks
-from tracekit.analysis import grid_shapes, taxonomy
+from tracekit.analysis.pricing import grid_shapes, taxonomy
 from tracekit.frameworks import DECODE, MIXED, PREFILL, BatchSide
 from tracekit.models import costs as mc
 from tracekit.models.config import ModelSpec, expected_experts

@@ -42,10 +42,10 @@ import pandas as pd
 
 from tracekit.analysis import categorical
 from tracekit.analysis.analyze import Parts, assemble, measure
-from tracekit.analysis.idle import CAUSES, HOST, _Coverage
-from tracekit.analysis.model import Analysis, _clean
-from tracekit.analysis.roofline import COMPUTE, INTERCONNECT, LATENCY, MEMORY, UNKNOWN, _bounds, limiter
-from tracekit.analysis.split import retimed
+from tracekit.analysis.waiting.idle import CAUSES, HOST, Coverage
+from tracekit.analysis.model import Analysis, json_safe
+from tracekit.analysis.pricing.roofline import COMPUTE, INTERCONNECT, LATENCY, MEMORY, UNKNOWN, roofline_columns, limiter
+from tracekit.analysis.steps.mixed import retimed
 from tracekit.analysis.truncation import gpu_events_lost
 from tracekit.errors import TracekitError
 from tracekit.specs import GpuSpec, SpecMatch, factors, normalise_dtype
@@ -103,7 +103,7 @@ class Projection:
 
     def to_dict(self) -> dict[str, Any]:
         src = self.source.device
-        return _clean({
+        return json_safe({
             "schema_version": SCHEMA_VERSION,
             "kind": KIND,
             "source": {"trace": self.source.source.get("path"), "name": self.source.source.get("name"),
@@ -308,7 +308,7 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
     cols = ["category", "flops", "bytes", "dtype", "unit", "cost_reason", "cost_source", "model_check"]
     table = work[cols].copy()
     text = {c: table[c].to_numpy(dtype=object) for c in ("cost_reason", "dtype", "unit")}
-    _bounds(table, target, None, categorical.strings(work["kind"]), work["category"].to_numpy(),
+    roofline_columns(table, target, None, categorical.strings(work["kind"]), work["category"].to_numpy(),
             work["dur_ns"].to_numpy() / 1e9, text["cost_reason"], text["dtype"], text["unit"])
     table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
                                                 table["model_check"].to_numpy() == "capped"), index=table.index)
@@ -383,7 +383,7 @@ def _host_floor(trace: Trace, steps: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(steps))
     for tid in pd.unique(steps["tid"]):
         rows = np.flatnonzero(steps["tid"].to_numpy() == tid)
-        cov = _Coverage.of_thread(trace, int(tid))
+        cov = Coverage.of_thread(trace, int(tid))
         a = steps["cpu_start_ns"].to_numpy()[rows]
         b = steps["cpu_end_ns"].to_numpy()[rows]
         out[rows] = (b - a) - cov.sync(a, b)
@@ -459,7 +459,7 @@ def _factor_summary(src: GpuSpec, tgt: GpuSpec) -> dict[str, Any]:
 
 
 def _phase_step_weights(parts: Parts) -> dict[str, np.ndarray]:
-    from tracekit.analysis.latency import step_weights
+    from tracekit.analysis.steps.latency import step_weights
 
     return step_weights(parts.seg.steps, parts.split.step_prefill_fraction)
 

@@ -40,9 +40,10 @@ import numpy as np
 import pandas as pd
 
 from tracekit import frameworks
-from tracekit.analysis import categorical, evidence, step_tokens
-from tracekit.analysis.intervals import running_end
-from tracekit.analysis.launches import launch_steps
+from tracekit.analysis import categorical
+from tracekit.analysis.steps import evidence, step_tokens
+from tracekit.analysis.waiting.intervals import running_end
+from tracekit.analysis.steps.launches import launch_steps
 from tracekit.frameworks import (  # noqa: F401  (the step sources, re-exported for callers)
     DECODE, MIXED, PREFILL, SOURCE_INFERRED, SOURCE_LAUNCHES, SOURCE_MARKERS, SOURCE_NONE, SOURCE_ORDER,
     SOURCE_SGLANG, SOURCE_SGLANG_FRAMES, SOURCE_USER, SOURCE_VLLM, SOURCE_VLLM_FRAMES, UNKNOWN,
@@ -656,7 +657,7 @@ def _embedding_anchors(ops: pd.DataFrame) -> list[tuple[int, int, str]]:
     emb = ops[ops["name"] == "aten::embedding"]
     rows = []
     for i, dims in zip(emb.index, emb["input_dims"]):
-        d = evidence._loads(dims)
+        d = evidence.json_or_none(dims)
         if d and len(d) >= 2 and isinstance(d[0], list) and len(d[0]) == 2:
             rows.append((i, d[0][0]))
     if not rows:

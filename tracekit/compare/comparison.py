@@ -17,7 +17,7 @@ nothing. Verdicts (``better`` / ``worse`` / ``within noise`` / ``not comparable`
 Kernels are matched across runs by (phase, category, launching op) rather than by
 name: the same ``aten::linear`` runs ``sm90_xmma_gemm_*`` on one GPU and
 ``Cijk_*`` on another; without a linked op by kernel family, and ranked by |Δ ms| with
-categories as the level above (``tracekit.analysis.movers``). Each side's "% of roof" is against its own device's spec
+categories as the level above (``tracekit.compare.movers``). Each side's "% of roof" is against its own device's spec
 row, so a kernel that got 2x faster on a new GPU but reaches 40 % of that GPU's
 roof reads off one table row.
 """
@@ -32,9 +32,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.model import Analysis, _clean
-from tracekit.analysis.movers import TOP_MOVERS, kernel_movers
-from tracekit.analysis.spread import (  # noqa: F401  (metric_value, change_interval: part of this module's API)
+from tracekit.analysis.model import Analysis, json_safe
+from tracekit.compare.movers import TOP_MOVERS, kernel_movers
+from tracekit.compare.spread import (  # noqa: F401  (metric_value, change_interval: part of this module's API)
     BOOTSTRAP,
     INTERVAL,
     as_runs,
@@ -118,7 +118,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         several = len(self.runs("before")) > 1 or len(self.runs("after")) > 1
-        return _clean(
+        return json_safe(
             {
                 "schema_version": SCHEMA_VERSION,
                 "kind": KIND,
@@ -153,7 +153,7 @@ class Comparison:
         )
 
 
-# How a side of several runs becomes one figure (``tracekit.analysis.spread.side_value``).
+# How a side of several runs becomes one figure (``tracekit.compare.spread.side_value``).
 RUNS_RULE = ("with several runs on a side: per-step figures (TPOT, decode step time) over the pooled steps of all "
              "its runs, decode tokens/s as all tokens over all step time, figures measured once per run (TTFT, MFU, "
              "MBU, idle) the median of the per-run figures")
@@ -565,7 +565,7 @@ def _roof_by_category(a: Analysis, phase: str) -> dict[str, float]:
 
 
 def _kernel_movers(phase: str, before: Analysis, after: Analysis) -> dict[str, Any]:
-    """The phase's kernel movers (``tracekit.analysis.movers``), per step when the runs hold
+    """The phase's kernel movers (``tracekit.compare.movers``), per step when the runs hold
     different numbers of steps in it."""
     def work(a: Analysis) -> pd.DataFrame:
         return a.work if phase == ALL else a.work[a.work["phase"] == phase]

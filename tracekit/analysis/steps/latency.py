@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracekit import frameworks
-from tracekit.analysis.segment import DECODE, MIXED, PREFILL, Segmentation
+from tracekit.analysis.steps.segment import DECODE, MIXED, PREFILL, Segmentation
 
 NS_PER_MS = 1e6
 REQUEST, ENGINE = "request", "engine steps"

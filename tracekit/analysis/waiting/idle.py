@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import categorical
-from tracekit.analysis.intervals import running_end
-from tracekit.analysis.segment import Segmentation
+from tracekit.analysis.waiting.intervals import running_end
+from tracekit.analysis.steps.segment import Segmentation
 from tracekit.trace.model import Trace
 
 SYNC, LAUNCH, HOST, WAIT, UNATTRIBUTED = "sync", "launch", "host", "wait", "unattributed"
@@ -58,12 +58,12 @@ _SPLIT_COLUMNS = ("start_ns", "end_ns", "issue_ns", "op_start_ns", "op_end_ns")
 _SPLIT_ONLY = _SPLIT_COLUMNS[2:]
 _CANDIDATES = 100  # largest (gap, cause) cells described before grouping
 
-_SYNC_CALL = re.compile(
+SYNC_CALL = re.compile(
     r"synchronize|^(cuda|hip|cu)memcpy(?!.*async)|^(cuda|hip|cu)memset(?!.*async)|memcpywithstream|"
     r"^(cuda|hip)free(host)?$|^cumemfree",
     re.IGNORECASE,
 )
-_LAUNCH_CALL = re.compile(r"launch|memcpy.*async|memset.*async", re.IGNORECASE)
+LAUNCH_CALL = re.compile(r"launch|memcpy.*async|memset.*async", re.IGNORECASE)
 SYNC_OPS = frozenset(
     "aten::" + n
     for n in ("item", "_local_scalar_dense", "nonzero", "is_nonzero", "equal", "allclose", "unique",
@@ -172,7 +172,7 @@ def idle_causes(trace: Trace, seg: Segmentation) -> IdleCauses:
         # Coverage is only asked about inside the thread's gaps: what lies wholly outside
         # their span cancels out of every difference _split takes.
         span = (int(cols["start_ns"][rows].min()), int(cols["end_ns"][rows].max()))
-        cov = _Coverage.of_thread(trace, int(tid), span) if tid >= 0 else None
+        cov = Coverage.of_thread(trace, int(tid), span) if tid >= 0 else None
         # In blocks: _split's few dozen temporaries per gap would otherwise peak at several
         # times the gaps table on a serving trace (a gap between almost every two kernels).
         for lo in range(0, len(rows), _BLOCK):
@@ -262,7 +262,7 @@ def _gaps(steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame) -> pd.Data
     return pd.DataFrame({c: v.astype(np.int64, copy=False) for c, v in columns.items()}, copy=False)
 
 
-def _split(g: dict[str, np.ndarray], cov: _Coverage | None) -> np.ndarray:
+def _split(g: dict[str, np.ndarray], cov: Coverage | None) -> np.ndarray:
     """ns by cause of gaps of one launching thread (``_SPLIT_COLUMNS`` of them; see the module docstring)."""
     a, b, issue, op_s, op_e = (np.asarray(g[c]) for c in _SPLIT_COLUMNS)
     out = np.zeros((len(a), len(CAUSES)), dtype=np.int64)
@@ -296,21 +296,21 @@ def _split(g: dict[str, np.ndarray], cov: _Coverage | None) -> np.ndarray:
     return np.maximum(out, 0)
 
 
-class _Coverage:
+class Coverage:
     """Merged intervals of one thread's activity, with O(log n) "time covered in [a, b]"."""
 
     def __init__(self, sets: dict[str, tuple[np.ndarray, np.ndarray]]):
         self._sets = {k: _prefix(*union_intervals(s, e)) for k, (s, e) in sets.items()}
 
     @classmethod
-    def of_thread(cls, trace: Trace, tid: int, span: tuple[int, int] | None = None) -> _Coverage:
+    def of_thread(cls, trace: Trace, tid: int, span: tuple[int, int] | None = None) -> Coverage:
         """The thread's coverage; with ``span`` (start, end), only of the activity overlapping it,
         which is all that "time covered in [a, b]" needs for a and b inside it."""
         rt, ops, py = trace.runtime, trace.cpu_ops, trace.python
         # Row numbers and arrays, not row copies of the tables (the Python frames run to 10^5+).
         r, o, p = (_rows_on(t, tid, span) for t in (rt, ops, py))
-        is_sync = _name_mask(rt["name"], _SYNC_CALL)[r]
-        is_launch = _name_mask(rt["name"], _LAUNCH_CALL)[r] & ~is_sync
+        is_sync = name_mask(rt["name"], SYNC_CALL)[r]
+        is_launch = name_mask(rt["name"], LAUNCH_CALL)[r] & ~is_sync
         sync_ops = categorical.isin(ops["name"], SYNC_OPS)[o] if len(ops) else np.zeros(0, dtype=bool)
         s_rt, e_rt = rt["start_ns"].to_numpy()[r], rt["end_ns"].to_numpy()[r]
         s_op, e_op = ops["start_ns"].to_numpy()[o], ops["end_ns"].to_numpy()[o]
@@ -347,7 +347,7 @@ def _rows_on(table: pd.DataFrame, tid: int, span: tuple[int, int] | None = None)
     return np.flatnonzero(rows)
 
 
-def _name_mask(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
+def name_mask(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
     """Regex test once per distinct name."""
     if not len(names):
         return np.zeros(0, dtype=bool)
@@ -396,7 +396,7 @@ class _Thread:
         rt, ops, py = trace.runtime, trace.cpu_ops, trace.python
         mine = np.flatnonzero(rt["tid"].to_numpy() == tid) if len(rt) else np.zeros(0, np.int64)
         names = rt["name"].iloc[mine] if len(rt) else pd.Series(dtype=str)
-        rows = mine[_name_mask(names, _SYNC_CALL)] if len(mine) else mine
+        rows = mine[name_mask(names, SYNC_CALL)] if len(mine) else mine
         op_rows = np.flatnonzero(ops["tid"].to_numpy() == tid) if len(ops) else np.zeros(0, np.int64)
         sync_ops = op_rows[categorical.isin(ops["name"], SYNC_OPS)[op_rows]] if len(op_rows) else op_rows
         # Synchronising calls (runtime rows) and ops (op rows): start, end, kind, row.

@@ -3,7 +3,7 @@
 For each kernel (or leaf CPU op on a CPU trace):
 
 * category from ``taxonomy`` (kernel name, else the launching op's name);
-* cost from ``costs``: the *pricing op* is the outermost op, among the launching op
+* cost from ``op_costs``: the *pricing op* is the outermost op, among the launching op
   and its ancestors, that has a cost model (``aten::linear`` rather than the
   ``aten::addmm`` it calls); its FLOPs and bytes are shared among every kernel it
   launched, in proportion to their durations. Work with no pricing op or no shapes is
@@ -25,15 +25,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import categorical, costs, taxonomy
-from tracekit.analysis import model_costs as mc
-from tracekit.analysis.model_costs import ModelCosts
+from tracekit.analysis import categorical
+
+from tracekit.analysis.pricing import op_costs, taxonomy
+from tracekit.analysis.pricing import model_costs as mc
+from tracekit.analysis.pricing.model_costs import ModelCosts
 from tracekit.models.config import ModelSpec
 from tracekit.models.costs import POOLED
-from tracekit.analysis.segment import Segmentation
+from tracekit.analysis.steps.segment import Segmentation
 from tracekit.frameworks import ENGINE_SOURCES
 from tracekit.specs import GpuSpec, SpecMatch
-from tracekit.analysis.capture import OpSource, own_ops, with_capture
+from tracekit.analysis.pricing.capture import OpSource, own_ops, with_capture
 from tracekit.trace.links import enclosing
 from tracekit.trace.model import Trace
 
@@ -169,7 +171,7 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
         table["achieved_flops"] = np.where(dur_s > 0, flops / dur_s, np.nan)
         table["achieved_bw"] = np.where(dur_s > 0, nbytes / dur_s, np.nan)
     spec = match.spec
-    _bounds(table, spec, match.reason, kinds, category, dur_s, reason, dtype, unit)
+    roofline_columns(table, spec, match.reason, kinds, category, dur_s, reason, dtype, unit)
     if model_costs is not None and spec is not None:
         _model_above_roof(table, work["step"].to_numpy(), dur_s, spec, match.reason, kinds, category)
     table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
@@ -180,15 +182,15 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
 def _contexts(sides: list, model: ModelSpec | None, tp: int, names: pd.Series):
     """Per step, the context engine custom ops need to be priced from their shapes (``OpContext``)."""
     _, kv_bytes, _ = mc.kv_cache_dtype(categorical.unique(names), "model")
-    cache: dict[int, costs.OpContext] = {}
+    cache: dict[int, op_costs.OpContext] = {}
 
-    def context(step: int) -> costs.OpContext:
+    def context(step: int) -> op_costs.OpContext:
         if step not in cache:
             pairs = keys = None
             note = ""
             if 0 <= step < len(sides) and sides[step]:
                 pairs, keys, note = mc.attention_per_layer(model, sides[step])
-            cache[step] = costs.OpContext(tp=tp, pairs=pairs, keys=keys, kv_bytes=kv_bytes, model=model,
+            cache[step] = op_costs.OpContext(tp=tp, pairs=pairs, keys=keys, kv_bytes=kv_bytes, model=model,
                                           window_note=note)
         return cache[step]
 
@@ -220,7 +222,7 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
 
     names = categorical.category_strings(ops["name"])
     codes = categorical.codes(ops["name"])
-    modelled = np.array([costs.has_model(c) for c in names], dtype=bool)[codes]
+    modelled = np.array([op_costs.has_model(c) for c in names], dtype=bool)[codes]
     has_op = np.flatnonzero(op >= 0)
     pricing[has_op] = _outermost(modelled, source.parents)[op[has_op]]
     no_model = has_op[pricing[has_op] < 0]
@@ -245,11 +247,11 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
     # per distinct cost object rather than once per op.
     contextual = np.zeros(len(keys), dtype=bool)
     if context is not None:
-        needs = np.array([costs.needs_context(c) for c in names_or_nan.tolist()], dtype=bool)
+        needs = np.array([op_costs.needs_context(c) for c in names_or_nan.tolist()], dtype=bool)
         contextual = needs[codes[keys]]
     group_names = names_or_nan[codes[keys]].tolist()
     d_l, t_l, c_l = dims[keys].tolist(), types[keys].tolist(), concrete[keys].tolist()
-    priced_costs = list(map(costs.op_cost_json, group_names, d_l, t_l, c_l))
+    priced_costs = list(map(op_costs.op_cost_json, group_names, d_l, t_l, c_l))
     in_context: dict[tuple, object] = {}  # the same shapes in the same step context: one price
     in_step = np.flatnonzero(contextual)
     step_values, step_of_group = np.unique(first_step[in_step], return_inverse=True)
@@ -258,12 +260,12 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
         ctx = step_contexts[k]
         key = (group_names[g], d_l[g], t_l[g], c_l[g], id(ctx))
         if key not in in_context:
-            in_context[key] = costs.price_in_context(group_names[g], d_l[g], t_l[g], c_l[g], ctx)
+            in_context[key] = op_costs.price_in_context(group_names[g], d_l[g], t_l[g], c_l[g], ctx)
         priced_costs[g] = in_context[key]
     ids = np.fromiter(map(id, priced_costs), dtype=np.int64, count=len(keys))
     _, first, distinct = np.unique(ids, return_index=True, return_inverse=True)
     objs = [priced_costs[i] for i in first.tolist()]
-    is_cost = [isinstance(c, costs.OpCost) for c in objs]
+    is_cost = [isinstance(c, op_costs.OpCost) for c in objs]
     u_flops = np.array([c.flops if ok else np.nan for c, ok in zip(objs, is_cost)], dtype=np.float64)
     u_bytes = np.array([c.bytes if ok else np.nan for c, ok in zip(objs, is_cost)], dtype=np.float64)
     u_dtype = _objects([c.dtype if ok else None for c, ok in zip(objs, is_cost)])
@@ -355,7 +357,7 @@ def _refine_dtype(dtype: np.ndarray, unit: np.ndarray, names: pd.Series) -> np.n
     distinct kernel name (``names``: the work's name column)."""
     out = dtype.copy()
     units, dtypes = categorical.Values(unit), categorical.Values(dtype)
-    is_matrix = units.eq(costs.MATRIX)
+    is_matrix = units.eq(op_costs.MATRIX)
     matrix = np.flatnonzero(is_matrix)
     distinct, code = categorical.category_strings(names), categorical.codes(names)
     if len(matrix):
@@ -366,7 +368,7 @@ def _refine_dtype(dtype: np.ndarray, unit: np.ndarray, names: pd.Series) -> np.n
     if len(fp32_matrix):
         tf32 = np.array([bool(_TF32_KERNEL.search(n)) for n in distinct] + [False], dtype=bool)[code[fp32_matrix]]
         out[fp32_matrix[tf32]] = "tf32"
-    out[dtypes.isin(_INTEGER_DTYPES) & units.eq(costs.VECTOR)] = "fp32"
+    out[dtypes.isin(_INTEGER_DTYPES) & units.eq(op_costs.VECTOR)] = "fp32"
     return out
 
 
@@ -506,7 +508,7 @@ def limiter(bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | 
     return out
 
 
-def _bounds(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, kinds, category, dur_s,
+def roofline_columns(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, kinds, category, dur_s,
             cost_reason: np.ndarray, dtype: np.ndarray, unit: np.ndarray) -> None:
     """The roofline columns of ``table``; ``cost_reason``, ``dtype`` and ``unit`` are its
     columns of those names as the arrays they were made from (read back from the table they

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import categorical
-from tracekit.analysis.idle import CAUSES, IdleCauses, _LAUNCH_CALL, _SYNC_CALL, _name_mask
+from tracekit.analysis.waiting.idle import CAUSES, IdleCauses, LAUNCH_CALL, SYNC_CALL, name_mask
 from tracekit.trace.model import Trace
 
 RESOLUTION = 2000  # merge segments closer than span / RESOLUTION
@@ -136,8 +136,8 @@ def _host_calls(trace: Trace, tid: int, start: int, end: int, span: int) -> dict
     rows = np.flatnonzero((rt["tid"].to_numpy() == tid) & (rt["start_ns"].to_numpy() < end)
                           & (rt["end_ns"].to_numpy() > start))
     names = rt["name"].iloc[rows]
-    sync = _name_mask(names, _SYNC_CALL)
-    launch = _name_mask(names, _LAUNCH_CALL) & ~sync
+    sync = name_mask(names, SYNC_CALL)
+    launch = name_mask(names, LAUNCH_CALL) & ~sync
     kind = np.where(sync, "sync", np.where(launch, "launch", "other")).astype(object)
     segs = _segments(rt["start_ns"].to_numpy()[rows], rt["end_ns"].to_numpy()[rows], kind, names.to_numpy(),
                      start, span)

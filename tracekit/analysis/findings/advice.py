@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from tracekit import frameworks
-from tracekit.analysis import taxonomy as tx
+from tracekit.analysis.pricing import taxonomy as tx
 from tracekit.analysis.model import Finding
-from tracekit.analysis.split import phase_weights
+from tracekit.analysis.steps.mixed import phase_weights
 
 if TYPE_CHECKING:
     from tracekit.analysis.model import Analysis

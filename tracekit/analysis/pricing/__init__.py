@@ -1,0 +1,8 @@
+"""Stage 2, pricing: what each unit of work costs and what bounds it.
+
+Takes the segmented work table; gives each unit a category (``taxonomy``), FLOPs and bytes from
+recorded shapes (``op_costs``), from the model's architecture (``model_costs``), from a capture
+trace (``capture``) or from launch grids (``grid_shapes``), and a bound on the device's roofline
+(``roofline``), whose ceilings are checked against the run's own kernels (``ceilings``).
+``stated_weights`` reads the weight precision the GEMM kernels state.
+"""
