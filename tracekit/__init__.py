@@ -6,22 +6,32 @@ __version__ = "0.1.0"
 
 from tracekit.errors import TracekitError
 
-__all__ = ["Trace", "TracekitError", "read_trace", "__version__", "phase", "decode_step"]
+__all__ = ["Trace", "TracekitError", "read_trace", "analyze", "compare", "project", "fit_costs", "plan", "__version__",
+           "phase", "decode_step"]
+
+# Where each public name lives: the pipeline's stages, then what builds on whole analyses.
+_HOMES = {
+    "Trace": "tracekit.trace",
+    "read_trace": "tracekit.trace",
+    "analyze": "tracekit.analysis.analyze",
+    "compare": "tracekit.compare.comparison",
+    "project": "tracekit.whatif.project",
+    "fit_costs": "tracekit.whatif.plan",
+    "plan": "tracekit.whatif.plan",
+    "phase": "tracekit.collect.api",
+    "decode_step": "tracekit.collect.api",
+}
 
 
 def __getattr__(name: str):
     # Imported when first asked for. The reader brings pandas and numpy, which the command
     # line must not load before it has chosen their threading (tracekit.cli); the marking
     # context managers need torch, which analysing traces never imports.
-    if name in ("Trace", "read_trace"):
-        from tracekit import trace
+    if name not in _HOMES:
+        raise AttributeError(name)
+    import importlib
 
-        return getattr(trace, name)
-    if name in ("phase", "decode_step"):
-        from tracekit.collect import api
-
-        return getattr(api, name)
-    raise AttributeError(name)
+    return getattr(importlib.import_module(_HOMES[name]), name)
 
 
 def __dir__() -> list[str]:
