@@ -181,7 +181,8 @@ IDLE_TARGET = 0.10
 
 def idle_and_timelines() -> list[dict]:
     from tracekit import read_trace
-    from tracekit.analysis.analyze import analyze, short_name
+    from tracekit.analysis.analyze import analyze
+    from tracekit.analysis.tables import short_name
     from tracekit.analysis.waiting.idle import idle_causes
     from tracekit.analysis.steps.latency import step_weights
     from tracekit.analysis.steps.segment import segment

@@ -165,9 +165,9 @@ def test_mode_per_kernel_matches_groupby_idxmax(seed, table_max, monkeypatch):
     the names x values table, and the present pairs (many names and values)."""
     import importlib
 
-    from tracekit.analysis.analyze import _mode
+    from tracekit.analysis.tables import _mode
 
-    monkeypatch.setattr(importlib.import_module("tracekit.analysis.analyze"), "_MODE_TABLE_MAX", table_max)
+    monkeypatch.setattr(importlib.import_module("tracekit.analysis.tables"), "_MODE_TABLE_MAX", table_max)
 
     rng = random.Random(seed)
     n = rng.randint(1, 200)

@@ -146,9 +146,9 @@ def test_sidecars_describe_the_whole_model_and_the_rank(rank_traces):
 
 
 def test_analysis_takes_tp_from_the_trace(rank_traces):
-    from tracekit.analysis.analyze import _tp
+    from tracekit.analysis.workload import choose_tp
 
-    assert _tp(rank_traces[0], None)[0] == 2
+    assert choose_tp(rank_traces[0], None)[0] == 2
 
 
 # -- refusals: one sentence, exit 2, nothing started -------------------------------------------

@@ -183,7 +183,7 @@ def test_contradicting_plausible_sm_counts_leave_the_name_to_decide():
 
 def test_a_small_peak_keeps_its_significant_digits():
     """Bug: a CPU's 0.0398 TFLOP/s matrix peak printed as "0.0 TFLOP/s" in the MFU basis."""
-    from tracekit.analysis.analyze import _tflops
+    from tracekit.analysis.figures import _tflops
 
     assert _tflops(0.0398e12) == "0.0398 TFLOP/s"
     assert _tflops(312e12) == "312.0 TFLOP/s"  # a GPU's peak reads as before

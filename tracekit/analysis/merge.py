@@ -41,8 +41,8 @@ import pandas as pd
 from tracekit import frameworks
 from tracekit.analysis import books, categorical
 from tracekit.analysis.findings import rules as find
-from tracekit.analysis.analyze import (PHASE_ORDER, ROOF_TOLERANCE, TOP_KERNELS, assemble, measure, metrics_of,
-                                       phase_figures, phase_reasons, short_name)
+from tracekit.analysis.analyze import assemble, measure
+from tracekit.analysis.figures import PHASE_ORDER, metrics_of, phase_figures, phase_reasons
 from tracekit.analysis.findings.advice import FUSIBLE, FUSION_SHARE, MIN_AT_STAKE, compiled, fusable_runs
 from tracekit.analysis.waiting.idle import CAUSES, TOP
 from tracekit.analysis.steps.latency import latency, step_weights
@@ -51,6 +51,7 @@ from tracekit.analysis.pricing.roofline import limiter
 from tracekit.analysis.steps.segment import (GIVEN_STEPS, PREVIOUS_STEP_BATCH, PREVIOUS_STEP_END, Segmentation,
                                        inferred_bounds, is_training)
 from tracekit.analysis.steps.mixed import phase_weights
+from tracekit.analysis.tables import ROOF_TOLERANCE, TOP_KERNELS, short_name
 from tracekit.errors import TracekitError
 from tracekit.frameworks import DECODE, PREFILL, SOURCE_NONE, SOURCE_ORDER
 from tracekit.trace import windows as win

@@ -61,7 +61,8 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
       tracekit plan prefill.json.gz decode.json.gz --model qwen3-8b --isl 2048 --osl 256 \\
           --rate 4 --ttft-slo 500ms --tpot-slo 50ms --kv-link 50
     """
-    from tracekit.analysis.analyze import analyze, resolve_model
+    from tracekit.analysis.analyze import analyze
+    from tracekit.analysis.workload import resolve_model
     from tracekit.whatif.plan import Demand, Slo, fit_costs, plan
     from tracekit.whatif.project import project
     from tracekit.cli.common import load_model_option

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.analyze import short_name
+from tracekit.analysis.tables import short_name
 
 TOP_MOVERS = 12
 TOP_PER_CATEGORY = 3  # groups listed under each category

@@ -263,7 +263,7 @@ def _kernel_rows(e: Entry, phase: str | None) -> tuple[list[dict[str, Any]], str
         return rows, "a split's merged windows: the report's top kernels only"
 
     def make():
-        from tracekit.analysis.analyze import kernel_table, phase_work
+        from tracekit.analysis.tables import kernel_table, phase_work
 
         work = e.analysis.work
         return kernel_table(phase_work(work, phase) if phase else work)
