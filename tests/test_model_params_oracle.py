@@ -162,7 +162,7 @@ def test_parameter_groups_match_transformers(key):
     for g in COVERED:
         assert tk.get(g, 0) == hf["groups"].get(g, 0), f"{key} {g}: tracekit {tk.get(g, 0)} vs transformers"
     covered = sum(hf["groups"].get(g, 0) for g in COVERED)
-    assert spec.parameters() == covered
+    assert mc.parameters(spec) == covered
     total = sum(hf["groups"].values())
     for g in set(hf["groups"]) - set(COVERED):
         assert g in LEFT_OUT

@@ -24,7 +24,7 @@ def test_gpt2_parameters_match_the_published_count():
               layers=(Layer(FULL, DENSE),) * 12, gated_mlp=False, tied_embeddings=True)
     # GPT-2 small: 124,439,808 parameters, less its 1024 x 768 position embeddings and the
     # 121,344 biases and norm weights that tracekit does not price.
-    assert m.parameters() == 124_439_808 - 1024 * 768 - 121_344
+    assert mc.parameters(m) == 124_439_808 - 1024 * 768 - 121_344
 
 
 def test_kv_cache_bytes_per_token_of_llama_3_8b():
@@ -234,7 +234,7 @@ def test_moe_spec_without_shared_experts_has_none():
     counts = mc.parameter_counts(m)
     assert "shared_experts" not in counts
     # attention 64x64 + 64x128 + 64x64, router 64x4, 4 experts x 3 x 64 x 32, embedding and LM head 100 x 64 each
-    assert m.parameters() == 16384 + 256 + 24576 + 2 * 6400
+    assert mc.parameters(m) == 16384 + 256 + 24576 + 2 * 6400
 
 
 # --- seed 29 (r3m)

@@ -107,12 +107,12 @@ def test_no_private_name_crosses_a_module():
     assert not sorted(set(crossings)), "private names used across modules:\n" + "\n".join(sorted(set(crossings)))
 
 
-def test_the_private_check_sees_what_it_should(tmp_path):
+def test_the_private_check_sees_what_it_should():
     # The check above is only as good as its parse: a relative, multi-line import of a private
     # name must be seen as one. Caught: `_base` resolving relative imports from the wrong package.
-    node = ast.parse("from ..idle import (\n    CAUSES,\n    _Coverage,\n)").body[0]
-    assert _base("tracekit.analysis.project", node) == "tracekit.idle"
-    assert _base("tracekit.analysis", ast.parse("from .idle import _x").body[0]) == "tracekit.analysis.idle"
+    node = ast.parse("from ..analysis.waiting.idle import (\n    CAUSES,\n    _Coverage,\n)").body[0]
+    assert _base("tracekit.whatif.project", node) == "tracekit.analysis.waiting.idle"
+    assert _base("tracekit.analysis", ast.parse("from .model import _x").body[0]) == "tracekit.analysis.model"
     assert [a.name for a in node.names if _private(a.name)] == ["_Coverage"]
 
 

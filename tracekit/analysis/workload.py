@@ -13,6 +13,7 @@ from typing import Any
 from tracekit.analysis import truncation
 from tracekit.errors import TracekitError
 from tracekit.models import ModelSpec, load_model
+from tracekit.models.costs import parameters
 from tracekit.models.registry import from_sidecar
 from tracekit.specs import SpecMatch, cpu_lookup, with_calibration
 from tracekit.specs.identify import identify
@@ -67,7 +68,7 @@ def describe_model(spec: ModelSpec | None, how: str | None, tp: int, tp_how: str
         "source": spec.source,
         "chosen_by": how,
         "summary": spec.summary(),
-        "parameters": spec.parameters(),
+        "parameters": parameters(spec),
         "tp": tp,
         "tp_source": tp_how,
         "precision": {c: spec.weight(c).name for c in ("attention", "linear_attention", "mlp", "experts",

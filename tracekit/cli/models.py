@@ -17,22 +17,23 @@ def command(as_json: bool, name: str | None) -> None:
     """List the model architectures `--model` knows (each from a checkpoint's config.json,
     source given), or show what one name, config.json or checkpoint folder resolves to."""
     from tracekit.models import from_config, load_model, registry_entries
+    from tracekit.models.costs import parameters
 
     if name is not None:
         m = load_model(name)
-        view = {"name": m.name, "source": m.source, "summary": m.summary(), "parameters": m.parameters(),
+        view = {"name": m.name, "source": m.source, "summary": m.summary(), "parameters": parameters(m),
                 "precision_source": m.precision_source}
         if as_json:
             click.echo(json.dumps(view, indent=2))
         else:
-            click.echo(f"{m.name}: {m.summary()}\n  {m.parameters() / 1e9:.2f}B parameters\n  "
+            click.echo(f"{m.name}: {m.summary()}\n  {parameters(m) / 1e9:.2f}B parameters\n  "
                        f"precision: {m.precision_source}\n  source: {m.source}")
         return
     rows = []
     for e in registry_entries():
         m = from_config(e["config"], e.get("name") or e["key"], e["source"])
         rows.append({"key": e["key"], "name": m.name, "aliases": e.get("aliases", []), "summary": m.summary(),
-                     "parameters": m.parameters(), "source": e["source"]})
+                     "parameters": parameters(m), "source": e["source"]})
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

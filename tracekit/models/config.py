@@ -145,12 +145,6 @@ class ModelSpec:
     def weight(self, cls: str) -> Precision:
         return self.precision.get(cls) or PRECISIONS[self.dtype]
 
-    def parameters(self) -> int:
-        """Parameters of the decoder (embeddings and LM head included once each)."""
-        from tracekit.models.costs import parameter_counts
-
-        return int(sum(parameter_counts(self).values()))
-
     def summary(self) -> str:
         parts = [f"{self.n_layers} layers", f"hidden {self.hidden}", f"{self.heads}/{self.kv_heads} heads x {self.head_dim}"]
         kinds = {k: self.count(attention=k) for k in (FULL, SLIDING, MLA, LINEAR)}

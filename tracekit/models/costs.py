@@ -142,6 +142,11 @@ def parameter_counts(m: ModelSpec) -> dict[str, float]:
     return out
 
 
+def parameters(m: ModelSpec) -> int:
+    """Parameters of the decoder (embeddings and LM head included once each)."""
+    return int(sum(parameter_counts(m).values()))
+
+
 def weight_bytes(m: ModelSpec, tp: int = 1) -> float:
     """Bytes of the weights one rank holds, each class at its stored precision (split by tp)."""
     return sum(n * m.weight(cls).bytes_per_param for cls, n in parameter_counts(m).items()) / tp
