@@ -14,7 +14,7 @@ import pytest
 from conftest import SAMPLE_TRACES, all_real_traces, read_real
 from tracekit import read_trace
 from tracekit.analysis import analyze, books
-from tracekit.whatif.plan import fit_costs
+from tracekit.whatif.fit import fit_costs
 
 
 def _assert_books(d: dict) -> None:

@@ -20,14 +20,13 @@ from click.testing import CliRunner
 from conftest import SAMPLE_TRACES, read_real, real_trace_path
 
 from tracekit.compare.comparison import (
-    NOISE_SIGMAS,
     Comparison,
-    _figure,
     _kernel_movers,
     compare,
     context_sentence,
-    parse_gate,
 )
+from tracekit.compare.gates import parse_gate
+from tracekit.compare.verdicts import NOISE_SIGMAS, headline_figure
 from tracekit.analysis.model import Analysis
 from tracekit.cli import main
 from tracekit.errors import TracekitError
@@ -71,7 +70,7 @@ def _decode(series) -> Analysis:
 def test_identical_runs_are_within_noise_everywhere():
     a = _analysis({"ttft_ms": 10.0, "prefill_mfu": 0.4, "idle_share": {"decode": 0.3}, **_decode([5, 5.2, 4.9, 5.1]).metrics})
     for key in ("ttft_ms", "tpot_p50", "tpot_p90", "tpot_mean", "decode_tokens_per_s", "prefill_mfu", "decode_idle_share"):
-        f = _figure(key, a, a)
+        f = headline_figure(key, a, a)
         assert f["verdict"] == "within noise", (key, f)
         assert f["delta"] == 0
 
@@ -83,19 +82,19 @@ def test_per_step_figures_are_judged_against_step_to_step_noise():
     se = np.sqrt(2 * base.var(ddof=1) / len(base))  # standard error of the difference of means
     small = _decode(base + 0.5 * se)  # half a standard error slower: noise
     large = _decode(base + 4 * se)  # four standard errors slower: real
-    f = _figure("tpot_mean", before, small)
+    f = headline_figure("tpot_mean", before, small)
     assert f["verdict"] == "within noise" and f["delta"] > 0
     assert f["noise"] == pytest.approx(se, rel=1e-6)
     assert "step-to-step variation of 40 and 40 decode steps" in f["noise_basis"]
-    assert _figure("tpot_mean", before, large)["verdict"] == "worse"
-    assert _figure("tpot_mean", large, before)["verdict"] == "better"
+    assert headline_figure("tpot_mean", before, large)["verdict"] == "worse"
+    assert headline_figure("tpot_mean", large, before)["verdict"] == "better"
     # Tokens/s moves the other way and "higher is better".
-    assert _figure("decode_tokens_per_s", before, large)["verdict"] == "worse"
-    assert _figure("decode_tokens_per_s", large, before)["verdict"] == "better"
-    assert _figure("decode_tokens_per_s", before, small)["verdict"] == "within noise"
+    assert headline_figure("decode_tokens_per_s", before, large)["verdict"] == "worse"
+    assert headline_figure("decode_tokens_per_s", large, before)["verdict"] == "better"
+    assert headline_figure("decode_tokens_per_s", before, small)["verdict"] == "within noise"
     # Percentiles: bootstrap noise, same verdict direction.
-    assert _figure("tpot_p50", before, small)["verdict"] == "within noise"
-    assert "bootstrap of the p90" in _figure("tpot_p90", before, large)["noise_basis"]
+    assert headline_figure("tpot_p50", before, small)["verdict"] == "within noise"
+    assert "bootstrap of the p90" in headline_figure("tpot_p90", before, large)["noise_basis"]
 
 
 def test_a_noisy_run_hides_a_difference_a_quiet_run_shows():
@@ -103,26 +102,26 @@ def test_a_noisy_run_hides_a_difference_a_quiet_run_shows():
     quiet = rng.normal(10.0, 0.05, 30)
     noisy = rng.normal(10.0, 3.0, 30)
     # The same +0.3 ms shift is real against quiet steps, noise against noisy ones.
-    assert _figure("tpot_mean", _decode(quiet), _decode(quiet + 0.3))["verdict"] == "worse"
-    assert _figure("tpot_mean", _decode(noisy), _decode(noisy + 0.3))["verdict"] == "within noise"
+    assert headline_figure("tpot_mean", _decode(quiet), _decode(quiet + 0.3))["verdict"] == "worse"
+    assert headline_figure("tpot_mean", _decode(noisy), _decode(noisy + 0.3))["verdict"] == "within noise"
 
 
 def test_one_sample_figures_use_a_stated_fixed_threshold():
     b = _analysis({"ttft_ms": 100.0, "prefill_mfu": 0.30, "idle_share": {"prefill": 0.001}})
     near = _analysis({"ttft_ms": 101.0, "prefill_mfu": 0.305, "idle_share": {"prefill": 0.002}})
     far = _analysis({"ttft_ms": 110.0, "prefill_mfu": 0.36, "idle_share": {"prefill": 0.05}})
-    assert _figure("ttft_ms", b, near)["verdict"] == "within noise"
-    assert "fixed threshold" in _figure("ttft_ms", b, near)["noise_basis"]
-    assert _figure("ttft_ms", b, far)["verdict"] == "worse"
-    assert _figure("prefill_mfu", b, near)["verdict"] == "within noise"  # +1.7 %, +0.5 points
-    assert _figure("prefill_mfu", b, far)["verdict"] == "better"
+    assert headline_figure("ttft_ms", b, near)["verdict"] == "within noise"
+    assert "fixed threshold" in headline_figure("ttft_ms", b, near)["noise_basis"]
+    assert headline_figure("ttft_ms", b, far)["verdict"] == "worse"
+    assert headline_figure("prefill_mfu", b, near)["verdict"] == "within noise"  # +1.7 %, +0.5 points
+    assert headline_figure("prefill_mfu", b, far)["verdict"] == "better"
     # A share doubling from 0.1 % to 0.2 % is +100 % relative but 0.1 points: noise.
-    assert _figure("prefill_idle_share", b, near)["verdict"] == "within noise"
-    assert _figure("prefill_idle_share", b, far)["verdict"] == "worse"
+    assert headline_figure("prefill_idle_share", b, near)["verdict"] == "within noise"
+    assert headline_figure("prefill_idle_share", b, far)["verdict"] == "worse"
 
 
 def test_a_figure_missing_from_one_run_is_not_comparable():
-    f = _figure("tpot_p50", _analysis({"ttft_ms": 1.0}), _decode([1, 2, 3]))
+    f = headline_figure("tpot_p50", _analysis({"ttft_ms": 1.0}), _decode([1, 2, 3]))
     assert f["verdict"] == "not comparable" and f["reason"] == "the before run has no TPOT p50"
 
 

@@ -21,7 +21,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import real_trace_path
 
-from tracekit.compare.comparison import compare, parse_gate
+from tracekit.compare.comparison import compare
+from tracekit.compare.gates import parse_gate
 from tracekit.cli import main
 from test_compare import _decode
 

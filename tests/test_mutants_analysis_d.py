@@ -18,7 +18,7 @@ from tracekit.analysis.analyze import analyze
 from tracekit.compare.comparison import compare
 from tracekit.analysis.merge import merge
 from tracekit.analysis.model import Analysis
-from tracekit.whatif.plan import one_off_idle
+from tracekit.whatif.fit import one_off_idle
 from tracekit.compare.spread import change_interval, metric_value
 
 

@@ -1,4 +1,4 @@
-"""``tracekit.whatif.plan``'s serving model and fit, checked number by number against answers
+"""``tracekit.whatif.plan``'s serving model and ``tracekit.whatif.fit``'s fit, checked number by number against answers
 worked by hand from the formulas in the module's docstring (M/D/1 prefill wait, Little's law
 decode batch, the memory bound, capacity and goodput). The phase costs are hand-built linear
 functions, so every figure below is hand arithmetic, not a value read back from plan."""
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tracekit.whatif.plan import Demand, PhaseCosts, Slo, evaluate, one_off_idle, plan
+from tracekit.whatif.fit import PhaseCosts, one_off_idle
+from tracekit.whatif.plan import Demand, Slo, evaluate, plan
 
 # A replica whose prefill of n tokens takes 1e-4 n s and whose decode step of b requests at mean
 # context ctx takes 10 ms + 1e-6 b ctx (so both the batch and the context matter).
@@ -217,7 +218,7 @@ def _measured():
 def test_fit_without_a_model_scales_the_measured_steps():
     """catches: prefill not priced per measured token, the decode efficiency or per-request FLOPs
     misfitted, the overhead not the mean time outside GPU busy, or memory not per replica."""
-    from tracekit.whatif.plan import fit_costs
+    from tracekit.whatif.fit import fit_costs
 
     c = fit_costs([_Run(_measured())], None, memory_gb=80.0)
     # Prefill: 30 ms busy over 1500 tokens = 20 us a token; overhead mean(5, 3) = 4 ms.
@@ -288,7 +289,7 @@ def _mixed_run():
 def test_a_mixed_step_splits_into_parts_and_their_one_off_sync_is_left_out():
     """catches: a mixed step's part given the whole step's duration or idle instead of its share,
     the one-off threshold of a part not scaled by its share, or the notes misnaming the one-off."""
-    from tracekit.whatif.plan import fit_costs
+    from tracekit.whatif.fit import fit_costs
 
     c = fit_costs([_mixed_run()], None)
     # Prefill part: 15/20 = 0.75 of the step: 30 ms, 9 ms sync (over half of 15 ms busy and over
@@ -339,7 +340,7 @@ def test_a_parts_one_off_threshold_is_its_share_of_a_millisecond():
 def test_steps_mostly_outside_gpu_work_are_noted_with_their_top_cause():
     """catches: the note on steps spending more time outside GPU work than in it missing, given
     for steps that do not, or naming the wrong idle cause."""
-    from tracekit.whatif.plan import fit_costs
+    from tracekit.whatif.fit import fit_costs
 
     slow = _step("prefill", 10.0, 40.0, idle={"host": 20.0, "launch": 10.0}, tokens=1000)
     c = fit_costs([_Run([slow] + _measured()[2:])], None)
@@ -368,7 +369,7 @@ def test_fit_with_a_model_reproduces_the_measured_steps_and_sizes_the_kv_cache(q
     """catches: the model fit not reproducing a measured step at its own tokens and batch, the KV
     cache's bytes per token not those of the model (or its FP8 cache, or per replica over TP), or
     the memory not the replica's."""
-    from tracekit.whatif.plan import fit_costs
+    from tracekit.whatif.fit import fit_costs
 
     c = fit_costs([_one_each({"tp": 1, "kv_cache_dtype": "bf16"})], qwen3_8b, memory_gb=192.0)
     # At the measured step's own tokens the fit is overhead + busy: 6 + 40 ms, and 3 + 12 ms.
@@ -393,7 +394,7 @@ def test_fit_with_a_model_reproduces_the_measured_steps_and_sizes_the_kv_cache(q
 def test_a_decode_step_without_kv_tokens_takes_its_context_from_the_workload(qwen3_8b):
     """catches: the mean context of a decode step that does not state its KV tokens not taken as
     the workload's prompt + half its new tokens (or the batch alone when that is unknown too)."""
-    from tracekit.whatif.plan import fit_costs
+    from tracekit.whatif.fit import fit_costs
 
     steps = [_step("prefill", 40.0, 46.0, tokens=1024, batch=1), _step("decode", 12.0, 15.0, tokens=8, batch=8)]
     work = {"workload": {"prompt_len": 2000, "new_tokens": 200}}

@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import SAMPLE_TRACES, real_trace_path
 
-from tracekit.whatif.plan import Demand, PhaseCosts, Slo, plan
+from tracekit.whatif.fit import PhaseCosts
+from tracekit.whatif.plan import Demand, Slo, plan
 from tracekit.cli import main
 
 

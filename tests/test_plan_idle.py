@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from conftest import read_real, real_trace_path
 
 from tracekit.analysis.analyze import analyze
-from tracekit.whatif.plan import Demand, PhaseCosts, Slo, fit_costs, plan
+from tracekit.whatif.fit import PhaseCosts, fit_costs
+from tracekit.whatif.plan import Demand, Slo, plan
 from tracekit.cli import main
 from tracekit.cli.common import load_model_option
 
@@ -93,7 +94,7 @@ def test_the_note_and_json_name_the_left_out_idle(serving_pair, tmp_path):
 def test_recurring_sync_is_per_step_work_and_kept():
     """Bug: every step's sync counted as a one-off (so real per-step blocking is planned away),
     or an outlier among many steady steps kept."""
-    from tracekit.whatif.plan import one_off_idle
+    from tracekit.whatif.fit import one_off_idle
 
     steady = {"gpu_busy_ms": 10.0, "duration_ms": 11.0, "idle_by_cause": {"sync": 0.02, "launch": 0.98}}
     blocked = {"gpu_busy_ms": 10.0, "duration_ms": 30.0, "idle_by_cause": {"sync": 19.0, "launch": 1.0}}

@@ -184,7 +184,7 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from tracekit.whatif.project import reprice, unknown_band  # noqa: E402
+from tracekit.whatif.reprice import reprice, unknown_band  # noqa: E402
 from tracekit.specs import factors  # noqa: E402
 
 

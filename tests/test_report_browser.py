@@ -483,7 +483,8 @@ def test_projection_page_in_chromium(browser, tmp_path):
 
 @needs_browser
 def test_plan_page_in_chromium(browser, tmp_path):
-    from tracekit.whatif.plan import Demand, PhaseCosts, Slo, plan
+    from tracekit.whatif.fit import PhaseCosts
+    from tracekit.whatif.plan import Demand, Slo, plan
     from tracekit.report.plan import PlanHtml
 
     costs = PhaseCosts(lambda n: 2e-4 * n, lambda b, ctx: 0.02 + 2e-4 * b, device="a test GPU")

@@ -16,7 +16,7 @@ _HOMES = {
     "analyze": "tracekit.analysis.analyze",
     "compare": "tracekit.compare.comparison",
     "project": "tracekit.whatif.project",
-    "fit_costs": "tracekit.whatif.plan",
+    "fit_costs": "tracekit.whatif.fit",
     "plan": "tracekit.whatif.plan",
     "phase": "tracekit.collect.api",
     "decode_step": "tracekit.collect.api",

@@ -56,7 +56,8 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     run's steps, and the intervals resample runs as well as steps, so a shift of a whole run
     counts as noise; phases and kernels are shown for BEFORE and AFTER."""
     from tracekit.analysis import analyze
-    from tracekit.compare.comparison import compare, context_sentence, parse_gate, suggested_gate
+    from tracekit.compare.comparison import compare, context_sentence
+    from tracekit.compare.gates import parse_gate, suggested_gate
     from tracekit.report.compare import choose
     from tracekit.report.output import DEFAULT_DIR, report_stem
 

@@ -63,7 +63,8 @@ def command(traces: tuple[str, ...], isl: int, osl: int, rate: float, ttft_slo: 
     """
     from tracekit.analysis.analyze import analyze
     from tracekit.analysis.workload import resolve_model
-    from tracekit.whatif.plan import Demand, Slo, fit_costs, plan
+    from tracekit.whatif.fit import fit_costs
+    from tracekit.whatif.plan import Demand, Slo, plan
     from tracekit.whatif.project import project
     from tracekit.cli.common import load_model_option
     from tracekit.report.output import DEFAULT_DIR, report_stem

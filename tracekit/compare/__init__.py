@@ -1,6 +1,7 @@
 """Comparing whole analyses: two runs (or two sets of runs) side by side.
 
 Builds on ``tracekit.analysis``, never the other way: ``comparison.compare(before, after)`` gives
-a ``Comparison``, with the kernel groups that moved (``movers``) and how much each headline
-figure moves by chance (``spread``).
+a ``Comparison``, with the verdict on each headline figure (``verdicts``), how alike the two runs
+are (``context``), the kernel groups that moved (``movers``), how much each headline figure moves
+by chance (``spread``), and the ``--fail-if`` gates judged on it (``gates``).
 """

@@ -1,7 +1,7 @@
 """How much a compared figure moves by chance: its value over one or several runs of a side,
 and the bootstrap interval (and standard error) of its change.
 
-``tracekit.compare.comparison`` asks this module three things per headline figure:
+``tracekit.compare.verdicts`` asks this module three things per headline figure:
 
 * ``side_value(runs, key)``: the figure of one side. One run: the run's own figure. Several
   runs of the same workload: a per-step figure (TPOT, decode step time, decode tokens/s) is
@@ -38,7 +38,7 @@ PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 
 
 def metric_value(a: Analysis, key: str) -> float | None:
-    """One run's headline figure ``key`` (``tracekit.compare.comparison.HEADLINE``), or None."""
+    """One run's headline figure ``key`` (``tracekit.compare.verdicts.HEADLINE``), or None."""
     m = a.metrics
     if key.startswith("tpot_"):
         return (m.get("tpot_ms") or {}).get(key[5:])
