@@ -76,8 +76,11 @@ PACKAGE_TESTS = {
     "tracekit/models": ["test_models.py", "test_model_params_oracle.py", "test_grid_shapes.py", "test_model_fit.py"],
     "tracekit/analysis": ["test_roofline.py", "test_segment.py", "test_costs.py", "test_serving.py",
                           "test_taxonomy.py", "test_idle.py", "test_report_oracle.py"],
-    "tracekit/compare": ["test_compare.py", "test_compare_gates.py"],
-    "tracekit/whatif": ["test_mutants_plan.py", "test_plan.py", "test_project.py", "test_project_check.py"],
+    # compare and whatif mutants were killed by tests written when they were analysis modules.
+    "tracekit/compare": ["test_mutants_analysis_d.py", "test_mutants_analysis_e.py", "test_mutants_analysis_f.py",
+                         "test_mutants_analysis_h.py", "test_compare.py", "test_compare_gates.py"],
+    "tracekit/whatif": ["test_mutants_plan.py", "test_mutants_analysis_b.py", "test_mutants_analysis_d.py",
+                        "test_plan.py", "test_plan_idle.py", "test_project.py", "test_project_check.py"],
 }
 # Modules whose own tests live elsewhere than their package's set (derived from what each test
 # file imports, plus the end-to-end tests that run the module through analyze()).
@@ -89,9 +92,6 @@ MODULE_TESTS = {
     "tracekit/analysis/pricing/capture.py": ["test_capture_batch.py", "test_models.py"],
     "tracekit/analysis/pricing/ceilings.py": ["test_ceilings.py"],
     "tracekit/whatif/check.py": ["test_project_check.py"],
-    # compare and whatif mutants were killed by tests written when they were analysis modules.
-    "tracekit/compare/comparison.py": ["test_mutants_analysis_d.py", "test_mutants_analysis_e.py",
-                                       "test_mutants_analysis_f.py", "test_compare.py", "test_compare_gates.py"],
     "tracekit/analysis/pricing/op_costs.py": ["test_mutants_op_costs.py", "test_costs.py", "test_roofline.py", "test_models.py"],
     "tracekit/analysis/steps/evidence.py": ["test_serving.py", "test_step_tokens.py", "test_taxonomy.py"],
     "tracekit/analysis/findings/rules.py": ["test_idle.py", "test_wording.py", "test_roofline.py"],
@@ -103,14 +103,10 @@ MODULE_TESTS = {
     "tracekit/analysis/model.py": ["test_compare.py", "test_model_fit.py"],
     "tracekit/analysis/pricing/model_costs.py": ["test_model_fit.py", "test_grid_shapes.py", "test_models.py"],
     "tracekit/compare/movers.py": ["test_compare.py"],
-    "tracekit/whatif/plan.py": ["test_mutants_plan.py", "test_mutants_analysis_d.py", "test_plan.py", "test_plan_idle.py"],
-    "tracekit/whatif/project.py": ["test_mutants_analysis_b.py", "test_project.py", "test_project_check.py"],
     "tracekit/analysis/ranks.py": ["test_ranks.py"],
     "tracekit/analysis/pricing/roofline.py": ["test_roofline.py", "test_estimates.py", "test_idle.py", "test_report_oracle.py"],
     "tracekit/analysis/steps/segment.py": ["test_segment.py", "test_serving.py", "test_step_tokens.py",
                                            "test_roofline.py", "test_report_oracle.py"],
-    "tracekit/compare/spread.py": ["test_mutants_analysis_h.py", "test_mutants_analysis_d.py", "test_compare.py",
-                                   "test_compare_gates.py"],
     "tracekit/analysis/pricing/stated_weights.py": ["test_stated_weights.py"],
     "tracekit/analysis/steps/step_tokens.py": ["test_step_tokens.py", "test_serving.py"],
     "tracekit/analysis/pricing/taxonomy.py": ["test_taxonomy.py", "test_grid_shapes.py"],
