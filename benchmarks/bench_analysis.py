@@ -139,7 +139,7 @@ def model_pricing() -> list[dict]:
     from tracekit import read_trace
     from tracekit.analysis import analyze
     from tracekit.analysis.steps import evidence
-    from tracekit.analysis.pricing import model_costs, taxonomy
+    from tracekit.analysis.pricing import kernel_names, taxonomy
     from tracekit.models import load_model
 
     out = []
@@ -153,9 +153,9 @@ def model_pricing() -> list[dict]:
 
         def cold(**kw):
             taxonomy._categorize.cache_clear()
-            model_costs.name_dtype.cache_clear()
-            model_costs.component_of.cache_clear()
-            model_costs._name_flags.cache_clear()
+            kernel_names.name_dtype.cache_clear()
+            kernel_names.component_of.cache_clear()
+            kernel_names.name_flags.cache_clear()
             evidence._GEMM_CACHE.clear()
             return analyze(trace, **kw)
 

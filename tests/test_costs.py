@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 from conftest import real_trace_path
 
+from tracekit.analysis.pricing.matrix_ops import attention_cost, gemm_cost
 from tracekit.analysis.pricing.op_costs import (
     MATRIX,
     VECTOR,
     NoCost,
     OpCost,
-    attention_cost,
-    gemm_cost,
     has_model,
     op_cost,
     op_cost_json,

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from conftest import read_real, real_trace_path
 from tracekit.analysis import analyze
-from tracekit.analysis.pricing.model_costs import layer_check, name_dtype
+from tracekit.analysis.pricing.kernel_names import name_dtype
+from tracekit.analysis.pricing.model_fit import layer_check
 from tracekit.cli import main
 from tracekit.models import load_model
 from tracekit.specs import spec_by_name

@@ -12,6 +12,7 @@ from conftest import read_real
 from kineto import Doc
 
 from tracekit import read_trace
+from tracekit.analysis.pricing import kernel_names
 from tracekit.analysis.pricing import model_costs as mc
 from tracekit.analysis.steps import segment as seg
 from tracekit.analysis.pricing import taxonomy
@@ -77,13 +78,13 @@ def test_a_window_opening_on_attention_still_tells_o_proj_from_down_proj():
     work = s.work
     cat, _ = taxonomy.categorize_units(work, trace.cpu_ops, work["op"].to_numpy())
     by_start = np.argsort(work["start_ns"].to_numpy(), kind="stable")
-    comp = mc.components(work, cat)[by_start]
+    comp = kernel_names.components(work, cat)[by_start]
     first_attention = int(np.flatnonzero(comp == "attention")[0])
     # The step as a profiler window that opened on that attention kernel would hold it.
     keep = by_start[first_attention:]
     window = work.iloc[keep].reset_index(drop=True)
     cat_w = np.asarray(cat)[keep]
-    assert mc.components(window, cat_w)[:2].tolist() == ["attention", "linear"]
+    assert kernel_names.components(window, cat_w)[:2].tolist() == ["attention", "linear"]
     # Its recorded shapes say the GEMM after attention is o_proj: [15360, 4096] x [4096, 4096].
     dims, _ = trace.shapes(int(window["op"].iat[1]))
     assert [list(d) for d in dims[:2]] == [[15360, 4096], [4096, 4096]]

@@ -16,6 +16,7 @@ import pytest
 from tracekit import read_trace
 from tracekit.analysis.pricing import taxonomy
 from tracekit.analysis.pricing import model_costs as mcosts
+from tracekit.analysis.pricing import model_fit
 from kineto import STREAM, Doc
 
 from tracekit.compare.comparison import compare
@@ -97,7 +98,7 @@ def test_linear_attention_kernels_on_a_model_without_linear_layers_are_named():
     step = np.repeat(np.arange(3), sum(per_step.values()))
     work = pd.DataFrame({"step": step.astype(np.int64), "name": pd.Categorical(names)})
     comp = np.array(["attention" if n == "flash_fwd_kernel" else "linear_attention" for n in names], dtype=object)
-    problem = mcosts.layer_check(llama, work, comp, pd.DataFrame({"step": range(3)}))
+    problem = model_fit.layer_check(llama, work, comp, pd.DataFrame({"step": range(3)}))
     assert problem is not None and "linear attention kernels" in problem and "no such layers" in problem, problem
     # The full-attention kernels fit its 32 layers: that is the only problem said.
     assert "does not fit" not in problem

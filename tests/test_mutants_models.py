@@ -242,7 +242,7 @@ def test_moe_spec_without_shared_experts_has_none():
 
 def test_rope_flops_and_bytes_per_token():
     """catches: rotary FLOPs divided, not multiplied, by the rotated elements (3 FLOPs each:
-    x*cos - y*sin, as tracekit.analysis.pricing.op_costs prices vLLM's rotary_embedding)."""
+    x*cos - y*sin, as tracekit.analysis.pricing.engine_ops prices vLLM's rotary_embedding)."""
     m = _spec(kv_heads=2, rotary_fraction=0.5)
     # (4 query + 2 KV heads) x 16 dims x half rotated = 48 elements; each read and written at 2 bytes
     assert mc.per_token(m, "rope") == (3 * 48, 2 * 48 * 2)

@@ -1,8 +1,8 @@
-"""Whole outputs (flops, bytes, dtype, unit) of tracekit.analysis.pricing.op_costs' per-op models that surviving
-mutants showed no test pinned. Every expected figure is hand arithmetic from the conventions in the
-module's docstring (bytes = each input read once + each output written once; GEMM/attention 2 flops per
-multiply-add; elementwise ELEMENTWISE_FLOPS per output element) and the formulas its op docstrings
-state, or a format fact (c10::ScalarType codes, element sizes)."""
+"""Whole outputs (flops, bytes, dtype, unit) of the per-op models tracekit.analysis.pricing.op_costs dispatches to
+(matrix_ops, vector_ops, engine_ops) that surviving mutants showed no test pinned. Every expected figure is
+hand arithmetic from the conventions in op_costs' docstring (bytes = each input read once + each output
+written once; GEMM/attention 2 flops per multiply-add; elementwise ELEMENTWISE_FLOPS per output element)
+and the formulas its op docstrings state, or a format fact (c10::ScalarType codes, element sizes)."""
 
 from __future__ import annotations
 
@@ -364,7 +364,7 @@ def test_gemm_family_whole_cost_and_refusals():
     """catches: _scaled_mm's bias and result scale not read or its output dtype code ignored, a bmm
     whose batch sizes differ priced, matmul of a 0-d operand priced, mm of non-2-D operands priced,
     and gemm_cost's bias read of n elements."""
-    from tracekit.analysis.pricing.op_costs import gemm_cost
+    from tracekit.analysis.pricing.matrix_ops import gemm_cost
 
     # fp8 [16, 32] @ [32, 8], per-row scale_a [16, 1], scale_b [1, 8] fp32, bf16 bias [8], fp32 out.
     scaled = price("aten::_scaled_mm", [[16, 32], [32, 8], [16, 1], [1, 8], [8], [], [], []],
@@ -388,7 +388,7 @@ def test_attention_cost_formula_edges():
     """catches: bottom-right causal rows before the diagonal (len_q > len_k) counted as seeing keys
     (or the triangle of the rest miscounted for an odd key count),
     top-left rows past len_k not seeing all len_k keys, and an unknown align accepted."""
-    from tracekit.analysis.pricing.op_costs import attention_cost
+    from tracekit.analysis.pricing.matrix_ops import attention_cost
 
     # Lq 6 > Lk 4, D = Dv = 1: flops = 4 * pairs.
     # bottom-right: query i sees keys up to 4 - 6 + i -> rows 0, 1 see none, rows 2..5 see 1..4 = 10.

@@ -26,7 +26,7 @@ the tiles on the grid decides what the grid alone says (``GRAMMARS``, one row pe
 
 ``derive`` returns each dimension as a range ``(lo, hi]`` that the true size lies in, and how
 it was found. Given the model's candidate widths (``n_candidates``), it picks the one the grid
-fits, which is how ``model_costs`` tells a QKV GEMM from a gate-up or an LM head.
+fits, which is how ``gemm_layers`` tells a QKV GEMM from a gate-up or an LM head.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import pandas as pd
 
 from tracekit.analysis import categorical
 
-from tracekit.analysis.pricing import op_costs, taxonomy
+from tracekit.analysis.pricing import kernel_names, model_fit, op_costs, taxonomy
 from tracekit.analysis.pricing import model_costs as mc
 from tracekit.analysis.pricing.model_costs import ModelCosts
 from tracekit.models.config import ModelSpec
@@ -89,7 +89,7 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     architecture that prices what shapes cannot (``policy``: see ``POLICIES``).
 
     A model the trace contradicts (its steps run another number of attention layers,
-    ``model_costs.layer_check``) prices nothing: its costs are withheld, with the reason,
+    ``model_fit.layer_check``) prices nothing: its costs are withheld, with the reason,
     unless ``model_force``."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
@@ -103,8 +103,9 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     sides = mc.step_sides(seg.steps, seg.source in ENGINE_SOURCES) if len(seg.steps) else []
     # Whether the trace fits the model is known before any pricing: a model it contradicts
     # gives no context to the engine ops priced from shapes either.
-    misfit = mc.layer_check(model, work, mc.components(work, category), seg.steps) if model is not None else None
-    withheld = mc.withheld_reason(model, misfit) if misfit and not model_force and policy != "shapes" else None
+    misfit = (model_fit.layer_check(model, work, kernel_names.components(work, category), seg.steps)
+              if model is not None else None)
+    withheld = model_fit.withheld_reason(model, misfit) if misfit and not model_force and policy != "shapes" else None
     context_model = None if withheld else model
     flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(sides, context_model, tp,
                                                                                   work["name"]))
@@ -181,7 +182,7 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
 
 def _contexts(sides: list, model: ModelSpec | None, tp: int, names: pd.Series):
     """Per step, the context engine custom ops need to be priced from their shapes (``OpContext``)."""
-    _, kv_bytes, _ = mc.kv_cache_dtype(categorical.unique(names), "model")
+    _, kv_bytes, _ = kernel_names.kv_cache_dtype(categorical.unique(names), "model")
     cache: dict[int, op_costs.OpContext] = {}
 
     def context(step: int) -> op_costs.OpContext:
@@ -361,7 +362,7 @@ def _refine_dtype(dtype: np.ndarray, unit: np.ndarray, names: pd.Series) -> np.n
     matrix = np.flatnonzero(is_matrix)
     distinct, code = categorical.category_strings(names), categorical.codes(names)
     if len(matrix):
-        said = _objects([mc.name_dtype(n) for n in distinct] + [None])[code[matrix]]
+        said = _objects([kernel_names.name_dtype(n) for n in distinct] + [None])[code[matrix]]
         hit = said != None  # noqa: E711
         out[matrix[hit]] = said[hit]
     fp32_matrix = np.flatnonzero(dtypes.eq("fp32") & is_matrix)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.pricing import taxonomy
-from tracekit.analysis.pricing.model_costs import component_of, mixed_activation, name_dtype
+from tracekit.analysis.pricing.kernel_names import component_of, mixed_activation, name_dtype
 
 # A narrow format must carry at least this share of the dense-GEMM time to speak for the weights:
 # a few FP8 kernels (an FP8 LM head, a quantised KV projection) do not make a quantised model.
