@@ -84,6 +84,8 @@ PACKAGE_TESTS = {
 }
 # Modules whose own tests live elsewhere than their package's set (derived from what each test
 # file imports, plus the end-to-end tests that run the module through analyze()).
+OP_COST_TESTS = ["test_mutants_op_costs.py", "test_costs.py", "test_roofline.py", "test_models.py"]
+MODEL_COST_TESTS = ["test_model_fit.py", "test_grid_shapes.py", "test_models.py"]
 MODULE_TESTS = {
     "tracekit/specs/factors.py": ["test_project.py", "test_specs.py"],
     "tracekit/specs/measured.py": ["test_specs.py", "test_estimates.py", "test_ceilings.py"],
@@ -92,7 +94,9 @@ MODULE_TESTS = {
     "tracekit/analysis/pricing/capture.py": ["test_capture_batch.py", "test_models.py"],
     "tracekit/analysis/pricing/ceilings.py": ["test_ceilings.py"],
     "tracekit/whatif/check.py": ["test_project_check.py"],
-    "tracekit/analysis/pricing/op_costs.py": ["test_mutants_op_costs.py", "test_costs.py", "test_roofline.py", "test_models.py"],
+    # The op cost models, split by kind of op, share one test set; so do the model-cost modules.
+    **{f"tracekit/analysis/pricing/{m}.py": OP_COST_TESTS
+       for m in ("op_costs", "op_args", "matrix_ops", "vector_ops", "engine_ops")},
     "tracekit/analysis/steps/evidence.py": ["test_serving.py", "test_step_tokens.py", "test_taxonomy.py"],
     "tracekit/analysis/findings/rules.py": ["test_idle.py", "test_wording.py", "test_roofline.py"],
     "tracekit/analysis/pricing/grid_shapes.py": ["test_grid_shapes.py"],
@@ -101,10 +105,12 @@ MODULE_TESTS = {
     "tracekit/analysis/steps/latency.py": ["test_segment.py", "test_serving.py", "test_report_oracle.py"],
     "tracekit/analysis/merge.py": ["test_windows.py"],
     "tracekit/analysis/model.py": ["test_compare.py", "test_model_fit.py"],
-    "tracekit/analysis/pricing/model_costs.py": ["test_model_fit.py", "test_grid_shapes.py", "test_models.py"],
+    **{f"tracekit/analysis/pricing/{m}.py": MODEL_COST_TESTS
+       for m in ("model_costs", "kernel_names", "gemm_layers", "model_fit")},
     "tracekit/compare/movers.py": ["test_compare.py"],
     "tracekit/analysis/ranks.py": ["test_ranks.py"],
-    "tracekit/analysis/pricing/roofline.py": ["test_roofline.py", "test_estimates.py", "test_idle.py", "test_report_oracle.py"],
+    "tracekit/analysis/pricing/roofline.py": ["test_roofline.py", "test_estimates.py", "test_idle.py",
+                                              "test_report_oracle.py"],
     "tracekit/analysis/steps/segment.py": ["test_segment.py", "test_serving.py", "test_step_tokens.py",
                                            "test_roofline.py", "test_report_oracle.py"],
     "tracekit/analysis/pricing/stated_weights.py": ["test_stated_weights.py"],
