@@ -25,8 +25,10 @@ from tracekit.analysis.waiting.idle import IdleCauses, idle_causes
 from tracekit.analysis.steps.latency import latency, step_weights
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.ranks import rank_view
-from tracekit.analysis.pricing.roofline import (ABOVE_ROOF, BOUNDS, CAPTURE, COST_SOURCES, LATENCY_ROOF, LIMITERS, MODEL,
-                                       SHAPES, attribute, combined_estimate, limiter)
+from tracekit.analysis.pricing.above_roof import ABOVE_ROOF
+from tracekit.analysis.pricing.attribution import attribute
+from tracekit.analysis.pricing.roofline import (BOUNDS, CAPTURE, COST_SOURCES, LATENCY_ROOF, LIMITERS, MODEL, SHAPES,
+                                                combined_estimate, limiter)
 from tracekit.analysis.steps.segment import DECODE, MIXED, PREFILL, UNKNOWN, Segmentation, segment
 from tracekit.analysis.steps.mixed import phase_weights, split_mixed
 from tracekit.analysis.steps.timeline import timelines
