@@ -59,7 +59,7 @@ def _best(fn, repeat=3):
 
 def measure(path: str) -> dict:
     from tracekit import read_trace
-    from tracekit.analysis.pricing.roofline import attribute
+    from tracekit.analysis.pricing.attribution import attribute
     from tracekit.analysis.steps.segment import segment
     from tracekit.specs import lookup
 

@@ -18,7 +18,7 @@ MUTANTS = [
      "            flops += n * 2 * hq * pairs * (m.head_dim + m.v_head_dim)\n            nbytes += n * (keys * hkv",
      "            flops += n * 2 * hq * pairs * m.head_dim\n            nbytes += n * (keys * hkv",
      ["tests/test_models.py::test_analytic_flops_match_flop_counter_on_long_sequences"]),
-    ("TF32 priced as FP32", "tracekit/analysis/pricing/roofline.py",
+    ("TF32 priced as FP32", "tracekit/analysis/pricing/dtypes.py",
      'out[fp32_matrix[tf32]] = "tf32"', 'out[fp32_matrix[tf32]] = "fp32"',
      ["tests/test_roofline.py::test_dtype_refinement_prices_each_precision_at_its_own_peak"]),
     ("vLLM rank names lose world size", "tracekit/frameworks/vllm.py",

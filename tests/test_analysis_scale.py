@@ -15,7 +15,7 @@ from tracekit.analysis import categorical
 from tracekit.analysis.steps import evidence
 from tracekit.analysis.pricing import taxonomy
 from tracekit.analysis.pricing.capture import own_ops
-from tracekit.analysis.pricing.roofline import _outermost
+from tracekit.analysis.pricing.attribution import _outermost
 from tracekit.analysis.pricing import op_costs
 
 

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from conftest import read_real
-from tracekit.analysis.pricing.roofline import attribute
+from tracekit.analysis.pricing.attribution import attribute
 from tracekit.analysis.steps.segment import segment
 from tracekit.models import load_model
 from tracekit.specs import lookup

@@ -14,7 +14,8 @@ import pytest
 
 from conftest import read_real
 from tracekit.analysis import analyze
-from tracekit.analysis.pricing.roofline import attribute, combined_estimate
+from tracekit.analysis.pricing.attribution import attribute
+from tracekit.analysis.pricing.roofline import combined_estimate
 from tracekit.analysis.steps.segment import segment
 from tracekit.models import load_model
 from tracekit.report import render

@@ -18,7 +18,8 @@ from tracekit.analysis.steps import segment as seg
 from tracekit.analysis.pricing import taxonomy
 from tracekit.analysis.analyze import analyze
 from tracekit.whatif.project import project
-from tracekit.analysis.pricing.roofline import attribute, limiter
+from tracekit.analysis.pricing.attribution import attribute
+from tracekit.analysis.pricing.roofline import limiter
 from tracekit.models.registry import load_model
 from tracekit.specs import lookup
 from tracekit.specs.lookup import SpecMatch

@@ -20,7 +20,7 @@ from tracekit.analysis.pricing import model_fit
 from kineto import STREAM, Doc
 
 from tracekit.compare.comparison import compare
-from tracekit.analysis.merge import _StepRows
+from tracekit.analysis.windows import _StepRows
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.steps.segment import segment
 from tracekit.models import costs as mc

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import read_real, with_device_name
 from tracekit.analysis import analyze
-from tracekit.analysis.pricing.roofline import attribute
+from tracekit.analysis.pricing.attribution import attribute
 from tracekit.analysis.steps.segment import segment
 from tracekit.specs import lookup, spec_by_name
 from tracekit.specs.lookup import SpecMatch

@@ -238,7 +238,7 @@ def test_a_failed_split_leaves_an_existing_folder_as_it_was(tmp_path):
 
 from conftest import SHARED_TRACES  # noqa: E402
 
-from tracekit.analysis.merge import analyse_windows, window_paths  # noqa: E402
+from tracekit.analysis.windows import analyse_windows, window_paths  # noqa: E402
 
 RTX3090_VLLM = "rtx3090_vllm-gpt-oss-20b_decode-new-cached.pt.trace.json.gz"  # execute_model frames, with stacks
 

@@ -25,7 +25,8 @@ from tracekit.analysis.waiting.idle import IdleCauses, idle_causes
 from tracekit.analysis.steps.latency import latency, step_weights
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.ranks import rank_view
-from tracekit.analysis.pricing.roofline import BOUNDS, attribute, combined_estimate
+from tracekit.analysis.pricing.attribution import attribute
+from tracekit.analysis.pricing.roofline import BOUNDS, combined_estimate
 from tracekit.analysis.steps.segment import Segmentation, segment
 from tracekit.analysis.steps.mixed import split_mixed
 from tracekit.analysis.steps.timeline import timelines

@@ -108,3 +108,10 @@ def isin(s: pd.Series, values) -> np.ndarray:
     wanted = set(values)
     return mask(s, lambda n: n in wanted)
 
+
+def objects(values: list) -> np.ndarray:
+    """``values`` as a 1-d object array (np.array would nest tuples or infer a string dtype): one
+    result per distinct name, say, to take by code."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out

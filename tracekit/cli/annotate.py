@@ -57,7 +57,7 @@ def command(trace: str, output: str | None, force: bool, gpu: str | None, spec_f
             if os.path.isdir(out_dir):
                 check_output(dst, force=force, ours=False)  # before any slow work
         os.makedirs(out_dir, exist_ok=True)
-        from tracekit.analysis.merge import window_paths
+        from tracekit.analysis.windows import window_paths
 
         if window_paths(trace) is not None:  # split's windows: read as `report DIR` reads them, in order
             from tracekit.report.annotate import annotate_windows

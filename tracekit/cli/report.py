@@ -67,7 +67,7 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
     split_windows = _windows(trace)
     if split_windows:
         # The windows of one split (tracekit split): analysed one at a time, merged into one report.
-        from tracekit.analysis.merge import analyse_windows
+        from tracekit.analysis.windows import analyse_windows
 
         analysis = analyse_windows(split_windows, read_with_progress, **options)
         files = split_windows
@@ -96,7 +96,7 @@ def _windows(trace: str) -> list[str] | None:
     """A folder holding the windows of one split, in order; None for anything else."""
     if not os.path.isdir(trace):
         return None
-    from tracekit.analysis.merge import window_paths
+    from tracekit.analysis.windows import window_paths
 
     return window_paths(trace)
 

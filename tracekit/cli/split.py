@@ -29,7 +29,7 @@ def command(trace: str, out_dir: str | None, max_events: int | None, force: bool
     and rank metadata.
     `tracekit report DIR` gives one merged report of the whole run; `tracekit batch DIR` a row per window."""
     from tracekit import read_trace
-    from tracekit.analysis.merge import split_keeping_steps
+    from tracekit.analysis.windows import split_keeping_steps
     from tracekit.trace import windows
 
     if out_dir is None:

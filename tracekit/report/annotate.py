@@ -387,10 +387,10 @@ def annotate_file(src: str, read, measure_options: dict | None = None) -> tuple[
 
 def annotate_windows(paths: list[str], read, measure_options: dict | None = None) -> Iterator[tuple[str, Document, dict]]:
     """The windows of one split (in order), each annotated as ``tracekit report DIR`` reads
-    them: each window analysed in its run's context (``merge.Windows``: the previous window's
+    them: each window analysed in its run's context (``windows.Windows``: the previous window's
     step ends and batches, the steps inferred once over all windows) and its steps numbered as
     the run's. Yields (window path, its annotated document, counts), one window in memory at a time."""
-    from tracekit.analysis.merge import Windows
+    from tracekit.analysis.windows import Windows
 
     for w in Windows(paths, read, with_timelines=False, **(measure_options or {})):
         doc = load_document(w.path)

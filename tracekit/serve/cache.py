@@ -162,7 +162,7 @@ class AnalysisCache:
 
 def _analyse(real: str, model, gpu: str | None, tp: int | None) -> Entry:
     from tracekit.analysis.analyze import assemble, measure
-    from tracekit.analysis.merge import analyse_windows, window_paths
+    from tracekit.analysis.windows import analyse_windows, window_paths
     from tracekit.trace import read_trace
 
     options = dict(gpu=gpu, model=model, tp=tp)

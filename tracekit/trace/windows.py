@@ -13,7 +13,7 @@ streamed passes whose memory does not grow with the trace:
    ``max_events``, only between steps (a step longer than a window makes it grow), or at
    idle instants (no op open, no GPU work running) when the trace names no steps, so no
    step is cut in two. Steps inferred from a trace that names none (the launch pattern,
-   forward-pass anchors) need the analysis: ``analysis.merge.split_keeping_steps`` infers them
+   forward-pass anchors) need the analysis: ``analysis.windows.split_keeping_steps`` infers them
    from the first split's windows and splits again between them (``split``'s ``steps``).
 
 Kineto writes every CPU-side event before all GPU activity, and a kernel runs after its
@@ -24,7 +24,7 @@ kernels stay linked to their launches and ops; a GPU annotation goes with its CP
 window carries the trace's top-level keys (device properties, distributedInfo,
 baseTimeNanoseconds), so a window reads, segments and prices like the whole trace would over
 that time. ``tracekit report`` of the windows' folder merges them into one report of the run
-(``analysis.merge``); ``tracekit batch`` analyses them in parallel, a row per window.
+(``analysis.windows``, ``analysis.merge``); ``tracekit batch`` analyses them in parallel, a row per window.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
     goes through the decompressed text (the survey learns the total for the routing pass).
     What the user should know about the cut (a window grown to hold a long step) is appended
     to ``notes``. ``steps`` are steps found elsewhere (inferred from a trace that names none:
-    ``analysis.merge.split_keeping_steps``) to cut between, rows of (step start, first launch,
+    ``analysis.windows.split_keeping_steps``) to cut between, rows of (step start, first launch,
     last launch's end) in trace microseconds, instead of the steps the trace names or its idle
     instants; the ops between a cut and the next step's start go to both windows.
     Raises ``TracekitError`` with one sentence for anything that cannot be split."""

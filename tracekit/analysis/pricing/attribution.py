@@ -1,0 +1,316 @@
+"""Roofline attribution: category, FLOPs, bytes and bound of every unit of work.
+
+For each kernel (or leaf CPU op on a CPU trace):
+
+* category from ``taxonomy`` (kernel name, else the launching op's name);
+* cost from ``op_costs``: the *pricing op* is the outermost op, among the launching op
+  and its ancestors, that has a cost model (``aten::linear`` rather than the
+  ``aten::addmm`` it calls); its FLOPs and bytes are shared among every kernel it
+  launched, in proportion to their durations. Work with no pricing op or no shapes is
+  "cost unknown" with the reason: never zero;
+* bound: ``roofline.roofline_columns``, at the peak of the dtype the kernel runs at
+  (``dtypes.refine_dtype``); model-priced work above the roof is capped or left unpriced
+  (``above_roof.model_above_roof``).
+
+The roofline itself (bounds, limiter, the columns' vocabulary) is ``pricing.roofline``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis import categorical
+
+from tracekit.analysis.pricing import kernel_names, model_fit, op_costs, taxonomy
+from tracekit.analysis.pricing import model_costs as mc
+from tracekit.analysis.pricing.above_roof import model_above_roof
+from tracekit.analysis.pricing.dtypes import refine_dtype
+from tracekit.analysis.pricing.model_costs import ModelCosts
+from tracekit.analysis.pricing.roofline import CAPTURE, MODEL, NONE, SHAPES, limiter, roofline_columns
+from tracekit.models.config import ModelSpec
+from tracekit.analysis.steps.segment import Segmentation
+from tracekit.frameworks import ENGINE_SOURCES
+from tracekit.specs import GpuSpec, SpecMatch
+from tracekit.analysis.pricing.capture import OpSource, own_ops, with_capture
+from tracekit.trace.links import enclosing
+from tracekit.trace.model import Trace
+
+# ``--costs``: shapes where present and the model elsewhere, or one of them only.
+POLICIES = ("auto", "shapes", "model")
+
+
+@dataclass
+class Attribution:
+    """Per-unit roofline columns, aligned row for row with ``Segmentation.work``."""
+
+    # category, op_name, flops, bytes, dtype, unit, cost_reason, cost_source, component,
+    # intensity, peak_flops, peak_bw, ridge, bound, bound_reason, peak_note, achieved_flops,
+    # achieved_bw, roof_fraction, roof_fraction_achievable, limiter
+    table: pd.DataFrame
+    spec: GpuSpec | None
+    spec_reason: str | None
+    # The op table ``pricing_op`` indexes: the trace's ops, plus the capture's when given.
+    ops: pd.DataFrame | None = None
+    # How a graph-capture trace was used, when one was given.
+    capture_note: str | None = None
+    # What the model path found (KV dtype, layer check, dtype conflicts), when a model was given.
+    model_costs: ModelCosts | None = None
+
+
+def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace | None = None,
+              model: ModelSpec | None = None, tp: int = 1, policy: str = "auto",
+              model_force: bool = False) -> Attribution:
+    """Roofline columns for every unit of work. ``capture``: the graph-capture trace
+    whose ops describe this trace's graph-replayed kernels; ``model`` and ``tp``: the
+    architecture that prices what shapes cannot (``policy``: see ``POLICIES``).
+
+    A model the trace contradicts (its steps run another number of attention layers,
+    ``model_fit.layer_check``) prices nothing: its costs are withheld, with the reason,
+    unless ``model_force``."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+    work = seg.work
+    source = with_capture(trace, work, capture, seg.steps) if capture is not None else own_ops(trace, work)
+    ops, op = source.ops, source.op
+    by_kernel, op_name = taxonomy.categorize_units(work, ops, op)
+    kinds = categorical.strings(work["kind"])
+    category = _refine_by_module(by_kernel, trace, work)
+
+    sides = mc.step_sides(seg.steps, seg.source in ENGINE_SOURCES) if len(seg.steps) else []
+    # Whether the trace fits the model is known before any pricing: a model it contradicts
+    # gives no context to the engine ops priced from shapes either.
+    misfit = (model_fit.layer_check(model, work, kernel_names.components(work, category), seg.steps)
+              if model is not None else None)
+    withheld = model_fit.withheld_reason(model, misfit) if misfit and not model_force and policy != "shapes" else None
+    context_model = None if withheld else model
+    flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(sides, context_model, tp,
+                                                                                  work["name"]))
+    dtype = refine_dtype(dtype, unit, work["name"])
+    shaped = ~np.isnan(flops)
+    # Picked from an object array: np.where on strings would build a new str per unit.
+    cost_source = categorical.objects([NONE, SHAPES, CAPTURE])[
+        np.where(shaped, np.where(pricing >= len(trace.cpu_ops), 2, 1), 0)]
+    if policy == "model":
+        flops[:], nbytes[:], dtype[:], unit[:] = np.nan, np.nan, None, None
+        cost_source[:] = NONE
+        shaped[:] = False
+    model_costs = None
+    component = np.full(len(work), None, dtype=object)
+    # What kind of figure each unit's bytes are when not the minimal traffic of stated work
+    # (model_costs.ESTIMATES: upper or lower bound, the model's expectation); None otherwise.
+    estimate = np.full(len(work), None, dtype=object)
+    if model is not None and policy != "shapes":
+        known = (np.where(shaped, flops, np.nan), np.where(shaped, nbytes, np.nan)) if shaped.any() else None
+        model_costs = mc.price(model, tp, seg.steps, work, category, seg.source, known=known, sides=sides)
+        component = model_costs.component
+        use = ~shaped & ~np.isnan(model_costs.flops)
+        if withheld:
+            model_costs.withheld = withheld
+            reason[use] = withheld
+            use[:] = False
+        flops[use], nbytes[use] = model_costs.flops[use], model_costs.bytes[use]
+        dtype[use], unit[use] = model_costs.dtype[use], model_costs.unit[use]
+        cost_source[use] = MODEL
+        reason[use] = None
+        estimate[use] = model_costs.estimate[use]
+        still = ~shaped & ~use & (model_costs.reason != None)  # noqa: E711
+        reason[still] = model_costs.reason[still]
+    elif policy == "model":
+        reason[:] = "--costs model needs --model (or a collected run's recorded config)"
+    dur_s = work["dur_ns"].to_numpy() / 1e9
+    text = categorical.text
+    table = pd.DataFrame(
+        {
+            "category": text(category),
+            "op_name": text(op_name),
+            "pricing_op": pricing,
+            "flops": flops,
+            "bytes": nbytes,
+            "dtype": text(dtype),
+            "unit": text(unit),
+            "cost_reason": text(reason),
+            "cost_source": text(cost_source),
+            "component": text(component),
+            # How a model-priced unit's cost was found where that is worth saying (the layer a
+            # GEMM's grid matched; a duration share), None elsewhere.
+            "cost_note": text(model_costs.note if model_costs is not None and model_costs.note is not None
+                              else np.full(len(work), None, dtype=object)),
+            # What the above-roof check did to a model-priced unit: "capped" (routed experts'
+            # bytes capped at the roof) or "undescribed" (cost left unknown); None otherwise.
+            "model_check": text(np.full(len(work), None, dtype=object)),
+            "estimate": text(estimate),
+        },
+        # The columns are fresh arrays: consolidating them into 2-D blocks would copy each
+        # while the originals are still alive (a serving run's table is hundreds of MB).
+        copy=False,
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["intensity"] = np.where(nbytes > 0, flops / nbytes, np.nan)
+        table["achieved_flops"] = np.where(dur_s > 0, flops / dur_s, np.nan)
+        table["achieved_bw"] = np.where(dur_s > 0, nbytes / dur_s, np.nan)
+    spec = match.spec
+    roofline_columns(table, spec, match.reason, kinds, category, dur_s, reason, dtype, unit)
+    if model_costs is not None and spec is not None:
+        model_above_roof(table, work["step"].to_numpy(), dur_s, spec, match.reason, kinds, category)
+    table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
+                                                table["model_check"].to_numpy() == "capped"))
+    return Attribution(table, spec, match.reason, source.ops, source.note, model_costs)
+
+
+def _contexts(sides: list, model: ModelSpec | None, tp: int, names: pd.Series):
+    """Per step, the context engine custom ops need to be priced from their shapes (``OpContext``)."""
+    _, kv_bytes, _ = kernel_names.kv_cache_dtype(categorical.unique(names), "model")
+    cache: dict[int, op_costs.OpContext] = {}
+
+    def context(step: int) -> op_costs.OpContext:
+        if step not in cache:
+            pairs = keys = None
+            note = ""
+            if 0 <= step < len(sides) and sides[step]:
+                pairs, keys, note = mc.attention_per_layer(model, sides[step])
+            cache[step] = op_costs.OpContext(tp=tp, pairs=pairs, keys=keys, kv_bytes=kv_bytes, model=model,
+                                          window_note=note)
+        return cache[step]
+
+    return context
+
+
+def _costs(source: OpSource, work: pd.DataFrame, context=None):
+    """FLOPs, bytes, dtype, unit, reason and pricing op (row of ``source.ops``) per unit of work.
+    ``context(step)``: the ``OpContext`` of a step, for ops whose cost needs one."""
+    n = len(work)
+    flops = np.full(n, np.nan)
+    nbytes = np.full(n, np.nan)
+    dtype = np.full(n, None, dtype=object)
+    unit = np.full(n, None, dtype=object)
+    reason = np.full(n, None, dtype=object)
+    pricing = np.full(n, -1, dtype=np.int64)
+    op = source.op
+    graph = work["graph"].to_numpy()
+    reason[(op < 0) & graph] = (
+        "replayed from a CUDA/HIP graph: its ops and shapes are not in this trace (pass the graph-capture trace)"
+    )
+    reason[(op < 0) & ~graph] = "no launching op in the trace"
+    if source.reason is not None:  # a capture at another batch size: why its shapes were not used
+        said = (op < 0) & (source.reason != None)  # noqa: E711
+        reason[said] = source.reason[said]
+    ops = source.ops
+    if not len(ops) or not (op >= 0).any():
+        return flops, nbytes, dtype, unit, reason, pricing
+
+    names = categorical.category_strings(ops["name"])
+    codes = categorical.codes(ops["name"])
+    modelled = np.array([op_costs.has_model(c) for c in names], dtype=bool)[codes]
+    has_op = np.flatnonzero(op >= 0)
+    pricing[has_op] = _outermost(modelled, source.parents)[op[has_op]]
+    no_model = has_op[pricing[has_op] < 0]
+    reason[no_model] = np.array(["no cost model for " + c for c in names], dtype=object)[codes[op[no_model]]]
+
+    dur = work["dur_ns"].to_numpy().astype(np.float64)
+    priced = np.flatnonzero(pricing >= 0)
+    if not len(priced):
+        return flops, nbytes, dtype, unit, reason, pricing
+    # Group the priced rows by pricing op once (stable sort), price each op once, then share
+    # its cost among its rows by duration; equal shares when every kernel of the op took 0 ns.
+    order = priced[np.argsort(pricing[priced], kind="stable")]
+    keys, starts, counts = np.unique(pricing[order], return_index=True, return_counts=True)
+    dims = ops["input_dims"].to_numpy()
+    types = ops["input_types"].to_numpy()
+    concrete = ops["concrete_inputs"].to_numpy()
+    step_of = work["step"].to_numpy() if "step" in work else np.full(len(work), -1)
+    first_step = step_of[order[starts]]
+    names_or_nan = np.append(names, np.nan)  # a missing name (code -1) reads NaN, as astype(str) gives it
+    # One price per pricing op, but a run repeats its shapes every step: op_cost_json is
+    # cached on the shape text, so the loop is lookups, and the fields are then read once
+    # per distinct cost object rather than once per op.
+    contextual = np.zeros(len(keys), dtype=bool)
+    if context is not None:
+        needs = np.array([op_costs.needs_context(c) for c in names_or_nan.tolist()], dtype=bool)
+        contextual = needs[codes[keys]]
+    group_names = names_or_nan[codes[keys]].tolist()
+    d_l, t_l, c_l = dims[keys].tolist(), types[keys].tolist(), concrete[keys].tolist()
+    priced_costs = list(map(op_costs.op_cost_json, group_names, d_l, t_l, c_l))
+    in_context: dict[tuple, object] = {}  # the same shapes in the same step context: one price
+    in_step = np.flatnonzero(contextual)
+    step_values, step_of_group = np.unique(first_step[in_step], return_inverse=True)
+    step_contexts = [context(step) for step in step_values.tolist()]  # once per step, not per op
+    for g, k in zip(in_step.tolist(), step_of_group.tolist()):
+        ctx = step_contexts[k]
+        key = (group_names[g], d_l[g], t_l[g], c_l[g], id(ctx))
+        if key not in in_context:
+            in_context[key] = op_costs.price_in_context(group_names[g], d_l[g], t_l[g], c_l[g], ctx)
+        priced_costs[g] = in_context[key]
+    ids = np.fromiter(map(id, priced_costs), dtype=np.int64, count=len(keys))
+    _, first, distinct = np.unique(ids, return_index=True, return_inverse=True)
+    objs = [priced_costs[i] for i in first.tolist()]
+    is_cost = [isinstance(c, op_costs.OpCost) for c in objs]
+    u_flops = np.array([c.flops if ok else np.nan for c, ok in zip(objs, is_cost)], dtype=np.float64)
+    u_bytes = np.array([c.bytes if ok else np.nan for c, ok in zip(objs, is_cost)], dtype=np.float64)
+    u_dtype = categorical.objects([c.dtype if ok else None for c, ok in zip(objs, is_cost)])
+    u_unit = categorical.objects([c.unit if ok else None for c, ok in zip(objs, is_cost)])
+    u_reason = categorical.objects([None if ok else c.reason for c, ok in zip(objs, is_cost)])
+    g_ok = np.array(is_cost, dtype=bool)[distinct]
+    g_flops, g_bytes = u_flops[distinct], u_bytes[distinct]
+    g_dtype, g_unit, g_reason = u_dtype[distinct], u_unit[distinct], u_reason[distinct]
+    group = np.repeat(np.arange(len(keys)), counts)  # each sorted row's group
+    d = dur[order]
+    # Durations are whole nanoseconds: their float sum is exact in any order.
+    total = np.add.reduceat(d, starts)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(total[group] > 0, d / total[group], 1.0 / counts[group])
+    ok = g_ok[group]
+    rows, gs = order[ok], group[ok]
+    flops[rows] = g_flops[gs] * share[ok]
+    nbytes[rows] = g_bytes[gs] * share[ok]
+    dtype[rows] = g_dtype[gs]
+    unit[rows] = g_unit[gs]
+    bad = ~ok
+    reason[order[bad]] = g_reason[group[bad]]
+    return flops, nbytes, dtype, unit, reason, pricing
+
+
+def _outermost(modelled: np.ndarray, parents: np.ndarray) -> np.ndarray:
+    """Per op, the outermost op among itself and its ancestors that has a cost model (-1:
+    none): pointer doubling over the parent links, log(depth) vector passes, not a walk per op."""
+    best = np.where(modelled, np.arange(len(modelled)), -1)
+    jump = np.asarray(parents, dtype=np.int64).copy()
+    # best[r]: the outermost modelled op from r up to, not including, jump[r].
+    for _ in range(64):
+        up = np.flatnonzero(jump >= 0)
+        if not len(up):
+            break
+        above = best[jump[up]]
+        best[up] = np.where(above >= 0, above, best[up])
+        jump[up] = jump[jump[up]]
+    return best
+
+
+def _refine_by_module(category: np.ndarray, trace: Trace, work: pd.DataFrame) -> np.ndarray:
+    """Generic kernels launched inside a module that names its job take that job's category."""
+    py = trace.python
+    if not len(py) or "issue_ns" not in work:
+        return category
+    mods = py[categorical.mask(py["name"], lambda n: n.startswith("nn.Module: "))]
+    candidates = np.flatnonzero(np.isin(category, list(taxonomy.REFINABLE)) & (work["issue_ns"].to_numpy() >= 0))
+    if not len(mods) or not len(candidates):
+        return category
+    issue = work["issue_ns"].to_numpy()[candidates]
+    inner = enclosing(
+        mods["start_ns"].to_numpy(), mods["end_ns"].to_numpy(), mods["tid"].to_numpy(),
+        issue, issue, work["issue_tid"].to_numpy()[candidates],
+    )
+    out = category.copy()
+    # The job each module class names, worked out once per distinct module name.
+    names = categorical.Lookup(mods["name"])
+    jobs: dict[str, str | None] = {}
+    for row, m in zip(candidates.tolist(), inner.tolist()):
+        if m >= 0:
+            name = names[m]
+            if name not in jobs:
+                jobs[name] = taxonomy.module_category(name)
+            if jobs[name] is not None:
+                out[row] = jobs[name]
+    return out
