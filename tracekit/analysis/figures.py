@@ -18,8 +18,9 @@ import pandas as pd
 from tracekit.analysis import categorical
 from tracekit.analysis.findings import rules as find
 from tracekit.analysis.findings.advice import THRESHOLDS as advice_thresholds
-from tracekit.analysis.pricing.roofline import (ABOVE_ROOF, BOUNDS, CAPTURE, COST_SOURCES, LATENCY_ROOF, LIMITERS, MODEL,
-                                               SHAPES, combined_estimate)
+from tracekit.analysis.pricing.above_roof import ABOVE_ROOF
+from tracekit.analysis.pricing.roofline import (BOUNDS, CAPTURE, COST_SOURCES, LATENCY_ROOF, LIMITERS, MODEL, SHAPES,
+                                                combined_estimate)
 from tracekit.analysis.steps.segment import DECODE, MIXED, PREFILL, UNKNOWN
 from tracekit.analysis.tables import ROOF_TOLERANCE, phase_work
 from tracekit.specs import SpecMatch
