@@ -104,13 +104,16 @@ MODULE_TESTS = {
     "tracekit/analysis/waiting/idle.py": ["test_idle.py", "test_plan_idle.py", "test_report_oracle.py"],
     "tracekit/analysis/steps/latency.py": ["test_segment.py", "test_serving.py", "test_report_oracle.py"],
     "tracekit/analysis/merge.py": ["test_windows.py"],
+    "tracekit/analysis/windows.py": ["test_mutants_analysis_f.py", "test_windows.py"],
     "tracekit/analysis/model.py": ["test_compare.py", "test_model_fit.py"],
     **{f"tracekit/analysis/pricing/{m}.py": MODEL_COST_TESTS
        for m in ("model_costs", "kernel_names", "gemm_layers", "model_fit")},
     "tracekit/compare/movers.py": ["test_compare.py"],
     "tracekit/analysis/ranks.py": ["test_ranks.py"],
-    "tracekit/analysis/pricing/roofline.py": ["test_roofline.py", "test_estimates.py", "test_idle.py",
-                                              "test_report_oracle.py"],
+    # roofline.py held attribution, the above-roof check and dtype refinement until they were split.
+    **{f"tracekit/analysis/pricing/{m}.py": ["test_roofline.py", "test_estimates.py", "test_idle.py",
+                                             "test_report_oracle.py"]
+       for m in ("roofline", "attribution", "above_roof", "dtypes")},
     "tracekit/analysis/steps/segment.py": ["test_segment.py", "test_serving.py", "test_step_tokens.py",
                                            "test_roofline.py", "test_report_oracle.py"],
     "tracekit/analysis/pricing/stated_weights.py": ["test_stated_weights.py"],
@@ -122,7 +125,8 @@ MODULE_TESTS = {
     "tracekit/models/registry.py": ["test_models.py", "test_grid_shapes.py"],
 }
 # Where CI's fixed set is drawn from: the modules every report's figures pass through.
-HOT = ("tracekit/analysis/pricing/roofline.py", "tracekit/analysis/steps/segment.py",
+HOT = ("tracekit/analysis/pricing/roofline.py", "tracekit/analysis/pricing/attribution.py",
+       "tracekit/analysis/steps/segment.py",
        "tracekit/analysis/pricing/model_costs.py", "tracekit/models/costs.py", "tracekit/specs/lookup.py")
 
 
