@@ -25,7 +25,7 @@ MUTANTS = [
      "return (int(m[1]), basename[: m.start()]) if m else None", "return (int(m[1]), basename) if m else None",
      ["tests/test_frameworks.py::test_every_per_rank_name_form_gives_rank_and_world_size",
       "tests/test_frameworks.py::test_world_size_from_vllm_file_names_when_the_traces_do_not_state_it"]),
-    ("step boundary searchsorted side", "tracekit/analysis/steps/segment.py",
+    ("step boundary searchsorted side", "tracekit/analysis/steps/work.py",
      'pos = np.searchsorted(starts, t, side="right") - 1\n    ok = (pos >= 0) & (t <= ends',
      'pos = np.searchsorted(starts, t, side="left") - 1\n    ok = (pos >= 0) & (t <= ends',
      ["tests/test_segment.py::test_launches_on_a_steps_first_and_last_instant_belong_to_it"]),

@@ -87,8 +87,9 @@ def test_values_eq_and_isin_match_direct_comparison():
 
 
 def _drop_nested_reference(ranges: pd.DataFrame) -> pd.DataFrame:
-    """The per-row walk that segment._drop_nested replaced: the oracle for it."""
-    from tracekit.analysis.steps.segment import SOURCE_ORDER, _isna
+    """The per-row walk that ranges.drop_nested replaced: the oracle for it."""
+    from tracekit.analysis.steps.ranges import isna
+    from tracekit.analysis.steps.segment import SOURCE_ORDER
 
     if not len(ranges):
         return ranges
@@ -106,8 +107,8 @@ def _drop_nested_reference(ranges: pd.DataFrame) -> pd.DataFrame:
                         ranges.at[last_idx, col] = row[col]
                 for col in ("prefill_side", "decode_side"):
                     mine, theirs = ranges.at[last_idx, col], row[col]
-                    if theirs is not None and not _isna(theirs):
-                        ranges.at[last_idx, col] = theirs if mine is None or _isna(mine) else theirs.merged(mine)
+                    if theirs is not None and not isna(theirs):
+                        ranges.at[last_idx, col] = theirs if mine is None or isna(mine) else theirs.merged(mine)
                 continue
             keep.append(idx)
             last_end, last_idx = row["end"], idx
@@ -118,7 +119,8 @@ def _drop_nested_reference(ranges: pd.DataFrame) -> pd.DataFrame:
 def test_drop_nested_matches_the_walk(seed):
     """Nested step ranges (SGLang's step[...] inside execute_..., partial overlaps, several
     threads, stronger and weaker sources) come out as the per-row walk leaves them."""
-    from tracekit.analysis.steps.segment import _RANGE_COLUMNS, SOURCE_ORDER, _drop_nested
+    from tracekit.analysis.steps.ranges import RANGE_COLUMNS, drop_nested
+    from tracekit.analysis.steps.segment import SOURCE_ORDER
 
     rng = random.Random(seed)
     rows = []
@@ -127,8 +129,8 @@ def test_drop_nested_matches_the_walk(seed):
         rows.append((start, start + rng.randint(0, 80), rng.choice([1, 2, 3]), rng.choice(["prefill", "decode", "unknown"]),
                      rng.choice(SOURCE_ORDER), rng.choice([None, "why"]), f"r{len(rows)}",
                      rng.choice([None, float(rng.randint(1, 9))]), rng.choice([None, 4.0]), None, None))
-    ranges = pd.DataFrame(rows, columns=_RANGE_COLUMNS)
-    got, want = _drop_nested(ranges.copy()), _drop_nested_reference(ranges.copy())
+    ranges = pd.DataFrame(rows, columns=RANGE_COLUMNS)
+    got, want = drop_nested(ranges.copy()), _drop_nested_reference(ranges.copy())
     assert got[["start", "end", "tid", "phase", "source", "label"]].values.tolist() == \
         want[["start", "end", "tid", "phase", "source", "label"]].values.tolist()
     for c in ("tokens", "batch"):
@@ -140,7 +142,7 @@ def test_busy_per_step_matches_busy_step_by_step(seed):
     """Busy time (union of overlapping kernels), first start and last end of every step at
     once equal _busy per step, also on epoch-nanosecond clocks and on spans too wide for
     the keyed running maximum (its step-at-a-time fallback)."""
-    from tracekit.analysis.steps.segment import _busy, _busy_per_step
+    from tracekit.analysis.steps.table import _busy, _busy_per_step
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 9))

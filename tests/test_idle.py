@@ -10,7 +10,7 @@ import pytest
 from conftest import read_real
 
 from tracekit.analysis.findings import advice as adv
-from tracekit.analysis.waiting import idle
+from tracekit.analysis.waiting import host, idle
 from tracekit.analysis.analyze import analyze
 from tracekit.analysis.pricing.roofline import LATENCY_ROOF
 
@@ -56,7 +56,7 @@ def _graphs(trace):
 
 def test_split_of_one_gap_by_what_the_host_did():
     # Five gaps of one thread, each showing one cause. Times in ns.
-    cov = idle.Coverage({
+    cov = host.Coverage({
         "sync": (np.array([1_000]), np.array([9_000])),
         "launch": (np.array([1_000, 20_000]), np.array([9_000, 21_000])),
         "busy": (np.array([1_000, 20_000, 300_000]), np.array([9_000, 21_000, 600_000])),
@@ -81,7 +81,7 @@ def test_split_of_one_gap_by_what_the_host_did():
 
 
 def test_inside_the_launching_op_is_launch_cost():
-    cov = idle.Coverage({"sync": (np.zeros(0), np.zeros(0)), "launch": (np.zeros(0), np.zeros(0)),
+    cov = host.Coverage({"sync": (np.zeros(0), np.zeros(0)), "launch": (np.zeros(0), np.zeros(0)),
                           "busy": (np.array([0]), np.array([1_000_000]))})
     g = pd.DataFrame({"start_ns": [0], "end_ns": [500_000], "issue_ns": [495_000],
                       "op_start_ns": [300_000], "op_end_ns": [496_000]})
@@ -339,8 +339,8 @@ def test_coverage_within_the_gaps_span_splits_gaps_as_the_whole_threads_does(key
             continue
         g = gaps[gaps["tid"].to_numpy() == tid]
         span = (int(g["start_ns"].min()), int(g["end_ns"].max()))
-        whole = idle._split(g, idle.Coverage.of_thread(t, int(tid)))
-        np.testing.assert_array_equal(idle._split(g, idle.Coverage.of_thread(t, int(tid), span)), whole)
+        whole = idle._split(g, host.Coverage.of_thread(t, int(tid)))
+        np.testing.assert_array_equal(idle._split(g, host.Coverage.of_thread(t, int(tid), span)), whole)
         checked += int((whole > 0).sum())
     assert checked > 0
 
@@ -367,7 +367,7 @@ def test_union_of_sorted_intervals_skips_the_sort_and_agrees():
     s = np.sort(rng.integers(0, 10_000, 500))
     e = s + rng.integers(0, 300, 500)
     o = rng.permutation(500)
-    for got in (idle.union_intervals(s, e), idle.union_intervals(s[o], e[o])):
+    for got in (host.union_intervals(s, e), host.union_intervals(s[o], e[o])):
         # Merged: sorted, disjoint, and covering exactly the points some interval covers.
         us, ue = got
         assert (us[1:] > ue[:-1]).all()

@@ -11,6 +11,7 @@ import pytest
 from conftest import all_real_traces, read_real
 from tracekit import frameworks, markers
 from tracekit.analysis.steps import segment as seg
+from tracekit.analysis.steps import table
 from tracekit.analysis.steps.latency import latency
 
 TRAINING = ["a100_dlrm", "a100_nccl", "a100_torchrec", "mi250_toy", "v100_ddp", "v100_pt19", "v100_ns"]
@@ -137,7 +138,7 @@ def test_busy_union_merges_streams():
     # Two overlapping kernels on two streams, then two gaps: busy is the union.
     starts = np.array([0, 5, 20, 40])
     ends = np.array([10, 12, 30, 50])
-    busy, g0, g1 = seg._busy(starts, ends)
+    busy, g0, g1 = table._busy(starts, ends)
     assert busy == 12 + 10 + 10
     assert (g0, g1) == (0, 50)
 

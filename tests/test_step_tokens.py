@@ -15,6 +15,7 @@ from conftest import read_real
 from tracekit import frameworks
 from tracekit.analysis.steps import evidence
 from tracekit.analysis.steps import segment as seg
+from tracekit.analysis.steps.table import ANNOTATION_SOURCE
 
 
 def strip_annotations(trace, python: bool = False):
@@ -66,7 +67,7 @@ def test_vllm_execute_new_cached_steps_hold_prefill_and_a_batch():
     # The annotation states no tokens: the KV-cache writes count them (12 in each admitting step).
     assert list(steps["tokens"][:2]) == [12, 12]
     assert "reshape_and_cache" in steps["tokens_source"][0]
-    assert steps["tokens_source"][2] == seg.ANNOTATION_SOURCE
+    assert steps["tokens_source"][2] == ANNOTATION_SOURCE
     # The mixed step: 2 running requests decode 2 tokens, the 2 new ones prefill the other 10.
     assert steps["prefill_side"][1].tokens == 10 and steps["decode_side"][1].tokens == 2
 

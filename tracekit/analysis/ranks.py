@@ -43,7 +43,7 @@ import pandas as pd
 from tracekit.analysis import categorical
 
 from tracekit.analysis.pricing import taxonomy
-from tracekit.analysis.waiting.idle import union_intervals
+from tracekit.analysis.waiting.host import union_intervals
 from tracekit.analysis.steps.segment import Segmentation, segment
 from tracekit.trace.model import Trace
 

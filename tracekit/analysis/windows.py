@@ -25,8 +25,8 @@ from tracekit.analysis import categorical
 from tracekit.analysis.analyze import assemble, measure
 from tracekit.analysis.merge import merge
 from tracekit.analysis.model import Analysis
-from tracekit.analysis.steps.segment import (GIVEN_STEPS, PREVIOUS_STEP_BATCH, PREVIOUS_STEP_END, inferred_bounds,
-                                             is_training)
+from tracekit.analysis.steps.ranges import GIVEN_STEPS, inferred_bounds, is_training
+from tracekit.analysis.steps.segment import PREVIOUS_STEP_BATCH, PREVIOUS_STEP_END
 from tracekit.errors import TracekitError
 from tracekit.trace import windows as win
 from tracekit.trace.model import Trace
@@ -99,7 +99,7 @@ class Windows:
     pattern's period and its edge fragments, the first and last pass of the anchors, depend on
     what else is in the trace): the steps are then inferred once over all the windows'
     step-relevant rows (``_StepRows``) and each window is given its own
-    (``segment.GIVEN_STEPS``); ``why_not`` says why, when that could not be done."""
+    (``ranges.GIVEN_STEPS``); ``why_not`` says why, when that could not be done."""
 
     def __init__(self, paths: list[str], read: Callable[[str], Any], with_timelines: bool = True, **options):
         self.paths, self.read, self.options, self.with_timelines = paths, read, options, with_timelines
@@ -136,7 +136,7 @@ _NAMED_CUTS = (win.CUT_STEPS,)
 
 
 class _StepRows:
-    """What step inference (``segment.inferred_bounds``) reads of a trace, gathered over its
+    """What step inference (``ranges.inferred_bounds``) reads of a trace, gathered over its
     windows: each launch call with its first kernel, the token-embedding ops, the ``nn.Module``
     frames, the ProfilerStep ranges, and each thread's first and last rows (a thread's span).
     A row per launch, not per kernel or event."""
@@ -221,7 +221,7 @@ def _inferred(paths: list[str], read: Callable[[str], Any]):
 
 def _given_steps(paths: list[str], read: Callable[[str], Any]) -> tuple[list[dict] | None, str | None]:
     """Per window, the steps inferred once over the whole trace that are its own
-    (``segment.GIVEN_STEPS``), or None where the windows' steps are named (found in each as in
+    (``ranges.GIVEN_STEPS``), or None where the windows' steps are named (found in each as in
     the whole trace) or an inferred step spans two windows: then the reason, said plainly."""
     found = _inferred(paths, read)
     if found is None:
@@ -248,7 +248,7 @@ def split_keeping_steps(path: str, out_dir: str, read: Callable[[str], Any], **o
     """``windows.split`` (its ``options``), whose windows keep whole the steps a trace that names
     none has inferred: the first split's windows (cut at idle instants) are read one at a time
     for their step-relevant rows, the steps are inferred once over them as the whole trace's
-    analysis would (``segment.inferred_bounds``), and the trace is split again between those
+    analysis would (``ranges.inferred_bounds``), and the trace is split again between those
     steps. A trace naming its steps is split once."""
     first: list[str] = []
     written = win.split(path, out_dir, **{**options, "notes": first})

@@ -45,7 +45,8 @@ import pandas as pd
 
 from tracekit.analysis import categorical
 from tracekit.analysis.analyze import Parts, assemble, measure
-from tracekit.analysis.waiting.idle import CAUSES, HOST, Coverage
+from tracekit.analysis.waiting.host import Coverage
+from tracekit.analysis.waiting.idle import CAUSES, HOST
 from tracekit.analysis.model import Analysis, json_safe
 from tracekit.analysis.pricing.roofline import COMPUTE, LATENCY, MEMORY, UNKNOWN, roofline_columns, limiter
 from tracekit.analysis.steps.mixed import retimed

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import categorical
-from tracekit.analysis.waiting.idle import CAUSES, IdleCauses, LAUNCH_CALL, SYNC_CALL, name_mask
+from tracekit.analysis.waiting.host import LAUNCH_CALL, SYNC_CALL, name_mask
+from tracekit.analysis.waiting.idle import CAUSES, IdleCauses
 from tracekit.trace.model import Trace
 
 RESOLUTION = 2000  # merge segments closer than span / RESOLUTION

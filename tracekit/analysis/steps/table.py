@@ -1,0 +1,198 @@
+"""The steps table: one row per step, with its times, books and stated figures.
+
+Takes the step ranges (``ranges.RANGE_COLUMNS``) and the work table with each unit's step,
+and gives the steps table (``steps_table``): CPU and GPU extents, the step's window
+(``begin_ns``/``end_ns``), its GPU busy and idle time (which sum to its duration), kernel
+count, graph replay, and the tokens, batch and sides its range stated. ``segment`` then fills
+in the phases and counts the evidence gives. Also the busy-time arithmetic the table uses
+(``step_busy``: union of a step's work clipped to its window).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis.steps.ranges import isna
+from tracekit.analysis.waiting.intervals import running_end
+from tracekit.frameworks import SOURCE_INFERRED, SOURCE_LAUNCHES, UNKNOWN
+
+_STEP_COLUMNS = {
+    "step": "int64",
+    "phase": "object",
+    "source": "object",
+    "evidence": "object",
+    "label": "object",
+    "tid": "int64",
+    "cpu_start_ns": "int64",
+    "cpu_end_ns": "int64",
+    "gpu_start_ns": "int64",
+    "gpu_end_ns": "int64",
+    # The step's window, its duration's ends: from its CPU start (or the end of the
+    # previous step's work on the same thread, when the GPU runs behind) to the later of
+    # its CPU end and its last GPU work. duration = gpu_busy + gpu_idle over this window.
+    "begin_ns": "int64",
+    "end_ns": "int64",
+    "gpu_busy_ns": "int64",
+    "gpu_idle_ns": "int64",
+    "duration_ns": "int64",
+    "kernels": "int64",
+    "tokens": "float64",
+    "batch": "float64",
+    # Where tokens and batch came from (the annotation, evidence sources, the user) and how
+    # sure: 1.0 where stated, else the share of the evidence's weight that agrees.
+    "tokens_source": "object",
+    "tokens_confidence": "float64",
+    "batch_source": "object",
+    "batch_confidence": "float64",
+    # Keys the step's queries attend to, summed over its requests, where the annotation says.
+    "kv_tokens": "float64",
+    "phase_confidence": "float64",
+    "graph_replay": "bool",
+    # The batch of each phase, as the annotation states it (frameworks.BatchSide or None).
+    "prefill_side": "object",
+    "decode_side": "object",
+}
+# Where a figure stated by the step's engine annotation came from (``tokens_source``, ...).
+ANNOTATION_SOURCE = "the step annotation"
+
+
+def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | None = None) -> pd.DataFrame:
+    """One row per range (``_STEP_COLUMNS``), from the work assigned to it; ``previous_end``: per thread, the
+    end of the step before this trace's first (``segment.PREVIOUS_STEP_END``)."""
+    if not len(ranges):
+        return empty_steps()
+    rows = []
+    step_of = work["step"].to_numpy()
+    kernels_of = np.bincount(step_of[step_of >= 0], minlength=len(ranges))[: len(ranges)]
+    starts = work["start_ns"].to_numpy()
+    ends = work["end_ns"].to_numpy()
+    graph = work["graph"].to_numpy()
+    _, g0_of, g1_of = _busy_per_step(step_of, starts, ends, len(ranges))
+    replayed = np.bincount(step_of[(step_of >= 0) & graph], minlength=len(ranges))[: len(ranges)] > 0
+    # When the GPU runs behind the CPU (asynchronous scheduling), a step's GPU work waits
+    # for the previous step's: its time starts when that work ended, so that step
+    # durations add up to the run's span instead of counting the queue twice.
+    previous_end = {int(t): int(e) for t, e in (previous_end or {}).items()}
+    begin_of = np.zeros(len(ranges), np.int64)
+    end_of = np.zeros(len(ranges), np.int64)
+    for i, (cpu0, cpu1, tid) in enumerate(zip(ranges["start"].tolist(), ranges["end"].tolist(),
+                                                ranges["tid"].tolist())):
+        cpu0, cpu1, tid = int(cpu0), int(cpu1), int(tid)
+        end = max(cpu1, int(g1_of[i])) if kernels_of[i] else cpu1
+        begin = min(max(cpu0, previous_end.get(tid, cpu0)), end)
+        previous_end[tid] = max(end, previous_end.get(tid, end))
+        begin_of[i], end_of[i] = begin, end
+    # One set of books: a step's duration is its GPU busy time (its work, clipped to the
+    # step's window) plus its GPU idle time (lead-in, gaps, tail), exactly.
+    busy_of = step_busy(step_of, starts, ends, begin_of, end_of)
+    for i, r in enumerate(ranges.itertuples()):
+        n_mine = int(kernels_of[i])
+        g0, g1 = int(g0_of[i]), int(g1_of[i])
+        duration = int(end_of[i] - begin_of[i])
+        rows.append(
+            {
+                "step": i,
+                "phase": r.phase,
+                "source": r.source,
+                "evidence": r.evidence,
+                "label": r.label,
+                "tid": int(r.tid),
+                "cpu_start_ns": int(r.start),
+                "cpu_end_ns": int(r.end),
+                "gpu_start_ns": g0,
+                "gpu_end_ns": g1,
+                "begin_ns": int(begin_of[i]),
+                "end_ns": int(end_of[i]),
+                "gpu_busy_ns": int(busy_of[i]),
+                "gpu_idle_ns": duration - int(busy_of[i]),
+                "duration_ns": duration,
+                "kernels": n_mine,
+                "tokens": _number(r.tokens),
+                "batch": _number(r.batch),
+                "tokens_source": None if np.isnan(_number(r.tokens)) else _stated_by(r.source),
+                "tokens_confidence": np.nan if np.isnan(_number(r.tokens)) else 1.0,
+                "batch_source": None if np.isnan(_number(r.batch)) else _stated_by(r.source),
+                "batch_confidence": np.nan if np.isnan(_number(r.batch)) else 1.0,
+                "kv_tokens": np.nan,
+                "phase_confidence": 1.0 if r.phase != UNKNOWN else np.nan,
+                "graph_replay": bool(replayed[i]),
+                "prefill_side": _side(r.prefill_side),
+                "decode_side": _side(r.decode_side),
+            }
+        )
+    return pd.DataFrame(rows).astype(_STEP_COLUMNS)
+
+
+def _number(value) -> float:
+    return np.nan if value is None or pd.isna(value) else float(value)
+
+
+def _stated_by(source: str) -> str:
+    """Where a figure known when the step range was found came from: the engine's annotation,
+    or the op shapes of an inferred pass."""
+    return ANNOTATION_SOURCE if source not in (SOURCE_INFERRED, SOURCE_LAUNCHES) else "op shapes"
+
+
+def step_busy(step_of: np.ndarray, starts: np.ndarray, ends: np.ndarray, begin: np.ndarray,
+              end: np.ndarray) -> np.ndarray:
+    """Per step, the union of its work's intervals clipped to the step's window
+    ``[begin, end)``: the busy half of its books (work outside the window, e.g. a kernel on
+    another stream still running when the next step begins, is not this step's time)."""
+    n = len(begin)
+    inside = (step_of >= 0) & (step_of < n)
+    st = np.where(inside, step_of, 0)
+    s = np.clip(starts, begin[st], end[st])
+    e = np.clip(ends, begin[st], end[st])
+    return _busy_per_step(np.where(inside & (e > s), step_of, -1), s, e, n)[0]
+
+
+def _side(value):
+    return None if value is None or isna(value) else value
+
+
+def _busy_per_step(step_of: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int):
+    """``_busy`` of every step's work at once: (busy ns, first start, last end) per step
+    0..n-1, 0, -1 and -1 for a step without work. One sort and a few vector passes: a
+    serving run has tens of thousands of steps, too many for numpy calls per step."""
+    busy, g0, g1 = np.zeros(n, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    sel = np.flatnonzero((step_of >= 0) & (step_of < n))
+    if not len(sel):
+        return busy, g0, g1
+    o = sel[np.lexsort((starts[sel], step_of[sel]))]  # by step, then start; ties keep work order
+    st, s, e = step_of[o].astype(np.int64), starts[o], ends[o]
+    run_end = running_end(st, e)
+    first = np.r_[True, st[1:] != st[:-1]]
+    overlap = np.zeros(len(s), np.int64)
+    overlap[1:] = np.clip(np.minimum(e[1:], run_end[:-1]) - s[1:], 0, None)
+    overlap[first] = 0
+    heads = np.flatnonzero(first)
+    tails = np.r_[heads[1:], len(s)] - 1
+    steps = st[heads]
+    busy[steps] = np.add.reduceat(e - s, heads) - np.add.reduceat(overlap, heads)
+    g0[steps], g1[steps] = s[heads], run_end[tails]
+    return busy, g0, g1
+
+
+def _busy(starts: np.ndarray, ends: np.ndarray) -> tuple[int, int, int]:
+    """(busy ns as the union of intervals, first start, last end)."""
+    if not len(starts):
+        return 0, -1, -1
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    run_end = np.maximum.accumulate(e)
+    busy = int((e - s).sum() - _overlap(s, e, run_end))
+    return busy, int(s[0]), int(run_end[-1])
+
+
+def _overlap(s: np.ndarray, e: np.ndarray, run_end: np.ndarray) -> int:
+    """Total time counted twice by overlapping intervals (streams running concurrently)."""
+    if len(s) < 2:
+        return 0
+    prev_end = run_end[:-1]
+    return int(np.clip(np.minimum(e[1:], prev_end) - s[1:], 0, None).sum())
+
+
+def empty_steps() -> pd.DataFrame:
+    """A steps table with no rows and every column typed."""
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in _STEP_COLUMNS.items()})
