@@ -55,6 +55,7 @@ from tracekit.errors import TracekitError
 from tracekit.frameworks import DECODE, PREFILL, SOURCE_NONE, SOURCE_ORDER
 from tracekit.trace import windows as win
 from tracekit.trace.model import Trace
+from tracekit.trace.window_edges import CUT_STEPS
 
 _SUMS = ("dur_ns", "flops", "bytes", "units", "roof_x_dur", "known_dur")
 # Per-unit figures that are not sums: left out of the compact table (its rows are groups).
@@ -165,7 +166,7 @@ class Windows:
 
 
 # How split cut windows between steps it knows by name: their steps are found as in the whole trace.
-_NAMED_CUTS = (win.CUT_STEPS,)
+_NAMED_CUTS = (CUT_STEPS,)
 
 
 class _StepRows:
