@@ -93,7 +93,7 @@ def test_collect_summary_calls_overheads_below_one_noise():
 
 
 def test_report_calls_overheads_below_one_noise():
-    from tracekit.report.view import headline
+    from tracekit.report.headline_view import headline
 
     trace = _sample()
     side = json.loads(json.dumps(trace.sidecar))

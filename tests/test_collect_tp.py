@@ -23,7 +23,7 @@ import tracekit  # noqa: E402
 from tracekit import markers  # noqa: E402
 from tracekit.analysis.steps.segment import DECODE, PREFILL, SOURCE_MARKERS, segment  # noqa: E402
 from tracekit.cli import main  # noqa: E402
-from tracekit.collect.parallel import FAIL_RANK_ENV  # noqa: E402
+from tracekit.collect.parallel_rank import FAIL_RANK_ENV  # noqa: E402
 from tracekit.collect.workloads import PRESETS  # noqa: E402
 
 from conftest import TP2_ARGS  # noqa: E402
@@ -224,7 +224,7 @@ def _rank_processes(marker: str) -> list[int]:
                 cmd = f.read().decode(errors="replace")
         except OSError:
             continue
-        if "tracekit.collect.parallel" in cmd and marker in cmd:
+        if "tracekit.collect.parallel_rank" in cmd and marker in cmd:
             found.append(int(pid))
     return found
 

@@ -298,7 +298,7 @@ def test_unprofiled_latency_in_the_headline():
     from tracekit import read_trace
     from tracekit.cli import main
     from tracekit.report import render
-    from tracekit.report.view import headline
+    from tracekit.report.headline_view import headline
 
     path = SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"
     if not path.exists():

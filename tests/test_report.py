@@ -21,7 +21,7 @@ from tracekit.cli import main
 from tracekit.errors import TracekitError
 from tracekit.report import choose, default_output, render, report_stem, write_atomic
 from tracekit.report import formatting as fmt
-from tracekit.report import view
+from tracekit.report import headline_view
 from tracekit.report.render_html import HtmlRenderer
 from tracekit.report.templating import md_code, md_text, script_json, template_dirs
 
@@ -131,7 +131,7 @@ def test_write_atomic_leaves_no_partial_file(tmp_path):
 def test_headline_view_model_cpu_sample():
     a = _analysis("tiny-bs1")
     d = a.to_dict()
-    figs = {f["key"]: f for f in view.headline(d)}
+    figs = {f["key"]: f for f in headline_view.headline(d)}
     assert set(figs) >= {"ttft_ms", "tpot_p50", "tpot_p90", "decode_tokens_per_s", "prefill_mfu", "decode_mbu",
                          "idle_share.prefill", "idle_share.decode"}
     assert figs["ttft_ms"]["value"] == fmt.ms(d["metrics"]["ttft_ms"])
@@ -145,7 +145,7 @@ def test_headline_view_model_cpu_sample():
 
 def test_headline_missing_figures_carry_the_reason():
     d = _analysis("h100_hf").to_dict()
-    figs = {f["key"]: f for f in view.headline(d)}
+    figs = {f["key"]: f for f in headline_view.headline(d)}
     assert figs["tpot_p50"]["missing"] and figs["tpot_p50"]["value"] == fmt.MISSING
     assert figs["tpot_p50"]["note"] == d["provenance"]["reasons"]["tpot_ms"]
     assert figs["decode_mbu"]["note"] == d["provenance"]["reasons"]["decode_mbu"]
@@ -281,10 +281,10 @@ def test_json_round_trips_to_the_html_headline(key, tmp_path):
     shown = _Figures()
     shown.feed(html_path.read_text(encoding="utf-8"))
     loaded = json.loads(json_path.read_text(encoding="utf-8"))
-    from_json = {f["key"]: f["value"] for f in view.headline(loaded)}
+    from_json = {f["key"]: f["value"] for f in headline_view.headline(loaded)}
     assert shown.values == from_json
     # ... and the raw numbers are identical, not just their rounding.
-    assert [f["raw"] for f in view.headline(loaded)] == [f["raw"] for f in view.headline(a.to_dict())]
+    assert [f["raw"] for f in headline_view.headline(loaded)] == [f["raw"] for f in headline_view.headline(a.to_dict())]
     assert loaded["metrics"]["ttft_ms"] == a.metrics["ttft_ms"]
 
 

@@ -21,7 +21,7 @@ from tracekit import frameworks, markers, read_trace
 from tracekit.analysis import analyze
 from tracekit.cli import main
 from tracekit.errors import TracekitError
-from tracekit.trace import windows
+from tracekit.trace import window_edges, windows
 
 TABLES = ("kernels", "runtime", "cpu_ops", "annotations", "python")
 
@@ -167,7 +167,7 @@ def test_gpu_annotations_go_with_their_cpu_annotation(tmp_path, monkeypatch):
     # The edge falls before the fifth step's GPU annotation starts: by time alone it would go next door.
     assert int(gpu.loc[gpu["external_id"] == fifth["external_id"], "start_ns"].iloc[0]) > edge_ns
     base_us = whole.metadata.get("baseTimeNanoseconds") or 0
-    monkeypatch.setattr(windows, "_edges", lambda s, n: np.array([(edge_ns - base_us) / 1e3]))
+    monkeypatch.setattr(window_edges, "find_edges", lambda s, n: np.array([(edge_ns - base_us) / 1e3]))
     parts = [read_trace(p) for p in windows.split(str(src), str(tmp_path / "w"), max_events=1)]
     assert len(parts) == 2
     for p in parts:
@@ -366,7 +366,7 @@ def test_traces_without_steps_are_cut_at_idle_instants(tmp_path):
     out = _split(src, tmp_path, parts=4)
     assert len(out) >= 3
     parts = [read_trace(p) for p in out]
-    assert {p.metadata[windows.WINDOW_KEY]["cut"] for p in parts} == {windows.CUT_IDLE}
+    assert {p.metadata[windows.WINDOW_KEY]["cut"] for p in parts} == {window_edges.CUT_IDLE}
     k = whole.kernels
     for a, b in zip(parts, parts[1:]):
         last = max(t["start_ns"].max() for t in (a.cpu_ops, a.runtime) if len(t))
@@ -421,7 +421,7 @@ def test_split_of_a_trace_with_inferred_steps_merges_to_the_whole_traces_report(
     assert len(paths) >= 3
     merged = analyse_windows(paths, read_trace)
     _assert_same_report(whole, merged)
-    assert {read_trace(p).metadata[windows.WINDOW_KEY]["cut"] for p in paths} == {windows.CUT_INFERRED}
+    assert {read_trace(p).metadata[windows.WINDOW_KEY]["cut"] for p in paths} == {window_edges.CUT_INFERRED}
     assert not merged.provenance["windows"].get("steps_inferred_per_window")
 
 

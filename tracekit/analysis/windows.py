@@ -29,6 +29,7 @@ from tracekit.analysis.steps.ranges import GIVEN_STEPS, inferred_bounds, is_trai
 from tracekit.analysis.steps.segment import PREVIOUS_STEP_BATCH, PREVIOUS_STEP_END
 from tracekit.errors import TracekitError
 from tracekit.trace import windows as win
+from tracekit.trace.window_edges import CUT_STEPS
 from tracekit.trace.model import Trace
 
 
@@ -132,7 +133,7 @@ class Windows:
 
 
 # How split cut windows between steps it knows by name: their steps are found as in the whole trace.
-_NAMED_CUTS = (win.CUT_STEPS,)
+_NAMED_CUTS = (CUT_STEPS,)
 
 
 class _StepRows:

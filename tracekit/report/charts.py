@@ -6,7 +6,8 @@ script) or ``{"reason": sentence}`` where the chart cannot be drawn. Geometry (b
 extents, marker sizes, roof line endpoints) is computed here; figures are not.
 
 Hover tooltips are lists of (label, "@field") pairs: Bokeh renders their values as
-text, never as HTML, so trace strings in the data stay inert.
+text, never as HTML, so trace strings in the data stay inert. The look every chart shares
+(font, legend placement, embedding, fallback colours) is ``tracekit.report.chart_style``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 from typing import Any
 
 from tracekit.report import formatting as fmt
+from tracekit.report.chart_style import FALLBACK_COLORS, FONT, chart_item, legend_outside, style
 from tracekit.report.view import BOUND_LABELS, BOUNDS, LIMITERS, device_word, limiter_labels, phase_label
 
 # Bokeh's JS bundles: only the core one is needed (no widgets, tables, WebGL, MathJax).
@@ -45,45 +47,10 @@ CATEGORY_COLORS = {
     "conv": "#34495e",
     "other": "#b5b5b5",
 }
-_FALLBACK = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
-FONT = "system-ui, -apple-system, 'Segoe UI', sans-serif"
 
 
 def category_color(cat: str, i: int = 0) -> str:
-    return CATEGORY_COLORS.get(cat, _FALLBACK[i % len(_FALLBACK)])
-
-
-def _style(p) -> None:
-    p.toolbar.logo = None
-    p.toolbar.autohide = False
-    p.title.text_font = FONT
-    p.title.text_font_size = "13px"
-    p.title.text_font_style = "bold"
-    for ax in p.axis:
-        ax.axis_label_text_font = FONT
-        ax.axis_label_text_font_style = "normal"
-        ax.major_label_text_font = FONT
-    p.outline_line_color = None
-    p.background_fill_color = "#ffffff"
-    p.border_fill_color = "#ffffff"
-
-
-def _item(p, chart_id: str) -> dict[str, Any]:
-    from bokeh.embed import json_item
-
-    return {"id": chart_id, "item": json_item(p, target=chart_id)}
-
-
-def _legend_outside(p) -> None:
-    if p.legend:
-        leg = p.legend[0]
-        p.add_layout(leg, "right")
-        leg.label_text_font = FONT
-        leg.label_text_font_size = "11px"
-        # Entries grouped from one renderer (legend_field) would all hide together: no clicking.
-        leg.click_policy = "none"
-        leg.border_line_color = None
-        leg.margin = 16  # room for the last x tick label ("100%") beside the legend
+    return CATEGORY_COLORS.get(cat, FALLBACK_COLORS[i % len(FALLBACK_COLORS)])
 
 
 # --- phase breakdown ----------------------------------------------------------------------
@@ -122,9 +89,9 @@ def _stacked_share_bars(title: str, rows: list[dict[str, Any]], x_label: str, ch
     p.xaxis.axis_label = x_label
     p.ygrid.grid_line_color = None
     p.legend.orientation = "vertical"
-    _style(p)
-    _legend_outside(p)
-    return _item(p, chart_id)
+    style(p)
+    legend_outside(p)
+    return chart_item(p, chart_id)
 
 
 def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
@@ -273,7 +240,7 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
     p.x_range = Range1d(min(cols["x"]) - pad, max(cols["x"]) + pad)
     p.xaxis.ticker.min_interval = 1
     p.xgrid.grid_line_color = None
-    _style(p)
+    style(p)
     leg = p.legend[0]
     p.add_layout(leg, "above")
     leg.orientation = "horizontal"
@@ -285,7 +252,7 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
     if stride > 1:
         note = f"{total:,} decode steps: one in every {stride} is shown."
     # ``gaps``: whether the dashed launch-gap line is drawn, so that the caption names it only then.
-    return {"id": "tk-chart-decode", **_item(p, "tk-chart-decode"), "note": note, "gaps": gpu}
+    return {"id": "tk-chart-decode", **chart_item(p, "tk-chart-decode"), "note": note, "gaps": gpu}
 
 
 # --- step timeline --------------------------------------------------------------------------
@@ -345,7 +312,7 @@ def step_timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
     p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@y"), ("what", "@what"), ("name", "@label"),
                                                   ("at", "@time"), ("events", "@count")]))
     p.ygrid.grid_line_color = None
-    _style(p)
+    style(p)
     # Below, in rows: a right-hand legend of ~20 entries would be taller than the lanes.
     leg = p.legend[0]
     p.add_layout(leg, "below")
@@ -357,7 +324,7 @@ def step_timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
     leg.border_line_color = None
     p.height += 22 * math.ceil(len(set(cols["legend"])) / 7)
     chart_id = f"tk-chart-timeline-{index}"
-    return {"id": chart_id, **_item(p, chart_id)}
+    return {"id": chart_id, **chart_item(p, chart_id)}
 
 
 # --- roofline ------------------------------------------------------------------------------
@@ -462,11 +429,11 @@ def roofline(data: dict[str, Any], phase: str, index: int) -> dict[str, Any]:
             ],
         )
     )
-    _style(p)
-    _legend_outside(p)
+    style(p)
+    legend_outside(p)
     note = f"{dropped} op group(s) with no FLOPs (copies, fills) cannot be placed on log axes." if dropped else None
     chart_id = f"tk-chart-roofline-{index}"
-    return {"id": chart_id, **_item(p, chart_id), "note": note}
+    return {"id": chart_id, **chart_item(p, chart_id), "note": note}
 
 
 @functools.lru_cache(maxsize=1)

@@ -18,10 +18,10 @@ from typing import Any
 from markupsafe import Markup
 
 from tracekit.errors import TracekitError
-from tracekit.report import charts
+from tracekit.report import chart_style, charts
 from tracekit.report import formatting as fmt
 from tracekit.report.base import JsonDocument, Registry, Renderer
-from tracekit.report.render_html import HtmlPage, _csp, _loader_js
+from tracekit.report.render_html import HtmlPage, csp, loader_js
 from tracekit.report.templating import html_env, render
 
 INTEGER_COLUMNS = ("files", "prefill_steps", "decode_steps", "mixed_steps", "unknown_steps", "kernels", "findings")
@@ -118,11 +118,11 @@ def figures(data: dict[str, Any]) -> list[dict[str, Any]]:
         p.yaxis.axis_label = ylabel
         p.xaxis.axis_label = "recorded (UTC)"
         p.legend.click_policy = "hide"
-        charts._style(p)
-        charts._legend_outside(p)
+        chart_style.style(p)
+        chart_style.legend_outside(p)
         note = (f"{undated} point(s) are not drawn: their traces carry no wall-clock recording time."
                 if undated else None)
-        out.append({"id": chart_id, **charts._item(p, chart_id), "note": note})
+        out.append({"id": chart_id, **chart_style.chart_item(p, chart_id), "note": note})
     return out
 
 
@@ -149,9 +149,9 @@ class FleetHtml(HtmlPage):
         # HtmlPage's page plus the table-sorting script, hashed into the same CSP.
         vm = self.view_model(data)
         js = charts.inline_bokeh_js() if self.include_js and vm.get("chart_items") else None
-        loader, sort = _loader_js(), _sort_js()
+        loader, sort = loader_js(), _sort_js()
         return render(html_env(), self.template, vm=vm, bokeh_js=Markup(js) if js else None,
-                      loader_js=Markup(loader), sort_js=Markup(sort), csp=_csp([js, loader, sort]))
+                      loader_js=Markup(loader), sort_js=Markup(sort), csp=csp([js, loader, sort]))
 
 
 @FLEETS.register

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from tracekit.report import charts
+from tracekit.report import chart_style
 from tracekit.report import formatting as fmt
 from tracekit.report.base import JsonDocument, Registry, TextTemplate, text_table
 from tracekit.report.render_html import HtmlPage
@@ -134,9 +134,9 @@ def capacity_chart(data: dict[str, Any]) -> dict[str, Any]:
     p.add_layout(Span(location=1.0, dimension="height", line_color="#222222", line_dash="dashed", line_width=1.5))
     p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@y"), ("", "@text")]))
     p.ygrid.grid_line_color = None
-    charts._style(p)
-    charts._legend_outside(p)
-    return charts._item(p, "tk-chart-capacity")
+    chart_style.style(p)
+    chart_style.legend_outside(p)
+    return chart_style.chart_item(p, "tk-chart-capacity")
 
 
 PLANS = Registry("plan")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from tracekit.report import charts
 from tracekit.report import formatting as fmt
 from tracekit.report.base import JsonDocument, Registry, TextTemplate, text_table
-from tracekit.report.compare.charts import _height, _stacked_ms
+from tracekit.report.compare.charts import stacked_height, stacked_ms
 from tracekit.report.render_html import HtmlPage
 from tracekit.report.templating import term_text
 from tracekit.report.view import LIMITERS, limiter_labels, phase_label
@@ -146,11 +146,11 @@ def _charts(data: dict[str, Any]) -> tuple[list[dict], dict[str, dict]]:
             cat = p.get("by_category") or {}
             rows_c.append({"label": label, "segments": [(c, cat.get(c), charts.category_color(c, j))
                                                         for j, c in enumerate(cats)]})
-        h = _height(max(len(LIMITERS), len(cats)))
-        lim_chart = _stacked_ms(f"{phase_label(phase)}: GPU time by limiter", rows_l, "ms (kernel time + GPU idle)",
-                                f"tk-prj-{phase}-limiter", h)
-        cat_chart = _stacked_ms(f"{phase_label(phase)}: kernel time by category", rows_c, "ms of kernel time",
-                                f"tk-prj-{phase}-category", h)
+        h = stacked_height(max(len(LIMITERS), len(cats)))
+        lim_chart = stacked_ms(f"{phase_label(phase)}: GPU time by limiter", rows_l, "ms (kernel time + GPU idle)",
+                               f"tk-prj-{phase}-limiter", h)
+        cat_chart = stacked_ms(f"{phase_label(phase)}: kernel time by category", rows_c, "ms of kernel time",
+                               f"tk-prj-{phase}-category", h)
         roofs = [dict(charts.roofline(a, phase, 100 * k + i), side=label) for k, (label, a) in enumerate(sides)]
         items += [lim_chart["item"], cat_chart["item"]] + [r["item"] for r in roofs if "item" in r]
         ids[phase] = {"limiter": lim_chart["id"], "category": cat_chart["id"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracekit.report import formatting as fmt
-from tracekit.report.charts import _FALLBACK, _item, _legend_outside, _style
+from tracekit.report.chart_style import FALLBACK_COLORS, chart_item, legend_outside, style
 
 CHART_ID = "tk-ranks-steps"
 
@@ -33,12 +33,12 @@ def rank_steps(data: dict[str, Any]) -> dict[str, Any]:
             "wait_t": [fmt.ms(s["wait_ms"]) for s in steps],
             "coll_t": [fmt.ms(s["collective_ms"]) for s in steps],
         })
-        color = _FALLBACK[i % len(_FALLBACK)]
+        color = FALLBACK_COLORS[i % len(FALLBACK_COLORS)]
         lines.append(p.line("x", "time", source=src, color=color, line_width=2, legend_label=f"rank {e['rank']} step time"))
         p.line("x", "wait", source=src, color=color, line_width=1, line_dash="dashed",
                legend_label=f"rank {e['rank']} wait")
     p.add_tools(HoverTool(renderers=lines, tooltips=[("rank", "@rank"), ("step", "@x"), ("time", "@time_t"),
                                                      ("collectives", "@coll_t"), ("wait", "@wait_t")]))
-    _style(p)
-    _legend_outside(p)
-    return _item(p, CHART_ID)
+    style(p)
+    legend_outside(p)
+    return chart_item(p, CHART_ID)

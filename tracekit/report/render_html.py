@@ -1,4 +1,9 @@
-"""The HTML report: one self-contained file, charts inline, nothing fetched."""
+"""The HTML report: one self-contained file, charts inline, nothing fetched.
+
+``HtmlPage`` is every HTML page's base (the fleet, plan and projection pages too), with the
+pieces it puts on each page: ``loader_js`` (the page's own script) and ``csp`` (the policy
+that lets only the page's own scripts run).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from tracekit.report import charts, hta_view, ranks_chart, ranks_view, steps_view, view
+from tracekit.report import charts, headline_view, hta_view, quality_view, ranks_chart, ranks_view, steps_view, view
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import html_env, render
 
@@ -29,9 +34,9 @@ class HtmlPage(Renderer):
     def render_data(self, data: dict[str, Any]) -> str:
         vm = self.view_model(data)
         js = charts.inline_bokeh_js() if self.include_js and vm.get("chart_items") else None
-        loader = _loader_js()
+        loader = loader_js()
         return render(html_env(), self.template, vm=vm, bokeh_js=Markup(js) if js else None,
-                      loader_js=Markup(loader), csp=_csp([js, loader]))
+                      loader_js=Markup(loader), csp=csp([js, loader]))
 
 
 @register
@@ -55,7 +60,7 @@ class HtmlRenderer(HtmlPage):
         ranks = ranks_view.ranks(data)
         return {
             "header": view.header(data),
-            "headline": view.headline(data),
+            "headline": headline_view.headline(data),
             "findings": view.findings(data),
             "ranks": {**ranks, "chart": rank_chart.get("id")} if ranks else None,
             "phases": view.phase_rows(data),
@@ -80,7 +85,7 @@ class HtmlRenderer(HtmlPage):
             "top_kernels": view.top_kernels(data, self.top),
             "steps": steps_view.step_rows(data),
             "estimate_legend": view.estimate_legend(view.estimates_shown(data)),
-            "quality": view.data_quality(data),
+            "quality": quality_view.data_quality(data),
             "hta": hta_view.section(data),
             # Chart specs for Bokeh, embedded through the script_json filter.
             "chart_items": items,
@@ -88,7 +93,7 @@ class HtmlRenderer(HtmlPage):
         }
 
 @functools.lru_cache(maxsize=1)
-def _loader_js() -> str:
+def loader_js() -> str:
     """The page's own script (templates/report.js): embeds the charts, then marks the
     body ``data-charts-rendered=N`` (or ``data-charts-error``) for people and tests."""
     env = html_env()
@@ -98,7 +103,7 @@ def _loader_js() -> str:
     return text
 
 
-def _csp(scripts: list[str | None]) -> str:
+def csp(scripts: list[str | None]) -> str:
     """Content-Security-Policy: only the page's own inline scripts (by hash) run, and
     nothing may be fetched: a second line of defence behind escaping, and the reason a
     report can never call the network."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import hta_view, ranks_view, steps_view, view
+from tracekit.report import headline_view, hta_view, ranks_view, steps_view, view
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import render, text_env
 
@@ -23,7 +23,7 @@ class MarkdownRenderer(Renderer):
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         return {
             "header": view.header(data),
-            "headline": view.headline(data),
+            "headline": headline_view.headline(data),
             "phases": view.phase_rows(data),
             "no_phases": view.no_phases_reason(data),
             "findings": view.findings(data),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import ranks_view, view
+from tracekit.report import headline_view, ranks_view, view
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import render, term_text, text_env
 
@@ -35,7 +35,7 @@ class TextRenderer(Renderer):
             "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
             for row in [head, *cells]
         ]
-        headline = view.headline(data)
+        headline = headline_view.headline(data)
         width = max((len(h["label"]) for h in headline), default=0)
         vwidth = max((len(h["value"]) for h in headline), default=0)
         return {

@@ -4,6 +4,10 @@ Every function here takes the JSON contract (a plain dict) and returns plain dic
 and lists of display text. Nothing here computes a figure: values are looked up and
 formatted; where a value is ``None`` the reason recorded under ``provenance`` is shown
 instead.
+
+The headline figures are ``tracekit.report.headline_view``; the data-quality and method
+section (what the trace lacks, reasons, peaks, formulas, cost sources) is
+``tracekit.report.quality_view``.
 """
 
 from __future__ import annotations
@@ -21,21 +25,6 @@ LIMITER_LABELS = {"compute": "compute roof", "memory": "bandwidth roof", "interc
                   "latency": "latency", "unknown": "unknown", "idle": "idle"}
 CAUSE_LABELS = {"sync": "sync (host blocked)", "launch": "launch", "host": "host work", "wait": "waiting on streams/events",
                 "unattributed": "unattributed"}
-
-# What each gap in a trace (``Trace.lacks`` keys) takes away from the report.
-LACK_EFFECTS = {
-    "gpu": "there is no GPU roofline; CPU peaks come from the calibration tracekit collect measured, when present",
-    "device_properties": "the device's peaks can only come from --gpu or --spec-file; without them there is no MFU, MBU or roofline",
-    "device_name": "the device's peaks can only come from --gpu or --spec-file; without them there is no MFU, MBU or roofline",
-    "distributed": "rank and world size are not shown",
-    "cpu_ops": "kernels cannot be priced (no FLOPs or bytes): bounds, MFU, MBU and the roofline are missing",
-    "shapes": "FLOPs and bytes are unknown: bounds, MFU, MBU and the roofline are missing",
-    "launch_links": "those kernels are placed in steps by time alone and their cost is unknown",
-    "graph_ops": "graph-replayed kernels have no op shapes, so their cost is unknown (the graph-capture trace has them)",
-    "op_links": "those kernels have unknown cost and count as unknown bound",
-    "annotations": "phases are inferred from shapes and kernel names rather than read from markers",
-    "truncated": "every figure covers only the part of the run that was written before the cut",
-}
 
 _WORKLOAD_FIELDS = (
     ("preset", "preset"),
@@ -65,6 +54,7 @@ def phase_source_text(source: str | None) -> str:
 
 
 def phase_label(phase: str) -> str:
+    """A phase's display name ("Prefill"); a phase without one, capitalised."""
     return PHASE_LABELS.get(phase, str(phase).capitalize())
 
 
@@ -129,6 +119,7 @@ def header(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# How a kernel's cost was found (the JSON's ``cost_source``), for display.
 COST_SOURCE_LABELS = {"shapes": "recorded shapes", "capture": "graph-capture shapes", "model": "the model",
                       "none": "unknown"}
 # The mark before a figure built on estimated bytes (the JSON's ``estimate``), and its meaning.
@@ -179,149 +170,6 @@ def model_view(data: dict[str, Any]) -> dict[str, Any] | None:
                   "model": "the model only (--costs model)"}.get(m.get("costs"), m.get("costs")),
         "layer_check": m.get("layer_check"),
     }
-
-
-def cost_sources(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per phase: how much kernel time each cost source priced."""
-    rows = []
-    for phase, p in (data.get("phases") or {}).items():
-        by = p.get("cost_source_ms") or {}
-        total = sum(by.values())
-        rows.append({
-            "phase": phase,
-            "label": phase_label(phase),
-            "parts": [{"source": s, "label": COST_SOURCE_LABELS.get(s, s), "time": fmt.ms(v),
-                       "share": fmt.pct(v / total if total else None)} for s, v in by.items() if v > 0],
-        })
-    return rows
-
-
-# --- headline figures --------------------------------------------------------------------
-
-
-def _first_clause(text: str | None) -> str | None:
-    return None if text is None else text.split(";")[0]
-
-
-def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """The headline figures: label, value text, and what each is measured against.
-
-    ``raw`` is the number from the JSON contract, so a test can check that the JSON
-    output loads back to the same figures the HTML shows."""
-    m = data["metrics"]
-    phases = data["phases"]
-    prov = data["provenance"]
-    why = prov.get("reasons") or {}
-    formulas = prov.get("formulas") or {}
-    unprof = m.get("unprofiled") or {}
-    word = device_word(data)
-    tpot = m.get("tpot_ms") or {}
-    n_decode = (phases.get("decode") or {}).get("steps")
-    partial = m.get("partial") or {}
-    out = []
-
-    def add(key, label, raw, text, note, detail=None, reason_key=None):
-        reason = None if raw is not None else (why.get(reason_key or key) or "not computed")
-        # A step figure of a cut trace (analysis.truncation): shown, and said to be partial.
-        cut = raw is not None and (reason_key or key) in (partial.get("figures") or ())
-        if cut:
-            note = f"{partial['reason']}; {note}"
-            detail = f"{partial['reason'][0].upper()}{partial['reason'][1:]}. {detail or ''}".strip()
-        out.append(
-            {
-                "key": key,
-                "label": label,
-                "raw": raw,
-                "value": text if raw is not None else fmt.MISSING,
-                "note": note if raw is not None else reason,
-                "detail": detail or note if raw is not None else reason,
-                "missing": raw is None,
-                "partial": cut,
-            }
-        )
-
-    engine = m.get("latency_semantics") == "engine steps"
-    if engine:
-        # A serving engine's steps: per-phase step times, not one request's TTFT/TPOT.
-        pstep = m.get("prefill_step_ms") or {}
-        dstep = m.get("decode_step_ms") or {}
-        mixed = sum(1 for s in data.get("steps") or [] if s.get("phase") == "mixed")
-        incl = f", {mixed} mixed included" if mixed else ""
-        add("prefill_step_p50", "Prefill step p50", pstep.get("p50"), fmt.ms(pstep.get("p50")),
-            f"steps holding prefill work{incl}",
-            f"Prefill step time: {formulas.get('prefill_step_time', '')}. A serving engine batches requests "
-            "continuously, so no step is one request's time to first token.",
-            reason_key="prefill_step_ms")
-        for q in ("p50", "p90"):
-            add(f"decode_step_{q}", f"Decode step {q} (ITL)", dstep.get(q), fmt.ms(dstep.get(q)),
-                f"{q} of the steps holding decode work{incl}: inter-token latency",
-                f"Decode step time: {formulas.get('decode_step_time', '')}.",
-                reason_key="decode_step_ms")
-    else:
-        wall = f"; without the profiler tracekit collect measured {fmt.ms(unprof['ttft_ms'])}" if unprof.get("ttft_ms") else ""
-        add(
-            "ttft_ms", "TTFT", m.get("ttft_ms"), fmt.ms(m.get("ttft_ms")),
-            "first prefill step, in the profiled run",
-            f"Time to first token: {formulas.get('ttft', '')}{wall}.",
-        )
-        overhead = unprof.get("profiler_overhead_ratio")
-        over = ((f"; the profiler slowed the run {overhead:.2f}×" if overhead >= 1 else
-                 f"; no profiler overhead measurable (ratio {overhead:.2f}: below 1 is measurement noise)")
-                if overhead else "")
-        if unprof.get("ttft_ms") is not None:
-            add("ttft_unprofiled_ms", "TTFT, no profiler", unprof["ttft_ms"], fmt.ms(unprof["ttft_ms"]),
-                f"tracekit collect, profiler off (profiled: {fmt.ms(m.get('ttft_ms'))}){over}",
-                "Time to first token of the same run measured without the profiler (synchronised wall clock)"
-                f"{over}.")
-        steps_text = f"{n_decode} decode step{'s' if n_decode != 1 else ''}" if n_decode else "the decode steps"
-        for q in ("p50", "p90"):
-            wall = (
-                f"; without the profiler tracekit collect measured {fmt.ms(unprof[f'tpot_{q}_ms'])}"
-                if unprof.get(f"tpot_{q}_ms") else ""
-            )
-            add(
-                f"tpot_{q}", f"TPOT {q}", tpot.get(q), fmt.ms(tpot.get(q)),
-                f"{q} of {steps_text}, in the profiled run",
-                f"Time per output token: {formulas.get('tpot', '')}{wall}.",
-                reason_key="tpot_ms",
-            )
-        if unprof.get("tpot_p50_ms") is not None:
-            add("tpot_p50_unprofiled", "TPOT p50, no profiler", unprof["tpot_p50_ms"], fmt.ms(unprof["tpot_p50_ms"]),
-                f"tracekit collect, profiler off (profiled: {fmt.ms(tpot.get('p50'))}){over}",
-                "Time per output token of the same run measured without the profiler, p50 over its decode steps"
-                f" (p90 {fmt.ms(unprof.get('tpot_p90_ms'))}){over}.")
-    add(
-        "decode_tokens_per_s", "Decode tokens/s", m.get("decode_tokens_per_s"), fmt.per_s(m.get("decode_tokens_per_s")),
-        "tokens generated / decode time",
-        f"Decode throughput: {formulas.get('decode_tokens_per_s', '')}.",
-    )
-    if engine:
-        add(
-            "prefill_tokens_per_s", "Prefill tokens/s", m.get("prefill_tokens_per_s"),
-            fmt.per_s(m.get("prefill_tokens_per_s")), "prompt tokens / prefill time",
-            f"Prefill throughput: {formulas.get('prefill_tokens_per_s', '')}.",
-        )
-    pre = phases.get("prefill") or {}
-    add(
-        "prefill_mfu", "Prefill MFU", m.get("prefill_mfu"), fmt.pct(m.get("prefill_mfu")),
-        f"vs {_first_clause(pre.get('mfu_basis'))}",
-        f"Model FLOPs utilisation: {formulas.get('mfu', '')}. Against {pre.get('mfu_basis')}."
-        + (f" Against the achievable ceiling: {fmt.pct(pre['mfu_achievable'])}." if pre.get("mfu_achievable") is not None else ""),
-    )
-    dec = phases.get("decode") or {}
-    add(
-        "decode_mbu", "Decode MBU", m.get("decode_mbu"), marked(fmt.pct(m.get("decode_mbu")), dec.get("mbu_estimate")),
-        f"vs {_first_clause(dec.get('mbu_basis'))}",
-        f"Memory bandwidth utilisation: {formulas.get('mbu', '')}. Against {dec.get('mbu_basis')}."
-        + (f" Against the achievable ceiling: {fmt.pct(dec['mbu_achievable'])}." if dec.get("mbu_achievable") is not None else ""),
-    )
-    for phase, share in (m.get("idle_share") or {}).items():
-        add(
-            f"idle_share.{phase}", f"{word} idle, {phase_label(phase).lower()}", share, fmt.pct(share),
-            f"share of the {phase_label(phase).lower()} steps' time with no {word} work running",
-            f"{word} idle share: {formulas.get('idle_share', '')}; {formulas.get('gpu_idle', '')}.",
-        )
-    return out
 
 
 # --- phases, findings, kernels -------------------------------------------------------------
@@ -500,77 +348,3 @@ def no_phases_reason(data: dict[str, Any]) -> str | None:
         if notes:
             text += " " + " ".join(str(n).rstrip(".") + "." for n in notes)
     return text + " The whole trace's kernel time is shown instead."
-
-
-# --- data quality and method ----------------------------------------------------------------
-
-_FIGURE_NAMES = {
-    "ttft_ms": "TTFT",
-    "tpot_ms": "TPOT",
-    "decode_tokens_per_s": "decode tokens/s",
-    "prefill_tokens_per_s": "prefill tokens/s",
-    "launch_overhead_ms_per_decode_step": "launch overhead per decode step",
-    "tpot_slope_ms_per_step": "TPOT trend",
-    "prefill_mfu": "prefill MFU",
-    "decode_mbu": "decode MBU",
-}
-
-
-def _figure_name(key: str) -> str:
-    if key in _FIGURE_NAMES:
-        return _FIGURE_NAMES[key]
-    phase, _, what = key.rpartition("_")
-    if phase and what in ("mfu", "mbu"):
-        return f"{phase_label(phase).lower()} {what.upper()}"
-    return key.replace("_", " ")
-
-
-def data_quality(data: dict[str, Any]) -> dict[str, Any]:
-    prov = data.get("provenance") or {}
-    dev = data.get("device") or {}
-    lacks = prov.get("lacks") or {}
-    outside = prov.get("outside_steps") or {}
-    peaks = []
-    if dev.get("spec"):
-        peaks.append({"what": "spec row", "value": str(dev["spec"]), "basis": dev.get("peak_basis") or ""})
-        peaks.append({"what": "peak bandwidth", "value": fmt.bandwidth(dev.get("peak_bandwidth")), "basis": dev.get("peak_basis") or ""})
-        peaks.append(
-            {
-                "what": "achievable bandwidth",
-                "value": fmt.bandwidth(dev.get("achievable_bandwidth")),
-                "basis": dev.get("achievable_bandwidth_basis") or "",
-            }
-        )
-        for unit, by_dtype in (dev.get("peak_flops") or {}).items():
-            for dtype, value in (by_dtype or {}).items():
-                peaks.append({"what": f"{dtype} {unit} peak", "value": fmt.flops(value), "basis": dev.get("peak_basis") or ""})
-    bases = []
-    for phase, p in (data.get("phases") or {}).items():
-        for what in ("mfu", "mbu"):
-            text = p.get(f"{what}_basis")
-            if text:
-                bases.append({"what": f"{phase_label(phase)} {what.upper()}", "basis": text})
-    return {
-        "lacks": [{"key": k, "text": v, "effect": LACK_EFFECTS.get(k)} for k, v in lacks.items()],
-        # The segmentation's "N of M units ... outside any step" note is the outside_steps line below.
-        "notes": [str(n) for n in prov.get("notes") or []
-                  if not (outside.get("units") and str(n).endswith("were issued outside any step"))],
-        "reasons": [{"figure": _figure_name(k), "reason": v} for k, v in (prov.get("reasons") or {}).items()],
-        "device_match": prov.get("device_match") or {},
-        "device_reason": dev.get("reason"),
-        "outside_steps": (
-            f"{fmt.count(outside.get('units'))} units of work ({fmt.ms(outside.get('ms'))}) ran outside any step"
-            if outside.get("units") else None
-        ),
-        "unknown_bound": [
-            {"reason": k, "time": fmt.ms(v)} for k, v in (prov.get("unknown_bound_ms_by_reason") or {}).items()
-        ],
-        "unmatched_kernels": [str(k) for k in prov.get("unmatched_kernels") or []],
-        "formulas": [{"name": k.replace("_", " "), "text": v} for k, v in (prov.get("formulas") or {}).items()],
-        "thresholds": [{"id": k, "text": v} for k, v in (prov.get("finding_thresholds") or {}).items()],
-        "peaks": peaks,
-        "bases": bases,
-        "phase_source": prov.get("phase_source"),
-        "cost_sources": cost_sources(data),
-        "model": model_view(data),
-    }

@@ -2,7 +2,8 @@
 and after as two stacked bars in ms), and each category's % of its own roof.
 
 Builders take ``Comparison.to_dict()`` and return ``{"id", "item"}`` or
-``{"reason"}``, like ``tracekit.report.charts``, whose styling and colours they reuse.
+``{"reason"}``, like ``tracekit.report.charts``, whose colours they reuse (and the shared
+look of ``tracekit.report.chart_style``).
 Tooltips are Bokeh ``@field`` lists: values are shown as text, never as HTML.
 """
 
@@ -11,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from tracekit.report import formatting as fmt
-from tracekit.report.charts import BOUND_COLORS, FONT, _item, _legend_outside, _style, category_color
+from tracekit.report.chart_style import FONT, chart_item, legend_outside, style
+from tracekit.report.charts import BOUND_COLORS, category_color
 from tracekit.report.compare.view import BOUND_ORDER, SIDES, device_word, roof_of, tag
 from tracekit.report.view import BOUND_LABELS, phase_label
 
@@ -23,7 +25,7 @@ def _label(phase: str) -> str:
     return "Whole trace" if phase == "all" else phase_label(phase)
 
 
-def _stacked_ms(title: str, rows: list[dict[str, Any]], x_label: str, chart_id: str, height: int) -> dict[str, Any]:
+def stacked_ms(title: str, rows: list[dict[str, Any]], x_label: str, chart_id: str, height: int) -> dict[str, Any]:
     """Horizontal stacked bars in ms: one per row (``label``), segments ``[(label, ms, color)]``."""
     from bokeh.models import ColumnDataSource, HoverTool, Range1d
     from bokeh.plotting import figure
@@ -55,14 +57,15 @@ def _stacked_ms(title: str, rows: list[dict[str, Any]], x_label: str, chart_id: 
     p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@y"), ("part", "@part"), ("time", "@ms"), ("share", "@share")]))
     p.xaxis.axis_label = x_label
     p.ygrid.grid_line_color = None
-    _style(p)
-    _legend_outside(p)
+    style(p)
+    legend_outside(p)
     if len(set(seg["part"])) > 7:  # long category legends in two columns keep the chart low
         p.legend[0].ncols = 2
-    return _item(p, chart_id)
+    return chart_item(p, chart_id)
 
 
-def _height(n_legend: int) -> int:
+def stacked_height(n_legend: int) -> int:
+    """The height (px) of a ``stacked_ms`` chart whose legend has ``n_legend`` entries."""
     rows = n_legend if n_legend <= 7 else (n_legend + 1) // 2
     return max(200, 84 + 21 * rows)
 
@@ -95,10 +98,10 @@ def phase_bars(data: dict[str, Any], phase: str) -> list[dict[str, Any]]:
         {"label": tag(data, s), "segments": [(r["name"], r[f"{s}_ms"], category_color(r["name"], i)) for i, r in enumerate(cats)]}
         for s in sides
     ]
-    h = _height(max(len(bounds), len(cats)))
+    h = stacked_height(max(len(bounds), len(cats)))
     return [
-        _stacked_ms(f"{label}: {word} time by bound", bound_rows, f"{unit} (kernel time + {word} idle)", f"tk-cmp-{phase}-bound", h),
-        _stacked_ms(f"{label}: kernel time by category", cat_rows, f"{unit} of kernel time", f"tk-cmp-{phase}-category", h),
+        stacked_ms(f"{label}: {word} time by bound", bound_rows, f"{unit} (kernel time + {word} idle)", f"tk-cmp-{phase}-bound", h),
+        stacked_ms(f"{label}: kernel time by category", cat_rows, f"{unit} of kernel time", f"tk-cmp-{phase}-category", h),
     ]
 
 
@@ -154,7 +157,7 @@ def roof_chart(data: dict[str, Any], phase: str) -> dict[str, Any]:
     p.xaxis.group_text_font_size = "11px"
     p.xaxis.group_label_orientation = 0.6 if len(cats) > 8 else "horizontal"
     p.xgrid.grid_line_color = None
-    _style(p)
+    style(p)
     legend = Legend(items=[LegendItem(label=tag(data, s), renderers=[r]) for s, r in zip(SIDES, renderers)],
                     orientation="horizontal", location="top_right", label_text_font=FONT, label_text_font_size="11px",
                     border_line_color=None, background_fill_alpha=0.8)
@@ -163,7 +166,7 @@ def roof_chart(data: dict[str, Any], phase: str) -> dict[str, Any]:
     if clipped:
         note = (f"Bars above {ROOF_CLIP:.0%} are cut off ({', '.join(clipped)}): above 100 % the cost model "
                 "over-estimates the work or the roof is set too low; the table has the values.")
-    return {"id": f"tk-cmp-{phase}-roof", **_item(p, f"tk-cmp-{phase}-roof"), "note": note}
+    return {"id": f"tk-cmp-{phase}-roof", **chart_item(p, f"tk-cmp-{phase}-roof"), "note": note}
 
 
 def all_charts(data: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
