@@ -102,6 +102,8 @@ MODULE_TESTS = {
     "tracekit/analysis/pricing/grid_shapes.py": ["test_grid_shapes.py"],
     "tracekit/analysis/hta.py": ["test_hta.py"],
     "tracekit/analysis/waiting/idle.py": ["test_idle.py", "test_plan_idle.py", "test_report_oracle.py"],
+    "tracekit/analysis/waiting/host.py": ["test_idle.py", "test_plan_idle.py", "test_report_oracle.py",
+                                          "test_termination.py"],
     "tracekit/analysis/steps/latency.py": ["test_segment.py", "test_serving.py", "test_report_oracle.py"],
     "tracekit/analysis/merge.py": ["test_windows.py"],
     "tracekit/analysis/windows.py": ["test_mutants_analysis_f.py", "test_windows.py"],
@@ -114,8 +116,10 @@ MODULE_TESTS = {
     **{f"tracekit/analysis/pricing/{m}.py": ["test_roofline.py", "test_estimates.py", "test_idle.py",
                                              "test_report_oracle.py"]
        for m in ("roofline", "attribution", "above_roof", "dtypes")},
-    "tracekit/analysis/steps/segment.py": ["test_segment.py", "test_serving.py", "test_step_tokens.py",
-                                           "test_roofline.py", "test_report_oracle.py"],
+    # segment.py held the work table, the step ranges and the steps table until they were split.
+    **{f"tracekit/analysis/steps/{m}.py": ["test_segment.py", "test_serving.py", "test_step_tokens.py",
+                                           "test_roofline.py", "test_report_oracle.py"]
+       for m in ("segment", "work", "ranges", "table")},
     "tracekit/analysis/pricing/stated_weights.py": ["test_stated_weights.py"],
     "tracekit/analysis/steps/step_tokens.py": ["test_step_tokens.py", "test_serving.py"],
     "tracekit/analysis/pricing/taxonomy.py": ["test_taxonomy.py", "test_grid_shapes.py"],
@@ -126,7 +130,7 @@ MODULE_TESTS = {
 }
 # Where CI's fixed set is drawn from: the modules every report's figures pass through.
 HOT = ("tracekit/analysis/pricing/roofline.py", "tracekit/analysis/pricing/attribution.py",
-       "tracekit/analysis/steps/segment.py",
+       "tracekit/analysis/steps/segment.py", "tracekit/analysis/steps/table.py", "tracekit/analysis/steps/ranges.py",
        "tracekit/analysis/pricing/model_costs.py", "tracekit/models/costs.py", "tracekit/specs/lookup.py")
 
 

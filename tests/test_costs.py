@@ -15,11 +15,8 @@ import pytest
 from conftest import real_trace_path
 
 from tracekit.analysis.pricing.matrix_ops import attention_cost, gemm_cost
+from tracekit.analysis.pricing.op_args import MATRIX, VECTOR, NoCost, OpCost
 from tracekit.analysis.pricing.op_costs import (
-    MATRIX,
-    VECTOR,
-    NoCost,
-    OpCost,
     has_model,
     op_cost,
     op_cost_json,

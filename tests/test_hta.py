@@ -267,7 +267,7 @@ def test_reports_ranks_agree_with_htas_temporal_breakdown(nccl_report):
 
 
 def test_html_and_markdown_show_htas_figures(nccl_report):
-    from tracekit.report import formatting as fmt
+    from tracekit import formatting as fmt
     from tracekit.report.render_html import HtmlRenderer
     from tracekit.report.render_md import MarkdownRenderer
 

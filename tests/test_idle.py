@@ -235,7 +235,7 @@ def test_advice_in_json():
 @pytest.mark.parametrize("key, phase", [("mi300x_decode", "decode"), ("mi300x_extend", "prefill")])
 def test_reports_name_the_blocking_copy(key, phase):
     from tracekit.report import render
-    from tracekit.report import formatting as fmt
+    from tracekit import formatting as fmt
 
     a = analyze(read_real(key))
     html, md, text = render(a, "html"), render(a, "md"), render(a, "text")

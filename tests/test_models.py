@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from conftest import read_real
 from tracekit.analysis import analyze
-from tracekit.analysis.pricing import op_costs
+from tracekit.analysis.pricing import op_args, op_costs
 from tracekit.cli import main
 from tracekit.errors import TracekitError
 from tracekit.models import from_config, load_model, registry_entries, with_weights
@@ -437,19 +437,19 @@ def test_vllm_custom_ops_from_shapes():
 def test_custom_ops_that_need_the_run():
     bf = "c10::BFloat16"
     ar = [[[888, 2880], []], [bf, ""]]
-    assert "one rank" in _price("c10d::allreduce_", *ar, ctx=op_costs.OpContext(tp=1)).reason
-    eight = _price("c10d::allreduce_", *ar, ctx=op_costs.OpContext(tp=8))
+    assert "one rank" in _price("c10d::allreduce_", *ar, ctx=op_args.OpContext(tp=1)).reason
+    eight = _price("c10d::allreduce_", *ar, ctx=op_args.OpContext(tp=8))
     assert eight.bytes == pytest.approx(2 * 7 / 8 * 888 * 2880 * 2)
     attn = [[[888, 8, 64], [888, 1, 64], [888, 1, 64], [888, 8, 64], [], [], []],
             ["c10::Float8_e4m3fn", bf, bf, bf, "", "", ""]]
-    missing = _price("vllm::unified_attention_with_output", *attn, ctx=op_costs.OpContext(tp=8))
+    missing = _price("vllm::unified_attention_with_output", *attn, ctx=op_args.OpContext(tp=8))
     assert "pairs" in missing.reason
     priced = _price("vllm::unified_attention_with_output", *attn,
-                    ctx=op_costs.OpContext(tp=8, pairs=394716.0, keys=888.0, kv_bytes=1.0))
+                    ctx=op_args.OpContext(tp=8, pairs=394716.0, keys=888.0, kv_bytes=1.0))
     assert priced.flops == 2 * 8 * 394716 * 128 and priced.dtype == "fp8"
     moe = [[[888, 3072], [888, 128], []], [bf, bf, ""]]
-    assert "--model" in _price("vllm::moe_forward", *moe, ctx=op_costs.OpContext(tp=8)).reason
-    with_model = _price("vllm::moe_forward", *moe, ctx=op_costs.OpContext(tp=8, model=load_model("gpt-oss-120b")))
+    assert "--model" in _price("vllm::moe_forward", *moe, ctx=op_args.OpContext(tp=8)).reason
+    with_model = _price("vllm::moe_forward", *moe, ctx=op_args.OpContext(tp=8, model=load_model("gpt-oss-120b")))
     assert with_model.flops == pytest.approx(2 * 888 * 4 * 3 * 2880 * 2880 / 8, rel=0.05)
 
 

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from tracekit.analysis.pricing.op_costs import MATRIX, VECTOR, NoCost, OpContext, OpCost, op_cost, price, price_in_context
+from tracekit.analysis.pricing.op_args import MATRIX, VECTOR, NoCost, OpContext, OpCost
+from tracekit.analysis.pricing.op_costs import price, price_in_context
 
 BF16, F16, F32, F64, I64, FP8 = "c10::BFloat16", "c10::Half", "float", "double", "long int", "c10::Float8_e4m3fn"
 

@@ -6,15 +6,16 @@ __version__ = "0.1.0"
 
 from tracekit.errors import TracekitError
 
-__all__ = ["Trace", "TracekitError", "read_trace", "analyze", "compare", "project", "fit_costs", "plan", "__version__",
-           "phase", "decode_step"]
+__all__ = ["Trace", "TracekitError", "read_trace", "analyze", "project", "fit_costs", "plan", "__version__", "phase",
+           "decode_step"]
 
 # Where each public name lives: the pipeline's stages, then what builds on whole analyses.
+# (``compare`` is not here: ``tracekit.compare`` is the comparing package, whose own
+# ``compare`` is the function: ``from tracekit.compare import compare``.)
 _HOMES = {
     "Trace": "tracekit.trace",
     "read_trace": "tracekit.trace",
     "analyze": "tracekit.analysis.analyze",
-    "compare": "tracekit.compare.comparison",
     "project": "tracekit.whatif.project",
     "fit_costs": "tracekit.whatif.fit",
     "plan": "tracekit.whatif.plan",

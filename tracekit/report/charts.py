@@ -16,7 +16,7 @@ import functools
 import math
 from typing import Any
 
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 from tracekit.report.chart_style import FALLBACK_COLORS, FONT, chart_item, legend_outside, style
 from tracekit.report.view import BOUND_LABELS, BOUNDS, LIMITERS, device_word, limiter_labels, phase_label
 

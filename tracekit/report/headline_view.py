@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 from tracekit.report.view import device_word, marked, phase_label
 
 

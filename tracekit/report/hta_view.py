@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 
 CAUSE_LABELS = {"host_wait": "host wait", "kernel_wait": "kernel wait", "other": "other"}
 PARTS = ("temporal_breakdown", "idle_breakdown", "comm_comp_overlap", "kernel_launch", "kernel_types")

@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from tracekit.report import chart_style
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 from tracekit.report.base import JsonDocument, Registry, TextTemplate, text_table
 from tracekit.report.render_html import HtmlPage
 from tracekit.report.templating import term_text

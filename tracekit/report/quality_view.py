@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 from tracekit.report.view import COST_SOURCE_LABELS, model_view, phase_label
 
 # What each gap in a trace (``Trace.lacks`` keys) takes away from the report.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 from tracekit.report.chart_style import FALLBACK_COLORS, chart_item, legend_outside, style
 
 CHART_ID = "tk-ranks-steps"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 
 # Step columns shown per rank in the aligned-steps table; beyond this, the first ones and a note.
 MAX_STEP_ROWS = 50

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 
 # Rows shown before the table is cut (half from the start of the run, half from its end).
 SHOWN = 24

@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 
 PHASE_LABELS = {"prefill": "Prefill", "decode": "Decode", "mixed": "Mixed", "unknown": "Unclassified"}
 BOUNDS = ("compute", "memory", "interconnect", "unknown", "idle")

@@ -51,7 +51,7 @@ from typing import Any
 
 from tracekit.analysis.model import json_safe
 from tracekit.errors import TracekitError
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 from tracekit.whatif.fit import PhaseCosts
 
 SCHEMA_VERSION = 1

@@ -48,7 +48,7 @@ from tracekit.analysis.analyze import Parts, assemble, measure
 from tracekit.analysis.waiting.host import Coverage
 from tracekit.analysis.waiting.idle import CAUSES, HOST
 from tracekit.analysis.model import Analysis, json_safe
-from tracekit.analysis.pricing.roofline import COMPUTE, LATENCY, MEMORY, UNKNOWN, roofline_columns, limiter
+from tracekit.analysis.pricing.roofline import COMPUTE, LATENCY, MEMORY, limiter, roofline_columns
 from tracekit.analysis.steps.mixed import retimed
 from tracekit.analysis.truncation import gpu_events_lost
 from tracekit.errors import TracekitError

@@ -24,7 +24,7 @@ import pandas as pd
 
 from tracekit.analysis import categorical
 
-from tracekit.analysis.pricing import kernel_names, model_fit, op_costs, taxonomy
+from tracekit.analysis.pricing import kernel_names, model_fit, op_args, op_costs, taxonomy
 from tracekit.analysis.pricing import model_costs as mc
 from tracekit.analysis.pricing.above_roof import model_above_roof
 from tracekit.analysis.pricing.dtypes import refine_dtype
@@ -163,15 +163,15 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
 def _contexts(sides: list, model: ModelSpec | None, tp: int, names: pd.Series):
     """Per step, the context engine custom ops need to be priced from their shapes (``OpContext``)."""
     _, kv_bytes, _ = kernel_names.kv_cache_dtype(categorical.unique(names), "model")
-    cache: dict[int, op_costs.OpContext] = {}
+    cache: dict[int, op_args.OpContext] = {}
 
-    def context(step: int) -> op_costs.OpContext:
+    def context(step: int) -> op_args.OpContext:
         if step not in cache:
             pairs = keys = None
             note = ""
             if 0 <= step < len(sides) and sides[step]:
                 pairs, keys, note = mc.attention_per_layer(model, sides[step])
-            cache[step] = op_costs.OpContext(tp=tp, pairs=pairs, keys=keys, kv_bytes=kv_bytes, model=model,
+            cache[step] = op_args.OpContext(tp=tp, pairs=pairs, keys=keys, kv_bytes=kv_bytes, model=model,
                                           window_note=note)
         return cache[step]
 
@@ -246,7 +246,7 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
     ids = np.fromiter(map(id, priced_costs), dtype=np.int64, count=len(keys))
     _, first, distinct = np.unique(ids, return_index=True, return_inverse=True)
     objs = [priced_costs[i] for i in first.tolist()]
-    is_cost = [isinstance(c, op_costs.OpCost) for c in objs]
+    is_cost = [isinstance(c, op_args.OpCost) for c in objs]
     u_flops = np.array([c.flops if ok else np.nan for c, ok in zip(objs, is_cost)], dtype=np.float64)
     u_bytes = np.array([c.bytes if ok else np.nan for c, ok in zip(objs, is_cost)], dtype=np.float64)
     u_dtype = categorical.objects([c.dtype if ok else None for c, ok in zip(objs, is_cost)])

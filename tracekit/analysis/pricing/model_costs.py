@@ -263,7 +263,7 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
 
 
 # Keys per request that no context reaches: decode attention priced at this many keys needs
-# more than the bandwidth roof in any kernel's time, so the roofline caps it (``roofline``).
+# more than the bandwidth roof in any kernel's time, so the above-roof check caps it (``above_roof``).
 UNBOUNDED_KEYS = float(2 ** 40)
 UNKNOWN_KEYS_BASIS = (
     "upper bound: the keys each request attends to are not in the trace; a decode step's attention does "

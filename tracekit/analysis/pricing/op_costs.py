@@ -25,8 +25,8 @@ The models live by the unit they run on: ``matrix_ops`` (GEMM, attention), ``vec
 custom ops, some priced with the run's ``OpContext``), over the argument readers and cost types
 of ``op_args``. This module dispatches an op name to its model and is the entry point:
 ``price``, ``op_cost``, ``why_no_cost``, ``op_cost_json``, ``price_in_context``, ``has_model``,
-``needs_context``; the cost types (``OpCost``, ``NoCost``, ``OpContext``, ``MATRIX``, ``VECTOR``)
-are read from here by its callers.
+``needs_context``. The cost types they take and give (``OpCost``, ``NoCost``, ``OpContext``, the
+units ``MATRIX`` and ``VECTOR``) are ``op_args``'.
 
 Which op of a nesting gets the cost is the caller's choice; the rule this module is
 built and tested for is: price the *outermost* op that ``has_model`` and skip its
@@ -42,9 +42,7 @@ from functools import lru_cache
 
 from tracekit.analysis.pricing.engine_ops import CONTEXT_MODELS, ENGINE_MODELS
 from tracekit.analysis.pricing.matrix_ops import MATRIX_MODELS
-# The cost types are op_args' (the op modules build on them too); this module's callers
-# (roofline, tests) read OpCost, NoCost, OpContext and the units MATRIX and VECTOR from here.
-from tracekit.analysis.pricing.op_args import MATRIX, VECTOR, Args, NoCost, OpContext, OpCost, Unpriced
+from tracekit.analysis.pricing.op_args import Args, NoCost, OpContext, OpCost, Unpriced
 from tracekit.analysis.pricing.vector_ops import ELEMENTWISE_FLOPS, VECTOR_MODELS, elementwise
 
 # Op -> cost model from its shapes: the engine, matrix and vector ops' tables, in that order.

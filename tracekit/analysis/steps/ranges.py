@@ -27,7 +27,7 @@ _TRAINING_OP_RE = r"Backward|autograd::engine::evaluate_function"
 _MAX_PROBLEM_NOTES = 5
 # A window of a trace whose steps are inferred (no step is named): the steps inferred once over
 # the whole trace that are this window's, ``{"bounds": [[start, end, tid, label], ...], "source",
-# "notes"}`` (analysis.merge puts it in the metadata), so each window's steps are the whole trace's.
+# "notes"}`` (analysis.windows puts it in the metadata), so each window's steps are the whole trace's.
 GIVEN_STEPS = "tracekit_given_steps"
 # The columns of a range row, in order: one row per step range found.
 RANGE_COLUMNS = ["start", "end", "tid", "phase", "source", "evidence", "label", "tokens", "batch",

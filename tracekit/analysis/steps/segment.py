@@ -79,10 +79,10 @@ class Segmentation:
 
 
 # A window of a longer trace (tracekit split): the end of the previous window's last step on
-# each thread ({tid: ns}), so that its first step is timed as in the whole trace (analysis.merge
+# each thread ({tid: ns}), so that its first step is timed as in the whole trace (analysis.windows
 # puts it in the trace's metadata).
 PREVIOUS_STEP_END = "tracekit_previous_step_end_ns"
-# Per thread, the batch of the last step of the windows before this one (``merge``): a window's
+# Per thread, the batch of the last step of the windows before this one (``analysis.windows``): a window's
 # first step may run that step's requests on (``_carried_requests``).
 PREVIOUS_STEP_BATCH = "tracekit_previous_step_batch"
 

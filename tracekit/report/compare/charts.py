@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 from tracekit.report.chart_style import FONT, chart_item, legend_outside, style
 from tracekit.report.charts import BOUND_COLORS, category_color
 from tracekit.report.compare.view import BOUND_ORDER, SIDES, device_word, roof_of, tag

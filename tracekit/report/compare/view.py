@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import formatting as fmt
+from tracekit import formatting as fmt
 from tracekit.report.output import report_stem
 from tracekit.report.view import BOUND_LABELS, phase_label, phase_source_text
 

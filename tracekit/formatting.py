@@ -1,7 +1,9 @@
-"""Number formatting for reports: a figure becomes display text here, and only here.
+"""Number formatting: a figure becomes display text here, and only here.
 
-Formatting is presentation, not computation: every function takes one value that
-``Analysis`` computed and returns text. ``None`` (a figure that could not be
+Formatting is presentation, not computation: every function takes one value that was
+computed elsewhere and returns text. The renderers (``tracekit.report``) use it for every
+figure they show, and the what-if planner (``tracekit.whatif``) for the figures in its
+sentences; it sits at the top of the package, below both, so that neither imports the other. ``None`` (a figure that could not be
 computed) always becomes ``MISSING``; the reason is shown beside it by the caller.
 """
 
