@@ -1,4 +1,4 @@
-"""The pipeline: Trace -> segment -> attribute -> one ``Analysis``.
+"""The pipeline: Trace -> steps -> pricing -> waiting -> findings -> one ``Analysis``.
 
 Everything a report shows is computed here or in the stages it calls; renderers
 only read the result. This module runs the stages in order (``measure`` then ``assemble``);
