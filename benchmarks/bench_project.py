@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 from tracekit.analysis.analyze import analyze
-from tracekit.whatif.project import project
 from tracekit.specs import cpu_entry, factors, load_spec_file
 from tracekit.trace import read_trace
+from tracekit.whatif.project import project
 
 SHARED = Path(os.environ.get("TRACEKIT_SHARED_TRACES", Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"))
 

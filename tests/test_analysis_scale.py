@@ -12,11 +12,11 @@ import pytest
 
 from conftest import read_real
 from tracekit.analysis import categorical
-from tracekit.analysis.steps import evidence
 from tracekit.analysis.pricing import taxonomy
-from tracekit.analysis.pricing.capture import own_ops
-from tracekit.analysis.pricing.attribution import _outermost
 from tracekit.analysis.pricing import op_costs
+from tracekit.analysis.pricing.attribution import _outermost
+from tracekit.analysis.pricing.capture import own_ops
+from tracekit.analysis.steps import evidence
 
 
 @pytest.mark.parametrize("key", ["h100_hf", "v100_ddp", "mi300x_extend"])

@@ -19,6 +19,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import SAMPLE_TRACES, read_real, real_trace_path
 
+from tracekit.analysis.model import Analysis
+from tracekit.cli import main
 from tracekit.compare.comparison import (
     Comparison,
     _kernel_movers,
@@ -27,8 +29,6 @@ from tracekit.compare.comparison import (
 )
 from tracekit.compare.gates import parse_gate
 from tracekit.compare.verdicts import NOISE_SIGMAS, headline_figure
-from tracekit.analysis.model import Analysis
-from tracekit.cli import main
 from tracekit.errors import TracekitError
 from tracekit.report.compare import CompareHtml, CompareMarkdown, choose, render_comparison
 

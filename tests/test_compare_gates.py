@@ -21,9 +21,9 @@ import pytest
 from click.testing import CliRunner
 from conftest import real_trace_path
 
+from tracekit.cli import main
 from tracekit.compare.comparison import compare
 from tracekit.compare.gates import parse_gate
-from tracekit.cli import main
 from test_compare import _decode
 
 NEW = 64  # decode steps per collected run: enough for the interval to be informative

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from conftest import read_real
 
-from tracekit.analysis.findings import advice as adv
-from tracekit.analysis.waiting import host, idle
 from tracekit.analysis.analyze import analyze
+from tracekit.analysis.findings import advice as adv
 from tracekit.analysis.pricing.roofline import LATENCY_ROOF
+from tracekit.analysis.waiting import host, idle
 
 
 def _ids(a) -> dict:

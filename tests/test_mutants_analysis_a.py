@@ -14,8 +14,8 @@ from kineto import PID, TID, Doc
 from tracekit import read_trace
 from tracekit.analysis.analyze import analyze
 from tracekit.analysis.pricing.op_costs import op_cost, why_no_cost
-from tracekit.analysis.waiting.intervals import running_end
 from tracekit.analysis.steps.segment import segment
+from tracekit.analysis.waiting.intervals import running_end
 
 BF16 = "c10::BFloat16"
 GEMM = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn"

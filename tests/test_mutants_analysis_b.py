@@ -12,17 +12,17 @@ from conftest import read_real
 from kineto import Doc
 
 from tracekit import read_trace
+from tracekit.analysis.analyze import analyze
 from tracekit.analysis.pricing import kernel_names
 from tracekit.analysis.pricing import model_costs as mc
-from tracekit.analysis.steps import segment as seg
 from tracekit.analysis.pricing import taxonomy
-from tracekit.analysis.analyze import analyze
-from tracekit.whatif.project import project
 from tracekit.analysis.pricing.attribution import attribute
 from tracekit.analysis.pricing.roofline import limiter
+from tracekit.analysis.steps import segment as seg
 from tracekit.models.registry import load_model
 from tracekit.specs import lookup
 from tracekit.specs.lookup import SpecMatch
+from tracekit.whatif.project import project
 
 
 # --- segment: the leaf CPU ops of a CPU-only trace ------------------------------------------

@@ -11,10 +11,10 @@ import pytest
 from kineto import Doc
 
 from tracekit import read_trace
-from tracekit.analysis.steps import evidence
-from tracekit.analysis.steps import segment as seg
 from tracekit.analysis.analyze import analyze
 from tracekit.analysis.pricing.op_costs import op_cost
+from tracekit.analysis.steps import evidence
+from tracekit.analysis.steps import segment as seg
 
 BF16 = "c10::BFloat16"
 GEMM_KERNEL = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn"

@@ -15,11 +15,11 @@ from kineto import Doc
 
 from tracekit import read_trace
 from tracekit.analysis.analyze import analyze
-from tracekit.compare.comparison import compare
 from tracekit.analysis.merge import merge
 from tracekit.analysis.model import Analysis
-from tracekit.whatif.fit import one_off_idle
+from tracekit.compare.comparison import compare
 from tracekit.compare.spread import change_interval, metric_value
+from tracekit.whatif.fit import one_off_idle
 
 
 def _steady_run(step_ms: float, steps: int = 4) -> Analysis:

@@ -13,8 +13,8 @@ from conftest import read_real
 from kineto import Doc
 
 from tracekit import read_trace
-from tracekit.analysis.steps import segment as seg
 from tracekit.analysis.analyze import analyze
+from tracekit.analysis.steps import segment as seg
 from tracekit.compare.comparison import compare
 
 BF16 = "c10::BFloat16"

@@ -19,10 +19,10 @@ from tracekit.analysis.pricing import model_costs as mcosts
 from tracekit.analysis.pricing import model_fit
 from kineto import STREAM, Doc
 
-from tracekit.compare.comparison import compare
-from tracekit.analysis.windows import _StepRows
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.steps.segment import segment
+from tracekit.analysis.windows import _StepRows
+from tracekit.compare.comparison import compare
 from tracekit.models import costs as mc
 from tracekit.models import load_model
 from conftest import SAMPLE_TRACES, bare_analysis

@@ -14,8 +14,8 @@ import pytest
 from kineto import Doc
 
 from tracekit import read_trace
-from tracekit.analysis.steps import segment as seg
 from tracekit.analysis.pricing.op_costs import price
+from tracekit.analysis.steps import segment as seg
 from tracekit.analysis.waiting.intervals import running_end
 
 BF16, FP8, I64, F32 = "c10::BFloat16", "c10::Float8_e4m3fn", "long int", "float"

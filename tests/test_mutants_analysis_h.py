@@ -14,10 +14,10 @@ import pytest
 
 from conftest import real_trace_path
 from tracekit import read_trace
-from tracekit.compare import spread
-from tracekit.analysis.steps import timeline
 from tracekit.analysis import truncation
 from tracekit.analysis.model import Analysis
+from tracekit.analysis.steps import timeline
+from tracekit.compare import spread
 
 
 def _decode(series) -> Analysis:

@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 from conftest import SAMPLE_TRACES, real_trace_path
 
+from tracekit.cli import main
 from tracekit.whatif.fit import PhaseCosts
 from tracekit.whatif.plan import Demand, Slo, plan
-from tracekit.cli import main
 
 
 def _linear(prefill_per_token: float, decode_base: float, decode_per_request: float, **kw) -> PhaseCosts:

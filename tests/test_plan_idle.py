@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from conftest import read_real, real_trace_path
 
 from tracekit.analysis.analyze import analyze
-from tracekit.whatif.fit import PhaseCosts, fit_costs
-from tracekit.whatif.plan import Demand, Slo, plan
 from tracekit.cli import main
 from tracekit.cli.common import load_model_option
+from tracekit.whatif.fit import PhaseCosts, fit_costs
+from tracekit.whatif.plan import Demand, Slo, plan
 
 NOT_SYNC = ("launch", "host", "wait", "unattributed")
 

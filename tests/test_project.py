@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from conftest import REAL, SAMPLE_TRACES, read_real, real_trace_path
 
 from tracekit.analysis.analyze import analyze
-from tracekit.whatif.project import project
 from tracekit.cli import main
 from tracekit.report.project import render_projection
 from tracekit.specs.lookup import spec_by_name
+from tracekit.whatif.project import project
 
 MOE = "qwen3-30b-a3b"
 
@@ -184,8 +184,8 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from tracekit.whatif.reprice import reprice, unknown_band  # noqa: E402
 from tracekit.specs import factors  # noqa: E402
+from tracekit.whatif.reprice import reprice, unknown_band  # noqa: E402
 
 
 def _work(rows):

@@ -10,11 +10,11 @@ from click.testing import CliRunner
 from conftest import read_real, real_trace_path
 
 from tracekit.analysis.analyze import analyze
-from tracekit.whatif.check import check
-from tracekit.whatif.project import project
 from tracekit.cli import main
 from tracekit.errors import TracekitError
 from tracekit.specs import cpu_entry
+from tracekit.whatif.check import check
+from tracekit.whatif.project import project
 
 MOE = "qwen3-30b-a3b"
 PAIRS = [("b300_qwen3_moe", "mi300x_qwen3_moe", "mi300x"), ("mi300x_qwen3_moe", "b300_qwen3_moe", "b300")]

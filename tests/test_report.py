@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import SAMPLE_TRACES, SHARED_TRACES, all_real_traces, read_real, with_device_name
 
+from tracekit import formatting as fmt
 from tracekit.cli import main
 from tracekit.errors import TracekitError
 from tracekit.report import choose, default_output, render, report_stem, write_atomic
-from tracekit import formatting as fmt
 from tracekit.report import headline_view
 from tracekit.report.render_html import HtmlRenderer
 from tracekit.report.templating import md_code, md_text, script_json, template_dirs

@@ -17,20 +17,20 @@ import pandas as pd
 
 from tracekit import __version__
 from tracekit.analysis import books, categorical, truncation
-from tracekit.analysis.pricing import stated_weights
-from tracekit.analysis.findings import rules as find
 from tracekit.analysis.figures import PHASE_ORDER, figures_of, metrics_of, provenance_of, unprofiled, withhold
-from tracekit.analysis.pricing.ceilings import check_ceilings
-from tracekit.analysis.waiting.idle import IdleCauses, idle_causes
-from tracekit.analysis.steps.latency import latency, step_weights
+from tracekit.analysis.findings import rules as find
 from tracekit.analysis.model import Analysis
-from tracekit.analysis.ranks import rank_view
+from tracekit.analysis.pricing import stated_weights
 from tracekit.analysis.pricing.attribution import attribute
+from tracekit.analysis.pricing.ceilings import check_ceilings
 from tracekit.analysis.pricing.roofline import BOUNDS, combined_estimate
-from tracekit.analysis.steps.segment import Segmentation, segment
+from tracekit.analysis.ranks import rank_view
+from tracekit.analysis.steps.latency import latency, step_weights
 from tracekit.analysis.steps.mixed import split_mixed
+from tracekit.analysis.steps.segment import Segmentation, segment
 from tracekit.analysis.steps.timeline import timelines
 from tracekit.analysis.tables import TOP_KERNELS, kernel_table, overall_of, phase_work, roofline_points, short_name
+from tracekit.analysis.waiting.idle import IdleCauses, idle_causes
 from tracekit.analysis.workload import (choose_model, choose_tp, describe_device, describe_model, describe_workload,
                                         device_spec)
 from tracekit.models import ModelSpec

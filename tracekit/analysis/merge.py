@@ -37,16 +37,16 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import books
-from tracekit.analysis.findings import rules as find
 from tracekit.analysis.figures import metrics_of, phase_figures, phase_reasons
+from tracekit.analysis.findings import rules as find
 from tracekit.analysis.findings.advice import FUSIBLE, FUSION_SHARE, MIN_AT_STAKE, compiled, fusable_runs
-from tracekit.analysis.waiting.idle import CAUSES, TOP
-from tracekit.analysis.steps.latency import latency, step_weights
 from tracekit.analysis.model import Analysis, Finding
 from tracekit.analysis.pricing.roofline import limiter
-from tracekit.analysis.steps.segment import Segmentation
+from tracekit.analysis.steps.latency import latency, step_weights
 from tracekit.analysis.steps.mixed import phase_weights
+from tracekit.analysis.steps.segment import Segmentation
 from tracekit.analysis.tables import ROOF_TOLERANCE, TOP_KERNELS, short_name
+from tracekit.analysis.waiting.idle import CAUSES, TOP
 from tracekit.errors import TracekitError
 from tracekit.frameworks import DECODE, PREFILL, SOURCE_NONE, SOURCE_ORDER
 

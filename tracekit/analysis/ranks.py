@@ -43,8 +43,8 @@ import pandas as pd
 from tracekit.analysis import categorical
 
 from tracekit.analysis.pricing import taxonomy
-from tracekit.analysis.waiting.host import union_intervals
 from tracekit.analysis.steps.segment import Segmentation, segment
+from tracekit.analysis.waiting.host import union_intervals
 from tracekit.trace.model import Trace
 
 # Per-collective and per-step waits below this are clock jitter, not a wait (ns).

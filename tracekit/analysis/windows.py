@@ -29,8 +29,8 @@ from tracekit.analysis.steps.ranges import GIVEN_STEPS, inferred_bounds, is_trai
 from tracekit.analysis.steps.segment import PREVIOUS_STEP_BATCH, PREVIOUS_STEP_END
 from tracekit.errors import TracekitError
 from tracekit.trace import windows as win
-from tracekit.trace.window_edges import CUT_STEPS
 from tracekit.trace.model import Trace
+from tracekit.trace.window_edges import CUT_STEPS
 
 
 def window_paths(folder: str) -> list[str] | None:

@@ -17,9 +17,9 @@ from typing import Any
 
 from markupsafe import Markup
 
+from tracekit import formatting as fmt
 from tracekit.errors import TracekitError
 from tracekit.report import chart_style, charts
-from tracekit import formatting as fmt
 from tracekit.report.base import JsonDocument, Registry, Renderer
 from tracekit.report.render_html import HtmlPage, csp, loader_js
 from tracekit.report.templating import html_env, render

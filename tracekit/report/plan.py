@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from tracekit.report import chart_style
 from tracekit import formatting as fmt
+from tracekit.report import chart_style
 from tracekit.report.base import JsonDocument, Registry, TextTemplate, text_table
 from tracekit.report.render_html import HtmlPage
 from tracekit.report.templating import term_text

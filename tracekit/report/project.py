@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tracekit.report import charts
 from tracekit import formatting as fmt
+from tracekit.report import charts
 from tracekit.report.base import JsonDocument, Registry, TextTemplate, text_table
 from tracekit.report.compare.charts import stacked_height, stacked_ms
 from tracekit.report.render_html import HtmlPage

@@ -15,11 +15,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tracekit import formatting as fmt
 from tracekit.analysis.model import Analysis
 from tracekit.errors import TracekitError
 from tracekit.models import ModelSpec
 from tracekit.models.costs import Missing, Side, kv_bytes_per_token, step_costs, weight_bytes
-from tracekit import formatting as fmt
 
 # Sync idle is the host blocked while the GPU runs none of the step's work. A synchronous copy of a
 # step's inputs (kilobytes) blocks for tens of microseconds; sync idle over half the step's GPU busy

@@ -49,9 +49,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tracekit import formatting as fmt
 from tracekit.analysis.model import json_safe
 from tracekit.errors import TracekitError
-from tracekit import formatting as fmt
 from tracekit.whatif.fit import PhaseCosts
 
 SCHEMA_VERSION = 1

@@ -45,12 +45,12 @@ import pandas as pd
 
 from tracekit.analysis import categorical
 from tracekit.analysis.analyze import Parts, assemble, measure
-from tracekit.analysis.waiting.host import Coverage
-from tracekit.analysis.waiting.idle import CAUSES, HOST
 from tracekit.analysis.model import Analysis, json_safe
 from tracekit.analysis.pricing.roofline import COMPUTE, LATENCY, MEMORY, limiter, roofline_columns
 from tracekit.analysis.steps.mixed import retimed
 from tracekit.analysis.truncation import gpu_events_lost
+from tracekit.analysis.waiting.host import Coverage
+from tracekit.analysis.waiting.idle import CAUSES, HOST
 from tracekit.errors import TracekitError
 from tracekit.specs import GpuSpec, SpecMatch, factors
 from tracekit.specs.lookup import spec_by_name

@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit import frameworks
-from tracekit.analysis.pricing import taxonomy as tx
 from tracekit.analysis.model import Finding
+from tracekit.analysis.pricing import taxonomy as tx
 from tracekit.analysis.steps.mixed import phase_weights
 
 if TYPE_CHECKING:

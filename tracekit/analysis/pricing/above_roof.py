@@ -15,8 +15,8 @@ import pandas as pd
 from tracekit.analysis import categorical
 
 from tracekit.analysis.pricing import model_costs as mc
-from tracekit.models.costs import POOLED
 from tracekit.analysis.pricing.roofline import MEMORY, MODEL, NONE, UNKNOWN
+from tracekit.models.costs import POOLED
 from tracekit.specs import GpuSpec
 
 

@@ -27,14 +27,14 @@ from tracekit.analysis import categorical
 from tracekit.analysis.pricing import kernel_names, model_fit, op_args, op_costs, taxonomy
 from tracekit.analysis.pricing import model_costs as mc
 from tracekit.analysis.pricing.above_roof import model_above_roof
+from tracekit.analysis.pricing.capture import OpSource, own_ops, with_capture
 from tracekit.analysis.pricing.dtypes import refine_dtype
 from tracekit.analysis.pricing.model_costs import ModelCosts
 from tracekit.analysis.pricing.roofline import CAPTURE, MODEL, NONE, SHAPES, limiter, roofline_columns
-from tracekit.models.config import ModelSpec
 from tracekit.analysis.steps.segment import Segmentation
 from tracekit.frameworks import ENGINE_SOURCES
+from tracekit.models.config import ModelSpec
 from tracekit.specs import GpuSpec, SpecMatch
-from tracekit.analysis.pricing.capture import OpSource, own_ops, with_capture
 from tracekit.trace.links import enclosing
 from tracekit.trace.model import Trace
 

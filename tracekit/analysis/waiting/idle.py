@@ -41,9 +41,9 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import categorical
+from tracekit.analysis.steps.segment import Segmentation
 from tracekit.analysis.waiting.host import Coverage, HostThread
 from tracekit.analysis.waiting.intervals import running_end
-from tracekit.analysis.steps.segment import Segmentation
 from tracekit.trace.model import Trace
 
 SYNC, LAUNCH, HOST, WAIT, UNATTRIBUTED = "sync", "launch", "host", "wait", "unattributed"
