@@ -52,7 +52,7 @@ class Parts:
     ops: pd.DataFrame | None
     model_view: dict[str, Any] | None
     capture_note: str | None = None
-    # Why the measured ceilings were replaced (analysis.ceilings), when they were.
+    # Why the measured ceilings were replaced (analysis.pricing.ceilings), when they were.
     ceilings_note: str | None = None
 
 

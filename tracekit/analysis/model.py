@@ -54,7 +54,7 @@ class Analysis:
     overall: dict[str, Any] = field(default_factory=dict)
     # The model that priced kernels the shapes could not (None: no model given or recorded).
     model: dict[str, Any] | None = None
-    # The slowest and a typical step, lane by lane (analysis.timeline).
+    # The slowest and a typical step, lane by lane (analysis.steps.timeline).
     timelines: list[dict[str, Any]] = field(default_factory=list)
     # Ranks side by side (analysis.ranks): one entry per rank of a multi-rank run, and the
     # straggler / skew / missing ranks; empty and None for a single-process trace.
@@ -109,13 +109,13 @@ def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
                 "gpu_busy_ms": r.gpu_busy_ns / 1e6,
                 "gpu_idle_ms": r.gpu_idle_ns / 1e6,
                 "launch_gap_ms": r.launch_gap_ns / 1e6,
-                # GPU idle inside the step by cause (analysis.idle), ms.
+                # GPU idle inside the step by cause (analysis.waiting.idle), ms.
                 "idle_by_cause": getattr(r, "idle_by_cause", None),
                 "kernels": int(r.kernels),
                 "tokens": None if pd.isna(r.tokens) else int(r.tokens),
                 "batch": None if pd.isna(r.batch) else int(r.batch),
                 # Where tokens and batch came from (annotation, evidence sources, the user, or why
-                # none) and how sure (analysis.step_tokens); kv_tokens where the annotation says.
+                # none) and how sure (analysis.steps.step_tokens); kv_tokens where the annotation says.
                 "tokens_source": getattr(r, "tokens_source", None),
                 "tokens_confidence": _float(getattr(r, "tokens_confidence", None)),
                 "batch_source": getattr(r, "batch_source", None),

@@ -10,12 +10,12 @@ Step annotation (one ``record_function`` range per engine step), two forms:
 - newer (late 2025): ``execute_new_<N>_cached_<M>``: N requests scheduled for the first
   time (their prefill, or its first chunk) and M already running (decode, one token
   each, unless a chunked prefill continues: the evidence of the step's tokens tells).
-  No token counts: those come from the trace's evidence (``analysis.step_tokens``).
+  No token counts: those come from the trace's evidence (``analysis.steps.step_tokens``).
 
 A step with C > 0 and G > 0 (N > 0 and M > 0) is a mixed (chunked-prefill) step.
 
 What a default vLLM trace (no shapes) still says about a step's tokens and batch,
-each an engine convention read by ``analysis.step_tokens``:
+each an engine convention read by ``analysis.steps.step_tokens``:
 
 - the KV-cache write kernels (``reshape_and_cache_kernel``, ``reshape_and_cache_flash_kernel``,
   ``concat_and_cache_mla_kernel``) launch one block per token written: grid x = tokens;

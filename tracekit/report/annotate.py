@@ -7,7 +7,7 @@ What is added (nothing of the original is removed or altered):
   ``M`` metadata events naming its tracks;
 - a steps track: each step an ``X`` slice named "<phase> step <index>" whose args hold its
   phase, tokens, batch (and where they came from), duration, GPU busy and idle;
-- a GPU-idle track: each idle gap of a step (``analysis.idle``) an ``X`` slice named by its
+- a GPU-idle track: each idle gap of a step (``analysis.waiting.idle``) an ``X`` slice named by its
   largest cause, with every cause's share, and the call, op and frames the launching thread
   was in;
 - per unit of work (each kernel, or each leaf CPU op of a CPU trace), ``tracekit_*`` keys

@@ -44,7 +44,7 @@ def _change(measured: float | None, projected: float | None) -> str:
 
 def measured_on(data: dict[str, Any]) -> str:
     """The GPU a projection was measured on, as display text: its name, or "an unknown GPU"
-    when the trace does not name it (a projection needs a GPU trace: see analysis.project)."""
+    when the trace does not name it (a projection needs a GPU trace: see tracekit.whatif.project)."""
     return data["source"].get("device") or "an unknown GPU"
 
 

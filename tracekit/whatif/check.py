@@ -1,6 +1,6 @@
 """How far a projection was off: projected figures beside those of the same workload measured on the target.
 
-``tracekit project SOURCE --to GPU --check TARGET_TRACE``. The projection (``analysis.project``)
+``tracekit project SOURCE --to GPU --check TARGET_TRACE``. The projection (``whatif.project``)
 says what the source run would do on the target; ``check`` puts it beside the target trace's own
 analysis, per phase (GPU busy time per step and in total), per kernel category (kernel time),
 and per kernel name where both runs ran kernels of the same name. Error = projected / measured - 1.
@@ -55,7 +55,7 @@ class Check:
 class CheckedProjection:
     """A projection with its check: renders as the projection, its JSON with a ``check`` object."""
 
-    projection: Any  # analysis.project.Projection
+    projection: Any  # whatif.project.Projection
     check: Check
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def error(projected: float | None, measured: float | None) -> float | None:
 
 
 def check(projection, measured: Analysis) -> Check:
-    """Compare ``projection`` (from ``analysis.project.project``) with ``measured``, the
+    """Compare ``projection`` (from ``whatif.project.project``) with ``measured``, the
     analysis of a trace of the same workload recorded on the target GPU."""
     source = projection.source
     same_workload(source, measured, projection.target)

@@ -4,9 +4,9 @@
 |-----------------------|--------------------------------------------------------------------|
 | training-run          | the trace is a training run (backward ops / optimizer steps)        |
 | no-steps              | no inference step was found                                        |
-| ceilings-implausible  | the run's kernels beat the measured ceilings (analysis.ceilings)    |
+| ceilings-implausible  | the run's kernels beat the measured ceilings (pricing.ceilings)    |
 | device-unknown        | the device has no spec row: the roofline is absent                  |
-| (advice)              | host-sync, launch-bound, host-bound, gpu-waits, decode-overhead-bound, fuse-elementwise, decode-batch, fp8-weights: see analysis.advice |
+| (advice)              | host-sync, launch-bound, host-bound, gpu-waits, decode-overhead-bound, fuse-elementwise, decode-batch, fp8-weights: see analysis.findings.advice |
 | phase-bound           | per phase, the bound holding the most kernel time (always, one each)|
 | prefill-gemm-efficiency | prefill GEMMs with known cost: time-weighted fraction of roof     |
 | decode-attention-share | attention >= ATTENTION_SHARE of decode kernel time                 |
@@ -70,7 +70,7 @@ def findings(a: Analysis) -> list[Finding]:
     dec = a.phases.get("decode")
     cpu = a.device.get("type") == "cpu"
     unit = "CPU" if cpu else "GPU"
-    # What the GPU waits for and what to try, largest time at stake first (analysis.advice).
+    # What the GPU waits for and what to try, largest time at stake first (analysis.findings.advice).
     out += advice(a)
     for phase, p in a.phases.items():
         kernel = p["kernel_ms"]

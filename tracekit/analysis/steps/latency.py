@@ -90,7 +90,7 @@ def step_weights(steps, prefill_fraction: np.ndarray | None = None) -> dict[str,
 def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None,
             launch_ns: np.ndarray | None = None) -> Latency:
     """``prefill_fraction``: per step, the prefill share of a split mixed step (NaN otherwise);
-    ``launch_ns``: per step, the GPU idle time caused by kernel launches (``analysis.idle``)."""
+    ``launch_ns``: per step, the GPU idle time caused by kernel launches (``analysis.waiting.idle``)."""
     out = Latency()
     steps = seg.steps
     why = out.reasons
