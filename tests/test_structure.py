@@ -97,7 +97,8 @@ def test_no_private_name_crosses_a_module():
         bound_modules = {}
         for target, name, local, _ in _imports(module):
             if name is None:
-                bound_modules[local.split(".")[0] if "." in local and local == target else local] = target
+                # A plain `import a.b` binds `a`, not the module: its dotted name never matches a Name.
+                bound_modules[local] = target
             elif _private(name) and target != module:
                 crossings.append(f"{module} imports {target}.{name}")
         for node in ast.walk(tree):

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from tracekit.analysis.model import Analysis
 from tracekit.compare.spread import as_runs, change_figures, metric_value, side_value, value_basis
+from tracekit.formatting import num as fmt_num
 
 NOISE_SIGMAS = 2.0  # standard errors of the difference under which a per-step figure's change counts as noise
 FLAT_THRESHOLD = 0.02  # relative change below which a one-sample figure counts as noise
@@ -124,11 +125,9 @@ def _peak(a: Analysis, work: str) -> float | None:
 
 
 def num(x: float) -> str:
-    """Three significant digits, thousands separated, never exponent notation: 1,003 · 0.0768."""
-    if x == 0 or not math.isfinite(x):
-        return "0" if x == 0 else str(x)
-    digits = max(0, 2 - math.floor(math.log10(abs(x))))
-    return f"{x:,.{digits}f}"
+    """Three significant digits, thousands separated, never exponent notation: 1,003 · 0.0768
+    (``formatting.num``); a non-finite figure as Python writes it, not as missing."""
+    return fmt_num(x) if math.isfinite(x) else str(x)
 
 
 def fmt(v: float | None, unit: str, delta: bool = False) -> str:
