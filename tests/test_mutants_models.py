@@ -367,3 +367,41 @@ def test_gated_activation_bytes_per_token(out_bytes, expected):
     assert nbytes == expected
     # 4-byte activations: 128 x (2 x 4 + 4)
     assert mc.per_token(_spec(), "activation", act_bytes=4.0)[1] == 128 * 12
+
+
+# --- seed 31
+
+
+def test_moe_routing_flops():
+    """catches: the router's work mispriced (e.g. one of its products turned into a difference):
+    5 FLOPs per expert score of each token (softmax and top-k) plus the weighted combine, a
+    multiply-add per hidden element of each of the top-k expert outputs."""
+    m = _spec(layers=(Layer(FULL, MOE),) * 2, experts=8, top_k=2, expert_intermediate=32)
+    side = mc.Side(requests=1, tokens=3, kv_tokens=3, pairs=6, logit_tokens=1)
+    w = mc.step_costs(m, side)["routing"]
+    # 2 MoE layers x (3 tokens x 8 experts x 5 + 2 x 3 tokens x top-2 x 64 hidden) = 2 x (120 + 768)
+    assert w.flops == 2 * (120 + 768)
+
+
+def test_full_attention_beside_gated_deltanet_counts_only_its_own_layers():
+    """catches: the layers of each attention kind counted by ordering the kind names (`>=` for
+    `==`): Qwen3-Next-style models put full-attention layers beside gated-DeltaNet ('linear')
+    ones, which also have no window and sort after 'full', so they were priced as full attention."""
+    m = _spec(layers=(Layer(LINEAR, DENSE),) * 3 + (Layer(FULL, DENSE),), linear_key_heads=2,
+              linear_value_heads=4, linear_key_dim=8, linear_value_dim=16, linear_conv_kernel=4)
+    side = mc.Side(requests=1, tokens=8, kv_tokens=8, pairs=8 * 9 / 2, logit_tokens=1)
+    w = mc.step_costs(m, side)["attention"]
+    # 1 full layer x 2 x 4 heads x 36 pairs x (16 + 16) dims
+    assert w.flops == 2 * 4 * 36 * 32
+    # 1 full layer: 8 keys x 4 KV heads x 32 dims x 2 B + 8 tokens x 4 heads x 32 dims x 2 B
+    assert w.bytes == 2048 + 2048
+    assert "1 full layers" in w.note
+
+
+def test_qk_norm_flops_and_bytes_per_token():
+    """catches: QK-norm's elements not the query plus the KV heads' dims (e.g. the head counts
+    combined bitwise: 4 & 2 = 0), or its FLOPs not 5 per element (a shift or xor for the product)."""
+    m = _spec(kv_heads=2)
+    # (4 query + 2 KV heads) x 16 dims = 96 elements, 5 FLOPs each (the norm convention, as for
+    # the hidden-state norm), each read and written at 2 bytes
+    assert mc.per_token(m, "qk_norm") == (5 * 96, 2 * 96 * 2)

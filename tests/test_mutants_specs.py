@@ -16,6 +16,7 @@ from tracekit.errors import TracekitError
 from tracekit.specs import (cpu_entry, cpu_lookup, load_spec_file, lookup, measured_spec, spec_by_name,
                             with_calibration)
 from tracekit.specs.identify import architecture, identify
+from tracekit.specs.measured import MEASURED
 
 GIB = 1 << 30
 # The H100 SXM as a trace's deviceProperties carry it (h100_hf in ../shared/traces).
@@ -344,3 +345,27 @@ def test_unreadable_spec_file_sentence_gives_the_os_reason_only(tmp_path):
 
     path = tmp_path / "missing.json"
     assert _load_error(path) == f"GPU spec file {path} cannot be read: {os.strerror(errno.ENOENT)}"
+
+
+# --- seed 31 ---------------------------------------------------------------------------------------
+
+
+def test_disagreeing_memory_names_the_rows_memory_in_gib():
+    """catches: the row's memory in the 'deviceProperties disagree' sentence multiplied, not divided,
+    by 2^30 bytes, so the user reads an absurd GiB figure for the part the name points at."""
+    match = lookup({**H100, "totalGlobalMem": 40 * GIB})
+    assert match.spec is None
+    # The H100 SXM row's totalGlobalMem 85018279936 B / 2^30 = 79.18 GiB, one decimal: 79.2.
+    assert "40.0 GiB of memory, not 79.2 GiB" in match.reason
+
+
+def test_measured_basis_equal_to_the_default_gives_the_defaults_spec():
+    """catches: measured_spec telling its basis apart from 'measured on this machine' by identity
+    (`is`) instead of equality: a caller's equal basis built at run time (read from a file, joined)
+    then gets the bare basis as its bandwidth label while the compute label says collect measured it."""
+    basis = " ".join(["measured", "on", "this", "machine"])
+    assert basis == MEASURED and basis is not MEASURED
+    spec = measured_spec("My CPU", {"fp32": 1e11}, 2e10, basis=basis)
+    # The same words as the default basis: the same spec, both labels included.
+    assert spec == measured_spec("My CPU", {"fp32": 1e11}, 2e10)
+    assert spec.bandwidth_factor_source == spec.compute_factor_source
