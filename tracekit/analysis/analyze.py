@@ -200,7 +200,12 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split
     """The steps table plus, per step, kernel time by bound, FLOPs, bytes and MBU, idle time by
     cause, and the prefill/decode split of mixed steps."""
     if not len(steps):
-        return steps.assign(launch_gap_ns=pd.Series(dtype="int64"), idle_by_cause=pd.Series(dtype=object))
+        # No rows, but the columns of a run with steps: a merge of windows stacks the windows'
+        # tables, and a window may hold no step (a CPU-only stretch cut at idle instants).
+        none = {c: pd.Series(dtype="float64") for c in [f"{b}_ms" for b in BOUNDS] + ["unknown_cost_ms", "flops",
+                                                                                      "bytes", "mbu"]}
+        return steps.assign(**none, mbu_estimate=pd.Series(dtype=object), split=pd.Series(dtype=object),
+                            idle_by_cause=pd.Series(dtype=object), launch_gap_ns=pd.Series(dtype="int64"))
     sel = work["step"].to_numpy() >= 0
     step = work["step"].to_numpy()[sel]
     dur = work["dur_ns"].to_numpy()[sel].astype(np.float64)  # whole ns: exact float sums
