@@ -333,3 +333,15 @@ def test_sglang_per_request_kernel_with_an_empty_z_axis_counts_no_requests():
     assert c.requests.value is None
     # The 1-D grid it really launches: 4 programs, 4 requests.
     assert counts([("kernel", "alloc_decode_kernel", (4, 1, 1), 0)], SGLANG_FRAMES).requests.value == 4
+
+
+# --- seed 32 ---------------------------------------------------------------------------------------
+
+
+def test_vllm_rotary_embedding_of_a_one_token_step_counts_one_token():
+    """catches: a rotary embedding launch of one block (grid (1, 1, 1)) read as no evidence
+    (`x > 1` for `x > 0`), so a decode step of one request - one new token - whose only token
+    evidence is that kernel kept no tokens. One block per token: x = 1 is 1 token."""
+    assert frameworks.per_token_kernel(ROTARY, (1, 1, 1)) == (1, "vLLM")
+    c = counts([("kernel", ROTARY, (1, 1, 1), 0)])
+    assert c.tokens.value == 1 and "per-token kernel" in c.tokens.source

@@ -405,3 +405,47 @@ def test_qk_norm_flops_and_bytes_per_token():
     # (4 query + 2 KV heads) x 16 dims = 96 elements, 5 FLOPs each (the norm convention, as for
     # the hidden-state norm), each read and written at 2 bytes
     assert mc.per_token(m, "qk_norm") == (5 * 96, 2 * 96 * 2)
+
+
+# --- seed 32
+
+
+def test_linear_dtype_is_the_flop_majority_of_mixed_precision_weights():
+    """catches: the linear GEMMs' dtype tally compounded (a class's running total multiplied by
+    the next matrix's FLOPs, not added to them), so the class with more matrices won, not the one
+    with more FLOPs: FP8 attention (3 matrices) outvoted the bf16 MLP (2 matrices, more FLOPs)."""
+    from tracekit.models.config import PRECISIONS
+
+    m = _spec(precision={"attention": PRECISIONS["fp8"]})
+    # attention (fp8): q 64 x 64 + kv 64 x (2 x 4 x 16) + o 64 x 64 = 16384 parameters;
+    # MLP (bf16): gate/up 64 x 256 + down 128 x 64 = 24576 parameters: the majority of 2*T*params.
+    for tokens in (1, 8):
+        side = mc.Side(requests=1, tokens=tokens, kv_tokens=tokens, pairs=tokens * (tokens + 1) / 2, logit_tokens=1)
+        w = mc.step_costs(m, side)["linear"]
+        assert w.flops == 2 * tokens * (16384 + 24576)
+        assert w.dtype == "bf16"
+
+
+def test_int8_weights_with_8_bit_activations_run_at_the_int8_peak():
+    """catches: a compressed-tensors int8 group with 8-bit input activations (W8A8, as
+    llm-compressor's W8A8 checkpoints state) read as weight-only W8A16, its GEMMs priced at the
+    16-bit peak instead of as int8 GEMMs (8-bit weights times 8-bit activations)."""
+    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
+        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"},
+              "input_activations": {"num_bits": 8, "type": "int"}}}}), "w8a8", "hand-written config")
+    assert (m.weight("mlp").name, m.weight("mlp").compute) == ("int8", "int8")
+    # The same group without input_activations is weight-only: 16-bit GEMMs.
+    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
+        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}), "w8a16", "hand-written config")
+    assert (m.weight("mlp").name, m.weight("mlp").compute) == ("int8-w8a16", "bf16")
+
+
+def test_kv_cache_bytes_per_token_of_mla_with_overlapping_bit_widths():
+    """catches: MLA's cached width (latent + rope key) computed so that it only comes out right
+    when the two share no bits (DeepSeek's 512 and 64 do, 512 ^ 64 = 576; 24 and 8 do not: 16)."""
+    m = _spec(heads=4, kv_heads=4, head_dim=24, v_head_dim=16, kv_lora_rank=24, qk_rope_dim=8, qk_nope_dim=16,
+              layers=(Layer(MLA, DENSE),) * 2)
+    # 2 MLA layers x (24 latent + 8 rope key) x 2 bytes
+    assert mc.kv_bytes_per_token(m) == 2 * 32 * 2
+    # fp8 cache: one byte each
+    assert mc.kv_bytes_per_token(m, kv_bytes=1.0) == 2 * 32

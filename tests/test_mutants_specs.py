@@ -369,3 +369,32 @@ def test_measured_basis_equal_to_the_default_gives_the_defaults_spec():
     # The same words as the default basis: the same spec, both labels included.
     assert spec == measured_spec("My CPU", {"fp32": 1e11}, 2e10)
     assert spec.bandwidth_factor_source == spec.compute_factor_source
+
+
+# --- seed 32 ---------------------------------------------------------------------------------------
+
+
+def test_amd_architecture_tag_names_only_parts_of_that_gfx_id():
+    """catches: an AMD gfx tag matched to every part of an older or equal compute capability
+    (`<=` for `==`), so a gfx942 (MI300-series, CDNA3) trace was offered the gfx90a MI210 and
+    MI250s too, whose GPUs cannot run gfx942 code objects: AMD code runs only on its own gfx id."""
+    match = identify(None, None, [_MI300X_GEMM])
+    assert match.spec is None
+    # gfx942 is compute capability 9.4: the MI300X, MI325X and MI300A rows, none of the 9.0 (gfx90a) ones.
+    assert "built for gfx942 (MI300X, MI325X, MI300A in tracekit's database)" in match.reason
+    assert "pass --gpu mi300x or --gpu mi325x or --gpu mi300a" in match.reason
+    assert "MI210" not in match.reason and "MI250" not in match.reason
+
+
+def test_cpu_peak_given_alone_as_an_option_is_used():
+    """catches: peaks given as options used only when both --cpu-flops and --cpu-bandwidth are
+    given (`and` for `or`), so a user's one option was dropped: with no sidecar the trace got no
+    spec at all, and with a calibrated sidecar the measured figure replaced the one the user typed."""
+    match = cpu_lookup(None, bandwidth=2e10)
+    assert match.how == "peaks given as options"
+    assert match.spec is not None and match.spec.peak_bandwidth == 2e10 and match.spec.matrix_flops == {}
+    sidecar = {"calibration": {"device": "cpu", "matmul_flops": {"fp32": 2.5e11}, "copy_bandwidth": 1.5e10}}
+    match = cpu_lookup(sidecar, matmul_flops={"fp32": 5e10})
+    assert match.how == "peaks given as options"
+    # The user's 5e10 FLOP/s, not the sidecar's measured 2.5e11; no bandwidth was given.
+    assert match.spec.matrix_flops == {"fp32": 5e10} and match.spec.peak_bandwidth is None
