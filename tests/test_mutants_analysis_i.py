@@ -149,3 +149,104 @@ def test_work_goes_to_its_own_threads_step_before_anothers():
     # (60, thread 2) in step 2; (130, thread 3, no steps of its own): by time alone, the latest-
     # starting step holding it (step 1, from 101); a unit never issued (-1): no step.
     assert assign(work, ranges).tolist() == [0, 1, 2, 1, -1]
+
+
+# --- seed 32 ------------------------------------------------------------------------------------
+# --- ceilings: a GPU's measured ceilings and the 2% timing tolerance -----------------------------
+
+
+def _beating(flops_per_s: float, bytes_per_s: float):
+    """Two 1 ms kernels: a bf16 GEMM at ``flops_per_s`` and a copy of 1 GB at ``bytes_per_s``."""
+    work = pd.DataFrame({"dur_ns": [1_000_000, 1_000_000]})
+    table = pd.DataFrame({"flops": [flops_per_s * 1e-3, 0.0], "bytes": [1.0, bytes_per_s * 1e-3],
+                          "dtype": ["bf16", "bf16"], "unit": ["matrix", "vector"]})
+    return work, table
+
+
+def test_a_gpus_measured_ceilings_stand_within_2_percent_and_fall_beyond():
+    """catches: the 2% timing tolerance on a GPU's measured ceilings applied as a power
+    (``m ** 1.02``: a 1e14 ceiling would need 7e14 to be beaten) or the bandwidth's as a
+    remainder or a shift (``1 % 0.02``: any copy at 2% of the ceiling would beat it)."""
+    from tracekit.analysis.pricing.ceilings import TOLERANCE, check_ceilings
+    from tracekit.specs import SpecMatch, spec_by_name, with_calibration
+
+    assert TOLERANCE == 0.02
+    cal = {"calibration": {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "dtype": "bf16",
+                           "matmul_flops": {"bf16": 1e14}, "copy_bandwidth": 1e12, "method": "test"}}
+    match = SpecMatch(with_calibration(spec_by_name("h100-sxm"), cal), "name", "")
+    assert match.spec.measured_matmul_flops == {"bf16": 1e14}
+    # 1% above either measured ceiling: timing noise, the ceilings stand.
+    assert check_ceilings(*_beating(1.01e14, 1.01e12), match) is None
+    # 3% above the matmul ceiling (bandwidth within it): the datasheet row instead.
+    got = check_ceilings(*_beating(1.03e14, 0.5e12), match)
+    assert got is not None and not got[0].spec.measured_matmul_flops and got[0].spec.measured_bandwidth is None
+    assert "datasheet row's achievable ceilings are used instead" in got[1]
+    # 3% above the bandwidth ceiling alone: the same.
+    got = check_ceilings(*_beating(0.5e14, 1.03e12), match)
+    assert got is not None and got[0].spec.measured_bandwidth is None
+
+
+# --- evidence: an eager step among graph-replayed ones ----------------------------------------
+
+
+def test_an_eager_step_is_heavy_from_1_3_times_the_median_kernels():
+    """catches: the eager-step rule's threshold moved (2.3x: a prefill step running eager with
+    1.5x the kernels of the graph-replayed decode steps is missed; 0.3x: any eager step is
+    called prefill)."""
+    from tracekit.analysis.steps.evidence import HEAVY_EAGER_KERNELS, structural_phases
+
+    assert HEAVY_EAGER_KERNELS == 1.3
+    # Four decode steps replaying graphs (10 kernels each), then two eager steps of 15 and 12
+    # kernels: median 10, so 1.5x (heavy) and 1.2x (not).
+    features = pd.DataFrame({"gemm_blocks": [np.nan] * 6, "kernels": [10, 10, 10, 10, 15, 12],
+                             "graph_share": [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]})
+    out = structural_phases(features, np.arange(6), np.ones(6, dtype=bool))
+    assert out[4][0] == frameworks.PREFILL and "runs eager with 1.5x the kernels" in out[4][1]
+    assert out[5][0] == frameworks.DECODE and out[5][1].startswith("a light step")
+    assert all(out[i][0] == frameworks.DECODE for i in range(4))
+
+
+# --- findings: the undescribed model work's time ----------------------------------------------
+
+
+def test_undescribed_model_work_finding_states_those_kernels_time_in_ms():
+    """catches: the time of the kernels the model does not describe given in the finding as
+    ns x 1e6 instead of ns / 1e6 (a figure of 1.56e+13 ms)."""
+    from conftest import read_real
+
+    trace = read_real("gb10_vllm")
+    a = analyze(trace, model="qwen3.5-27b")
+    f = next(f for f in a.findings if f.id == "model-undescribed")
+    assert "linear attention" in f.text
+    # Qwen3.5-27B's gated-DeltaNet layers: the recurrent update and the causal conv1d kernels,
+    # summed from the trace's own kernel table (every one lies inside the 10 decode steps).
+    k = trace.kernels
+    names = k["name"].astype(str)
+    mine = names.str.startswith(("fused_recurrent_gated_delta_rule", "_causal_conv1d_update_kernel"))
+    ms = k.loc[mine.to_numpy(), "dur_ns"].sum() / 1e6
+    assert f"than those kernels ran ({ms:.3g} ms)" in f.text, (ms, f.text)
+
+
+# --- launches: too few launches for three steps --------------------------------------------------
+
+
+def test_fewer_launches_than_three_steps_of_two_are_not_cut_into_steps(tmp_path):
+    """catches: the launch-pattern floor of 2 x MIN_STEPS launches computed bitwise (2 & 3 = 2):
+    five launches a b a b a then read as steps of a period of 2, though they hold fewer than
+    three whole steps."""
+    from tracekit.analysis.steps.launches import MIN_STEPS, launch_steps
+    from tracekit.analysis.steps.work import work_table
+
+    assert MIN_STEPS == 3
+
+    def launches(n: int):
+        d, ts = Doc(), 1000.0
+        for j in range(n):
+            d.kernel("a_head_kernel" if j % 2 == 0 else "b_tail_kernel", ts, ts + 5.0, 10.0)
+            ts += 20.0 if j % 2 == 0 else 520.0  # the host pauses after each b
+        t = read_trace(d.write(tmp_path / f"{n}.json"))
+        return launch_steps(t, work_table(t)[0])
+
+    assert launches(5) == []
+    # Six launches (three steps of a b) are enough: three steps of 2 launches.
+    assert [label for *_, label in launches(6)] == [f"launch-pattern step {j} (2 launches)" for j in (1, 2, 3)]

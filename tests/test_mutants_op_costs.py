@@ -440,3 +440,16 @@ def test_arguments_past_a_short_record_are_absent():
     assert _whole(short_dims) == fp8_gemm
     short_types = price("aten::_scaled_mm", [[16, 32], [32, 8], [], [], [], [], [], []], [FP8, FP8])
     assert _whole(short_types) == fp8_gemm
+
+
+# --- seed 32
+
+
+def test_rotary_embedding_without_a_recorded_cache_turns_every_element():
+    """catches: partial rotary's rot/head_size scaling applied when the cos/sin cache's shape is
+    not recorded (rot unknown, 0: ``head_size or rot``), pricing the rotation at 0 flops."""
+    # 10 tokens, q 640 and k 160 bf16 elements, head_size 16, the cache argument without a shape:
+    # every element of q and k turns (3 flops each); q and k read and written, positions read.
+    cost = price("_C::rotary_embedding", [[10], [10, 64], [10, 16], [], [], []],
+                 [I64, BF16, BF16, "Scalar", "", "Scalar"], ["", "", "", "16", "", "True"])
+    assert _whole(cost) == (3 * 800, 2 * 1600 + 10 * 8, "bf16", VECTOR)
