@@ -250,3 +250,21 @@ def test_fewer_launches_than_three_steps_of_two_are_not_cut_into_steps(tmp_path)
     assert launches(5) == []
     # Six launches (three steps of a b) are enough: three steps of 2 launches.
     assert [label for *_, label in launches(6)] == [f"launch-pattern step {j} (2 launches)" for j in (1, 2, 3)]
+
+
+# --- host: the instant a wait is read at, without a blocking call --------------------------------
+
+
+def test_a_wait_without_a_blocking_call_is_read_at_its_midpoint(tmp_path):
+    """catches: the instant of a wait that no synchronising call overlaps computed as anything but
+    the middle of the wait (e.g. ``(a // b) // 2``: near 0, outside the run, where no frame is open)."""
+    from kineto import TID
+
+    from tracekit.analysis.waiting.host import HostThread
+
+    d = Doc()
+    d.kernel("k", 1000.0, 1005.0, 10.0)
+    d.op("aten::item", 2000.0, 50.0)  # a synchronising op, at 2.00-2.05 ms: before the wait
+    host = HostThread(read_trace(d.write(tmp_path / "t.json")), TID)
+    # [3,000,000, 4,000,000] ns: no call or op overlaps it; its middle is 3,500,000.
+    assert host.blocking_call(3_000_000, 4_000_000) == (None, None, 3_500_000)
