@@ -268,3 +268,24 @@ def test_a_wait_without_a_blocking_call_is_read_at_its_midpoint(tmp_path):
     host = HostThread(read_trace(d.write(tmp_path / "t.json")), TID)
     # [3,000,000, 4,000,000] ns: no call or op overlaps it; its middle is 3,500,000.
     assert host.blocking_call(3_000_000, 4_000_000) == (None, None, 3_500_000)
+
+
+def test_the_three_innermost_user_frames_around_an_instant_outermost_first(tmp_path):
+    """catches: the frame walk stopping after the first user frame (the ``len(out) == keep`` stop
+    turned into ``is not``), so an idle cause names one frame instead of the three innermost."""
+    from kineto import PID, TID
+
+    from tracekit.analysis.waiting.host import HostThread
+
+    d = Doc()
+    d.kernel("k", 1000.0, 1005.0, 10.0)
+    # Five nested frames around t = 1,500 us, outermost first; the torch one is a library frame.
+    frames = ["/srv/app/serve.py(10): main", "/srv/app/engine.py(20): step", "/srv/app/runner.py(30): run",
+              "torch/nn/modules/module.py(1500): _call_impl", "/srv/app/model.py(40): forward"]
+    for depth, name in enumerate(frames):
+        d.events.append({"ph": "X", "cat": "python_function", "name": name, "pid": PID, "tid": TID,
+                         "ts": 1000.0 + depth, "dur": 1000.0 - 2 * depth, "args": {}})
+    host = HostThread(read_trace(d.write(tmp_path / "t.json")), TID)
+    # The innermost three user frames, skipping torch's, outermost first, by file name.
+    assert host.frames_at(1_500_000) == ["engine.py(20): step", "runner.py(30): run", "model.py(40): forward"]
+    assert host.frames_at(1_500_000, keep=1) == ["model.py(40): forward"]
