@@ -1,5 +1,7 @@
 """Behaviours of tracekit.compare that surviving mutants of the seed-31 sample showed no test
-pinned: which figures the summary states as changed, and the level of a change's interval.
+pinned: which figures the summary states as changed, and the level of a change's interval; of
+seed 32: the 1% floor under which a category's change gets no sentence, and the roof note of a
+kernel at the same speed on another GPU.
 Expected values come from the verdict rules' own vocabulary (only "better" and "worse" are
 changes) and from what a 95% interval means: it covers the true change in about 95% of
 repeated experiments."""
@@ -7,7 +9,8 @@ repeated experiments."""
 from __future__ import annotations
 
 import numpy as np
-from conftest import SAMPLE_TRACES
+import pandas as pd
+from conftest import SAMPLE_TRACES, bare_analysis
 from test_mutants_analysis_h import _decode
 
 from tracekit import read_trace
@@ -43,3 +46,36 @@ def test_a_95_percent_interval_covers_the_true_change_about_95_percent_of_the_ti
     # 400 experiments have a binomial standard error of 1.1 points: 91-99% accepts it, a 90%
     # interval (88.75% here) does not.
     assert 0.91 <= hit / trials <= 0.99, hit / trials
+
+
+def _one_kernel_run(spec: str, gemm_ms: float):
+    """A run on GPU ``spec``: 4 decode steps, 100 ms, GEMM ``gemm_ms`` and norm 10 ms; one GEMM
+    kernel of 1 ms at half its roof."""
+    a = bare_analysis(device={"name": f"GPU {spec}", "type": "gpu", "spec": spec})
+    a.work = pd.DataFrame({"phase": ["decode"], "category": ["gemm"], "op_name": ["aten::mm"], "name": ["k"],
+                           "dur_ns": [1_000_000], "roof_fraction": [0.5], "unit": ["matrix"], "dtype": ["bf16"],
+                           "flops": [1e12], "bound": ["compute"]})
+    a.phases = {"decode": {"steps": 4, "time_ms": 100.0, "by_bound": {"compute": 60.0, "idle": 40.0},
+                           "by_category": {"gemm": gemm_ms, "norm": 10.0}}}
+    return a
+
+
+def test_a_category_change_under_1_percent_of_the_phase_gets_no_sentence():
+    """catches: the floor of a sentence-worthy change computed as 0.01 / the phase's time rather
+    than 1% of it, so a 0.4 ms change of a 100 ms phase is explained as if it mattered."""
+    small = compare(_one_kernel_run("A", 50.0), _one_kernel_run("A", 50.4)).phases["decode"]["explanation"]
+    assert not [s for s in small if s.startswith("gemm ")], small  # 0.4 ms <= 1 ms (1% of 100 ms)
+    big = compare(_one_kernel_run("A", 50.0), _one_kernel_run("A", 52.0)).phases["decode"]["explanation"]
+    assert [s for s in big if s.startswith("gemm grew by 2.00 ms")], big  # 2 ms > 1 ms
+
+
+def test_a_kernel_at_the_same_speed_on_another_gpu_gets_its_roof_note():
+    """catches: the 'same GPU, same speed, same roof: nothing to point out' rule applied when the
+    GPUs differ (their names compared with >= instead of ==): moving a kernel to another GPU at
+    the same speed is worth the note, since each fraction is of a different roof."""
+    for before, after in (("B", "A"), ("A", "B")):
+        text = compare(_one_kernel_run(before, 50.0), _one_kernel_run(after, 50.0)).phases["decode"]["explanation"]
+        assert f"aten::mm (gemm): 1x faster per call, at 50% of {after}'s roof (was 50% of {before}'s)." in text, text
+    # On the same GPU the same kernel at the same speed and roof is not mentioned.
+    same = compare(_one_kernel_run("A", 50.0), _one_kernel_run("A", 50.0)).phases["decode"]["explanation"]
+    assert not [s for s in same if s.startswith("aten::mm")], same
