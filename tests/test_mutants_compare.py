@@ -79,3 +79,18 @@ def test_a_kernel_at_the_same_speed_on_another_gpu_gets_its_roof_note():
     # On the same GPU the same kernel at the same speed and roof is not mentioned.
     same = compare(_one_kernel_run("A", 50.0), _one_kernel_run("A", 50.0)).phases["decode"]["explanation"]
     assert not [s for s in same if s.startswith("aten::mm")], same
+
+
+def test_each_block_resample_holds_as_many_steps_as_the_run():
+    """catches: the number of blocks rounded down (``n // length``), so a run of 10 steps (blocks
+    of ceil(sqrt(10)) = 4) is resampled as 8 steps and its interval is too wide."""
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 10, 17, 100):
+        idx = spread.block_indices(n, rng)
+        assert idx.shape == (spread.BOOTSTRAP, n), n
+        assert idx.min() >= 0 and idx.max() < n
+        # Each row is runs of consecutive steps (circularly): blocks of ceil(sqrt(n)).
+        length = int(np.ceil(np.sqrt(n)))
+        for start in range(0, n, length):
+            block = idx[0, start:start + length]
+            assert ((np.diff(block) % n) == 1 % n).all() or n == 1, (n, block)
