@@ -345,3 +345,16 @@ def test_vllm_rotary_embedding_of_a_one_token_step_counts_one_token():
     assert frameworks.per_token_kernel(ROTARY, (1, 1, 1)) == (1, "vLLM")
     c = counts([("kernel", ROTARY, (1, 1, 1), 0)])
     assert c.tokens.value == 1 and "per-token kernel" in c.tokens.source
+
+
+# --- seed 33 ---------------------------------------------------------------------------------------
+
+
+def test_malformed_new_cached_annotation_quotes_its_first_120_characters():
+    """catches: the execute_new_N_cached_M problem quoting 121 characters of a long malformed name
+    instead of the 120 every other step-annotation problem quotes (vLLM's detailed form, SGLang,
+    unread step names), so the same long name was cut at two places in one report."""
+    name = "execute_new_" + "x" * 200
+    got = frameworks.parse_annotation(name)
+    # 12 characters of "execute_new_" + 108 x's = the first 120 characters, quoted by repr
+    assert got.problem == "vLLM step annotation 'execute_new_" + "x" * 108 + "' does not follow execute_new_N_cached_M"

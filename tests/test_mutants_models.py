@@ -449,3 +449,78 @@ def test_kv_cache_bytes_per_token_of_mla_with_overlapping_bit_widths():
     assert mc.kv_bytes_per_token(m) == 2 * 32 * 2
     # fp8 cache: one byte each
     assert mc.kv_bytes_per_token(m, kv_bytes=1.0) == 2 * 32
+
+
+# --- seed 33
+
+
+def test_named_linears_list_the_mlp_and_lm_head_after_the_attention():
+    """catches: the loop over weight classes left after the (non-MLA) attention projections
+    (`break` for `continue`), so a dense model's MLP GEMMs (gate_up_proj, up_proj, down_proj)
+    were missing from the launch shapes and only the LM head followed the attention."""
+    names = [name for name, *_ in mc.named_linears(_spec())]
+    assert names == ["qkv_proj", "q_proj", "kv_proj", "o_proj", "gate_up_proj", "down_proj", "up_proj", "lm_head"]
+
+
+def test_unfused_up_projection_is_half_the_gate_up_width():
+    """catches: an engine's separate up projection (gate and up launched apart) given a third of
+    the fused gate_up width (`n // 3` for `n // 2`): gate_up fuses two matrices of the MLP's width."""
+    shapes = {name: (cls, k, n) for name, cls, k, n in mc.named_linears(_spec())}
+    # fused gate + up: 64 hidden -> 2 x 128 intermediate; each alone: 64 -> 128
+    assert shapes["gate_up_proj"] == ("mlp", 64, 256)
+    assert shapes["up_proj"] == ("mlp", 64, 128)
+    # on two ranks each holds half the intermediate width: 64 -> 64
+    assert {name: n for name, _, _, n in mc.named_linears(_spec(), tp=2)}["up_proj"] == 64
+
+
+def test_compressed_tensors_group_naming_the_router_leaves_it_at_the_checkpoint_dtype():
+    """catches: a config group's precision given to every class its targets name except the LM
+    head (`cls != "lm_head"` for `==`), so a group whose targets match the MoE router (mlp.gate)
+    priced the router's GEMM as quantised; engines build the router unquantised (vLLM's MoE
+    gates are ReplicatedLinear with quant_config=None), as with_weights also leaves it."""
+    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
+        "g": {"targets": ["Linear", "re:.*mlp.gate$"], "weights": {"num_bits": 8, "type": "float"},
+              "input_activations": {"num_bits": 8, "type": "float"}}}}), "fp8-router", "hand-written config")
+    assert m.weight("mlp").name == "fp8"
+    assert "router" not in m.precision and m.weight("router").name == "bf16"
+
+
+def test_model_from_a_config_file_is_named_after_its_folder(tmp_path):
+    """catches: a config.json's model labelled with the --model argument itself (`and` for `or`),
+    a whole path such as /tmp/.../my-llama/config.json, instead of the checkpoint folder's name."""
+    import json
+
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_SMALL_LLAMA))
+    assert load_model(str(folder / "config.json")).name == "my-llama"
+    assert load_model(str(folder)).name == "my-llama"
+
+
+def _deltanet(**kw) -> ModelSpec:
+    return _spec(layers=(Layer(LINEAR, DENSE),), linear_key_heads=2, linear_value_heads=4, linear_key_dim=8,
+                 linear_value_dim=16, linear_conv_kernel=4, **kw)
+
+
+def test_gated_deltanet_decode_of_one_token_per_request_is_not_chunked():
+    """catches: a decode step (one token per request, T / R = 1) priced with the chunked
+    intra-chunk attention term (`>=` for `>`): the recurrent update alone runs there, no chunk."""
+    side = mc.Side(requests=4, tokens=4, kv_tokens=400, pairs=400, logit_tokens=4)
+    w = mc.step_costs(_deltanet(linear_state_bytes=4), side)["linear_attention"]
+    # per token and value head: 8 x 8 x 16 = 1024 (no 2 x 64 x (8 + 16) chunk term); channels 2x2x8 + 4x16 = 96
+    # 4 tokens x (4 heads x 1024 + 2 x 4 x 96)
+    assert w.flops == 4 * (4 * 1024 + 2 * 4 * 96)
+    assert "chunked" not in w.note
+    # two tokens per request (a short prefill chunk) is chunked: 8 x 8 x 16 + 2 x 64 x (8 + 16) = 4096
+    side = mc.Side(requests=4, tokens=8, kv_tokens=8, pairs=12, logit_tokens=4)
+    assert mc.step_costs(_deltanet(linear_state_bytes=4), side)["linear_attention"].flops == 8 * (4 * 4096 + 2 * 4 * 96)
+
+
+def test_hand_built_gated_deltanet_state_defaults_to_fp32():
+    """catches: a ModelSpec built without linear_state_bytes given a 3-byte recurrent state: the
+    default is fp32 (4 bytes), as Hugging Face's mamba_ssm_dtype default "float32" gives from_config."""
+    assert _deltanet().linear_state_bytes == 4
+    side = mc.Side(requests=1, tokens=1, kv_tokens=100, pairs=100, logit_tokens=1)
+    w = mc.step_costs(_deltanet(), side)["linear_attention"]
+    # state 4x8x16 x 4 B x2 = 4096; conv state 96 x 3 x 2 B x2 = 1152; q/k/v 1 x (96+8+64) x 2 B x2 = 672
+    assert w.bytes == 4096 + 1152 + 672

@@ -398,3 +398,58 @@ def test_cpu_peak_given_alone_as_an_option_is_used():
     assert match.how == "peaks given as options"
     # The user's 5e10 FLOP/s, not the sidecar's measured 2.5e11; no bandwidth was given.
     assert match.spec.matrix_flops == {"fp32": 5e10} and match.spec.peak_bandwidth is None
+
+
+# --- seed 33 ---------------------------------------------------------------------------------------
+
+
+def test_a_gpu_spec_is_hashable_with_its_provenance():
+    """catches: the provenance mapping taken into GpuSpec's hash (hash=True for hash=False): it is
+    a read-only mappingproxy, which has no hash, so hashing any spec (a set of specs, a dict or
+    cache keyed by spec) raised TypeError. Equal specs still hash alike, whatever their provenance."""
+    spec = spec_by_name("h100-sxm")
+    assert spec.provenance  # the database row says where its figures came from
+    assert hash(spec) == hash(spec_by_name("h100-sxm"))
+    assert len({spec, spec_by_name("h100-sxm"), spec_by_name("a100-sxm4-80gb")}) == 2
+
+
+def test_lookup_takes_the_device_by_name_and_its_overrides_only_by_name():
+    """catches: lookup's keyword-only marker turned positional-only (`/` for `*`): the documented
+    `device_props=` keyword was refused (TypeError), and a second positional argument was read as
+    the --gpu override, so lookup(props, "h100-sxm") silently priced against a GPU nobody chose."""
+    # The H100 SXM deviceProperties (132 SMs, 80 GB, compute capability 9.0) name the h100-sxm row.
+    assert lookup(device_props=H100).spec.key == "h100-sxm"
+    with pytest.raises(TypeError):
+        lookup(H100, "a100-sxm4-80gb")
+
+
+def _factors_doc(compute) -> dict:
+    from importlib import resources
+
+    doc = json.loads(resources.files("tracekit.specs").joinpath("category_factors.json").read_text())
+    doc["classes"][0]["factors"]["gemm"]["compute"] = compute
+    return doc
+
+
+def test_category_factor_triple_of_four_figures_is_refused_by_name():
+    """catches: a factor figure accepted with three or more numbers (`>=` for `==`): four numbers
+    then failed unpacking with Python's "too many values to unpack" instead of the sentence that
+    names the figure and its [low, central, high] form."""
+    from tracekit.specs import factors
+
+    doc = _factors_doc([0.5, 0.6, 0.7, 0.8])
+    key = doc["classes"][0]["key"]
+    with pytest.raises(ValueError, match=rf"^{key}\.gemm\.compute must be \[low, central, high\]$"):
+        factors.parse(doc)
+    factors.parse(_factors_doc([0.5, 0.6, 0.7]))  # three figures in order: accepted
+
+
+def test_category_factor_central_above_high_is_refused():
+    """catches: the central <= high check lost (`c is not hi` for `c <= hi`): [0.3, 0.9, 0.6] (central
+    90% above its 60% high) was accepted, a range whose central estimate lies outside it."""
+    from tracekit.specs import factors
+
+    doc = _factors_doc([0.3, 0.9, 0.6])
+    with pytest.raises(ValueError, match=r"must satisfy 0 < low <= central <= high <= 1"):
+        factors.parse(doc)
+    factors.parse(_factors_doc([0.3, 0.6, 0.6]))  # central == high is a valid (one-sided) range
