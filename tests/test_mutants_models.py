@@ -524,3 +524,20 @@ def test_hand_built_gated_deltanet_state_defaults_to_fp32():
     w = mc.step_costs(_deltanet(), side)["linear_attention"]
     # state 4x8x16 x 4 B x2 = 4096; conv state 96 x 3 x 2 B x2 = 1152; q/k/v 1 x (96+8+64) x 2 B x2 = 672
     assert w.bytes == 4096 + 1152 + 672
+
+
+def test_compressed_tensors_group_naming_the_lm_head_quantises_it_unless_ignored():
+    """catches: the LM head left at the checkpoint's dtype although a config group names it (the
+    default exclusion of the head applied over the group's explicit target); and a head the
+    config's ignore list names, or that only ``Linear`` covers, quantised."""
+    fp8 = {"weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "type": "float"}}
+
+    def head(targets, ignore=None):
+        qc = {"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": targets, **fp8}}}
+        if ignore is not None:
+            qc["ignore"] = ignore
+        return from_config(_small_config(qc), "ct", "hand-written config").weight("lm_head").name
+
+    assert head(["Linear", "lm_head"]) == "fp8"
+    assert head(["Linear", "lm_head"], ignore=["lm_head"]) == "bf16"
+    assert head(["Linear"]) == "bf16"  # published checkpoints keep the head wide

@@ -321,9 +321,10 @@ def _precision(qc: Any, spec: ModelSpec, what: str) -> tuple[dict[str, Precision
     if not isinstance(qc, dict):
         raise TracekitError(f"{what}: its quantization_config is not a JSON object")
     method = str(qc.get("quant_method") or "").lower()
-    excluded = _classes_named(qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("exclude_modules")
-                              or qc.get("ignored_layers") or [])
-    excluded |= {"router", "lm_head", "embedding"} if method in ("fp8", "mxfp4", "modelopt") else {"lm_head", "embedding"}
+    stated = _classes_named(qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("exclude_modules")
+                            or qc.get("ignored_layers") or [])
+    excluded = stated | ({"router", "lm_head", "embedding"} if method in ("fp8", "mxfp4", "modelopt")
+                         else {"lm_head", "embedding"})
     if method == "fp8":
         block = qc.get("weight_block_size")
         prec = PRECISIONS["fp8"] if block else replace(PRECISIONS["fp8"], bytes_per_param=1.0 + 4 / 4096,
@@ -342,14 +343,14 @@ def _precision(qc: Any, spec: ModelSpec, what: str) -> tuple[dict[str, Precision
         elif algo in ("FP8", "FP8_BLOCKWISE"):
             prec = PRECISIONS["fp8"]
         elif algo == "MIXED_PRECISION":
-            return _groups(qc, spec, what, excluded, "quantization_config modelopt mixed precision")
+            return _groups(qc, spec, what, excluded, "quantization_config modelopt mixed precision", stated)
         else:
             raise TracekitError(f"{what}: modelopt quant_algo {algo or 'missing'!r} is not one tracekit understands "
                                 "(NVFP4, FP8); pass --weights to say how the weights are stored")
         how = f"quantization_config modelopt {algo}"
         targets = [c for c in _QUANTISABLE if c not in excluded]
     elif method == "compressed-tensors" or "config_groups" in qc:
-        return _groups(qc, spec, what, excluded, "quantization_config compressed-tensors")
+        return _groups(qc, spec, what, excluded, "quantization_config compressed-tensors", stated)
     elif method in ("gptq", "awq", "awq_marlin", "gptq_marlin"):
         bits = _opt_int(qc, "bits", 4)
         if bits not in (4, 8):
@@ -370,8 +371,11 @@ def _precision(qc: Any, spec: ModelSpec, what: str) -> tuple[dict[str, Precision
     return {c: prec for c in targets}, how
 
 
-def _groups(qc: dict, spec: ModelSpec, what: str, excluded: set[str], how: str) -> tuple[dict[str, Precision], str]:
-    """compressed-tensors / modelopt mixed precision: one precision per config group's targets."""
+def _groups(qc: dict, spec: ModelSpec, what: str, excluded: set[str], how: str,
+            stated: set[str]) -> tuple[dict[str, Precision], str]:
+    """compressed-tensors / modelopt mixed precision: one precision per config group's targets.
+    The LM head is left at the checkpoint's dtype unless a group names it (``Linear`` does not:
+    checkpoints keep it wide) and the config's own ignore list does not."""
     groups = qc.get("config_groups") or {}
     if not isinstance(groups, dict) or not groups:
         raise TracekitError(f"{what}: its quantization_config has no config_groups to say how weights are stored")
@@ -385,7 +389,7 @@ def _groups(qc: dict, spec: ModelSpec, what: str, excluded: set[str], how: str) 
         for cls in _classes_named(group.get("targets") or []):
             if cls in _QUANTISABLE or cls == "lm_head":
                 out.setdefault(cls, prec)
-    for cls in excluded:
+    for cls in excluded - ({"lm_head"} - stated):
         out.pop(cls, None)
     return out, f"{how} ({', '.join(sorted(set(names)))})"
 
