@@ -9,6 +9,7 @@ repeated experiments."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import pandas as pd
 from conftest import SAMPLE_TRACES, bare_analysis
 from test_mutants_analysis_h import _decode
@@ -94,3 +95,66 @@ def test_each_block_resample_holds_as_many_steps_as_the_run():
         for start in range(0, n, length):
             block = idx[0, start:start + length]
             assert ((np.diff(block) % n) == 1 % n).all() or n == 1, (n, block)
+
+
+# --- seed 32, the rest -------------------------------------------------------------------------
+
+
+def test_pooled_decode_tokens_per_s_of_several_runs_is_all_tokens_over_all_step_time():
+    """catches: the pooled rate of several runs floor-divided (``//``), dropping its fraction."""
+    # Run 1: steps 4 and 6 ms, run 2: 3 and 4 ms; 8 tokens a step: 32 tokens in 17 ms.
+    runs = [_decode([4.0, 6.0]), _decode([3.0, 4.0])]
+    assert spread.side_value(runs, "decode_tokens_per_s") == pytest.approx(32 / 17e-3, rel=1e-12)
+
+
+def test_vanished_kernels_are_listed_biggest_first():
+    """catches: the kernels only the before run has ordered by name instead of by their time."""
+    from tracekit.compare.movers import kernel_movers
+
+    cols = ["category", "op_name", "name", "dur_ns", "roof_fraction"]
+    before = pd.DataFrame([("gemm", "aten::bmm", "k1", 1_000_000, None), ("gemm", "aten::mm", "k2", 3_000_000, None),
+                           ("norm", "aten::rms", "n", 1_000_000, None)], columns=cols)
+    after = pd.DataFrame([("norm", "aten::rms", "n", 1_000_000, None)], columns=cols)
+    gone = kernel_movers(before, after)["vanished"]
+    assert [(r["key"], r["before_ms"]) for r in gone] == [("gemm | aten::mm", 3.0), ("gemm | aten::bmm", 1.0)]
+
+
+def test_a_collect_setting_that_differs_is_a_context_row_with_both_values():
+    """catches: a collect setting's context row showing the note (or the after value) as its
+    before value."""
+    from tracekit.compare.context import context_rows
+
+    b, a = bare_analysis(), bare_analysis()
+    b.workload, a.workload = {"device": {"threads": 1}}, {"device": {"threads": 2}}
+    rows = [r for r in context_rows(b, a) if r["field"] == "threads"]
+    assert [(r["before"], r["after"]) for r in rows] == [(1, 2)]
+    assert rows[0]["note"].startswith("different thread counts")
+
+
+def test_a_share_without_measured_noise_is_flat_within_1_percentage_point():
+    """catches: the fixed threshold of a share's change stated as anything but the 0.01 it applies
+    (1 percentage point), e.g. "0.99 percentage point"."""
+    from tracekit.compare.verdicts import FLAT_POINTS, FLAT_THRESHOLD, headline_figure
+
+    assert (FLAT_POINTS, FLAT_THRESHOLD) == (0.01, 0.02)
+    b, a = bare_analysis({"decode_mbu": 0.300}), bare_analysis({"decode_mbu": 0.305})
+    h = headline_figure("decode_mbu", b, a)
+    assert h["verdict"] == "within noise"  # +0.5 points, +1.7%: under 2% and under 1 point
+    assert "changes under 2% or 1 percentage point count as noise" in h["noise_basis"], h["noise_basis"]
+
+
+def test_an_efficiency_disagreement_names_the_work_that_changed():
+    """catches: the FLOPs and bytes of the disagreement sentence swapped (``is not`` for ``==``):
+    MFU counts FLOPs, MBU counts bytes."""
+    from tracekit.compare.verdicts import explain_disagreements
+
+    b, a = bare_analysis(), bare_analysis()
+    b.phases = {"prefill": {"flops": 1e12}, "decode": {"bytes": 1e9}}
+    a.phases = {"prefill": {"flops": 2e12}, "decode": {"bytes": 3e9}}
+    headline = [{"key": "prefill_mfu", "label": "Prefill MFU", "verdict": "better"},
+                {"key": "ttft_ms", "label": "TTFT", "verdict": "worse"},
+                {"key": "decode_mbu", "label": "Decode MBU", "verdict": "better"},
+                {"key": "tpot_p50", "label": "TPOT p50", "verdict": "worse"}]
+    explain_disagreements(headline, b, a)
+    assert "the FLOPs counted in the phase changed 2x" in headline[0]["disagreement"]
+    assert "the bytes counted in the phase changed 3x" in headline[2]["disagreement"]
