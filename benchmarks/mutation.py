@@ -4,6 +4,7 @@
     python benchmarks/mutation.py --all                                           # every mutant (hours)
     python benchmarks/mutation.py --ci                                            # CI's fixed set
     python benchmarks/mutation.py --list                                          # count mutants only
+    python benchmarks/mutation.py --rescore /tmp/mutation.json                    # a saved run, today's equivalents
 
 What it does: cosmic-ray's own generator enumerates every mutant of every module in the six
 packages (each of its operators at each place it applies: a replaced operator, number, boolean,
@@ -387,6 +388,22 @@ def run_ci(runner: Runner, args) -> int:
     return 0
 
 
+def rescore(path: Path) -> int:
+    """Print a saved run's summary with today's equivalents list: a survivor argued equivalent after
+    the run leaves the score's denominator; nothing is rerun, so the kills are the run's own."""
+    saved = json.loads(path.read_text())
+    results, equivalent = saved["results"], equivalent_keys()
+    for r in results:
+        if r["outcome"] == "survived" and r["key"] in equivalent:
+            r.update(outcome="equivalent", why=equivalent[r["key"]])
+    totals = {p: s["mutants"] for p, s in saved["summary"].items()}
+    annotations = {p: s["annotation_mutants_left_out"] for p, s in saved["summary"].items()}
+    print(f"{saved.get('command', path)} ({saved.get('date', '?')}), rescored with "
+          f"{EQUIVALENT_FILE.relative_to(ROOT)} as it is now:")
+    report(summarise(results, totals, annotations), results)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sample", type=int, default=40, help="mutants per package (default 40)")
@@ -401,7 +418,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-ci", type=int, metavar="N",
                     help="write N of this run's killed mutants in the hot modules as CI's fixed set")
     ap.add_argument("--timeout-factor", type=float, default=4.0, help="a mutant's limit: this x the clean run")
+    ap.add_argument("--rescore", metavar="JSON",
+                    help="a saved run (--json): its summary again, with survivors argued equivalent since then as such")
     args = ap.parse_args(argv)
+    if args.rescore:
+        return rescore(Path(args.rescore))
     try:
         import cosmic_ray  # noqa: F401
     except ImportError:
