@@ -289,3 +289,28 @@ def test_the_three_innermost_user_frames_around_an_instant_outermost_first(tmp_p
     # The innermost three user frames, skipping torch's, outermost first, by file name.
     assert host.frames_at(1_500_000) == ["engine.py(20): step", "runner.py(30): run", "model.py(40): forward"]
     assert host.frames_at(1_500_000, keep=1) == ["model.py(40): forward"]
+
+
+# --- timeline: merging by key at a coarser tolerance before slicing by time ----------------------
+
+
+def test_a_lane_of_one_kind_over_the_cap_merges_by_key_not_into_time_slices():
+    """catches: the merge loop stopping after its first tolerance (``not merge`` turned into
+    ``merge``), so a lane of one kind of interval over the cap is cut into time slices instead of
+    merged into one "N x kind" segment at a coarser tolerance."""
+    from tracekit.analysis.steps import timeline
+
+    n = timeline.MAX_SEGMENTS + 100  # 1,600 intervals: over the cap of 1,500
+    base = 1_000_000_000
+    # GEMMs 10 ns long, one every 10.01 us: the lane spans 1,600 x 10.01 us = 16.016 ms, so the
+    # first tolerance (span / 2,000) is 8,008 ns and every 10 us gap is wider: 1,600 segments.
+    # At 4 x 8,008 ns every gap is narrower: one segment of all of them.
+    assert timeline.RESOLUTION == 2000
+    s = base + np.arange(n, dtype=np.int64) * 10_010
+    e = s + 10
+    key = np.array(["gemm"] * n, dtype=object)
+    label = np.array([f"k{i}" for i in range(n)], dtype=object)
+    segs = timeline._segments(s, e, key, label, base, int(e[-1] - base))
+    assert segs.count == [n]
+    assert segs.labels[0] == f"{n} × gemm"
+    assert (segs.start_ms[0], segs.end_ms[0]) == (0.0, round(((n - 1) * 10_010 + 10) / 1e6, 4))

@@ -39,3 +39,28 @@ def test_projection_states_the_runs_measured_decode_tokens_per_s(b300_projected)
     assert source.metrics["decode_tokens_per_s"] > 0
     assert pj.phases["decode"]["measured_tokens_per_s"] == source.metrics["decode_tokens_per_s"]
     assert pj.phases["decode"]["projected_tokens_per_s"] > 0
+
+
+def test_collectives_with_known_bytes_move_with_the_interconnect_and_unknown_ones_stay():
+    """catches: the collectives that move with the interconnect picked by unknown bytes instead of
+    known ones (the ``~`` of ``~np.isnan(bytes)`` dropped): the all-reduce whose bytes the trace
+    states would stay as measured and the one of unknown size would move."""
+    import numpy as np
+    import pandas as pd
+
+    from tracekit.analysis.pricing.roofline import INTERCONNECT
+    from tracekit.specs import factors
+    from tracekit.specs.lookup import spec_by_name
+    from tracekit.whatif.reprice import reprice
+
+    src, tgt = spec_by_name("h100-sxm"), spec_by_name("b200")  # NVLink 450 GB/s and 900 GB/s a direction
+    work = pd.DataFrame({"dur_ns": [1_000_000, 1_000_000], "flops": [0.0, np.nan], "bytes": [64e6, np.nan],
+                         "dtype": ["bf16", "bf16"], "unit": ["vector", "vector"], "bound": [INTERCONNECT] * 2,
+                         "limiter": [INTERCONNECT] * 2, "kind": ["kernel", "kernel"],
+                         "category": ["communication", "communication"]})
+    rp = reprice(work, src, tgt)
+    assert rp.moved.tolist() == [True, False] and rp.unknown.tolist() == [False, True]
+    # t_tgt = t_src x (450 GB/s x f_src) / (900 GB/s x f_tgt), f each GPU's communication memory fraction.
+    f_s, f_t = factors.fractions(src, "communication", "memory")[1], factors.fractions(tgt, "communication", "memory")[1]
+    assert rp.central[0] == pytest.approx(1_000_000 * 450e9 * f_s / (900e9 * f_t), rel=1e-12)
+    assert rp.central[1] == 1_000_000
