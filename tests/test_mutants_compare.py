@@ -158,3 +158,87 @@ def test_an_efficiency_disagreement_names_the_work_that_changed():
     explain_disagreements(headline, b, a)
     assert "the FLOPs counted in the phase changed 2x" in headline[0]["disagreement"]
     assert "the bytes counted in the phase changed 3x" in headline[2]["disagreement"]
+
+
+# --- seed 33 -------------------------------------------------------------------------------------
+
+
+def test_each_tabulated_t_quantile_holds_97_5_percent_of_students_t_below_it():
+    """catches: a value of the Student-t table wrong (e.g. 2.074 at 22 degrees of freedom typed as
+    1.074), which narrows a few-run interval. The oracle integrates the t density itself."""
+    import math
+
+    for df in range(1, 31):
+        t = spread.t975(df)
+        c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
+        x = np.linspace(0.0, t, 20_001)
+        pdf = c * (1 + x * x / df) ** (-(df + 1) / 2)
+        mass = (x[1] - x[0]) / 3 * (pdf[0] + pdf[-1] + 4 * pdf[1:-1:2].sum() + 2 * pdf[2:-1:2].sum())  # Simpson
+        # The table has 3 decimals: 0.0005 of t moves the mass by at most pdf(t) x 0.0005 < 4e-5.
+        assert abs(0.5 + mass - 0.975) < 1e-4, (df, t, 0.5 + mass)
+
+
+def test_a_one_run_comparison_lists_no_per_run_figures():
+    """catches: the per-run figures ("runs") written for a figure of one run per side (the
+    several-runs test ``len(after) > 1`` turned into ``>= 1``)."""
+    from tracekit.compare.verdicts import headline_figure
+
+    one = headline_figure("decode_mbu", bare_analysis({"decode_mbu": 0.3}), bare_analysis({"decode_mbu": 0.4}))
+    assert "runs" not in one
+    two = headline_figure("decode_mbu", [bare_analysis({"decode_mbu": 0.3})] * 2, bare_analysis({"decode_mbu": 0.4}))
+    assert two["runs"] == {"before": [0.3, 0.3], "after": [0.4]}
+
+
+def _bounds_run(by_bound: dict) -> object:
+    a = _one_kernel_run("A", 50.0)
+    a.phases["decode"]["by_bound"] = by_bound
+    return a
+
+
+def test_most_kernel_time_is_a_bound_only_when_it_holds_over_half():
+    """catches: the dominant bound named without its majority (``ms > 0.5 x total`` turned into an
+    identity test that always holds), so a phase split 45/35/20 reads as "now memory-bound"."""
+    before = _bounds_run({"compute": 60.0, "memory": 40.0, "idle": 10.0})
+    split = _bounds_run({"memory": 45.0, "compute": 35.0, "latency": 20.0, "idle": 10.0})
+    text = compare(before, split).phases["decode"]["explanation"]
+    assert not [s for s in text if s.startswith("Most kernel time is now")], text
+    memory = _bounds_run({"memory": 70.0, "compute": 30.0, "idle": 10.0})
+    text = compare(before, memory).phases["decode"]["explanation"]
+    assert "Most kernel time is now memory-bound (it was compute-bound)." in text, text
+
+
+def test_a_mangled_kernel_name_cut_short_names_only_its_whole_parts():
+    """catches: a length-prefixed part of a mangled name that runs past the name's end (a name the
+    trace cut short) taken as a part anyway, so one kernel's family differs by where it was cut."""
+    from tracekit.compare.movers import kernel_family
+
+    whole = "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bEEvPT_"
+    assert kernel_family(whole) == "aiter::add_rmsnorm_quant_kernel"
+    # Cut inside the second part (24 characters announced, 7 left): only "aiter" is whole.
+    assert kernel_family(whole[:len("_ZN5aiter24add_rms")]) == "aiter"
+
+
+def test_the_bootstraps_percentile_is_numpys_linear_percentile():
+    """catches: the interpolation between the two order statistics around a percentile added
+    instead of weighted ((hi - lo) + frac for (hi - lo) x frac)."""
+    rng = np.random.default_rng(7)
+    x = np.sort(rng.normal(10, 2, (50, 40)), axis=1)
+    n = rng.integers(2, 41, 50)
+    x[np.arange(40)[None, :] >= n[:, None]] = np.inf  # past each row's n: padding, as the caller pads
+    for q in (50, 90, 99):
+        got = spread._sorted_percentile(x, n, q)
+        want = [np.percentile(row[:k], q) for row, k in zip(x, n)]
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_a_phase_of_no_time_before_explains_small_changes_after():
+    """catches: the scale of a phase's 1% floor taken as 1 ms when the before run's time is 0
+    (``b or -1.0``), hiding changes under 10 us in a phase of under 1 ms."""
+    empty, short = _one_kernel_run("A", 0.0), _one_kernel_run("A", 0.008)
+    empty.phases["decode"].update(time_ms=0.0, by_category={"gemm": 0.0})
+    short.phases["decode"].update(time_ms=0.5, by_category={"gemm": 0.008})
+    text = compare(empty, short).phases["decode"]["explanation"]
+    # 1% of max(0, 0.5 ms) = 5 us; GEMM grew 8 us.
+    assert [s for s in text if s.startswith("gemm grew by")], text
+    back = compare(short, empty).phases["decode"]["explanation"]  # and the other way round
+    assert [s for s in back if s.startswith("gemm shrank by")], back
