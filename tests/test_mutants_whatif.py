@@ -64,3 +64,24 @@ def test_collectives_with_known_bytes_move_with_the_interconnect_and_unknown_one
     f_s, f_t = factors.fractions(src, "communication", "memory")[1], factors.fractions(tgt, "communication", "memory")[1]
     assert rp.central[0] == pytest.approx(1_000_000 * 450e9 * f_s / (900e9 * f_t), rel=1e-12)
     assert rp.central[1] == 1_000_000
+
+
+# --- seed 33
+
+
+def test_kernels_of_a_dtype_the_target_lacks_are_counted_in_its_note():
+    """catches: the time of the kernels projected at a wider dtype's rate summed from -1 ms instead
+    of 0 in the note that says so."""
+    import pandas as pd
+
+    from tracekit.specs.lookup import spec_by_name
+    from tracekit.whatif.reprice import reprice
+
+    src, tgt = spec_by_name("b200"), spec_by_name("h100-sxm")  # Blackwell has FP4 matmul peaks, Hopper none
+    assert not tgt.peak_flops("fp4", "matrix") and src.peak_flops("fp4", "matrix")
+    # Two FP4 GEMMs of 0.25 and 0.5 ms: 0.75 ms of FP4 work that H100 runs at another dtype's rate.
+    work = pd.DataFrame({"dur_ns": [250_000, 500_000], "flops": [1e12, 2e12], "bytes": [1e8, 2e8],
+                         "dtype": ["fp4", "fp4"], "unit": ["matrix", "matrix"], "bound": ["compute", "compute"],
+                         "limiter": ["compute", "compute"], "kind": ["kernel", "kernel"], "category": ["gemm", "gemm"]})
+    notes = [n for n in reprice(work, src, tgt).notes if "has no fp4 matrix peak" in n]
+    assert len(notes) == 1 and ": 0.75 ms of fp4 kernels are projected at its " in notes[0], notes
