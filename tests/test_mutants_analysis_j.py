@@ -1,18 +1,26 @@
 """Behaviours of tracekit.analysis that surviving mutants of the seed-33 sample showed no test
-pinned: the layer-count fit's cap on layers per model layer, and the launch-pattern cut's floor of
--1 on an offset's median pause. Expected values are hand arithmetic on hand-built inputs or the
-docstrings' stated rules."""
+pinned: the layer-count fit's cap on attention kernels per model layer, the launch-pattern cut's
+floor of -1 on an offset's median pause, a prefill structure verdict's vote, a merged timeline
+segment's count in its label, the unattributed rest of a gap whose next issue is unknown, the MFU
+and roofline fraction refused above the roof's 2% tolerance, and the outside-steps finding from a
+tenth of the kernel time. Expected values are hand arithmetic on hand-built inputs (the A100's
+datasheet BF16 peak, kernel durations placed by the test) or the docstrings' stated rules."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+from kineto import Doc
 
-from tracekit import frameworks
+from tracekit import frameworks, read_trace
+from tracekit.analysis import analyze, figures, tables
+from tracekit.analysis.findings.rules import OUTSIDE_SHARE
 from tracekit.analysis.pricing import model_fit
 from tracekit.analysis.steps import launches
 from tracekit.analysis.steps.evidence import W_HEAVY, Ballot, structure_vote
 from tracekit.analysis.waiting import idle
 from tracekit.analysis.waiting.host import Coverage
+from tracekit.specs import spec_by_name
 
 
 def test_a_layer_count_over_the_per_layer_cap_does_not_fit():
@@ -68,3 +76,70 @@ def test_an_unissued_gaps_rest_after_sync_is_unattributed():
     assert row[idle.SYNC] == 200
     assert row[idle.UNATTRIBUTED] == 800
     assert sum(row.values()) == 1_000
+
+
+# --- figures and tables: above the roof by a few percent is not a fact --------------------------
+
+
+def _matrix_work(flops: float) -> pd.DataFrame:
+    """One model-priced BF16 GEMM unit of 1 ms and 1 MB with the given FLOPs."""
+    return pd.DataFrame({"flops": [flops], "bytes": [1e6], "dur_ns": [1e6], "bound": ["compute"], "pricing_op": [-1],
+                         "cost_source": ["model"], "component": ["mlp"], "category": ["gemm"], "dtype": ["bf16"],
+                         "unit": ["matrix"], "name": ["ampere_bf16_s16816gemm_bf16_128x128"]})
+
+
+A100_BF16 = 312e12  # A100 SXM BF16 dense tensor-core peak, NVIDIA's datasheet: 312 TFLOP/s
+
+
+def test_mfu_above_the_peak_by_more_than_the_tolerance_is_refused():
+    """catches: the MFU refused only above ``1 // ROOF_TOLERANCE`` (49x the peak) rather than
+    above 1 + ROOF_TOLERANCE: 150% of the peak reported as an MFU of 1.5."""
+    spec = spec_by_name("A100 80GB SXM")
+    assert spec.peak_flops("bf16", "matrix") == A100_BF16
+    # 1.5 x 312 TFLOP/s for 1 ms = 4.68e11 FLOPs: 150% of the peak
+    mfu, _, _, why = figures._mfu(_matrix_work(1.5 * A100_BF16 * 1e-3), 1.0, spec)
+    assert mfu is None and why.startswith("the matrix FLOPs counted would be 150% of the peak")
+    # half the peak's FLOPs in 1 ms: MFU 0.5
+    mfu, _, _, why = figures._mfu(_matrix_work(0.5 * A100_BF16 * 1e-3), 1.0, spec)
+    assert mfu == 0.5 and why is None
+
+
+def test_a_roofline_point_above_the_roof_has_no_fraction():
+    """catches: a point's roof fraction kept up to ``1.0 / ROOF_TOLERANCE`` (50x the roof) rather
+    than 1.0 + ROOF_TOLERANCE: a GEMM at 150% of the compute roof shown as fraction 1.5."""
+    spec = spec_by_name("A100 80GB SXM")
+    # 4.68e11 FLOPs over 1 MB: compute-bound; 4.68e11 / 312e12 = 1.5 ms of roof time in 1 ms
+    over = tables.roofline_points(_matrix_work(1.5 * A100_BF16 * 1e-3), spec, {})["points"]
+    assert len(over) == 1 and over[0]["roof_fraction"] is None
+    half = tables.roofline_points(_matrix_work(0.5 * A100_BF16 * 1e-3), spec, {})["points"]
+    assert half[0]["roof_fraction"] == 0.5
+
+
+# --- findings: kernel time outside the steps -----------------------------------------------------
+
+
+def _steps_doc(outside: int) -> Doc:
+    """``outside`` 100 us kernels before three ProfilerSteps of three 100 us kernels each."""
+    d, ts = Doc(), 1000.0
+    for _ in range(outside):
+        d.kernel("pre_kernel", ts, ts + 5.0, 100.0)
+        ts += 200.0
+    for i in range(3):
+        d.annotation(f"ProfilerStep#{i + 1}", ts, 1000.0)
+        for k in range(3):
+            d.kernel("step_kernel", ts + 10 + k * 300, ts + 15 + k * 300, 100.0)
+        ts += 1000.0
+    return d
+
+
+def test_outside_steps_finding_from_a_tenth_of_the_kernel_time(tmp_path):
+    """catches: the outside-steps finding given when the share outside steps is *under*
+    OUTSIDE_SHARE (``<`` for ``>=``): a trace with every kernel in a step told 0% ran outside,
+    and one with exactly a tenth outside told nothing."""
+    assert OUTSIDE_SHARE == 0.10
+    none = analyze(read_trace(_steps_doc(0).write(tmp_path / "none.json")))
+    assert len(none.steps) == 3 and "outside-steps" not in [f.id for f in none.findings]
+    # 1 kernel of 100 us outside, 9 x 100 us inside: 100 / 1,000 = 10%, at the threshold
+    tenth = analyze(read_trace(_steps_doc(1).write(tmp_path / "tenth.json")))
+    found = [f for f in tenth.findings if f.id == "outside-steps"]
+    assert len(found) == 1 and found[0].text.startswith("10% of the trace's kernel time ran outside any step")
