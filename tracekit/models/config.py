@@ -389,7 +389,9 @@ def _groups(qc: dict, spec: ModelSpec, what: str, excluded: set[str], how: str,
         for cls in _classes_named(group.get("targets") or []):
             if cls in _QUANTISABLE or cls == "lm_head":
                 out.setdefault(cls, prec)
-    for cls in excluded - ({"lm_head"} - stated):
+    # The head's exclusion is a default a group may override; one the config states is not.
+    overridable = {"lm_head"} - stated
+    for cls in excluded - overridable:
         out.pop(cls, None)
     return out, f"{how} ({', '.join(sorted(set(names)))})"
 
