@@ -11,11 +11,20 @@ packages (each of its operators at each place it applies: a replaced operator, n
 comparison, an added ``not``, a removed decorator, a loop that never runs...). Mutants inside type
 annotations are left out and counted apart: this code has ``from __future__ import annotations``,
 so ``str | None`` -> ``str - None`` never runs and would only be noise. A mutant is applied to a
-private copy of the tree (the checkout is never written), and the tests that cover its module
-(``MODULE_TESTS`` below, else its package's ``PACKAGE_TESTS``) run against it with ``pytest -x``:
-a failing or erroring run kills it, a run past the time limit is a timeout, a passing run lets it
-survive. The unmutated tests run first, once per test set; if they fail or skip everything there
-is no campaign to run, and the script says so.
+private copy of the tree (the checkout is never written) and tests run against it with
+``pytest -x``: a failing or erroring run kills it, a run past the time limit is a timeout, a
+passing run lets it survive. The tests are, first, the files kept by hand for its module
+(``MODULE_TESTS`` below, else its package's ``PACKAGE_TESTS``, after the package's own
+``test_mutants_*`` files), then every other test of the whole suite that executes the mutated
+statement, quickest first, up to ``--covering-seconds`` of them (slower ones left out can only
+miss kills). That second set is read from a coverage map (benchmarks/coverage_map.py:
+one run of the whole suite under coverage.py with a context per test, ~30 min here, cached in
+.mutation-cache/ under a digest of tracekit/ and tests/), the selection mutmut makes. A kill by a
+test of that set counts only if that test, run alone on the unmutated tree, passes. Each result
+says which test killed it and whether the hand-kept files alone would have (``by_lists``), so one
+run gives both rates; ``--lists-only`` runs the hand-kept files alone, as runs before seed 34 did.
+The unmutated hand-kept files run first, once each; if they fail or skip everything there is no
+campaign to run, and the script says so.
 
 What a sample estimates: ``--sample N`` runs N mutants per package drawn uniformly at random
 (``--seed``) from all of that package's mutants. Its kill rate estimates the kill rate of the full
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import math
 import os
@@ -165,6 +175,82 @@ def tests_for(module: str) -> list[str]:
     return [t for t in dict.fromkeys(own + tests) if (ROOT / "tests" / t).exists()]
 
 
+def tree_digest() -> str:
+    """Names the state of the code and tests a coverage map was built from."""
+    h = hashlib.sha256()
+    for folder in ("tracekit", "tests"):
+        for p in sorted((ROOT / folder).rglob("*.py")):
+            h.update(p.relative_to(ROOT).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:20]
+
+
+def statement_lines(source: str, line: int, col: int) -> range:
+    """The lines whose execution means the mutated code ran: the innermost statement holding the
+    mutant; for a compound statement only its header (its body runs without the mutated condition
+    in the ``else`` case too, but not without the header), except a def or class, where a mutant in a
+    decorator or a default runs at import, in no test, and the tests that call the body are the
+    ones that can see it."""
+    pos, best = (line, col), None
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.stmt):
+            start = min([(node.lineno, node.col_offset)] +
+                        [(d.lineno, d.col_offset) for d in getattr(node, "decorator_list", [])])
+            if start <= pos < (node.end_lineno, node.end_col_offset) and (best is None or start >= best[0]):
+                best = (start, node)
+    if best is None:
+        return range(line, line + 1)
+    (first, _), node = best
+    body = getattr(node, "body", None)
+    if body and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return range(first, max(first, body[0].lineno - 1) + 1)
+    return range(first, node.end_lineno + 1)
+
+
+class CoverageMap:
+    """Which tests of the whole suite execute which lines (built by benchmarks/coverage_map.py)."""
+
+    def __init__(self, data: dict, copy: Path):
+        self.tests, self.lines, self.copy = data["tests"], data["lines"], copy
+        self.sources: dict[str, str] = {}  # read from the copy, unmutated: the checkout may change meanwhile
+
+    @classmethod
+    def build(cls, copy: Path) -> "CoverageMap":
+        cache = ROOT / ".mutation-cache" / f"coverage-{tree_digest()}.json"
+        if not cache.exists():
+            print("building the coverage map: the whole suite under coverage.py, one context per test...", flush=True)
+            cache.parent.mkdir(exist_ok=True)
+            env = {**os.environ, "PYTHONPATH": f"{copy}{os.pathsep}{copy / 'benchmarks'}",
+                   "TRACEKIT_COVERAGE_MAP": str(cache), "PYTHONDONTWRITEBYTECODE": "1"}
+            t0 = time.perf_counter()
+            p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "coverage_map", "-p", "no:cacheprovider"],
+                               cwd=copy, env=env, capture_output=True, text=True)
+            tail = (p.stdout + p.stderr).strip().splitlines()[-1:] or [""]
+            if not cache.exists():
+                sys.exit(f"mutation: the coverage run wrote no map ({tail[0]}).")
+            print(f"  coverage map in {time.perf_counter() - t0:.0f} s ({tail[0]})", flush=True)
+        return cls(json.loads(cache.read_text()), copy)
+
+    def covering(self, m: Mutant, skip_files: set[str], budget: float) -> tuple[list[dict], int]:
+        """The passing tests, outside skip_files, that run the mutated statement, quickest first, as
+        many as fit in budget seconds (as timed in the coverage run), and how many there were."""
+        if m.module not in self.sources:
+            self.sources[m.module] = (self.copy / m.module).read_text()
+        by_line = self.lines.get(m.module, {})
+        ids = {i for n in statement_lines(self.sources[m.module], m.line, m.col) for i in by_line.get(str(n), ())}
+        tests = [self.tests[i] for i in ids]
+        tests = [t for t in tests if t["outcome"] == "passed" and t["id"].split("::")[0] not in skip_files]
+        tests.sort(key=lambda t: (t.get("seconds", 0.0), t["id"]))
+        # A survivor runs every test it is given: the budget bounds a sample's hours. Leaving the
+        # slowest out can only miss kills, so the score it gives is a lower bound.
+        spent, chosen = 0.0, []
+        for t in tests:
+            spent += t.get("seconds", 0.0)
+            if spent > budget:
+                break
+            chosen.append(t)
+        return chosen, len(tests)
+
+
 def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     """(start, end) positions of every annotation: mutants there are never executed."""
     spans = []
@@ -251,13 +337,15 @@ def make_copy(tmp: Path) -> Path:
 class Runner:
     """Runs test sets in the copy: once clean (the baseline), then once per mutant."""
 
-    def __init__(self, copy: Path, timeout_factor: float):
-        self.copy, self.factor = copy, timeout_factor
+    def __init__(self, copy: Path, timeout_factor: float, coverage: CoverageMap | None = None, budget: float = 0.0):
+        self.copy, self.factor, self.coverage, self.budget = copy, timeout_factor, coverage, budget
         self.env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
         self.baseline: dict[str, float] = {}
+        self.alone: dict[str, bool] = {}  # node id -> passes on its own, unmutated
 
-    def pytest(self, tests: list[str], timeout: float | None) -> tuple[str, float, str]:
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *(f"tests/{t}" for t in tests)]
+    def pytest(self, tests: list[str], timeout: float | None, ids: tuple[str, ...] = ()) -> tuple[str, float, str]:
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *(f"tests/{t}" for t in tests),
+               *ids]
         t0 = time.perf_counter()
         try:
             p = subprocess.run(cmd, cwd=self.copy, env=self.env, capture_output=True, text=True, timeout=timeout,
@@ -269,7 +357,15 @@ class Runner:
         # pytest: 0 all passed, 1 a test failed, 2 interrupted (an import or collection error),
         # 3 internal error, 4 usage error, 5 nothing collected.
         outcome = {0: "survived", 1: "killed", 2: "killed"}.get(p.returncode, "error")
-        return outcome, dt, tail[0]
+        # -ra lists the failure as "FAILED tests/x.py::test - why" (or ERROR): which test killed it.
+        failed = next((ln.split()[1] for ln in (p.stdout + p.stderr).splitlines()
+                       if ln.startswith(("FAILED ", "ERROR ")) and len(ln.split()) > 1), "")
+        return outcome, dt, failed or tail[0]
+
+    def passes_alone(self, nodeid: str) -> bool:
+        if nodeid not in self.alone:
+            self.alone[nodeid] = self.pytest([], None, (nodeid,))[0] == "survived"
+        return self.alone[nodeid]
 
     def clean(self, tests: list[str]) -> float:
         """Seconds the unmutated tests take; each file runs clean once, and must pass."""
@@ -289,16 +385,24 @@ class Runner:
         from cosmic_ray.mutating import use_mutation
 
         tests = [t for t in tests_for(m.module) if (self.copy / "tests" / t).exists()]  # as copied
-        limit = max(60.0, self.factor * self.clean(tests))
+        extra, covering = (self.coverage.covering(m, {f"tests/{t}" for t in tests}, self.budget) if self.coverage
+                           else ([], 0))
+        # pytest's start-up and collection are not in the per-test seconds: 30 s for them.
+        limit = max(60.0, self.factor * (self.clean(tests) + sum(t.get("seconds", 0.0) for t in extra)) + 30 * bool(extra))
         operator = cosmic_ray.plugins.get_operator(m.operator)()
         with use_mutation(self.copy / m.module, operator, m.occurrence) as (original, mutated):
             if mutated is None:
                 outcome, dt, tail, diff = "error", 0.0, "cosmic-ray applied nothing", ""
             else:
                 diff = changed_line(original, mutated)
-                outcome, dt, tail = self.pytest(tests, limit)
+                outcome, dt, tail = self.pytest(tests, limit, tuple(t["id"] for t in extra))
+        by_lists = outcome == "killed" and tail.split("::")[0].removeprefix("tests/") in tests
+        if outcome == "killed" and not by_lists and "::" in tail and not self.passes_alone(tail):
+            outcome, tail = "error", f"{tail} fails on its own without the mutant: no evidence"
         return {**asdict(m), "key": m.key, "package": m.package, "outcome": outcome, "seconds": round(dt, 2),
-                "mutated": diff, "tests": tests, "pytest": tail}
+                "mutated": diff, "tests": tests, "covering": covering, "covering_run": len(extra),
+                "pytest": tail,
+                "by_lists": by_lists or (outcome == "timeout" and not extra)}
 
 
 def changed_line(original: str, mutated: str) -> str:
@@ -336,22 +440,26 @@ def summarise(results: list[dict], totals: dict[str, int], annotations: dict[str
         n = len(rs) - c["error"]
         n_score = n - c["equivalent"]
         lo, hi = wilson(k, n_score)
+        # What the hand-kept files alone killed (runs before seed 34 had nothing else); a run made
+        # with --lists-only, or saved before results said, has no by_lists: every kill is theirs.
+        k_lists = sum(1 for r in rs if r["outcome"] in ("killed", "timeout") and r.get("by_lists", True))
         out[pkg] = {"mutants": totals[pkg], "annotation_mutants_left_out": annotations[pkg], "sampled": len(rs),
                     "killed": c["killed"], "survived": c["survived"], "equivalent": c["equivalent"],
                     "timeouts": c["timeout"], "errors": c["error"],
-                    "kill_rate": k / n if n else None, "score": k / n_score if n_score else None, "wilson95": [lo, hi]}
+                    "kill_rate": k / n if n else None, "score": k / n_score if n_score else None, "wilson95": [lo, hi],
+                    "score_lists_only": k_lists / n_score if n_score else None}
     return out
 
 
 def report(summary: dict, results: list[dict]) -> None:
     print(f"\n{'package':22} {'mutants':>8} {'sampled':>8} {'killed':>7} {'survived':>8} {'equiv':>6} "
-          f"{'timeouts':>8} {'errors':>6}  kill rate  score (95% Wilson)")
+          f"{'timeouts':>8} {'errors':>6}  kill rate  score (95% Wilson)  hand-kept files alone")
+    pct = lambda v: "-" if v is None else f"{100 * v:5.1f}%"  # noqa: E731
     for pkg, s in summary.items():
-        rate = "-" if s["kill_rate"] is None else f"{100 * s['kill_rate']:5.1f}%"
-        score = "-" if s["score"] is None else f"{100 * s['score']:5.1f}%"
         lo, hi = s["wilson95"]
         print(f"{pkg:22} {s['mutants']:8} {s['sampled']:8} {s['killed']:7} {s['survived']:8} {s['equivalent']:6} "
-              f"{s['timeouts']:8} {s['errors']:6}  {rate:>9}  {score} ({100 * lo:.1f}-{100 * hi:.1f}%)")
+              f"{s['timeouts']:8} {s['errors']:6}  {pct(s['kill_rate']):>9}  {pct(s['score'])} "
+              f"({100 * lo:.1f}-{100 * hi:.1f}%)  {pct(s.get('score_lists_only')):>10}")
     survivors = [r for r in results if r["outcome"] == "survived"]
     print(f"\nsurvivors ({len(survivors)}):")
     for r in survivors:
@@ -417,6 +525,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ci", action="store_true", help="run CI's fixed set (benchmarks/mutation-ci.json)")
     ap.add_argument("--write-ci", type=int, metavar="N",
                     help="write N of this run's killed mutants in the hot modules as CI's fixed set")
+    ap.add_argument("--lists-only", action="store_true",
+                    help="only the hand-kept test files, no coverage map (as runs before seed 34)")
+    ap.add_argument("--covering-seconds", type=float, default=180.0,
+                    help="per mutant, run the covering tests, quickest first, up to this many seconds of them "
+                         "(default 180; the rest are left out, so the score is a lower bound)")
     ap.add_argument("--timeout-factor", type=float, default=4.0, help="a mutant's limit: this x the clean run")
     ap.add_argument("--rescore", metavar="JSON",
                     help="a saved run (--json): its summary again, with survivors argued equivalent since then as such")
@@ -430,9 +543,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     with tempfile.TemporaryDirectory(prefix="tracekit-mutation-") as tmp:
-        runner = Runner(make_copy(Path(tmp)), args.timeout_factor)
-        if args.ci:
-            return run_ci(runner, args)
+        copy = make_copy(Path(tmp))
+        if args.ci:  # CI's fixed set was killed by the hand-kept files; it needs no coverage map
+            return run_ci(Runner(copy, args.timeout_factor), args)
+        runner = Runner(copy, args.timeout_factor, None if args.lists_only or args.list else CoverageMap.build(copy),
+                        args.covering_seconds)
         modules = {p: [m for m in modules_of(p) if not args.modules or m in args.modules] for p in args.packages}
         t0 = time.perf_counter()
         population, totals, annotations = {}, {}, {}
