@@ -1,0 +1,108 @@
+"""benchmarks/mutation.py's choice of tests: the coverage map and the statement a mutant sits in.
+
+The campaign's kill rate is only as good as the tests each mutant meets; these check the two
+pieces that choose them on inputs whose answer is read off by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+mutation = pytest.importorskip("mutation")
+
+SOURCE = '''import math
+
+@staticmethod
+def f(a, b=2):
+    if a > 1 and \\
+       b < 3:
+        return (a +
+                b)
+    elif a < 0:
+        y = 1
+    return 0
+
+K = 5
+'''
+
+
+@pytest.mark.parametrize("pos, lines", [
+    ((5, 10), [5, 6]),       # the condition's first line: the if header, both of its lines, not the body
+    ((6, 7), [5, 6]),        # its continuation line: the same header
+    ((8, 16), [7, 8]),       # inside a two-line return: the whole statement
+    ((9, 9), [9]),           # an elif is its own header
+    ((3, 1), list(range(3, 12))),  # a decorator runs at import: the tests that call the body see it
+    ((4, 11), list(range(3, 12))),  # so does a default
+    ((13, 4), [13]),         # a module-level constant: its own line
+])
+def test_statement_lines_are_the_innermost_statement_or_its_header(pos, lines):
+    # Bug caught: taking the mutant's own line misses a statement whose execution coverage records
+    # on its first line; taking a whole if (body included) is right too, but a decorator's own
+    # line is executed only at import and would select no test at all.
+    assert list(mutation.statement_lines(SOURCE, *pos)) == lines
+
+
+def test_covering_tests_skip_failures_and_listed_files_and_keep_to_the_budget():
+    # Bug caught: a failing test in the selection "kills" every mutant; a listed file run twice
+    # doubles a survivor's cost; a budget overrun makes a sample take hours.
+    data = {"tests": [{"id": "tests/a.py::slow", "outcome": "passed", "seconds": 50.0},
+                      {"id": "tests/a.py::quick", "outcome": "passed", "seconds": 1.0},
+                      {"id": "tests/b.py::broken", "outcome": "failed", "seconds": 0.5},
+                      {"id": "tests/c.py::listed", "outcome": "passed", "seconds": 0.1},
+                      {"id": "tests/a.py::middle", "outcome": "passed", "seconds": 9.0}],
+            "lines": {"pkg/m.py": {"2": [0, 1, 2, 3, 4], "3": [1]}}}
+
+    cmap = mutation.CoverageMap(data, Path("/nonexistent"))
+    cmap.sources["pkg/m.py"] = "x = 1\ny = 2\nz = 3\n"
+    m = mutation.Mutant("pkg/m.py", "op", 0, 2, 4, "", "y = 2")
+    chosen, total = cmap.covering(m, {"tests/c.py"}, budget=20.0)
+    assert total == 3  # quick, middle, slow: passing and not in a listed file
+    assert [t["id"] for t in chosen] == ["tests/a.py::quick", "tests/a.py::middle"]  # 1 + 9 <= 20 < 1 + 9 + 50
+    m3 = mutation.Mutant("pkg/m.py", "op", 0, 3, 0, "", "z = 3")
+    assert [t["id"] for t in cmap.covering(m3, set(), budget=20.0)[0]] == ["tests/a.py::quick"]
+
+
+def test_the_coverage_plugin_maps_each_line_to_the_tests_that_ran_it(tmp_path):
+    # A toy package and three tests whose lines are known by reading them.
+    # Bug caught: contexts not switched per test (every line would belong to the first test, or to
+    # none), or a failing test written down as passing (it would then kill every mutant).
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "__init__.py").write_text("")
+    (tmp_path / "toy" / "mod.py").write_text(
+        "def sign(x):\n"          # 1
+        "    if x > 0:\n"         # 2
+        "        return 'pos'\n"  # 3
+        "    return 'neg'\n"      # 4
+        "\n"
+        "def other():\n"          # 6
+        "    return 1\n")         # 7
+    (tmp_path / "test_toy.py").write_text(
+        "from toy.mod import sign, other\n"
+        "def test_pos():\n    assert sign(1) == 'pos'\n"
+        "def test_neg():\n    assert sign(-1) == 'neg'\n"
+        "def test_other_fails():\n    assert other() == 2\n")
+    out = tmp_path / "map.json"
+    env = {**os.environ, "TRACEKIT_COVERAGE_MAP": str(out), "TRACEKIT_COVERAGE_SOURCE": "toy",
+           "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'benchmarks'}"}
+    pytest.importorskip("coverage")
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "coverage_map", "-p", "no:cacheprovider",
+                    "test_toy.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    d = json.loads(out.read_text())
+    names = [t["id"].split("::")[1] for t in d["tests"]]
+    assert names == ["test_pos", "test_neg", "test_other_fails"]
+    assert [t["outcome"] for t in d["tests"]] == ["passed", "passed", "failed"]
+    by_line = {int(k): sorted(names[i] for i in v) for k, v in d["lines"]["toy/mod.py"].items()}
+    assert by_line[2] == ["test_neg", "test_pos"]
+    assert by_line[3] == ["test_pos"]
+    assert by_line[4] == ["test_neg"]
+    assert by_line[7] == ["test_other_fails"]
+    assert 1 not in by_line and 6 not in by_line  # def lines run at import, in no test
