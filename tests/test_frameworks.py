@@ -61,6 +61,29 @@ def test_malformed_annotations_are_steps_with_a_problem_never_a_crash(name, prob
     assert a is not None and problem in a.problem
 
 
+@pytest.mark.parametrize("counts, dropped", [
+    # Two requests of 3 and 5 new tokens over 10 and 20 keys: Σq 8, Σk 30, Σq² 34, Σqk 130.
+    ("sq8sk30sqsq34sqsk130", None),
+    ("sq8sk30sqsq35sqsk130", "sum_q2"),   # odd: q² - q is even for every q, so Σq² - Σq is even
+    ("sq8sk30sqsq66sqsk130", "sum_q2"),   # more than (Σq)² = 64
+    ("sq8sk30sqsq30sqsk130", "sum_q2"),   # under (Σq)²/n = 32: two requests cannot be that even
+    ("sq8sk30sqsq34sqsk250", "sum_qk"),   # more than Σq·Σk = 240
+])
+def test_sums_of_squares_that_no_batch_can_have_are_dropped(counts, dropped):
+    # Bug caught: a Σq² that breaks arithmetic priced attention with half-pairs or more pairs than
+    # the batch has; each bound is a property of any integers q_i >= 1, not of a trace.
+    a = frameworks.parse_annotation(f"execute_context_2({counts})_generation_0(0)")
+    assert a.phase == "prefill" and a.prefill.tokens == 8 and a.prefill.kv_tokens == 30
+    got = {"sum_q2": a.prefill.sum_q2, "sum_qk": a.prefill.sum_qk}
+    for key, value in {"sum_q2": 34, "sum_qk": 130}.items():
+        if key == dropped:
+            assert got[key] is None and "contradict" in a.problem and key in a.problem
+        elif dropped != "sum_q2" or key != "sum_qk":
+            assert got[key] == value
+    if dropped is None:
+        assert a.problem is None
+
+
 def test_malformed_counts_are_dropped_not_trusted():
     a = frameworks.parse_annotation("execute_context_1(sq5sk3)_generation_0(0)")
     assert a.phase == "prefill" and a.prefill.tokens == 5 and a.prefill.kv_tokens is None

@@ -187,15 +187,23 @@ def _side(requests: int, text: str, what: str, problems: list[str]) -> BatchSide
 
 
 def _consistent(side: BatchSide, what: str, problems: list[str]) -> BatchSide:
-    """Drop counts that contradict each other (a request has >= 1 token, k >= q, q² >= q)."""
+    """Drop counts that contradict each other: a request has >= 1 token, k >= q, and the sums
+    over requests obey arithmetic that holds for any batch: q² - q = q(q-1) is even, so Σq² has
+    Σq's parity; Σq <= Σq² <= (Σq)²; Σq² >= (Σq)²/n (Cauchy-Schwarz over n requests); and
+    Σq² <= Σqk <= Σq·Σk."""
     bad = []
     if side.tokens is not None and side.requests and side.tokens < side.requests:
         bad.append("tokens")
-    if side.sum_q2 is not None and side.tokens is not None and side.sum_q2 < side.tokens:
+    q, n = side.tokens, side.requests
+    if side.sum_q2 is not None and q is not None and (
+            side.sum_q2 < q or side.sum_q2 > q * q or (side.sum_q2 - q) % 2
+            or (n and side.sum_q2 * n < q * q)):
         bad.append("sum_q2")
     if side.kv_tokens is not None and side.tokens is not None and side.kv_tokens < side.tokens:
         bad.append("kv_tokens")
-    if side.sum_qk is not None and side.sum_q2 is not None and side.sum_qk < side.sum_q2:
+    if side.sum_qk is not None and (
+            (side.sum_q2 is not None and side.sum_qk < side.sum_q2)
+            or (q is not None and side.kv_tokens is not None and side.sum_qk > q * side.kv_tokens)):
         bad.append("sum_qk")
     if not bad:
         return side
