@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import read_real
+from conftest import read_real, real_trace_path
 from tracekit.analysis import analyze
 from tracekit.analysis.pricing import op_args, op_costs
 from tracekit.cli import main
@@ -514,3 +514,46 @@ def test_compare_prices_both_runs_with_the_model(tmp_path):
     assert mbu["before"] is not None and mbu["after"] is not None
     assert not math.isnan(mbu["before"])
     assert np.isfinite([mbu["before"], mbu["after"]]).all()
+
+
+def test_an_sglang_extend_step_without_sum_q2_prices_attention_at_one_length_as_a_lower_bound(tmp_path):
+    """The MI300X SGLang extend trace with its vLLM-style execute_... annotation removed: only
+    ``step[EXTEND bs=15 toks=15360]`` remains, which does not say how the 15,360 tokens split.
+    Hand arithmetic: at one length (1,024 each, the fewest pairs any split gives) a request
+    scores q(q+1)/2 pairs, so 15 * 1024 * 1025 / 2 = 7,872,000 pairs; Qwen3-8B's 36 layers of
+    32 query heads x (128 + 128) dims do 2 * 32 * pairs * 256 FLOPs each. The removed annotation
+    itself stated sqsq = 15 * 1024², so the annotated trace must give the same figure.
+    Bug caught: attention priced as unknown (the old behaviour: 20 ms of kernel time without a
+    bound), a split other than one length, or the lower bound not said."""
+    import gzip
+
+    from tracekit import read_trace
+
+    raw = json.loads(gzip.open(real_trace_path("mi300x_extend")).read())
+    raw["traceEvents"] = [e for e in raw["traceEvents"] if not str(e.get("name", "")).startswith("execute_")]
+    path = tmp_path / "sglang_only.json"
+    path.write_text(json.dumps(raw))
+    expected = 36 * 2 * 32 * (15 * 1024 * 1025 / 2) * (128 + 128)
+    for trace, estimate in ((read_trace(path), "lower"), (read_real("mi300x_extend"), None)):
+        a = analyze(trace, model="qwen3-8b", costs="model")
+        w = a.work
+        att = (w["component"] == "attention") & (w["step"] == 0)
+        assert att.any() and w.loc[att, "flops"].notna().all()
+        assert w.loc[att, "flops"].sum() == pytest.approx(expected, rel=1e-9)
+        assert set(w.loc[att, "estimate"].tolist()) == {estimate}
+        if estimate:
+            assert "one length" in a.to_dict()["model"]["estimates"]["attention"]
+
+
+def test_attention_estimated_both_ways_in_one_trace_states_both_bases():
+    """The RTX 3090 vLLM trace's new requests (execute_new_2_cached_0: 12 tokens, no keys stated)
+    make a prefill whose attention is a lower bound, and its decode steps, whose keys no
+    annotation states, an upper bound. Bug caught: the JSON's one basis per component (the first
+    step's) said "lower bound" for the decode kernels too."""
+    a = analyze(read_real("rtx3090_vllm"), model="gpt-oss-20b")
+    w = a.work
+    att = w[w["component"] == "attention"]
+    assert set(att.loc[att["phase"] == "prefill", "estimate"]) == {"lower"}
+    assert set(att.loc[att["phase"] == "decode", "estimate"]) == {"upper"}
+    basis = a.to_dict()["model"]["estimates"]["attention"]
+    assert "lower bound" in basis and "upper bound" in basis

@@ -180,6 +180,15 @@ def _window_pairs(q: float, k: float, w: int) -> tuple[float, float]:
     return pairs, min(k, q + w - 1)
 
 
+def equal_length_pairs(requests: float, tokens: float) -> float:
+    """Causal query-key pairs of a prefill of ``tokens`` over ``requests`` with no cached prefix,
+    when the annotation does not say how the tokens split (SGLang's ``step[EXTEND bs= toks=]``):
+    each request's q tokens score q(q+1)/2 pairs, so the side scores (Σq² + Σq)/2, and Σq² is at
+    least (Σq)²/n (Cauchy-Schwarz), reached when the requests are of one length. A lower bound,
+    as the KV read without a stated cache is (analysis.pricing.model_costs)."""
+    return (tokens * tokens / requests + tokens) / 2
+
+
 def attention_geometry(side: Side, window: int | None) -> tuple[float, float] | None:
     """(query-key pairs, keys read) of one layer for a side; None when the keys are unknown."""
     if side.tokens <= 0:

@@ -19,7 +19,7 @@ from tracekit import formatting as fmt
 from tracekit.analysis.model import Analysis
 from tracekit.errors import TracekitError
 from tracekit.models import ModelSpec
-from tracekit.models.costs import Missing, Side, kv_bytes_per_token, step_costs, weight_bytes
+from tracekit.models.costs import Missing, Side, equal_length_pairs, kv_bytes_per_token, step_costs, weight_bytes
 
 # Sync idle is the host blocked while the GPU runs none of the step's work. A synchronous copy of a
 # step's inputs (kilobytes) blocks for tens of microseconds; sync idle over half the step's GPU busy
@@ -290,7 +290,7 @@ def _prefill_side(s: dict) -> Side:
     if pairs is not None and side.get("sum_q2") is not None:
         pairs = side["sum_qk"] - (side["sum_q2"] - n) / 2
     else:
-        pairs = r * (n / r) * (n / r + 1) / 2  # each request's prompt from scratch
+        pairs = equal_length_pairs(r, n)  # each request's prompt from scratch, of one length
     return Side(r, n, float(kv) if kv else n, float(pairs), r)
 
 

@@ -104,8 +104,11 @@ def _side(bs: BatchSide | None, engine: bool, phase: str) -> mc.Side | None:
     # own runs (logits_to_keep=1) compute. A bare forward computing every position's logits
     # is priced from its shapes, which say so.
     logits = bs.requests
+    pairs = bs.attention_pairs()
+    if pairs is None and phase == PREFILL and bs.kv_tokens is None and tokens > bs.requests:
+        pairs = mc.equal_length_pairs(bs.requests, tokens)
     return mc.Side(float(bs.requests), float(tokens), None if bs.kv_tokens is None else float(bs.kv_tokens),
-                   bs.attention_pairs(), float(logits))
+                   pairs, float(logits))
 
 
 def step_sides(steps: pd.DataFrame, engine: bool) -> list[dict[str, mc.Side]]:
@@ -121,8 +124,7 @@ def step_sides(steps: pd.DataFrame, engine: bool) -> list[dict[str, mc.Side]]:
             batch = r.batch if not np.isnan(r.batch) else None
             tokens = float(r.tokens)
             if r.phase == PREFILL and batch:
-                q = tokens / batch  # sequences of one length, no cached prefix
-                bs = BatchSide(int(batch), int(tokens), int(tokens), int(batch * q * q), int(batch * q * q))
+                bs = BatchSide(int(batch), int(tokens))  # priced as one length, no cached prefix (_side)
             else:
                 bs = BatchSide(int(batch or tokens), int(tokens))
             s = _side(bs, engine, r.phase)
@@ -158,6 +160,10 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
     layers = mc.named_linears(model, tp)
     estimate = np.full(n, None, dtype=object)
     out.estimate = estimate
+    # {(component, kind of estimate): its basis}, the first step's: one component can be
+    # estimated two ways in a trace (a prefill's attention as a lower bound, a decode's as an
+    # upper one), and each basis is said, none hiding the other.
+    bases: dict[tuple[str, str], str] = {}
     act_bytes = mc_bytes(model.dtype)
     out.kv_dtype, kv, out.kv_how = kv_cache_dtype(name_uniques, model.dtype)
     kv_bytes = kv if kv is not None else act_bytes
@@ -245,10 +251,11 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                 kind = _bytes_estimate(c, sd, steps.at[i, "prefill_side"] if "prefill_side" in steps else None)
                 if unbounded_keys:
                     kind = UPPER
-                    out.estimates.setdefault(c, UNKNOWN_KEYS_BASIS)
+                    bases.setdefault((c, UPPER), UNKNOWN_KEYS_BASIS)
                 if kind is not None:
                     estimate[mine] = kind
-                    out.estimates.setdefault(c, _estimate_basis(model, tp, c, sd))
+                    if not unbounded_keys:
+                        bases.setdefault((c, kind), _estimate_basis(model, tp, c, sd))
             else:
                 _per_launch(model, tp, c, mine, fused, out_size, all_tokens, logit_tokens, flops, nbytes, dtype,
                             unit, reason, act_bytes, kv_bytes)
@@ -259,6 +266,8 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
         if seen and stored not in seen and not (seen & {"bf16", "fp16"} and stored in ("bf16", "fp16")):
             out.dtype_conflicts[c] = ("/".join(sorted(seen)), stored)
     out.layer_check = layer_check(model, work, comp, steps)
+    for (c, _), basis in bases.items():
+        out.estimates[c] = f"{out.estimates[c]}. Also, {basis}" if c in out.estimates else basis
     return out
 
 
@@ -307,7 +316,9 @@ def _estimate_basis(model: ModelSpec, tp: int, component: str, sides: dict[str, 
     """The formula and numbers behind a component's estimated bytes, as the JSON states them."""
     if component == "attention":
         return ("lower bound: the KV read of a prefill whose cached keys the trace does not state counts its own "
-                "tokens only (no cached prefix)")
+                "tokens only (no cached prefix); where it does not state the sum of q² either, its query-key "
+                "pairs, and so its FLOPs, assume requests of one length, the fewest any split of its tokens gives "
+                "((Σq)²/n <= Σq²)")
     tokens = sum(s.tokens for s in sides.values())
     e, k = model.experts, model.top_k
     touched = expected_experts(e, k, tokens)
