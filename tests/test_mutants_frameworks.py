@@ -358,3 +358,27 @@ def test_malformed_new_cached_annotation_quotes_its_first_120_characters():
     got = frameworks.parse_annotation(name)
     # 12 characters of "execute_new_" + 108 x's = the first 120 characters, quoted by repr
     assert got.problem == "vLLM step annotation 'execute_new_" + "x" * 108 + "' does not follow execute_new_N_cached_M"
+
+
+# --- seed 34 ---------------------------------------------------------------------------------------
+
+
+def test_tracekit_prefill_marker_without_tokens_states_no_tokens():
+    """catches: a ``tracekit::prefill bs=2`` marker (no tokens=) given tokens = 2, one per request,
+    as only a decode step may be (`m.phase is not DECODE` for `==`): a prefill of two requests can
+    be of any length, and two tokens would price it as a decode-sized batch. A decode marker
+    without tokens= computes one per request: 8 requests, 8 tokens."""
+    p = frameworks.parse_annotation("tracekit::prefill bs=2")
+    assert p.phase == "prefill" and p.prefill.requests == 2 and p.prefill.tokens is None and p.tokens is None
+    d = frameworks.parse_annotation("tracekit::decode#3 bs=8")
+    assert d.decode.tokens == 8 and d.tokens == 8
+
+
+def test_tracekit_prefill_marker_stating_keys_equal_to_tokens_keeps_sum_qk():
+    """catches: keys compared with tokens by identity (`kv is tokens` for `==`): 1,024 stated twice
+    is two int objects, so a prefill marker with tokens=1024 kv=1024 lost its sum of q·k. Two
+    requests of 512 with no cached prefix: Σq² = Σqk = 2 * 512² = 524,288, and causal attention
+    scores 2 * 512 * 513 / 2 = 262,656 pairs."""
+    a = frameworks.parse_annotation("tracekit::prefill bs=2 tokens=1024 kv=1024")
+    assert a.prefill.sum_q2 == 524_288 and a.prefill.sum_qk == 524_288
+    assert a.prefill.attention_pairs() == 2 * 512 * 513 / 2
