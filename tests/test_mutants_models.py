@@ -541,3 +541,18 @@ def test_compressed_tensors_group_naming_the_lm_head_quantises_it_unless_ignored
     assert head(["Linear", "lm_head"]) == "fp8"
     assert head(["Linear", "lm_head"], ignore=["lm_head"]) == "bf16"
     assert head(["Linear"]) == "bf16"  # published checkpoints keep the head wide
+
+
+# --- seed 34
+
+
+def test_moe_routing_bytes():
+    """catches: the router's traffic mispriced (a product in it turned into a remainder): per MoE
+    layer, T x E fp32 router scores (4 bytes each), T x k expert ids and weights (8 bytes each,
+    written then read: x 2), the T x k expert outputs read for the combine at the activation size,
+    and the T x hidden combined output written."""
+    m = _spec(layers=(Layer(FULL, MOE),) * 2, experts=8, top_k=2, expert_intermediate=32)
+    side = mc.Side(requests=1, tokens=3, kv_tokens=3, pairs=6, logit_tokens=1)
+    w = mc.step_costs(m, side, act_bytes=2.0)["routing"]
+    # 2 layers x (3*8*4 = 96  +  3*2*8*2 = 96  +  3*2*64*2 = 768  +  3*64*2 = 384) = 2 x 1,344
+    assert w.bytes == 2 * (96 + 96 + 768 + 384)
