@@ -1,5 +1,6 @@
 """Behaviours of tracekit.analysis that surviving mutants of the seed-34 sample showed no test
-pinned: a duration's unit in the advice texts, the sources a cost-sources finding lists, and the
+pinned: a duration's unit in the advice texts, the sources a cost-sources finding lists, the note
+that a world size is unknown, and the
 work table's achieved FLOP/s and bandwidth. Expected values are hand arithmetic or the work
 table's own durations and costs (what the finding and the columns summarise), never the text or
 column under test."""
@@ -56,3 +57,23 @@ def test_work_table_achieved_flops_and_bandwidth_are_work_over_duration(extend_q
     np.testing.assert_allclose(w["achieved_bw"].to_numpy()[priced], w["bytes"].to_numpy()[priced] / secs[priced],
                                rtol=1e-12)
     assert np.isnan(w["achieved_flops"].to_numpy()[secs == 0]).all()
+
+
+@pytest.mark.parametrize("world", [2, None])
+def test_ranks_without_a_world_size_say_missing_ranks_cannot_be_named(tmp_path, world):
+    """catches: the note that the world size is unknown given when it is known (and not when it is
+    not: `if world` for `if not world`). Two hand-built ranks, with distributedInfo's world size
+    2, then without one."""
+    from kineto import Doc
+
+    from tracekit import read_trace
+
+    for rank in (0, 1):
+        doc = Doc(rank=rank, world=world)
+        doc.annotation("execute_context_0(0)_generation_4(4)", 100.0, 1000.0 + rank)
+        doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", 110.0, 120.0, 100.0 + 10 * rank)
+        doc.write(tmp_path / f"rank{rank}.json")
+    s = analyze(read_trace(tmp_path)).rank_summary
+    assert s["present"] == [0, 1]
+    unknown = [n for n in s["notes"] if "world size is unknown" in n]
+    assert len(unknown) == (0 if world else 1), s["notes"]
