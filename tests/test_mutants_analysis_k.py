@@ -1,7 +1,6 @@
 """Behaviours of tracekit.analysis that surviving mutants of the seed-34 sample showed no test
 pinned: a duration's unit in the advice texts, the sources a cost-sources finding lists, the note
-that a world size is unknown, and the
-work table's achieved FLOP/s and bandwidth. Expected values are hand arithmetic or the work
+that a world size is unknown, and the work table's achieved FLOP/s and bandwidth. Expected values are hand arithmetic or the work
 table's own durations and costs (what the finding and the columns summarise), never the text or
 column under test."""
 
