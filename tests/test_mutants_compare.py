@@ -242,3 +242,48 @@ def test_a_phase_of_no_time_before_explains_small_changes_after():
     assert [s for s in text if s.startswith("gemm grew by")], text
     back = compare(short, empty).phases["decode"]["explanation"]  # and the other way round
     assert [s for s in back if s.startswith("gemm shrank by")], back
+
+
+# --- seed 34 -------------------------------------------------------------------------------------
+
+
+def _tiny(batch: int):
+    return analyze(read_trace(SAMPLE_TRACES / f"tiny-bs{batch}.pt.trace.json.gz"))
+
+
+@pytest.mark.parametrize("before, after", [(1, 8), (8, 1)])
+def test_phase_time_sentence_gives_the_relative_change_in_percent(before, after):
+    """catches: the change put as a remainder (`(a - b) / b % 100` for `* 100`): the tiny model's
+    prefill going from 10.6 ms (batch 1) to 57.5 ms (batch 8) is +443%, which came out "+4.43%".
+    The expectation is the two analyses' own prefill times, (after - before) / before x 100."""
+    import re
+
+    b, a = _tiny(before), _tiny(after)
+    tb, ta = b.phases["prefill"]["time_ms"], a.phases["prefill"]["time_ms"]
+    first = compare(b, a).to_dict()["phases"]["prefill"]["explanation"][0]
+    got = float(re.search(r"\(([+-]?[\d.,]+)%\)\.$", first)[1].replace(",", ""))
+    assert got == pytest.approx((ta - tb) / tb * 100, rel=5e-3), first
+    assert first.startswith("Time ") and (("+" in first) == (ta > tb))
+
+
+def test_repeats_of_one_workload_pool_and_a_tenth_more_gemm_work_per_token_does_not():
+    """catches: the GEMM-work check written `fa / fb >> 1` (a float shift: every side of repeats
+    crashed with a TypeError instead of pooling). Two copies of one run pool; a run whose prefill
+    GEMMs do 1.5x the FLOPs per prompt token is another workload (the rule's 10%), one with 1.05x
+    is the same."""
+    import dataclasses
+
+    from tracekit.errors import TracekitError
+
+    base = _tiny(8)
+    assert compare([base, base], [base, base]).to_dict()["phases"]["prefill"]["time_ms"]["delta"] == 0
+
+    def scaled(factor):
+        w = base.work.copy()
+        gemm = ((w["phase"] == "prefill") & (w["category"] == "gemm")).to_numpy()
+        w.loc[gemm, "flops"] = w.loc[gemm, "flops"] * factor
+        return dataclasses.replace(base, work=w)
+
+    compare([base, scaled(1.05)], base)  # within 10%: one workload
+    with pytest.raises(TracekitError, match="GEMM FLOPs per prompt token"):
+        compare([base, scaled(1.5)], base)
