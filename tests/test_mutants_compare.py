@@ -287,3 +287,16 @@ def test_repeats_of_one_workload_pool_and_a_tenth_more_gemm_work_per_token_does_
     compare([base, scaled(1.05)], base)  # within 10%: one workload
     with pytest.raises(TracekitError, match="GEMM FLOPs per prompt token"):
         compare([base, scaled(1.5)], base)
+
+
+def test_context_values_are_written_with_their_si_prefix():
+    """catches: a value divided by its prefix's scale written as a sum (`v + scale`): a GEMM work
+    of 1.39e10 FLOPs per token, said as "13.9G" in the sentence refusing to pool two workloads,
+    came out "1.49e+10G"."""
+    from tracekit.compare.context import plain
+
+    assert plain(1.3892750336e10) == "13.9G"
+    assert plain(2.5e12) == "2.5T"
+    assert plain(6.07e6) == "6.07M"
+    assert plain(0.1234) == "0.123"  # 3 significant digits, no prefix under a million
+    assert plain(None) == "unknown" and plain(8) == "8"
