@@ -556,3 +556,13 @@ def test_moe_routing_bytes():
     w = mc.step_costs(m, side, act_bytes=2.0)["routing"]
     # 2 layers x (3*8*4 = 96  +  3*2*8*2 = 96  +  3*2*64*2 = 768  +  3*64*2 = 384) = 2 x 1,344
     assert w.bytes == 2 * (96 + 96 + 768 + 384)
+
+
+def test_embedding_lookup_per_token_is_one_row_read_and_written():
+    """catches: the KV-write branch taken by comparing names (`component <= "kv_write"`), which
+    priced every name sorting before it, the embedding lookup among them, as a KV-cache write.
+    An embedding lookup reads one row of hidden elements and writes it: 2 x 64 x 2 bytes in
+    bf16, no FLOPs; a KV write of one token stores K and V of each KV head: 4 x (16 + 16) elements,
+    read in bf16 and written at the cache's 2 bytes."""
+    assert mc.per_token(_spec(), "embedding", act_bytes=2.0) == (0.0, 2 * 64 * 2)
+    assert mc.per_token(_spec(), "kv_write", act_bytes=2.0, kv_bytes=2.0) == (0.0, 4 * 32 * (2 + 2))
