@@ -300,3 +300,54 @@ def test_context_values_are_written_with_their_si_prefix():
     assert plain(6.07e6) == "6.07M"
     assert plain(0.1234) == "0.123"  # 3 significant digits, no prefix under a million
     assert plain(None) == "unknown" and plain(8) == "8"
+
+
+def test_several_runs_against_one_run_is_a_hierarchical_interval():
+    """catches: the within-run basis chosen when only the after side has one run (`len(nb) >= 1`
+    for `== 1`): two runs before (10 + 12 steps) against one after (11 steps) are resampled run
+    by run on the before side, so the interval holds run-to-run spread and must say so."""
+    before = [_decode(np.linspace(10.0, 11.0, 10)), _decode(np.linspace(10.5, 11.5, 12))]
+    after = _decode(np.linspace(10.2, 11.2, 11))
+    basis = compare(before, after).figure("tpot_p50")["interval"]["basis"]
+    assert basis.startswith("hierarchical bootstrap of 2 runs (22 steps) and 11 steps"), basis
+    assert "a shift of a whole run is not in it" not in basis
+
+
+def test_an_efficiency_disagreement_names_the_peak_only_when_it_changed():
+    """catches: the peaks compared by their product (`ka * kb - 1` for `ka / kb - 1`), which names
+    "the matrix FLOP/s it is measured against" for two runs on one GPU (989 TFLOP/s each: a ratio
+    of 1) and says it changed "1x". With the after run's peak doubled, the sentence says 2x."""
+    from tracekit.compare.verdicts import explain_disagreements
+
+    def run(matrix, bandwidth):
+        r = bare_analysis()
+        r.phases = {"prefill": {"flops": 1e12}, "decode": {"bytes": 1e9}}
+        r.device = {"peak_flops": {"matrix": {"bf16": matrix}}, "peak_bandwidth": bandwidth}
+        return r
+
+    def said(b, a):
+        headline = [{"key": "prefill_mfu", "label": "Prefill MFU", "verdict": "better"},
+                    {"key": "ttft_ms", "label": "TTFT", "verdict": "worse"},
+                    {"key": "decode_mbu", "label": "Decode MBU", "verdict": "better"},
+                    {"key": "tpot_p50", "label": "TPOT p50", "verdict": "worse"}]
+        explain_disagreements(headline, b, a)
+        return headline[0]["disagreement"], headline[2]["disagreement"]
+
+    same = said(run(989e12, 3.35e12), run(989e12, 3.35e12))
+    assert all("measured against" not in s for s in same), same
+    assert all(s.endswith("the phase's time counts idle and host time its latency does not") for s in same), same
+    flops, nbytes = said(run(989e12, 3.35e12), run(1978e12, 6.7e12))
+    assert "the matrix FLOP/s it is measured against changed 2x" in flops, flops
+    assert "the bandwidth it is measured against changed 2x" in nbytes, nbytes
+
+
+def test_a_share_is_written_in_percent_and_its_change_in_points():
+    """catches: a share scaled by anything but 100 (`v * 101`): 0.456 of the time is 45.6%, and a
+    change of 0.012 is +1.2 percentage points (three significant digits, as `num` writes them)."""
+    from tracekit.compare.verdicts import fmt
+
+    assert fmt(0.456, "") == "45.6%"
+    assert fmt(0.25, "") == "25.0%"
+    assert fmt(0.012, "", delta=True) == "+1.20 pp"
+    assert fmt(-0.05, "", delta=True) == "-5.00 pp"
+    assert fmt(12.3, "ms") == "12.3 ms" and fmt(None, "ms") == "n/a"
