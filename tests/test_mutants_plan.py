@@ -450,3 +450,33 @@ def test_the_why_counts_a_split_in_gpus_over_tensor_parallel_replicas():
     c = PhaseCosts(lambda n: 2e-4 * n, lambda b, ctx: 0.02 + 2e-4 * b, device="test GPU", tp=2)
     q = plan(c, Demand(4.0, 1000, 100), Slo(1.0, 0.03), max_gpus=4)
     assert q.why.startswith("Disaggregated on 4 GPUs (2 prefill + 2 decode) meets both SLOs"), q.why
+
+
+# --- seed 34 -------------------------------------------------------------------------------------
+
+
+def test_the_closest_split_counts_both_phases_over_capacity_as_two_short():
+    """catches: the phases short counted with `|` for `+` (True | True is 1, not 2), so a split
+    with both phases over capacity ties one with one phase over and wins on its empty SLO ratio.
+    At 19.5 requests/s within 3 GPUs (the costs above): 1 + 2 has prefill over capacity (19.5/s
+    against one replica's 1 / 0.1 s = 10/s) and decode too (9.75/s a replica: k = 975 requests per
+    second of TPOT, and 1.05e-3 x 975 = 1.02 > 1, so the step outgrows the time); 2 + 1 has prefill
+    within capacity (rho = 0.975) and only decode over. 2 + 1 is the nearer."""
+    p = plan(_costs(), Demand(19.5, 1000, 100), Slo(1.0, 0.02), max_gpus=3)
+    assert p.recommended is None
+    closest = p.options[1]
+    assert (closest.prefill_replicas, closest.decode_replicas) == (2, 1)
+    assert closest.ttft_s == pytest.approx(0.1 + 0.975 * 0.1 / (2 * 0.025), rel=1e-9) and closest.tpot_s is None
+
+
+def test_a_decode_replica_near_its_capacity_reaches_its_steady_state():
+    """catches: the fixed point's tolerance made absolute (`1e-9 // t` is 0, leaving 1e-12 s), so
+    near capacity the iteration runs out before it converges and the replica is called over
+    capacity. At 9.1429 requests/s a replica (k = 914.29, so 1.05e-3 k = 0.96) the TPOT solves
+    t = 0.01 + 0.96 t: t = 0.01 / 0.04 = 250 ms, and the batch is k t = 228.6. The iteration's error
+    shrinks 0.96x a step: about 430 steps to a relative 1e-9, 564 to an absolute 1e-12 s."""
+    rate = 0.96 / 1.05e-3 / 100
+    o = evaluate("disaggregated", _costs(), Demand(rate, 1000, 100), Slo(10.0, 1.0), 1, 1, None)
+    assert o.tpot_s == pytest.approx(0.25, rel=1e-6)
+    assert o.batch == pytest.approx(rate * 100 * 0.25, rel=1e-6)
+    assert o.meets_slo

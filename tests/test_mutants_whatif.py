@@ -85,3 +85,20 @@ def test_kernels_of_a_dtype_the_target_lacks_are_counted_in_its_note():
                          "limiter": ["compute", "compute"], "kind": ["kernel", "kernel"], "category": ["gemm", "gemm"]})
     notes = [n for n in reprice(work, src, tgt).notes if "has no fp4 matrix peak" in n]
     assert len(notes) == 1 and ": 0.75 ms of fp4 kernels are projected at its " in notes[0], notes
+
+
+# --- seed 34 -------------------------------------------------------------------------------------
+
+
+def test_a_projections_headline_holds_the_figures_the_run_has(b300_projected):
+    """catches: the skip of a figure neither measured nor projected negated (`measured is not
+    None`), which lists TTFT and every prefill figure of a decode-only run as rows of nothing. The
+    run (SGLang decode steps, no prefill, no request timing) has three of the eight: its decode
+    step p50, decode tokens/s and decode MBU, each stated as the run's own analysis has it."""
+    source, pj = b300_projected
+    rows = pj.to_dict()["headline"]
+    assert [r["key"] for r in rows] == ["decode_step_p50", "decode_tokens_per_s", "decode_mbu"]
+    m = source.metrics
+    assert [r["measured"] for r in rows] == [m["decode_step_ms"]["p50"], m["decode_tokens_per_s"], m["decode_mbu"]]
+    assert m.get("ttft_ms") is None and not source.phases.get("prefill")
+    assert all(r["projected"] is not None and r["range"][0] <= r["projected"] <= r["range"][1] for r in rows)
