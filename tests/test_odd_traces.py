@@ -240,3 +240,62 @@ def test_a_bad_gpu_option_fails_before_anything_is_printed(tmp_path, command):
     assert r.stdout == ""  # nothing before the error
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("tracekit: error: ") and "Traceback" not in r.output
     assert not (tmp_path / "out.json").exists()
+
+
+def _clock_below_zero(tmp_path, key: str):
+    """(the trace's path, its copy with every ts moved an exact whole number of microseconds so
+    that the last event ends 1 ms before zero, that move in us). baseTimeNanoseconds, which the
+    reader adds to every ts, is dropped, so the copy's clock is its ts alone."""
+    src = real_trace_path(key)
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    events = [e for e in doc["traceEvents"] if isinstance(e.get("ts"), (int, float))]
+    move = -int(max(e["ts"] + e.get("dur", 0) for e in events)) - 1000
+    for e in events:
+        e["ts"] += move
+    doc.pop("baseTimeNanoseconds", None)
+    out = tmp_path / f"below-zero-{key}.json.gz"
+    out.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return src, out, move
+
+
+def _figures(a) -> dict:
+    d = a.to_dict()
+    return {k: v for k, v in d.items() if k != "source"}
+
+
+@pytest.mark.parametrize("key", ["gb10_vllm", "mi300x_extend"])
+def test_a_clock_below_zero_reads_as_the_same_run(tmp_path, key):
+    """The Chrome format allows any timestamp; a trace re-based to an event inside it has times
+    below zero. Moving a clock changes no duration, so the analysis (steps, phases, idle, kernels,
+    every figure) must be the original's. Fails if a time below zero is read as "no time" (the
+    analysis marks a missing launch by -1 and tests times >= 0): before the reader moved such a
+    clock, the GB10 copy had no launches and no steps (10 in the original)."""
+    from tracekit import read_trace
+    from tracekit.analysis import analyze
+
+    src, below, _ = _clock_below_zero(tmp_path, key)
+    t = read_trace(str(below))
+    assert int(t.kernels["start_ns"].min()) >= 0 and t.metadata["clock_shift_ns"] % 2**50 == 0
+    original = analyze(read_trace(str(src)))
+    assert len(original.steps)
+    assert _figures(analyze(t)) == _figures(original)
+
+
+def test_annotate_writes_a_clock_below_zero_back_on_its_own_clock(tmp_path):
+    """Fails if annotate writes the step track on the reader's moved clock (2**50 ns, 13 days,
+    away from the file's events) instead of the file's own: each step slice must sit where the
+    original trace's annotation put it, moved as the copy's events were."""
+    src, below, move_us = _clock_below_zero(tmp_path, "gb10_vllm")
+
+    def step_slices(path, out):
+        r = CliRunner().invoke(main, ["annotate", str(path), "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        doc = json.loads(gzip.decompress(out.read_bytes()))
+        return sorted((e["args"]["step"], e["ts"], e["dur"]) for e in doc["traceEvents"]
+                      if e.get("cat") == "tracekit" and e["ph"] == "X" and "step" in e["args"] and "cause" not in e["args"])
+
+    want, got = step_slices(src, tmp_path / "a.json.gz"), step_slices(below, tmp_path / "b.json.gz")
+    assert len(want) == 10 and [s for s, _, _ in got] == [s for s, _, _ in want]
+    for (_, ts_w, dur_w), (_, ts_g, dur_g) in zip(want, got):
+        assert ts_g == pytest.approx(ts_w + move_us, abs=1e-3) and dur_g == pytest.approx(dur_w, abs=1e-3)
+    assert all(ts < 0 for _, ts, _ in got)

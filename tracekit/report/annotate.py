@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.waiting.idle import CAUSES
+from tracekit.trace.model import CLOCK_SHIFT
 from tracekit.trace.windows import WINDOW_KEY
 
 CATEGORY = "tracekit"  # no table of the reader's: the added events are invisible to the analysis
@@ -99,7 +100,8 @@ def annotate(doc: Document, trace, parts, analysis, rank_label: str | None = Non
     ``trace`` is the ``Trace`` read from that document, ``parts`` and ``analysis`` what
     ``analysis.analyze.measure``/``assemble`` made of it; ``first_step`` numbers the steps (a
     split window's step 0 is its run's step ``first_step``). Returns counts of what was added."""
-    base_ns = doc.base_ns()
+    # The document's clock: its own base, and the reader's shift of a clock below zero.
+    base_ns = doc.base_ns() + int(trace.metadata.get(CLOCK_SHIFT, 0))
     pid = _free_pid(doc.heads)
     steps = analysis.steps
     title = "tracekit steps" + (f" ({rank_label})" if rank_label else "")

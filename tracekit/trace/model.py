@@ -43,6 +43,10 @@ from typing import Any
 
 import pandas as pd
 
+# Trace.metadata key: the ns the reader added to every time of a trace whose clock runs below
+# zero (``reader._clock_shift``); absent when the clock was not moved.
+CLOCK_SHIFT = "clock_shift_ns"
+
 # Schema eras, oldest first.
 ERA_PT19 = "pytorch-1.9"  # Operator / Runtime / Kernel, flow "async"
 ERA_2022 = "2022"  # cpu_op / cuda_runtime / kernel, flow "async_cpu_to_gpu"

@@ -21,7 +21,7 @@ from tracekit.errors import TracekitError
 from tracekit.trace import columns, inflate, limits, links, stream
 from tracekit.trace import decode as dec
 from tracekit.trace.runs import check_one_run
-from tracekit.trace.model import ERA_2022, ERA_CURRENT, ERA_PT19, Trace
+from tracekit.trace.model import CLOCK_SHIFT, ERA_2022, ERA_CURRENT, ERA_PT19, Trace
 
 Progress = Callable[[str], None]
 
@@ -85,6 +85,7 @@ def _read_file(
         tables = built.tables(base_ns)
     except (ValueError, OverflowError, TypeError) as e:
         raise TracekitError(f"{path} holds malformed events ({e})") from None
+    shift = _clock_shift(tables)
     n_x = sum(len(t) for t in tables.values())
     if n_x == 0 and (stream_cut or json_cut):
         raise TracekitError(
@@ -107,6 +108,8 @@ def _read_file(
         n_events=built.n_events,
         n_bytes=n_read,
     )
+    if shift:
+        trace.metadata[CLOCK_SHIFT] = shift
     if trace.distributed is None or not _is_int(trace.distributed.get("rank")):
         # distributedInfo is untrusted: a rank that is not an integer gives way to the
         # engine's per-rank file name, when there is one.
@@ -118,6 +121,30 @@ def _read_file(
     if stream_cut or json_cut:
         _note_truncation(trace, stream_cut or "JSON ended early", json_cut, n_parsed)
     return trace
+
+
+_SHIFT_QUANTUM = 2**50  # ns, about 13 days
+
+
+def _clock_shift(tables: dict[str, pd.DataFrame]) -> int:
+    """Move a clock that runs below zero forward, in place, and return by how much (0: not moved).
+
+    The Chrome format allows any timestamp, and a trace re-based to an event inside it (a tool
+    that puts the first step at 0) has times below zero; the analysis, though, marks "no time"
+    (a kernel with no launch, a gap with no op) by -1 and tests times with ``>= 0``, and would
+    read such a trace as one with no launches and no steps. The shift is a whole number of
+    2**50 ns, so the files of one run (ranks, split windows) whose times lie within 13 days
+    below zero all move by the same amount and stay on one clock; times relative to each other
+    are unchanged, and ``report.annotate`` writes back on the file's own clock."""
+    starts = [int(t["start_ns"].min()) for t in tables.values() if len(t)]
+    if not starts or min(starts) >= 0:
+        return 0
+    shift = -(min(starts) // _SHIFT_QUANTUM) * _SHIFT_QUANTUM  # the least multiple making all times >= 0
+    for t in tables.values():
+        if len(t):
+            t["start_ns"] += shift
+            t["end_ns"] += shift
+    return shift
 
 
 def _note_truncation(trace: Trace, how: str, json_cut: bool, n_parsed: int) -> None:
