@@ -453,3 +453,52 @@ def test_category_factor_central_above_high_is_refused():
     with pytest.raises(ValueError, match=r"must satisfy 0 < low <= central <= high <= 1"):
         factors.parse(doc)
     factors.parse(_factors_doc([0.3, 0.6, 0.6]))  # central == high is a valid (one-sided) range
+
+
+# --- seed 34 and 35 --------------------------------------------------------------------------------
+
+
+def test_measured_spec_takes_its_arguments_by_name_and_the_rest_only_by_name():
+    """catches: measured_spec's keyword-only marker turned positional-only (`/` for `*`): the
+    public function then refused its own parameter names (TypeError for device_name=...), and a
+    fourth positional argument was taken as the basis instead of being refused."""
+    by_name = measured_spec(device_name="My CPU", matmul_flops={"fp32": 1e11}, bandwidth=2e10)
+    assert by_name == measured_spec("My CPU", {"fp32": 1e11}, 2e10)
+    with pytest.raises(TypeError):
+        measured_spec("My CPU", {"fp32": 1e11}, 2e10, "from a guess")
+
+
+def test_an_unknown_dtype_in_a_spec_file_is_answered_with_the_nearest_known_one(tmp_path):
+    """catches: the hint's match taken past the one difflib returns (`close[1]`: an IndexError in
+    place of the sentence). A matrix peak keyed 'bf61' is a transposed 'bf16'."""
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"name": "Mine", "memory_bandwidth_GBps": 1000, "peak_flops.matrix.bf61": 1e15}))
+    with pytest.raises(TracekitError) as e:
+        load_spec_file(path)
+    assert e.value.message.endswith("key 'peak_flops.matrix.bf61' has unknown dtype 'bf61' (known: fp64, tf32, "
+                                    "fp32, fp16, bf16, fp8, int8, fp4); did you mean 'bf16'?"), e.value.message
+
+
+@pytest.mark.parametrize("low", [0, -0.2])
+def test_a_category_factor_of_no_or_negative_low_figure_is_refused(low):
+    """catches: the low figure's `0 <` test lost (`0 is not lo`: True for every float), so a
+    factor range starting at 0 or below was accepted: a kernel projected at no fraction of the
+    roof takes forever, and a negative one a negative time."""
+    from tracekit.specs import factors
+
+    with pytest.raises(ValueError, match=r"must satisfy 0 < low <= central <= high <= 1"):
+        factors.parse(_factors_doc([low, 0.5, 0.7]))
+    factors.parse(_factors_doc([0.01, 0.5, 0.7]))
+
+
+def test_nominal_memory_fits_at_both_ends_of_its_observed_range():
+    """catches: either end of the nominal-memory range made exclusive (`<` for `<=`). A row that
+    knows only a nominal 100 GB fits a device reporting 88 GiB (0.88, the low end, as GDDR parts
+    with ECC report) and 103 GiB (1.03, the high end), and not 87 or 104 GiB."""
+    import dataclasses
+
+    from tracekit.specs.lookup import GIB, NOMINAL_MEMORY_RANGE, _memory_fits
+
+    assert NOMINAL_MEMORY_RANGE == (0.88, 1.03)
+    row = dataclasses.replace(spec_by_name("h100-sxm"), total_global_mem=None, memory_gb=100)
+    assert [_memory_fits(row, g * GIB) for g in (87, 88, 103, 104)] == [False, True, True, False]
