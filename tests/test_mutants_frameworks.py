@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from conftest import read_real
@@ -382,3 +383,18 @@ def test_tracekit_prefill_marker_stating_keys_equal_to_tokens_keeps_sum_qk():
     a = frameworks.parse_annotation("tracekit::prefill bs=2 tokens=1024 kv=1024")
     assert a.prefill.sum_q2 == 524_288 and a.prefill.sum_qk == 524_288
     assert a.prefill.attention_pairs() == 2 * 512 * 513 / 2
+
+
+# --- seed 35 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grid", [(128, 2, 1), (128, 1, 2)])
+def test_a_rotary_launch_covers_one_token_a_block_only_on_a_one_dimensional_grid(grid):
+    """catches: the grid's y or z extent allowed above 1 (`>=` for `==`): vLLM's rotary kernel
+    runs one block per token on an (x, 1, 1) grid, and a grid of more than one row or layer is not
+    that layout, so its x extent is not a token count."""
+    from tracekit.frameworks.vllm import per_token_kernel
+
+    name = "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, ...)"
+    assert per_token_kernel(name, (128, 1, 1)) == 128
+    assert per_token_kernel(name, grid) is None

@@ -566,3 +566,17 @@ def test_embedding_lookup_per_token_is_one_row_read_and_written():
     read in bf16 and written at the cache's 2 bytes."""
     assert mc.per_token(_spec(), "embedding", act_bytes=2.0) == (0.0, 2 * 64 * 2)
     assert mc.per_token(_spec(), "kv_write", act_bytes=2.0, kv_bytes=2.0) == (0.0, 4 * 32 * (2 + 2))
+
+
+# --- seed 35 -------------------------------------------------------------------------------------
+
+
+def test_int8_w8a8_weights_are_a_byte_each_plus_a_scale_per_128():
+    """catches: the int8 row's bytes multiplied out (`1 * 4 / 128` for `1 + 4 / 128`): W8A8 int8
+    weights were priced at 0.03 bytes each, a 32nd of the byte each one takes. By hand: one byte
+    a weight and one fp32 scale (4 bytes) per 128 weights, 1.03125 bytes."""
+    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
+        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"},
+              "input_activations": {"num_bits": 8, "type": "int"}}}}), "w8a8", "hand-written config")
+    assert m.weight("mlp").name == "int8"
+    assert m.weight("mlp").bytes_per_param == pytest.approx(1.03125, rel=1e-12)
