@@ -580,3 +580,17 @@ def test_int8_w8a8_weights_are_a_byte_each_plus_a_scale_per_128():
               "input_activations": {"num_bits": 8, "type": "int"}}}}), "w8a8", "hand-written config")
     assert m.weight("mlp").name == "int8"
     assert m.weight("mlp").bytes_per_param == pytest.approx(1.03125, rel=1e-12)
+
+
+@pytest.mark.parametrize("method, bits, group", [("gptq", 4, 128), ("awq", 4, 64), ("gptq", 8, 32)])
+def test_gptq_and_awq_weights_are_priced_from_their_checkpoint_tensors(method, bits, group):
+    """catches: the bytes a group carries beside its weights mis-stated (e.g. 5 or 3 for 4 bytes,
+    or the 4 bytes of an fp16 scale and an fp16 zero this once assumed). The expectation is the
+    checkpoint's own tensors for a Linear of K inputs and N outputs: qweight (K x N values at the
+    weights' width), qzeros (K/group x N zero points, packed at the same width) and scales
+    (K/group x N fp16), over K x N weights; g_idx (K int32) is under 0.1% and left out."""
+    K, N = 4096, 4096
+    stored = K * N * bits / 8 + (K // group) * N * bits / 8 + (K // group) * N * 2
+    m = from_config(_small_config({"quant_method": method, "bits": bits, "group_size": group}), method, "hand")
+    assert m.weight("mlp").name == f"int{bits}"
+    assert m.weight("mlp").bytes_per_param == pytest.approx(stored / (K * N), rel=1e-12)

@@ -56,8 +56,8 @@ PRECISIONS: dict[str, Precision] = {
     # MXFP4: e2m1 values with one e8m0 scale per 32. Activations stay 16-bit unless the kernel
     # names say MXFP8 (kernel evidence refines the compute dtype).
     "mxfp4": Precision("mxfp4", _block(4, 32, 1), "bf16", "MXFP4 weights"),
-    # GPTQ/AWQ int4 with an fp16 scale (and zero) per group of 128: weight-only.
-    "int4": Precision("int4", _block(4, 128, 4), "bf16", "int4 weights, 16-bit activations (W4A16)"),
+    # GPTQ/AWQ int4 with an fp16 scale and a 4-bit zero point per group of 128: weight-only.
+    "int4": Precision("int4", _block(4, 128, 2.5), "bf16", "int4 weights, 16-bit activations (W4A16)"),
     "int8": Precision("int8", 1 + 4 / 128, "int8", "int8 weights and activations (W8A8)"),
 }
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
@@ -356,7 +356,10 @@ def _precision(qc: Any, spec: ModelSpec, what: str) -> tuple[dict[str, Precision
         if bits not in (4, 8):
             raise TracekitError(f"{what}: {method} with {bits}-bit weights is not one tracekit understands")
         group = _opt_int(qc, "group_size", 128)
-        prec = Precision(f"int{bits}", _block(bits, group, 4), base.compute, f"{method} int{bits} weights, group {group}")
+        # Per group of each output column: an fp16 scale and a zero point packed at the weights' width
+        # (the checkpoint's scales and qzeros tensors beside qweight).
+        prec = Precision(f"int{bits}", _block(bits, group, 2 + bits / 8), base.compute,
+                         f"{method} int{bits} weights, group {group}")
         how = f"quantization_config {method} int{bits}"
         targets = [c for c in _QUANTISABLE if c not in excluded]
     elif method == "bitsandbytes":
