@@ -1,5 +1,6 @@
 """Behaviours of tracekit.analysis that surviving mutants of the seed-35 sample showed no test
-pinned. Expected values are hand arithmetic over hand-built tables, never the column under test."""
+pinned: a step's bytes, attention pairs per layer, the launch a launch-bound finding names.
+Expected values are hand arithmetic over hand-built tables, never the output under test."""
 
 from __future__ import annotations
 
@@ -27,3 +28,48 @@ def test_a_steps_bytes_are_its_priced_kernels_and_unknown_when_none_is_priced():
     assert np.isnan(out["flops"].iloc[1]) and out["flops"].iloc[2] == 5e6
     assert np.isnan(out["mbu"].iloc[1]) and out["mbu"].iloc[2] == pytest.approx(1.0, rel=1e-12)
     assert out["unknown_cost_ms"].tolist() == pytest.approx([0.0, 300 / 1e6, 0.0])
+
+
+def test_attention_per_layer_sums_the_sides_and_averages_over_the_layers_windows():
+    """catches: a side's pairs taken as a remainder (`geo[0] % count / n` for `geo[0] * count / n`):
+    with one kind of layer the pairs came out 0, and vLLM's unified attention op,
+    priced from them, did no FLOPs. By hand: a prefill of 2 requests x 5 tokens (15 causal pairs
+    each: 30) and a decode of 1 request over 100 keys (100 pairs) on one layer kind: 130 pairs, 110
+    keys. With 1 full layer and 3 sliding ones of window 10, the decode's sliding layers score and
+    read 10 keys and the prefill (5 keys a request, inside the window) is as before: pairs
+    30 + (100 + 3 x 10) / 4 = 62.5, keys 10 + 32.5 = 42.5."""
+    from tracekit.analysis.pricing.model_costs import attention_per_layer
+    from tracekit.models import costs as mc
+    from tracekit.models.config import DENSE, FULL, SLIDING, Layer, ModelSpec
+
+    sides = {"prefill": mc.Side(requests=2, tokens=10, kv_tokens=10, pairs=30, logit_tokens=2),
+             "decode": mc.Side(requests=1, tokens=1, kv_tokens=100, pairs=100, logit_tokens=1)}
+    assert attention_per_layer(None, sides) == (130.0, 110.0, "")
+    m = ModelSpec(name="tiny", source="hand-built", model_type="test", hidden=64, vocab=100, heads=4, kv_heads=4,
+                  head_dim=16, v_head_dim=16, intermediate=128,
+                  layers=(Layer(FULL, DENSE),) + (Layer(SLIDING, DENSE, window=10),) * 3)
+    pairs, keys, note = attention_per_layer(m, sides)
+    assert (pairs, keys) == (pytest.approx(62.5), pytest.approx(42.5))
+    assert note == " (averaged over the model's 4 layers, sliding windows [10])"
+
+
+def test_a_launch_bound_graph_replay_names_its_largest_launch():
+    """catches: the launch named in a launch-bound finding picked as the first top idle row that is
+    not a launch (`!=` for `==`), so a graph-replaying decode's finding named a host copy as the
+    launch the GPU waits for. Decode: 10 ms, 6 ms of it waiting for launches (60%, over the 20%
+    bar), the top idle rows a host copy (1 ms) then the launches of aten::mm (6 ms)."""
+    from conftest import bare_analysis
+
+    from tracekit.analysis.findings import advice
+
+    a = bare_analysis()
+    a.steps = pd.DataFrame({"phase": ["decode"] * 4, "graph_replay": [True] * 4, "kernels": [100] * 4})
+    a.phases = {"decode": {
+        "time_ms": 10.0, "steps": 4,
+        "idle_by_cause": {"sync": 0.0, "launch": 6.0, "host": 1.0, "wait": 0.5, "unattributed": 0.0},
+        "idle_top": [{"cause": "host", "call": "cudaMemcpyAsync", "op": "aten::copy_", "ms": 1.0, "share": 0.1},
+                     {"cause": "launch", "call": "cudaLaunchKernel", "op": "aten::mm", "ms": 6.0, "share": 0.6}]}}
+    found = [f for f in advice._idle(a, "decode", a.phases["decode"]) if f.id == "launch-bound"]
+    assert len(found) == 1
+    assert "although the steps replay a graph" in found[0].text
+    assert found[0].text.endswith("(largest: cudaLaunchKernel in aten::mm).")
