@@ -1,5 +1,6 @@
 """Behaviours of tracekit.analysis that surviving mutants of the seed-35 sample showed no test
-pinned: a step's bytes, attention pairs per layer, the launch a launch-bound finding names.
+pinned: a step's bytes, attention pairs per layer, the launch a launch-bound finding names, a
+timeline's step duration.
 Expected values are hand arithmetic over hand-built tables, never the output under test."""
 
 from __future__ import annotations
@@ -73,3 +74,21 @@ def test_a_launch_bound_graph_replay_names_its_largest_launch():
     assert len(found) == 1
     assert "although the steps replay a graph" in found[0].text
     assert found[0].text.endswith("(largest: cudaLaunchKernel in aten::mm).")
+
+
+@pytest.mark.parametrize("key", ["gb10_vllm", "mi300x_decode"])
+def test_a_timelines_step_lasts_what_the_steps_table_says(key):
+    """catches: a timeline's duration converted from ns by anything but 1e6 (e.g. 999,999: 1e-6
+    off, unseen at any tolerance a plot would need): one step's duration is written in two places
+    of one report, and one set of books means the two are the same number, ns / 1e6 exactly."""
+    from conftest import read_real
+
+    from tracekit.analysis import analyze
+
+    a = analyze(read_real(key))
+    d = a.to_dict()
+    by_index = {s["index"]: s for s in d["steps"]}
+    ns = dict(zip(a.steps["step"], a.steps["duration_ns"]))
+    assert d["timelines"]
+    for tl in d["timelines"]:
+        assert tl["duration_ms"] == by_index[tl["step"]]["duration_ms"] == ns[tl["step"]] / 1e6
