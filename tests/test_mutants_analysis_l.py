@@ -92,3 +92,16 @@ def test_a_timelines_step_lasts_what_the_steps_table_says(key):
     assert d["timelines"]
     for tl in d["timelines"]:
         assert tl["duration_ms"] == by_index[tl["step"]]["duration_ms"] == ns[tl["step"]] / 1e6
+
+
+@pytest.mark.parametrize("have, said", [((1, 3, 4), "lacks window 2 of 4"), ((1, 4), "lacks windows 2, 3 of 4")])
+def test_a_split_missing_windows_names_them_in_the_right_number(tmp_path, have, said):
+    """catches: the plural's count wrong (`> 2` for `> 1`): two missing windows read "window 2, 3"."""
+    from tracekit.analysis.windows import window_paths
+    from tracekit.errors import TracekitError
+
+    for i in have:
+        (tmp_path / f"run.window-{i}-of-4.json.gz").write_bytes(b"")
+    with pytest.raises(TracekitError) as e:
+        window_paths(str(tmp_path))
+    assert said + ": a merged report needs every window" in e.value.message, e.value.message
