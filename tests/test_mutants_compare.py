@@ -351,3 +351,78 @@ def test_a_share_is_written_in_percent_and_its_change_in_points():
     assert fmt(0.012, "", delta=True) == "+1.20 pp"
     assert fmt(-0.05, "", delta=True) == "-5.00 pp"
     assert fmt(12.3, "ms") == "12.3 ms" and fmt(None, "ms") == "n/a"
+
+
+# --- seed 35 -------------------------------------------------------------------------------------
+
+
+def test_a_one_run_per_side_summary_has_no_runs_line():
+    """catches: the summary's "Runs: n before, m after" line written for one run a side (the
+    several-runs test ``len(before_runs) > 1`` turned into ``> 0``): a plain two-trace comparison
+    then reads as if it pooled runs. Two runs before, it is stated with both counts."""
+    a, b = _decode(np.linspace(10.0, 11.0, 20)), _decode(np.linspace(10.5, 11.5, 20))
+    assert not [s for s in compare(a, b).summary if s.startswith("Runs:")]
+    runs = [s for s in compare([a, a], b).summary if s.startswith("Runs:")]
+    assert len(runs) == 1 and runs[0].startswith("Runs: 2 before, 1 after; "), runs
+
+
+def test_a_gate_states_its_change_in_percent_only_when_its_threshold_is_relative():
+    """catches: the gate's unit chosen the wrong way round (``"%" if not relative``): a gate of
+    ``tpot_p50>+5%`` would say its change in ms and one of ``tpot_p50>0.5ms`` in %. The units are
+    the gate's own spellings."""
+    from tracekit.compare.gates import parse_gate
+
+    c = compare(_decode(np.linspace(10.0, 11.0, 20)), _decode(np.linspace(10.5, 11.5, 20)))
+    assert parse_gate("tpot_p50>+5%").evaluate(c)["unit"] == "%"
+    assert parse_gate("tpot_p50>0.5ms").evaluate(c)["unit"] == "ms"
+
+
+def _steps_run(series) -> object:
+    """One run whose decode step times (ms) are ``series``, with its mean and percentiles."""
+    s = np.asarray(series, dtype=float)
+    a = _decode(s)
+    a.metrics["decode_step_series_ms"] = list(s)
+    a.metrics["decode_step_ms"] = {"mean": float(s.mean()), **{k: float(np.percentile(s, q))
+                                                             for k, q in spread.PERCENTILES.items()}}
+    return a
+
+
+def test_the_interval_of_a_several_run_step_percentile_is_of_the_percentile_not_the_mean():
+    """catches: the pooled-mean replicate used for a percentile figure whose key sorts before
+    ``decode_tokens_per_s`` (``key == ...`` turned into ``<=``, which takes ``decode_step_p90``).
+    Every 4th step is slow: 30 ms before, 20 ms after, the rest 10 ms. The p90 step falls by
+    exactly 10 ms in every resample that keeps a slow step in its top tenth (here, all of them:
+    a quarter of the steps are slow), while the mean falls by (30 - 20) / 4 = 2.5 ms."""
+    before = [_steps_run(np.tile([10.0, 10, 10, 30], 25))] * 2
+    after = [_steps_run(np.tile([10.0, 10, 10, 20], 25))] * 2
+    lo, hi = spread.change_interval("decode_step_p90", before, after)["delta"]
+    assert lo <= -10.0 <= hi and hi < -5.0, (lo, hi)
+    lo, hi = spread.change_interval("decode_step_mean", before, after)["delta"]
+    assert lo <= -2.5 <= hi and lo > -5.0, (lo, hi)
+
+
+def test_runs_without_run_to_run_spread_keep_the_bootstrap_interval_unwidened():
+    """catches: the Student-t widening applied whatever the two intervals are (its upper test
+    ``va - vb + half > delta[1]`` turned into ``is not``, true of any two floats): repeats of one
+    run have no spread between runs, so the t interval is a point inside the bootstrap's and the
+    basis must not say it was widened. Runs that differ as whole runs do widen it."""
+    a, b = _decode(np.linspace(10.0, 11.0, 40)), _decode(np.linspace(10.5, 11.5, 40))
+    same = spread.change_interval("tpot_p50", [a, a], [b, b])
+    assert "widened" not in same["basis"], same["basis"]
+    shifted = [a, _decode(np.linspace(12.0, 13.0, 40))]
+    apart = spread.change_interval("tpot_p50", shifted, [b, _decode(np.linspace(8.0, 9.0, 40))])
+    assert "widened to the Student-t interval" in apart["basis"], apart["basis"]
+
+
+def test_a_several_run_mean_step_replicate_is_the_pooled_mean_of_the_drawn_runs():
+    """catches: the tokens-per-second replicate used for another mean figure (its ``key ==
+    "decode_tokens_per_s"`` turned into ``<=``, which takes ``decode_step_mean``): that replicate
+    is all steps' squared means over their time, not the pooled mean. Nine runs of 8 steps at
+    10 ms and one at 100 ms, each step kept as measured: a draw of 10 runs holding the slow one
+    k times pools to (10 (10 - k) + 100 k) / 10 = 10 + 9k ms, and nothing else."""
+    runs = [_steps_run([10.0] * 8)] * 9 + [_steps_run([100.0] * 8)]
+    series = [np.asarray(a.metrics["decode_step_series_ms"]) for a in runs]
+    resampled = [np.tile(s, (spread.BOOTSTRAP, 1)) for s in series]
+    x = spread._replicates("decode_step_mean", runs, series, resampled, np.random.default_rng(0))
+    k = (x - 10.0) / 9.0
+    assert np.allclose(k, np.round(k)) and set(np.round(k)) > {0.0, 1.0}, sorted(set(np.round(x, 3)))
