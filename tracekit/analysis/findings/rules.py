@@ -11,7 +11,7 @@
 | prefill-gemm-efficiency | prefill GEMMs with known cost: time-weighted fraction of roof     |
 | decode-attention-share | attention >= ATTENTION_SHARE of decode kernel time                 |
 | unknown-cost          | a phase has >= UNKNOWN_COST_SHARE of kernel time with unknown cost  |
-| tpot-growth           | decode steps' last quarter is >= TPOT_GROWTH slower than the first  |
+| tpot-growth           | decode steps' last quarter is >= TPOT_GROWTH slower than the first (medians); names the work or idle that grew |
 | outside-steps         | >= OUTSIDE_SHARE of the trace's work ran outside any step           |
 | graph-replay          | a step was replayed from a CUDA/HIP graph                           |
 | cost-sources          | the model priced >= COST_SOURCES_SHARE of kernel time: each source's share |
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from tracekit.analysis.findings.advice import advice
@@ -132,8 +133,8 @@ def findings(a: Analysis) -> list[Finding]:
         out.append(
             Finding(
                 "tpot-growth",
-                f"Decode steps slow down {growth:.0%} from the first to the last quarter of the run, "
-                "as the KV cache grows.",
+                f"Decode steps slow down {growth:.0%} from the first to the last quarter of the run "
+                f"{_growth_cause(a)}.",
                 "info",
                 "decode",
             )
@@ -255,6 +256,35 @@ def _rank_findings(a: Analysis) -> list[Finding]:
         f"Rank {s['straggler']} is the straggler: {who} {s['lost_ms']:.3g} ms for it inside collectives "
         f"({share:.0%} of their time span{coll}; matched {s['wait_method']}). Look at what rank "
         f"{s['straggler']} does before its collectives (extra work, a slower device, host stalls).", "warning")]
+
+
+def _growth_cause(a: Analysis) -> str:
+    """Where a decode slowdown lives: per kind of kernel work and idle time, how much a step's
+    median grows between the same quarters. The trend alone does not say it is the KV cache:
+    attention reads the growing cache, but a stall, a growing batch or a cache copy grow a step
+    too, so the sentence names what grew and credits the cache only where attention leads."""
+    from tracekit.analysis.steps.latency import ENGINE, decode_steps, quarters
+
+    rows = decode_steps(a.steps, a.metrics.get("latency_semantics") == ENGINE)
+    numbers = a.steps["step"].to_numpy()[rows]
+    dur = a.steps["duration_ns"].to_numpy()[rows] / 1e6
+    first, last = quarters(dur)
+    grew_ms = last.median - first.median
+    w = a.work[a.work["step"].isin(numbers)]
+    per_step = (w.groupby(["step", "category"])["dur_ns"].sum().unstack(fill_value=0)
+                .reindex(numbers, fill_value=0) / 1e6)
+    per_step["idle time"] = a.steps["gpu_idle_ns"].to_numpy()[rows] / 1e6
+    moved = {c: float(np.median(per_step[c].to_numpy()[last.rows]) - np.median(per_step[c].to_numpy()[first.rows]))
+             for c in per_step.columns}
+    # What grew by at least a tenth of the step's growth, largest first (medians need not add up).
+    grew = sorted(((d, c) for c, d in moved.items() if d >= 0.1 * grew_ms), reverse=True)[:3]
+    head = f"(median step from {first.median:.3g} to {last.median:.3g} ms)"
+    if not grew:
+        return f"{head}; no one kind of kernel work, nor idle time, grows with it"
+    parts = [f"{c} (+{d:.3g} ms)" for d, c in grew]
+    where = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    cache = ": attention reads the growing KV cache" if grew[0][1] == "attention" else ""
+    return f"{head}; per step the growth is in {where}{cache}"
 
 
 def _main_reason(a: Analysis, phase: str) -> str:

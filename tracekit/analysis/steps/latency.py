@@ -54,7 +54,7 @@ class Latency:
     # Least-squares slope of decode step time against step index (ms per step):
     # the cost of the growing KV cache, plus noise.
     tpot_slope_ms_per_step: float | None = None
-    tpot_growth: float | None = None  # last-quarter mean over first-quarter mean, minus 1
+    tpot_growth: float | None = None  # last-quarter median over first-quarter median, minus 1
     decode_tokens_per_s: float | None = None
     prefill_tokens_per_s: float | None = None
     launch_overhead_ms_per_decode_step: float | None = None
@@ -71,6 +71,28 @@ def _stats(d: np.ndarray) -> dict[str, float]:
         "p90": float(np.percentile(d, 90)),
         "p99": float(np.percentile(d, 99)),
     }
+
+
+@dataclass(frozen=True)
+class Quarter:
+    rows: np.ndarray  # positions in the series
+    median: float
+
+
+def quarters(series: np.ndarray) -> tuple[Quarter, Quarter]:
+    """The first and last quarter of a step series (at least one step each) and their medians:
+    what the step-time trend (``tpot_growth``) and the finding naming its cause compare."""
+    n = len(series)
+    q = max(1, n // 4)
+    head, tail = np.arange(q), np.arange(n - q, n)
+    return Quarter(head, float(np.median(series[head]))), Quarter(tail, float(np.median(series[tail])))
+
+
+def decode_steps(steps, engine: bool) -> np.ndarray:
+    """Positions of the steps whose times make the decode series: the decode steps of a
+    request-level run; every step holding decode work (mixed ones too) of an engine's."""
+    phase = steps["phase"].to_numpy()
+    return np.flatnonzero((phase == DECODE) | ((phase == MIXED) & engine))
 
 
 def step_weights(steps, prefill_fraction: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -126,7 +148,7 @@ def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None,
         out.ttft_ms = float(dur_ms[pre[0]])
     else:
         why["ttft_ms"] = "the trace holds no prefill step"
-    series = dur_ms[holds[DECODE]] if engine else dur_ms[dec]
+    series = dur_ms[decode_steps(steps, engine)]  # the TPOT series, or the engine's decode step times
     if len(dec) and not engine:
         out.tpot_series_ms = [float(x) for x in series]
         out.tpot_ms = _stats(series)
@@ -134,8 +156,10 @@ def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None,
         why["tpot_ms"] = "the trace holds no decode step"
     if len(series) >= 3:
         out.tpot_slope_ms_per_step = float(np.polyfit(np.arange(len(series)), series, 1)[0])
-        q = max(1, len(series) // 4)
-        out.tpot_growth = float(series[-q:].mean() / series[:q].mean() - 1) if series[:q].mean() > 0 else None
+        # Quarter medians, not means: one stalled step (a sync, the profiler's flush at the end)
+        # in a quarter of a short run would otherwise read as a trend.
+        first, last = quarters(series)
+        out.tpot_growth = float(last.median / first.median - 1) if first.median > 0 else None
     elif len(series):
         why["tpot_slope_ms_per_step"] = "fewer than 3 decode steps: no trend"
 
