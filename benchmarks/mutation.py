@@ -270,22 +270,23 @@ def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]
     return spans
 
 
-def enumerate_mutants(modules: list[str]) -> tuple[list[Mutant], int]:
-    """Every mutant of these modules by cosmic-ray's generator, and how many were annotations."""
+def enumerate_mutants(modules: list[str], root: Path = ROOT) -> tuple[list[Mutant], int]:
+    """Every mutant of these modules (in the tree at ``root``) by cosmic-ray's generator, and how
+    many were annotations."""
     mutants, skipped = [], 0
     for module in modules:
-        ms, n = module_mutants(module)
+        ms, n = module_mutants(module, root)
         mutants += ms
         skipped += n
     return mutants, skipped
 
 
-def module_mutants(module: str) -> tuple[list[Mutant], int]:
+def module_mutants(module: str, root: Path = ROOT) -> tuple[list[Mutant], int]:
     """One module's mutants, cached under .mutation-cache/ by the module's text (parsing is slow)."""
     import hashlib
     from importlib.metadata import version
 
-    text = (ROOT / module).read_text()
+    text = (root / module).read_text()
     digest = hashlib.sha256(f"{version('cosmic-ray')}\n{module}\n{text}".encode()).hexdigest()[:20]
     cache = ROOT / ".mutation-cache" / f"{digest}.json"
     if cache.exists():
@@ -295,7 +296,7 @@ def module_mutants(module: str) -> tuple[list[Mutant], int]:
     from cosmic_ray.work_db import WorkDB, use_db
 
     with tempfile.TemporaryDirectory() as tmp, use_db(str(Path(tmp) / "session.sqlite"), WorkDB.Mode.create) as db:
-        init([ROOT / module], db, {})
+        init([root / module], db, {})
         items = [item.mutations[0] for item in db.pending_work_items]
     lines, spans = text.splitlines(), annotation_spans(text)
     mutants, skipped, seen = [], 0, Counter()
@@ -314,8 +315,8 @@ def module_mutants(module: str) -> tuple[list[Mutant], int]:
     return mutants, skipped
 
 
-def modules_of(package: str) -> list[str]:
-    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / package).rglob("*.py") if p.name != "__init__.py")
+def modules_of(package: str, root: Path = ROOT) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in (root / package).rglob("*.py") if p.name != "__init__.py")
 
 
 def make_copy(tmp: Path) -> Path:
@@ -470,7 +471,7 @@ def report(summary: dict, results: list[dict]) -> None:
 def run_ci(runner: Runner, args) -> int:
     listed = json.loads(CI_FILE.read_text())["mutants"]
     modules = sorted({m["module"] for m in listed})
-    found = {m.key: m for m in enumerate_mutants(modules)[0]}
+    found = {m.key: m for m in enumerate_mutants(modules, runner.copy)[0]}
     live = [found[m["key"]] for m in listed if m["key"] in found]
     stale = [m["key"] for m in listed if m["key"] not in found]
     for key in stale:
@@ -548,11 +549,13 @@ def main(argv: list[str] | None = None) -> int:
             return run_ci(Runner(copy, args.timeout_factor), args)
         runner = Runner(copy, args.timeout_factor, None if args.lists_only or args.list else CoverageMap.build(copy),
                         args.covering_seconds)
-        modules = {p: [m for m in modules_of(p) if not args.modules or m in args.modules] for p in args.packages}
+        # Mutants are drawn from the copy, the code they are applied to: the working tree may be
+        # edited while the coverage map builds (a run drawn from it once mutated lines the copy lacked).
+        modules = {p: [m for m in modules_of(p, copy) if not args.modules or m in args.modules] for p in args.packages}
         t0 = time.perf_counter()
         population, totals, annotations = {}, {}, {}
         for pkg, mods in modules.items():
-            population[pkg], annotations[pkg] = enumerate_mutants(mods) if mods else ([], 0)
+            population[pkg], annotations[pkg] = enumerate_mutants(mods, copy) if mods else ([], 0)
             totals[pkg] = len(population[pkg])
         print(f"enumerated {sum(totals.values())} mutants in {time.perf_counter() - t0:.0f} s "
               f"({sum(annotations.values())} in annotations left out): " +

@@ -106,3 +106,19 @@ def test_the_coverage_plugin_maps_each_line_to_the_tests_that_ran_it(tmp_path):
     assert by_line[4] == ["test_neg"]
     assert by_line[7] == ["test_other_fails"]
     assert 1 not in by_line and 6 not in by_line  # def lines run at import, in no test
+
+
+def test_mutants_are_drawn_from_the_tree_they_are_applied_to(tmp_path):
+    """catches: mutants enumerated from the working tree while they are applied to the copy made at
+    the start (seed 36's run drew a line added to rules.py after its copy was made, and cosmic-ray
+    applied nothing there). A module of the copy that differs from the working tree's must give
+    the copy's mutants: here its one comparison, ``a > 1``, has cosmic-ray's Gt operators."""
+    pytest.importorskip("cosmic_ray")
+    module = "tracekit/analysis/zz_only_in_copy.py"
+    (tmp_path / "tracekit" / "analysis").mkdir(parents=True)
+    (tmp_path / module).write_text("def f(a):\n    return a > 1\n")
+    assert mutation.modules_of("tracekit/analysis", tmp_path) == [module]
+    mutants, _ = mutation.enumerate_mutants([module], tmp_path)
+    assert mutants and {m.line for m in mutants} == {2}
+    assert any(m.operator == "core/ReplaceComparisonOperator_Gt_GtE" for m in mutants)
+    assert not (ROOT / module).exists()
