@@ -180,3 +180,16 @@ def test_causes_sum_to_the_nanosecond_with_an_epoch_scale_duration():
     s = max(d["steps"], key=lambda x: x["duration_ms"])
     assert s["duration_ms"] > 1e12
     assert sum(s["idle_by_cause"].values()) == pytest.approx(s["gpu_idle_ms"], rel=1e-12)
+
+
+def test_a_split_step_whose_parts_miss_its_busy_time_is_named_with_both_figures():
+    """Fails if a split mixed step's parts that do not add up to its busy time pass, or the
+    sentence misstates the busy time (ns to ms: 6,000,000 ns of busy time is 6 ms; a mutant that
+    put it as ``busy & 1e6`` or ``busy - 1e6`` would print another figure). Parts of 4 + 1 ms."""
+    steps = _steps_table([10_000_000], [6_000_000], [4_000_000])
+    phases = {"mixed": {"time_ms": 10.0, "gpu_busy_ms": 6.0, "gpu_idle_ms": 4.0}}
+    split = {0: {"prefill": {"gpu_ms": 4.0}, "decode": {"gpu_ms": 1.0}}}
+    out = books.check(steps, None, {"mixed": np.ones(1)}, phases, split, "gpu")
+    assert out == ["mixed step 0: its parts 5 ms are not its busy time 6 ms"], out
+    split[0]["decode"]["gpu_ms"] = 2.0
+    assert books.check(steps, None, {"mixed": np.ones(1)}, phases, split, "gpu") == []

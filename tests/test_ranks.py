@@ -319,3 +319,20 @@ def test_hand_built_skew_is_the_wait_put_in(tmp_path):
     for r in (0, 1):
         assert by_rank[r]["gpu_busy_ms"] == pytest.approx(1.170, abs=1e-6)
     assert (by_rank[0]["collective_ms"], by_rank[1]["collective_ms"]) == pytest.approx((0.770, 0.120), abs=1e-6)
+
+
+def test_hand_built_ranks_per_step_busy_collective_and_time(tmp_path):
+    """Each rank's steps table against the construction: step i is busy 100 + 30 + LAGS_US[i] us
+    on both ranks (the GEMM, then the all-reduce to the common end), its all-reduce lasts
+    30 + LAGS_US[i] us on rank 0 (which waits) and 30 us on rank 1, and the step lasts its 1 ms CPU
+    range (all GPU work ends inside it). Fails if a step's busy time is converted to ms by
+    anything but / 1e6, or collectives of steps after the first are dropped (``coll_step >= 0``
+    read as ``== 0``)."""
+    a = analyze(read_trace(_skewed_ranks(tmp_path)))
+    by_rank = {r["rank"]: r for r in a.ranks}
+    for r in (0, 1):
+        steps = by_rank[r]["steps"]
+        assert [s["busy_ms"] for s in steps] == pytest.approx([(130.0 + lag) / 1e3 for lag in LAGS_US], abs=1e-9)
+        assert [s["time_ms"] for s in steps] == pytest.approx([1.0] * 4, abs=1e-9)
+        want = [(30.0 + (lag if r == 0 else 0.0)) / 1e3 for lag in LAGS_US]
+        assert [s["collective_ms"] for s in steps] == pytest.approx(want, abs=1e-9)

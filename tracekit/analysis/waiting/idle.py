@@ -116,7 +116,7 @@ class IdleCauses:
         """The call, its op and the frames around the launching thread during one gap."""
         if self._cols is None:
             self._cols = {c: self.gaps[c].to_numpy() for c in ("tid", "start_ns", "end_ns", "next")}
-            self._work = {c: work[c].to_numpy() for c in ("launch", "op", "issue_ns") if c in work}
+            self._work = {c: work[c].to_numpy() for c in ("launch", "op", "issue_ns")}  # work_table's columns
             rt = self.trace.runtime
             self._rt = (categorical.Lookup(rt["name"]), rt["start_ns"].to_numpy()) if len(rt) else None
         c, wk = self._cols, self._work
@@ -129,7 +129,7 @@ class IdleCauses:
         if cause == SYNC:
             call, op_row, t = th.blocking_call(a, b)
         elif cause in (LAUNCH, WAIT) and nxt >= 0:
-            launch = int(wk["launch"][nxt]) if "launch" in wk else -1
+            launch = int(wk["launch"][nxt])
             if launch >= 0 and self._rt is not None:
                 call, t = str(self._rt[0][launch]), int(self._rt[1][launch])
             op_row = int(wk["op"][nxt])
