@@ -359,11 +359,14 @@ def test_a_share_is_written_in_percent_and_its_change_in_points():
 def test_a_one_run_per_side_summary_has_no_runs_line():
     """catches: the summary's "Runs: n before, m after" line written for one run a side (the
     several-runs test ``len(before_runs) > 1`` turned into ``> 0``): a plain two-trace comparison
-    then reads as if it pooled runs. Two runs before, it is stated with both counts."""
+    then reads as if it pooled runs. Two runs on either side, it is stated with both counts (and
+    seed 36: not only from three runs on, ``len(after_runs) > 2``)."""
     a, b = _decode(np.linspace(10.0, 11.0, 20)), _decode(np.linspace(10.5, 11.5, 20))
     assert not [s for s in compare(a, b).summary if s.startswith("Runs:")]
     runs = [s for s in compare([a, a], b).summary if s.startswith("Runs:")]
     assert len(runs) == 1 and runs[0].startswith("Runs: 2 before, 1 after; "), runs
+    runs = [s for s in compare(a, [b, b]).summary if s.startswith("Runs:")]  # either side's count decides
+    assert len(runs) == 1 and runs[0].startswith("Runs: 1 before, 2 after; "), runs
 
 
 def test_a_gate_states_its_change_in_percent_only_when_its_threshold_is_relative():
@@ -411,7 +414,23 @@ def test_runs_without_run_to_run_spread_keep_the_bootstrap_interval_unwidened():
     assert "widened" not in same["basis"], same["basis"]
     shifted = [a, _decode(np.linspace(12.0, 13.0, 40))]
     apart = spread.change_interval("tpot_p50", shifted, [b, _decode(np.linspace(8.0, 9.0, 40))])
-    assert "widened to the Student-t interval" in apart["basis"], apart["basis"]
+    assert "widened to the Student-t interval of the per-run figures (2 degrees of freedom)" in apart["basis"], apart["basis"]
+
+
+def test_several_runs_on_one_side_only_are_widened_to_the_t_interval_too():
+    """catches (seed 36): the t bound computed only when both sides have several runs (``or`` read
+    as ``and``), and its degrees of freedom misstated (``Rb - Ra - 2`` for ``Rb + Ra - 2``). Two
+    before-runs a whole 2 ms apart against one after-run: the spread between runs is real, the
+    bootstrap of two runs understates it, and the t interval of 2 + 1 - 2 = 1 degree of freedom
+    (t = 12.71, half-width 12.71 x 1.41 x sqrt(1/2 + 1) = 22 ms) is far wider: it is used."""
+    a, b = _decode(np.linspace(10.0, 11.0, 40)), _decode(np.linspace(10.5, 11.5, 40))
+    shifted = [a, _decode(np.linspace(12.0, 13.0, 40))]
+    got = spread.change_interval("tpot_p50", shifted, b)
+    assert "widened to the Student-t interval of the per-run figures (1 degree of freedom)" in got["basis"], got["basis"]
+    sd = np.std([10.5, 12.5], ddof=1)  # the before-runs' medians; the after side has one run
+    half = 12.706 * sd * np.sqrt(1 / 2 + 1)
+    mid = 11.0 - 11.5  # the pooled medians: after 11.0, before 11.5 (steps 10..11 and 12..13 pooled)
+    assert got["delta"][0] == pytest.approx(mid - half, abs=0.01) and got["delta"][1] == pytest.approx(mid + half, abs=0.01)
 
 
 def test_a_several_run_mean_step_replicate_is_the_pooled_mean_of_the_drawn_runs():
@@ -426,3 +445,33 @@ def test_a_several_run_mean_step_replicate_is_the_pooled_mean_of_the_drawn_runs(
     x = spread._replicates("decode_step_mean", runs, series, resampled, np.random.default_rng(0))
     k = (x - 10.0) / 9.0
     assert np.allclose(k, np.round(k)) and set(np.round(k)) > {0.0, 1.0}, sorted(set(np.round(x, 3)))
+
+
+# --- seed 36 -------------------------------------------------------------------------------------
+
+
+def test_a_run_without_decode_steps_has_no_decode_step_count_in_its_workload():
+    """catches: a run with no decode phase given a decode-step count (the fallback ``or 0``, which
+    the ``or None`` after it turns into "unknown", read as ``or 1``): a prefill-only trace would be
+    said to hold one decode step in the workload rows compare sets side by side."""
+    from tracekit.compare.context import workload_of
+
+    assert workload_of(bare_analysis())["decode_steps"] is None
+    a = bare_analysis()
+    a.phases = {"decode": {"steps": 4}}
+    assert workload_of(a)["decode_steps"] == 4
+
+
+def test_a_figure_within_noise_without_an_interval_is_noise_not_a_failure():
+    """catches: the gate's noise test ``verdict == "within noise"`` read as ``<`` (no verdict sorts
+    below it but "better", so a figure judged within noise failed its gate). Prefill MFU is
+    measured once per run: no interval, and compare's fixed rule calls a change under 1 percentage
+    point noise. 40% -> 39.9% crosses a -0.05 pp gate within noise; 40% -> 30% is beyond it."""
+    from tracekit.compare.gates import parse_gate
+
+    gate = parse_gate("prefill_mfu<-0.05pp")
+    for after, verdict, want in ((0.399, "within noise", "noise"), (0.30, "worse", "fail")):
+        c = compare(bare_analysis({"prefill_mfu": 0.40}), bare_analysis({"prefill_mfu": after}))
+        assert c.figure("prefill_mfu")["interval"] is None
+        assert c.figure("prefill_mfu")["verdict"] == verdict
+        assert gate.evaluate(c)["verdict"] == want, (after, gate.evaluate(c))

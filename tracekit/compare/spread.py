@@ -235,8 +235,9 @@ def _estimate(key: str, before: Sequence[Analysis], after: Sequence[Analysis]) -
         delta = [min(delta[0], va - vb - half), max(delta[1], va - vb + half)]
         if rel is not None and vb > 0:
             rel = [min(rel[0], delta[0] / vb), max(rel[1], delta[1] / vb)]
-        basis += (f"; widened to the Student-t interval of the per-run figures ({len(before) + len(after) - 2} "
-                  "degrees of freedom), which is wider: with few runs a bootstrap understates the run-to-run spread")
+        df = len(before) + len(after) - 2
+        basis += (f"; widened to the Student-t interval of the per-run figures ({df} degree{'s' * (df != 1)} of "
+                  "freedom), which is wider: with few runs a bootstrap understates the run-to-run spread")
     several = len(before) > 1 or len(after) > 1
     # With several runs, the standard error the verdicts use is the one the interval implies.
     noise = (delta[1] - delta[0]) / (2 * 1.96) if several else None
