@@ -394,3 +394,19 @@ def test_a_collected_tp2_run_both_ranks_and_what_hta_says(tp2_run, tmp_path):
     assert any("CPU-only" in n for n in hta["notes"])
     assert hta["temporal_breakdown"]["status"] == "empty"
     assert [r["rank"] for r in data["ranks"]] == [0, 1]
+
+
+def test_htas_overlap_share_is_the_collective_time_compute_overlaps(nccl_report):
+    """catches (seed 37): HTA's overlap percentage turned into a share by anything but / 100 (e.g.
+    / 101: 0.1546 for 0.1561). The oracle is the trace's own events: of the 21 NCCL kernels'
+    46.88 ms, the time other-stream compute kernels run alongside, 7.32 ms (tests/test_ranks.py's
+    oracle), 15.61%; HTA states the percentage to two decimals."""
+    import gzip
+
+    from tests.test_ranks import _oracle
+
+    with gzip.open(real_trace_path("a100_nccl"), "rt") as f:
+        o = _oracle(json.load(f))
+    data, _ = nccl_report
+    (ov,) = data["hta"]["comm_comp_overlap"]["ranks"]
+    assert ov["overlap_share"] == pytest.approx(o["overlapped_ms"] / o["collective_ms"], abs=1e-4)
