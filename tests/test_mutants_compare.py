@@ -475,3 +475,14 @@ def test_a_figure_within_noise_without_an_interval_is_noise_not_a_failure():
         assert c.figure("prefill_mfu")["interval"] is None
         assert c.figure("prefill_mfu")["verdict"] == verdict
         assert gate.evaluate(c)["verdict"] == want, (after, gate.evaluate(c))
+
+
+def test_the_json_states_the_detail_rule_only_for_several_runs():
+    """catches (seed 37): the JSON's ``method.detail`` (which run of a side is shown in detail) set
+    for a one-run-a-side comparison (``len(after) > 1`` read as ``> 0``); with two after-runs it is
+    stated, as the summary's "Runs:" line is."""
+    from tracekit.compare.comparison import DETAIL_RULE
+
+    a, b = _decode(np.linspace(10.0, 11.0, 20)), _decode(np.linspace(10.5, 11.5, 20))
+    assert compare(a, b).to_dict()["method"]["detail"] is None
+    assert compare(a, [b, b]).to_dict()["method"]["detail"] == DETAIL_RULE
