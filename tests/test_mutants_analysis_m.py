@@ -33,3 +33,24 @@ def test_a_step_on_more_streams_than_lanes_shares_one_lane_for_the_rest(tmp_path
     if extra:
         segs = lanes[f"GPU, {extra} other streams"]
         assert sum(g[4] for g in segs) == extra, segs  # each segment counts the kernels it holds
+
+
+# --- seed 37
+
+
+def test_an_idle_gap_names_the_innermost_op_when_nested_ops_share_a_start(tmp_path):
+    """catches: nested host ops with one start taken as ordered when the inner one comes first in
+    the file (the order check's ``>`` read as ``>=``): the outer op named as the one the host was
+    in. The reader keeps equal starts in file order, so the inner op (100-600 us) is written
+    before the outer one (100-800 us); the host gap from the first kernel's end (20 us) to the
+    second's launch (850 us) has its midpoint at 435 us, inside both."""
+    doc = Doc()
+    doc.annotation("tracekit::decode#0 bs=1", 0.0, 1000.0)
+    doc.kernel(GEMM, 2.0, 10.0, 10.0)
+    doc.op("aten::inner_part", 100.0, 500.0)
+    doc.op("aten::outer_part", 100.0, 700.0)
+    doc.kernel(GEMM, 850.0, 860.0, 40.0)
+    d = analyze(read_trace(doc.write(tmp_path / "nested.json"))).to_dict()
+    host = next(r for r in d["phases"]["decode"]["idle_top"] if r["cause"] == "host")
+    assert host["op"] == "aten::inner_part", host
+    assert host["stack"] == ["aten::outer_part", "aten::inner_part"], host  # outermost first

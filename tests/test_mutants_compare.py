@@ -486,3 +486,19 @@ def test_the_json_states_the_detail_rule_only_for_several_runs():
     a, b = _decode(np.linspace(10.0, 11.0, 20)), _decode(np.linspace(10.5, 11.5, 20))
     assert compare(a, b).to_dict()["method"]["detail"] is None
     assert compare(a, [b, b]).to_dict()["method"]["detail"] == DETAIL_RULE
+
+
+def test_gemm_flops_per_token_of_a_one_token_prefill(tmp_path):
+    """catches: the per-token GEMM work left unknown when the prefill held a single token (the
+    guard ``tokens > 0`` read as ``> 1``). One bf16 aten::mm [1, 4096] x [4096, 4096] in a
+    prefill of one token: 2 x 1 x 4096 x 4096 = 33,554,432 FLOPs, all of them that token's."""
+    from kineto import Doc
+    from tracekit.compare.context import workload_of
+
+    doc = Doc()
+    doc.annotation("tracekit::prefill#0 bs=1 tokens=1", 0.0, 100.0)
+    ext = doc.op("aten::mm", 5.0, 50.0, dims=[[1, 4096], [4096, 4096]], types=["c10::BFloat16"] * 2)
+    doc.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", 10.0, 20.0, 30.0, ext=ext)
+    w = workload_of(analyze(read_trace(doc.write(tmp_path / "one-token.json"))))
+    assert w["prefill_tokens"] == 1
+    assert w["gemm_flops_per_token"] == 2 * 1 * 4096 * 4096

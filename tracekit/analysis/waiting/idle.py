@@ -228,9 +228,9 @@ def _gaps(steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame) -> pd.Data
     step_tid = steps["tid"].to_numpy()[g_step]
     op = np.where(has_next, work["op"].to_numpy()[nx], -1)
     has_op = (op >= 0) if len(ops) else np.zeros(len(op), dtype=bool)
-    op_at = np.maximum(op, 0)
-    op_start = np.where(has_op, ops["start_ns"].to_numpy()[op_at] if len(ops) else 0, -1)
-    op_end = np.where(has_op, ops["end_ns"].to_numpy()[op_at] if len(ops) else 0, -1)
+    op_start, op_end = np.full(len(op), -1, dtype=np.int64), np.full(len(op), -1, dtype=np.int64)
+    op_start[has_op] = ops["start_ns"].to_numpy()[op[has_op]]
+    op_end[has_op] = ops["end_ns"].to_numpy()[op[has_op]]
     # A gap no kernel ends (the tail) is all before any issue: the host's, its launches' or
     # its syncs', as the launching thread recorded them.
     issue = np.where(has_next, work["issue_ns"].to_numpy()[nx], g_end)
