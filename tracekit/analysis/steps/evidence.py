@@ -212,52 +212,11 @@ class NameFlags:
             self.generation[i] = self.decode[i] or self.weak[i] or bool(_PAGED_KV.search(name))
 
 
-def name_evidence_codes(codes: np.ndarray, flags: NameFlags) -> tuple[str, str, bool]:
-    """``name_evidence`` for the kernels whose name codes (into ``flags.names``) are ``codes``."""
-    codes = np.unique(codes[codes >= 0])
-    dec = codes[flags.decode[codes]]
-    pre = codes[flags.prefill[codes]]
-    first = lambda c: _short(flags.names[int(c[0])])  # noqa: E731
-    if len(dec) and len(pre):
-        return MIXED, f"both decode ({first(dec)}) and prefill ({first(pre)}) attention kernels", True
-    if len(dec):
-        return DECODE, f"decode attention kernel {first(dec)}", True
-    if len(pre):
-        return PREFILL, f"prefill attention kernel {first(pre)}", True
-    weak = codes[flags.weak[codes]]
-    if len(weak):
-        return PREFILL, f"prefill attention kernel {first(weak)}", False
-    return UNKNOWN, "neither op shapes nor kernel names show prefill or decode: too little evidence to decide", False
-
-
-def name_evidence(names) -> tuple[str, str, bool]:
-    """(phase, evidence, strong) from the attention kernels among ``names``.
-
-    ``strong`` is False for the weak prefill names (``BatchPrefillWithPagedKVCache``),
-    which structural evidence may overrule.
-    """
-    unique = pd.unique(pd.Series(names, dtype=object).astype(str))
-    return name_evidence_codes(np.arange(len(unique)), NameFlags(unique))
-
-
 def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
 # --- 3. structure across steps ---------------------------------------------------------
-
-
-def _generation_evidence(name: str) -> bool:
-    cat = taxonomy.categorize(name)
-    return cat == taxonomy.KV_CACHE or (cat == taxonomy.ATTENTION and bool(
-        _PAGED_KV.search(name) or _DECODE_ONLY.search(name) or _PREFILL_WEAK.search(name)))
-
-
-def generates_tokens(names) -> bool:
-    """True when kernels show autoregressive generation: KV-cache writes or attention over a
-    paged KV cache. Without it, steps that differ in size are no evidence of prefill and
-    decode (a classifier's repeated forward passes differ for other reasons)."""
-    return any(_generation_evidence(n) for n in pd.unique(pd.Series(names, dtype=object).astype(str)))
 
 
 def step_features(work: pd.DataFrame, n_steps: int) -> pd.DataFrame:
@@ -415,7 +374,7 @@ def count_vote(ballot: Ballot, tokens: float | None, requests: float | None) -> 
 
 
 def name_vote(ballot: Ballot, codes: np.ndarray, flags: NameFlags) -> None:
-    """The step's phase-only attention kernels (``name_evidence_codes``) as votes."""
+    """The step's phase-only attention kernels (``NameFlags``) as votes."""
     codes = np.unique(codes[codes >= 0])
     dec, pre = codes[flags.decode[codes]], codes[flags.prefill[codes]]
     first = lambda c: _short(flags.names[int(c[0])])  # noqa: E731
