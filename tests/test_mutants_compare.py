@@ -502,3 +502,32 @@ def test_gemm_flops_per_token_of_a_one_token_prefill(tmp_path):
     w = workload_of(analyze(read_trace(doc.write(tmp_path / "one-token.json"))))
     assert w["prefill_tokens"] == 1
     assert w["gemm_flops_per_token"] == 2 * 1 * 4096 * 4096
+
+
+def test_two_runs_without_steps_compare_their_kernels_over_the_whole_trace(tmp_path):
+    """catches: traces without inference steps compared as nothing (no phase, the kernels' time
+    lost), the whole-trace totals taken from the wrong column, and the terminal table printing an
+    empty headline header instead of saying why there are no headline figures. Each run is two
+    GEMMs (before 10 + 10 us, after 30 + 10 us) and one 3 us elementwise kernel, no annotation:
+    whole trace 0.023 -> 0.043 ms, GEMM 0.020 -> 0.040 ms, elementwise unchanged."""
+    from kineto import Doc
+    from tracekit.report.compare import render_comparison
+
+    def run(durs, name):
+        doc, t = Doc(), 0.0
+        for d in durs:
+            doc.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", t, t + 5.0, d)
+            t += d + 20.0
+        doc.kernel("vectorized_elementwise_kernel", t, t + 5.0, 3.0)
+        return analyze(read_trace(doc.write(tmp_path / f"{name}.json")))
+
+    c = compare(run([10.0, 10.0], "before"), run([30.0, 10.0], "after"))
+    d = c.to_dict()
+    assert list(d["phases"]) == ["all"] and d["headline"] == []
+    p = d["phases"]["all"]
+    assert p["time_ms"]["before"] == pytest.approx(0.023) and p["time_ms"]["after"] == pytest.approx(0.043)
+    cats = {r["name"]: (r["before_ms"], r["after_ms"]) for r in p["by_category"]}
+    assert cats["gemm"] == pytest.approx((0.020, 0.040)) and cats["elementwise"] == pytest.approx((0.003, 0.003))
+    text = render_comparison(c, "text")
+    assert "no headline figures: neither trace holds inference steps" in text
+    assert "change %" not in text.split("whole trace")[0], text  # no empty headline table

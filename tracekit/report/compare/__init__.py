@@ -77,7 +77,7 @@ class CompareText(Renderer):
         vm = view.view_model(data, self.top)
         head = ["figure", "before", "after", "change", "change %", "verdict"]
         cells = [[term_text(h[k]) for k in ("label", "before", "after", "delta", "relative", "verdict")] for h in vm["headline"]]
-        vm["headline_table"] = text_table(head, cells)
+        vm["headline_table"] = text_table(head, cells) if cells else []  # the template then says why
         ctx = [[term_text(c["label"]), term_text(c["before"]), "->", term_text(c["after"]), term_text(c["note"])] for c in vm["context"]]
         vm["context_table"] = text_table(None, ctx)
         for k in vm["kernels"]:
