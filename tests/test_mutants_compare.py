@@ -531,3 +531,33 @@ def test_two_runs_without_steps_compare_their_kernels_over_the_whole_trace(tmp_p
     text = render_comparison(c, "text")
     assert "no headline figures: neither trace holds inference steps" in text
     assert "change %" not in text.split("whole trace")[0], text  # no empty headline table
+
+
+def test_a_phase_only_one_run_has_is_said_to_be_uncomparable(tmp_path):
+    """catches: a prefill the after run lacks compared as if it had dropped to 0 ms (a "-100%"
+    time change, TTFT "better"), or the sentence naming the wrong run. Before: one 100 us prefill
+    step then four 100 us decode steps; after: the same four decode steps only. TTFT is not
+    comparable; each decode step is 0.1 ms on both sides with 80 us of it idle (a 20 us kernel)."""
+    from kineto import Doc
+
+    def run(with_prefill, name):
+        doc, t = Doc(), 0.0
+        if with_prefill:
+            doc.annotation("tracekit::prefill#0 bs=1 tokens=64", t, 100.0)
+            doc.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", t + 1, t + 5, 50.0)
+            t += 100.0
+        for i in range(4):
+            doc.annotation(f"tracekit::decode#{i} bs=1", t, 100.0)
+            doc.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", t + 1, t + 5, 20.0)
+            t += 100.0
+        return analyze(read_trace(doc.write(tmp_path / f"{name}.json")))
+
+    d = compare(run(True, "with-prefill"), run(False, "decode-only")).to_dict()
+    pre = d["phases"]["prefill"]
+    assert pre["present"] == {"before": True, "after": False}
+    assert pre["time_ms"]["before"] == pytest.approx(0.1) and pre["time_ms"]["delta"] is None
+    assert pre["explanation"] == ["Only the before run has prefill steps: nothing to compare it with."]
+    h = {x["key"]: x for x in d["headline"]}
+    assert h["ttft_ms"]["verdict"] == "not comparable" and h["ttft_ms"]["after"] is None
+    assert h["tpot_p50"]["before"] == pytest.approx(0.1) and h["tpot_p50"]["after"] == pytest.approx(0.1)
+    assert h["decode_idle_share"]["after"] == pytest.approx(0.8) and h["tpot_p50"]["verdict"] == "within noise"
