@@ -277,11 +277,13 @@ _NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorag
 _GEMM = "ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn"
 
 
-def _skewed_ranks(folder):
+def _skewed_ranks(folder, extra_on_rank1: bool = False, steps: bool = True):
     """Two GPU ranks of four vLLM decode steps. Step i (CPU range at 2000*i + 100 us, 1 ms long):
     a GEMM at G_i = 2000*i + 120 us, 100 us on rank 0 and 100 + LAGS_US[i] on rank 1, then an
     all-reduce that ends on both ranks at the same moment, 30 us after the later rank arrives. So
-    rank 0 sits LAGS_US[i] us in each all-reduce waiting for rank 1, the straggler."""
+    rank 0 sits LAGS_US[i] us in each all-reduce waiting for rank 1, the straggler. With
+    ``extra_on_rank1`` rank 1 also runs a 10 us all-reduce of its own 10 us after each step's
+    common one; without ``steps`` no step is annotated."""
     from kineto import Doc
 
     for rank in (0, 1):
@@ -289,11 +291,14 @@ def _skewed_ranks(folder):
         for i, lag in enumerate(LAGS_US):
             t = 2000.0 * i + 100.0
             g = t + 20.0
-            doc.annotation("execute_context_0(0)_generation_4(4)", t, 1000.0)
+            if steps:
+                doc.annotation("execute_context_0(0)_generation_4(4)", t, 1000.0)
             compute = 100.0 + (lag if rank == 1 else 0.0)
             doc.kernel(_GEMM, t + 10.0, g, compute)
             end = g + 100.0 + lag + 30.0
             doc.kernel(_NCCL_KERNEL, t + 15.0, g + compute, end - (g + compute))
+            if extra_on_rank1 and rank == 1:
+                doc.kernel(_NCCL_KERNEL, t + 16.0, end + 10.0, 10.0)
         doc.write(folder / f"rank{rank}.json")
     return folder
 
@@ -336,3 +341,37 @@ def test_hand_built_ranks_per_step_busy_collective_and_time(tmp_path):
         assert [s["time_ms"] for s in steps] == pytest.approx([1.0] * 4, abs=1e-9)
         want = [(30.0 + (lag if r == 0 else 0.0)) / 1e3 for lag in LAGS_US]
         assert [s["collective_ms"] for s in steps] == pytest.approx(want, abs=1e-9)
+
+
+def test_ranks_with_different_collective_counts_compare_collective_time_per_step(tmp_path):
+    """When the ranks ran different numbers of collectives they cannot be matched one by one;
+    each step's collective time is compared instead. Rank 1 runs an extra 10 us all-reduce per
+    step, so its steps hold 30 + 10 = 40 us of collectives and rank 0's 30 + LAGS_US[i]; each step's
+    wait is its excess over the smaller: rank 0 40, 190, 0, 390 us (620 us), rank 1 10 us in the
+    step where rank 0 did not wait (0 elsewhere). Fails if per-step collective time is not
+    stacked by step index, the minimum is not taken per step, or a wait at the 1 us noise floor
+    or above is dropped."""
+    from tracekit.analysis.ranks import METHOD_STEP
+
+    a = analyze(read_trace(_skewed_ranks(tmp_path, extra_on_rank1=True)))
+    by_rank = {r["rank"]: r for r in a.ranks}
+    assert a.rank_summary["wait_method"] == METHOD_STEP
+    assert [st["wait_ms"] for st in by_rank[0]["steps"]] == pytest.approx([0.040, 0.190, 0.0, 0.390], abs=1e-9)
+    assert [st["wait_ms"] for st in by_rank[1]["steps"]] == pytest.approx([0.0, 0.0, 0.010, 0.0], abs=1e-9)
+    assert by_rank[0]["collective_wait_ms"] == pytest.approx(0.620, abs=1e-9)
+    assert by_rank[1]["collective_wait_ms"] == pytest.approx(0.010, abs=1e-9)
+
+
+def test_ranks_without_step_annotations_find_the_same_waits(tmp_path):
+    """The same two ranks with the step annotations stripped: each rank's steps are found from its
+    launches alone, and the waits must not change (620 us on rank 0, 10 us on rank 1, four steps
+    each). Fails if an unannotated rank's steps are not found, or found other than the four the
+    annotations stated, so that the per-step comparison falls apart."""
+    from tracekit.analysis.ranks import METHOD_STEP
+
+    a = analyze(read_trace(_skewed_ranks(tmp_path, extra_on_rank1=True, steps=False)))
+    by_rank = {r["rank"]: r for r in a.ranks}
+    assert a.rank_summary["wait_method"] == METHOD_STEP
+    assert [len(by_rank[r]["steps"]) for r in (0, 1)] == [4, 4]
+    assert by_rank[0]["collective_wait_ms"] == pytest.approx(0.620, abs=1e-9)
+    assert by_rank[1]["collective_wait_ms"] == pytest.approx(0.010, abs=1e-9)
