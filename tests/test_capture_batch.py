@@ -115,3 +115,45 @@ def test_a_by_order_matching_refuses_another_batch_too():
         if not applies:
             assert (got.op[replayed] < 0).all()
             assert all("captured at batch 16, this step ran batch 32" in r for r in got.reason[replayed])
+
+
+def test_a_capture_without_batch_labels_still_matches_and_says_it_did_not_check():
+    """The capture trace with its ``capture_32_DECODE`` range renamed to a plain range (a capture
+    loop that labels nothing): the graphs' batch is unknown, so the replay still takes their
+    shapes, all 544 kernels, and the note says the batch was not checked. Bug: an unlabelled
+    graph refused because no graph has the step's batch, or the check silently skipped."""
+    from tracekit.analysis.pricing.capture import with_capture
+
+    cap = read_real("mi300x_capture")
+    ann = cap.annotations.copy()
+    ann["name"] = ann["name"].astype(str).replace("capture_32_DECODE", "warmup")
+    trace = read_real("mi300x_decode")
+    seg = segment(trace)
+    got = with_capture(trace, seg.work, dataclasses.replace(cap, annotations=ann), seg.steps)
+    replayed = seg.work["graph"].to_numpy() & (seg.work["op"].to_numpy() < 0)
+    assert (got.op[replayed] >= 0).all() and "544 of 544" in got.note and "(1 replay matched" in got.note
+    assert "names no batch size (no capture_<n>_<mode> range)" in got.note
+
+
+def test_a_capture_one_launch_short_matches_by_order_nothing_and_says_why():
+    """A CUDA-style capture (launch calls name no kernels, so a replay of K kernels takes a
+    graph of exactly K launches) with its last launch call cut: no graph fits the 544-kernel
+    replay, none of its kernels gets capture shapes, and the reason is the length, not the batch
+    (the graph was captured at the step's batch 32). Bug: a graph one launch short matched by
+    position anyway (every later kernel priced by its neighbour's op), or the note blaming a
+    batch mismatch that is not there."""
+    from tracekit.analysis.pricing.capture import with_capture
+
+    cap = read_real("mi300x_capture")
+    rt = cap.runtime.assign(kernel=None)
+    launches = np.flatnonzero(rt["name"].astype(str).str.contains("LaunchKernel").to_numpy())
+    short = dataclasses.replace(cap, runtime=rt.drop(rt.index[launches[-1]]).reset_index(drop=True))
+    trace = read_real("mi300x_decode")
+    seg = segment(trace)
+    got = with_capture(trace, seg.work, short, seg.steps)
+    replayed = seg.work["graph"].to_numpy() & (seg.work["op"].to_numpy() < 0)
+    assert (got.op[replayed] < 0).all()
+    assert set(got.reason[replayed]) == {"replayed from a CUDA/HIP graph: no captured graph in the capture trace "
+                                         "launches the 544 kernels and copies of this replay"}
+    assert "1 replay matched no captured graph: no captured graph" in got.note
+    assert "got no capture shapes" not in got.note  # no batch mismatch claimed

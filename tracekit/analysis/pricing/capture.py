@@ -99,7 +99,9 @@ def with_capture(trace: Trace, work: pd.DataFrame, capture: Trace, steps: pd.Dat
     sizes = _step_sizes(steps)
     aligned: dict[tuple, tuple[int, list[tuple[int, int]]]] = {}  # (names, graph) -> (matches, pairs)
     matched = replays = refused = 0
-    mismatches: dict[tuple[int, tuple], int] = {}
+    mismatches: dict[tuple[int, tuple], int] = {}  # (step batch, graph batches) -> kernels refused for it
+    others, other_why = 0, None  # replays refused for another reason than their batch, and the first reason
+    captured = {g.batch for g in graphs if g.batch is not None}
     # Each graph launch is one replay: match its kernels, in time order, to one captured graph.
     for _, rows in pd.Series(replayed).groupby(launch[replayed]):
         rows = rows.to_numpy()
@@ -109,9 +111,11 @@ def with_capture(trace: Trace, work: pd.DataFrame, capture: Trace, steps: pd.Dat
         if why is not None:
             reason[rows] = why
             refused += 1
-            if size is not None:
-                key = (size, tuple(sorted({g.batch for g in graphs if g.batch is not None})))
+            if size is not None and captured and size not in captured:
+                key = (size, tuple(sorted(captured)))
                 mismatches[key] = mismatches.get(key, 0) + len(rows)
+            else:
+                others, other_why = others + 1, other_why or why
             continue
         if named:
             key_names = tuple(names[rows])
@@ -137,15 +141,17 @@ def with_capture(trace: Trace, work: pd.DataFrame, capture: Trace, steps: pd.Dat
     how = ("by kernel name and order" if named else
            "by position in the captured graph (its launch calls name no kernels)")
     note = (f"{matched} of {len(replayed)} graph-replayed kernels were matched, {how}, to the ops that queued them "
-            f"in the capture trace {capture.path} ({replays} replays matched a captured graph)")
+            f"in the capture trace {capture.path} ({replays} replay{'' if replays == 1 else 's'} matched a "
+            "captured graph)")
     for (size, batches), n in mismatches.items():
         note += (f"; {n} kernels of replays at batch {size} got no capture shapes: the capture trace's graphs were "
                  f"captured at batch {_batches_text(batches)}")
     if replays and not any(g.batch is not None for g in graphs):
         note += ("; the capture trace names no batch size (no capture_<n>_<mode> range), so the graphs' batch "
                  "was not checked against the replaying steps'")
-    if refused and not mismatches:
-        note += f"; {refused} replays matched no captured graph"
+    if others:
+        note += (f"; {others} replay{'' if others == 1 else 's'} matched no captured graph: "
+                 + other_why.removeprefix("replayed from a CUDA/HIP graph: "))
     return OpSource(ops, parents, op, note, reason if refused else None)
 
 
