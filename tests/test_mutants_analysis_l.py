@@ -23,7 +23,7 @@ def test_a_steps_bytes_are_its_priced_kernels_and_unknown_when_none_is_priced():
     steps = pd.DataFrame({"step": [0, 1, 2], "duration_ns": [1000, 1000, 1000]})
     work = pd.DataFrame({"step": [0, 0, 1, 2], "dur_ns": [100, 200, 300, 400],
                          "flops": [1e6, 2e6, np.nan, 5e6], "bytes": [1e3, np.nan, np.nan, 7e3],
-                         "bound": ["compute", "memory", "memory", "memory"]})
+                         "bound": ["compute", "memory", "memory", "memory"], "category": "gemm"})
     out = _steps_with_attribution(steps, work, types.SimpleNamespace(peak_bandwidth=7e9))
     assert out["bytes"].iloc[0] == 1000.0 and np.isnan(out["bytes"].iloc[1]) and out["bytes"].iloc[2] == 7000.0
     assert np.isnan(out["flops"].iloc[1]) and out["flops"].iloc[2] == 5e6

@@ -561,3 +561,41 @@ def test_a_phase_only_one_run_has_is_said_to_be_uncomparable(tmp_path):
     assert h["ttft_ms"]["verdict"] == "not comparable" and h["ttft_ms"]["after"] is None
     assert h["tpot_p50"]["before"] == pytest.approx(0.1) and h["tpot_p50"]["after"] == pytest.approx(0.1)
     assert h["decode_idle_share"]["after"] == pytest.approx(0.8) and h["tpot_p50"]["verdict"] == "within noise"
+
+
+def test_a_percentiles_interval_does_not_depend_on_how_the_resamples_are_chunked(monkeypatch):
+    """The pooled percentile replicates of several runs are sorted in chunks of resamples to
+    bound memory (``CHUNK_CELLS``); the chunking must change the memory, never the interval.
+    With CHUNK_CELLS at 10 (under one resample's 2-3 runs x 40 steps: one resample per chunk) the
+    p50 interval must equal the one sorted in a single chunk. Fails if a chunk after the first is
+    shaped or placed wrongly (its ``hi - lo`` rows)."""
+    rng = np.random.default_rng(5)
+    before = [_decode(10 + rng.normal(0, 0.5, 40)) for _ in range(2)]
+    after = [_decode(10.5 + rng.normal(0, 0.5, 40)) for _ in range(3)]
+    whole = spread.change_interval("tpot_p50", before, after)
+    monkeypatch.setattr(spread, "CHUNK_CELLS", 10)
+    chunked = spread.change_interval("tpot_p50", before, after)
+    assert chunked["delta"] == whole["delta"] and chunked["relative"] == whole["relative"]
+
+
+def test_the_noise_of_several_runs_is_the_one_their_interval_implies():
+    """With several runs per side the standard error the verdict uses is the change's 95%
+    interval width over 2 x 1.96 (the module's stated rule), not a product or the one-run step
+    variance. Fails if the width is computed as anything but high - low."""
+    rng = np.random.default_rng(6)
+    before = [_decode(10 + rng.normal(0, 0.5, 30)) for _ in range(3)]
+    after = [_decode(10.4 + rng.normal(0, 0.5, 30)) for _ in range(3)]
+    lo, hi = spread.change_interval("tpot_p50", before, after)["delta"]
+    se, basis = spread.step_noise("tpot_p50", before, after)
+    assert se == pytest.approx((hi - lo) / (2 * 1.96), rel=1e-12)
+    assert "run-to-run and step-to-step variation of 3 and 3 runs (90 and 90 decode steps" in basis
+
+
+def test_each_pooled_figure_says_how_it_pools():
+    """The basis of a several-run figure: tokens/s is all the runs' tokens over all their step
+    time, a TPOT percentile is over the pooled steps. Fails if the tokens/s wording goes to
+    another figure (a key comparison other than equality) or the step count is not the pooled one."""
+    runs = [_decode([10.0, 11.0, 12.0]), _decode([10.0, 11.0])]
+    assert spread.value_basis(runs, "decode_tokens_per_s") == "2 runs: all tokens over all step time (5 steps)"
+    assert spread.value_basis(runs, "tpot_p50") == "2 runs: over the pooled steps (5 steps)"
+    assert spread.value_basis(runs[:1], "tpot_p50") == "one run"

@@ -207,7 +207,9 @@ def test_cpu_gloo_ranks(gloo_run):
         assert "gloo" in r["collective_source"]
     # Rank 1 sleeps 30 ms before each of its 3 all-reduces: rank 0 waits for it.
     assert s["straggler"] == 1 and s["wait_method"] == METHOD_COLLECTIVE
-    assert by_rank[0]["collective_wait_ms"] > 60
+    # 3 x 30 ms of sleep; rank 0's own work between its all-reduces overlaps part of each sleep,
+    # more so on a loaded machine (59 ms seen with the suite beside another run on 2 cores).
+    assert by_rank[0]["collective_wait_ms"] > 45
     assert by_rank[1]["collective_wait_ms"] < by_rank[0]["collective_wait_ms"] / 5
     assert s["lost_ms"] == pytest.approx(by_rank[0]["collective_wait_ms"])
     # Different step counts: aligned by index, and said so.

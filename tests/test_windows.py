@@ -436,3 +436,51 @@ def test_windows_cut_inside_an_inferred_step_say_the_merge_is_not_the_whole_trac
     assert merged.provenance["windows"]["steps_inferred_per_window"] is True
     said = [n for n in merged.provenance["notes"] if "names no steps" in n]
     assert len(said) == 1 and "spans windows" in said[0] and "may differ from the whole trace's" in said[0]
+
+
+def _flat(x, path=""):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _flat(v, f"{path}.{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _flat(v, f"{path}[{i}]")
+    else:
+        yield path, x
+
+
+def _same_value(a, b):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return (a != a and b != b) or abs(a - b) <= 1e-6 * max(abs(a), abs(b)) + 1e-9
+    return a == b
+
+
+# What each of the merge's stated approximations (provenance.windows) covers in the JSON.
+_STATED = {"roofline": (".roofline.",), "timelines": (".timelines",), "idle_top": (".idle_top",),
+           "unknown_bound_ms_by_reason": (".provenance.unknown_bound_ms_by_reason",),
+           "ranks": (".ranks", ".rank_summary")}
+
+
+@pytest.mark.parametrize("name", ["sample:tiny-bs8.pt.trace.json.gz", "gb10_vllm", "h100_hf", "b200_vllm"])
+def test_the_merged_json_is_the_whole_traces_but_for_what_it_says(name, tmp_path):
+    """One set of books: every figure of the merged report's JSON, key by key, is the whole
+    trace's, except the ones its provenance.windows names as taken from one window, summed
+    approximately or not merged (and the source and provenance, which describe the windows).
+    Fails on any figure the merge recomputes another way without saying so: the tpot-growth
+    finding read per-step category time from the merged work table, whose rows are not steps
+    (it named other kinds of work than the whole trace's finding); a top kernel's category was
+    the first unit's in one and the most common in the other; merged top kernels lacked the
+    ``estimate`` key; a single rank's view vanished without a word."""
+    src = _path(name)
+    whole = analyze(read_trace(src)).to_dict()
+    merged = analyse_windows(_split(src, tmp_path, parts=4), read_trace).to_dict()
+    said = merged["provenance"]["windows"]
+    allowed = [".source.", ".provenance."]
+    for key in list(said.get("merged_approximately") or {}) + list(said.get("not_merged") or {}):
+        allowed += _STATED[key]
+    fw, fm = dict(_flat(whole)), dict(_flat(merged))
+    differ = [k for k in sorted(set(fw) | set(fm)) if not _same_value(fw.get(k, "<absent>"), fm.get(k, "<absent>"))
+              and not any(k.startswith(a) or a in k for a in allowed)]
+    assert not differ, [(k, fw.get(k, "<absent>"), fm.get(k, "<absent>")) for k in differ[:10]]
+    if whole.get("ranks"):
+        assert "ranks" in said["not_merged"]

@@ -205,7 +205,8 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split
         none = {c: pd.Series(dtype="float64") for c in [f"{b}_ms" for b in BOUNDS] + ["unknown_cost_ms", "flops",
                                                                                       "bytes", "mbu"]}
         return steps.assign(**none, mbu_estimate=pd.Series(dtype=object), split=pd.Series(dtype=object),
-                            idle_by_cause=pd.Series(dtype=object), launch_gap_ns=pd.Series(dtype="int64"))
+                            idle_by_cause=pd.Series(dtype=object), launch_gap_ns=pd.Series(dtype="int64"),
+                            category_ns=pd.Series(dtype=object))
     sel = work["step"].to_numpy() >= 0
     step = work["step"].to_numpy()[sel]
     dur = work["dur_ns"].to_numpy()[sel].astype(np.float64)  # whole ns: exact float sums
@@ -237,6 +238,14 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split
             b = work["bytes"].to_numpy()[sel]
             kinds = {int(i): combined_estimate(est[step == i], b[step == i]) for i in np.unique(step[marked])}
             out["mbu_estimate"] = [kinds.get(int(i)) for i in at]
+    # Kernel time by category per step, ns (not in the JSON): the step-level books the findings
+    # read, which a merge of windows carries with the steps (its work table is summed, stepless).
+    per_cat = pd.DataFrame({"step": step, "category": work["category"].to_numpy(dtype=object)[sel], "dur": dur})
+    per_cat = per_cat.groupby(["step", "category"])["dur"].sum()
+    by_step: dict[int, dict[str, float]] = {}
+    for (i, c), v in per_cat.items():
+        by_step.setdefault(int(i), {})[str(c)] = float(v)
+    out["category_ns"] = [by_step.get(int(i), {}) for i in at]
     out["split"] = [(split or {}).get(int(i)) for i in out["step"]]
     out["idle_by_cause"] = [idle.step_causes(i) if idle is not None else None for i in range(len(out))]
     out["launch_gap_ns"] = idle.by_step[:, 1] if idle is not None else 0

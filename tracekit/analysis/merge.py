@@ -45,7 +45,7 @@ from tracekit.analysis.pricing.roofline import limiter
 from tracekit.analysis.steps.latency import latency, step_weights
 from tracekit.analysis.steps.mixed import phase_weights
 from tracekit.analysis.steps.segment import Segmentation
-from tracekit.analysis.tables import ROOF_TOLERANCE, TOP_KERNELS, short_name
+from tracekit.analysis.tables import ROOF_TOLERANCE, TOP_KERNELS, estimates_by_name, short_name
 from tracekit.analysis.waiting.idle import CAUSES, TOP
 from tracekit.errors import TracekitError
 from tracekit.frameworks import DECODE, PREFILL, SOURCE_NONE, SOURCE_ORDER
@@ -143,6 +143,7 @@ def _top_kernels(w: pd.DataFrame, weight: np.ndarray | None = None) -> list[dict
         "limiter": _mode(w, "limiter"),
         "cost_source": _mode(w, "cost_source") if "cost_source" in w else "shapes",
         "peak_note": _mode(w, "peak_note") if "peak_note" in w else None,
+        "estimate": estimates_by_name(w),  # compact rows keep the estimate as a key, bytes summed
         "roof_x_dur": g["roof_x_dur"].sum(),
         "known_dur": g["known_dur"].sum(),
     }).sort_values("total_ns", ascending=False, kind="stable").head(TOP_KERNELS)
@@ -159,6 +160,7 @@ def _top_kernels(w: pd.DataFrame, weight: np.ndarray | None = None) -> list[dict
             "mean_us": r["total_ns"] / r["calls"] / 1e3, "share": r["total_ns"] / total if total else None,
             "bound": r["bound"], "limiter": row_limiter, "cost_source": r["cost_source"],
             "peak_note": r["peak_note"] if isinstance(r["peak_note"], str) else None,
+            "estimate": r["estimate"] if isinstance(r["estimate"], str) else None,
             "achieved_tflops": (r["flops"] / secs / 1e12) if secs and pd.notna(r["flops"]) else None,
             "achieved_gbps": (r["bytes"] / secs / 1e9) if secs and pd.notna(r["bytes"]) else None,
             "roof_fraction": roof,
@@ -199,6 +201,7 @@ class _Acc:
         self.sources: list[str] = []
         self.truncated = None
         self.graph_capture = self.ceilings = None
+        self.had_ranks = False  # a window showed the run's ranks (their view is not merged)
 
 
 def merge(analyses: Iterable[Analysis], spec=None, folder: str | None = None) -> Analysis:
@@ -271,6 +274,7 @@ def _fold(acc: _Acc, a: Analysis, i: int) -> None:
         acc.why_unknown[k] = acc.why_unknown.get(k, 0.0) + float(v)
     acc.unmatched += [k for k in prov.get("unmatched_kernels") or [] if k not in acc.unmatched]
     acc.graph_capture = acc.graph_capture or prov.get("graph_capture")
+    acc.had_ranks = acc.had_ranks or bool(a.ranks)
     acc.ceilings = acc.ceilings or prov.get("ceilings")
     acc.truncated = a.truncated or acc.truncated
     acc.events += int(a.source.get("events") or 0)
@@ -358,6 +362,12 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
             },
         },
     })
+    if acc.had_ranks:
+        # Per-rank figures (waits, skew, the straggler) need every rank's whole steps at once.
+        why = ("the per-rank view (ranks, their waits and the missing ranks) is not merged across windows: "
+               "report the whole trace, or the folder of per-rank traces, for it")
+        prov["windows"]["not_merged"] = {"ranks": why}
+        prov["notes"].append(why)
     for key, value in (("graph_capture", acc.graph_capture), ("ceilings", acc.ceilings)):
         if value:
             prov[key] = value

@@ -98,12 +98,12 @@ def _top_kernels(w: pd.DataFrame, top: int | None = TOP_KERNELS) -> list[dict[st
             "total_ns": g["dur_ns"].sum(),
             "flops": g["flops"].sum(min_count=1),
             "bytes": g["bytes"].sum(min_count=1),
-            "category": g["category"].first(),
+            "category": _mode(w, "category"),  # as a merge of windows takes it: most units
             "bound": _mode(w, "bound"),
             "limiter": _mode(w, "limiter"),
             "cost_source": _mode(w, "cost_source") if "cost_source" in w else "shapes",
             "peak_note": _mode(w, "peak_note") if "peak_note" in w else None,
-            "estimate": _estimates_by_name(w),
+            "estimate": estimates_by_name(w),
             "roof_x_dur": roof_x_dur.groupby(w["name"], observed=True).sum(),
             "known_dur": known_dur.groupby(w["name"], observed=True).sum(),
         }
@@ -145,7 +145,7 @@ def _top_kernels(w: pd.DataFrame, top: int | None = TOP_KERNELS) -> list[dict[st
     return rows
 
 
-def _estimates_by_name(w: pd.DataFrame) -> pd.Series | None:
+def estimates_by_name(w: pd.DataFrame) -> pd.Series | None:
     """Per kernel name whose units carry an estimate, what its summed bytes are (``combined_estimate``)."""
     if "estimate" not in w:
         return None

@@ -21,6 +21,7 @@ Everything is seeded, so the same traces always give the same interval.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any, Sequence
 
@@ -219,10 +220,14 @@ def _estimate(key: str, before: Sequence[Analysis], after: Sequence[Analysis]) -
     rng = np.random.default_rng(0)
     # Blocks first, runs after: with one run per side the draws are those of the within-run
     # bootstrap alone, so a single-run comparison's interval does not depend on this code path.
-    rb = [s[block_indices(len(s), rng)] for s in sb]
-    ra = [s[block_indices(len(s), rng)] for s in sa]
-    xb = _replicates(key, before, sb, rb, rng)
-    xa = _replicates(key, after, sa, ra, rng)
+    # The sides draw in an order set by their data, not by which is "before": swapped runs give
+    # the negated interval and the same verdicts.
+    swap = _draw_second(sb) < _draw_second(sa)
+    (s1, r1), (s2, r2) = ((sa, after), (sb, before)) if swap else ((sb, before), (sa, after))
+    d1 = [s[block_indices(len(s), rng)] for s in s1]
+    d2 = [s[block_indices(len(s), rng)] for s in s2]
+    x1, x2 = _replicates(key, r1, s1, d1, rng), _replicates(key, r2, s2, d2, rng)
+    xb, xa = (x2, x1) if swap else (x1, x2)
     nb, na = [len(s) for s in sb], [len(s) for s in sa]
     tail = (1 - INTERVAL) / 2 * 100
     lo_hi = (tail, 100 - tail)
@@ -279,14 +284,14 @@ def step_noise(key: str, before: Analysis | Sequence[Analysis], after: Analysis 
         nb, na = est["steps"]
         return est["noise"], (f"run-to-run and step-to-step variation of {len(nb)} and {len(na)} runs "
                               f"({sum(nb)} and {sum(na)} decode steps; from the change's 95% interval)")
-    s_b, s_a = sb[0], sa[0]
+    (s_b,), (s_a,), (run_b,), (run_a,) = sb, sa, before, after  # one run per side from here on
     steps = f"step-to-step variation of {len(s_b)} and {len(s_a)} decode steps"
     if key in ("tpot_mean", "decode_step_mean"):
         return math.sqrt(s_b.var(ddof=1) / len(s_b) + s_a.var(ddof=1) / len(s_a)), steps
     if key == "decode_tokens_per_s":
         # The rate is tokens over total step time: the relative error of the mean step time carries over.
-        b = abs(metric_value(before[0], key) or 0.0)
-        a = abs(metric_value(after[0], key) or 0.0)
+        b = abs(metric_value(run_b, key) or 0.0)
+        a = abs(metric_value(run_a, key) or 0.0)
         rb = (s_b.std(ddof=1) / s_b.mean()) if s_b.mean() > 0 else 0.0
         ra = (s_a.std(ddof=1) / s_a.mean()) if s_a.mean() > 0 else 0.0
         return math.sqrt((b * rb) ** 2 / len(s_b) + (a * ra) ** 2 / len(s_a)), steps
@@ -309,9 +314,20 @@ def change_figures(key: str, before: Sequence[Analysis], after: Sequence[Analysi
 
 def _bootstrap_se(sb: np.ndarray, sa: np.ndarray, q: float) -> float:
     rng = np.random.default_rng(0)
-    db = np.percentile(sb[rng.integers(0, len(sb), (BOOTSTRAP, len(sb)))], q, axis=1)
-    da = np.percentile(sa[rng.integers(0, len(sa), (BOOTSTRAP, len(sa)))], q, axis=1)
-    return float(np.std(da - db, ddof=1))
+    first, second = (sa, sb) if _draw_second([sb]) < _draw_second([sa]) else (sb, sa)  # as in _estimate
+    d1 = np.percentile(first[rng.integers(0, len(first), (BOOTSTRAP, len(first)))], q, axis=1)
+    d2 = np.percentile(second[rng.integers(0, len(second), (BOOTSTRAP, len(second)))], q, axis=1)
+    return float(np.std(d2 - d1, ddof=1))
+
+
+def _draw_second(series: Sequence[np.ndarray]) -> bytes:
+    """A side's key for the order the sides draw their resamples in: a digest of its step times.
+    The side with the smaller key draws second; equal data draw in the given order."""
+    h = hashlib.blake2b(digest_size=16)
+    for x in series:
+        h.update(np.ascontiguousarray(x, dtype=np.float64).tobytes())
+        h.update(b"|")
+    return h.digest()
 
 
 def as_runs(x: Analysis | Sequence[Analysis]) -> list[Analysis]:

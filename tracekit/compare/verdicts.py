@@ -70,6 +70,14 @@ def headline_figure(key: str, before: Analysis | Sequence[Analysis], after: Anal
         out["noise_basis"] = (
             f"{basis}: changes under {NOISE_SIGMAS:g} standard errors ({fmt(NOISE_SIGMAS * noise, unit, delta=True)}) count as noise"
         )
+        lo, hi = (out["interval"] or {}).get("delta") or (None, None)
+        if meaningful and lo is not None and lo <= 0 <= hi:
+            # One set of books: a verdict never contradicts its own interval. With one run a side the
+            # standard error treats steps as independent; the interval's blocks keep their trend
+            # (decode steps grow with the KV cache), so where it reaches 0 the change is not shown.
+            meaningful = False
+            out["noise_basis"] += (f"; so does one whose 95% interval ({fmt(lo, unit, delta=True)} to "
+                                   f"{fmt(hi, unit, delta=True)}) reaches 0, as this one's does")
     else:
         rel = out["relative"]
         meaningful = rel is None or abs(rel) > FLAT_THRESHOLD

@@ -270,9 +270,8 @@ def _growth_cause(a: Analysis) -> str:
     dur = a.steps["duration_ns"].to_numpy()[rows] / 1e6
     first, last = quarters(dur)
     grew_ms = last.median - first.median
-    w = a.work[a.work["step"].isin(numbers)]
-    per_step = (w.groupby(["step", "category"])["dur_ns"].sum().unstack(fill_value=0)
-                .reindex(numbers, fill_value=0) / 1e6)
+    # Per step from the steps table's own books (a merged run's work table has no steps).
+    per_step = pd.DataFrame(list(a.steps["category_ns"].to_numpy()[rows]), index=numbers).fillna(0.0) / 1e6
     per_step["idle time"] = a.steps["gpu_idle_ns"].to_numpy()[rows] / 1e6
     moved = {c: float(np.median(per_step[c].to_numpy()[last.rows]) - np.median(per_step[c].to_numpy()[first.rows]))
              for c in per_step.columns}
