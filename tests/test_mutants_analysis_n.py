@@ -1,0 +1,75 @@
+"""Behaviours of tracekit.analysis that surviving mutants of the seed-38 sample showed no test
+pinned. Expected figures come from hand-built traces (tests/kineto.py) placed by the test, or
+from the report's own per-step table (the books the figure must agree with)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import read_real
+from kineto import Doc
+
+from tracekit import read_trace
+from tracekit.analysis.analyze import analyze
+from tracekit.analysis.steps.latency import decode_steps
+
+GEMM = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn"
+
+
+@pytest.mark.parametrize("engine,want", [(False, [1, 4]), (True, [1, 2, 4])])
+def test_the_decode_series_holds_decode_steps_and_an_engines_mixed_ones(engine, want):
+    """catches: a phase compared by order rather than equality (``phase > "decode"`` takes the
+    prefill, mixed and unknown steps instead of the decode ones; ``phase > "mixed"`` adds an
+    engine's prefill steps). An engine's mixed step computes a decode token for each of its
+    decode requests, so it belongs to the series; a request-level run's mixed steps do not."""
+    steps = pd.DataFrame({"phase": ["prefill", "decode", "mixed", "unknown", "decode"]})
+    assert decode_steps(steps, engine).tolist() == want
+
+
+@pytest.mark.parametrize("key", ["gb10_vllm", "rtx3090_vllm"])
+def test_launch_overhead_of_decode_is_its_steps_launch_gaps(key):
+    """catches: the share of decode time lost to launches left unknown, or divided the wrong way,
+    when the decode steps have time (``d.sum() > 0`` inverted). The figures must be the steps
+    table's own: the mean of the decode-holding steps' ``launch_gap_ms`` per step, and their sum
+    over those steps' summed duration."""
+    d = analyze(read_real(key)).to_dict()
+    held = [s for s in d["steps"] if s["phase"] in ("decode", "mixed")]
+    gaps = [s["launch_gap_ms"] for s in held]
+    assert held and sum(gaps) > 0
+    m = d["metrics"]
+    assert m["launch_overhead_ms_per_decode_step"] == pytest.approx(np.mean(gaps), rel=1e-9)
+    assert m["launch_overhead_share_of_decode"] == pytest.approx(sum(gaps) / sum(s["duration_ms"] for s in held),
+                                                                 rel=1e-9)
+
+
+def test_a_step_timeline_starts_at_a_kernel_the_gpu_clock_puts_before_the_step(tmp_path):
+    """catches: the timeline window opened at the step's CPU start even when its first kernel
+    starts earlier (the GPU clock a few us behind the CPU's, as real traces show): the kernel's
+    lane segment then starts before 0. The step's CPU range is 100-1000 us; its first kernel,
+    launched at 101 us, reads 95-145 us, the second 310-360 us. So the window opens at 95 us
+    (-0.005 ms from the CPU start), spans 1000 - 95 = 905 us, and the stream lane's segments are
+    [0, 0.05] and [0.215, 0.265] ms from its start."""
+    doc = Doc()
+    doc.annotation("tracekit::decode#0 bs=1", 100.0, 900.0)
+    doc.kernel(GEMM, 101.0, 95.0, 50.0)
+    doc.kernel(GEMM, 300.0, 310.0, 50.0)
+    (tl,) = analyze(read_trace(doc.write(tmp_path / "skew.json"))).to_dict()["timelines"]
+    assert tl["start_ms"] == pytest.approx(-0.005) and tl["span_ms"] == pytest.approx(0.905)
+    (stream,) = [lane for lane in tl["lanes"] if lane["kind"] == "stream"]
+    assert [seg[:2] for seg in stream["segments"]] == [pytest.approx([0.0, 0.05]), pytest.approx([0.215, 0.265])]
+
+
+def test_a_step_timeline_follows_the_thread_that_launched_its_kernels(tmp_path):
+    """catches: the host lanes drawn for the thread that opened the step's range when its kernels
+    were launched from another (an engine's worker thread): the lanes then show nothing the GPU
+    waited on. The step's range is on thread 100; both kernels are launched from thread 200."""
+    doc = Doc()
+    doc.annotation("tracekit::decode#0 bs=1", 100.0, 900.0, tid=100)
+    doc.kernel(GEMM, 120.0, 130.0, 50.0, tid=200)
+    doc.kernel(GEMM, 300.0, 310.0, 50.0, tid=200)
+    (tl,) = analyze(read_trace(doc.write(tmp_path / "threads.json"))).to_dict()["timelines"]
+    assert tl["host_tid"] == 200
+    calls = [lane for lane in tl["lanes"] if lane["kind"] == "host_calls"]
+    assert [lane["name"] for lane in calls] == ["host thread 200: runtime calls"]
+    assert len(calls[0]["segments"]) == 2  # its two launches
