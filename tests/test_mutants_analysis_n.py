@@ -73,3 +73,19 @@ def test_a_step_timeline_follows_the_thread_that_launched_its_kernels(tmp_path):
     calls = [lane for lane in tl["lanes"] if lane["kind"] == "host_calls"]
     assert [lane["name"] for lane in calls] == ["host thread 200: runtime calls"]
     assert len(calls[0]["segments"]) == 2  # its two launches
+
+
+def test_a_top_kernels_achieved_rates_are_its_work_over_its_time(tmp_path):
+    """catches: a top kernel's TFLOP/s or GB/s from a wrong formula (a power for a division). One
+    bf16 aten::mm [1024, 1024] x [1024, 1024] on an A100, one 100 us kernel: 2 x 1024^3 FLOPs in
+    1e-4 s is 21.47 TFLOP/s; it reads A and B and writes C, 3 x 1024^2 x 2 bytes, 62.9 GB/s; against
+    the A100's dense bf16 peak of 312 TFLOP/s (NVIDIA's datasheet) that is 6.88% of its roof."""
+    doc = Doc(device="NVIDIA A100-SXM4-80GB")
+    doc.annotation("tracekit::prefill#0 bs=1 tokens=1024", 0.0, 1000.0)
+    ext = doc.op("aten::mm", 5.0, 200.0, dims=[[1024, 1024], [1024, 1024]], types=["c10::BFloat16"] * 2)
+    doc.kernel(GEMM, 10.0, 20.0, 100.0, ext=ext)
+    (row,) = analyze(read_trace(doc.write(tmp_path / "mm.json"))).to_dict()["top_kernels"]["prefill"]
+    assert row["achieved_tflops"] == pytest.approx(2 * 1024 ** 3 / 1e-4 / 1e12, rel=1e-9)
+    assert row["achieved_gbps"] == pytest.approx(3 * 1024 ** 2 * 2 / 1e-4 / 1e9, rel=1e-9)
+    assert row["roof_fraction"] == pytest.approx(2 * 1024 ** 3 / 1e-4 / 312e12, rel=1e-6)
+    assert row["bound"] == "compute"

@@ -381,12 +381,9 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
         top_kernels=top, roofline=roofline, overall=overall, model=a0.model, timelines=timelines,
         truncated=acc.truncated,
     )
-    # (The fusion advice reads the units' order: from the windows' chains instead, in its place.)
-    found = find.findings(merged)
-    fusion = _fusion(merged, acc)
-    at = next((j for j, f in enumerate(found) if f.id == "fuse-elementwise"), None)
-    rest = [f for f in found if f.id != "fuse-elementwise"]
-    merged.findings = rest[:at] + fusion + rest[at:] if at is not None else _place(rest, fusion)
+    # The fusion advice reads the units' order, which the sums do not keep (each compact row is
+    # its own step, so ``advice`` finds no chain in them): from the windows' chains instead.
+    merged.findings = _place(find.findings(merged), _fusion(merged, acc))
     return merged
 
 

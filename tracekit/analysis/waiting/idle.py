@@ -135,8 +135,9 @@ class IdleCauses:
             op_row = int(wk["op"][nxt])
             op_row = op_row if op_row >= 0 else None
         else:
-            issue = int(wk["issue_ns"][nxt]) if nxt >= 0 else -1
-            t = (a + min(b, issue)) // 2 if a < issue else t
+            # The host's own time: before the next kernel's issue, if a kernel ends the gap.
+            issue = int(wk["issue_ns"][nxt]) if nxt >= 0 else None
+            t = (a + min(b, issue)) // 2 if issue is not None and a < issue else t
             op_row = th.op_at(t)
         ops = th.op_chain(op_row) if op_row is not None else []
         return {"call": call, "op": ops[-1] if ops else None, "stack": _dedupe(th.frames_at(t) + ops)}
