@@ -89,3 +89,18 @@ def test_a_top_kernels_achieved_rates_are_its_work_over_its_time(tmp_path):
     assert row["achieved_gbps"] == pytest.approx(3 * 1024 ** 2 * 2 / 1e-4 / 1e9, rel=1e-9)
     assert row["roof_fraction"] == pytest.approx(2 * 1024 ** 3 / 1e-4 / 312e12, rel=1e-6)
     assert row["bound"] == "compute"
+
+
+def test_the_fusion_advice_states_its_time_in_seconds_past_one_second():
+    """catches: fusible time of a second or more written as ms + 1000 "s" (the formatter the merge
+    of windows had its own copy of). 1,500 ms of elementwise time in 3,000 ms of prefill kernel
+    time is 50%, "1.5 s"; 5 kernels in 2 chains; nothing saved, no advice."""
+    from tracekit.analysis.findings.advice import fusion_finding
+
+    p = {"kernel_ms": 3000.0, "by_category": {"elementwise": 1500.0, "gemm": 1500.0}}
+    (f,) = fusion_finding("prefill", p, 40.0, 2, 5)
+    assert f.text.startswith("Elementwise, normalization, activation and RoPE kernels are 50% of prefill kernel "
+                             "time (1.5 s); 5 of them run back to back in 2 chains"), f.text
+    assert f.at_stake_ms == 40.0 and f.phase == "prefill"
+    assert fusion_finding("prefill", p, 0.0, 0, 0) == []
+    assert fusion_finding("prefill", {**p, "by_category": {"elementwise": 100.0}}, 40.0, 2, 5) == []  # 3% fusible

@@ -39,7 +39,7 @@ import pandas as pd
 from tracekit.analysis import books
 from tracekit.analysis.figures import metrics_of, phase_figures, phase_reasons
 from tracekit.analysis.findings import rules as find
-from tracekit.analysis.findings.advice import FUSIBLE, FUSION_SHARE, MIN_AT_STAKE, compiled, fusable_runs
+from tracekit.analysis.findings.advice import MIN_AT_STAKE, compiled, fusable_runs, fusion_finding
 from tracekit.analysis.model import Analysis, Finding
 from tracekit.analysis.pricing.roofline import limiter
 from tracekit.analysis.steps.latency import latency, step_weights
@@ -426,29 +426,14 @@ def _timelines(acc: _Acc, steps: pd.DataFrame) -> list[dict]:
 
 def _fusion(merged: Analysis, acc: _Acc) -> list[Finding]:
     """``advice``'s fusion advice from the windows' chains summed (the units' order, which
-    ``advice`` reads, is not kept in the sums)."""
+    ``advice`` reads, is not kept in the sums), under the threshold ``advice`` applies to all advice."""
     out = []
     for phase, p in merged.phases.items():
-        kernel = p.get("kernel_ms") or 0.0
-        cats = p.get("by_category") or {}
-        fusible_ms = sum(cats.get(c, 0.0) for c in FUSIBLE)
         saved, runs, count = acc.fusion.get(phase, (0.0, 0, 0))
-        if kernel <= 0 or fusible_ms < FUSION_SHARE * kernel or saved <= 0 \
-                or saved < MIN_AT_STAKE * (p.get("time_ms") or 0.0):
+        if saved < MIN_AT_STAKE * (p.get("time_ms") or 0.0):
             continue
         w = merged.work[phase_weights(merged.work["phase"].to_numpy(),
                                       merged.work["prefill_share"].to_numpy(dtype=float), phase) > 0]
-        if compiled(merged, w):
-            continue
-        name = {"unknown": "unclassified", "mixed": "mixed"}.get(phase, phase)
-        text = (f"Elementwise, normalization, activation and RoPE kernels are {fusible_ms / kernel:.0%} of {name} "
-                f"kernel time ({_ms(fusible_ms)}); {count:,} of them run back to back in {runs:,} chains that could "
-                "each be one kernel, saving up to all but each chain's longest kernel")
-        out.append(Finding("fuse-elementwise", text + ".", "info", phase,
-                           "fuse them: torch.compile the model, or use fused kernels (RMSNorm with the residual add, "
-                           "SiLU-and-mul, RoPE)", saved))
+        if not compiled(merged, w):
+            out += fusion_finding(phase, p, saved, runs, count)
     return out
-
-
-def _ms(ms: float) -> str:
-    return f"{ms / 1e3:.3g} s" if ms >= 1e3 else f"{ms:.3g} ms"

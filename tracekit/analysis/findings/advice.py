@@ -197,17 +197,31 @@ def compiled(a: Analysis, w: pd.DataFrame) -> bool:
 
 
 def _fusion(a: Analysis, phase: str, p: dict) -> list[Finding]:
-    kernel = p.get("kernel_ms") or 0.0
-    cats = p.get("by_category") or {}
-    fusible_ms = sum(cats.get(c, 0.0) for c in FUSIBLE)
-    if kernel <= 0 or fusible_ms < FUSION_SHARE * kernel:
+    if not _fusible_enough(p):
         return []
     w, weight = _phase_units(a, phase)
     if compiled(a, w):
         return []
-    saved, runs, count = fusable_runs(w, weight)
-    if saved <= 0:
+    return fusion_finding(phase, p, *fusable_runs(w, weight))
+
+
+def _fusible_enough(p: dict) -> bool:
+    kernel = p.get("kernel_ms") or 0.0
+    return kernel > 0 and _fusible_ms(p) >= FUSION_SHARE * kernel
+
+
+def _fusible_ms(p: dict) -> float:
+    cats = p.get("by_category") or {}
+    return sum(cats.get(c, 0.0) for c in FUSIBLE)
+
+
+def fusion_finding(phase: str, p: dict, saved: float, runs: int, count: int) -> list[Finding]:
+    """The fusion advice of one phase (its figures ``p``) from its chains of fusible kernels
+    (``fusable_runs``: ms saved, chains, kernels); none where little of the kernel time is fusible
+    or nothing is saved. A merge of windows calls it with the windows' chains summed."""
+    if not _fusible_enough(p) or saved <= 0:
         return []
+    fusible_ms, kernel = _fusible_ms(p), p["kernel_ms"]
     name = _PHASE.get(phase, phase)
     text = (f"Elementwise, normalization, activation and RoPE kernels are {fusible_ms / kernel:.0%} of {name} kernel "
             f"time ({_ms(fusible_ms)}); {count:,} of them run back to back in {runs:,} chains that could each be one "
