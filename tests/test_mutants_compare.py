@@ -599,3 +599,16 @@ def test_each_pooled_figure_says_how_it_pools():
     assert spread.value_basis(runs, "decode_tokens_per_s") == "2 runs: all tokens over all step time (5 steps)"
     assert spread.value_basis(runs, "tpot_p50") == "2 runs: over the pooled steps (5 steps)"
     assert spread.value_basis(runs[:1], "tpot_p50") == "one run"
+
+
+def test_a_gate_sentence_says_above_for_a_rise_and_below_for_a_fall():
+    """catches: the side a threshold is crossed on named by an order comparison of the operator
+    (``op > ">"`` is never true, so every gate said "below"). TPOT p50 rises 4.8% (10.5 -> 11.0
+    ms): the rise gate at +5% passes "not above +5.0%"; the fall gate at -5% passes "not below
+    -5.0%"."""
+    from tracekit.compare.gates import parse_gate
+
+    c = compare(_decode(np.linspace(10.0, 11.0, 21)), _decode(np.linspace(10.5, 11.5, 21)))
+    rise, fall = parse_gate("tpot_p50>+5%").evaluate(c), parse_gate("tpot_p50<-5%").evaluate(c)
+    assert rise["verdict"] == "pass" and rise["sentence"].endswith("not above +5.0%"), rise["sentence"]
+    assert fall["verdict"] == "pass" and fall["sentence"].endswith("not below -5.0%"), fall["sentence"]
