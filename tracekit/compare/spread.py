@@ -111,12 +111,10 @@ def value_basis(runs: Sequence[Analysis], key: str) -> str:
 def interval_basis(nb: Sequence[int], na: Sequence[int]) -> str:
     """What an interval resampled, given the step counts of each side's runs."""
     def side(n: Sequence[int]) -> str:
-        if len(n) == 1:
-            return f"{n[0]} steps"
-        return f"{len(n)} runs ({sum(n)} steps)"
+        return f"{sum(n)} steps" if len(n) == 1 else f"{len(n)} runs ({sum(n)} steps)"
 
     if len(nb) == 1 and len(na) == 1:
-        return (f"within-run bootstrap of {nb[0]} and {na[0]} steps (circular blocks of each run's steps); "
+        return (f"within-run bootstrap of {sum(nb)} and {sum(na)} steps (circular blocks of each run's steps); "
                 "a shift of a whole run is not in it: give several runs per side for that")
     return (f"hierarchical bootstrap of {side(nb)} and {side(na)}: a side's runs drawn with replacement, "
             "then blocks of steps within each; run-to-run spread included")
