@@ -49,7 +49,8 @@ def test_a_step_timeline_starts_at_a_kernel_the_gpu_clock_puts_before_the_step(t
     lane segment then starts before 0. The step's CPU range is 100-1000 us; its first kernel,
     launched at 101 us, reads 95-145 us, the second 310-360 us. So the window opens at 95 us
     (-0.005 ms from the CPU start), spans 1000 - 95 = 905 us, and the stream lane's segments are
-    [0, 0.05] and [0.215, 0.265] ms from its start."""
+    [0, 0.05] and [0.215, 0.265] ms from its start, each labelled with its one kernel's name (a
+    lone interval counted as "1 x gemm" was the seed-38 survivor of the labels)."""
     doc = Doc()
     doc.annotation("tracekit::decode#0 bs=1", 100.0, 900.0)
     doc.kernel(GEMM, 101.0, 95.0, 50.0)
@@ -58,6 +59,8 @@ def test_a_step_timeline_starts_at_a_kernel_the_gpu_clock_puts_before_the_step(t
     assert tl["start_ms"] == pytest.approx(-0.005) and tl["span_ms"] == pytest.approx(0.905)
     (stream,) = [lane for lane in tl["lanes"] if lane["kind"] == "stream"]
     assert [seg[:2] for seg in stream["segments"]] == [pytest.approx([0.0, 0.05]), pytest.approx([0.215, 0.265])]
+    # A segment of one kernel is labelled with that kernel, not as a count of its kind ("1 x gemm").
+    assert [(tl["labels"][seg[3]], seg[4]) for seg in stream["segments"]] == [(GEMM, 1), (GEMM, 1)]
 
 
 def test_a_step_timeline_follows_the_thread_that_launched_its_kernels(tmp_path):
@@ -104,3 +107,26 @@ def test_the_fusion_advice_states_its_time_in_seconds_past_one_second():
     assert f.at_stake_ms == 40.0 and f.phase == "prefill"
     assert fusion_finding("prefill", p, 0.0, 0, 0) == []
     assert fusion_finding("prefill", {**p, "by_category": {"elementwise": 100.0}}, 40.0, 2, 5) == []  # 3% fusible
+
+
+def test_a_lane_coarsened_by_time_keeps_a_lone_kernels_own_label(tmp_path):
+    """catches: in a lane too busy to merge by kind (kinds alternating more than MAX_SEGMENTS
+    times, coarsened into equal slices of time), a slice holding one kernel labelled as a count
+    ("1 x gemm") instead of with its kernel's name. 1,600 kernels alternate GEMM and elementwise,
+    one every 1 us, in a 2 ms step: 1,500 slices of ~1.07 us, so most slices hold one kernel and
+    some two (labelled "2 intervals of 2 kinds, mostly ...")."""
+    from tracekit.analysis.steps.timeline import MAX_SEGMENTS
+
+    elementwise = "vectorized_elementwise_kernel"
+    doc = Doc()
+    doc.annotation("tracekit::decode#0 bs=1", 0.0, 2000.0)
+    for i in range(1600):
+        doc.kernel(GEMM if i % 2 else elementwise, 1.0 + i, 10.0 + i, 0.5, launch_dur=0.1)
+    (tl,) = analyze(read_trace(doc.write(tmp_path / "busy.json"))).to_dict()["timelines"]
+    (stream,) = [lane for lane in tl["lanes"] if lane["kind"] == "stream"]
+    segs = stream["segments"]
+    assert len(segs) <= MAX_SEGMENTS and sum(g[4] for g in segs) == 1600
+    lone = {tl["labels"][g[3]] for g in segs if g[4] == 1}
+    assert lone == {GEMM, elementwise}, sorted(lone)[:3]
+    pairs = {tl["labels"][g[3]] for g in segs if g[4] == 2}
+    assert pairs and all(lab.startswith("2 intervals of 2 kinds, mostly ") for lab in pairs), sorted(pairs)[:3]

@@ -482,5 +482,33 @@ def test_the_merged_json_is_the_whole_traces_but_for_what_it_says(name, tmp_path
     differ = [k for k in sorted(set(fw) | set(fm)) if not _same_value(fw.get(k, "<absent>"), fm.get(k, "<absent>"))
               and not any(k.startswith(a) or a in k for a in allowed)]
     assert not differ, [(k, fw.get(k, "<absent>"), fm.get(k, "<absent>")) for k in differ[:10]]
+    # Tables keyed by name keep their order too (largest first where the schema says so).
+    def free(path):  # a path none of the allowances covers
+        return not any((path + ".").startswith(a) or a in path for a in allowed)
+
+    ow, om = dict(_key_orders(whole)), dict(_key_orders(merged))
+    misordered = [k for k in ow if k in om and free(k)
+                  and [c for c in ow[k] if free(f"{k}.{c}")] != [c for c in om[k] if free(f"{k}.{c}")]]
+    assert not misordered, [(k, ow[k], om[k]) for k in misordered[:5]]
+    # The stated approximation of the idle groups: each merged group is at most the whole trace's
+    # (a window can miss part of a group, never add to it), and they stay largest first.
+    for p, v in merged["phases"].items():
+        ms = [r["ms"] for r in v["idle_top"]]
+        assert ms == sorted(ms, reverse=True), p
+        whole_ms = {(r["cause"], r["call"], r["op"], tuple(r["stack"])): r["ms"] for r in whole["phases"][p]["idle_top"]}
+        for r in v["idle_top"]:
+            key = (r["cause"], r["call"], r["op"], tuple(r["stack"]))
+            if key in whole_ms:
+                assert r["ms"] <= whole_ms[key] + 1e-6, (p, key)
     if whole.get("ranks"):
         assert "ranks" in said["not_merged"]
+
+
+def _key_orders(x, path=""):
+    if isinstance(x, dict):
+        yield path, list(x)
+        for k, v in x.items():
+            yield from _key_orders(v, f"{path}.{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _key_orders(v, f"{path}[{i}]")

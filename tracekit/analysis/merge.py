@@ -325,7 +325,7 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
     k = len(acc.windows)
     roofline, taken = {}, {}
     for p in phases:
-        _, i, roof = acc.slowest.get(p, (0.0, 1, None))
+        _, i, roof = acc.slowest.get(p, (None, None, None))  # None: no window holds the phase
         roofline[p] = roof or {"points": [], "roofs": None, "reason": "no window holds this phase's roofline"}
         taken[f"roofline.{p}"] = i
     timelines = _timelines(acc, steps)
