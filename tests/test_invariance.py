@@ -19,28 +19,13 @@ import random
 import pytest
 
 from conftest import real_trace_path
+from json_paths import leaves, same
 from tracekit import read_trace
 from tracekit.analysis import analyze
 
 SHIFT_US = 1_000_000_000  # 1,000 s: far from 0, still exact in a float64 of microseconds
-
-
-def _flat(x, path=""):
-    if isinstance(x, dict):
-        for k, v in x.items():
-            yield from _flat(v, f"{path}.{k}")
-    elif isinstance(x, list):
-        for i, v in enumerate(x):
-            yield from _flat(v, f"{path}[{i}]")
-    else:
-        yield path, x
-
-
-def _same(a, b):
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        # A microsecond timestamp near 1e12 shifted by 1e9 keeps its float64 digits to ~1e-4 us.
-        return (a != a and b != b) or abs(a - b) <= 1e-9 * max(abs(a), abs(b)) + 1e-6
-    return a == b
+# A microsecond timestamp near 1e12 shifted by 1e9 keeps its float64 digits to ~1e-4 us: figures
+# agree to 1e-9 relative, or 1e-6 (ms) absolute.
 
 
 @pytest.mark.parametrize("key", ["gb10_vllm", "h100_hf", "mi300x_extend", "a100_nccl", "rtx4080_nanovllm"])
@@ -53,7 +38,7 @@ def test_shuffled_and_shifted_events_give_the_same_report(key, tmp_path):
             e["ts"] += SHIFT_US
     moved = tmp_path / "moved.json"
     moved.write_text(json.dumps(doc))
-    want, got = dict(_flat(analyze(read_trace(src)).to_dict())), dict(_flat(analyze(read_trace(moved)).to_dict()))
+    want, got = dict(leaves(analyze(read_trace(src)).to_dict())), dict(leaves(analyze(read_trace(moved)).to_dict()))
     differ = [k for k in sorted(set(want) | set(got)) if not k.startswith(".source.")
-              and not _same(want.get(k, "<absent>"), got.get(k, "<absent>"))]
+              and not same(want.get(k, "<absent>"), got.get(k, "<absent>"), 1e-9, 1e-6)]
     assert not differ, [(k, want.get(k, "<absent>"), got.get(k, "<absent>")) for k in differ[:10]]

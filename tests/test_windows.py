@@ -253,6 +253,7 @@ def _path(name):
 
 
 from conftest import REAL as REAL_NAMES  # noqa: E402
+from json_paths import key_orders, leaves, same  # noqa: E402
 
 
 def _close(a, b, rel=1e-3):
@@ -438,23 +439,6 @@ def test_windows_cut_inside_an_inferred_step_say_the_merge_is_not_the_whole_trac
     assert len(said) == 1 and "spans windows" in said[0] and "may differ from the whole trace's" in said[0]
 
 
-def _flat(x, path=""):
-    if isinstance(x, dict):
-        for k, v in x.items():
-            yield from _flat(v, f"{path}.{k}")
-    elif isinstance(x, list):
-        for i, v in enumerate(x):
-            yield from _flat(v, f"{path}[{i}]")
-    else:
-        yield path, x
-
-
-def _same_value(a, b):
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        return (a != a and b != b) or abs(a - b) <= 1e-6 * max(abs(a), abs(b)) + 1e-9
-    return a == b
-
-
 # What each of the merge's stated approximations (provenance.windows) covers in the JSON.
 _STATED = {"roofline": (".roofline.",), "timelines": (".timelines",), "idle_top": (".idle_top",),
            "unknown_bound_ms_by_reason": (".provenance.unknown_bound_ms_by_reason",),
@@ -478,15 +462,15 @@ def test_the_merged_json_is_the_whole_traces_but_for_what_it_says(name, tmp_path
     allowed = [".source.", ".provenance."]
     for key in list(said.get("merged_approximately") or {}) + list(said.get("not_merged") or {}):
         allowed += _STATED[key]
-    fw, fm = dict(_flat(whole)), dict(_flat(merged))
-    differ = [k for k in sorted(set(fw) | set(fm)) if not _same_value(fw.get(k, "<absent>"), fm.get(k, "<absent>"))
+    fw, fm = dict(leaves(whole)), dict(leaves(merged))
+    differ = [k for k in sorted(set(fw) | set(fm)) if not same(fw.get(k, "<absent>"), fm.get(k, "<absent>"), 1e-6, 1e-9)
               and not any(k.startswith(a) or a in k for a in allowed)]
     assert not differ, [(k, fw.get(k, "<absent>"), fm.get(k, "<absent>")) for k in differ[:10]]
     # Tables keyed by name keep their order too (largest first where the schema says so).
     def free(path):  # a path none of the allowances covers
         return not any((path + ".").startswith(a) or a in path for a in allowed)
 
-    ow, om = dict(_key_orders(whole)), dict(_key_orders(merged))
+    ow, om = dict(key_orders(whole)), dict(key_orders(merged))
     misordered = [k for k in ow if k in om and free(k)
                   and [c for c in ow[k] if free(f"{k}.{c}")] != [c for c in om[k] if free(f"{k}.{c}")]]
     assert not misordered, [(k, ow[k], om[k]) for k in misordered[:5]]
@@ -503,12 +487,3 @@ def test_the_merged_json_is_the_whole_traces_but_for_what_it_says(name, tmp_path
     if whole.get("ranks"):
         assert "ranks" in said["not_merged"]
 
-
-def _key_orders(x, path=""):
-    if isinstance(x, dict):
-        yield path, list(x)
-        for k, v in x.items():
-            yield from _key_orders(v, f"{path}.{k}")
-    elif isinstance(x, list):
-        for i, v in enumerate(x):
-            yield from _key_orders(v, f"{path}[{i}]")
