@@ -130,3 +130,21 @@ def test_a_lane_coarsened_by_time_keeps_a_lone_kernels_own_label(tmp_path):
     assert lone == {GEMM, elementwise}, sorted(lone)[:3]
     pairs = {tl["labels"][g[3]] for g in segs if g[4] == 2}
     assert pairs and all(lab.startswith("2 intervals of 2 kinds, mostly ") for lab in pairs), sorted(pairs)[:3]
+
+
+def test_idle_waiting_on_a_launch_names_the_launch_call_and_its_op(tmp_path):
+    """catches: idle time spent on a kernel's launch described as the host's own time (the branch
+    for launch and wait causes taken only when no kernel ends the gap: ``nxt >= 0`` inverted), or
+    the launching op dropped when it is the trace's first op (row 0 read as "no op"). One aten::mm
+    (the trace's only op) launches two GEMMs; the second launch call lasts 190 us, so the GPU
+    idles on it: the launch and wait groups both name cudaLaunchKernel and aten::mm."""
+    doc = Doc()
+    doc.annotation("tracekit::decode#0 bs=1", 0.0, 1000.0)
+    ext = doc.op("aten::mm", 100.0, 300.0, dims=[[8, 64], [64, 64]], types=["c10::BFloat16"] * 2)
+    doc.kernel(GEMM, 110.0, 120.0, 20.0, ext=ext, launch_dur=5.0)
+    doc.kernel(GEMM, 200.0, 400.0, 20.0, ext=ext, launch_dur=190.0)
+    d = analyze(read_trace(doc.write(tmp_path / "launch.json"))).to_dict()
+    groups = {r["cause"]: r for r in d["phases"]["decode"]["idle_top"]}
+    for cause in ("launch", "wait"):
+        assert (groups[cause]["call"], groups[cause]["op"], groups[cause]["stack"]) == \
+            ("cudaLaunchKernel", "aten::mm", ["aten::mm"]), groups[cause]

@@ -158,8 +158,10 @@ def idle_causes(trace: Trace, seg: Segmentation) -> IdleCauses:
     parts = np.zeros((len(gaps), len(CAUSES)), dtype=np.int64)
     cols = {c: gaps.pop(c).to_numpy() if c in _SPLIT_ONLY else gaps[c].to_numpy() for c in _SPLIT_COLUMNS}
     tids = gaps["tid"].to_numpy()
-    for tid in np.unique(tids):
-        rows = np.flatnonzero(tids == tid)
+    # The gaps of each launching thread, in their order: one stable sort, split where the thread changes.
+    by_tid = np.argsort(tids, kind="stable")
+    for rows in np.split(by_tid, np.flatnonzero(np.diff(tids[by_tid])) + 1):
+        tid = tids[rows[0]]
         # Coverage is only asked about inside the thread's gaps: what lies wholly outside
         # their span cancels out of every difference _split takes.
         span = (int(cols["start_ns"][rows].min()), int(cols["end_ns"][rows].max()))
