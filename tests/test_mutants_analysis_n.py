@@ -130,6 +130,12 @@ def test_a_lane_coarsened_by_time_keeps_a_lone_kernels_own_label(tmp_path):
     assert lone == {GEMM, elementwise}, sorted(lone)[:3]
     pairs = {tl["labels"][g[3]] for g in segs if g[4] == 2}
     assert pairs and all(lab.startswith("2 intervals of 2 kinds, mostly ") for lab in pairs), sorted(pairs)[:3]
+    # By hand: the slices run from the first kernel's start (10 us) to the last one's end
+    # (1,609.5 us), 1,599.5 / 1,500 = 1.066 us each; kernel i falls in slice floor(i x 0.9378),
+    # so every slice holds one or two and 1,600 - 1,500 = 100 hold two. (Slices from the second
+    # kernel's start put three in the first.)
+    counts = [g[4] for g in segs]
+    assert (len(segs), counts.count(1), counts.count(2)) == (1500, 1400, 100)
 
 
 def test_idle_waiting_on_a_launch_names_the_launch_call_and_its_op(tmp_path):
@@ -148,3 +154,17 @@ def test_idle_waiting_on_a_launch_names_the_launch_call_and_its_op(tmp_path):
     for cause in ("launch", "wait"):
         assert (groups[cause]["call"], groups[cause]["op"], groups[cause]["stack"]) == \
             ("cudaLaunchKernel", "aten::mm", ["aten::mm"]), groups[cause]
+
+
+def test_the_host_ops_lane_holds_only_ops_inside_the_window(tmp_path):
+    """catches: an op of the launching thread that ended before the step's window opened drawn in
+    its host ops lane (the "ends after the window's start" test dropped). aten::early runs 0-50 us,
+    the step 100-1000 us, its aten::mm 110-300 us."""
+    doc = Doc()
+    doc.op("aten::early", 0.0, 50.0)
+    doc.annotation("tracekit::decode#0 bs=1", 100.0, 900.0)
+    ext = doc.op("aten::mm", 110.0, 190.0, dims=[[8, 64], [64, 64]], types=["c10::BFloat16"] * 2)
+    doc.kernel(GEMM, 120.0, 130.0, 20.0, ext=ext)
+    (tl,) = analyze(read_trace(doc.write(tmp_path / "early.json"))).to_dict()["timelines"]
+    (ops,) = [lane for lane in tl["lanes"] if lane["kind"] == "host_ops"]
+    assert [tl["labels"][g[3]] for g in ops["segments"]] == ["aten::mm"]
