@@ -168,3 +168,42 @@ def test_the_host_ops_lane_holds_only_ops_inside_the_window(tmp_path):
     (tl,) = analyze(read_trace(doc.write(tmp_path / "early.json"))).to_dict()["timelines"]
     (ops,) = [lane for lane in tl["lanes"] if lane["kind"] == "host_ops"]
     assert [tl["labels"][g[3]] for g in ops["segments"]] == ["aten::mm"]
+
+
+@pytest.mark.parametrize("end_us,named", [(1000.0, False), (390.0, True)])
+def test_an_idle_cause_is_named_only_when_it_is_the_largest(tmp_path, end_us, named):
+    """catches: the early return when sync or unattributed idle is larger than launch, host and
+    wait time inverted (``<`` read as ``>``): the advice then names a smaller cause. The second
+    kernel of the step is issued at 145 us but starts at 400 us, so about a quarter of the step
+    is "wait" either way; with the step's range running on to 1,000 us its idle tail (after the
+    last kernel, unattributed) is larger still, and no gpu-waits advice may be given; with the
+    range ending before the kernel does, wait is the largest cause and the advice is given. The
+    premise is checked on the report's own per-step causes."""
+    doc = Doc()
+    doc.annotation("tracekit::decode#0 bs=1", 100.0, end_us - 100.0)
+    ext = doc.op("aten::mm", 100.0, 300.0, dims=[[8, 64], [64, 64]], types=["c10::BFloat16"] * 2)
+    doc.kernel(GEMM, 102.0, 110.0, 20.0, ext=ext, launch_dur=5.0)
+    doc.kernel(GEMM, 140.0, 400.0, 20.0, ext=ext, launch_dur=5.0)
+    d = analyze(read_trace(doc.write(tmp_path / "wait.json"))).to_dict()
+    (step,) = d["steps"]
+    causes = step["idle_by_cause"]
+    assert causes["wait"] >= 0.2 * step["duration_ms"]
+    assert (max(causes, key=causes.get) == "wait") == named
+    assert ("gpu-waits" in [f["id"] for f in d["findings"]]) == named
+
+
+def test_the_decode_batch_advice_stakes_the_time_its_gemms_spend_beyond_their_flops(tmp_path):
+    """catches: the time a decode GEMM's FLOPs need at the achievable peak converted with the wrong
+    factor (``* 1e3`` read as ``* 1001``), so the time at stake is off. One bf16 aten::mm
+    [8, 4096] x [4096, 4096] on an A100, one 100 us kernel: 2 x 8 x 4096^2 = 268,435,456 FLOPs,
+    memory-bound (7.97 FLOP/byte); at stake is 0.1 ms less what those FLOPs need at the achievable
+    matrix peak the kernel was priced against (its ``achievable_flops``)."""
+    doc = Doc()
+    doc.annotation("tracekit::decode#0 bs=8", 0.0, 200.0)
+    ext = doc.op("aten::mm", 2.0, 150.0, dims=[[8, 4096], [4096, 4096]], types=["c10::BFloat16"] * 2)
+    doc.kernel(GEMM, 5.0, 20.0, 100.0, ext=ext)
+    a = analyze(read_trace(doc.write(tmp_path / "batch.json")))
+    (peak,) = a.work["achievable_flops"].tolist()
+    f = next(f for f in a.findings if f.id == "decode-batch")
+    assert f.at_stake_ms == pytest.approx(0.1 - 2 * 8 * 4096 ** 2 / peak * 1e3, rel=1e-12)
+    assert "memory-bound at 7.97 FLOP/byte" in f.text
