@@ -207,3 +207,44 @@ def test_the_decode_batch_advice_stakes_the_time_its_gemms_spend_beyond_their_fl
     f = next(f for f in a.findings if f.id == "decode-batch")
     assert f.at_stake_ms == pytest.approx(0.1 - 2 * 8 * 4096 ** 2 / peak * 1e3, rel=1e-12)
     assert "memory-bound at 7.97 FLOP/byte" in f.text
+
+
+def test_a_phases_mfu_and_mbu_against_hand_arithmetic(tmp_path):
+    """catches: the achievable peak left out of the MFU basis when it differs from the datasheet
+    peak (``!=`` read as ``==``), the sources of the FLOPs not counted when the work table says
+    where each came from, and MFU/MBU from wrong formulas. One bf16 aten::mm [1024, 1024] x
+    [1024, 1024], one 100 us kernel, in a 1 ms prefill step on an A100: MFU = 2 x 1024^3 FLOPs /
+    1e-3 s / 312 TFLOP/s (the datasheet's dense bf16) = 0.688%; MBU = 3 x 1024^2 x 2 bytes /
+    1e-3 s / 2,039 GB/s = 0.309%. The achievable figure divides by the achievable peak the basis
+    states (0.86 x 312 = 268.3 TFLOP/s)."""
+    doc = Doc(device="NVIDIA A100-SXM4-80GB")
+    doc.annotation("tracekit::prefill#0 bs=1 tokens=1024", 0.0, 1000.0)
+    ext = doc.op("aten::mm", 5.0, 200.0, dims=[[1024, 1024], [1024, 1024]], types=["c10::BFloat16"] * 2)
+    doc.kernel(GEMM, 10.0, 20.0, 100.0, ext=ext)
+    p = analyze(read_trace(doc.write(tmp_path / "mm.json"))).to_dict()["phases"]["prefill"]
+    assert p["time_ms"] == pytest.approx(1.0)
+    assert p["mfu"] == pytest.approx(2 * 1024 ** 3 / 1e-3 / 312e12, rel=1e-9)
+    assert p["mfu_achievable"] == pytest.approx(2 * 1024 ** 3 / 1e-3 / (0.86 * 312e12), rel=1e-9)
+    assert p["mbu"] == pytest.approx(3 * 1024 ** 2 * 2 / 1e-3 / 2039e9, rel=1e-9)
+    assert p["mfu_basis"].startswith("bf16 matrix peak of A100 80GB SXM: 312.0 TFLOP/s (datasheet peak); "
+                                     "achievable 268.3 TFLOP/s (0.86 x peak"), p["mfu_basis"]
+    assert p["mfu_basis"].endswith("; FLOPs from recorded shapes 100%")
+    assert p["mbu_basis"].endswith("; bytes from recorded shapes 100%")
+
+
+def test_the_sources_of_a_figures_flops_are_listed_largest_first():
+    """catches: the sources of a phase's FLOPs listed smallest first. A quarter of the FLOPs from
+    recorded shapes and three quarters from the model: "the model 75%, recorded shapes 25%"."""
+    from tracekit.analysis.figures import _sources_text
+
+    w = pd.DataFrame({"flops": [1e9, 3e9], "cost_source": ["shapes", "model"]})
+    assert _sources_text(w, "flops") == "FLOPs from the model 75%, recorded shapes 25%"
+
+
+@pytest.mark.parametrize("key", ["gb10_vllm", "rtx3090_vllm", "mi300x_extend", "h100_hf"])
+def test_every_phases_gpu_time_is_its_busy_plus_idle_time(key):
+    """One set of books: a phase's ``gpu_time_ms`` is its busy plus its idle time, and that is
+    the phase's time (docs/json-schema.md). Fails if the two are combined any other way."""
+    for name, p in analyze(read_real(key)).to_dict()["phases"].items():
+        assert p["gpu_time_ms"] == pytest.approx(p["gpu_busy_ms"] + p["gpu_idle_ms"], rel=1e-12), name
+        assert p["gpu_time_ms"] == pytest.approx(p["time_ms"], rel=1e-9), name
