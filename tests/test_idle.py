@@ -378,3 +378,89 @@ def test_union_of_sorted_intervals_skips_the_sort_and_agrees():
         for a, b in zip(us, ue):
             mine[a:b] = True
         np.testing.assert_array_equal(mine, covered)
+
+
+# --- idle_top: every interval of a group counted, not just the largest ---------------------------
+
+
+def test_a_group_of_idle_intervals_counts_every_one_of_them(tmp_path):
+    """catches: idle_top grouping only the largest (gap, cause) cells (it described the 100
+    largest): here 150 launch gaps of one kind would read 98 of them, 1.96 ms, beside the two
+    large unattributed ones. Hand-built: one decode step of 6 ms; 150 kernels of 10 us, each
+    launched 30 us after the last under its aten::mm op (op at launch - 1 us, kernel 5 us after
+    the launch), so the GPU idles 20 us between kernels, all of it launch (a 28 us host pause
+    under LAUNCH_GAP_NS, then 5 us under LAUNCH_LATENCY_NS)."""
+    from kineto import Doc
+
+    from tracekit import read_trace
+
+    d = Doc()
+    d.annotation("tracekit::decode bs=1 tokens=1 kv=10", 0.0, 6000.0)
+    for i in range(150):
+        ts = 100.0 + 30.0 * i
+        d.kernel("ampere_sgemm_64x64_nn", ts, ts + 5.0, 10.0, ext=d.op("aten::mm", ts - 1.0, 4.0))
+    top = analyze(read_trace(d.write(tmp_path / "t.json"))).to_dict()["phases"]["decode"]["idle_top"]
+    rows = {(r["cause"], r["call"], r["op"], tuple(r["stack"])): r for r in top}
+    launch = rows[("launch", "cudaLaunchKernel", "aten::mm", ("aten::mm",))]
+    # 149 gaps of 20 us between kernels, and the lead-in's 6 us from the first op (99 us) to the
+    # first kernel (105 us), when the host was issuing it.
+    assert launch["count"] == 150
+    assert launch["ms"] == pytest.approx(149 * 0.020 + 0.006, abs=1e-9)
+    # The rest is unattributed: the lead-in before the first op (0-99 us) and the tail after the
+    # last kernel (4,585 us) to the step's end (6,000 us).
+    assert (rows[("unattributed", None, None, ())]["count"], rows[("unattributed", None, None, ())]["ms"]) == \
+        (2, pytest.approx(0.099 + 1.415, abs=1e-9))
+    assert [r["cause"] for r in top] == ["launch", "unattributed"]  # largest total first
+
+
+def _enclosing(start, end, t, until):
+    """By brute force: the intervals enclosing [t, until], innermost first (the later start
+    first; at equal starts the shorter, then the later row)."""
+    hit = [i for i in range(len(start)) if start[i] <= t and end[i] >= until]
+    return sorted(hit, key=lambda i: (start[i], -(end[i] - start[i]), i), reverse=True)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_intervals_around_an_instant_are_every_one_enclosing_it(seed):
+    """catches: a faster lookup of the ops and frames around an instant (idle causes ask it for
+    every gap) missing an encloser where the intervals are not a clean call stack: children
+    ending a nanosecond past their parent (a skewed or cut trace), siblings touching end to start,
+    zero-length intervals, duplicates; and the instant falling exactly on a start or an end.
+    The expectation is a brute-force scan of every interval."""
+    rng = np.random.default_rng(seed)
+    start, end = [], []
+
+    def calls(lo, hi, depth):  # a random call tree in [lo, hi]
+        t = lo
+        while t < hi and depth < 6:
+            s = int(rng.integers(t, hi + 1))
+            e = int(rng.integers(s, hi + 1))
+            start.append(s)
+            end.append(e)
+            if e > s + 2:
+                calls(s, e, depth + 1)
+            t = e + int(rng.integers(0, 3))  # 0: the next sibling starts where this one ended
+
+    calls(0, 2_000, 0)
+    for i in rng.choice(len(start), size=len(start) // 5, replace=False):  # skew: past the parent's end
+        end[i] += int(rng.integers(1, 3))
+    for i in rng.choice(len(start), size=len(start) // 10, replace=False):  # duplicates
+        start.append(start[i])
+        end.append(end[i])
+    table = pd.DataFrame({"start_ns": np.array(start, dtype=np.int64), "end_ns": np.array(end, dtype=np.int64)})
+    rows = rng.permutation(len(table))  # the nest is given its rows in any order
+    nest = host._Nest(table, rows)
+    times = np.concatenate([table["start_ns"], table["end_ns"], rng.integers(-5, 2_010, 300)])
+    untils = times + rng.integers(0, 40, len(times))
+    pos = np.searchsorted(nest.start, times, side="right")
+    got = nest.walk(pos, times, keep=len(table) + 1)
+    assert got.shape[1] > 6  # the tree is deep enough to matter
+    # Compared by the intervals' times (duplicates are interchangeable rows).
+    for i, (t, u) in enumerate(zip(times.tolist(), untils.tolist())):
+        want = [(start[r], end[r]) for r in _enclosing(start, end, t, t)]
+        assert [(start[r], end[r]) for r in got[i][got[i] >= 0]] == want, t
+        first = nest.innermost(np.array([t]))[0]
+        assert (first < 0 and not want) or (start[first], end[first]) == want[0]
+        around = nest.walk(np.array([pos[i]]), np.array([u]), keep=len(table) + 1)[0]
+        assert [(start[r], end[r]) for r in around[around >= 0]] == \
+            [(start[r], end[r]) for r in _enclosing(start, end, t, u)], (t, u)

@@ -56,6 +56,19 @@ class Lookup:
     def __getitem__(self, row: int):
         return self._names[self._codes[row]]
 
+    @property
+    def size(self) -> int:
+        """How many codes there are (the names, and one for missing)."""
+        return len(self._names)
+
+    def codes(self, rows) -> np.ndarray:
+        """Each row's name as a code, from 0 (a missing name: the last one)."""
+        c = self._codes[np.asarray(rows, dtype=np.int64)].astype(np.int64)
+        return np.where(c < 0, len(self._names) - 1, c)
+
+    def names_of(self, codes) -> list:
+        return self._names[np.asarray(codes, dtype=np.int64)].tolist()
+
 
 def unique(s: pd.Series) -> np.ndarray:
     """``pd.unique(strings(s))``: the names present, in order of first appearance."""

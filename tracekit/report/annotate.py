@@ -235,7 +235,7 @@ def _idle_slices(idle, work: pd.DataFrame, steps: pd.DataFrame, pid: int, base_n
     parts = g[list(CAUSES)].to_numpy()
     main = parts.argmax(axis=1)
     longest = np.argsort(-(end - start), kind="stable")[:DESCRIBED_GAPS]
-    described = set(longest.tolist())
+    described = dict(zip(longest.tolist(), idle.describe_many(longest, [CAUSES[int(m)] for m in main[longest]], work)))
     phase = steps["phase"].to_numpy(dtype=object) if len(steps) else np.zeros(0, dtype=object)
     out = []
     for i in range(len(g)):
@@ -247,7 +247,7 @@ def _idle_slices(idle, work: pd.DataFrame, steps: pd.DataFrame, pid: int, base_n
                                                 if parts[i, j] > 0}}
         name = cause
         if i in described:
-            d = idle.describe(i, cause, work)
+            d = described[i]
             args.update({"call": d["call"], "op": d["op"], "frames": list(d["stack"])})
             if d["call"]:
                 name = f"{cause}: {d['call']}"

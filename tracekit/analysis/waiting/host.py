@@ -151,7 +151,10 @@ class HostThread:
         self._ops = _Nest(ops, op_rows)
         self._py_names = categorical.Lookup(py["name"]) if len(py) else None
         self._py = _Nest(py, np.flatnonzero(py["tid"].to_numpy() == tid) if len(py) else np.zeros(0, np.int64))
-        self._frame: dict[int, str | None] = {}
+        # Per Python frame name (by its code): -1 not judged yet, 1 a library frame, 0 not; the
+        # short names of the others.
+        self._library = np.full(self._py_names.size if self._py_names is not None else 0, -1, dtype=np.int8)
+        self._frame: dict[int, str] = {}
 
     def blocking_call(self, a: int, b: int) -> tuple[str | None, int | None, int]:
         """The synchronising call (or op) overlapping [a, b] the most: name, op row, midpoint."""
@@ -171,38 +174,76 @@ class HostThread:
 
     def op_at(self, t: int) -> int | None:
         """The row of the innermost op around ``t``, or None."""
-        rows = self._ops.at(t)
-        return rows[0] if rows else None
+        row = int(self.ops_at(np.array([t]))[0])
+        return row if row >= 0 else None
+
+    def ops_at(self, t: np.ndarray) -> np.ndarray:
+        """``op_at`` of each time: op rows, -1 for none."""
+        return self._ops.innermost(np.asarray(t, dtype=np.int64))
 
     def op_chain(self, row: int, keep: int = 4) -> list[str]:
         """Op names from the outermost (up to ``keep`` levels) to ``row``."""
-        s, e = int(self._op_start[row]), int(self._op_end[row])
-        around = self._ops.at(s, e)  # innermost first; ``row`` itself among them
-        if row in around:
-            around = around[around.index(row):]
-        else:
-            around = [row] + around
-        return [self._op_names[r] for r in reversed(around[:keep])]
+        return self.op_names(self.op_codes(np.array([row]), keep)[0])
+
+    def op_codes(self, rows: np.ndarray, keep: int = 4) -> np.ndarray:
+        """For each op row, the name codes of the op and the ops enclosing it (starting by its
+        start, ending at or after its end), innermost first, up to ``keep``; -1 pads."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return np.full((0, keep), -1, dtype=np.int64)
+        pos = self._ops.position(rows)  # -1 for an op of another thread
+        mine = pos >= 0
+        # One of this thread's is first among the ops before it in the start order; another
+        # thread's op is put before this thread's ops enclosing it.
+        frm = np.where(mine, pos + 1, np.searchsorted(self._ops.start, self._op_start[rows], side="right"))
+        chain = self._ops.walk(frm, self._op_end[rows], keep)
+        other = np.flatnonzero(~mine)
+        chain[other, 1:] = chain[other, :-1]
+        chain[other, 0] = rows[other]
+        return np.where(chain >= 0, self._op_names.codes(np.maximum(chain, 0)), -1)
+
+    def op_names(self, codes: np.ndarray) -> list[str]:
+        """Names of one ``op_codes`` row, outermost first."""
+        codes = codes[codes >= 0][::-1]
+        return self._op_names.names_of(codes) if len(codes) else []
 
     def frames_at(self, t: int, keep: int = 3) -> list[str]:
         """The innermost framework/user Python frames around ``t``, outermost first: library
         frames (torch, the standard library, builtins) are skipped."""
-        out = []
-        for row in self._py.at(t):
-            if row not in self._frame:
-                name = self._py_names[row]
-                self._frame[row] = None if _is_library_frame(name) else _short_frame(name)
-            if self._frame[row] is not None:
-                out.append(self._frame[row])
-                if len(out) == keep:
-                    break
-        return list(reversed(out))
+        return self.frame_names(self.frame_codes(np.array([t]), keep)[0])
+
+    def frame_codes(self, t: np.ndarray, keep: int = 3) -> np.ndarray:
+        """For each time, the name codes of the innermost ``keep`` framework/user Python frames
+        around it, innermost first; -1 pads."""
+        t = np.asarray(t, dtype=np.int64)
+        py = self._py
+        if not len(py.rows):
+            return np.full((len(t), keep), -1, dtype=np.int64)
+        chain = py.walk(np.searchsorted(py.start, t, side="right"), t, keep, skip=self._library_frame)
+        return np.where(chain >= 0, self._py_names.codes(np.maximum(chain, 0)), -1)
+
+    def frame_names(self, codes: np.ndarray) -> list[str]:
+        """Short names of one ``frame_codes`` row, outermost first."""
+        return [self._frame[c] for c in codes[codes >= 0][::-1].tolist()]
+
+    def _library_frame(self, rows: np.ndarray) -> np.ndarray:
+        """Whether each Python frame row is a library one (each name judged once)."""
+        codes = self._py_names.codes(rows)
+        new = np.unique(codes[self._library[codes] < 0])
+        for code, name in zip(new.tolist(), self._py_names.names_of(new)):
+            self._library[code] = not isinstance(name, str) or _is_library_frame(name)
+            if not self._library[code]:
+                self._frame[code] = _short_frame(name)
+        return self._library[codes] == 1
 
 
 class _Nest:
-    """Properly nested intervals of one thread: which enclose a time or an interval, innermost
-    first. A scan per query (no parent table): the queries are a few hundred per trace, the
-    Python frames of a thread can be hundreds of thousands."""
+    """Intervals of one thread (its ops, or its Python frames), sorted by start, outer first:
+    which enclose a time or an interval, innermost first. Every idle gap of a serving trace asks
+    (tens of thousands of queries, over up to hundreds of thousands of frames), and a cut or
+    skewed trace need not nest them properly (a child ending a nanosecond after its parent); so
+    a query is answered for a whole array at once from a sparse table of the ends: the last
+    interval before a position that ends at or after a time, in O(log n)."""
 
     def __init__(self, table: pd.DataFrame, rows: np.ndarray):
         if len(rows):
@@ -216,14 +257,102 @@ class _Nest:
             self.rows, self.start, self.end = rows, s, e
         else:
             self.rows = self.start = self.end = np.zeros(0, np.int64)
+        self._levels: list[np.ndarray] | None = None  # built on the first query
+        self._order: np.ndarray | None = None
+        self._up: np.ndarray | None = None  # _link's answers, -2 until asked
 
-    def at(self, t: int, until: int | None = None) -> list[int]:
-        """Rows enclosing [t, until] (``until`` defaults to t), innermost first."""
+    def _table(self) -> list[np.ndarray]:
+        """``levels[p][k]``: the largest end (as a rank) of intervals k .. k + 2^p - 1."""
+        if self._levels is None:
+            # Ends as ranks among the sorted ends, int32: the table is log2(n) arrays of n.
+            self._ends = np.sort(self.end)
+            lv = [np.searchsorted(self._ends, self.end).astype(np.int32)]
+            h = 1
+            while 2 * h <= len(self.end):
+                lv.append(np.maximum(lv[-1][:-h], lv[-1][h:]))
+                h *= 2
+            self._levels = lv
+        return self._levels
+
+    def before(self, pos: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """For each query, the last position below ``pos`` whose interval ends at or after
+        ``t`` (-1: none): blocks of ends all before t are skipped, the largest first."""
+        x = np.array(pos, dtype=np.int64)
+        t = np.asarray(t, dtype=np.int64)
+        # Most often the interval just before answers (a call's own frame, a first child's
+        # parent); only the rest search the table.
+        rest = np.flatnonzero(x > 0)
+        rest = rest[self.end[x[rest] - 1] < t[rest]]
+        if not len(rest):
+            return x - 1
+        lv = self._table()
+        need = np.searchsorted(self._ends, t[rest], side="left")  # end >= t  <=>  rank >= need
+        y = x[rest]
+        for p in range(len(lv) - 1, -1, -1):
+            cand = y - (1 << p)
+            ok = np.flatnonzero(cand >= 0)
+            ok = ok[lv[p][cand[ok]] < need[ok]]
+            y[ok] = cand[ok]
+        x[rest] = y
+        return x - 1
+
+    def walk(self, pos: np.ndarray, t: np.ndarray, keep: int, skip=None) -> np.ndarray:
+        """For each query, the rows of up to ``keep`` intervals below ``pos`` ending at or after
+        ``t`` (at or after their starts), innermost (last) first, -1 padding; those ``skip``
+        (rows -> bool) names are left out."""
+        n = len(pos)
+        got = np.full((n, keep), -1, dtype=np.int64)
+        count = np.zeros(n, dtype=np.int64)
+        if len(self.rows) and n:
+            t = np.asarray(t, dtype=np.int64)
+            k = self.before(pos, t)
+            live = np.flatnonzero(k >= 0)
+            while len(live):
+                rows = self.rows[k[live]]
+                kept = ~skip(rows) if skip is not None else np.ones(len(live), dtype=bool)
+                q = live[kept]  # each query once: fancy assignment is safe
+                got[q, count[q]] = rows[kept]
+                count[q] += 1
+                live = live[count[live] < keep]
+                # The next encloser of t is at or below the link of this one (which ends at or
+                # after its start, and t is no earlier): follow links past those ending before t.
+                nxt = self._link(k[live])
+                short = np.flatnonzero(nxt >= 0)
+                short = short[self.end[nxt[short]] < t[live[short]]]
+                while len(short):
+                    nxt[short] = self._link(nxt[short])
+                    short = short[nxt[short] >= 0]
+                    short = short[self.end[nxt[short]] < t[live[short]]]
+                k[live] = nxt
+                live = live[nxt >= 0]
+        return got
+
+    def _link(self, k: np.ndarray) -> np.ndarray:
+        """For each position, the last one before it whose interval ends at or after its start
+        (-1: none), found once per position: every interval enclosing a time within the
+        position's interval is that one or at or below it."""
+        if self._up is None:
+            self._up = np.full(len(self.rows), -2, dtype=np.int64)
+        new = np.unique(k[self._up[k] == -2])
+        if len(new):
+            self._up[new] = self.before(new, self.start[new])
+        return self._up[k]
+
+    def innermost(self, t: np.ndarray) -> np.ndarray:
+        """The row of the innermost interval enclosing each time, -1 for none."""
         if not len(self.rows):
-            return []
-        i = int(np.searchsorted(self.start, t, side="right"))
-        hit = np.flatnonzero(self.end[:i] >= (t if until is None else until))
-        return self.rows[hit[::-1]].tolist()
+            return np.full(len(t), -1, dtype=np.int64)
+        k = self.before(np.searchsorted(self.start, t, side="right"), t)
+        return np.where(k >= 0, self.rows[np.maximum(k, 0)], -1)
+
+    def position(self, rows: np.ndarray) -> np.ndarray:
+        """Where each table row stands in the start order, -1 for one not among these."""
+        if not len(self.rows):
+            return np.full(len(rows), -1, dtype=np.int64)
+        if self._order is None:
+            self._order = np.argsort(self.rows, kind="stable")
+        at = np.minimum(np.searchsorted(self.rows[self._order], rows), len(self.rows) - 1)
+        return np.where(self.rows[self._order[at]] == rows, self._order[at], -1)
 
 
 def _is_library_frame(name: str) -> bool:

@@ -25,8 +25,8 @@ tail, the step's thread) did during it:
 - ``unattributed``: the launching thread recorded nothing for longer than ``LAUNCH_GAP_NS``
   (untraced work, another process), or the kernel's launch is not in the trace.
 
-``describe`` names an interval's call, op and the frames around it; ``top`` groups the
-largest intervals of a set of steps by that description.
+``describe`` names an interval's call, op and the frames around it; ``top`` groups every
+interval of a set of steps by that description and keeps the largest groups.
 
 What the launching thread was doing (its coverage by syncs, launches and other work, and the
 call, op and frames at a moment), with the patterns that tell a sync or a launch, is read in
@@ -59,7 +59,6 @@ _BLOCK = 1 << 16  # gaps split at a time
 # The gap columns _split reads; the last three only it reads, so they leave the gaps table.
 _SPLIT_COLUMNS = ("start_ns", "end_ns", "issue_ns", "op_start_ns", "op_end_ns")
 _SPLIT_ONLY = _SPLIT_COLUMNS[2:]
-_CANDIDATES = 100  # largest (gap, cause) cells described before grouping
 
 
 @dataclass
@@ -74,6 +73,7 @@ class IdleCauses:
     _cols: dict | None = field(default=None, repr=False)
     _work: dict | None = field(default=None, repr=False)
     _rt: tuple | None = field(default=None, repr=False)
+    _sync_calls: dict = field(default_factory=dict, repr=False)  # sync call name -> code
 
     def step_causes(self, i: int) -> dict[str, float]:
         """{cause: ms} of step ``i``."""
@@ -86,8 +86,8 @@ class IdleCauses:
         return {c: float(total[j]) / 1e6 for j, c in enumerate(CAUSES)}
 
     def top(self, weight: np.ndarray, phase_ms: float, work: pd.DataFrame, n: int = TOP) -> list[dict]:
-        """The largest idle intervals of the steps with ``weight`` > 0, grouped by what they
-        were (cause, call, op, stack), largest total first. ``ms`` and ``share`` (of the
+        """The idle intervals of the steps with ``weight`` > 0, grouped by what they were
+        (cause, call, op, stack), the ``n`` largest totals first. ``ms`` and ``share`` (of the
         phase's time) count a split mixed step's interval by the phase's part of that step."""
         g = self.gaps
         if not len(g):
@@ -96,17 +96,28 @@ class IdleCauses:
         # Weighted as the phase's idle is: a split mixed step's interval counts by the
         # phase's part of that step, so no listed interval exceeds the phase's idle total.
         parts = g[list(CAUSES)].to_numpy() * w[:, None]
-        # The largest (gap, cause) cells; smaller ones cannot reach the top groups' sizes.
-        flat = np.argsort(-parts, axis=None, kind="stable")[:_CANDIDATES]
-        cells = [(float(parts.flat[f]), int(f // len(CAUSES)), CAUSES[f % len(CAUSES)]) for f in flat
-                 if parts.flat[f] > 0]
+        # Every (gap, cause) cell, largest first: a group's total and count are all of its
+        # intervals (thousands of short launch gaps outweigh one long wait), so none is left out.
+        flat = np.flatnonzero(parts > 0)
+        flat = flat[np.argsort(-parts.flat[flat], kind="stable")]
+        if not len(flat):
+            return []
+        ns, gap, cause = parts.flat[flat], flat // len(CAUSES), flat % len(CAUSES)
+        # Cells alike in thread, cause, call and name codes are alike in description: grouped by
+        # the codes first (a serving trace has tens of thousands of cells and a few hundred
+        # kinds), then described, and kinds whose descriptions coincide merged.
+        keys = self._keys(gap, cause, work)
+        kinds, first, kind_of = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        kind_of = kind_of.ravel()
+        kind_ms = np.bincount(kind_of, weights=ns / 1e6, minlength=len(kinds))
+        kind_n = np.bincount(kind_of, minlength=len(kinds))
         groups: dict[tuple, dict] = {}
-        for ns, i, cause in cells:
-            d = self.describe(i, cause, work)
-            key = (cause, d["call"], d["op"], tuple(d["stack"]))
-            row = groups.setdefault(key, {"cause": cause, **d, "ms": 0.0, "count": 0})
-            row["ms"] += ns / 1e6
-            row["count"] += 1
+        for k in np.argsort(first, kind="stable").tolist():  # kinds in order of their largest cell
+            d = self._describe_key(kinds[k])
+            key = (d["cause"], d["call"], d["op"], tuple(d["stack"]))
+            row = groups.setdefault(key, {**d, "ms": 0.0, "count": 0})
+            row["ms"] += float(kind_ms[k])
+            row["count"] += int(kind_n[k])
         out = sorted(groups.values(), key=lambda r: -r["ms"])[:n]
         for r in out:
             r["share"] = float(r["ms"] / phase_ms) if phase_ms else None
@@ -114,33 +125,82 @@ class IdleCauses:
 
     def describe(self, gap: int, cause: str, work: pd.DataFrame) -> dict:
         """The call, its op and the frames around the launching thread during one gap."""
+        return self.describe_many([gap], [cause], work)[0]
+
+    def describe_many(self, gaps, causes, work: pd.DataFrame) -> list[dict]:
+        """``describe`` of each (gap, cause), looked up together."""
+        keys = self._keys(np.asarray(gaps, dtype=np.int64), np.array([CAUSES.index(c) for c in causes]), work)
+        kinds, kind_of = np.unique(keys, axis=0, return_inverse=True) if len(keys) else (keys, keys[:, 0])
+        described = [{k: v for k, v in self._describe_key(row).items() if k != "cause"} for row in kinds]
+        return [{**described[k], "stack": list(described[k]["stack"])} for k in kind_of.ravel().tolist()]
+
+    # A description's key columns: the thread, the cause, the call (a runtime name code, or
+    # past those a sync call's own code), then the frames' and the ops' name codes.
+    _FRAMES, _OPS = 3, 4
+
+    def _keys(self, gaps: np.ndarray, causes: np.ndarray, work: pd.DataFrame) -> np.ndarray:
+        """One row of codes per (gap, cause index) that names what the launching thread was
+        doing (see ``_describe_key``); the lookups are done a thread at a time."""
         if self._cols is None:
             self._cols = {c: self.gaps[c].to_numpy() for c in ("tid", "start_ns", "end_ns", "next")}
             self._work = {c: work[c].to_numpy() for c in ("launch", "op", "issue_ns")}  # work_table's columns
             rt = self.trace.runtime
             self._rt = (categorical.Lookup(rt["name"]), rt["start_ns"].to_numpy()) if len(rt) else None
         c, wk = self._cols, self._work
-        tid, a, b, nxt = int(c["tid"][gap]), int(c["start_ns"][gap]), int(c["end_ns"][gap]), int(c["next"][gap])
-        if tid < 0:
-            return {"call": None, "op": None, "stack": []}
-        th = self._thread(tid)
-        call = op_row = None
+        gaps, causes = np.asarray(gaps, dtype=np.int64), np.asarray(causes, dtype=np.int64)
+        tid, a, b, nxt = c["tid"][gaps], c["start_ns"][gaps], c["end_ns"][gaps], c["next"][gaps]
+        n = len(gaps)
+        call = np.full(n, -1, dtype=np.int64)
+        op_row = np.full(n, -1, dtype=np.int64)
         t = (a + b) // 2
-        if cause == SYNC:
-            call, op_row, t = th.blocking_call(a, b)
-        elif cause in (LAUNCH, WAIT) and nxt >= 0:
-            launch = int(wk["launch"][nxt])
-            if launch >= 0 and self._rt is not None:
-                call, t = str(self._rt[0][launch]), int(self._rt[1][launch])
-            op_row = int(wk["op"][nxt])
-            op_row = op_row if op_row >= 0 else None
-        else:
-            # The host's own time: before the next kernel's issue, if a kernel ends the gap.
-            issue = int(wk["issue_ns"][nxt]) if nxt >= 0 else None
-            t = (a + min(b, issue)) // 2 if issue is not None and a < issue else t
-            op_row = th.op_at(t)
-        ops = th.op_chain(op_row) if op_row is not None else []
-        return {"call": call, "op": ops[-1] if ops else None, "stack": _dedupe(th.frames_at(t) + ops)}
+        sync = (causes == CAUSES.index(SYNC)) & (tid >= 0)
+        for q in np.flatnonzero(sync).tolist():
+            name, row, t[q] = self._thread(int(tid[q])).blocking_call(int(a[q]), int(b[q]))
+            call[q] = -1 if name is None else self._call_code(name)
+            op_row[q] = -1 if row is None else row
+        issued = np.isin(causes, (CAUSES.index(LAUNCH), CAUSES.index(WAIT))) & (nxt >= 0) & (tid >= 0)
+        q, k = np.flatnonzero(issued), nxt[issued]
+        if len(q):
+            launch = wk["launch"][k]
+            if self._rt is not None:
+                named = launch >= 0
+                call[q[named]] = self._rt[0].codes(launch[named])
+                t[q[named]] = self._rt[1][launch[named]]
+            op_row[q] = np.maximum(wk["op"][k], -1)
+        # The host's own time: before the next kernel's issue, if a kernel ends the gap.
+        own = (tid >= 0) & ~sync & ~issued
+        issue = np.where(nxt >= 0, wk["issue_ns"][np.maximum(nxt, 0)], 0)
+        later = own & (nxt >= 0) & (a < issue)
+        t[later] = (a[later] + np.minimum(b[later], issue[later])) // 2
+        keys = np.full((n, 3 + self._FRAMES + self._OPS), -1, dtype=np.int64)
+        keys[:, 0], keys[:, 1], keys[:, 2] = tid, causes, call
+        for th_id in np.unique(tid[tid >= 0]).tolist():
+            q = np.flatnonzero(tid == th_id)
+            th = self._thread(th_id)
+            mine = q[own[q]]
+            op_row[mine] = th.ops_at(t[mine])
+            keys[q, 3:3 + self._FRAMES] = th.frame_codes(t[q], self._FRAMES)
+            with_op = q[op_row[q] >= 0]
+            keys[with_op, 3 + self._FRAMES:] = th.op_codes(op_row[with_op], self._OPS)
+        return keys
+
+    def _call_code(self, name: str) -> int:
+        """A sync call's name as a code, past the runtime's own."""
+        base = self._rt[0].size if self._rt is not None else 0
+        return base + self._sync_calls.setdefault(name, len(self._sync_calls))
+
+    def _describe_key(self, key: np.ndarray) -> dict:
+        """The cause, call, op and frames (outermost first, then the ops) a ``_keys`` row names."""
+        tid, cause, call = int(key[0]), CAUSES[int(key[1])], int(key[2])
+        if tid < 0:
+            return {"cause": cause, "call": None, "op": None, "stack": []}
+        base = self._rt[0].size if self._rt is not None else 0
+        name = None if call < 0 else (str(self._rt[0].names_of([call])[0]) if call < base else
+                                      next(k for k, v in self._sync_calls.items() if v == call - base))
+        th = self._thread(tid)
+        ops = th.op_names(key[3 + self._FRAMES:])
+        return {"cause": cause, "call": name, "op": ops[-1] if ops else None,
+                "stack": _dedupe(th.frame_names(key[3:3 + self._FRAMES]) + ops)}
 
     def _thread(self, tid: int) -> HostThread:
         if tid not in self._threads:
