@@ -248,61 +248,82 @@ def _iteration(work: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     return out
 
 
+class _Columns(dict):
+    """Columns of the steps table as Python lists, for the per-step rules below that read and
+    write many fields of each step: ``steps.at`` costs tens of microseconds a call, seconds over
+    50k tiny steps. ``store`` writes them back in their dtypes."""
+
+    def __init__(self, steps: pd.DataFrame, names: tuple[str, ...]):
+        super().__init__((n, steps[n].tolist()) for n in names)
+        self.steps = steps
+
+    def store(self) -> None:
+        for name, values in self.items():
+            # In the column's own dtype: an object column of strings stays object.
+            self.steps[name] = pd.Series(values, index=self.steps.index, dtype=self.steps[name].dtype)
+
+
 def _fill_counts(steps: pd.DataFrame, counts: list) -> None:
     """Tokens and batch the annotation left unstated, from the evidence's vote; where it stated
     them, the evidence only checks (a disagreement joins the step's evidence text)."""
-    for i, c in enumerate(counts):
+    c = _Columns(steps, ("tokens", "batch", "tokens_confidence", "batch_confidence", "tokens_source",
+                         "batch_source", "evidence"))
+    for i, count in enumerate(counts):
         notes = []
-        for col, fig, what in (("tokens", c.tokens, "tokens"), ("batch", c.requests, "requests")):
-            have = steps.at[i, col]
+        for col, fig, what in (("tokens", count.tokens, "tokens"), ("batch", count.requests, "requests")):
+            have = c[col][i]
             if not np.isnan(have):
                 if fig.value is not None and fig.value != have:
                     notes.append(f"{fig.source} count {fig.value:,} {what} where the annotation states {int(have):,}")
                 continue
             if fig.value is not None:
-                steps.at[i, col] = float(fig.value)
-                steps.at[i, f"{col}_confidence"] = fig.confidence
-            steps.at[i, f"{col}_source"] = fig.source
+                c[col][i] = float(fig.value)
+                c[f"{col}_confidence"][i] = fig.confidence
+            c[f"{col}_source"][i] = fig.source
             if fig.note:
                 notes.append(f"{what}: {fig.note}")
         if notes:
-            steps.at[i, "evidence"] = _joined(steps.at[i, "evidence"], "; ".join(notes))
+            c["evidence"][i] = _joined(c["evidence"][i], "; ".join(notes))
+    c.store()
 
 
 def _after_phase(steps: pd.DataFrame, stated: dict, notes: list[str]) -> None:
     """What a step's phase implies for its counts (a decode step computes one token per
     request), the user's stated figures, and the prefill side of an annotation that names
     requests but not tokens (``execute_new_N_cached_M``)."""
+    c = _Columns(steps, ("phase", "tokens", "batch", "tokens_source", "batch_source", "tokens_confidence",
+                         "batch_confidence", "phase_confidence", "prefill_side", "decode_side", "evidence",
+                         "kv_tokens"))
     for i in range(len(steps)):
-        phase = steps.at[i, "phase"]
+        phase = c["phase"][i]
         for col, key in (("tokens", "tokens"), ("batch", "batch")):
             table = stated.get(key) or {}
             value = table.get(phase, table.get("all"))
             if value is not None:
-                steps.at[i, col], steps.at[i, f"{col}_source"], steps.at[i, f"{col}_confidence"] = \
+                c[col][i], c[f"{col}_source"][i], c[f"{col}_confidence"][i] = \
                     float(value), f"{STATED_SOURCE} (--{key} {phase}={value})", 1.0
-        tokens, batch = steps.at[i, "tokens"], steps.at[i, "batch"]
+        tokens, batch = c["tokens"][i], c["batch"][i]
         if phase == DECODE and np.isnan(batch) != np.isnan(tokens):
             known = "tokens" if np.isnan(batch) else "batch"
             missing = "batch" if known == "tokens" else "tokens"
-            steps.at[i, missing] = steps.at[i, known]
-            steps.at[i, f"{missing}_source"] = f"a decode step computes one token per request ({known}: " \
-                                               f"{steps.at[i, f'{known}_source']})"
-            steps.at[i, f"{missing}_confidence"] = min(steps.at[i, f"{known}_confidence"],
-                                                       _or_one(steps.at[i, "phase_confidence"]))
-        pre, dec = steps.at[i, "prefill_side"], steps.at[i, "decode_side"]
-        if pre is not None and pre.requests and pre.tokens is None and not np.isnan(steps.at[i, "tokens"]):
-            rest = int(steps.at[i, "tokens"]) - (dec.tokens or 0 if dec is not None else 0)
+            c[missing][i] = c[known][i]
+            c[f"{missing}_source"][i] = f"a decode step computes one token per request ({known}: " \
+                                        f"{c[f'{known}_source'][i]})"
+            c[f"{missing}_confidence"][i] = min(c[f"{known}_confidence"][i], _or_one(c["phase_confidence"][i]))
+        pre, dec = c["prefill_side"][i], c["decode_side"][i]
+        if pre is not None and pre.requests and pre.tokens is None and not np.isnan(c["tokens"][i]):
+            rest = int(c["tokens"][i]) - (dec.tokens or 0 if dec is not None else 0)
             if rest >= pre.requests:
-                steps.at[i, "prefill_side"] = dataclasses.replace(pre, tokens=rest)
+                c["prefill_side"][i] = dataclasses.replace(pre, tokens=rest)
             else:
-                steps.at[i, "evidence"] = _joined(steps.at[i, "evidence"], (
-                    f"the step's {int(steps.at[i, 'tokens']):,} tokens leave fewer than one for each of its "
+                c["evidence"][i] = _joined(c["evidence"][i], (
+                    f"the step's {int(c['tokens'][i]):,} tokens leave fewer than one for each of its "
                     f"{pre.requests} new requests: the prefill side's tokens are unknown"))
-        if np.isnan(steps.at[i, "kv_tokens"]):
+        if np.isnan(c["kv_tokens"][i]):
             sides = [x for x in (pre, dec) if x is not None and x.requests]
             if sides and all(x.kv_tokens is not None for x in sides):
-                steps.at[i, "kv_tokens"] = float(sum(x.kv_tokens for x in sides))
+                c["kv_tokens"][i] = float(sum(x.kv_tokens for x in sides))
+    c.store()
 
 
 def _joined(before: str | None, why: str) -> str:

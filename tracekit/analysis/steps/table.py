@@ -62,7 +62,6 @@ def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | N
     end of the step before this trace's first (``segment.PREVIOUS_STEP_END``)."""
     if not len(ranges):
         return empty_steps()
-    rows = []
     step_of = work["step"].to_numpy()
     kernels_of = np.bincount(step_of[step_of >= 0], minlength=len(ranges))[: len(ranges)]
     starts = work["start_ns"].to_numpy()
@@ -86,42 +85,42 @@ def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | N
     # One set of books: a step's duration is its GPU busy time (its work, clipped to the
     # step's window) plus its GPU idle time (lead-in, gaps, tail), exactly.
     busy_of = step_busy(step_of, starts, ends, begin_of, end_of)
-    for i, r in enumerate(ranges.itertuples()):
-        n_mine = int(kernels_of[i])
-        g0, g1 = int(g0_of[i]), int(g1_of[i])
-        duration = int(end_of[i] - begin_of[i])
-        rows.append(
-            {
-                "step": i,
-                "phase": r.phase,
-                "source": r.source,
-                "evidence": r.evidence,
-                "label": r.label,
-                "tid": int(r.tid),
-                "cpu_start_ns": int(r.start),
-                "cpu_end_ns": int(r.end),
-                "gpu_start_ns": g0,
-                "gpu_end_ns": g1,
-                "begin_ns": int(begin_of[i]),
-                "end_ns": int(end_of[i]),
-                "gpu_busy_ns": int(busy_of[i]),
-                "gpu_idle_ns": duration - int(busy_of[i]),
-                "duration_ns": duration,
-                "kernels": n_mine,
-                "tokens": _number(r.tokens),
-                "batch": _number(r.batch),
-                "tokens_source": None if np.isnan(_number(r.tokens)) else _stated_by(r.source),
-                "tokens_confidence": np.nan if np.isnan(_number(r.tokens)) else 1.0,
-                "batch_source": None if np.isnan(_number(r.batch)) else _stated_by(r.source),
-                "batch_confidence": np.nan if np.isnan(_number(r.batch)) else 1.0,
-                "kv_tokens": np.nan,
-                "phase_confidence": 1.0 if r.phase != UNKNOWN else np.nan,
-                "graph_replay": bool(replayed[i]),
-                "prefill_side": _side(r.prefill_side),
-                "decode_side": _side(r.decode_side),
-            }
-        )
-    return pd.DataFrame(rows).astype(_STEP_COLUMNS)
+    # Column by column (a serving run has tens of thousands of steps).
+    duration = end_of - begin_of
+    tokens = np.array([_number(v) for v in ranges["tokens"].tolist()], dtype=float)
+    batch = np.array([_number(v) for v in ranges["batch"].tolist()], dtype=float)
+    stated = [_stated_by(v) for v in ranges["source"].tolist()]
+    phase = ranges["phase"].tolist()
+    steps = pd.DataFrame({
+        "step": np.arange(len(ranges)),
+        "phase": phase,
+        "source": ranges["source"].tolist(),
+        "evidence": ranges["evidence"].tolist(),
+        "label": ranges["label"].tolist(),
+        "tid": ranges["tid"].to_numpy().astype(np.int64),
+        "cpu_start_ns": ranges["start"].to_numpy().astype(np.int64),
+        "cpu_end_ns": ranges["end"].to_numpy().astype(np.int64),
+        "gpu_start_ns": g0_of,
+        "gpu_end_ns": g1_of,
+        "begin_ns": begin_of,
+        "end_ns": end_of,
+        "gpu_busy_ns": busy_of,
+        "gpu_idle_ns": duration - busy_of,
+        "duration_ns": duration,
+        "kernels": kernels_of,
+        "tokens": tokens,
+        "batch": batch,
+        "tokens_source": [None if np.isnan(t) else w for t, w in zip(tokens.tolist(), stated)],
+        "tokens_confidence": np.where(np.isnan(tokens), np.nan, 1.0),
+        "batch_source": [None if np.isnan(t) else w for t, w in zip(batch.tolist(), stated)],
+        "batch_confidence": np.where(np.isnan(batch), np.nan, 1.0),
+        "kv_tokens": np.full(len(ranges), np.nan),
+        "phase_confidence": [1.0 if ph != UNKNOWN else np.nan for ph in phase],
+        "graph_replay": replayed,
+        "prefill_side": [_side(v) for v in ranges["prefill_side"].tolist()],
+        "decode_side": [_side(v) for v in ranges["decode_side"].tolist()],
+    })
+    return steps.astype(_STEP_COLUMNS)
 
 
 def _number(value) -> float:
