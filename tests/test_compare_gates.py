@@ -354,3 +354,5 @@ def test_several_runs_errors_are_one_sentence(rtx3090_runs, tmp_path):
         assert len(lines) == 1 and message in lines[0] and "Traceback" not in res.output, res.stderr
         assert not out.exists()
     assert "device NVIDIA GeForce RTX 3090 vs NVIDIA GB10" in res.stderr and "batch size 2 vs 4" in res.stderr
+    # The two runs that differ, named by their paths (not "a run vs a run").
+    assert f"({a0} vs {real_trace_path('gb10_vllm')}: " in res.stderr, res.stderr

@@ -612,3 +612,20 @@ def test_a_gate_sentence_says_above_for_a_rise_and_below_for_a_fall():
     rise, fall = parse_gate("tpot_p50>+5%").evaluate(c), parse_gate("tpot_p50<-5%").evaluate(c)
     assert rise["verdict"] == "pass" and rise["sentence"].endswith("not above +5.0%"), rise["sentence"]
     assert fall["verdict"] == "pass" and fall["sentence"].endswith("not below -5.0%"), fall["sentence"]
+
+
+# --- seed 39 -------------------------------------------------------------------------------------
+
+
+def test_a_change_of_sub_millisecond_steps_has_its_relative_interval():
+    """catches: the relative interval given only when every resampled before-figure exceeds 1
+    (``xb > 1`` for ``xb > 0``): a run of sub-millisecond decode steps (a small model on a fast
+    GPU) would get no relative interval. 200 steps of 0.40 ms before, 0.44 ms after (each +/- a
+    little noise): the relative change is +10%, so the interval lies around 0.10."""
+    rng = np.random.default_rng(39)
+    before, after = 0.40 + 0.01 * rng.standard_normal(200), 0.44 + 0.01 * rng.standard_normal(200)
+    got = spread.change_interval("tpot_mean", _decode(before), _decode(after))
+    lo, hi = got["relative"]
+    assert lo < 0.10 < hi and hi - lo < 0.05, got
+    # The relative interval is the change over the before figure: about delta / 0.40.
+    assert lo == pytest.approx(got["delta"][0] / before.mean(), abs=0.01)
