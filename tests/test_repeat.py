@@ -71,6 +71,12 @@ NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 def _twice(src, dst):
     """``src`` with its events repeated once, shifted by a whole number of ms past its span;
     returns the shift in ms."""
+    return repeat(src, dst, 2)
+
+
+def repeat(src, dst, copies: int) -> float:
+    """``src`` with its events ``copies`` times, copy k shifted by k whole numbers of ms past its
+    span and its ids offset by k strides; returns one copy's shift in ms."""
     raw = src.read_bytes()
     doc = json.loads(gzip.decompress(raw) if src.suffix == ".gz" else raw)
     events = doc["traceEvents"]
@@ -80,15 +86,16 @@ def _twice(src, dst):
     shift_us = (math.ceil((t1 - t0) / 1000) + 1) * 1000
     top = max([e["args"][k] for e in events if isinstance(e.get("args"), dict) for k in IDS
                if isinstance(e["args"].get(k), int)] + [0]) + 1
-    for e in timed:
-        c = copy.deepcopy(e)
-        c["ts"] = e["ts"] + shift_us
-        for k in IDS:
-            if isinstance((c.get("args") or {}).get(k), int) and c["args"][k] >= 0:
-                c["args"][k] += top
-        if isinstance(c.get("id"), int):
-            c["id"] += top
-        events.append(c)
+    for n in range(1, copies):
+        for e in timed:
+            c = copy.deepcopy(e)
+            c["ts"] = e["ts"] + n * shift_us
+            for k in IDS:
+                if isinstance((c.get("args") or {}).get(k), int) and c["args"][k] >= 0:
+                    c["args"][k] += n * top
+            if isinstance(c.get("id"), int):
+                c["id"] += n * top
+            events.append(c)
     dst.write_text(json.dumps(doc))
     return shift_us / 1000
 
