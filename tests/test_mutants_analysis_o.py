@@ -117,3 +117,26 @@ def test_a_launch_pattern_is_regular_only_when_most_spacings_equal_its_median():
     tokens[[1, 3, 5, 7, 15, 23, 31, 39]] = 5  # odd positions: none is a multiple of 6
     period, pos = _period(tokens)
     assert period == 6 and pos.tolist() == list(range(0, n, 6))
+
+
+def test_shape_evidence_of_ops_in_any_row_order_is_that_of_the_ops_in_start_order():
+    """catches: a table whose ops are not in start order (one not built by the reader) searched
+    as if it were (binary searches over unsorted starts miss a pass's ops), or filtered with the
+    thread test loosened (the seed-40 survey: ``(tid == t) + (start >= lo)``, a pass taking in its thread's
+    earlier ops). The collected tiny-bs8 trace's 17 marker steps (a prefill of [8, 64] token ids,
+    then decodes of [8, 1]) with the op table shuffled: every step's evidence is the sorted
+    table's, which names its own embedding."""
+    from tracekit import read_trace
+    from tracekit.analysis.steps import evidence
+    from tracekit.analysis.steps.segment import segment
+    from conftest import SAMPLE_TRACES
+
+    trace = read_trace(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz")
+    steps = segment(trace).steps
+    bounds = [(int(a), int(b), int(t), "") for a, b, t in zip(steps["cpu_start_ns"], steps["cpu_end_ns"], steps["tid"])]
+    want = evidence.shape_evidence_many(trace.cpu_ops, bounds)
+    assert [w[0] for w in want] == ["prefill"] + ["decode"] * 16
+    assert want[0][2:] == (512.0, 8.0) and all(w[2:] == (8.0, 8.0) for w in want[1:])
+    shuffled = trace.cpu_ops.iloc[np.random.default_rng(40).permutation(len(trace.cpu_ops))].reset_index(drop=True)
+    assert evidence.shape_evidence_many(shuffled, bounds) == want
+

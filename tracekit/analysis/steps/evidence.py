@@ -137,29 +137,24 @@ def shape_evidence_many(ops: pd.DataFrame, passes: list[tuple]) -> list[tuple]:
     emb_mask, attn_mask = np.zeros(len(ops), dtype=bool), np.zeros(len(ops), dtype=bool)
     emb_mask[list(emb_found)] = True
     attn_mask[list(attn_found)] = True
-    # Rows of each thread in row order, with their starts; a thread whose ops are not in start
-    # order is filtered the plain way.
+    # Rows of each thread in start order (the reader's tables are; one built otherwise is sorted
+    # here, stably, so "first" is the earliest op, as in the reader's row order), with their starts.
     by_tid = pd.Series(np.arange(len(ops))).groupby(tid, sort=False).indices
     per_tid: dict = {}
     out = []
     for p in passes:
         lo_t, hi_t, t = p[0], p[1], p[2]
-        rows = by_tid.get(t)
-        if rows is None:
+        if by_tid.get(t) is None:
             out.append(shape_evidence(ops.iloc[0:0]))
             continue
         if t not in per_tid:
-            st = start[rows]
-            ordered = bool((np.diff(st) >= 0).all())
+            rows = by_tid[t]
+            rows = rows[np.argsort(start[rows], kind="stable")]
             dims_cum = np.concatenate([[0], np.cumsum(has_dims[rows])])
             emb_pos = np.flatnonzero(emb_mask[rows])
             attn_pos = np.flatnonzero(attn_mask[rows])
-            per_tid[t] = (st, ordered, dims_cum, emb_pos, attn_pos)
-        st, ordered, dims_cum, emb_pos, attn_pos = per_tid[t]
-        if not ordered:
-            inside = ops[(ops["tid"] == t) & (ops["start_ns"] >= lo_t) & (ops["start_ns"] < hi_t)]
-            out.append(shape_evidence(inside))
-            continue
+            per_tid[t] = (rows, start[rows], dims_cum, emb_pos, attn_pos)
+        rows, st, dims_cum, emb_pos, attn_pos = per_tid[t]
         a, b = np.searchsorted(st, lo_t, side="left"), np.searchsorted(st, hi_t, side="left")
         if a >= b or dims_cum[b] == dims_cum[a]:
             out.append((UNKNOWN, _NO_SHAPES, None, None))
