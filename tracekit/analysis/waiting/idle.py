@@ -196,7 +196,7 @@ class IdleCauses:
             return {"cause": cause, "call": None, "op": None, "stack": []}
         base = self._rt[0].size if self._rt is not None else 0
         name = None if call < 0 else (str(self._rt[0].names_of([call])[0]) if call < base else
-                                      next(k for k, v in self._sync_calls.items() if v == call - base))
+                                      list(self._sync_calls)[call - base])  # codes in order of first sight
         th = self._thread(tid)
         ops = th.op_names(key[3 + self._FRAMES:])
         return {"cause": cause, "call": name, "op": ops[-1] if ops else None,
