@@ -193,3 +193,76 @@ def test_a_split_step_whose_parts_miss_its_busy_time_is_named_with_both_figures(
     assert out == ["mixed step 0: its parts 5 ms are not its busy time 6 ms"], out
     split[0]["decode"]["gpu_ms"] = 2.0
     assert books.check(steps, None, {"mixed": np.ones(1)}, phases, split, "gpu") == []
+
+
+def test_work_outside_every_step_is_in_no_phase():
+    """Fails if units of work issued outside every step join the ``unknown`` phase (they did:
+    the A100 particle-transformer trace's 11 inferred steps, all of unknown phase, read 6.488 ms
+    of kernel time, the 0.178 ms of the 20 kernels launched before its first step and after its
+    last included). Expected from the raw events: the device events whose launch call (same
+    ``args.correlation``) starts inside the steps' CPU span, which is unbroken there."""
+    import gzip
+    import json
+
+    from conftest import real_trace_path
+
+    a = analyze(read_real("a100_particle"))
+    with gzip.open(real_trace_path("a100_particle"), "rt") as f:
+        raw = json.load(f)
+    events = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+    base = int(raw.get("baseTimeNanoseconds", 0))  # Kineto's ts are microseconds after it
+    launch = {e["args"]["correlation"]: e["ts"] * 1e3 for e in events
+              if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}
+    device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    start = a.steps["cpu_start_ns"].to_numpy() - base
+    end = a.steps["cpu_end_ns"].to_numpy() - base
+    assert (start[1:] - end[:-1] <= 1).all()  # one unbroken span: inside it is inside a step
+    at = np.array([launch[e["args"]["correlation"]] for e in device])
+    dur_ms = np.array([e["dur"] for e in device]) / 1e3
+    inside = (at >= start[0]) & (at <= end[-1])
+    assert 0 < (~inside).sum() < len(device)
+    assert set(a.phases) == {"unknown"}
+    assert a.phases["unknown"]["kernel_ms"] == pytest.approx(dur_ms[inside].sum(), abs=1e-6)
+    assert a.provenance["outside_steps"]["ms"] == pytest.approx(dur_ms[~inside].sum(), abs=1e-6)
+    assert a.overall["kernel_ms"] == pytest.approx(dur_ms.sum(), abs=1e-6)
+
+
+def test_the_figure_checker_names_each_broken_identity():
+    """Fails if ``books.check_figures`` lets a phase figure that does not add up pass: each
+    identity is broken in turn, on a copy of a real analysis whose books balance (the RTX 3090
+    vLLM trace: a prefill, a split mixed step and decode steps), by moving 1 ms (or a share of
+    0.1) where the identity says it cannot go."""
+    import copy
+
+    a = analyze(read_real("rtx3090_vllm"))
+    outside = a.provenance["outside_steps"]["ms"]
+
+    def broken(edit) -> list[str]:
+        phases, steps, overall = copy.deepcopy(a.phases), a.steps.copy(), copy.deepcopy(a.overall)
+        edit(phases["decode"], steps, overall)
+        return books.check_figures(phases, steps, overall, outside, "gpu")
+
+    assert broken(lambda v, s, o: None) == []
+    cases = {
+        "by bound": lambda v, s, o: v["by_bound"].__setitem__("memory", v["by_bound"]["memory"] + 1),
+        "by limiter": lambda v, s, o: v["by_limiter"].__setitem__("latency", v["by_limiter"]["latency"] + 1),
+        "by category": lambda v, s, o: v["by_category"].__setitem__("gemm", v["by_category"]["gemm"] + 1),
+        "by cost source": lambda v, s, o: v["cost_source_ms"].__setitem__("none", v["cost_source_ms"]["none"] + 1),
+        "'s time by bound": lambda v, s, o: v["by_category_bound"]["gemm"].__setitem__(
+            "unknown", v["by_category_bound"]["gemm"]["unknown"] + 1),
+        "by_bound_share": lambda v, s, o: v["by_bound_share"].__setitem__("idle", v["by_bound_share"]["idle"] + 0.1),
+        "by_category_share": lambda v, s, o: v["by_category_share"].__setitem__(
+            "gemm", v["by_category_share"]["gemm"] + 0.1),
+        "gpu_time_ms": lambda v, s, o: v.__setitem__("gpu_time_ms", v["gpu_time_ms"] + 1),
+        "idle causes": lambda v, s, o: v["idle_by_cause"].__setitem__("host", v["idle_by_cause"]["host"] + 1),
+        "largest idle groups": lambda v, s, o: v["idle_top"][0].__setitem__("ms", v["gpu_idle_ms"] + 1),
+        "steps' unknown-bound": lambda v, s, o: s.__setitem__("unknown_ms", s["unknown_ms"] + 1 / len(s)),
+        "steps' flops": lambda v, s, o: s.__setitem__("flops", s["flops"].fillna(0) + 1e9),
+        "steps' bytes": lambda v, s, o: s.__setitem__("bytes", s["bytes"].fillna(0) + 1e9),
+        "trace's kernel time by category": lambda v, s, o: o["by_category"].__setitem__(
+            "gemm", o["by_category"]["gemm"] + 1),
+        "plus the": lambda v, s, o: o.__setitem__("kernel_ms", o["kernel_ms"] + 1),
+    }
+    for words, edit in cases.items():
+        out = broken(edit)
+        assert any(words in v for v in out), (words, out)

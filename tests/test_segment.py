@@ -38,7 +38,15 @@ def test_every_real_trace_segments(key):
             assert st.duration_ns == st.end_ns - st.begin_ns
             assert st.gpu_busy_ns == _union(mine["start_ns"], mine["end_ns"], st.begin_ns, st.end_ns)
             assert st.gpu_idle_ns == st.duration_ns - st.gpu_busy_ns >= 0
-    assert set(s.work["phase"]) <= set(seg.PHASES)
+    # A unit takes its step's phase; one outside every step is in no phase (not "unknown", which
+    # would put it in the unknown phase's figures beside steps it is not part of).
+    step_of = s.work["step"].to_numpy()
+    phase_of = s.work["phase"].astype(str).to_numpy()
+    assert (phase_of[step_of < 0] == seg.OUTSIDE).all()
+    if len(steps):
+        inside = step_of >= 0
+        assert (phase_of[inside] == steps["phase"].to_numpy()[step_of[inside]]).all()
+    assert set(phase_of) <= set(seg.PHASES) | {seg.OUTSIDE}
 
 
 def _union(starts, ends, lo, hi) -> int:

@@ -140,9 +140,12 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
     for p, v in phases.items():
         v["idle_by_cause"] = idle.phase_causes(weights[p])
         v["idle_top"] = idle.top(weights[p], v["time_ms"], work)
+    steps = _steps_with_attribution(seg.steps, work, spec, split.by_step, idle)
+    overall = overall_of(work)
     # The identities every analysis satisfies (analysis.books); a violation is a tracekit bug.
-    books_notes = books.enforce(books.check(seg.steps, idle.by_step, weights, phases, split.by_step,
-                                            seg.device_type))
+    outside_ms = float(work["dur_ns"].to_numpy()[work["step"].to_numpy() < 0].sum()) / 1e6
+    books_notes = books.enforce(books.check(seg.steps, idle.by_step, weights, phases, split.by_step, seg.device_type)
+                                + books.check_figures(phases, steps, overall, outside_ms, seg.device_type))
     withhold(phases, by_phase, (parts.model_view or {}).get("withheld"))
     metrics = metrics_of(lat, phases)
     metrics["unprofiled"] = unprofiled(trace)
@@ -173,7 +176,7 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
         workload=describe_workload(trace),
         run_kind=seg.run_kind,
         phase_source=seg.source,
-        steps=_steps_with_attribution(seg.steps, work, spec, split.by_step, idle),
+        steps=steps,
         work=work,
         phases=phases,
         metrics=metrics,
@@ -181,7 +184,7 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
         provenance=provenance,
         top_kernels={p: kernel_table(w, TOP_KERNELS) for p, w in by_phase.items()},
         roofline={p: roofline_points(w, spec, phases[p], parts.ops) for p, w in by_phase.items()},
-        overall=overall_of(work),
+        overall=overall,
         model=parts.model_view,
         timelines=timelines(trace, seg.steps, work, idle, lambda n: short_name(n, 70), seg.device_type)
         if with_timelines else [],

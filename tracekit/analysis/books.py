@@ -6,6 +6,14 @@
   parts sum to the step), so the phases sum to the run.
 - Per phase: time = busy + idle; over the phases, time sums to the steps' durations.
 - Per split mixed step: its prefill and decode GPU parts sum to its busy time.
+- Per phase (``check_figures``): its kernel time is the sum of its parts however it is split (by
+  bound, limiter, category, cost source, and category x bound both ways), each share set sums to
+  1, ``gpu_time_ms`` is busy + idle, its idle causes sum to its idle time and its largest idle
+  groups to no more than it.
+- Over the phases: the steps' kernel time by bound, FLOPs and bytes are the phases' (a unit's
+  phase weights sum to 1), and the trace's kernel time is the phases' plus the work outside steps.
+  Two paths compute each side (per-step sums of the work table; per-phase weighted tables), so a
+  unit lost or counted twice by either shows here.
 
 A violation is a bug in tracekit, not in the trace. ``check`` returns the violations as
 sentences; ``enforce`` raises them when ``STRICT_ENV`` is set (the test suite and the fuzz
@@ -59,6 +67,60 @@ def check(steps: pd.DataFrame, idle_by_step: np.ndarray | None, weights: dict[st
         parts = sum(float((s.get(p) or {}).get("gpu_ms") or 0.0) for p in ("prefill", "decode"))
         if not _close(parts, float(busy[i]) / 1e6):
             out.append(f"mixed step {i}: its parts {parts:.6g} ms are not its busy time {busy[i] / 1e6:.6g} ms")
+    return out
+
+
+def check_figures(phases: dict[str, dict], steps: pd.DataFrame, overall: dict, outside_ms: float,
+                  device_type: str) -> list[str]:
+    """The violated identities among a run's phase figures, its steps table and its overall figures."""
+    from tracekit.analysis.pricing.roofline import BOUNDS, LIMITERS
+
+    out: list[str] = []
+    for p, v in phases.items():
+        k = float(v["kernel_ms"])
+        for what, parts in (("bound", [v["by_bound"][b] for b in BOUNDS]),
+                            ("limiter", [v["by_limiter"][m] for m in LIMITERS]),
+                            ("category", list(v["by_category"].values())),
+                            ("cost source", list(v["cost_source_ms"].values()))):
+            if not _close(float(sum(parts)), k):
+                out.append(f"phase {p}: its kernel time by {what} sums to {sum(parts):.6g} ms, not its "
+                           f"kernel time {k:.6g} ms")
+        cells = v["by_category_bound"]
+        for c, row in cells.items():
+            if not _close(float(sum(row.values())), float(v["by_category"].get(c, 0.0))):
+                out.append(f"phase {p}: category {c}'s time by bound does not sum to its time")
+        for b in BOUNDS:
+            if not _close(float(sum(row.get(b, 0.0) for row in cells.values())), float(v["by_bound"][b])):
+                out.append(f"phase {p}: the {b}-bound time by category does not sum to its {b}-bound time")
+        for what in ("by_bound_share", "by_limiter_share", "by_category_share"):
+            shares = [x for x in v[what].values() if x is not None]
+            if shares and not _close(float(sum(shares)), 1.0):
+                out.append(f"phase {p}: its {what} sums to {sum(shares):.6g}, not 1")
+        busy, idle = float(v["gpu_busy_ms"]), float(v["gpu_idle_ms"])
+        if not _close(float(v["gpu_time_ms"]), busy + idle):
+            out.append(f"phase {p}: gpu_time_ms {v['gpu_time_ms']:.6g} is not busy {busy:.6g} + idle {idle:.6g} ms")
+        if device_type == "gpu" and v.get("idle_by_cause") is not None \
+                and not _close(float(sum(v["idle_by_cause"].values())), idle):
+            out.append(f"phase {p}: its idle causes do not sum to its idle time {idle:.6g} ms")
+        top = float(sum(r["ms"] for r in v.get("idle_top") or []))
+        if top > idle and not _close(top, idle):
+            out.append(f"phase {p}: its largest idle groups hold {top:.6g} ms, more than its idle time {idle:.6g} ms")
+    if len(steps) and phases:
+        for b in BOUNDS:
+            a, z = float(steps[f"{b}_ms"].sum()), float(sum(v["by_bound"][b] for v in phases.values()))
+            if not _close(a, z):
+                out.append(f"the steps' {b}-bound kernel time {a:.6g} ms is not the phases' {z:.6g} ms")
+        for what in ("flops", "bytes"):
+            a, z = float(np.nansum(steps[what].to_numpy(dtype=float))), float(sum(v[what] for v in phases.values()))
+            if not _close(a, z):
+                out.append(f"the steps' {what} {a:.6g} are not the phases' {z:.6g}")
+    k_all = float(overall["kernel_ms"])
+    if not _close(float(sum(overall["by_category"].values())), k_all):
+        out.append(f"the trace's kernel time by category does not sum to its kernel time {k_all:.6g} ms")
+    inside = float(sum(v["kernel_ms"] for v in phases.values()))
+    if len(steps) and not _close(inside + outside_ms, k_all):
+        out.append(f"the trace's kernel time {k_all:.6g} ms is not the phases' {inside:.6g} ms plus the "
+                   f"{outside_ms:.6g} ms outside steps")
     return out
 
 

@@ -310,18 +310,19 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
             r["share"] = float(r["ms"] / v["time_ms"]) if v["time_ms"] else None
         v["idle_top"] = rows
     split_by_step = {int(k): sp for k, sp in zip(steps["step"], steps["split"]) if sp} if len(steps) else {}
-    notes = books.enforce(books.check(steps, by_step, weights, phases, split_by_step, device_type))
-    metrics = metrics_of(lat, phases)
-    metrics["unprofiled"] = a0.metrics.get("unprofiled")
-    w_phase = work["phase"].to_numpy()
-    w_share = work["prefill_share"].to_numpy(dtype=float)
-    top = {p: _top_kernels(work, phase_weights(w_phase, w_share, p)) for p in phases}
     overall_ms = float(work["dur_ns"].sum() / 1e6)
     by_cat = work.groupby(work["category"].astype(str))["dur_ns"].sum().sort_values(ascending=False) / 1e6
     overall = {"kernel_ms": overall_ms, "kernels": int(round(units.sum())),
                "by_category": {str(k): float(v) for k, v in by_cat.items()},
                "by_category_share": {str(k): (float(v) / overall_ms if overall_ms else None) for k, v in by_cat.items()},
                "top_kernels": _top_kernels(work)}
+    notes = books.enforce(books.check(steps, by_step, weights, phases, split_by_step, device_type)
+                          + books.check_figures(phases, steps, overall, acc.outside["ms"], device_type))
+    metrics = metrics_of(lat, phases)
+    metrics["unprofiled"] = a0.metrics.get("unprofiled")
+    w_phase = work["phase"].to_numpy()
+    w_share = work["prefill_share"].to_numpy(dtype=float)
+    top = {p: _top_kernels(work, phase_weights(w_phase, w_share, p)) for p in phases}
     k = len(acc.windows)
     roofline, taken = {}, {}
     for p in phases:

@@ -58,6 +58,9 @@ from tracekit.frameworks import (  # noqa: F401  (the step sources, re-exported 
 from tracekit.trace.model import Trace
 
 PHASES = (PREFILL, DECODE, MIXED, UNKNOWN)
+# The ``phase`` of a unit of work issued outside any step: not a phase, so no phase's figures take
+# it in (``provenance.outside_steps`` counts it; the ``unknown`` phase is steps whose phase is unknown).
+OUTSIDE = "outside"
 
 RUN_INFERENCE, RUN_TRAINING, RUN_EMPTY = "inference", "training", "no steps found"
 
@@ -101,7 +104,7 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
     candidates = annotated_ranges(trace, notes)
     if not candidates and is_training(trace):
         work["step"] = -1
-        work["phase"] = categorical.text(np.full(len(work), UNKNOWN, dtype=object), index=work.index)
+        work["phase"] = categorical.text(np.full(len(work), OUTSIDE, dtype=object), index=work.index)
         notes.append("backward ops or optimizer steps found: this is a training run, not inference")
         return Segmentation(RUN_TRAINING, device_type, work, empty_steps(), SOURCE_NONE, notes)
     if not candidates:
@@ -137,7 +140,7 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
     _after_phase(steps, stated or {}, notes)
     phase_of_step = steps["phase"].to_numpy() if len(steps) else np.array([UNKNOWN], dtype=object)
     work["phase"] = categorical.text(np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)],
-                                              UNKNOWN), index=work.index)
+                                              OUTSIDE), index=work.index)
     source = min(steps["source"], key=SOURCE_ORDER.index) if len(steps) else SOURCE_NONE
     run_kind = RUN_INFERENCE if len(steps) else RUN_EMPTY
     outside = int((work["step"] < 0).sum())
