@@ -322,7 +322,7 @@ def modules_of(package: str, root: Path = ROOT) -> list[str]:
 def make_copy(tmp: Path) -> Path:
     """A private tree to mutate: code and tests copied, data linked, ../shared beside it."""
     copy = tmp / "repo"
-    copy.mkdir()
+    copy.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "tracekit", copy / "tracekit", ignore=ignore)
     shutil.copytree(ROOT / "tests", copy / "tests", ignore=ignore)
@@ -343,6 +343,17 @@ class Runner:
         self.env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
         self.baseline: dict[str, float] = {}
         self.alone: dict[str, bool] = {}  # node id -> passes on its own, unmutated
+        import threading
+
+        self.clean_lock = threading.Lock()  # twins share it: each file runs clean once, not once per job
+
+    def twin(self, copy: Path) -> "Runner":
+        """A runner of another copy of the same tree (``--jobs``): the coverage map's tables, the
+        clean runs' times and the passes-alone answers are shared, since the trees are the same."""
+        other = Runner(copy, self.factor, CoverageMap({"tests": self.coverage.tests, "lines": self.coverage.lines},
+                                                      copy) if self.coverage else None, self.budget)
+        other.baseline, other.alone, other.clean_lock = self.baseline, self.alone, self.clean_lock
+        return other
 
     def pytest(self, tests: list[str], timeout: float | None, ids: tuple[str, ...] = ()) -> tuple[str, float, str]:
         cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *(f"tests/{t}" for t in tests),
@@ -370,6 +381,10 @@ class Runner:
 
     def clean(self, tests: list[str]) -> float:
         """Seconds the unmutated tests take; each file runs clean once, and must pass."""
+        with self.clean_lock:
+            return self._clean(tests)
+
+    def _clean(self, tests: list[str]) -> float:
         for t in tests:
             if t not in self.baseline:
                 outcome, dt, tail = self.pytest([t], None)
@@ -404,6 +419,44 @@ class Runner:
                 "mutated": diff, "tests": tests, "covering": covering, "covering_run": len(extra),
                 "pytest": tail,
                 "by_lists": by_lists or (outcome == "timeout" and not extra)}
+
+
+def run_all(runners: list[Runner], todo: list[Mutant], equivalent: dict[str, str]) -> list[dict]:
+    """Every mutant of ``todo`` through the first idle runner (each owns a copy of the tree, so
+    one mutant never sees another's edit); results in ``todo``'s order, whatever order they end in."""
+    import queue
+    import threading
+
+    idle: queue.Queue = queue.Queue()
+    for r in runners:
+        idle.put(r)
+    results: list[dict | None] = [None] * len(todo)
+    done, lock = [0], threading.Lock()
+
+    def one(i: int, m: Mutant) -> None:
+        runner = idle.get()
+        try:
+            r = runner.mutant(m)
+        finally:
+            idle.put(runner)
+        if r["outcome"] == "survived" and m.key in equivalent:
+            r.update(outcome="equivalent", why=equivalent[m.key])
+        results[i] = r
+        with lock:
+            done[0] += 1
+            print(f"  [{done[0]}/{len(todo)}] {r['outcome']:8} {r['seconds']:6.1f} s  {m.module}:{m.line} "
+                  f"{m.operator.removeprefix('core/')}", flush=True)
+
+    if len(runners) == 1:
+        for i, m in enumerate(todo):
+            one(i, m)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(runners)) as pool:
+            for f in [pool.submit(one, i, m) for i, m in enumerate(todo)]:
+                f.result()
+    return [r for r in results if r is not None]
 
 
 def changed_line(original: str, mutated: str) -> str:
@@ -532,6 +585,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="per mutant, run the covering tests, quickest first, up to this many seconds of them "
                          "(default 180; the rest are left out, so the score is a lower bound)")
     ap.add_argument("--timeout-factor", type=float, default=4.0, help="a mutant's limit: this x the clean run")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="mutants run at once, each in its own copy of the tree (default 1; on a shared machine "
+                         "more jobs than idle cores slows every test and can turn kills into timeouts)")
     ap.add_argument("--rescore", metavar="JSON",
                     help="a saved run (--json): its summary again, with survivors argued equivalent since then as such")
     args = ap.parse_args(argv)
@@ -547,8 +603,8 @@ def main(argv: list[str] | None = None) -> int:
         copy = make_copy(Path(tmp))
         if args.ci:  # CI's fixed set was killed by the hand-kept files; it needs no coverage map
             return run_ci(Runner(copy, args.timeout_factor), args)
-        runner = Runner(copy, args.timeout_factor, None if args.lists_only or args.list else CoverageMap.build(copy),
-                        args.covering_seconds)
+        coverage = None if args.lists_only or args.list else CoverageMap.build(copy)
+        runner = Runner(copy, args.timeout_factor, coverage, args.covering_seconds)
         # Mutants are drawn from the copy, the code they are applied to: the working tree may be
         # edited while the coverage map builds (a run drawn from it once mutated lines the copy lacked).
         modules = {p: [m for m in modules_of(p, copy) if not args.modules or m in args.modules] for p in args.packages}
@@ -570,15 +626,10 @@ def main(argv: list[str] | None = None) -> int:
         else:  # one generator per package, so that adding a package does not change another's sample
             chosen = {p: sorted(random.Random(f"{args.seed}:{p}").sample(ms, min(args.sample, len(ms))),
                                 key=lambda m: (m.module, m.occurrence, m.operator)) for p, ms in population.items()}
-        results, equivalent = [], equivalent_keys()
+        equivalent = equivalent_keys()
         todo = [m for ms in chosen.values() for m in ms]
-        for i, m in enumerate(todo, 1):
-            r = runner.mutant(m)
-            if r["outcome"] == "survived" and m.key in equivalent:
-                r.update(outcome="equivalent", why=equivalent[m.key])
-            results.append(r)
-            print(f"  [{i}/{len(todo)}] {r['outcome']:8} {r['seconds']:6.1f} s  {m.module}:{m.line} "
-                  f"{m.operator.removeprefix('core/')}", flush=True)
+        runners = [runner] + [runner.twin(make_copy(Path(tmp) / f"job{j}")) for j in range(1, max(1, args.jobs))]
+        results = run_all(runners, todo, equivalent)
         summary = summarise(results, totals, annotations)
         report(summary, results)
         meta = {"seed": args.seed, "sample": None if args.all else args.sample, "date": time.strftime("%Y-%m-%d"),

@@ -122,3 +122,34 @@ def test_mutants_are_drawn_from_the_tree_they_are_applied_to(tmp_path):
     assert mutants and {m.line for m in mutants} == {2}
     assert any(m.operator == "core/ReplaceComparisonOperator_Gt_GtE" for m in mutants)
     assert not (ROOT / module).exists()
+
+
+def test_jobs_run_each_mutant_once_on_a_runner_of_its_own_and_keep_the_order():
+    """catches: ``--jobs`` results in the order the mutants finished rather than the sample's (a
+    saved run would not line up with its seed), a mutant run twice or never, two mutants at once
+    on one runner (one copy of the tree holding two edits), or an equivalent survivor left as a
+    survivor. Fake runners take longer on earlier mutants, so they finish out of order."""
+    import threading
+    import time
+
+    class FakeRunner:
+        def __init__(self, name):
+            self.name, self.busy, self.lock = name, 0, threading.Lock()
+
+        def mutant(self, m):
+            with self.lock:
+                self.busy += 1
+                assert self.busy == 1, "two mutants at once on one copy"
+            time.sleep(0.02 * (5 - m.nth % 5))
+            with self.lock:
+                self.busy -= 1
+            return {"key": m.key, "outcome": "survived", "seconds": 0.0, "runner": self.name}
+
+    todo = [mutation.Mutant("tracekit/analysis/x.py", "core/Op", i, i, 0, "f", f"line {i}", i) for i in range(10)]
+    equivalent = {todo[3].key: "argued"}
+    runners = [FakeRunner("a"), FakeRunner("b"), FakeRunner("c")]
+    out = mutation.run_all(runners, todo, equivalent)
+    assert [r["key"] for r in out] == [m.key for m in todo]
+    assert out[3]["outcome"] == "equivalent" and out[3]["why"] == "argued"
+    assert [r["outcome"] for i, r in enumerate(out) if i != 3] == ["survived"] * 9
+    assert len({r["runner"] for r in out}) > 1  # the work was shared out

@@ -92,8 +92,6 @@ def _timeline(trace, st, work, idle, why, t0, short_name) -> dict[str, Any]:
 
 def _first_seen(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """(each value's index among the distinct values, those values in first-seen order)."""
-    if not len(values):
-        return np.zeros(0, dtype=np.int64), []
     codes, uniques = pd.factorize(values, use_na_sentinel=False)
     return codes, [str(u) for u in uniques]
 
