@@ -19,7 +19,9 @@ passing run lets it survive. The tests are, first, the files kept by hand for it
 statement, quickest first, up to ``--covering-seconds`` of them (slower ones left out can only
 miss kills). That second set is read from a coverage map (benchmarks/coverage_map.py:
 one run of the whole suite under coverage.py with a context per test, ~30 min here, cached in
-.mutation-cache/ under a digest of tracekit/ and tests/), the selection mutmut makes. A kill by a
+.mutation-cache/ under a digest of tracekit/ and tests/), the selection mutmut makes. A mutant of
+a module-level constant or a class attribute runs at import, in no test's context: it meets the
+tests that run a line of tracekit reading the name it binds (``bound_names``). A kill by a
 test of that set counts only if that test, run alone on the unmutated tree, passes. Each result
 says which test killed it and whether the hand-kept files alone would have (``by_lists``), so one
 run gives both rates; ``--lists-only`` runs the hand-kept files alone, as runs before seed 34 did.
@@ -206,12 +208,50 @@ def statement_lines(source: str, line: int, col: int) -> range:
     return range(first, node.end_lineno + 1)
 
 
+def bound_names(source: str, line: int, col: int) -> set[str]:
+    """The names bound by the module-level statement holding a position, when it runs only at
+    import: an assignment's targets, or a class's name for a statement of the class body outside
+    its methods (a dataclass field's default). Empty for anything else (a function's body runs
+    in the tests that call it, and the coverage map sees that)."""
+    pos = (line, col)
+    for node in ast.parse(source).body:
+        start = min([(node.lineno, node.col_offset)] + [(d.lineno, d.col_offset)
+                                                        for d in getattr(node, "decorator_list", [])])
+        if not start <= pos < (node.end_lineno, node.end_col_offset):
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        if isinstance(node, ast.ClassDef):
+            in_method = any(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.lineno <= line <= b.end_lineno
+                            for b in node.body)
+            return set() if in_method else {node.name}
+        return set()
+    return set()
+
+
 class CoverageMap:
     """Which tests of the whole suite execute which lines (built by benchmarks/coverage_map.py)."""
 
     def __init__(self, data: dict, copy: Path):
         self.tests, self.lines, self.copy = data["tests"], data["lines"], copy
         self.sources: dict[str, str] = {}  # read from the copy, unmutated: the checkout may change meanwhile
+        self._refs: dict[str, list[tuple[str, int]]] | None = None
+
+    def references(self) -> dict[str, list[tuple[str, int]]]:
+        """name -> (module, line) of every line of tracekit that reads a name or an attribute of
+        that name (read from the copy before any mutant is applied to it)."""
+        if self._refs is None:
+            refs: dict[str, list[tuple[str, int]]] = {}
+            for path in sorted((self.copy / "tracekit").rglob("*.py")):
+                module = path.relative_to(self.copy).as_posix()
+                for node in ast.walk(ast.parse(path.read_text())):
+                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                        refs.setdefault(node.id, []).append((module, node.lineno))
+                    elif isinstance(node, ast.Attribute):
+                        refs.setdefault(node.attr, []).append((module, node.lineno))
+            self._refs = refs
+        return self._refs
 
     @classmethod
     def build(cls, copy: Path) -> "CoverageMap":
@@ -237,6 +277,12 @@ class CoverageMap:
             self.sources[m.module] = (self.copy / m.module).read_text()
         by_line = self.lines.get(m.module, {})
         ids = {i for n in statement_lines(self.sources[m.module], m.line, m.col) for i in by_line.get(str(n), ())}
+        if not ids:
+            # A module-level constant (or a class attribute) runs at import, in no test's context:
+            # its readers are the tests that run a line reading the name it binds.
+            refs = self.references()
+            ids = {i for name in bound_names(self.sources[m.module], m.line, m.col)
+                   for module, n in refs.get(name, ()) for i in self.lines.get(module, {}).get(str(n), ())}
         tests = [self.tests[i] for i in ids]
         tests = [t for t in tests if t["outcome"] == "passed" and t["id"].split("::")[0] not in skip_files]
         tests.sort(key=lambda t: (t.get("seconds", 0.0), t["id"]))

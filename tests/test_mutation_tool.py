@@ -153,3 +153,33 @@ def test_jobs_run_each_mutant_once_on_a_runner_of_its_own_and_keep_the_order():
     assert out[3]["outcome"] == "equivalent" and out[3]["why"] == "argued"
     assert [r["outcome"] for i, r in enumerate(out) if i != 3] == ["survived"] * 9
     assert len({r["runner"] for r in out}) > 1  # the work was shared out
+
+
+def test_a_constant_run_at_import_meets_the_tests_that_read_it(tmp_path):
+    """catches: a mutant of a module-level table (a dtype's bytes) or of a dataclass field's
+    default meeting no covering test, since both run at import, in no test's context: only the
+    hand-kept files would see it, and a table no hand-kept file reads would look untested. The
+    tests chosen are those that run a line reading the bound name, in its own module or another
+    (by name or as an attribute); a test running neither reader is not chosen."""
+    (tmp_path / "tracekit").mkdir()
+    (tmp_path / "tracekit" / "tables.py").write_text(
+        "SIZES = {'fp16': 2,\n         'fp32': 4}\n\n\nclass Tile:\n    depth: int = 1\n\n"
+        "    def area(self):\n        return 2\n\n\ndef size(d):\n    return SIZES[d]\n")
+    (tmp_path / "tracekit" / "user.py").write_text(
+        "from tracekit import tables\n\n\ndef bytes_of(d, n):\n    return tables.SIZES[d] * n\n\n\n"
+        "def tile():\n    return tables.Tile()\n")
+    data = {"tests": [{"id": "tests/t.py::reads_here", "outcome": "passed", "seconds": 1.0},
+                      {"id": "tests/t.py::reads_there", "outcome": "passed", "seconds": 1.0},
+                      {"id": "tests/t.py::other", "outcome": "passed", "seconds": 1.0},
+                      {"id": "tests/t.py::makes_tiles", "outcome": "passed", "seconds": 1.0}],
+            "lines": {"tracekit/tables.py": {"13": [0], "9": [2]},
+                      "tracekit/user.py": {"5": [1], "9": [3]}}}
+    cmap = mutation.CoverageMap(data, tmp_path)
+    in_table = mutation.Mutant("tracekit/tables.py", "core/NumberReplacer", 1, 2, 17, "", "'fp32': 4}")
+    assert {t["id"] for t in cmap.covering(in_table, set(), 100.0)[0]} == {"tests/t.py::reads_here",
+                                                                             "tests/t.py::reads_there"}
+    default = mutation.Mutant("tracekit/tables.py", "core/NumberReplacer", 2, 6, 17, "Tile", "depth: int = 1")
+    assert [t["id"] for t in cmap.covering(default, set(), 100.0)[0]] == ["tests/t.py::makes_tiles"]
+    # A method's body is in the map as itself: its own tests, not every user of the class.
+    in_method = mutation.Mutant("tracekit/tables.py", "core/NumberReplacer", 3, 9, 15, "area", "return 2")
+    assert [t["id"] for t in cmap.covering(in_method, set(), 100.0)[0]] == ["tests/t.py::other"]
