@@ -70,7 +70,7 @@ def figures_of(phase: str, w: pd.DataFrame, lat: dict, spec) -> dict[str, Any]:
     bytes_estimate, estimate_share = _bytes_estimates(w)
     if mbu_basis and bytes_estimate:
         mbu_basis += "; " + _estimates_text(estimate_share, bytes_estimate)
-    src = categorical.Values(w["cost_source"] if "cost_source" in w else np.full(len(w), "shapes", dtype=object))
+    src = categorical.Values(w["cost_source"])
     sources = {s: float(ms[src.eq(s)].sum()) for s in COST_SOURCES}
     return {
         "steps": int(lat.get("steps", 0)),
@@ -193,8 +193,6 @@ def _tflops(flops: float) -> str:
 
 def _sources_text(w: pd.DataFrame, what: str) -> str:
     """Where a figure's FLOPs or bytes came from: "FLOPs from the model 96%, recorded shapes 4%"."""
-    if "cost_source" not in w or not len(w):
-        return f"{'FLOPs' if what == 'flops' else 'bytes'} from recorded shapes"
     values = np.nan_to_num(w[what].to_numpy(dtype=float))
     source = w["cost_source"].to_numpy()
     by = {s: float(values[source == s].sum()) for s in (SHAPES, CAPTURE, MODEL)}

@@ -141,7 +141,7 @@ def _top_kernels(w: pd.DataFrame, weight: np.ndarray | None = None) -> list[dict
         "category": _mode(w, "category"),
         "bound": _mode(w, "bound"),
         "limiter": _mode(w, "limiter"),
-        "cost_source": _mode(w, "cost_source") if "cost_source" in w else "shapes",
+        "cost_source": _mode(w, "cost_source"),
         "peak_note": _mode(w, "peak_note") if "peak_note" in w else None,
         "estimate": estimates_by_name(w),  # compact rows keep the estimate as a key, bytes summed
         "roof_x_dur": g["roof_x_dur"].sum(),

@@ -101,7 +101,7 @@ def _top_kernels(w: pd.DataFrame, top: int | None = TOP_KERNELS) -> list[dict[st
             "category": _mode(w, "category"),  # as a merge of windows takes it: most units
             "bound": _mode(w, "bound"),
             "limiter": _mode(w, "limiter"),
-            "cost_source": _mode(w, "cost_source") if "cost_source" in w else "shapes",
+            "cost_source": _mode(w, "cost_source"),
             "peak_note": _mode(w, "peak_note") if "peak_note" in w else None,
             "estimate": estimates_by_name(w),
             "roof_x_dur": roof_x_dur.groupby(w["name"], observed=True).sum(),
