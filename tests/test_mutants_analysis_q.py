@@ -3,6 +3,8 @@ pinned. Each expectation is worked out by hand from the definitions the docstrin
 
 from __future__ import annotations
 
+import pytest
+
 from tracekit.analysis.steps.evidence import Ballot
 
 
@@ -115,3 +117,65 @@ def test_an_mbu_above_the_peak_bandwidth_is_refused_with_its_percentage():
     mbu, _, basis, why = figures._mbu(0.5 * 2039e9 * 1e-3, 1.0, spec, 0.0, 1.0)
     assert mbu == 0.5 and why is None and basis.startswith("peak bandwidth of A100 80GB SXM: 2,039 GB/s")
     assert figures._mbu(1.01 * 2039e9 * 1e-3, 1.0, spec, 0.0, 1.0)[0] == 1.01
+
+
+# --- findings: the decode attention finding names the context the run decoded at -----------------
+
+def test_the_decode_attention_finding_names_the_context_of_a_collected_run():
+    """catches: the context range of the decode-attention finding misstated or dropped: a run
+    collected with a 64-token prompt and 16 new tokens decodes at 64 to 64 + 16 = 80 tokens of
+    context (its sidecar's workload). The tiny-bs8 sample's decode attention is under the 25%
+    threshold, so its decode attention time is raised here to half the phase's kernel time; a
+    workload without new tokens names the prompt alone, one without a prompt names nothing."""
+    import copy
+
+    from conftest import SAMPLE_TRACES
+    from tracekit import read_trace
+    from tracekit.analysis import analyze
+    from tracekit.analysis.findings import rules
+
+    a = analyze(read_trace(str(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz")))
+    assert (a.workload["workload"]["prompt_len"], a.workload["workload"]["new_tokens"]) == (64, 16)
+    dec = a.phases["decode"]
+    dec["by_category"]["attention"] = dec["kernel_ms"] / 2
+
+    def attention_finding(analysis) -> str:
+        [text] = [f.text for f in rules.findings(analysis) if f.id == "decode-attention-share"]
+        return text
+
+    assert attention_finding(a) == ("Attention is 50% of decode kernel time at 64-80 tokens of context: "
+                                    "the KV cache read dominates as context grows.")
+    no_new = copy.copy(a)
+    no_new.workload = {**a.workload, "workload": {**a.workload["workload"], "new_tokens": None}}
+    assert " at 64 tokens of context:" in attention_finding(no_new)
+    no_prompt = copy.copy(a)
+    no_prompt.workload = {**a.workload, "workload": {**a.workload["workload"], "prompt_len": None}}
+    assert attention_finding(no_prompt).startswith("Attention is 50% of decode kernel time: the KV cache")
+
+
+# --- ceilings: a CPU's bandwidth raised to what its copies achieved --------------------------------
+
+def test_a_cpu_bandwidth_ceiling_its_copies_beat_is_raised_to_the_fastest_copy():
+    """catches: the CPU's raised bandwidth not applied or misstated in the sentence (GB/s off by a
+    unit, the old and new figures swapped), or a copy under the tolerance raising it. A CPU
+    measured at 10 GB/s and 0.1 TFLOP/s fp32; a 1 GB copy in 50 ms moves at 20 GB/s (> 10 x 1.02),
+    a 1 GB copy in 99 ms at 10.1 GB/s (inside the 2% tolerance); the matmul stays under its peak."""
+    import pandas as pd
+
+    from tracekit.analysis.pricing.ceilings import check_ceilings
+    from tracekit.specs import SpecMatch
+    from tracekit.specs.measured import measured_spec
+
+    match = SpecMatch(measured_spec("test CPU", {"fp32": 1e11}, 10e9), "measured", "")
+
+    def copy_in(ms: float):
+        work = pd.DataFrame({"dur_ns": [1_000_000, ms * 1e6]})
+        table = pd.DataFrame({"flops": [1e7, 0.0], "bytes": [1.0, 1e9], "dtype": ["fp32", "fp32"],
+                              "unit": ["matrix", "vector"]})
+        return work, table
+
+    new, why = check_ceilings(*copy_in(50.0), match)
+    assert new.spec.peak_bandwidth == pytest.approx(20e9)
+    assert new.spec.peak_flops("fp32", "matrix") == 1e11  # 1e7 FLOPs in 1 ms is 1e10 FLOP/s: under it
+    assert "(bandwidth 10 → 20 GB/s)" in why and "matmul" not in why
+    assert check_ceilings(*copy_in(99.0), match) is None

@@ -377,3 +377,40 @@ def test_ranks_without_step_annotations_find_the_same_waits(tmp_path):
     assert [len(by_rank[r]["steps"]) for r in (0, 1)] == [4, 4]
     assert by_rank[0]["collective_wait_ms"] == pytest.approx(0.620, abs=1e-9)
     assert by_rank[1]["collective_wait_ms"] == pytest.approx(0.010, abs=1e-9)
+
+
+def test_ranks_without_steps_or_matching_collectives_compare_their_whole_collective_time(tmp_path):
+    """With no steps to align (a training run) and different collective counts, only each rank's
+    whole collective time can be compared: rank 0 runs all-reduces of 100 and 300 us (400 us),
+    rank 1 three of 50 us (150 us), so rank 0 waited 400 - 150 = 250 us and rank 1 nothing.
+    Fails if the whole-trace comparison takes the wrong rank as the base, counts a wait in the
+    rank that spent least, or drops a wait at the 1 us noise floor (exactly 1 us counts); with 0.5 us between
+    the ranks (rank 1's third all-reduce 50.5 us longer) the difference is noise and no one waited."""
+    from kineto import Doc
+
+    from tracekit.analysis.ranks import METHOD_TRACE
+
+    def run(folder, rank1_extra_us: float):
+        folder.mkdir()
+        durations = {0: [100.0, 300.0], 1: [50.0, 50.0, 50.0 + rank1_extra_us]}
+        for rank in (0, 1):
+            doc = Doc(rank=rank, world=2)
+            doc.annotation("Optimizer.step#SGD.step", 5.0, 1.0)  # a training run: no inference steps
+            doc.kernel(_GEMM, 8.0, 10.0, 20.0)
+            t = 100.0
+            for d in durations[rank]:
+                doc.kernel(_NCCL_KERNEL, t - 5.0, t, d)
+                t += d + 100.0
+            doc.write(folder / f"rank{rank}.json")
+        return analyze(read_trace(folder))
+
+    a = run(tmp_path / "skewed", 0.0)
+    by_rank = {r["rank"]: r for r in a.ranks}
+    assert a.rank_summary["wait_method"] == METHOD_TRACE and a.rank_summary["aligned_steps"] == 0
+    assert (by_rank[0]["collectives"], by_rank[1]["collectives"]) == (2, 3)
+    assert by_rank[0]["collective_wait_ms"] == pytest.approx(0.250, abs=1e-9)
+    assert by_rank[1]["collective_wait_ms"] == 0
+    level = run(tmp_path / "level", 250.0 - 0.5)  # rank 1: 399.5 us against rank 0's 400
+    assert [r["collective_wait_ms"] for r in sorted(level.ranks, key=lambda r: r["rank"])] == [0, 0]
+    floor = run(tmp_path / "floor", 250.0 - 1.0)  # 399 us against 400: exactly the 1 us floor counts
+    assert [r["collective_wait_ms"] for r in sorted(floor.ranks, key=lambda r: r["rank"])] == [0.001, 0]
