@@ -410,3 +410,23 @@ def test_htas_overlap_share_is_the_collective_time_compute_overlaps(nccl_report)
     data, _ = nccl_report
     (ov,) = data["hta"]["comm_comp_overlap"]["ranks"]
     assert ov["overlap_share"] == pytest.approx(o["overlapped_ms"] / o["collective_ms"], abs=1e-4)
+
+
+@needs_hta
+def test_files_hta_cannot_read_are_left_out_and_named(tmp_path):
+    """catches: a .zst or .json.zst file handed to HTA (which reads .json and .json.gz only, so it
+    would fail on the whole run), or the note naming the wrong files or in the wrong number."""
+    from tracekit.analysis.hta import run_hta
+
+    gz = real_trace_path("a100_triton")
+    one = tmp_path / "rank1.json.zst"
+    two = tmp_path / "rank2.pt.trace.zst"
+    for f in (one, two):
+        f.write_bytes(b"not read")
+    out = run_hta([gz, one])
+    assert out["status"] == "ok" and out["files"] == [gz.name, one.name]
+    assert out["notes"][0] == "HTA reads only .json and .json.gz files, so rank1.json.zst was left out"
+    out = run_hta([gz, one, two])
+    assert out["notes"][0] == ("HTA reads only .json and .json.gz files, so rank1.json.zst, rank2.pt.trace.zst "
+                               "were left out")
+    assert run_hta([one])["reason"] == "HTA cannot read any of the trace files (it reads only .json and .json.gz)"

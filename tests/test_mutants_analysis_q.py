@@ -179,3 +179,27 @@ def test_a_cpu_bandwidth_ceiling_its_copies_beat_is_raised_to_the_fastest_copy()
     assert new.spec.peak_flops("fp32", "matrix") == 1e11  # 1e7 FLOPs in 1 ms is 1e10 FLOP/s: under it
     assert "(bandwidth 10 → 20 GB/s)" in why and "matmul" not in why
     assert check_ceilings(*copy_in(99.0), match) is None
+
+
+# --- windows: a folder of two splits' windows ------------------------------------------------------
+
+def test_a_folder_holding_two_splits_windows_is_refused_naming_both(tmp_path):
+    """catches: the windows of two different splits (other stems, or another window count) merged
+    as one run, or the refusal naming the wrong splits or count. A folder with ``a``'s 2 windows
+    and ``b``'s 3 holds 2 splits; one with ``a``'s windows of 2 and of 3 holds 2 as well."""
+    from tracekit.analysis.windows import window_paths
+    from tracekit.errors import TracekitError
+
+    def refusal(folder, names) -> str:
+        folder.mkdir()
+        for n in names:
+            (folder / n).write_bytes(b"")
+        with pytest.raises(TracekitError) as e:
+            window_paths(str(folder))
+        return e.value.message
+
+    two = refusal(tmp_path / "one", ["a.window-1-of-2.json.gz", "a.window-2-of-2.json.gz",
+                                   "b.window-1-of-3.json.gz", "b.window-2-of-3.json.gz", "b.window-3-of-3.json.gz"])
+    assert two.endswith("holds the windows of 2 splits (a, b): put each split in a folder of its own")
+    counts = refusal(tmp_path / "two", ["a.window-1-of-2.json.gz", "a.window-1-of-3.json.gz"])
+    assert "holds the windows of 2 splits (a, a)" in counts

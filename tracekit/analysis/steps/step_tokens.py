@@ -91,8 +91,6 @@ def _vote(votes: list[tuple[int, float, str]], empty: str) -> Figure:
 
 
 def _grid(kernels: pd.DataFrame) -> np.ndarray:
-    if "grid_x" not in kernels:
-        return np.full((len(kernels), 3), -1, dtype=np.int64)
     return np.stack([kernels[f"grid_{a}"].to_numpy().astype(np.int64) for a in "xyz"], axis=1)
 
 

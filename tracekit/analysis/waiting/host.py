@@ -172,18 +172,9 @@ class HostThread:
                 best = (int(ov[h]), None, r, mid)
         return best[1], best[2], best[3]
 
-    def op_at(self, t: int) -> int | None:
-        """The row of the innermost op around ``t``, or None."""
-        row = int(self.ops_at(np.array([t]))[0])
-        return row if row >= 0 else None
-
     def ops_at(self, t: np.ndarray) -> np.ndarray:
         """``op_at`` of each time: op rows, -1 for none."""
         return self._ops.innermost(np.asarray(t, dtype=np.int64))
-
-    def op_chain(self, row: int, keep: int = 4) -> list[str]:
-        """Op names from the outermost (up to ``keep`` levels) to ``row``."""
-        return self.op_names(self.op_codes(np.array([row]), keep)[0])
 
     def op_codes(self, rows: np.ndarray, keep: int = 4) -> np.ndarray:
         """For each op row, the name codes of the op and the ops enclosing it (starting by its

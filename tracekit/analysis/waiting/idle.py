@@ -123,10 +123,6 @@ class IdleCauses:
             r["share"] = float(r["ms"] / phase_ms) if phase_ms else None
         return out
 
-    def describe(self, gap: int, cause: str, work: pd.DataFrame) -> dict:
-        """The call, its op and the frames around the launching thread during one gap."""
-        return self.describe_many([gap], [cause], work)[0]
-
     def describe_many(self, gaps, causes, work: pd.DataFrame) -> list[dict]:
         """``describe`` of each (gap, cause), looked up together."""
         keys = self._keys(np.asarray(gaps, dtype=np.int64), np.array([CAUSES.index(c) for c in causes]), work)
