@@ -238,6 +238,23 @@ class CoverageMap:
         self.sources: dict[str, str] = {}  # read from the copy, unmutated: the checkout may change meanwhile
         self._refs: dict[str, list[tuple[str, int]]] | None = None
 
+    def readers(self, names: set[str], depth: int = 3) -> set[int]:
+        """The tests that run a line reading any of ``names``; where a name is read only by
+        another module-level statement (a table built from tables at import), the readers of the
+        names that statement binds, ``depth`` levels on."""
+        refs, ids, onward = self.references(), set(), set()
+        for name in names:
+            for module, n in refs.get(name, ()):
+                found = self.lines.get(module, {}).get(str(n), ())
+                ids.update(found)
+                if not found and depth > 0:
+                    if module not in self.sources:
+                        self.sources[module] = (self.copy / module).read_text()
+                    onward |= bound_names(self.sources[module], n, 0) - names
+        if onward:
+            ids |= self.readers(onward, depth - 1)
+        return ids
+
     def references(self) -> dict[str, list[tuple[str, int]]]:
         """name -> (module, line) of every line of tracekit that reads a name or an attribute of
         that name (read from the copy before any mutant is applied to it)."""
@@ -280,9 +297,7 @@ class CoverageMap:
         if not ids:
             # A module-level constant (or a class attribute) runs at import, in no test's context:
             # its readers are the tests that run a line reading the name it binds.
-            refs = self.references()
-            ids = {i for name in bound_names(self.sources[m.module], m.line, m.col)
-                   for module, n in refs.get(name, ()) for i in self.lines.get(module, {}).get(str(n), ())}
+            ids = self.readers(bound_names(self.sources[m.module], m.line, m.col))
         tests = [self.tests[i] for i in ids]
         tests = [t for t in tests if t["outcome"] == "passed" and t["id"].split("::")[0] not in skip_files]
         tests.sort(key=lambda t: (t.get("seconds", 0.0), t["id"]))

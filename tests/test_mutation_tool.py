@@ -183,3 +183,19 @@ def test_a_constant_run_at_import_meets_the_tests_that_read_it(tmp_path):
     # A method's body is in the map as itself: its own tests, not every user of the class.
     in_method = mutation.Mutant("tracekit/tables.py", "core/NumberReplacer", 3, 9, 15, "area", "return 2")
     assert [t["id"] for t in cmap.covering(in_method, set(), 100.0)[0]] == ["tests/t.py::other"]
+
+
+def test_a_table_read_only_by_another_table_meets_the_readers_of_that_one(tmp_path):
+    """catches: a table another module merges into its own at import (``ALL = {**parts.SIZES}``)
+    left with no test, because the only line reading it runs at import too: the tests are those
+    reading the merged table."""
+    (tmp_path / "tracekit").mkdir()
+    (tmp_path / "tracekit" / "parts.py").write_text("SIZES = {'fp16': 2}\n")
+    (tmp_path / "tracekit" / "merged.py").write_text(
+        "from tracekit import parts\n\nALL = {**parts.SIZES,\n       'x': 1}\n\n\ndef size(d):\n    return ALL[d]\n")
+    data = {"tests": [{"id": "tests/t.py::sizes", "outcome": "passed", "seconds": 1.0},
+                      {"id": "tests/t.py::other", "outcome": "passed", "seconds": 1.0}],
+            "lines": {"tracekit/merged.py": {"8": [0]}, "tracekit/parts.py": {}}}
+    cmap = mutation.CoverageMap(data, tmp_path)
+    m = mutation.Mutant("tracekit/parts.py", "core/NumberReplacer", 0, 1, 18, "", "SIZES = {'fp16': 2}")
+    assert [t["id"] for t in cmap.covering(m, set(), 100.0)[0]] == ["tests/t.py::sizes"]
