@@ -203,3 +203,33 @@ def test_a_folder_holding_two_splits_windows_is_refused_naming_both(tmp_path):
     assert two.endswith("holds the windows of 2 splits (a, b): put each split in a folder of its own")
     counts = refusal(tmp_path / "two", ["a.window-1-of-2.json.gz", "a.window-1-of-3.json.gz"])
     assert "holds the windows of 2 splits (a, a)" in counts
+
+
+# --- ranges: step-like names no grammar reads ------------------------------------------------------
+
+def test_unread_step_names_are_said_five_at_a_time_and_the_rest_counted(tmp_path):
+    """catches: the count of unread step-like names beyond the five quoted misstated (7 names:
+    5 quoted, "2 more"), or the rest dropped without a word. Seven vLLM-shaped ranges
+    (``execute_batch_<i>``) that follow no grammar, each around a GEMM, on a hand-built trace;
+    six names would say "1 more" (in the singular), five none."""
+    from kineto import Doc
+
+    from tracekit import read_trace
+    from tracekit.analysis import analyze
+
+    def notes(k: int) -> list[str]:
+        doc = Doc()
+        for i in range(k):
+            t = 1000.0 * i + 10.0
+            doc.annotation(f"execute_batch_{i + 1}", t, 500.0)
+            doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", t + 10.0, t + 20.0, 50.0)
+        path = tmp_path / f"unread{k}.json"
+        doc.write(path)
+        return analyze(read_trace(str(path))).provenance["notes"]
+
+    seven = notes(7)
+    quoted = [n for n in seven if "looks like a vLLM step annotation but follows no grammar" in n]
+    assert [n.split("'")[1] for n in quoted] == [f"execute_batch_{i}" for i in range(1, 6)]
+    assert "2 more range names look like step annotations tracekit does not read" in seven
+    assert "1 more range name looks like a step annotation tracekit does not read" in notes(6)
+    assert not any("more range names" in n for n in notes(5))

@@ -53,9 +53,10 @@ def annotated_ranges(trace: Trace, notes: list[str]) -> list[tuple]:
     unread = [text for n, q in zip(names, parsed_of) if q is None and (text := frameworks.unread_step_name(n))]
     for text in unread[:_MAX_PROBLEM_NOTES]:
         notes.append(f"{text}: its ranges are not taken as steps")
-    if len(unread) > _MAX_PROBLEM_NOTES:
-        notes.append(f"{len(unread) - _MAX_PROBLEM_NOTES} more range names look like step annotations tracekit does "
-                     "not read")
+    more = len(unread) - _MAX_PROBLEM_NOTES
+    if more > 0:
+        notes.append("1 more range name looks like a step annotation tracekit does not read" if more == 1 else
+                     f"{more} more range names look like step annotations tracekit does not read")
     codes = categorical.codes(cpu["name"])
     rows = np.flatnonzero(np.array([q is not None for q in parsed_of] + [False], dtype=bool)[codes])
     for code, start, end, tid in zip(codes[rows].tolist(), cpu["start_ns"].to_numpy()[rows].tolist(),
