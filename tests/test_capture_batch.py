@@ -157,3 +157,32 @@ def test_a_capture_one_launch_short_matches_by_order_nothing_and_says_why():
                                          "launches the 544 kernels and copies of this replay"}
     assert "1 replay matched no captured graph: no captured graph" in got.note
     assert "got no capture shapes" not in got.note  # no batch mismatch claimed
+
+
+def test_a_capture_without_stream_capture_calls_is_one_graph_of_its_named_launches():
+    """A capture trace recorded without its hipStreamBeginCapture/EndCapture calls (renamed here to
+    another runtime call, so every link stays) still names each launch's kernel: it is read as one
+    graph of all 546 named launches (the 544 the capture held and 2 around it), at the batch of
+    its one ``capture_32_DECODE`` range, and the replay is priced exactly as with the calls.
+    Bug: such a trace read as no graph at all (the replay unpriced), or its batch not taken from
+    the range (the replay then refused as of an unknown batch)."""
+    import pandas as pd
+
+    from tracekit.analysis.pricing import capture as cap_mod
+
+    cap = read_real("mi300x_capture")
+    rt = cap.runtime.copy()
+    names = rt["name"].astype(str)
+    marks = names.isin(["hipStreamBeginCapture", "hipStreamEndCapture"])
+    assert marks.sum() == 2
+    rt["name"] = pd.Categorical(names.where(~marks, "hipStreamIsCapturing"))
+    bare = dataclasses.replace(cap, runtime=rt)
+    named = int((rt["kernel"].notna() & (rt["kernel"] != "")).sum())
+    assert named == 546
+    [graph] = cap_mod._captured_graphs(bare)
+    assert (len(graph.ops), graph.batch) == (546, 32)
+    _, with_calls = _attr(cap)
+    _, without = _attr(bare)
+    assert "544 of 544" in without.capture_note
+    assert with_calls.table[["flops", "bytes"]].equals(without.table[["flops", "bytes"]])
+    assert (with_calls.table["cost_source"] == without.table["cost_source"]).all()
