@@ -525,7 +525,8 @@ def test_gpu_comparison_renders(gpus, tmp_path):
 
 
 def test_per_step_basis_when_step_counts_differ():
-    """16 vs 8 decode steps: tables are per step, so a run twice as long is not "twice as slow"."""
+    """16 vs 8 decode steps: tables are per step, so a run twice as long is not "twice as slow".
+    Fails too if a side's time per step is not its time over its steps (``tb - nb``: 64 ms)."""
     def run(n, ms):
         return _analysis(phases={"decode": {"steps": n, "time_ms": n * ms, "by_bound": {"memory": n * ms},
                                             "by_category": {"gemm": n * ms}}})
@@ -534,6 +535,11 @@ def test_per_step_basis_when_step_counts_differ():
     assert p["basis"] == "per step"
     assert p["by_category"][0]["delta_ms"] == pytest.approx(0.0)
     assert "per step" in p["explanation"][0]
+    # The phase's time per step: 16 x 5 ms over 16 steps and 8 x 5 over 8, 5 ms each; in total 80 and 40.
+    assert p["time_ms"] == {"before": 80.0, "after": 40.0, "delta": -40.0, "before_per_step": 5.0,
+                            "after_per_step": 5.0}
+    uneven = compare(run(16, 5.0), run(8, 7.5)).phases["decode"]["time_ms"]
+    assert (uneven["before_per_step"], uneven["after_per_step"]) == (5.0, 7.5)
 
 
 # --- hostile content in one run ----------------------------------------------------------
