@@ -233,3 +233,32 @@ def test_unread_step_names_are_said_five_at_a_time_and_the_rest_counted(tmp_path
     assert "2 more range names look like step annotations tracekit does not read" in seven
     assert "1 more range name looks like a step annotation tracekit does not read" in notes(6)
     assert not any("more range names" in n for n in notes(5))
+
+
+# --- gemm_layers: the kernel before a GEMM tells layers of one width apart -------------------------
+
+def test_the_kernel_before_a_gemm_tells_layers_of_one_width_apart():
+    """catches: the neighbour rule reading the wrong kernel or none: after attention a GEMM of
+    width 4096 is the output projection; after the activation, the down projection (K = the MLP
+    width, 14336); after a norm or RoPE it reads the residual stream (K = hidden, 4096); kernels
+    of no telling kind (an elementwise add) are skipped back to one that tells; with none, every
+    candidate stays. Candidates of width N = 4096 of a Llama-3-8B-like layer: (name, class, K, N)."""
+    import numpy as np
+
+    from tracekit.analysis.pricing.gemm_layers import _by_neighbour
+
+    q = ("q_proj", "attn", 4096, 4096)
+    o = ("o_proj", "attn", 4096, 4096)
+    down = ("down_proj", "mlp", 14336, 4096)
+    cands = [q, o, down]
+    by_start = np.arange(4)
+
+    def after(*before: str):
+        comp = np.array(list(before) + ["linear"], dtype=object)
+        return _by_neighbour(cands, by_start, len(before), comp, 4096)
+
+    assert after("attention") == [o]
+    assert after("activation") == [down]
+    assert after("norm") == [q, o] and after("rope") == [q, o]
+    assert after("activation", "elementwise", "elementwise") == [down]  # skipped back to the activation
+    assert after("elementwise", "elementwise") == cands
