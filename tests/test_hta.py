@@ -430,3 +430,28 @@ def test_files_hta_cannot_read_are_left_out_and_named(tmp_path):
     assert out["notes"][0] == ("HTA reads only .json and .json.gz files, so rank1.json.zst, rank2.pt.trace.zst "
                                "were left out")
     assert run_hta([one])["reason"] == "HTA cannot read any of the trace files (it reads only .json and .json.gz)"
+
+
+@needs_hta
+def test_a_rank_without_gpu_activity_is_left_out_of_htas_analyses_and_named(tmp_path):
+    """catches: a CPU-only rank handed to HTA's GPU analyses (which then fail or read it as an
+    idle GPU), or the note naming the wrong ranks. Two hand-built ranks of one run: rank 0 runs
+    a 20 us GEMM, rank 1 only a CPU op. HTA's temporal breakdown then holds rank 0 alone, its
+    span the GEMM's 20 us."""
+    from kineto import Doc
+
+    from tracekit.analysis.hta import run_hta
+
+    paths = []
+    for rank in (0, 1):
+        doc = Doc(rank=rank, world=2)
+        doc.op("aten::mm", 5.0, 30.0)
+        if rank == 0:
+            doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", 8.0, 10.0, 20.0)
+        paths.append(tmp_path / f"rank{rank}.json")
+        doc.write(paths[-1])
+    out = run_hta(paths)
+    assert out["status"] == "ok" and out["ranks"] == [0, 1]
+    assert "rank(s) 1 have no GPU activity and are left out" in out["notes"]
+    rows = out["temporal_breakdown"]["ranks"]
+    assert [r["rank"] for r in rows] == [0] and rows[0]["span_ms"] == pytest.approx(0.020, abs=1e-9)
