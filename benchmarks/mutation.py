@@ -97,7 +97,7 @@ PACKAGE_TESTS = {
 }
 # Modules whose own tests live elsewhere than their package's set (derived from what each test
 # file imports, plus the end-to-end tests that run the module through analyze()).
-OP_COST_TESTS = ["test_mutants_op_costs.py", "test_costs.py", "test_roofline.py", "test_models.py"]
+OP_COST_TESTS = ["test_mutants_op_costs.py", "test_op_dtypes.py", "test_costs.py", "test_roofline.py", "test_models.py"]
 MODEL_COST_TESTS = ["test_model_fit.py", "test_grid_shapes.py", "test_models.py"]
 MODULE_TESTS = {
     "tracekit/specs/factors.py": ["test_project.py", "test_specs.py"],
