@@ -120,6 +120,21 @@ def test_one_sample_figures_use_a_stated_fixed_threshold():
     assert headline_figure("prefill_idle_share", b, far)["verdict"] == "worse"
 
 
+def test_a_change_of_exactly_the_fixed_threshold_is_not_noise():
+    """The rule says changes *under* 2% (or 1 percentage point for shares) count as noise, so a
+    change of exactly that much is a verdict. Fails if the boundary is taken as noise (``>`` for
+    ``>=``), or the other way round just under it. Exact in binary: 100 -> 102 ms is 2/100 of a
+    relative change, the same double as 0.02; a share from 0 to 0.01 is exactly 1 point (its
+    relative change has no base, so the points decide)."""
+    b = _analysis({"ttft_ms": 100.0, "idle_share": {"prefill": 0.0}})
+    at = _analysis({"ttft_ms": 102.0, "idle_share": {"prefill": 0.01}})
+    under = _analysis({"ttft_ms": 101.99, "idle_share": {"prefill": 0.0099}})
+    assert headline_figure("ttft_ms", b, at)["verdict"] == "worse"
+    assert headline_figure("ttft_ms", b, under)["verdict"] == "within noise"
+    assert headline_figure("prefill_idle_share", b, at)["verdict"] == "worse"
+    assert headline_figure("prefill_idle_share", b, under)["verdict"] == "within noise"
+
+
 def test_a_figure_missing_from_one_run_is_not_comparable():
     f = headline_figure("tpot_p50", _analysis({"ttft_ms": 1.0}), _decode([1, 2, 3]))
     assert f["verdict"] == "not comparable" and f["reason"] == "the before run has no TPOT p50"

@@ -66,7 +66,7 @@ def headline_figure(key: str, before: Analysis | Sequence[Analysis], after: Anal
     noise, basis, out["interval"] = change_figures(key, before, after)
     out["noise"] = noise
     if noise is not None:
-        meaningful = abs(a - b) > NOISE_SIGMAS * noise
+        meaningful = abs(a - b) >= NOISE_SIGMAS * noise  # "changes under ... count as noise"
         out["noise_basis"] = (
             f"{basis}: changes under {NOISE_SIGMAS:g} standard errors ({fmt(NOISE_SIGMAS * noise, unit, delta=True)}) count as noise"
         )
@@ -80,10 +80,10 @@ def headline_figure(key: str, before: Analysis | Sequence[Analysis], after: Anal
                                    f"{fmt(hi, unit, delta=True)}) reaches 0, as this one's does")
     else:
         rel = out["relative"]
-        meaningful = rel is None or abs(rel) > FLAT_THRESHOLD
+        meaningful = rel is None or abs(rel) >= FLAT_THRESHOLD
         text = f"changes under {FLAT_THRESHOLD:.0%}"
         if unit == "":
-            meaningful = meaningful and abs(a - b) > FLAT_POINTS
+            meaningful = meaningful and abs(a - b) >= FLAT_POINTS
             text += f" or {FLAT_POINTS * 100:g} percentage point"
         out["noise_basis"] = f"{basis}: {text} count as noise (a fixed threshold, not a measured variation)"
     if not meaningful:
