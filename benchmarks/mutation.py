@@ -271,7 +271,9 @@ class CoverageMap:
         return self._refs
 
     @classmethod
-    def build(cls, copy: Path) -> "CoverageMap":
+    def build(cls, copy: Path, path: str | None = None) -> "CoverageMap":
+        if path:  # a map built earlier (--coverage-map): for surveys; lines moved since then match wrongly
+            return cls(json.loads(Path(path).read_text()), copy)
         cache = ROOT / ".mutation-cache" / f"coverage-{tree_digest()}.json"
         if not cache.exists():
             print("building the coverage map: the whole suite under coverage.py, one context per test...", flush=True)
@@ -646,6 +648,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="per mutant, run the covering tests, quickest first, up to this many seconds of them "
                          "(default 180; the rest are left out, so the score is a lower bound)")
     ap.add_argument("--timeout-factor", type=float, default=4.0, help="a mutant's limit: this x the clean run")
+    ap.add_argument("--coverage-map", metavar="JSON",
+                    help="use this coverage map (one .mutation-cache/coverage-*.json) instead of the current tree's; "
+                         "for surveys while the tree changes: a line that moved since it was built meets the wrong tests")
     ap.add_argument("--jobs", type=int, default=1,
                     help="mutants run at once, each in its own copy of the tree (default 1; on a shared machine "
                          "more jobs than idle cores slows every test and can turn kills into timeouts)")
@@ -664,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
         copy = make_copy(Path(tmp))
         if args.ci:  # CI's fixed set was killed by the hand-kept files; it needs no coverage map
             return run_ci(Runner(copy, args.timeout_factor), args)
-        coverage = None if args.lists_only or args.list else CoverageMap.build(copy)
+        coverage = None if args.lists_only or args.list else CoverageMap.build(copy, args.coverage_map)
         runner = Runner(copy, args.timeout_factor, coverage, args.covering_seconds)
         # Mutants are drawn from the copy, the code they are applied to: the working tree may be
         # edited while the coverage map builds (a run drawn from it once mutated lines the copy lacked).
