@@ -3,6 +3,7 @@ pinned. Each expectation is worked out by hand from the definitions the docstrin
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from tracekit.analysis.steps.evidence import Ballot
@@ -262,3 +263,22 @@ def test_the_kernel_before_a_gemm_tells_layers_of_one_width_apart():
     assert after("norm") == [q, o] and after("rope") == [q, o]
     assert after("activation", "elementwise", "elementwise") == [down]  # skipped back to the activation
     assert after("elementwise", "elementwise") == cands
+
+
+# --- figures: no MFU against a peak the device does not have --------------------------------------
+
+def test_no_mfu_when_a_matrix_dtype_has_no_peak_on_the_device_and_it_says_so():
+    """catches: the MFU computed (or left silent) when part of the phase's matrix work is of a
+    dtype the device has no matrix peak for, nor a wider one to run at: a CPU measured for fp32
+    matmuls only, and fp64 GEMMs beside fp32 ones. With the fp32 work alone the MFU is the FLOPs
+    over the time over the peak: 2e9 / 2 ms = 1e12 FLOP/s of a 1e13 peak, 10%."""
+    from tracekit.analysis import figures
+    from tracekit.specs.measured import measured_spec
+
+    spec = measured_spec("test CPU", {"fp32": 1e13}, 1e10)
+    w = pd.DataFrame({"flops": [1e9, 1e9], "bytes": [1e6, 1e6], "dur_ns": [1e6, 1e6], "unit": ["matrix"] * 2,
+                      "dtype": ["fp32", "fp64"], "cost_source": ["shapes"] * 2})
+    assert figures._mfu(w, 2.0, spec) == (None, None, None, "no matrix fp64 rate for test CPU (measured on this machine)")
+    mfu, ach, basis, why = figures._mfu(w.assign(dtype="fp32"), 2.0, spec)
+    assert mfu == pytest.approx(0.1) and ach == pytest.approx(0.1) and why is None
+    assert basis.startswith("fp32 matrix peak of test CPU: 10.0 TFLOP/s")
