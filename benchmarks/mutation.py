@@ -118,7 +118,7 @@ MODULE_TESTS = {
                                           "test_report_oracle.py"],
     "tracekit/analysis/waiting/host.py": ["test_idle_split_oracle.py", "test_idle.py", "test_plan_idle.py",
                                           "test_report_oracle.py", "test_termination.py"],
-    "tracekit/analysis/steps/latency.py": ["test_segment.py", "test_serving.py", "test_report_oracle.py", "test_tpot_growth.py"],
+    "tracekit/analysis/steps/latency.py": ["test_latency_oracle.py", "test_segment.py", "test_serving.py", "test_report_oracle.py", "test_tpot_growth.py"],
     "tracekit/analysis/merge.py": ["test_windows.py"],
     "tracekit/analysis/windows.py": ["test_mutants_analysis_f.py", "test_windows.py"],
     "tracekit/analysis/model.py": ["test_compare.py", "test_model_fit.py"],
