@@ -111,7 +111,7 @@ MODULE_TESTS = {
     **{f"tracekit/analysis/pricing/{m}.py": OP_COST_TESTS
        for m in ("op_costs", "op_args", "matrix_ops", "vector_ops", "engine_ops")},
     "tracekit/analysis/steps/evidence.py": ["test_serving.py", "test_step_tokens.py", "test_taxonomy.py"],
-    "tracekit/analysis/findings/rules.py": ["test_idle.py", "test_wording.py", "test_roofline.py", "test_tpot_growth.py"],
+    "tracekit/analysis/findings/rules.py": ["test_findings_oracle.py", "test_idle.py", "test_wording.py", "test_roofline.py", "test_tpot_growth.py"],
     "tracekit/analysis/pricing/grid_shapes.py": ["test_grid_shapes.py"],
     "tracekit/analysis/hta.py": ["test_hta.py"],
     "tracekit/analysis/waiting/idle.py": ["test_idle_split_oracle.py", "test_idle.py", "test_plan_idle.py",
