@@ -102,7 +102,7 @@ MODEL_COST_TESTS = ["test_model_fit.py", "test_grid_shapes.py", "test_models.py"
 MODULE_TESTS = {
     "tracekit/specs/factors.py": ["test_project.py", "test_specs.py"],
     "tracekit/specs/measured.py": ["test_specs.py", "test_estimates.py", "test_ceilings.py"],
-    "tracekit/analysis/findings/advice.py": ["test_idle.py", "test_wording.py"],
+    "tracekit/analysis/findings/advice.py": ["test_findings_oracle.py", "test_idle.py", "test_wording.py"],
     "tracekit/analysis/books.py": ["test_books.py"],
     "tracekit/analysis/pricing/capture.py": ["test_capture_batch.py", "test_models.py"],
     "tracekit/analysis/pricing/ceilings.py": ["test_ceilings.py"],

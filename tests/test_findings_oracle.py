@@ -97,3 +97,58 @@ def test_findings_follow_from_the_reports_figures(key):
     assert len(by_id.get("training-run", [])) == (1 if d["run_kind"] == "training" else 0)
     assert len(by_id.get("no-steps", [])) == (1 if not steps and d["run_kind"] != "training" else 0)
     assert len(by_id.get("device-unknown", [])) == (1 if d["device"].get("spec") is None else 0)
+
+
+SYNC, LAUNCH, HOST, WAIT, MIN_AT_STAKE = 0.05, 0.20, 0.20, 0.20, 0.01
+PHASE_NAME = {"unknown": "unclassified", "mixed": "mixed"}
+
+
+@pytest.mark.parametrize("key", all_real_traces() + SAMPLES)
+def test_idle_advice_follows_from_the_phases_idle_causes(key):
+    """The idle advice (``tracekit.analysis.findings.advice``' table): per phase of a GPU run,
+    ``host-sync`` when synchronising calls cause at least 5% of its time as idle and a sync
+    interval is among its largest (at stake: that interval's time); of launch, host and wait,
+    the largest, if no other cause is larger, at 20% of the phase's time or more, gives
+    ``launch-bound``, ``host-bound`` or ``gpu-waits``; advice whose time at stake is under 1% of
+    the phase's time is dropped; advice comes largest time at stake first. Fails if a cause is
+    compared with the wrong base or threshold, or a finding quotes another share."""
+    d = _report(key)
+    found = [f for f in d["findings"] if f["id"] in ("host-sync", "launch-bound", "host-bound", "gpu-waits")]
+    want: dict[tuple[str, str], str] = {}  # (id, phase) -> the share the text quotes
+    if d["device"].get("type") == "gpu":
+        for p, v in d["phases"].items():
+            causes, time = v.get("idle_by_cause") or {}, v.get("time_ms") or 0.0
+            if not causes or time <= 0:
+                continue
+            sync = next((r for r in v.get("idle_top") or [] if r["cause"] == "sync"), None)
+            if causes["sync"] >= SYNC * time and sync is not None and sync["ms"] >= MIN_AT_STAKE * time * (1 - 1e-12):
+                want[("host-sync", p)] = _pct(sync["share"])
+            largest = max(("launch", "host", "wait"), key=lambda c: causes[c])
+            if causes[largest] < max(causes.values()):
+                continue
+            share = causes[largest] / time
+            kind = {"launch": ("launch-bound", LAUNCH), "host": ("host-bound", HOST), "wait": ("gpu-waits", WAIT)}
+            fid, threshold = kind[largest]
+            if share >= threshold:
+                want[(fid, p)] = _pct(share)
+    assert sorted((f["id"], f["phase"]) for f in found) == sorted(want)
+    for f in found:
+        share = want[(f["id"], f["phase"])]
+        name = PHASE_NAME.get(f["phase"], f["phase"])
+        v = d["phases"][f["phase"]]
+        if f["id"] == "host-sync":
+            assert f"{share} of the {name} steps' time; the GPU was idle meanwhile" in f["text"]
+            sync = next(r for r in v["idle_top"] if r["cause"] == "sync")
+            assert f["at_stake_ms"] == pytest.approx(sync["share"] * v["time_ms"], rel=1e-9)
+        elif f["id"] == "launch-bound":
+            assert f["text"].startswith(f"{name.capitalize()} is launch-bound: the GPU waits for kernel launches "
+                                        f"{share} of the {name} steps' time")
+            assert f["at_stake_ms"] in (None, pytest.approx(v["idle_by_cause"]["launch"], rel=1e-12))
+        elif f["id"] == "host-bound":
+            assert f["text"].startswith(f"The GPU waits for host work between launches {share} of the {name} steps' time")
+            assert f["at_stake_ms"] == pytest.approx(v["idle_by_cause"]["host"], rel=1e-12)
+        else:
+            assert f"but waited {share} of the steps' time before starting" in f["text"]
+    # Advice, largest time at stake first (advice without a figure counts as none).
+    stakes = [f["at_stake_ms"] or 0.0 for f in d["findings"] if f["action"] is not None or f["at_stake_ms"] is not None]
+    assert stakes == sorted(stakes, reverse=True)
