@@ -137,7 +137,7 @@ MODULE_TESTS = {
     "tracekit/analysis/pricing/stated_weights.py": ["test_stated_weights.py"],
     "tracekit/analysis/steps/step_tokens.py": ["test_step_tokens.py", "test_serving.py"],
     "tracekit/analysis/pricing/taxonomy.py": ["test_taxonomy.py", "test_grid_shapes.py"],
-    "tracekit/analysis/steps/timeline.py": ["test_idle.py", "test_termination.py", "test_report_oracle.py"],
+    "tracekit/analysis/steps/timeline.py": ["test_timeline_segments_oracle.py", "test_idle.py", "test_termination.py", "test_report_oracle.py"],
     "tracekit/analysis/truncation.py": ["test_reader_truncated.py"],
     "tracekit/models/costs.py": ["test_models.py", "test_model_params_oracle.py", "test_model_fit.py"],
     "tracekit/models/registry.py": ["test_models.py", "test_grid_shapes.py"],
