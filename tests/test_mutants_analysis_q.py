@@ -282,3 +282,26 @@ def test_no_mfu_when_a_matrix_dtype_has_no_peak_on_the_device_and_it_says_so():
     mfu, ach, basis, why = figures._mfu(w.assign(dtype="fp32"), 2.0, spec)
     assert mfu == pytest.approx(0.1) and ach == pytest.approx(0.1) and why is None
     assert basis.startswith("fp32 matrix peak of test CPU: 10.0 TFLOP/s")
+
+
+# --- tables: a kernel's display name -----------------------------------------------------------------
+
+def test_a_display_name_collapses_nested_template_arguments_and_parameters():
+    """Found while writing this test: nested template arguments never collapsed past the innermost
+    level (``<4, at::native::FillFunctor<>, at::detail::Array<> >`` stayed, as the pattern could
+    not match brackets holding the ``<>`` of the level below), so PyTorch's elementwise kernels
+    showed their arguments cut at 80 characters. Each level collapses now, however deep; a
+    parameter list after a name goes, a parenthesis after a space (a copy's direction) stays; a
+    name over the width is cut with an ellipsis, to exactly the width."""
+    from tracekit.analysis.tables import short_name
+
+    pytorch = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+               "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
+    assert short_name(pytorch) == "at::native::vectorized_elementwise_kernel<>()"
+    assert short_name("a<b<c<d<e<f<g<h<i>>>>>>>>(x)") == "a<>()"
+    assert short_name("void (anonymous namespace)::softmax_warp_forward<float, 10>(float*, int)") == \
+        "softmax_warp_forward<>()"
+    assert short_name("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD (Device -> Device)"
+    assert short_name("g<a>(b) const") == "g<>(b) const"
+    long = "k" * 100
+    assert short_name(long) == "k" * 79 + "…" and len(short_name(long, 30)) == 30

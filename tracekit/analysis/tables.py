@@ -40,7 +40,9 @@ def _phase_work(work: pd.DataFrame, phase: str) -> pd.DataFrame:
     return w.assign(dur_ns=w["dur_ns"].to_numpy() * f, flops=w["flops"].to_numpy() * f, bytes=w["bytes"].to_numpy() * f)
 
 
-_TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
+# Innermost template arguments: a <...> holding no brackets but the empty <> of arguments
+# already collapsed, so each pass collapses one more level of nesting.
+_TEMPLATE_ARGS = re.compile(r"<(?:[^<>]|<>)*>")
 
 
 def _strip_params(s: str) -> str:
@@ -62,7 +64,7 @@ def _strip_params(s: str) -> str:
 def short_name(name: str, width: int = 80) -> str:
     """A kernel name for display: template arguments and parameter lists elided."""
     s = name
-    for _ in range(6):  # nested templates collapse from the inside out
+    for _ in range(name.count("<") + 1):  # nested templates collapse from the inside out, a level a pass
         t = _TEMPLATE_ARGS.sub("<>", s)
         if t == s:
             break
