@@ -100,6 +100,15 @@ def test_findings_follow_from_the_reports_figures(key):
 
 
 SYNC, LAUNCH, HOST, WAIT, MIN_AT_STAKE = 0.05, 0.20, 0.20, 0.20, 0.01
+
+
+def _n(v: dict) -> int:
+    """The steps a phase's per-step figures are over: its own and the split mixed ones, at least 1."""
+    return max(int(v.get("steps") or 0) + int(v.get("mixed_steps") or 0), 1)
+
+
+def _ms(ms: float) -> str:
+    return f"{ms / 1e3:.3g} s" if ms >= 1e3 else f"{ms:.3g} ms"
 PHASE_NAME = {"unknown": "unclassified", "mixed": "mixed"}
 
 
@@ -141,11 +150,15 @@ def test_idle_advice_follows_from_the_phases_idle_causes(key):
             sync = next(r for r in v["idle_top"] if r["cause"] == "sync")
             assert f["at_stake_ms"] == pytest.approx(sync["share"] * v["time_ms"], rel=1e-9)
         elif f["id"] == "launch-bound":
+            kernels = [s["kernels"] for s in d["steps"] if s["phase"] == f["phase"]]
+            per_kernels = f"{sum(kernels) / len(kernels):,.0f}" if kernels else "0"
             assert f["text"].startswith(f"{name.capitalize()} is launch-bound: the GPU waits for kernel launches "
-                                        f"{share} of the {name} steps' time")
+                                        f"{share} of the {name} steps' time ({_ms(v['idle_by_cause']['launch'] / _n(v))} "
+                                        f"per step, {per_kernels} kernels per step)")
             assert f["at_stake_ms"] in (None, pytest.approx(v["idle_by_cause"]["launch"], rel=1e-12))
         elif f["id"] == "host-bound":
-            assert f["text"].startswith(f"The GPU waits for host work between launches {share} of the {name} steps' time")
+            assert f["text"].startswith(f"The GPU waits for host work between launches {share} of the {name} steps' "
+                                        f"time ({_ms(v['idle_by_cause']['host'] / _n(v))} per step)")
             assert f["at_stake_ms"] == pytest.approx(v["idle_by_cause"]["host"], rel=1e-12)
         else:
             assert f"but waited {share} of the steps' time before starting" in f["text"]
