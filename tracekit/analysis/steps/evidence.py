@@ -224,7 +224,7 @@ def step_features(work: pd.DataFrame, n_steps: int) -> pd.DataFrame:
         gemmish = pd.Series(np.where(codes >= 0, gemm_code[np.maximum(codes, 0)], False), index=inside.index)
     else:
         gemmish = names.astype(str).map(_gemm_like_cached)
-    ctas = inside["ctas"].to_numpy() if "ctas" in inside else np.full(len(inside), -1, dtype=np.int64)
+    ctas = inside["ctas"].to_numpy()
     step = inside["step"].to_numpy().astype(np.int64)
     gemm = gemmish.to_numpy() & (ctas > 0)
 

@@ -41,8 +41,8 @@ def work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
                 "launch": launch.astype(np.int64),
                 "stream": k["stream"],
                 "graph": k["graph"],
-                "ctas": k["ctas"] if "ctas" in k else -1,
-                **{g: k[g] if g in k else -1 for g in GRID_COLUMNS},
+                "ctas": k["ctas"],
+                **{g: k[g] for g in GRID_COLUMNS},
                 "issue_ns": issue_ns.astype(np.int64),
                 "issue_tid": issue_tid.astype(np.int64),
             }
