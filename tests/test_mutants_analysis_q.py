@@ -305,3 +305,31 @@ def test_a_display_name_collapses_nested_template_arguments_and_parameters():
     assert short_name("g<a>(b) const") == "g<>(b) const"
     long = "k" * 100
     assert short_name(long) == "k" * 79 + "…" and len(short_name(long, 30)) == 30
+
+
+# --- segment: step ranges that launched nothing ---------------------------------------------------
+
+def test_step_ranges_without_gpu_work_are_dropped_and_counted_in_the_right_number(tmp_path):
+    """catches: the note on dropped ranges in the wrong number ("2 step range ... is"), or the
+    ranges kept as steps. vLLM decode annotations on a hand-built trace, only the first of which
+    launches a GEMM: with three ranges two are dropped, with two one is."""
+    from kineto import Doc
+
+    from tracekit import read_trace
+    from tracekit.analysis import analyze
+
+    def notes(k: int):
+        doc = Doc()
+        for i in range(k):
+            t = 1000.0 * i + 10.0
+            doc.annotation("execute_context_0(0)_generation_4(4)", t, 500.0)
+            if i == 0:
+                doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", t + 10.0, t + 20.0, 50.0)
+        path = tmp_path / f"empty{k}.json"
+        doc.write(path)
+        a = analyze(read_trace(str(path)))
+        assert len(a.steps) == 1
+        return a.provenance["notes"]
+
+    assert "2 step ranges launched no GPU work and are not counted as a step" in notes(3)
+    assert "1 step range launched no GPU work and is not counted as a step" in notes(2)
