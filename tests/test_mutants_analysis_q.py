@@ -333,3 +333,31 @@ def test_step_ranges_without_gpu_work_are_dropped_and_counted_in_the_right_numbe
 
     assert "2 step ranges launched no GPU work and are not counted as a step" in notes(3)
     assert "1 step range launched no GPU work and is not counted as a step" in notes(2)
+
+
+# --- ranges: the last inferred pass runs to the thread's last instant, inclusive -------------------
+
+def test_the_last_inferred_pass_ends_at_the_threads_last_instant_and_holds_work_issued_then(tmp_path):
+    """catches: the last inferred pass ending 1 ns after the thread's last recorded instant (it
+    did, ``hi + 1``: a step's CPU time 1 ns longer than anything the thread did), or before it, so
+    that a kernel whose launch call takes no time (microsecond-resolution traces write ``dur: 0``
+    for short calls) at that instant falls outside every step (step ranges hold their end,
+    ``work.assign``). Two forward passes anchored by their token-embedding lookups (vocab
+    32,000); the second pass's GEMM is launched by a zero-length call at 2,600 us, the last
+    moment the thread records: both GEMMs are in steps, and the second pass ends at 2,600 us."""
+    from kineto import Doc
+
+    from tracekit import read_trace
+    from tracekit.analysis import analyze
+
+    doc = Doc()
+    for t in (100.0, 1_100.0):
+        doc.op("aten::embedding", t, 20.0, dims=[[32000, 4096], [8]], types=["c10::BFloat16", "long int"])
+    doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", 200.0, 210.0, 50.0)
+    doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", 2_600.0, 2_610.0, 50.0, launch_dur=0.0)
+    path = doc.write(tmp_path / "passes.json")
+    a = analyze(read_trace(str(path)))
+    assert len(a.steps) == 2
+    assert a.provenance["outside_steps"] == {"units": 0, "ms": 0.0}
+    assert a.steps["kernels"].tolist() == [1, 1]
+    assert int(a.steps["cpu_end_ns"].iloc[-1]) == 2_600_000

@@ -243,7 +243,7 @@ def _passes_from_anchors(anchors: list[tuple[int, int, str]], work: pd.DataFrame
         first = min(items[0][0], int(issued.min())) if len(issued) else items[0][0]
         for j, (start, label) in enumerate(items):
             begin = first if j == 0 else start
-            end = items[j + 1][0] if j + 1 < len(items) else hi + 1
+            end = items[j + 1][0] if j + 1 < len(items) else hi  # ranges hold their end (work.assign)
             out.append((begin, end, tid, f"forward pass {j + 1} (from {label})"))
     return out
 
