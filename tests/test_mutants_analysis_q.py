@@ -361,3 +361,36 @@ def test_the_last_inferred_pass_ends_at_the_threads_last_instant_and_holds_work_
     assert a.provenance["outside_steps"] == {"units": 0, "ms": 0.0}
     assert a.steps["kernels"].tolist() == [1, 1]
     assert int(a.steps["cpu_end_ns"].iloc[-1]) == 2_600_000
+
+
+# --- ranges: malformed step annotations ---------------------------------------------------------------
+
+def test_malformed_step_annotations_are_said_five_at_a_time_with_their_counts(tmp_path):
+    """catches: the "N more malformed step annotations" note written when there are five or fewer
+    problems (it would read "-3 more"), its count wrong, or a problem's range count left out or
+    given for a single range. SGLang ``step[...]`` names of unknown modes (``FOO0``...), each
+    around a GEMM: the first mode on three ranges, the others on one each."""
+    from kineto import Doc
+
+    from tracekit import read_trace
+    from tracekit.analysis import analyze
+
+    def notes(modes: int) -> list[str]:
+        doc = Doc()
+        names = ["step[FOO0 bs=1]"] * 3 + [f"step[FOO{i} bs=1]" for i in range(1, modes)]
+        for i, name in enumerate(names):
+            t = 1000.0 * i + 10.0
+            doc.annotation(name, t, 500.0)
+            doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", t + 10.0, t + 20.0, 50.0)
+        path = doc.write(tmp_path / f"malformed{modes}.json")
+        return analyze(read_trace(str(path))).provenance["notes"]
+
+    two = notes(2)
+    said = [n for n in two if n.startswith("SGLang step annotation")]
+    assert said == ["SGLang step annotation 'step[FOO0 bs=1]' is not step[EXTEND|DECODE|MIXED ...] (3 ranges): "
+                    "that part is ignored",
+                    "SGLang step annotation 'step[FOO1 bs=1]' is not step[EXTEND|DECODE|MIXED ...]: that part is ignored"]
+    assert not any("more malformed" in n for n in two + notes(5))
+    seven = notes(7)
+    assert len([n for n in seven if n.startswith("SGLang step annotation")]) == 5
+    assert "2 more malformed step annotations" in seven
