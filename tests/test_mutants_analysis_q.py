@@ -394,3 +394,45 @@ def test_malformed_step_annotations_are_said_five_at_a_time_with_their_counts(tm
     seven = notes(7)
     assert len([n for n in seven if n.startswith("SGLang step annotation")]) == 5
     assert "2 more malformed step annotations" in seven
+
+
+# --- grid_shapes: a cluster of nothing ---------------------------------------------------------------
+
+def test_a_gemm_name_stating_a_zero_cluster_reads_as_cluster_one():
+    """Found by a seed-45 survivor (``cluster_n == 1`` read as ``<= 1``, which differs only for a
+    cluster of 0): a kernel name stating a 0-block cluster (``..._1x0_...``: no library writes it,
+    but trace contents are untrusted) divided by zero while rounding tiles to their cluster, so
+    the analysis crashed. It reads as a cluster of 1: the same shape as the name saying ``1x1``."""
+    from tracekit.analysis.pricing import grid_shapes
+
+    one = "nvjet_sm90_tst_128x256_64x4_1x1_v_bz_coopA_NNT"
+    for zero in ("nvjet_sm90_tst_128x256_64x4_1x0_v_bz_coopA_NNT", "nvjet_sm90_tst_128x256_64x4_0x1_v_bz_coopA_NNT"):
+        t = grid_shapes.tile_of(zero)
+        assert (t.cluster_n, t.cluster_m) == (1, 1)
+        got = grid_shapes.derive(zero, (32, 1, 1), (384, 1, 1), m=8, n_candidates=(4096,))
+        want = grid_shapes.derive(one, (32, 1, 1), (384, 1, 1), m=8, n_candidates=(4096,))
+        assert (got.n_lo, got.n_hi, got.n_how, got.n_fits) == (want.n_lo, want.n_hi, want.n_how, want.n_fits)
+
+
+# --- idle: a launching thread numbered 0 -------------------------------------------------------------
+
+def test_idle_gaps_of_a_launching_thread_numbered_zero_are_attributed(tmp_path):
+    """catches: thread id 0 taken for "no thread" (``tid != 0`` for ``tid >= 0``), so every gap
+    of a trace whose host thread is numbered 0 (as some writers number it) would read as
+    unattributed. One decode step on thread 0: a GEMM, 300 us of host work (an op) before the next
+    launch, a second GEMM. The gap before the second GEMM is the host's, not unattributed."""
+    from kineto import Doc
+
+    from tracekit import read_trace
+    from tracekit.analysis import analyze
+
+    doc = Doc()
+    doc.annotation("execute_context_0(0)_generation_4(4)", 10.0, 1000.0, tid=0)
+    doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", 20.0, 25.0, 20.0, tid=0)
+    doc.op("aten::index_select", 50.0, 300.0, tid=0)
+    doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", 400.0, 405.0, 20.0, tid=0)
+    a = analyze(read_trace(str(doc.write(tmp_path / "tid0.json"))))
+    [causes] = a.steps["idle_by_cause"].tolist()
+    # The gap from the first GEMM's end (45 us) to the second's start (405 us) is longer than a
+    # launch pause; before the issue at 400 us the thread ran the op (50-350 us): 300 us of host.
+    assert causes["host"] == pytest.approx(0.300, abs=1e-9)

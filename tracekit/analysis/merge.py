@@ -430,7 +430,7 @@ def _fusion(merged: Analysis, acc: _Acc) -> list[Finding]:
     ``advice`` reads, is not kept in the sums), under the threshold ``advice`` applies to all advice."""
     out = []
     for phase, p in merged.phases.items():
-        saved, runs, count = acc.fusion.get(phase, (0.0, 0, 0))
+        saved, runs, count = acc.fusion[phase]  # every window's phases have their chains (_fold)
         if saved < MIN_AT_STAKE * (p.get("time_ms") or 0.0):
             continue
         w = merged.work[phase_weights(merged.work["phase"].to_numpy(),

@@ -112,7 +112,8 @@ def tile_of(name: str) -> Tile | None:
         if not m:
             continue
         d = m.groupdict()
-        cn, cm = int(d.get("cn") or 1), int(d.get("cm") or 1)
+        # A cluster is at least one block: a name stating 0 (not one a library writes) reads as 1.
+        cn, cm = max(1, int(d.get("cn") or 1)), max(1, int(d.get("cm") or 1))
         wg = re.search(r"_WG(\d+)_(\d+)_(\d+)", base) if g.family.startswith("hipblaslt") else None
         return Tile(g.family, g.layout, int(d.get("n") or 0), int(d.get("m") or 0), cn, cm,
                     bool(re.search(r"splitk", base, re.I)) and g.layout == FLAT,
