@@ -402,7 +402,8 @@ def test_a_gemm_name_stating_a_zero_cluster_reads_as_cluster_one():
     """Found by a seed-45 survivor (``cluster_n == 1`` read as ``<= 1``, which differs only for a
     cluster of 0): a kernel name stating a 0-block cluster (``..._1x0_...``: no library writes it,
     but trace contents are untrusted) divided by zero while rounding tiles to their cluster, so
-    the analysis crashed. It reads as a cluster of 1: the same shape as the name saying ``1x1``."""
+    the analysis crashed. It reads as a cluster of 1: the same shape as the name saying ``1x1``.
+    A tile 0 wide crashed the same way: no tile then."""
     from tracekit.analysis.pricing import grid_shapes
 
     one = "nvjet_sm90_tst_128x256_64x4_1x1_v_bz_coopA_NNT"
@@ -412,6 +413,11 @@ def test_a_gemm_name_stating_a_zero_cluster_reads_as_cluster_one():
         got = grid_shapes.derive(zero, (32, 1, 1), (384, 1, 1), m=8, n_candidates=(4096,))
         want = grid_shapes.derive(one, (32, 1, 1), (384, 1, 1), m=8, n_candidates=(4096,))
         assert (got.n_lo, got.n_hi, got.n_how, got.n_fits) == (want.n_lo, want.n_hi, want.n_how, want.n_fits)
+    # A tile 0 wide divided by zero too: such a name states no tile, and no shape is read from it.
+    for name in ("nvjet_sm90_tst_0x0_64x4_1x1_v_bz_coopA_NNT", "cutlass_80_tensorop_bf16_s16816gemm_bf16_0x64_32x3_nn",
+                 "Cijk_Ailk_Bljk_BBS_BH_MT0x64x16_MI16x16x1_SN_WG16_16_1"):
+        assert grid_shapes.tile_of(name) is None
+        assert grid_shapes.derive(name, (32, 1, 1), (384, 1, 1), m=8, n_candidates=(4096,)) is None
 
 
 # --- idle: a launching thread numbered 0 -------------------------------------------------------------
