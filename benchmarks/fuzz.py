@@ -9,9 +9,10 @@ and the exit status is 1.
 Inputs: the small shared traces (../shared/traces) and the committed sample traces, each
 iteration a random window of a base's events (so links dangle) with one to three mutations:
 wrong types, missing keys, negative / huge / non-finite numbers, duplicate or dangling ids,
-unknown phase letters, odd shapes, grids and device properties, byte flips, and truncation
-(of the JSON and of its gzip stream). A share of the cases (GROWTH_SHARE) grows structure
-instead, as real runs do (``growth.py``: steps repeated, kernel kinds alternating on one
+unknown phase letters, odd shapes, grids and device properties, numbers inside names zeroed or
+huge, byte flips, and truncation (of the JSON and of its gzip stream). A share of the cases
+(MODEL_SHARE) is priced by a model, and a share (GROWTH_SHARE) grows structure instead, as real
+runs do (``growth.py``: steps repeated, kernel kinds alternating on one
 stream, many threads, deep nesting, many Python frames, many tiny steps, kernels without
 launches, every stream overlapping), at a random size, sometimes mutated after. Prints
 mutations per second and a count per outcome.
@@ -51,6 +52,11 @@ LIMIT_PER_EVENT_S = 0.002
 GROWTH_SHARE = 0.2  # of the cases, grown rather than only mutated
 GROWN_MAX_EVENTS = 30_000  # a grown case bigger than this is drawn again, smaller
 FORMATS = ("json", "md", "text", "html")
+# A share of the cases is priced by a model (``--model``), which reads kernel names and grids
+# (GEMM layers from tiles, experts, attention): the models of the shared serving traces, and a
+# dense one that fits none of them (its figures withheld, the rest still analysed).
+MODEL_SHARE = 0.3
+MODELS = ("qwen3-8b", "qwen3-30b-a3b", "llama-3.1-8b-instruct")
 
 _ODD = [None, True, -1, 0, 2**63, 2**70, -(2**63), 1e308, -1e-300, "", "x", "123", [], [1, [2]], {}, {"a": 1}]
 _FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id")
@@ -146,6 +152,18 @@ def m_names(rng, doc):
     return "names from every grammar, wrong"
 
 
+def m_name_numbers(rng, doc):
+    """Numbers inside names (GEMM tiles and clusters, annotation counts, grid-like suffixes) read as
+    0 or as huge: tracekit parses sizes out of names, and a name is trace content."""
+    import re
+
+    named = [e for e in doc["traceEvents"] if isinstance(e, dict) and isinstance(e.get("name"), str)
+             and e.get("cat") in ("kernel", "user_annotation", "gpu_user_annotation")]
+    for e in rng.sample(named, min(len(named), rng.randint(1, 20))):
+        e["name"] = re.sub(r"\d+", lambda m: rng.choice(["0", "0", "1", str(2**40), m.group(0)]), e["name"])
+    return "numbers in names zeroed or huge"
+
+
 def m_top(rng, doc):
     key = rng.choice(["deviceProperties", "distributedInfo", "baseTimeNanoseconds", "traceEvents"])
     if key == "traceEvents":
@@ -160,7 +178,8 @@ def m_top(rng, doc):
     return f"top-level {key} malformed"
 
 
-DOC_MUTATIONS = [m_wrong_type, m_missing_key, m_numbers, m_ids, m_phase, m_args, m_categories, m_names, m_top]
+DOC_MUTATIONS = [m_wrong_type, m_missing_key, m_numbers, m_ids, m_phase, m_args, m_categories, m_names,
+                 m_name_numbers, m_top]
 
 
 # --- mutations of the bytes ---------------------------------------------------------------
@@ -205,8 +224,8 @@ def _grown(rng, base: dict) -> tuple[dict, list[str]] | None:
     return None
 
 
-def make_case(rng, bases) -> tuple[bytes, list[str], str, int]:
-    """(file bytes, what was done, suffix, events)."""
+def make_case(rng, bases) -> tuple[bytes, list[str], str, int, str | None]:
+    """(file bytes, what was done, suffix, events, the model to price it with or None)."""
     grown = _grown(rng, rng.choice(bases)) if rng.random() < GROWTH_SHARE else None
     if grown is not None:
         doc, done = grown
@@ -226,7 +245,10 @@ def make_case(rng, bases) -> tuple[bytes, list[str], str, int]:
         if rng.random() < 0.1:
             data, what = rng.choice([b_flip, b_truncate])(rng, data)
             done.append(what + " (gzip)")
-    return data, done, suffix, events
+    model = rng.choice(MODELS) if rng.random() < MODEL_SHARE else None
+    if model:
+        done.append(f"priced with --model {model}")
+    return data, done, suffix, events, model
 
 
 def limit_s(events: int) -> float:
@@ -241,13 +263,13 @@ def _alarm(signum, frame):
     raise CaseTimeout
 
 
-def run_limited(path: str, seconds: float) -> str:
+def run_limited(path: str, seconds: float, model: str | None = None) -> str:
     """``run_case`` under a wall-clock limit: 'timeout' when it runs past it. SIGALRM interrupts
     Python code; a stage stuck inside one C call is caught by the campaign's own backstop."""
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return run_case(path)
+        return run_case(path, model)
     except CaseTimeout:
         return "timeout"
     finally:
@@ -258,7 +280,7 @@ def run_limited(path: str, seconds: float) -> str:
 # --- running ------------------------------------------------------------------------------
 
 
-def run_case(path: str) -> str:
+def run_case(path: str, model: str | None = None) -> str:
     """'ok', 'refused' (a TracekitError), or raises. The case is also split into windows
     (``tracekit split``), and every window read: that may refuse too, never crash."""
     from tracekit import read_trace
@@ -268,7 +290,7 @@ def run_case(path: str) -> str:
 
     _split_case(path)
     try:
-        a = analyze(read_trace(path))
+        a = analyze(read_trace(path), model=model)
     except TracekitError:
         return "refused"
     for fmt in FORMATS:
@@ -313,7 +335,7 @@ def worker(seed: int, seconds: float, keep: str, queue) -> None:
     folder = tempfile.mkdtemp(prefix="tracekit-fuzz-")
     i = 0
     while time.monotonic() < deadline and bases:
-        data, done, suffix, events = make_case(rng, bases)
+        data, done, suffix, events, model = make_case(rng, bases)
         counts["grown"] += done[0].startswith("grown")
         path = os.path.join(folder, f"case{suffix}")
         with open(path, "wb") as f:
@@ -321,7 +343,7 @@ def worker(seed: int, seconds: float, keep: str, queue) -> None:
         limit = limit_s(events)
         t = time.monotonic()
         try:
-            outcome = run_limited(path, limit)
+            outcome = run_limited(path, limit, model)
             tb = f"still running after {time.monotonic() - t:.0f} s (its limit: {limit:.0f} s for {events:,} events)\n"
         except Exception:  # noqa: BLE001 - a crash is what the campaign looks for
             outcome, tb = "crash", traceback.format_exc(limit=6)
