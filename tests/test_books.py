@@ -266,3 +266,49 @@ def test_the_figure_checker_names_each_broken_identity():
     for words, edit in cases.items():
         out = broken(edit)
         assert any(words in v for v in out), (words, out)
+
+
+def test_a_step_mbu_above_the_peak_bandwidth_is_withheld():
+    """Fails if a step's MBU above its device's bandwidth is shown (it was: the H100 Hugging Face
+    step priced against a T4's 320 GB/s read an MBU of 4.13). The step's bytes over its duration,
+    from the H100 analysis, need 1.32 TB/s: 413% of the T4's peak. The phase's MBU says so with
+    the percentage; the step's is withheld (null) rather than shown, and the books still hold."""
+    trace = read_real("h100_hf")
+    h100 = analyze(trace)
+    [step] = h100.steps.to_dict("records")
+    rate = step["bytes"] / (step["duration_ns"] / 1e9)
+    assert rate / 320e9 == pytest.approx(4.13, abs=0.01)
+    t4 = analyze(trace, gpu="t4")
+    assert t4.device["peak_bandwidth"] == 320e9
+    assert np.isnan(t4.steps["mbu"].iloc[0])
+    assert t4.phases["prefill"]["mbu"] is None
+    assert t4.phases["prefill"]["mbu_reason"].startswith(f"the bytes counted would move at {rate / 320e9:.0%} of the peak")
+    assert t4.to_dict()["steps"][0]["mbu"] is None
+
+
+def test_the_roof_checker_names_every_figure_shown_above_its_roof():
+    """Fails if ``books.check_roofs`` lets an MFU, an MBU, a step's MBU, a top kernel's or a
+    roofline point's fraction above its roof (by more than the 2% timing tolerance) pass, or
+    flags one at exactly 102%. On a copy of the H100 Hugging Face analysis, whose figures hold."""
+    import copy
+
+    a = analyze(read_real("h100_hf"))
+
+    def broken(edit) -> list[str]:
+        phases, steps, top, roof = (copy.deepcopy(a.phases), a.steps.copy(), copy.deepcopy(a.top_kernels),
+                                    copy.deepcopy(a.roofline))
+        edit(phases["prefill"], steps, top["prefill"], roof["prefill"]["points"])
+        return books.check_roofs(phases, steps, top, roof)
+
+    assert broken(lambda *_: None) == []
+    assert broken(lambda p, s, t, r: p.__setitem__("mfu", 1.02)) == []
+    cases = {
+        "its MFU": lambda p, s, t, r: p.__setitem__("mfu", 1.03),
+        "its MBU": lambda p, s, t, r: p.__setitem__("mbu", 1.5),
+        "a step's MBU": lambda p, s, t, r: s.__setitem__("mbu", 1.5),
+        "a top kernel's roof fraction": lambda p, s, t, r: t[0].__setitem__("roof_fraction", 1.5),
+        "a roofline point's fraction": lambda p, s, t, r: r[0].__setitem__("roof_fraction", 1.5),
+    }
+    for words, edit in cases.items():
+        out = broken(edit)
+        assert len(out) == 1 and words in out[0], (words, out)

@@ -29,7 +29,8 @@ from tracekit.analysis.steps.latency import latency, step_weights
 from tracekit.analysis.steps.mixed import split_mixed
 from tracekit.analysis.steps.segment import Segmentation, segment
 from tracekit.analysis.steps.timeline import timelines
-from tracekit.analysis.tables import TOP_KERNELS, kernel_table, overall_of, phase_work, roofline_points, short_name
+from tracekit.analysis.tables import (ROOF_TOLERANCE, TOP_KERNELS, kernel_table, overall_of, phase_work,
+                                      roofline_points, short_name)
 from tracekit.analysis.waiting.idle import IdleCauses, idle_causes
 from tracekit.analysis.workload import (choose_model, choose_tp, describe_device, describe_model, describe_workload,
                                         device_spec)
@@ -144,8 +145,11 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
     overall = overall_of(work)
     # The identities every analysis satisfies (analysis.books); a violation is a tracekit bug.
     outside_ms = float(work["dur_ns"].to_numpy()[work["step"].to_numpy() < 0].sum()) / 1e6
+    top_kernels = {p: kernel_table(w, TOP_KERNELS) for p, w in by_phase.items()}
+    roofline = {p: roofline_points(w, spec, phases[p], parts.ops) for p, w in by_phase.items()}
     books_notes = books.enforce(books.check(seg.steps, idle.by_step, weights, phases, split.by_step, seg.device_type)
-                                + books.check_figures(phases, steps, overall, outside_ms, seg.device_type))
+                                + books.check_figures(phases, steps, overall, outside_ms, seg.device_type)
+                                + books.check_roofs(phases, steps, top_kernels, roofline))
     withhold(phases, by_phase, (parts.model_view or {}).get("withheld"))
     metrics = metrics_of(lat, phases)
     metrics["unprofiled"] = unprofiled(trace)
@@ -182,8 +186,8 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
         metrics=metrics,
         findings=[],
         provenance=provenance,
-        top_kernels={p: kernel_table(w, TOP_KERNELS) for p, w in by_phase.items()},
-        roofline={p: roofline_points(w, spec, phases[p], parts.ops) for p, w in by_phase.items()},
+        top_kernels=top_kernels,
+        roofline=roofline,
         overall=overall,
         model=parts.model_view,
         timelines=timelines(trace, seg.steps, work, idle, lambda n: short_name(n, 70), seg.device_type)
@@ -230,7 +234,9 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split
     out["bytes"] = g["bytes"].sum(min_count=1).reindex(at).to_numpy()
     bw = spec.peak_bandwidth if spec is not None else None
     secs = out["duration_ns"].to_numpy() / 1e9
-    out["mbu"] = np.where((secs > 0) & bool(bw), out["bytes"].to_numpy() / np.where(secs > 0, secs, 1) / (bw or 1), np.nan)
+    mbu = np.where((secs > 0) & bool(bw), out["bytes"].to_numpy() / np.where(secs > 0, secs, 1) / (bw or 1), np.nan)
+    # Above the bandwidth roof is not a fact (bytes counted twice, or served from caches): none shown.
+    out["mbu"] = np.where(mbu > 1 + ROOF_TOLERANCE, np.nan, mbu)
     # What each step's bytes (and MBU) are, as per phase (``combined_estimate``): only steps
     # holding estimated units need the per-step pass.
     out["mbu_estimate"] = None

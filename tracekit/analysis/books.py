@@ -14,6 +14,8 @@
   phase weights sum to 1), and the trace's kernel time is the phases' plus the work outside steps.
   Two paths compute each side (per-step sums of the work table; per-phase weighted tables), so a
   unit lost or counted twice by either shows here.
+- No figure shown is above its roof (``check_roofs``): an MFU, MBU or roof fraction over 100%
+  (beyond timing noise) is withheld where it is computed.
 
 A violation is a bug in tracekit, not in the trace. ``check`` returns the violations as
 sentences; ``enforce`` raises them when ``STRICT_ENV`` is set (the test suite and the fuzz
@@ -121,6 +123,30 @@ def check_figures(phases: dict[str, dict], steps: pd.DataFrame, overall: dict, o
     if len(steps) and not _close(inside + outside_ms, k_all):
         out.append(f"the trace's kernel time {k_all:.6g} ms is not the phases' {inside:.6g} ms plus the "
                    f"{outside_ms:.6g} ms outside steps")
+    return out
+
+
+def check_roofs(phases: dict[str, dict], steps: pd.DataFrame, top_kernels: dict[str, list],
+                roofline: dict[str, dict]) -> list[str]:
+    """Figures shown above their roof (a phase's MFU or MBU, a step's MBU, a top kernel's or a
+    roofline point's fraction of its roof): physically impossible, so never shown as fact; each
+    is withheld where it is computed, and one that gets through is a tracekit bug."""
+    from tracekit.analysis.tables import ROOF_TOLERANCE
+
+    limit = 1 + ROOF_TOLERANCE
+    out: list[str] = []
+    for p, v in phases.items():
+        for k in ("mfu", "mbu"):
+            if v.get(k) is not None and v[k] > limit:
+                out.append(f"phase {p}: its {k.upper()} {v[k]:.3g} is above its roof")
+    if len(steps) and "mbu" in steps and (steps["mbu"].to_numpy(dtype=float) > limit).any():
+        out.append("a step's MBU is above the peak bandwidth")
+    for p, rows in top_kernels.items():
+        if any(r.get("roof_fraction") is not None and r["roof_fraction"] > limit for r in rows):
+            out.append(f"phase {p}: a top kernel's roof fraction is above its roof")
+    for p, r in roofline.items():
+        if any(x.get("roof_fraction") is not None and x["roof_fraction"] > limit for x in r.get("points") or []):
+            out.append(f"phase {p}: a roofline point's fraction is above its roof")
     return out
 
 

@@ -316,13 +316,14 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
                "by_category": {str(k): float(v) for k, v in by_cat.items()},
                "by_category_share": {str(k): (float(v) / overall_ms if overall_ms else None) for k, v in by_cat.items()},
                "top_kernels": _top_kernels(work)}
-    notes = books.enforce(books.check(steps, by_step, weights, phases, split_by_step, device_type)
-                          + books.check_figures(phases, steps, overall, acc.outside["ms"], device_type))
-    metrics = metrics_of(lat, phases)
-    metrics["unprofiled"] = a0.metrics.get("unprofiled")
     w_phase = work["phase"].to_numpy()
     w_share = work["prefill_share"].to_numpy(dtype=float)
     top = {p: _top_kernels(work, phase_weights(w_phase, w_share, p)) for p in phases}
+    notes = books.enforce(books.check(steps, by_step, weights, phases, split_by_step, device_type)
+                          + books.check_figures(phases, steps, overall, acc.outside["ms"], device_type)
+                          + books.check_roofs(phases, steps, top, {}))
+    metrics = metrics_of(lat, phases)
+    metrics["unprofiled"] = a0.metrics.get("unprofiled")
     k = len(acc.windows)
     roofline, taken = {}, {}
     for p in phases:
