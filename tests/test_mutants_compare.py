@@ -629,3 +629,54 @@ def test_a_change_of_sub_millisecond_steps_has_its_relative_interval():
     assert lo < 0.10 < hi and hi - lo < 0.05, got
     # The relative interval is the change over the before figure: about delta / 0.40.
     assert lo == pytest.approx(got["delta"][0] / before.mean(), abs=0.01)
+
+
+# --- seed 46 (survey) ----------------------------------------------------------------------------
+
+
+def test_a_phases_roof_by_category_is_its_own_units_time_weighted():
+    """catches: the per-phase roof table read over the whole trace (or over nothing) instead of
+    the phase's units. Decode GEMMs at 0.5 and 0.25 of their roof for 2 and 6 ms: (0.5 x 2 + 0.25
+    x 6) / 8 = 0.3125; the prefill GEMM at 0.9 stays out of it; a unit without a fraction counts
+    in neither."""
+    import dataclasses
+
+    rows = [("decode", "gemm", 0.5, 2e6), ("decode", "gemm", 0.25, 6e6), ("decode", "attention", 0.1, 1e6),
+            ("decode", "gemm", np.nan, 5e6), ("prefill", "gemm", 0.9, 4e6)]
+    work = pd.DataFrame({"phase": [r[0] for r in rows], "category": [r[1] for r in rows],
+                         "roof_fraction": [r[2] for r in rows], "dur_ns": [r[3] for r in rows],
+                         "name": [f"{r[1]}_kernel" for r in rows], "op_name": ["aten::mm"] * len(rows),
+                         "unit": ["matrix"] * len(rows), "dtype": ["bf16"] * len(rows), "flops": [1e9] * len(rows),
+                         "bound": ["compute"] * len(rows)})
+    a = dataclasses.replace(bare_analysis(), work=work, phases={"decode": {"steps": 1, "time_ms": 14.0},
+                                                                 "prefill": {"steps": 1, "time_ms": 4.0}})
+    c = compare(a, a)
+    assert c.phases["decode"]["roof"]["before"] == pytest.approx({"gemm": 0.3125, "attention": 0.1})
+    assert c.phases["prefill"]["roof"]["after"] == pytest.approx({"gemm": 0.9})
+
+
+def test_the_summary_signs_a_rise_and_lists_only_noise_as_noise():
+    """catches: a rise's relative change printed without its "+" (``> 0`` read as ``== 0``), or a
+    "worse" figure listed under "Within noise" (``== "within noise"`` read as ``>=``: "worse"
+    sorts after it). TPOT mean 10 -> 12 ms over steady steps is 20% worse; TTFT 100 -> 101 ms
+    (1%, one value a run) is within noise."""
+    b = _decode([10.0] * 20)
+    a = _decode([12.0] * 20)
+    b.metrics["ttft_ms"], a.metrics["ttft_ms"] = 100.0, 101.0
+    lines = compare(b, a).summary
+    assert "TPOT mean: 10.0 ms → 12.0 ms (+20.0%), worse." in lines
+    assert "decode tokens/s: 800 tok/s → 667 tok/s (-16.7%), worse." in lines  # 8 tokens per step
+    [noise] = [s for s in lines if s.startswith("Within noise:")]
+    assert "TTFT" in noise and "TPOT" not in noise
+
+
+def test_the_measured_ceilings_difference_shows_both_ceilings():
+    """catches: a measured ceiling shown floor-divided by its unit (0.04 TFLOP/s as 0). The
+    tiny-bs1 sample's own fp32 matmul calibration against one of 4e10 FLOP/s (0.04 TFLOP/s)."""
+    from test_compare import _sample_with
+
+    base = _sample_with()
+    flops = float(next(iter(base.sidecar["calibration"]["matmul_flops"].values())))
+    other = analyze(_sample_with(**{"calibration.matmul_flops": {"fp32": 4.0e10}}))
+    [row] = [r for r in compare(analyze(base), other).context if r["field"] == "ceiling_matmul"]
+    assert (row["before"], row["after"]) == (f"{flops / 1e12:.3g} TFLOP/s", "0.04 TFLOP/s")
