@@ -464,3 +464,18 @@ def test_the_intervals_around_an_instant_are_every_one_enclosing_it(seed):
         around = nest.walk(np.array([pos[i]]), np.array([u]), keep=len(table) + 1)[0]
         assert [(start[r], end[r]) for r in around[around >= 0]] == \
             [(start[r], end[r]) for r in _enclosing(start, end, t, u)], (t, u)
+
+
+def test_a_nests_positions_are_its_rows_places_in_start_order():
+    """catches: a row's place in the nest's start order clamped short of the last place (``len - 1``
+    read as ``len >> 1``: rows in the later half would read as "not among these", and the ops
+    around an idle gap late in a thread would go unnamed), or a row not in the nest given a place.
+    Eight intervals of a table of ten, given out of order; row 9 and 3 are not in the nest."""
+    table = pd.DataFrame({"start_ns": np.array([50, 10, 70, 90, 30, 20, 60, 40, 80, 0], dtype=np.int64)})
+    table["end_ns"] = table["start_ns"] + 5
+    rows = np.array([6, 0, 2, 8, 1, 5, 4, 7])
+    nest = host._Nest(table, rows)
+    by_start = sorted(rows.tolist(), key=lambda r: int(table["start_ns"][r]))
+    assert nest.rows.tolist() == by_start
+    assert nest.position(np.array(by_start)).tolist() == list(range(8))
+    assert nest.position(np.array([9, 3, 8])).tolist() == [-1, -1, by_start.index(8)]
