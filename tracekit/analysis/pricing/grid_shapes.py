@@ -112,7 +112,7 @@ def tile_of(name: str) -> Tile | None:
         if not m:
             continue
         d = m.groupdict()
-        if int(d.get("n") or 0) <= 0 or int(d.get("m") or 0) <= 0:
+        if any(d.get(k) is not None and int(d[k]) <= 0 for k in ("n", "m")):
             return None  # a tile 0 wide is none a library writes: no shape can be read from it
         # A cluster is at least one block: a name stating 0 (not one a library writes) reads as 1.
         cn, cm = max(1, int(d.get("cn") or 1)), max(1, int(d.get("cm") or 1))
