@@ -485,9 +485,10 @@ class Runner:
                 "by_lists": by_lists or (outcome == "timeout" and not extra)}
 
 
-def run_all(runners: list[Runner], todo: list[Mutant], equivalent: dict[str, str]) -> list[dict]:
+def run_all(runners: list[Runner], todo: list[Mutant], equivalent: dict[str, str], progress=None) -> list[dict]:
     """Every mutant of ``todo`` through the first idle runner (each owns a copy of the tree, so
-    one mutant never sees another's edit); results in ``todo``'s order, whatever order they end in."""
+    one mutant never sees another's edit); results in ``todo``'s order, whatever order they end in.
+    ``progress`` is called with the results so far (in that order) after each one."""
     import queue
     import threading
 
@@ -510,6 +511,8 @@ def run_all(runners: list[Runner], todo: list[Mutant], equivalent: dict[str, str
             done[0] += 1
             print(f"  [{done[0]}/{len(todo)}] {r['outcome']:8} {r['seconds']:6.1f} s  {m.module}:{m.line} "
                   f"{m.operator.removeprefix('core/')}", flush=True)
+            if progress is not None:
+                progress([x for x in results if x is not None])
 
     if len(runners) == 1:
         for i, m in enumerate(todo):
@@ -696,14 +699,24 @@ def main(argv: list[str] | None = None) -> int:
         equivalent = equivalent_keys()
         todo = [m for ms in chosen.values() for m in ms]
         runners = [runner] + [runner.twin(make_copy(Path(tmp) / f"job{j}")) for j in range(1, max(1, args.jobs))]
-        results = run_all(runners, todo, equivalent)
+        meta = {"seed": args.seed, "sample": None if args.all else args.sample, "date": time.strftime("%Y-%m-%d"),
+                "command": " ".join(["benchmarks/mutation.py", *(argv if argv is not None else sys.argv[1:])])}
+
+        def save(results: list[dict], path: str | None = args.json) -> None:
+            if path:
+                summary = summarise(results, totals, annotations)
+                Path(path).write_text(json.dumps({**meta, "seconds": round(time.perf_counter() - t0),
+                                                  "summary": summary, "results": results}, indent=1))
+
+        # The results so far go to FILE.partial as they come (``--rescore`` reads it), so a run
+        # stopped partway (a test file that no longer passes clean stops it) keeps what it measured.
+        results = run_all(runners, todo, equivalent,
+                          (lambda done: save(done, args.json + ".partial")) if args.json else None)
         summary = summarise(results, totals, annotations)
         report(summary, results)
-        meta = {"seed": args.seed, "sample": None if args.all else args.sample, "date": time.strftime("%Y-%m-%d"),
-                "command": " ".join(["benchmarks/mutation.py", *(argv if argv is not None else sys.argv[1:])]),
-                "seconds": round(time.perf_counter() - t0)}
-        if args.json:
-            Path(args.json).write_text(json.dumps({**meta, "summary": summary, "results": results}, indent=1))
+        save(results)
+        if args.json and Path(args.json + ".partial").exists():
+            Path(args.json + ".partial").unlink()
         if args.write_ci:
             killed = [r for r in results if r["module"] in HOT and r["outcome"] == "killed"]
             killed.sort(key=lambda r: r["seconds"])  # the quickest kills keep CI short

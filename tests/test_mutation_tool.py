@@ -127,8 +127,8 @@ def test_mutants_are_drawn_from_the_tree_they_are_applied_to(tmp_path):
 def test_jobs_run_each_mutant_once_on_a_runner_of_its_own_and_keep_the_order():
     """catches: ``--jobs`` results in the order the mutants finished rather than the sample's (a
     saved run would not line up with its seed), a mutant run twice or never, two mutants at once
-    on one runner (one copy of the tree holding two edits), or an equivalent survivor left as a
-    survivor. Fake runners take longer on earlier mutants, so they finish out of order."""
+    on one runner (one copy of the tree holding two edits), an equivalent survivor left as a
+    survivor, or the results so far not handed on after each mutant. Fake runners take longer on earlier mutants, so they finish out of order."""
     import threading
     import time
 
@@ -148,8 +148,12 @@ def test_jobs_run_each_mutant_once_on_a_runner_of_its_own_and_keep_the_order():
     todo = [mutation.Mutant("tracekit/analysis/x.py", "core/Op", i, i, 0, "f", f"line {i}", i) for i in range(10)]
     equivalent = {todo[3].key: "argued"}
     runners = [FakeRunner("a"), FakeRunner("b"), FakeRunner("c")]
-    out = mutation.run_all(runners, todo, equivalent)
+    seen: list[list[str]] = []
+    out = mutation.run_all(runners, todo, equivalent, lambda done: seen.append([r["key"] for r in done]))
     assert [r["key"] for r in out] == [m.key for m in todo]
+    # The results so far after each one (what a stopped run keeps): one more each time, in the sample's order.
+    assert [len(x) for x in seen] == list(range(1, 11))
+    assert all(x == [k for k in (m.key for m in todo) if k in x] for x in seen)
     assert out[3]["outcome"] == "equivalent" and out[3]["why"] == "argued"
     assert [r["outcome"] for i, r in enumerate(out) if i != 3] == ["survived"] * 9
     assert len({r["runner"] for r in out}) > 1  # the work was shared out
