@@ -414,3 +414,40 @@ def test_ranks_without_steps_or_matching_collectives_compare_their_whole_collect
     assert [r["collective_wait_ms"] for r in sorted(level.ranks, key=lambda r: r["rank"])] == [0, 0]
     floor = run(tmp_path / "floor", 250.0 - 1.0)  # 399 us against 400: exactly the 1 us floor counts
     assert [r["collective_wait_ms"] for r in sorted(floor.ranks, key=lambda r: r["rank"])] == [0.001, 0]
+
+
+def test_a_ranks_overlap_share_is_the_collective_time_other_kernels_run_beside(tmp_path):
+    """Fails if the overlap is counted from anything but the collective time another stream's
+    kernels cover (a start of 1 ns instead of 0, a kernel on the collective's own stream counted).
+    Rank 0: an all-reduce on stream 7 from 100 to 200 us, a GEMM on stream 8 from 150 to 190 us
+    (40 us beside it) and one on stream 7 after it; rank 1: the same all-reduce, its GEMM (30 us)
+    after.
+    Shares 40 / 100 = 0.4 and 0, exactly."""
+    from kineto import Doc
+
+    for rank in (0, 1):
+        doc = Doc(rank=rank, world=2)
+        doc.kernel(_NCCL_KERNEL, 90.0, 100.0, 100.0, stream=7)
+        doc.kernel(_GEMM, 95.0, 150.0 if rank == 0 else 210.0, 40.0 if rank == 0 else 30.0, stream=8)
+        doc.kernel(_GEMM, 96.0, 260.0, 10.0, stream=7)
+        doc.write(tmp_path / f"rank{rank}.json")
+    a = analyze(read_trace(tmp_path))
+    by_rank = {r["rank"]: r for r in a.ranks}
+    assert by_rank[0]["overlap_share"] == 0.4 and by_rank[1]["overlap_share"] == 0.0
+
+
+def test_one_rank_of_a_world_whose_file_names_no_rank_is_rank_0(tmp_path):
+    """A file of a 2-rank world (distributedInfo's world_size) that does not say which rank it
+    is: rank 0, as torch.distributed's first process. Fails if another default is taken."""
+    import json
+
+    from kineto import Doc
+
+    doc = Doc()
+    doc.kernel(_NCCL_KERNEL, 90.0, 100.0, 100.0)
+    d = doc.document()
+    d["distributedInfo"] = {"backend": "nccl", "world_size": 2}
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(d))
+    a = analyze(read_trace(path))
+    assert [r["rank"] for r in a.ranks] == [0] and a.ranks[0]["world_size"] == 2

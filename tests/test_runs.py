@@ -35,6 +35,18 @@ def test_ranks_of_one_run_are_merged(tmp_path):
     assert sorted(set(t.kernels["rank"])) == [0, 1] and len(t.metadata["files"]) == 2
 
 
+def test_ranks_alike_in_every_other_way_are_merged_by_the_ranks_they_state(tmp_path):
+    """Two files that state different ranks are never copies, even when they match in size,
+    event count and first and last timestamps (the copy check's other facts: hand-built and
+    synthetic ranks do). Fails if they are refused as "the same trace". Here rank 0 and rank 1
+    are the same events, differing only in the rank their distributedInfo states."""
+    src = real_trace_path("b300_moe")
+    _as_rank(src, tmp_path / "rank0.json.gz", 0, 2)
+    _as_rank(src, tmp_path / "rank1.json.gz", 1, 2)
+    t = read_trace(tmp_path)
+    assert sorted(set(t.kernels["rank"])) == [0, 1]
+
+
 def test_unrelated_traces_are_not_merged(tmp_path):
     shutil.copy(real_trace_path("h100_hf"), tmp_path / "a.json.gz")
     shutil.copy(real_trace_path("mi300x_decode"), tmp_path / "b.json.gz")

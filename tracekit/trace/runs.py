@@ -26,9 +26,11 @@ _ONE_BY_ONE = ("analyse them one by one (tracekit report FILE) or all at once (t
 
 
 def fingerprint(t: Trace) -> tuple:
-    """What tells a copy from a rank without hashing gigabytes: two ranks never have the same
-    decompressed size, event count and first and last timestamps to the nanosecond."""
-    return t.n_bytes, t.n_events, t.start_ns, t.end_ns
+    """What tells a copy from a rank without hashing gigabytes: the rank a file states (files
+    stating different ranks are never copies, however alike: hand-built or synthetic ranks can
+    match in everything else), then its decompressed size, event count and first and last
+    timestamps to the nanosecond, which two real ranks never share."""
+    return (t.distributed or {}).get("rank"), t.n_bytes, t.n_events, t.start_ns, t.end_ns
 
 
 def check_one_run(folder: str, parts: list[Trace]) -> None:
