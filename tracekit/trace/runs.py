@@ -30,7 +30,8 @@ def fingerprint(t: Trace) -> tuple:
     stating different ranks are never copies, however alike: hand-built or synthetic ranks can
     match in everything else), then its decompressed size, event count and first and last
     timestamps to the nanosecond, which two real ranks never share."""
-    return (t.distributed or {}).get("rank"), t.n_bytes, t.n_events, t.start_ns, t.end_ns
+    rank = (t.distributed or {}).get("rank")
+    return (rank if isinstance(rank, int) else repr(rank)), t.n_bytes, t.n_events, t.start_ns, t.end_ns
 
 
 def check_one_run(folder: str, parts: list[Trace]) -> None:
