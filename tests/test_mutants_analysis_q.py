@@ -442,3 +442,24 @@ def test_idle_gaps_of_a_launching_thread_numbered_zero_are_attributed(tmp_path):
     # The gap from the first GEMM's end (45 us) to the second's start (405 us) is longer than a
     # launch pause; before the issue at 400 us the thread ran the op (50-350 us): 300 us of host.
     assert causes["host"] == pytest.approx(0.300, abs=1e-9)
+
+
+# --- figures: MFU and MBU withheld only where most work was the withheld model's --------------------
+
+def test_a_phase_keeps_its_mfu_unless_half_its_kernel_time_was_withheld_from_the_model():
+    """catches: every phase losing its MFU and MBU once the model is withheld (``<`` read as
+    ``is``), or the half-way rule moved. Phases of 10 ms of kernel time whose units the withheld
+    model would have priced for 4, 5 and 6 ms: the first keeps its figures, the other two (half or
+    more) get none, with the withheld reason."""
+    from tracekit.analysis import figures
+
+    why = "the trace does not fit the model"
+    by_phase, phases = {}, {}
+    for p, ms in (("prefill", 4.0), ("decode", 5.0), ("mixed", 6.0)):
+        by_phase[p] = pd.DataFrame({"cost_reason": [why, None], "dur_ns": [ms * 1e6, (10.0 - ms) * 1e6]})
+        phases[p] = {"kernel_ms": 10.0, "mfu": 0.3, "mfu_achievable": 0.4, "mfu_basis": "b", "mfu_reason": None,
+                     "mbu": 0.5, "mbu_achievable": 0.6, "mbu_basis": "b", "mbu_reason": None}
+    figures.withhold(phases, by_phase, why)
+    assert (phases["prefill"]["mfu"], phases["prefill"]["mbu"]) == (0.3, 0.5)
+    for p in ("decode", "mixed"):
+        assert phases[p]["mfu"] is None and phases[p]["mbu_achievable"] is None and phases[p]["mfu_reason"] == why

@@ -453,3 +453,17 @@ def test_rotary_embedding_without_a_recorded_cache_turns_every_element():
     cost = price("_C::rotary_embedding", [[10], [10, 64], [10, 16], [], [], []],
                  [I64, BF16, BF16, "Scalar", "", "Scalar"], ["", "", "", "16", "", "True"])
     assert _whole(cost) == (3 * 800, 2 * 1600 + 10 * 8, "bf16", VECTOR)
+
+
+# --- seed 47 ---------------------------------------------------------------------------------------
+
+
+def test_a_matmul_with_a_0d_operand_on_either_side_is_unpriced_with_its_reason():
+    """catches: the 0-d check needing both operands 0-d (``or`` read as ``and``): a scalar times a
+    vector would then be read as a matrix product of made-up shape. Either side 0-d: no cost, and
+    the reason says so."""
+    from tracekit.analysis.pricing.op_costs import price
+
+    for dims in ([[], [5]], [[5], []], [[], []]):
+        got = price("aten::matmul", dims, ["float", "float"], None)
+        assert got.reason == "aten::matmul: 0-d operands", dims
