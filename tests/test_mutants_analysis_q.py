@@ -463,3 +463,33 @@ def test_a_phase_keeps_its_mfu_unless_half_its_kernel_time_was_withheld_from_the
     assert (phases["prefill"]["mfu"], phases["prefill"]["mbu"]) == (0.3, 0.5)
     for p in ("decode", "mixed"):
         assert phases[p]["mfu"] is None and phases[p]["mbu_achievable"] is None and phases[p]["mfu_reason"] == why
+
+
+# --- ranges: tracekit's markers are the whole truth where present ------------------------------------
+
+def test_tracekits_markers_win_over_engine_annotations_in_the_same_trace(tmp_path):
+    """catches: the markers and an engine's annotations sorted into each other's lists (``==``
+    read as ``is not``), which changes nothing for a trace of one kind but makes the engine's
+    ranges the steps of a trace holding both. A decode marker of batch 8 around a vLLM annotation
+    stating 4 decode requests: one step, of batch 8, from the markers."""
+    from kineto import Doc
+
+    from tracekit import read_trace
+    from tracekit.analysis import analyze
+
+    doc = Doc()
+    doc.annotation("tracekit::decode#0 bs=8 tokens=8 kv=800", 10.0, 900.0)
+    doc.annotation("execute_context_0(0)_generation_4(4)", 20.0, 500.0)
+    doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", 30.0, 40.0, 50.0)
+    a = analyze(read_trace(str(doc.write(tmp_path / "both.json"))))
+    assert a.phase_source == "tracekit markers"
+    assert len(a.steps) == 1 and a.steps["batch"].tolist() == [8]
+
+
+def test_a_kernel_name_in_a_count_source_is_cut_to_64_characters():
+    """catches: the cut of a long kernel name in a token or batch source's text moved by one (a
+    name of 100 characters shows its first 61 and "...", 64 in all; 64 or fewer show whole)."""
+    from tracekit.analysis.steps.step_tokens import _short
+
+    assert _short("void " + "k" * 100 + "(int)") == "k" * 61 + "..."
+    assert _short("k" * 64) == "k" * 64 and _short("k" * 65) == "k" * 61 + "..."
