@@ -680,3 +680,33 @@ def test_the_measured_ceilings_difference_shows_both_ceilings():
     other = analyze(_sample_with(**{"calibration.matmul_flops": {"fp32": 4.0e10}}))
     [row] = [r for r in compare(analyze(base), other).context if r["field"] == "ceiling_matmul"]
     assert (row["before"], row["after"]) == (f"{flops / 1e12:.3g} TFLOP/s", "0.04 TFLOP/s")
+
+
+# Seed-47 survivors: the JSON's step counts per side, a category's relative change, and the verb
+# of an idle change. Expectations are the fixture's own numbers (4 steps, 50 -> 52 ms, 40 -> 30 ms).
+
+def test_each_sides_json_states_its_phases_step_counts():
+    """catches: a side's step count written as ``steps and 0`` (0 for every phase), so the JSON of
+    every comparison says each run had no steps."""
+    d = compare(_one_kernel_run("A", 50.0), _one_kernel_run("A", 52.0)).to_dict()
+    assert d["before"]["steps"] == {"decode": 4} and d["after"]["steps"] == {"decode": 4}
+    assert d["before"]["runs"][0]["steps"] == {"decode": 4}
+
+
+def test_a_categorys_relative_change_is_its_change_over_its_before_time():
+    """catches: relative change as (after - before) + before instead of over before: gemm
+    50 -> 52 ms is +4% (2 / 50), not 52."""
+    rows = compare(_one_kernel_run("A", 50.0), _one_kernel_run("A", 52.0)).phases["decode"]["by_category"]
+    gemm = next(r for r in rows if r["name"] == "gemm")
+    assert gemm["relative"] == pytest.approx(2 / 50)
+    norm = next(r for r in rows if r["name"] == "norm")
+    assert norm["relative"] == 0.0  # 10 -> 10 ms
+
+
+def test_idle_time_that_fell_is_said_to_have_shrunk():
+    """catches: the idle sentence's verb test flipped (``> 0`` as ``<= 0``), so idle falling from
+    40 to 30 ms reads "grew"."""
+    fell = compare(_bounds_run({"compute": 60.0, "idle": 40.0}), _bounds_run({"compute": 60.0, "idle": 30.0}))
+    assert "GPU idle time shrank by 10.0 ms (40.0 ms → 30.0 ms)." in fell.phases["decode"]["explanation"]
+    rose = compare(_bounds_run({"compute": 60.0, "idle": 30.0}), _bounds_run({"compute": 60.0, "idle": 40.0}))
+    assert "GPU idle time grew by 10.0 ms (30.0 ms → 40.0 ms)." in rose.phases["decode"]["explanation"]
