@@ -487,3 +487,26 @@ def test_the_merged_json_is_the_whole_traces_but_for_what_it_says(name, tmp_path
     if whole.get("ranks"):
         assert "ranks" in said["not_merged"]
 
+
+
+@pytest.mark.parametrize("name", ["h100_hf"])
+def test_a_merged_idle_groups_count_is_its_windows_counts_summed(name, tmp_path):
+    """catches: the merge adding a group's intervals as ``count and 0`` (or dropping any window's):
+    the merged idle table's count of a group must be the sum of the counts each window's own
+    report gives that group (the merge's stated approximation is which groups and how much time,
+    never the arithmetic of the counts it adds)."""
+    src = _path(name)
+    paths = _split(src, tmp_path, parts=4)
+    merged = analyse_windows(paths, read_trace).to_dict()
+    own = [analyze(read_trace(p)).to_dict() for p in paths]
+
+    def key(r):
+        return (r["cause"], r["call"], r["op"], tuple(r["stack"]))
+
+    checked = 0
+    for p, v in merged["phases"].items():
+        for r in v["idle_top"]:
+            counts = [w["count"] for a in own for w in (a["phases"].get(p) or {}).get("idle_top") or [] if key(w) == key(r)]
+            assert counts and r["count"] == sum(counts), (p, key(r), r["count"], counts)
+            checked += 1
+    assert checked >= 3, checked
