@@ -109,3 +109,61 @@ def test_a_non_pooled_model_unit_above_the_roof_is_left_unpriced():
     assert table.loc[0, "cost_source"] == "none" and table.loc[0, "bound"] == "unknown"
     assert str(table.loc[0, "cost_reason"]).startswith("the model's norm work would take 300% of these kernels' time")
     assert table["flops"].tolist()[1:] == [1e9, 1e9] and table["cost_source"].tolist()[1:] == ["model", "model"]
+
+
+# --- steps table: a stated batch is certain -------------------------------------------------------
+
+def test_a_batch_the_step_annotation_states_has_confidence_1():
+    """catches: the confidence of a stated batch written 2.0: a confidence is a probability, and a
+    count the annotation states (tracekit's markers say batch 8 on every step of tiny-bs8) is
+    certain, 1.0, like a stated token count."""
+    from conftest import SAMPLE_TRACES
+
+    a = analyze(read_trace(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz"))
+    assert a.steps["batch"].tolist() == [8.0] * len(a.steps)
+    assert a.steps["batch_source"].tolist() == ["the step annotation"] * len(a.steps)
+    assert a.steps["batch_confidence"].tolist() == [1.0] * len(a.steps)
+
+
+# --- timeline lanes: top-level host ops, the longest idle gaps ------------------------------------
+
+def test_of_two_host_ops_starting_together_the_outer_is_the_top_level_one(tmp_path):
+    """catches: ops of one start ordered shortest first (the duration's minus sign dropped), so an
+    op and the op it encloses, starting at the same instant, both read as top level and overlap in
+    the lane. By construction: outer [100, 200] us holds inner [100, 150]; later [250, 270]."""
+    from kineto import TID, Doc
+
+    from tracekit.analysis.steps import timeline
+
+    d = Doc()
+    d.op("outer", 100.0, 100.0)
+    d.op("inner", 100.0, 50.0)
+    d.op("later", 250.0, 20.0)
+    lane = timeline._host_ops(read_trace(d.write(tmp_path / "h.json")), TID, 0, 400_000, 400_000)
+    segs = lane["segments"]
+    assert list(segs.keys) == ["outer", "later"]
+    assert (segs.start_ms, segs.end_ms) == ([0.1, 0.25], [0.2, 0.27])
+
+
+def test_an_idle_lane_of_too_many_gaps_keeps_the_longest():
+    """catches: the gaps ranked by ``end >> start`` instead of their length (``end - start``), which
+    ranks every gap the same, so the first MAX_SEGMENTS in time are kept and a long gap late in
+    the step vanishes from the picture. 1,600 gaps: 1,599 of 1 us every 10 us, then one of 8 us."""
+    import types
+
+    from tracekit.analysis.steps import timeline
+    from tracekit.analysis.waiting.idle import CAUSES
+
+    n = timeline.MAX_SEGMENTS + 100
+    s = np.arange(n, dtype=np.int64) * 10_000
+    e = s + 1_000
+    e[-1] = s[-1] + 8_000
+    g = pd.DataFrame({"step": np.zeros(n, dtype=np.int64), "start_ns": s, "end_ns": e})
+    for c in CAUSES:
+        g[c] = np.zeros(n, dtype=np.int64)
+    g["wait"] = e - s
+    segs = timeline._idle_lane(types.SimpleNamespace(gaps=g), 0, 0, int(e[-1]))["segments"]
+    assert len(segs.start_ms) == timeline.MAX_SEGMENTS
+    # The 8 us gap is kept (it is the longest), at its place: the last, [15.99, 15.998] ms.
+    assert segs.start_ms[-1] == pytest.approx(15.99) and segs.end_ms[-1] == pytest.approx(15.998)
+    assert segs.labels[-1] == "wait 0.008 ms"

@@ -710,3 +710,20 @@ def test_idle_time_that_fell_is_said_to_have_shrunk():
     assert "GPU idle time shrank by 10.0 ms (40.0 ms → 30.0 ms)." in fell.phases["decode"]["explanation"]
     rose = compare(_bounds_run({"compute": 60.0, "idle": 30.0}), _bounds_run({"compute": 60.0, "idle": 40.0}))
     assert "GPU idle time grew by 10.0 ms (30.0 ms → 40.0 ms)." in rose.phases["decode"]["explanation"]
+
+
+def _roof_run(roof: float):
+    a = _one_kernel_run("A", 50.0)
+    a.work = a.work.assign(roof_fraction=[roof])
+    return a
+
+
+def test_a_kernel_whose_roof_moved_exactly_5_points_gets_its_roof_note():
+    """catches: "same roof" judged as ``<= 0.05``: on one GPU at the same speed, a roof fraction
+    that moved under 5 points is nothing to point out, and one that moved 5 points is a change
+    (as a noise threshold: changes under it are noise). 0.05 -> 0.10 is exactly 0.05 in binary
+    floating point; 0.06 -> 0.10 is under it."""
+    moved = compare(_roof_run(0.05), _roof_run(0.10)).phases["decode"]["explanation"]
+    assert "aten::mm (gemm): 1x faster per call, at 10% of the roof (was 5%)." in moved, moved
+    still = compare(_roof_run(0.06), _roof_run(0.10)).phases["decode"]["explanation"]
+    assert not [s for s in still if s.startswith("aten::mm")], still
