@@ -727,3 +727,21 @@ def test_a_kernel_whose_roof_moved_exactly_5_points_gets_its_roof_note():
     assert "aten::mm (gemm): 1x faster per call, at 10% of the roof (was 5%)." in moved, moved
     still = compare(_roof_run(0.06), _roof_run(0.10)).phases["decode"]["explanation"]
     assert not [s for s in still if s.startswith("aten::mm")], still
+
+
+def _two_call_run(ns: int):
+    a = _one_kernel_run("A", 50.0)
+    a.work = pd.concat([a.work] * 2, ignore_index=True).assign(dur_ns=[ns, ns])
+    return a
+
+
+def test_a_movers_mean_per_call_is_its_time_over_its_calls_unrounded():
+    """catches: the mean per call floored (``// calls``): two calls of 1.5 us are 1.5 us each, not
+    1 us, and two of 1.5 us against two of 1.0 us are 1.5x faster per call, not 1x."""
+    k = compare(_two_call_run(1_500), _two_call_run(1_000)).kernels
+    rows = [r for v in k.values() for r in v["movers"] if r["op"] == "aten::mm"]
+    assert rows, k
+    for r in rows:
+        assert (r["before_calls"], r["after_calls"]) == (2, 2)
+        assert r["before_mean_us"] == pytest.approx(1.5) and r["after_mean_us"] == pytest.approx(1.0)
+        assert r["per_call_speedup"] == pytest.approx(1.5)
