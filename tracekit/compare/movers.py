@@ -37,7 +37,6 @@ NAME_CAP = 2000  # full kernel names kept for hover text
 _TILE = re.compile(r"\d+x\d+")
 # A wrapper whose first template argument names the kernel: ``cutlass::Kernel2<cutlass_80_..._128x64_...>``.
 _WRAPPED = re.compile(r"^(?:void\s+)?[\w:]+<\s*([A-Za-z_]\w*)\s*[,>]")
-_ANGLES = re.compile(r"<(?:[^<>]|<>)+>")  # a template argument list whose inner lists are already empty
 # Itanium-mangled names (``_ZN5aiter24add_rmsnorm_quant_kernelI...``): length-prefixed parts.
 _MANGLED_PART = re.compile(r"(\d+)")
 
@@ -49,12 +48,9 @@ def kernel_family(name: str) -> str:
     wrapped = _WRAPPED.match(str(name))
     if wrapped and _TILE.search(wrapped.group(1)):
         return kernel_family(wrapped.group(1))
+    # short_name collapses every template argument list, nested ones too, to "<>": <4, Op<float>>
+    # and <2, Op<float>> are one family (a demangled prefix stops before its template arguments).
     s = _demangled_prefix(name) or short_name(str(name), 10_000)
-    for _ in range(8):  # every template argument, nested ones too: <4, Op<float>> and <2, Op<float>> are one family
-        t = _ANGLES.sub("<>", s)
-        if t == s:
-            break
-        s = t
     parts = s.split("_")
     for i, part in enumerate(parts):
         if i and _TILE.search(part):
