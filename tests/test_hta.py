@@ -455,3 +455,28 @@ def test_a_rank_without_gpu_activity_is_left_out_of_htas_analyses_and_named(tmp_
     assert "rank(s) 1 have no GPU activity and are left out" in out["notes"]
     rows = out["temporal_breakdown"]["ranks"]
     assert [r["rank"] for r in rows] == [0] and rows[0]["span_ms"] == pytest.approx(0.020, abs=1e-9)
+
+
+@needs_hta
+def test_htas_launch_counts_of_hand_placed_launches(tmp_path):
+    """catches: the launch-delay count's comparison flipped (``<=`` the cutoff), or any other count
+    read off the wrong side of its cutoff. Three launches placed by hand; HTA's launch delay is
+    the kernel's start minus the launch call's end (hta/analyzers/cuda_kernel_analysis.py):
+    launch [10, 12] us -> kernel at 22 (delay 10 us, kernel 1 us, shorter than its 2 us launch);
+    [200, 202] -> 352 (delay 150; kernel 5 us); [600, 660] -> 960 (delay 300; kernel 5 us, shorter
+    than its 60 us launch call, which is over the 50 us runtime cutoff). Kernels shorter than
+    their launch: 2; delays over 100 us: 2; median 150 us, largest 300."""
+    from kineto import Doc
+
+    from tracekit.analysis.hta import LAUNCH_DELAY_CUTOFF_US, RUNTIME_CUTOFF_US, run_hta
+
+    assert (RUNTIME_CUTOFF_US, LAUNCH_DELAY_CUTOFF_US) == (50, 100)
+    doc = Doc()
+    for launch, gpu, dur, call in ((10.0, 22.0, 1.0, 2.0), (200.0, 352.0, 5.0, 2.0), (600.0, 960.0, 5.0, 60.0)):
+        ext = doc.op("aten::mm", launch - 1.0, call + 2.0)
+        doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", launch, gpu, dur, ext=ext, launch_dur=call)
+    (row,) = run_hta(doc.write(tmp_path / "t.json"))["kernel_launch"]["ranks"]
+    assert row["launches"] == 3
+    assert (row["gpu_shorter_than_launch"], row["long_launches"], row["long_launch_delays"]) == (2, 1, 2)
+    assert row["median_launch_delay_us"] == pytest.approx(150.0) and row["max_launch_delay_us"] == pytest.approx(300.0)
+    assert row["median_launch_us"] == pytest.approx(2.0)

@@ -90,7 +90,7 @@ def run_hta(files: list[str] | str) -> dict[str, Any]:
     several), as the report's ``hta`` dict. Never raises for what HTA does with the trace:
     a failure is ``status: "failed"`` with its reason, per analysis or for the whole run."""
     TraceAnalysis = require()
-    files = [files] if isinstance(files, (str, os.PathLike)) else [os.fspath(f) for f in files]
+    files = [os.fspath(files)] if isinstance(files, (str, os.PathLike)) else [os.fspath(f) for f in files]
     out: dict[str, Any] = {**(version() or {"package": None, "version": None}),
                            "files": [os.path.basename(f) for f in files], "ranks": [],
                            "status": "ok", "reason": None, "adjustments": [], "notes": []}
