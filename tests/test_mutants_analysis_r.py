@@ -167,3 +167,39 @@ def test_an_idle_lane_of_too_many_gaps_keeps_the_longest():
     # The 8 us gap is kept (it is the longest), at its place: the last, [15.99, 15.998] ms.
     assert segs.start_ms[-1] == pytest.approx(15.99) and segs.end_ms[-1] == pytest.approx(15.998)
     assert segs.labels[-1] == "wait 0.008 ms"
+
+
+# --- seed 49 --------------------------------------------------------------------------------------
+
+def test_a_step_of_one_gemm_launch_has_that_launchs_blocks_per_launch():
+    """catches: GEMM blocks per launch left unknown unless a step launched two GEMMs or more
+    (``launches > 1``): a step of one 128-CTA GEMM launch has 128 blocks per launch; a step of
+    two (64 and 192 CTAs) has 128; a step with no GEMM has none (NaN)."""
+    from tracekit.analysis.steps.evidence import step_features
+
+    gemm = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn"
+    work = pd.DataFrame({"step": [0, 1, 1, 2], "name": [gemm, gemm, gemm, "vectorized_elementwise_kernel"],
+                         "ctas": [128, 64, 192, 40], "graph": [False] * 4})
+    f = step_features(work, 3)
+    assert f["gemm_launches"].tolist() == [1, 2, 0]
+    assert f["gemm_blocks"].tolist()[:2] == [128.0, 128.0] and np.isnan(f["gemm_blocks"].iloc[2])
+
+
+def test_a_kernel_of_no_duration_has_no_achieved_rate(tmp_path):
+    """catches: the achieved FLOP/s of a unit computed when its duration is 0 (``dur > -1``):
+    FLOPs over no time is inf, not a rate. A 1 x 64 x 64 matmul's kernel recorded as 0 us long
+    (the profiler's rounding of a sub-microsecond kernel) keeps its FLOPs, 2 x 64 x 64 = 8,192,
+    and has no achieved FLOP/s or bandwidth; the same kernel at 1 us has 8,192 / 1e-6."""
+    from kineto import Doc
+
+    rates = []
+    for dur in (0.0, 1.0):
+        d = Doc()
+        d.annotation("tracekit::decode", 5.0, 100.0)
+        ext = d.op("aten::mm", 10.0, 10.0, dims=[[1, 64], [64, 64]], types=["c10::BFloat16", "c10::BFloat16"])
+        d.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", 11.0, 20.0, dur, ext=ext)
+        w = analyze(read_trace(d.write(tmp_path / f"k{dur}.json"))).work
+        assert w["flops"].tolist() == [2 * 64 * 64]
+        rates.append((float(w["achieved_flops"].iloc[0]), float(w["achieved_bw"].iloc[0])))
+    assert np.isnan(rates[0][0]) and np.isnan(rates[0][1])
+    assert rates[1][0] == pytest.approx(8192 / 1e-6)
