@@ -203,3 +203,15 @@ def test_a_kernel_of_no_duration_has_no_achieved_rate(tmp_path):
         rates.append((float(w["achieved_flops"].iloc[0]), float(w["achieved_bw"].iloc[0])))
     assert np.isnan(rates[0][0]) and np.isnan(rates[0][1])
     assert rates[1][0] == pytest.approx(8192 / 1e-6)
+
+
+def test_a_split_steps_prefill_fraction_is_its_gpu_share_else_its_token_share():
+    """catches: a merge taking a split step's fraction again with one side's tokens dropped (``or``
+    as ``and``): a mixed step of no GPU time with 30 prefill and 10 decode tokens is 3/4
+    prefill, not 1; with GPU time, the GPU share decides (1.5 of 2 ms: 3/4 too, whatever the
+    tokens); with neither, half."""
+    from tracekit.analysis.steps.mixed import split_fraction
+
+    assert split_fraction({"prefill": {"gpu_ms": 0.0, "tokens": 30}, "decode": {"gpu_ms": 0.0, "tokens": 10}}) == 0.75
+    assert split_fraction({"prefill": {"gpu_ms": 1.5, "tokens": 1}, "decode": {"gpu_ms": 0.5, "tokens": 99}}) == 0.75
+    assert split_fraction({"prefill": {"gpu_ms": 0.0, "tokens": 0}, "decode": {"gpu_ms": 0.0, "tokens": 0}}) == 0.5

@@ -43,12 +43,12 @@ from tracekit.analysis.findings.advice import MIN_AT_STAKE, compiled, fusable_ru
 from tracekit.analysis.model import Analysis, Finding
 from tracekit.analysis.pricing.roofline import limiter
 from tracekit.analysis.steps.latency import latency, step_weights
-from tracekit.analysis.steps.mixed import phase_weights
+from tracekit.analysis.steps.mixed import phase_weights, split_fraction
 from tracekit.analysis.steps.segment import Segmentation
 from tracekit.analysis.tables import ROOF_TOLERANCE, TOP_KERNELS, estimates_by_name, short_name
 from tracekit.analysis.waiting.idle import CAUSES, TOP
 from tracekit.errors import TracekitError
-from tracekit.frameworks import DECODE, PREFILL, SOURCE_NONE, SOURCE_ORDER
+from tracekit.frameworks import SOURCE_NONE, SOURCE_ORDER
 
 _SUMS = ("dur_ns", "flops", "bytes", "units", "roof_x_dur", "known_dur")
 # Per-unit figures that are not sums: left out of the compact table (its rows are groups).
@@ -230,11 +230,7 @@ def _fold(acc: _Acc, a: Analysis, i: int) -> None:
     for j, (split, c, busy, phase) in enumerate(zip(s["split"], s["idle_by_cause"], s["gpu_busy_ns"],
                                                     s["phase"])):
         if split:
-            pre, dec = split.get(PREFILL) or {}, split.get(DECODE) or {}
-            total = (pre.get("gpu_ms") or 0.0) + (dec.get("gpu_ms") or 0.0)
-            tokens = (pre.get("tokens") or 0) + (dec.get("tokens") or 0)
-            frac[j] = (pre.get("gpu_ms") or 0.0) / total if total > 0 else \
-                (pre.get("tokens") or 0) / tokens if tokens else 0.5
+            frac[j] = split_fraction(split)
         if c:
             causes[j] = [int(round(float(c.get(k) or 0.0) * 1e6)) for k in CAUSES]
     acc.fraction.append(frac)

@@ -97,6 +97,18 @@ def split_mixed(steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray,
     return Split(share, fraction, by_step)
 
 
+def split_fraction(split: dict) -> float:
+    """A split step's prefill fraction again from its ``split`` entry (a merge of windows has
+    the entries, not the fractions): its prefill side's share of the step's GPU time, or, in
+    a step of no GPU time, of its tokens (as ``split_mixed`` takes it then)."""
+    pre, dec = split.get(PREFILL) or {}, split.get(DECODE) or {}
+    total = (pre.get("gpu_ms") or 0.0) + (dec.get("gpu_ms") or 0.0)
+    if total > 0:
+        return (pre.get("gpu_ms") or 0.0) / total
+    tokens = (pre.get("tokens") or 0) + (dec.get("tokens") or 0)
+    return (pre.get("tokens") or 0) / tokens if tokens else 0.5
+
+
 def _shares(pre: BatchSide | None, dec: BatchSide | None) -> tuple[float, float] | None:
     """(prefill share by tokens, prefill share of attention), or None when not stated."""
     if pre is None or dec is None or not pre.tokens or not dec.tokens:
