@@ -215,3 +215,25 @@ def test_a_split_steps_prefill_fraction_is_its_gpu_share_else_its_token_share():
     assert split_fraction({"prefill": {"gpu_ms": 0.0, "tokens": 30}, "decode": {"gpu_ms": 0.0, "tokens": 10}}) == 0.75
     assert split_fraction({"prefill": {"gpu_ms": 1.5, "tokens": 1}, "decode": {"gpu_ms": 0.5, "tokens": 99}}) == 0.75
     assert split_fraction({"prefill": {"gpu_ms": 0.0, "tokens": 0}, "decode": {"gpu_ms": 0.0, "tokens": 0}}) == 0.5
+
+
+def test_a_host_thread_of_a_trace_without_runtime_calls_still_names_its_ops(tmp_path):
+    """catches: the empty runtime table's row list built as ``np.zeros(-1)`` (a ValueError), so a
+    trace that recorded ops and kernels but no CUDA runtime calls (a profiler run with the CUDA
+    activity kinds only partly on) crashed wherever its threads are asked what they were doing.
+    One op, aten::mm over [10, 30] us, on the thread: at 15 us it is the op running."""
+    from kineto import PID, STREAM, TID, Doc
+
+    from tracekit.analysis.waiting.host import HostThread
+
+    d = Doc()
+    d.op("aten::mm", 10.0, 20.0)
+    d.events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": PID, "tid": STREAM, "ts": 20.0, "dur": 5.0,
+                     "args": {"device": 0, "stream": STREAM, "correlation": 1, "grid": [1, 1, 1], "block": [128, 1, 1]}})
+    t = read_trace(d.write(tmp_path / "no_runtime.json"))
+    assert len(t.runtime) == 0 and len(t.cpu_ops) == 1
+    th = HostThread(t, TID)
+    (row,) = th.ops_at(np.array([15_000]))
+    assert row == 0 and th.op_names(th.op_codes(np.array([row]))[0]) == ["aten::mm"]
+    assert th.ops_at(np.array([40_000])).tolist() == [-1]  # after the op: none
+    assert th.blocking_call(12_000, 18_000)[0] is None  # no synchronising call recorded
