@@ -237,3 +237,23 @@ def test_a_host_thread_of_a_trace_without_runtime_calls_still_names_its_ops(tmp_
     assert row == 0 and th.op_names(th.op_codes(np.array([row]))[0]) == ["aten::mm"]
     assert th.ops_at(np.array([40_000])).tolist() == [-1]  # after the op: none
     assert th.blocking_call(12_000, 18_000)[0] is None  # no synchronising call recorded
+
+
+def test_a_tail_gaps_idle_is_grouped_under_the_op_at_its_middle(tmp_path):
+    """catches: the gap's instant of reference taken as ``(a + b) + 2`` (past its end) instead of
+    its middle, so idle after a step's last kernel is filed under no op. By construction: the last
+    kernel ends at 325 us, the step at 400; aten::item (a synchronising op) runs [330, 395] on
+    the launching thread. Its 65 us are the tail's sync time; the other 10 us, unattributed, are
+    grouped under the op running at the gap's middle, 362.5 us: aten::item."""
+    from kineto import Doc
+
+    gemm = "ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn"
+    d = Doc()
+    d.annotation("tracekit::decode", 0.0, 400.0)
+    d.kernel(gemm, 8.0, 20.0, 5.0, ext=d.op("aten::mm", 5.0, 10.0))
+    d.op("aten::nonzero_static", 30.0, 270.0)
+    d.kernel(gemm, 308.0, 320.0, 5.0, ext=d.op("aten::mm", 305.0, 10.0))
+    d.op("aten::item", 330.0, 65.0)
+    rows = analyze(read_trace(d.write(tmp_path / "tail.json"))).phases["decode"]["idle_top"]
+    tail = [(r["cause"], r["op"], r["ms"]) for r in rows if r["op"] == "aten::item"]
+    assert sorted(tail) == [("sync", "aten::item", pytest.approx(0.065)), ("unattributed", "aten::item", pytest.approx(0.010))]
