@@ -447,8 +447,12 @@ def test_an_interrupted_batch_leaves_the_rows_it_finished(tmp_path, sig):
     d = _hung_dir(tmp_path)
     csv, js, page = tmp_path / "f.csv", tmp_path / "f.json", tmp_path / "f.html"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # The batch starts with Ctrl-C's default action, as from a terminal: a shell starts a
+    # background job (a CI step run with &) with SIGINT ignored, and a process that inherits an
+    # ignored SIGINT rightly keeps ignoring it, which would leave nothing to test here.
     proc = subprocess.Popen([sys.executable, "-m", "tracekit", "batch", str(d), "-j", "2", "-o", str(csv), "-o", str(js),
-                             "-o", str(page)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "-o", str(page)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         want = len(GOOD) + 1  # the good traces and the bad file; stuck.json never finishes
         deadline = time.monotonic() + 120
