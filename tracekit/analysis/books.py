@@ -30,6 +30,8 @@ import os
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.tables import ROOF_TOLERANCE
+
 STRICT_ENV = "TRACEKIT_STRICT_BOOKS"
 # Phase figures are float sums of weighted ms: equal to within rounding, not bit for bit.
 _REL = 1e-9
@@ -131,8 +133,6 @@ def check_roofs(phases: dict[str, dict], steps: pd.DataFrame, top_kernels: dict[
     """Figures shown above their roof (a phase's MFU or MBU, a step's MBU, a top kernel's or a
     roofline point's fraction of its roof): physically impossible, so never shown as fact; each
     is withheld where it is computed, and one that gets through is a tracekit bug."""
-    from tracekit.analysis.tables import ROOF_TOLERANCE
-
     limit = 1 + ROOF_TOLERANCE
     out: list[str] = []
     for p, v in phases.items():

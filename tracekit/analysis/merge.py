@@ -317,6 +317,7 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
     top = {p: _top_kernels(work, phase_weights(w_phase, w_share, p)) for p in phases}
     notes = books.enforce(books.check(steps, by_step, weights, phases, split_by_step, device_type)
                           + books.check_figures(phases, steps, overall, acc.outside["ms"], device_type)
+                          # the merged roofline's points are a window's own, checked in its analysis
                           + books.check_roofs(phases, steps, top, {}))
     metrics = metrics_of(lat, phases)
     metrics["unprofiled"] = a0.metrics.get("unprofiled")
