@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 # Every analysis the suite runs (in process or through the CLI's subprocesses) raises when
@@ -119,3 +120,36 @@ def bare_analysis(metrics=None, device=None):
                     workload=None, run_kind="inference", phase_source="tracekit markers",
                     steps=pd.DataFrame(columns=["phase", "tokens", "batch"]), work=pd.DataFrame(columns=work),
                     phases={}, metrics=metrics or {}, findings=[], provenance={})
+
+
+# The kernel of SGLang's overlap scheduler that waits (a stream wait on an event recorded before
+# the profile) on the previous batch, which the shared MI300X traces did not record.
+HELD_KERNEL = "resolve_future_token_ids"
+
+
+def unheld(trace):
+    """A copy of a trace whose ``HELD_KERNEL`` kernels have lost their launch (as a kernel whose
+    call the trace lacks): nothing then shows that the device held them back for unrecorded work
+    (``tracekit.analysis.steps.held``), so the synchronous copy queued behind them reads as a copy
+    that blocked the host while the GPU idled. A real trace with a one-off blocking copy, for the
+    sync cause, its advice and the plan's one-off idle."""
+    import dataclasses
+
+    k = trace.kernels
+    held = k["name"].astype(str).str.contains(HELD_KERNEL).to_numpy()
+    return dataclasses.replace(trace, kernels=k.assign(launch=np.where(held, -1, k["launch"].to_numpy())))
+
+
+def unheld_trace_path(key: str, folder: Path) -> Path:
+    """``unheld`` as a trace file in ``folder``: the ``HELD_KERNEL`` kernels' correlation ids match
+    no call."""
+    import gzip
+    import json
+
+    doc = json.loads(gzip.open(real_trace_path(key)).read())
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and HELD_KERNEL in e.get("name", ""):
+            e["args"]["correlation"] = -1
+    path = folder / f"unheld-{key}.json"
+    path.write_text(json.dumps(doc))
+    return path

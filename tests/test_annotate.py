@@ -123,7 +123,9 @@ def test_tracks_hold_the_reports_steps_and_idle(key, annotated):
         [(s["index"], s["phase"]) for s in report["steps"]]
     assert [e["name"] for e in steps] == [f"{s['phase']} step {s['index']}" for s in report["steps"]]
     for e, s in zip(steps, report["steps"]):
-        assert e["dur"] / 1e3 == pytest.approx(s["duration_ms"], abs=1e-3)
+        # The slice is the step's window: its duration and the other work in it.
+        assert e["dur"] / 1e3 == pytest.approx(s["duration_ms"] + s["unrecorded_ms"] + s["next_ms"], abs=1e-3)
+        assert e["args"]["unrecorded_ms"] == pytest.approx(s["unrecorded_ms"], abs=1e-6)
         assert (e["args"]["tokens"], e["args"]["batch"]) == (s["tokens"], s["batch"])
         assert e["args"]["busy_ms"] + e["args"]["idle_ms"] == pytest.approx(s["duration_ms"], abs=1e-6)
     # The step's window against the trace's own events: its slice lies within the span of the

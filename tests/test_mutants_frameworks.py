@@ -197,7 +197,8 @@ def test_vllm_new_cached_step_with_one_new_request_gets_its_prefill_tokens_from_
     assert steps["label"][1] == "execute_new_1_cached_2" and steps["phase"][1] == "mixed"
     assert steps["tokens"][1] == 12
     assert steps["prefill_side"][1] == BatchSide(requests=1, tokens=10)
-    assert steps["decode_side"][1] == BatchSide(requests=2, tokens=2)
+    # Its keys come from the run's history (steps.history): step 0's 12 prompt tokens and 2 new ones.
+    assert steps["decode_side"][1] == BatchSide(requests=2, tokens=2, kv_tokens=14)
 
 
 # --- seed 29 (r3fw) -----------------------------------------------------------------------

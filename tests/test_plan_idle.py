@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import read_real, real_trace_path
+from conftest import read_real, real_trace_path, unheld, unheld_trace_path
 
 from tracekit.analysis.analyze import analyze
 from tracekit.cli import main
@@ -25,9 +25,11 @@ NOT_SYNC = ("launch", "host", "wait", "unattributed")
 
 @pytest.fixture(scope="module")
 def serving_pair():
-    """The SGLang Qwen3-8B MI300X extend and decode traces, analysed with their model."""
+    """The SGLang Qwen3-8B MI300X extend and decode traces, analysed with their model, each with a
+    one-off copy that blocked the host (``conftest.unheld``: as recorded, the copies waited on the
+    previous batch, which is no part of the steps)."""
     model = load_model_option("qwen3-8b", None)
-    return model, [analyze(read_real(k), model=model) for k in ("mi300x_extend", "mi300x_decode")]
+    return model, [analyze(unheld(read_real(k)), model=model) for k in ("mi300x_extend", "mi300x_decode")]
 
 
 def _only(a, phase):
@@ -64,7 +66,7 @@ def test_the_note_and_json_name_the_left_out_idle(serving_pair, tmp_path):
     """Bug: the one-off copy is left out (or kept) in silence: the plan's notes and JSON must say
     how large it is, its cause and call, and that --keep-idle keeps it."""
     s = _only(serving_pair[1][1], "decode")
-    pre, dec = str(real_trace_path("mi300x_extend")), str(real_trace_path("mi300x_decode"))
+    pre, dec = (str(unheld_trace_path(k, tmp_path)) for k in ("mi300x_extend", "mi300x_decode"))
     args = ["plan", pre, dec, "--model", "qwen3-8b", "--isl", "2048", "--osl", "256", "--rate", "2",
             "--ttft-slo", "2s", "--tpot-slo", "50ms"]
     out = {}

@@ -37,8 +37,8 @@ IDS = ("correlation", "External id", "Python id", "Python parent id")
 
 # Paths (list indices written []) whose figure is a total over the run's steps or work.
 DOUBLED = [re.compile(p) for p in (
-    r"^\.phases\.\w+\.(steps|mixed_steps|time_ms|gpu_time_ms|gpu_busy_ms|gpu_idle_ms|kernel_ms|kernels|flops|bytes"
-    r"|bytes_estimate)$",
+    r"^\.phases\.\w+\.(steps|mixed_steps|time_ms|gpu_time_ms|gpu_busy_ms|gpu_idle_ms|previous_ms|unrecorded_ms|next_ms"
+    r"|kernel_ms|kernels|flops|bytes|bytes_estimate)$",
     r"^\.phases\.\w+\.(by_bound|by_limiter|by_category|cost_source_ms|idle_by_cause)\.[^.]+$",
     r"^\.phases\.\w+\.by_category_bound\.[^.]+\.[^.]+$",
     r"^\.phases\.\w+\.idle_top\[\]\.(ms|count)$",

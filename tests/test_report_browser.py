@@ -545,3 +545,49 @@ if __name__ == "__main__":
     print(json.dumps({k: v for k, v in result.__dict__.items()}, indent=1))
     print("errors:", result.errors)
     print("foreign requests:", result.foreign_requests)
+
+
+# --- pages that fit (issue 44, item 9) ----------------------------------------------------------
+
+
+@needs_browser
+def test_compare_op_column_holds_one_line(browser, tmp_path):
+    """Bug: the compare page's "Op" column wrapped a graph-replayed kernel family (190
+    characters) into ~12 lines; each op is one line now, the whole name on hover."""
+    from conftest import real_trace_path
+    from click.testing import CliRunner
+    from tracekit.cli import main
+
+    page = tmp_path / "compare.html"
+    r = CliRunner().invoke(main, ["compare", str(real_trace_path("b300_qwen3_moe")),
+                                  str(real_trace_path("mi300x_qwen3_moe")), "-o", str(page)])
+    assert r.exit_code == 0, r.output
+    # The name's own height (the row's grows with the kernel columns beside it), against one line.
+    probe = ("Array.from(document.querySelectorAll('td.op')).map(td => [td.querySelector('code')"
+             ".getBoundingClientRect().height, parseFloat(getComputedStyle(td).lineHeight), td.title.length])")
+    run = browser.open(page, screenshot=_shots(tmp_path) / "compare-ops.png", evaluate={"ops": probe})
+    ops = run.evaluated["ops"]
+    assert ops and all(height < 1.5 * line for height, line, _ in ops), ops
+    assert max(title for _, _, title in ops) > 100  # the long names are there, in full, on hover
+
+
+@needs_browser
+def test_fleet_table_fits_a_1400_px_window(browser, tmp_path):
+    """Bug: the fleet table was 2,076 px wide in a 1,314 px box at a 1,400 px window, its right
+    columns (tokens/s, MFU, MBU, idle, the top finding) cut off behind a scrollbar below the rows."""
+    from conftest import real_trace_path
+    from click.testing import CliRunner
+    from tracekit.cli import main
+
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not a trace")
+    page = tmp_path / "fleet.html"
+    paths = [str(SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"), str(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz"),
+             *(str(real_trace_path(k)) for k in ("b300_moe", "mi300x_decode", "rtx4080_nanovllm")), str(bad)]
+    r = CliRunner().invoke(main, ["batch", *paths, "-j", "1", "-o", str(page)])
+    assert r.exit_code == 1, r.output  # the row of notes.txt is an error, and the table is written
+    probe = "(() => { const t = document.getElementById('tk-fleet'); return [t.scrollWidth, t.parentElement.clientWidth]; })()"
+    run = browser.open(page, width=1400, screenshot=_shots(tmp_path) / "fleet.png", evaluate={"fit": probe})
+    table, box = run.evaluated["fit"]
+    assert table <= box, f"the table is {table} px wide in a {box} px box"
+    assert run.errors == []

@@ -76,8 +76,11 @@ def union_us(start: np.ndarray, end: np.ndarray) -> float:
 
 
 def step_start(step: dict, t0: float) -> float:
-    """Raw time of a step's start: its duration runs to the later of its CPU end and its last GPU end."""
-    return t0 + (max(step["cpu_end_ms"], step["gpu_end_ms"]) - step["duration_ms"]) * 1e3
+    """Raw time of a step's start: its window runs to the later of its CPU end and its last GPU end,
+    and holds its duration and the GPU's time on other work (unrecorded work its work waited on,
+    the next step's work)."""
+    window = step["duration_ms"] + step["unrecorded_ms"] + step["next_ms"]
+    return t0 + (max(step["cpu_end_ms"], step["gpu_end_ms"]) - window) * 1e3
 
 
 _CASES: dict = {}

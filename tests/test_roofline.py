@@ -65,8 +65,10 @@ def test_sglang_decode_is_not_compute_bound():
     a = analyze(read_real("mi300x_decode"))
     dec = a.phases["decode"]
     assert dec["by_bound"]["compute"] < 0.05 * dec["kernel_ms"]
-    # The GPU idles most of the step, blocked by a host copy (tests/test_idle.py), not by launches.
-    assert dec["idle_share"] > 0.5
+    # The step's host copy waited on the previous batch, which the profile did not record
+    # (tests/test_held.py): that time is the step's unrecorded work, not its idle, and the GPU
+    # idles little of what is left; nor is that idle blamed on launches.
+    assert dec["unrecorded_ms"] > 400 and dec["idle_share"] < 0.1
     assert not any(f.id == "launch-bound" for f in a.findings)
 
 

@@ -35,7 +35,10 @@ def test_every_real_trace_segments(key):
             # fails if busy counts work outside the step, or idle leaves out the lead-in
             # before the first kernel or the tail after the last (the old "GPU window" idle).
             assert st.end_ns == max(st.cpu_end_ns, st.gpu_end_ns) and st.begin_ns >= st.cpu_start_ns
-            assert st.duration_ns == st.end_ns - st.begin_ns
+            # The window less the device's time on unrecorded work the step's work waited on
+            # (steps.held): no recorded work runs then, so busy is unchanged.
+            assert st.duration_ns == st.end_ns - st.begin_ns - st.unrecorded_ns - st.next_ns
+            assert st.previous_ns == st.begin_ns - st.cpu_start_ns
             assert st.gpu_busy_ns == _union(mine["start_ns"], mine["end_ns"], st.begin_ns, st.end_ns)
             assert st.gpu_idle_ns == st.duration_ns - st.gpu_busy_ns >= 0
     # A unit takes its step's phase; one outside every step is in no phase (not "unknown", which

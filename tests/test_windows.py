@@ -129,11 +129,13 @@ def test_split_refuses_to_replace_windows_without_force(tmp_path):
 _EVENT = b'{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}'
 
 
+# A file that is not a trace gets the reader's sentence (issue 44: "tracekit report reads it
+# whole" sent its user to a second refusal).
 @pytest.mark.parametrize("content, words", [
-    (b"not json at all", "cannot be split"),
-    (b'{"traceEvents": 5}', "cannot be split"),
+    (b"not json at all", "is not JSON"),
+    (b'{"traceEvents": 5}', "is not a valid trace"),
     # Found by the fuzz campaign: a flipped byte in a top-level key's value.
-    (b'{"traceName": "\xff\xfe", "traceEvents": [' + _EVENT + b"]}", "cannot be split"),
+    (b'{"traceName": "\xff\xfe", "traceEvents": [' + _EVENT + b"]}", "is not valid JSON"),
 ])
 def test_split_bad_input_is_one_sentence(tmp_path, content, words):
     bad = tmp_path / "bad.json.gz"

@@ -18,3 +18,23 @@ class TracekitError(Exception):
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.message
+
+
+def close_matches(typed: str, candidates, n: int = 4) -> list[str]:
+    """What a mistyped name may have meant, for "did you mean": ``candidates`` are
+    ``(text, label)`` pairs, texts folded as ``typed`` is, and several texts may carry one label
+    (a key, its display name, its aliases). Names that begin with what was typed, then names
+    that contain it (``qwen3-30b`` is the start of ``qwen3-30b-a3b``: a name cut short, which a
+    spelling measure would rank below the shorter ``qwen3-32b``); only when there are none,
+    names a few letters away. Each label once, at most ``n``."""
+    import difflib
+
+    if not typed:
+        return []
+    pairs = list(candidates)
+    ranked = ([label for text, label in pairs if text.startswith(typed)]
+              + [label for text, label in pairs if typed in text])
+    if not ranked:
+        near = difflib.get_close_matches(typed, list(dict.fromkeys(t for t, _ in pairs)), n=n, cutoff=0.6)
+        ranked = [label for text in near for t, label in pairs if t == text]
+    return list(dict.fromkeys(ranked))[:n]

@@ -16,21 +16,20 @@ import numpy as np
 import pandas as pd
 
 from tracekit import __version__
-from tracekit.analysis import books, categorical, truncation
+from tracekit.analysis import books, categorical, measurement, truncation
 from tracekit.analysis.figures import PHASE_ORDER, figures_of, metrics_of, provenance_of, unprofiled, withhold
 from tracekit.analysis.findings import rules as find
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.pricing import stated_weights
 from tracekit.analysis.pricing.attribution import attribute
 from tracekit.analysis.pricing.ceilings import check_ceilings
-from tracekit.analysis.pricing.roofline import BOUNDS, combined_estimate
+from tracekit.analysis.pricing.roofline import BOUNDS, above_roof, combined_estimate
 from tracekit.analysis.ranks import rank_view
 from tracekit.analysis.steps.latency import latency, step_weights
-from tracekit.analysis.steps.mixed import split_mixed
-from tracekit.analysis.steps.segment import Segmentation, segment
+from tracekit.analysis.steps.mixed import passenger_units, passenger_view, split_mixed
+from tracekit.analysis.steps.segment import DECODE, Segmentation, segment
 from tracekit.analysis.steps.timeline import timelines
-from tracekit.analysis.tables import (ROOF_TOLERANCE, TOP_KERNELS, kernel_table, overall_of, phase_work,
-                                      roofline_points, short_name)
+from tracekit.analysis.tables import TOP_KERNELS, kernel_table, overall_of, phase_work, roofline_points, short_name
 from tracekit.analysis.waiting.idle import IdleCauses, idle_causes
 from tracekit.analysis.workload import (choose_model, choose_tp, describe_device, describe_model, describe_workload,
                                         device_spec)
@@ -116,7 +115,7 @@ def measure(trace: Trace, *, gpu=None, spec_file=None, cpu_matmul_flops=None, cp
     work = pd.concat([seg.work.reset_index(drop=True), attr.table.reset_index(drop=True)], axis=1)
     priced = attr.model_costs is not None and not attr.model_costs.withheld
     split = split_mixed(seg.steps, work, work["category"].to_numpy(),
-                        attr.model_costs.prefill_share if priced else None)
+                        attr.model_costs.prefill_share if priced else None, attr.alone)
     work["prefill_share"] = split.prefill_share
     model_view = describe_model(spec_model, model_how, tp_value, tp_how, costs, attr.model_costs, model)
     if model_view is not None:
@@ -132,27 +131,33 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
     """Every figure, table and finding of ``parts`` priced against ``match``'s spec row.
     ``device_name`` replaces the trace's device (a projection onto another GPU)."""
     seg, work, split, idle = parts.seg, parts.work, parts.split, parts.idle
+    # Units of the steps whose decode side is a passenger of their prefill chunk (steps.mixed),
+    # by this split: a projection's retimed split may decide otherwise than the measured one.
+    work["passenger"] = passenger_units(split, work["step"].to_numpy())
     launch_ns = idle.by_step[:, 1] if len(seg.steps) else None
     lat = latency(seg, split.step_prefill_fraction, launch_ns)
     spec = match.spec
     by_phase = {p: phase_work(work, p) for p in PHASE_ORDER if p in lat.phases}
-    phases = {p: figures_of(p, w, lat.phases[p], spec) for p, w in by_phase.items()}
     weights = step_weights(seg.steps, split.step_prefill_fraction)
+    passengers = passenger_view(seg.steps.assign(split=[split.by_step.get(i) for i in range(len(seg.steps))]),
+                                weights[DECODE])
+    phases = {p: figures_of(p, w, lat.phases[p], spec, passengers if p == DECODE else None)
+              for p, w in by_phase.items()}
     for p, v in phases.items():
         v["idle_by_cause"] = idle.phase_causes(weights[p])
         v["idle_top"] = idle.top(weights[p], v["time_ms"], work)
     steps = _steps_with_attribution(seg.steps, work, spec, split.by_step, idle)
-    overall = overall_of(work)
+    overall = overall_of(work, spec)
     # The identities every analysis satisfies (analysis.books); a violation is a tracekit bug.
     outside_ms = float(work["dur_ns"].to_numpy()[work["step"].to_numpy() < 0].sum()) / 1e6
-    top_kernels = {p: kernel_table(w, TOP_KERNELS) for p, w in by_phase.items()}
+    top_kernels = {p: kernel_table(w, TOP_KERNELS, spec) for p, w in by_phase.items()}
     roofline = {p: roofline_points(w, spec, phases[p], parts.ops) for p, w in by_phase.items()}
     books_notes = books.enforce(books.check(seg.steps, idle.by_step, weights, phases, split.by_step, seg.device_type)
                                 + books.check_figures(phases, steps, overall, outside_ms, seg.device_type)
-                                + books.check_roofs(phases, steps, top_kernels, roofline))
+                                + books.check_roofs(phases, steps, top_kernels, roofline, spec))
     withhold(phases, by_phase, (parts.model_view or {}).get("withheld"))
     metrics = metrics_of(lat, phases)
-    metrics["unprofiled"] = unprofiled(trace)
+    metrics["unprofiled"] = unprofiled(trace, metrics)
     device = describe_device(trace, seg.device_type, match)
     if device_name is not None:
         device["name"] = device_name
@@ -193,6 +198,7 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
         timelines=timelines(trace, seg.steps, work, idle, lambda n: short_name(n, 70), seg.device_type)
         if with_timelines else [],
         truncated=truncation.view(trace),
+        measurement=measurement.quality(trace.sidecar, parts.ceilings_note),
     )
     # Ranks are measured, never projected: a projection onto another GPU has none.
     ranks = rank_view(trace, seg, work["category"].to_numpy(dtype=object)) if device_name is None else None
@@ -236,7 +242,7 @@ def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split
     secs = out["duration_ns"].to_numpy() / 1e9
     mbu = np.where((secs > 0) & bool(bw), out["bytes"].to_numpy() / np.where(secs > 0, secs, 1) / (bw or 1), np.nan)
     # Above the bandwidth roof is not a fact (bytes counted twice, or served from caches): none shown.
-    out["mbu"] = np.where(mbu > 1 + ROOF_TOLERANCE, np.nan, mbu)
+    out["mbu"] = np.where(above_roof(mbu), np.nan, mbu)
     # What each step's bytes (and MBU) are, as per phase (``combined_estimate``): only steps
     # holding estimated units need the per-step pass.
     out["mbu_estimate"] = None

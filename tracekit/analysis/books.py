@@ -1,6 +1,10 @@
 """One set of books: the identities every analysis must satisfy, checked on every analysis.
 
 - Per step: duration = GPU busy + GPU idle (integer nanoseconds, exactly), none negative.
+- Per step: from its CPU start to its end is its duration plus the time the device spent on
+  other work (``previous_ns``, the previous step's; ``unrecorded_ns``, work the trace did not
+  record that the step's work waited on; ``next_ns``, the next step's), none negative: that
+  time is never its idle.
 - Per step of a GPU trace: its idle causes sum to its idle time (exactly).
 - Per step: its weights in the phases sum to 1 (a split mixed step's prefill and decode
   parts sum to the step), so the phases sum to the run.
@@ -15,7 +19,9 @@
   Two paths compute each side (per-step sums of the work table; per-phase weighted tables), so a
   unit lost or counted twice by either shows here.
 - No figure shown is above its roof (``check_roofs``): an MFU, MBU or roof fraction over 100%
-  (beyond timing noise) is withheld where it is computed.
+  (beyond timing noise), a top kernel's achieved FLOP/s or bytes/s over the peaks, a roofline
+  point over its roof, is withheld where it is computed; so is a comparison's fraction of each
+  run's own roof (``check_compare_roofs``, on every comparison).
 
 A violation is a bug in tracekit, not in the trace. ``check`` returns the violations as
 sentences; ``enforce`` raises them when ``STRICT_ENV`` is set (the test suite and the fuzz
@@ -30,7 +36,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.tables import ROOF_TOLERANCE
+from tracekit.analysis.pricing.roofline import above_roof
 
 STRICT_ENV = "TRACEKIT_STRICT_BOOKS"
 # Phase figures are float sums of weighted ms: equal to within rounding, not bit for bit.
@@ -54,6 +60,14 @@ def check(steps: pd.DataFrame, idle_by_step: np.ndarray | None, weights: dict[st
     idle = steps["gpu_idle_ns"].to_numpy()
     _rows(out, (busy < 0) | (idle < 0) | (dur < 0), steps, "negative busy, idle or duration")
     _rows(out, dur != busy + idle, steps, "duration is not GPU busy + GPU idle")
+    if "unrecorded_ns" in steps:
+        # The time a step's window held beyond its duration is named: the previous step's work
+        # after its CPU start, and work the trace did not record that its work waited on.
+        terms = [steps[c].to_numpy() for c in ("previous_ns", "unrecorded_ns", "next_ns")]
+        span = steps["end_ns"].to_numpy() - steps["cpu_start_ns"].to_numpy()
+        _rows(out, np.any([t < 0 for t in terms], axis=0), steps, "negative time on other work")
+        _rows(out, span != dur + sum(terms), steps,
+              "CPU start to end is not duration + the previous step's, unrecorded and the next step's work")
     if device_type == "gpu" and idle_by_step is not None and len(idle_by_step) == len(steps):
         _rows(out, idle_by_step.sum(axis=1) != idle, steps, "idle causes do not sum to the idle time")
     total_w = np.sum([w for w in weights.values()], axis=0) if weights else np.zeros(len(steps))
@@ -129,24 +143,52 @@ def check_figures(phases: dict[str, dict], steps: pd.DataFrame, overall: dict, o
 
 
 def check_roofs(phases: dict[str, dict], steps: pd.DataFrame, top_kernels: dict[str, list],
-                roofline: dict[str, dict]) -> list[str]:
-    """Figures shown above their roof (a phase's MFU or MBU, a step's MBU, a top kernel's or a
-    roofline point's fraction of its roof): physically impossible, so never shown as fact; each
-    is withheld where it is computed, and one that gets through is a tracekit bug."""
-    limit = 1 + ROOF_TOLERANCE
+                roofline: dict[str, dict], spec=None) -> list[str]:
+    """Figures shown above their roof (a phase's MFU or MBU, a step's MBU, a top kernel's roof
+    fraction or achieved FLOP/s or bytes/s over the device's peaks, a roofline point's fraction
+    or achieved FLOP/s over its roof): physically impossible, so never shown as fact; each is
+    withheld where it is computed (``roofline.above_roof``), and one that gets through is a
+    tracekit bug."""
     out: list[str] = []
     for p, v in phases.items():
         for k in ("mfu", "mbu"):
-            if v.get(k) is not None and v[k] > limit:
+            if above_roof(v.get(k)):
                 out.append(f"phase {p}: its {k.upper()} {v[k]:.3g} is above its roof")
-    if len(steps) and "mbu" in steps and (steps["mbu"].to_numpy(dtype=float) > limit).any():
+    if len(steps) and "mbu" in steps and above_roof(steps["mbu"].to_numpy(dtype=float)).any():
         out.append("a step's MBU is above the peak bandwidth")
+    bw = spec.peak_bandwidth if spec is not None else None
+    peaks = [f for unit in (spec.matrix_flops, spec.vector_flops) for f in unit.values()] if spec is not None else []
     for p, rows in top_kernels.items():
-        if any(r.get("roof_fraction") is not None and r["roof_fraction"] > limit for r in rows):
+        if any(above_roof(r.get("roof_fraction")) for r in rows):
             out.append(f"phase {p}: a top kernel's roof fraction is above its roof")
+        if bw and any(above_roof(r["achieved_gbps"] * 1e9 / bw) for r in rows if r.get("achieved_gbps") is not None):
+            out.append(f"phase {p}: a top kernel's achieved bandwidth is above the peak bandwidth")
+        if peaks and any(above_roof(r["achieved_tflops"] * 1e12 / max(peaks)) for r in rows
+                         if r.get("achieved_tflops") is not None):
+            out.append(f"phase {p}: a top kernel's achieved FLOP/s is above every compute peak")
     for p, r in roofline.items():
-        if any(x.get("roof_fraction") is not None and x["roof_fraction"] > limit for x in r.get("points") or []):
+        points = r.get("points") or []
+        if any(above_roof(x.get("roof_fraction")) for x in points):
             out.append(f"phase {p}: a roofline point's fraction is above its roof")
+        if any(above_roof(x["achieved_flops"] / x["roof_flops"]) for x in points
+               if x.get("achieved_flops") is not None and x.get("roof_flops")):
+            out.append(f"phase {p}: a roofline point is drawn above its roof")
+    return out
+
+
+def check_compare_roofs(phases: dict[str, dict], kernels: dict[str, dict]) -> list[str]:
+    """A comparison's fractions of each run's own roof shown above it (a category's, a kernel
+    group's): withheld where compare computes them (``tables.group_roof``)."""
+    out: list[str] = []
+    for p, v in phases.items():
+        for side, shares in (v.get("roof") or {}).items():
+            if side in ("before", "after") and any(above_roof(x) for x in shares.values()):
+                out.append(f"phase {p}: a category's fraction of the {side} run's roof is above it")
+    for p, k in kernels.items():
+        rows = [*k.get("movers", []), *k.get("new", []), *k.get("vanished", []),
+                *(r for c in k.get("categories", []) for r in c.get("top", []))]
+        if any(above_roof(r.get(f"{side}_roof")) for r in rows for side in ("before", "after")):
+            out.append(f"phase {p}: a kernel group's fraction of its run's roof is above it")
     return out
 
 

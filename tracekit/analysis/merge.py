@@ -36,19 +36,18 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import books
-from tracekit.analysis.figures import metrics_of, phase_figures, phase_reasons
+from tracekit.analysis import books, measurement
+from tracekit.analysis.figures import metrics_of, phase_figures, phase_reasons, profiler_ratios
 from tracekit.analysis.findings import rules as find
 from tracekit.analysis.findings.advice import MIN_AT_STAKE, compiled, fusable_runs, fusion_finding
 from tracekit.analysis.model import Analysis, Finding
-from tracekit.analysis.pricing.roofline import limiter
 from tracekit.analysis.steps.latency import latency, step_weights
-from tracekit.analysis.steps.mixed import phase_weights, split_fraction
+from tracekit.analysis.steps.mixed import passenger_view, phase_weights, split_fraction
 from tracekit.analysis.steps.segment import Segmentation
-from tracekit.analysis.tables import ROOF_TOLERANCE, TOP_KERNELS, estimates_by_name, short_name
+from tracekit.analysis.tables import TOP_KERNELS, estimates_by_name, kernel_row, roof_sums
 from tracekit.analysis.waiting.idle import CAUSES, TOP
 from tracekit.errors import TracekitError
-from tracekit.frameworks import SOURCE_NONE, SOURCE_ORDER
+from tracekit.frameworks import DECODE, SOURCE_NONE, SOURCE_ORDER
 
 _SUMS = ("dur_ns", "flops", "bytes", "units", "roof_x_dur", "known_dur")
 # Per-unit figures that are not sums: left out of the compact table (its rows are groups).
@@ -118,7 +117,7 @@ def _as_work(c: pd.DataFrame) -> pd.DataFrame:
     return w
 
 
-def _top_kernels(w: pd.DataFrame, weight: np.ndarray | None = None) -> list[dict[str, Any]]:
+def _top_kernels(w: pd.DataFrame, weight: np.ndarray | None = None, spec=None) -> list[dict[str, Any]]:
     """``analyze``'s top-kernel rows from compact rows (calls are the units summed; a name's
     bound, limiter, cost source and peak note its most common, by units)."""
     if weight is not None:
@@ -133,6 +132,9 @@ def _top_kernels(w: pd.DataFrame, weight: np.ndarray | None = None) -> list[dict
     w = w.assign(name=w["name"].astype(str))
     total = w["dur_ns"].sum()
     g = w.groupby("name")
+    # A compact row's units all have a roof fraction or none (``has_roof`` is a key), so its
+    # ``roof_fraction`` x ``dur_ns`` is its ``roof_x_dur``: the units' sums, as ``analyze`` takes them.
+    sums = {k: pd.Series(v, index=w.index).groupby(w["name"]).sum() for k, v in roof_sums(w).items()}
     table = pd.DataFrame({
         "calls": g["units"].sum(),
         "total_ns": g["dur_ns"].sum(),
@@ -144,28 +146,9 @@ def _top_kernels(w: pd.DataFrame, weight: np.ndarray | None = None) -> list[dict
         "cost_source": _mode(w, "cost_source"),
         "peak_note": _mode(w, "peak_note") if "peak_note" in w else None,
         "estimate": estimates_by_name(w),  # compact rows keep the estimate as a key, bytes summed
-        "roof_x_dur": g["roof_x_dur"].sum(),
-        "known_dur": g["known_dur"].sum(),
+        **sums,
     }).sort_values("total_ns", ascending=False, kind="stable").head(TOP_KERNELS)
-    rows = []
-    for name, r in table.iterrows():
-        secs = r["total_ns"] / 1e9
-        roof = (r["roof_x_dur"] / r["known_dur"]) if r["known_dur"] else None
-        if roof is not None and roof > 1 + ROOF_TOLERANCE:
-            roof = None
-        row_limiter = str(limiter([r["bound"]], [roof])[0]) if roof is not None else r["limiter"]
-        rows.append({
-            "name": str(name), "short_name": short_name(str(name)), "category": r["category"],
-            "calls": int(round(r["calls"])), "total_ms": r["total_ns"] / 1e6,
-            "mean_us": r["total_ns"] / r["calls"] / 1e3, "share": r["total_ns"] / total if total else None,
-            "bound": r["bound"], "limiter": row_limiter, "cost_source": r["cost_source"],
-            "peak_note": r["peak_note"] if isinstance(r["peak_note"], str) else None,
-            "estimate": r["estimate"] if isinstance(r["estimate"], str) else None,
-            "achieved_tflops": (r["flops"] / secs / 1e12) if secs and pd.notna(r["flops"]) else None,
-            "achieved_gbps": (r["bytes"] / secs / 1e9) if secs and pd.notna(r["bytes"]) else None,
-            "roof_fraction": roof,
-        })
-    return rows
+    return [kernel_row(name, r, total, spec) for name, r in table.iterrows()]
 
 
 def _mode(w: pd.DataFrame, col: str) -> pd.Series:
@@ -293,8 +276,8 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
     seg = Segmentation(run_kind, device_type, work, steps, source, list(acc.notes))
     lat = latency(seg, fraction, by_step[:, 1] if len(steps) else None)
     withheld = (a0.model or {}).get("withheld")
-    phases = phase_figures(work, lat, spec, withheld)
     weights = step_weights(steps, fraction)
+    phases = phase_figures(work, lat, spec, withheld, passenger_view(steps, weights[DECODE]))
     units = work["units"].to_numpy(dtype=float)
     for p, v in phases.items():
         keep = phase_weights(work["phase"].to_numpy(), work["prefill_share"].to_numpy(dtype=float), p) > 0
@@ -311,16 +294,16 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
     overall = {"kernel_ms": overall_ms, "kernels": int(round(units.sum())),
                "by_category": {str(k): float(v) for k, v in by_cat.items()},
                "by_category_share": {str(k): (float(v) / overall_ms if overall_ms else None) for k, v in by_cat.items()},
-               "top_kernels": _top_kernels(work)}
+               "top_kernels": _top_kernels(work, spec=spec)}
     w_phase = work["phase"].to_numpy()
     w_share = work["prefill_share"].to_numpy(dtype=float)
-    top = {p: _top_kernels(work, phase_weights(w_phase, w_share, p)) for p in phases}
+    top = {p: _top_kernels(work, phase_weights(w_phase, w_share, p), spec) for p in phases}
     notes = books.enforce(books.check(steps, by_step, weights, phases, split_by_step, device_type)
                           + books.check_figures(phases, steps, overall, acc.outside["ms"], device_type)
                           # the merged roofline's points are a window's own, checked in its analysis
-                          + books.check_roofs(phases, steps, top, {}))
+                          + books.check_roofs(phases, steps, top, {}, spec))
     metrics = metrics_of(lat, phases)
-    metrics["unprofiled"] = a0.metrics.get("unprofiled")
+    metrics["unprofiled"] = profiler_ratios(a0.metrics.get("unprofiled"), metrics)
     k = len(acc.windows)
     roofline, taken = {}, {}
     for p in phases:
@@ -378,11 +361,11 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
         work=work, phases=phases, metrics=metrics, findings=[], provenance={k2: v for k2, v in prov.items()
                                                                           if k2 != "phase_source"},
         top_kernels=top, roofline=roofline, overall=overall, model=a0.model, timelines=timelines,
-        truncated=acc.truncated,
+        truncated=acc.truncated, measurement=a0.measurement,
     )
     # The fusion advice reads the units' order, which the sums do not keep (each compact row is
     # its own step, so ``advice`` finds no chain in them): from the windows' chains instead.
-    merged.findings = _place(find.findings(merged), _fusion(merged, acc))
+    merged.findings = measurement.mark(_place(find.findings(merged), _fusion(merged, acc)), merged.measurement)
     return merged
 
 

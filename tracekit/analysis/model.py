@@ -26,10 +26,12 @@ class Finding:
     # Advice: what to try, and the time it could save (ms over the trace's steps of the phase).
     action: str | None = None
     at_stake_ms: float | None = None
+    # Why the time at stake is not a fact on this run (analysis.measurement), or None.
+    at_stake_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "text": self.text, "severity": self.severity, "phase": self.phase,
-                "action": self.action, "at_stake_ms": self.at_stake_ms}
+                "action": self.action, "at_stake_ms": self.at_stake_ms, "at_stake_note": self.at_stake_note}
 
 
 @dataclass
@@ -63,6 +65,9 @@ class Analysis:
     # A trace cut off mid-write (analysis.truncation.view): what survived, the headline
     # sentence, why the step figures are partial; None for a whole file.
     truncated: dict[str, Any] | None = None
+    # How far a collected run's own measurements can be trusted (analysis.measurement): a busy
+    # machine, unreliable ceilings; None for a trace without a collect sidecar.
+    measurement: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(
@@ -71,6 +76,7 @@ class Analysis:
                 "source": self.source,
                 "device": self.device,
                 "truncated": self.truncated,
+                "measurement": self.measurement,
                 "workload": self.workload,
                 "run_kind": self.run_kind,
                 "steps": _steps(self.steps),
@@ -108,6 +114,12 @@ def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
                 "duration_ms": r.duration_ns / 1e6,
                 "gpu_busy_ms": r.gpu_busy_ns / 1e6,
                 "gpu_idle_ms": r.gpu_idle_ns / 1e6,
+                # Out of its duration: the GPU still on the previous step's work after its CPU start,
+                # on work the trace did not record that its work waited on (steps.held), and on the
+                # next step's work alone before its end.
+                "previous_ms": getattr(r, "previous_ns", 0) / 1e6,
+                "unrecorded_ms": getattr(r, "unrecorded_ns", 0) / 1e6,
+                "next_ms": getattr(r, "next_ns", 0) / 1e6,
                 "launch_gap_ms": r.launch_gap_ns / 1e6,
                 # GPU idle inside the step by cause (analysis.waiting.idle), ms.
                 "idle_by_cause": getattr(r, "idle_by_cause", None),
@@ -121,6 +133,9 @@ def _steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
                 "batch_source": getattr(r, "batch_source", None),
                 "batch_confidence": _float(getattr(r, "batch_confidence", None)),
                 "kv_tokens": None if pd.isna(getattr(r, "kv_tokens", None)) else int(r.kv_tokens),
+                # Where the keys came from (the annotation, or the run's history: steps.history) and how sure.
+                "kv_tokens_source": getattr(r, "kv_tokens_source", None),
+                "kv_tokens_confidence": _float(getattr(r, "kv_tokens_confidence", None)),
                 "phase_confidence": _float(getattr(r, "phase_confidence", None)),
                 "graph_replay": bool(r.graph_replay),
                 # The batch of each phase as the step's annotation states it (None: not stated).

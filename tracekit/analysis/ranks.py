@@ -84,7 +84,9 @@ def rank_view(trace: Trace, seg: Segmentation, category: np.ndarray | None = Non
     if len(present) < 2 and not (world and world > 1):
         return None
     if len(present) < 2:
-        rank = present[0] if present else int((trace.distributed or {}).get("rank", 0))
+        # distributedInfo is untrusted: a rank that is not a whole number ("", "x") counts as unstated.
+        stated = (trace.distributed or {}).get("rank")
+        rank = present[0] if present else stated if isinstance(stated, int) and not isinstance(stated, bool) else 0
         ranks = [_measure(trace, seg, rank, category)]
     else:
         ranks = []

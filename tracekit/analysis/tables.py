@@ -15,15 +15,13 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import categorical
-from tracekit.analysis.pricing.roofline import combined_estimate, limiter
+from tracekit.analysis.pricing.roofline import BELOW_ROOF, combined_estimate, limiter, roof_withheld
 from tracekit.analysis.steps.mixed import phase_weights
 from tracekit.specs.model import normalise_dtype
 from tracekit.trace.model import op_shapes
 
 TOP_KERNELS = 15  # rows per phase in the report tables
 ROOFLINE_POINTS = 40  # op groups per phase on the roofline chart
-# A roof fraction above 1 by more than timing noise is not shown as fact.
-ROOF_TOLERANCE = 0.02
 
 
 def _phase_work(work: pd.DataFrame, phase: str) -> pd.DataFrame:
@@ -80,20 +78,107 @@ def phase_work(work: pd.DataFrame, phase: str) -> pd.DataFrame:
     return _phase_work(work, phase)
 
 
-def kernel_table(w: pd.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
-    """The ``top_kernels`` rows of work table ``w``, every kernel name by default (the report keeps 15)."""
-    return _top_kernels(w, top)
+def kernel_table(w: pd.DataFrame, top: int | None = None, spec=None) -> list[dict[str, Any]]:
+    """The ``top_kernels`` rows of work table ``w``, every kernel name by default (the report keeps 15);
+    ``spec`` (the device's) says why a row above its roof is (its cache size and peak basis)."""
+    return _top_kernels(w, top, spec)
 
 
-def _top_kernels(w: pd.DataFrame, top: int | None = TOP_KERNELS) -> list[dict[str, Any]]:
+# What a group of units sums for its roof figures (``roof_sums``, read by ``group_roof``).
+ROOF_SUMS = ("roof_x_dur", "known_dur", "compute_ns", "memory_ns", "capped_dur")
+# Routed experts (or decode attention) whose bytes pricing.above_roof capped at the roof.
+CAPPED = "capped"
+CAPPED_REASON = ("its bytes are capped at what peak bandwidth moves in its time (the model's would need more): an "
+                 "upper bound, so the fraction of the roof it reached is not measured")
+
+
+def roof_sums(w: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per unit, what a group's roof figures sum (``ROOF_SUMS``): its time weighted by its roof
+    fraction and its time where that is known; the ns its FLOPs and its bytes take at the peaks
+    it was priced against (``peak_flops``, ``peak_bw``); its time capped at the roof."""
+    dur = w["dur_ns"].to_numpy(dtype=float)
+    roof = w["roof_fraction"].to_numpy(dtype=float)
+    known = ~np.isnan(roof)
+
+    def at_peak(what: str, peak: str) -> np.ndarray:
+        if peak not in w:
+            return np.zeros(len(w))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.nan_to_num(w[what].to_numpy(dtype=float) / w[peak].to_numpy(dtype=float) * 1e9,
+                                 nan=0.0, posinf=0.0)
+
+    capped = (w["model_check"].to_numpy(dtype=object) == CAPPED) if "model_check" in w else np.zeros(len(w), bool)
+    return {"roof_x_dur": np.where(known, roof * dur, 0.0), "known_dur": np.where(known, dur, 0.0),
+            "compute_ns": at_peak("flops", "peak_flops"), "memory_ns": at_peak("bytes", "peak_bw"),
+            "capped_dur": np.where(capped, dur, 0.0)}
+
+
+def group_roof(sums, total_ns: float, nbytes: float | None, calls: float, spec=None,
+               device: dict | None = None) -> tuple[float | None, dict | None]:
+    """A group of units' time-weighted roof fraction as shown, or None with why it is withheld
+    (``{"why": "above" | "capped", "reason": sentence}``): the rule of ``roofline.roof_withheld``
+    on its roof fraction and on its achieved FLOP/s and bytes/s over the peaks. ``sums``: the
+    group's ``roof_sums`` summed; the device's cache and peak basis from ``spec`` (a ``GpuSpec``)
+    or ``device`` (``Analysis.device``)."""
+    roof = sums["roof_x_dur"] / sums["known_dur"] if sums["known_dur"] else None
+    if spec is not None:
+        cache, basis = spec.l2_cache_mb, spec.peak_basis
+    else:
+        cache, basis = (device or {}).get("l2_cache_mb"), (device or {}).get("peak_basis")
+    per_call = nbytes / calls if calls and nbytes is not None and pd.notna(nbytes) else None
+    why = roof_withheld(sums["compute_ns"] / total_ns if total_ns else None,
+                        sums["memory_ns"] / total_ns if total_ns else None, roof,
+                        bytes_per_call=per_call, cache_mb=cache, peak_basis=basis)
+    if why:
+        return None, {"why": "above", "reason": why}
+    if sums["capped_dur"] > 0:
+        return None, {"why": "capped", "reason": CAPPED_REASON}
+    return roof, None
+
+
+def kernel_row(name: str, r, total: float, spec=None) -> dict[str, Any]:
+    """One ``top_kernels`` row from a kernel name's sums (``calls``, ``total_ns``, ``flops``,
+    ``bytes``, the ``ROOF_SUMS``) and its most common ``category``, ``bound``, ``limiter``,
+    ``cost_source``, ``peak_note`` and ``estimate``. A row above its roof shows no achieved rate
+    and no roof fraction, only why (``roof_withheld``)."""
+    secs = r["total_ns"] / 1e9
+    roof, withheld = group_roof(r, r["total_ns"], r["bytes"], r["calls"], spec)
+    above = withheld is not None and withheld["why"] == "above"
+    # The row's limiter follows its time-weighted roof fraction, as shown beside it; a
+    # kernel without one (experts capped at the roof) keeps its units' limiter.
+    row_limiter = (str(limiter([r["bound"]], [roof], fits=[r["limiter"] != BELOW_ROOF])[0]) if roof is not None
+                   else r["limiter"])
+    return {
+        "name": str(name),
+        "short_name": short_name(str(name)),
+        "category": r["category"],
+        "calls": int(round(r["calls"])),
+        "total_ms": r["total_ns"] / 1e6,
+        "mean_us": r["total_ns"] / r["calls"] / 1e3,
+        "share": r["total_ns"] / total if total else None,
+        "bound": r["bound"],
+        "limiter": row_limiter,
+        # Where the kernel's FLOPs and bytes came from (shapes, capture, model, none).
+        "cost_source": r["cost_source"],
+        # The peak that priced it when its dtype has none on the device ("priced at fp8 peak: ...").
+        "peak_note": r["peak_note"] if isinstance(r["peak_note"], str) else None,
+        # What its bytes (and the bandwidth and roof fraction built on them) are: "upper" or
+        # "lower" bound, the model's "estimate", or None (the minimal traffic of stated work).
+        "estimate": r["estimate"] if isinstance(r["estimate"], str) else None,
+        "achieved_tflops": (r["flops"] / secs / 1e12) if secs and pd.notna(r["flops"]) and not above else None,
+        "achieved_gbps": (r["bytes"] / secs / 1e9) if secs and pd.notna(r["bytes"]) and not above else None,
+        "roof_fraction": roof,
+        "roof_withheld": withheld,
+    }
+
+
+def _top_kernels(w: pd.DataFrame, top: int | None = TOP_KERNELS, spec=None) -> list[dict[str, Any]]:
     if not len(w):
         return []
     total = w["dur_ns"].sum()
-    known = w["roof_fraction"].notna()
     g = w.groupby("name", observed=True)
-    # The two derived columns grouped the same way, without copying the whole table to add them.
-    roof_x_dur = pd.Series(np.where(known, w["roof_fraction"] * w["dur_ns"], 0.0), index=w.index)
-    known_dur = pd.Series(np.where(known, w["dur_ns"], 0), index=w.index)
+    # The roof sums grouped the same way, without copying the whole table to add them.
+    sums = {k: pd.Series(v, index=w.index).groupby(w["name"], observed=True).sum() for k, v in roof_sums(w).items()}
     table = pd.DataFrame(
         {
             "calls": g.size(),
@@ -106,45 +191,12 @@ def _top_kernels(w: pd.DataFrame, top: int | None = TOP_KERNELS) -> list[dict[st
             "cost_source": _mode(w, "cost_source"),
             "peak_note": _mode(w, "peak_note") if "peak_note" in w else None,
             "estimate": estimates_by_name(w),
-            "roof_x_dur": roof_x_dur.groupby(w["name"], observed=True).sum(),
-            "known_dur": known_dur.groupby(w["name"], observed=True).sum(),
+            **sums,
         }
     ).sort_values("total_ns", ascending=False)
     if top is not None:
         table = table.head(top)
-    rows = []
-    for name, r in table.iterrows():
-        secs = r["total_ns"] / 1e9
-        roof = (r["roof_x_dur"] / r["known_dur"]) if r["known_dur"] else None
-        if roof is not None and roof > 1 + ROOF_TOLERANCE:
-            roof = None  # above the roof is not a fact: the counted work or the peak is off
-        # The row's limiter follows its time-weighted roof fraction, as shown beside it; a
-        # kernel without one (experts capped at the roof) keeps its units' limiter.
-        row_limiter = str(limiter([r["bound"]], [roof])[0]) if roof is not None else r["limiter"]
-        rows.append(
-            {
-                "name": str(name),
-                "short_name": short_name(str(name)),
-                "category": r["category"],
-                "calls": int(r["calls"]),
-                "total_ms": r["total_ns"] / 1e6,
-                "mean_us": r["total_ns"] / r["calls"] / 1e3,
-                "share": r["total_ns"] / total if total else None,
-                "bound": r["bound"],
-                "limiter": row_limiter,
-                # Where the kernel's FLOPs and bytes came from (shapes, capture, model, none).
-                "cost_source": r["cost_source"],
-                # The peak that priced it when its dtype has none on the device ("priced at fp8 peak: ...").
-                "peak_note": r["peak_note"] if isinstance(r["peak_note"], str) else None,
-                # What its bytes (and the bandwidth and roof fraction built on them) are: "upper" or
-                # "lower" bound, the model's "estimate", or None (the minimal traffic of stated work).
-                "estimate": r["estimate"] if isinstance(r["estimate"], str) else None,
-                "achieved_tflops": (r["flops"] / secs / 1e12) if secs and pd.notna(r["flops"]) else None,
-                "achieved_gbps": (r["bytes"] / secs / 1e9) if secs and pd.notna(r["bytes"]) else None,
-                "roof_fraction": roof,
-            }
-        )
-    return rows
+    return [kernel_row(name, r, total, spec) for name, r in table.iterrows()]
 
 
 def estimates_by_name(w: pd.DataFrame) -> pd.Series | None:
@@ -193,7 +245,7 @@ def _mode(w: pd.DataFrame, col: str) -> pd.Series:
     return pd.Series(np.asarray(values, dtype=object)[kv], index=index)
 
 
-def overall_of(work: pd.DataFrame) -> dict[str, Any]:
+def overall_of(work: pd.DataFrame, spec=None) -> dict[str, Any]:
     """The whole trace regardless of phase: what a training trace (no steps) can still show."""
     ms = float(work["dur_ns"].sum() / 1e6)
     by_category = work.groupby("category")["dur_ns"].sum().sort_values(ascending=False) / 1e6
@@ -202,7 +254,7 @@ def overall_of(work: pd.DataFrame) -> dict[str, Any]:
         "kernels": int(len(work)),
         "by_category": {str(k): float(v) for k, v in by_category.items()},
         "by_category_share": {str(k): (float(v) / ms if ms else None) for k, v in by_category.items()},
-        "top_kernels": _top_kernels(work),
+        "top_kernels": _top_kernels(work, spec=spec),
     }
 
 
@@ -299,6 +351,10 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
         roof = min(peak, (r["flops"] / r["bytes"]) * bw) if peak and bw else None
         fraction = max(r["flops"] / peak, r["bytes"] / bw) / secs if peak and bw else None
         bound = ("compute" if r["flops"] / peak >= r["bytes"] / bw else "memory") if peak and bw else "unknown"
+        # Above its roof a point is not drawn as achieved: it is listed with why.
+        above = roof_withheld(r["flops"] / peak / secs if peak else None, r["bytes"] / bw / secs if bw else None,
+                              bytes_per_call=r["bytes"] / r["calls"], cache_mb=spec.l2_cache_mb,
+                              peak_basis=spec.peak_basis)
         out["points"].append(
             {
                 "label": str(lab),
@@ -310,7 +366,7 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
                 "calls": int(r["calls"]),
                 "time_ms": r["dur_ns"] / 1e6,
                 "intensity": r["flops"] / r["bytes"],
-                "achieved_flops": r["flops"] / secs,
+                "achieved_flops": None if above else r["flops"] / secs,
                 "roof_flops": roof,
                 "peak_note": spec.runs_as_note(dtype, unit),
                 "cost_source": str(r["source"]),
@@ -319,8 +375,9 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
                 "bound": bound,
                 "limiter": str(limiter([bound], [fraction if fraction is not None else np.nan])[0]),
                 # Same definition as per kernel: time the roofline allows over time taken.
-                # Above the roof is not a fact (the cost overstates the work): no fraction then.
-                "roof_fraction": fraction if fraction is not None and fraction <= 1.0 + ROOF_TOLERANCE else None,
+                "roof_fraction": None if above else fraction,
+                # Why a point above its roof is not drawn (``roofline.roof_withheld``), else None.
+                "above_roof": above,
             }
         )
     dtypes = {(spec.runs_as(p["dtype"], p["unit"]) or p["dtype"], p["unit"]) for p in out["points"]}

@@ -26,11 +26,12 @@ from tracekit.analysis.analyze import assemble, measure
 from tracekit.analysis.merge import merge
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.steps.ranges import GIVEN_STEPS, inferred_bounds, is_training
-from tracekit.analysis.steps.segment import PREVIOUS_STEP_BATCH, PREVIOUS_STEP_END
+from tracekit.analysis.steps.segment import PREVIOUS_DEVICE_END, PREVIOUS_STEP_BATCH, PREVIOUS_STEP_END
 from tracekit.errors import TracekitError
 from tracekit.trace import windows as win
 from tracekit.trace.model import Trace
 from tracekit.trace.window_edges import CUT_STEPS
+from tracekit.trace.window_events import NotSplittable
 
 
 def window_paths(folder: str) -> list[str] | None:
@@ -109,6 +110,7 @@ class Windows:
     def __iter__(self) -> Iterator[Window]:
         previous: dict[int, int] = {}
         batch: dict[int, float] = {}  # per thread, the batch of its last step so far
+        device_end: dict[int, int] = {}  # per device, the end of its last recorded work so far
         first_step = 0
         for j, path in enumerate(self.paths):
             t = self.read(path)
@@ -118,6 +120,11 @@ class Windows:
                 t.metadata[PREVIOUS_STEP_END] = dict(previous)
             if batch:
                 t.metadata[PREVIOUS_STEP_BATCH] = dict(batch)
+            if device_end:
+                t.metadata[PREVIOUS_DEVICE_END] = dict(device_end)
+            k = t.kernels
+            for dev, end in (k.groupby("device")["end_ns"].max().items() if len(k) else ()):
+                device_end[int(dev)] = max(device_end.get(int(dev), int(end)), int(end))
             parts, match = measure(t, **self.options)
             a = assemble(t, parts, match, with_timelines=self.with_timelines)
             a.source["window"] = t.metadata.get(win.WINDOW_KEY)
@@ -252,7 +259,15 @@ def split_keeping_steps(path: str, out_dir: str, read: Callable[[str], Any], **o
     analysis would (``ranges.inferred_bounds``), and the trace is split again between those
     steps. A trace naming its steps is split once."""
     first: list[str] = []
-    written = win.split(path, out_dir, **{**options, "notes": first})
+    try:
+        written = win.split(path, out_dir, **{**options, "notes": first})
+    except NotSplittable:
+        # Most files the stream cannot cut are not traces at all (not JSON, no traceEvents):
+        # pointing their user at `tracekit report` would send them to a second refusal, so the
+        # reader, which words every such problem, reads the file whole and its sentence is the
+        # answer. Only a file it reads is a trace to send to report.
+        read(path)
+        raise
     found = _inferred(written, read) if len(written) > 1 else None
     if found is None:
         if options.get("notes") is not None:

@@ -135,6 +135,8 @@ def describe_device(trace: Trace, device_type: str, match: SpecMatch) -> dict[st
         "achievable_bandwidth_basis": None if spec is None else spec.achievable_bandwidth_basis,
         # The spec row's compute peaks (FLOP/s by unit and dtype), as used for the roofline.
         "peak_flops": None if spec is None else {"matrix": dict(spec.matrix_flops), "vector": dict(spec.vector_flops)},
+        # The spec row's L2 cache (MB): data that fits can beat the DRAM bandwidth roof.
+        "l2_cache_mb": None if spec is None else spec.l2_cache_mb,
     }
 
 

@@ -7,8 +7,8 @@ import os
 
 import click
 
-from tracekit.cli.common import (check_device_options, human_size, load_model_option, model_options, read_with_progress, stated_figures,
-                                 trace_argument)
+from tracekit.cli.common import (device_options, device_settings, human_size, model_options, model_settings,
+                                 read_with_progress, trace_argument)
 from tracekit.errors import TracekitError
 
 
@@ -19,12 +19,9 @@ from tracekit.errors import TracekitError
                    "(ranks, split windows), a folder (default: reports/<trace name>.tracekit.json.gz, or "
                    "reports/<folder name>-annotated/).")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
-@click.option("--gpu", metavar="NAME", help="Price the kernels against this GPU's spec row (see `tracekit gpus`).")
-@click.option("--spec-file", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
-              help="The device's peaks from a JSON, CSV or TOML file (a `tracekit gpus --json` row works as is).")
+@device_options()
 @model_options
-def command(trace: str, output: str | None, force: bool, gpu: str | None, spec_file: str | None,
-            model: str | None, tp: int | None, weights: str | None, costs: str, model_force: bool = False) -> None:
+def command(trace: str, output: str | None, force: bool, **options) -> None:
     """Write TRACE again with tracekit's analysis added as extra tracks: a "tracekit" process whose
     tracks hold each step (phase, tokens, batch, duration, GPU busy and idle) and each GPU-idle
     gap named by its cause and call, and tracekit_* args (category, bound, limiter, FLOPs, bytes,
@@ -39,11 +36,7 @@ def command(trace: str, output: str | None, force: bool, gpu: str | None, spec_f
 
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
-    check_device_options(gpu, spec_file)
-    options = dict(gpu=gpu, spec_file=spec_file, model=load_model_option(model, weights), tp=tp, costs=costs,
-                   model_force=model_force, stated=stated_figures())
-    if options["model"] is None:
-        options["weights"] = weights
+    options = {**model_settings(options), **device_settings(options)}
     if os.path.isdir(trace):
         files = decode.list_trace_files(trace)
         if not files:

@@ -166,6 +166,10 @@ def _display(path: str) -> str:
 
 def summary_lines(sc: dict) -> list[str]:
     """A few lines on what was collected, from the sidecar."""
+    from tracekit import formatting as fmt
+    from tracekit.analysis.figures import unprofiled_timing
+    from tracekit.analysis.measurement import busy_sentence
+
     w, t, dev = sc.get("workload", {}), sc.get("timing", {}), sc.get("device", {})
     lines = []
     if w.get("kind") == "script":
@@ -179,29 +183,37 @@ def summary_lines(sc: dict) -> list[str]:
             f"{what} ({_count(params)} parameters, {w.get('dtype')}) on {dev.get('name')} ({dev.get('type')}): "
             f"batch {w.get('batch_size')}, prompt {w.get('prompt_len')}, {w.get('new_tokens')} decode steps"
         )
-        tpot = t.get("tpot_ms") or []
-        if t.get("ttft_ms") is not None and tpot:
-            med = sorted(tpot)[len(tpot) // 2]
-            lines.append(f"TTFT {t['ttft_ms']:.2f} ms, TPOT {med:.2f} ms (median), without the profiler")
+        # The same computation `summary` and `report` show (one value per figure).
+        figs = unprofiled_timing(t) or {}
+        if figs.get("ttft_ms") is not None and figs.get("tpot_p50_ms") is not None:
+            lines.append(f"TTFT {fmt.ms(figs['ttft_ms'])}, TPOT p50 {fmt.ms(figs['tpot_p50_ms'])}, without the profiler")
         ratio = t.get("profiler_overhead_ratio")
-        if ratio is not None:
-            lines.append(f"profiler overhead: {ratio:.2f}x the unprofiled time" if ratio >= 1 else
+        if ratio is not None and busy_sentence(dev if dev.get("type") == "cpu" else {}):
+            lines.append(f"profiler overhead: not measurable on a busy machine (profiled / unprofiled {ratio:.2f} "
+                         "is the other processes' noise as much as the profiler's cost)")
+        elif ratio is not None:
+            lines.append(f"profiler overhead: {ratio:.2f}x the unprofiled time of the recorded run" if ratio >= 1 else
                          f"profiler overhead: none measurable (profiled / unprofiled {ratio:.2f}: below 1 is "
                          "measurement noise)")
     cal = sc.get("calibration")
     if cal:
         flops = next(iter(cal.get("matmul_flops", {}).values()), None)
         bw = cal.get("copy_bandwidth")
-        if flops and bw:
-            lines.append(f"measured ceilings: {flops / 1e12:.3g} TFLOP/s matmul ({cal.get('dtype')}), {bw / 1e9:.3g} GB/s copy")
         checks = cal.get("checks") or {}
+        if flops and bw:
+            spread = checks.get("spread") or {}
+            how = (f" (best of {checks['attempts']} rounds; spread {spread['matmul_flops']:.0%} and "
+                   f"{spread['copy_bandwidth']:.0%})" if spread and checks.get("attempts") else "")
+            lines.append(f"measured ceilings: {flops / 1e12:.3g} TFLOP/s matmul ({cal.get('dtype')}), "
+                         f"{bw / 1e9:.3g} GB/s copy{how}")
         if checks.get("plausible") is False:
             lines.append(f"the ceilings stayed implausible after {checks.get('attempts')} measurements "
                          f"({'; '.join(checks.get('problems') or [])}): the machine is busy; "
                          + ("the report will raise them to what the run achieved" if cal.get("device") == "cpu"
                             else "the report will use the datasheet row instead"))
-        elif (checks.get("attempts") or 1) > 1:
-            lines.append(f"the ceilings were measured {checks['attempts']} times: the first were implausible")
+        elif checks.get("stable") is False:
+            lines.append(f"the ceilings did not settle in {checks.get('attempts')} rounds "
+                         f"({'; '.join(checks.get('problems') or [])}): the report marks them unreliable")
     return lines
 
 

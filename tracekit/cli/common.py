@@ -41,19 +41,21 @@ def _size(path: str) -> int:
         return 0
 
 
-def check_device_options(gpu: str | None = None, spec_file: str | None = None, option: str = "--gpu") -> None:
+def check_device_options(gpu: str | None = None, spec_file: str | None = None, option: str = "--gpu",
+                         spec_option: str = "--spec-file") -> None:
     """A bad ``--gpu`` (not in the database) or ``--spec-file`` (unreadable, malformed), or both
-    given, fails in one sentence before the slow read and before anything is printed."""
+    given, fails in one sentence that names the options as typed (``option``, ``spec_option``:
+    compare's ``--gpu-before`` ...), before the slow read and before anything is printed."""
     if gpu is None and spec_file is None:
         return
-    from tracekit.specs import lookup
+    from tracekit.specs import load_spec_file, spec_by_name
 
-    try:
-        lookup(None, gpu=gpu, spec_file=spec_file)
-    except TracekitError as e:
-        text = str(e)
-        # compare's --gpu-before / --gpu-after: the sentence names the option that was given.
-        raise TracekitError(text.replace("--gpu ", f"{option} ", 1) if option != "--gpu" else text) from None
+    if gpu is not None and spec_file is not None:
+        raise TracekitError(f"pass either {option} or {spec_option}, not both")
+    if gpu is not None:
+        spec_by_name(gpu, option=option)
+    else:
+        load_spec_file(spec_file)
 
 
 def trace_argument(f):
@@ -63,6 +65,61 @@ def trace_argument(f):
 def human_size(n: int) -> str:
     """A written file's size for the "wrote ..." line."""
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{max(1, round(n / 1e3))} kB"
+
+
+# --- every option that changes how a trace is analysed ------------------------------------
+# Defined once here, so that each command that analyses a trace (report, summary, annotate,
+# project, compare) takes the same options with the same help, and a new one reaches them all.
+
+
+def device_options(side: str | None = None):
+    """``--gpu``, ``--spec-file``, ``--graph-capture``, ``--cpu-flops`` and ``--cpu-bandwidth``: what
+    the run ran on and what its graph-replayed kernels are. With ``side`` (compare's ``before``
+    and ``after``) each is ``--gpu-before`` ..., for that side's runs."""
+    end = f"-{side}" if side else ""
+    kernels = f"the {side} run's kernels" if side else "the kernels"
+    cpu = f"CPU traces ({side} run)" if side else "CPU traces"
+
+    def wrap(f):
+        f = click.option(f"--cpu-bandwidth{end}", type=click.FloatRange(min=0, min_open=True), metavar="BYTES/S",
+                         help=f"{cpu}: the memory bandwidth to price against, when the trace has no collect "
+                              "calibration.")(f)
+        f = click.option(f"--cpu-flops{end}", type=click.FloatRange(min=0, min_open=True), metavar="FLOP/S",
+                         help=f"{cpu}: the matmul peak to price against, when the trace has no collect "
+                              "calibration.")(f)
+        f = click.option(f"--graph-capture{end}", type=click.Path(exists=True), metavar="TRACE",
+                         help="The trace recorded while the CUDA/HIP graph was captured: its ops give the shapes "
+                              f"of {kernels} replayed from the graph (ROCm traces name the kernels needed to "
+                              "match them).")(f)
+        f = click.option(f"--spec-file{end}", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
+                         help=f"Price {kernels} against the device peaks in a JSON, CSV or TOML file (a "
+                              "`tracekit gpus --json` row works as is).")(f)
+        return click.option(f"--gpu{end}", metavar="NAME",
+                            help=f"Price {kernels} against this GPU's spec row, not the one the trace names "
+                                 "(see `tracekit gpus`).")(f)
+    return wrap
+
+
+def device_settings(values: dict, side: str | None = None) -> dict:
+    """``analyze``'s device keywords from ``device_options``' values (the command's keyword
+    arguments): a bad ``--gpu`` or ``--spec-file`` fails in one sentence naming the option as
+    typed, and the graph-capture trace is read (after ``model_settings``, so that a bad option
+    fails before this slow read). Call it after the output checks and before the trace's read."""
+    end, key = (f"-{side}", f"_{side}") if side else ("", "")
+    gpu, spec_file = values[f"gpu{key}"], values[f"spec_file{key}"]
+    check_device_options(gpu, spec_file, option=f"--gpu{end}", spec_option=f"--spec-file{end}")
+    capture = values[f"graph_capture{key}"]
+    return dict(gpu=gpu, spec_file=spec_file, capture=read_with_progress(capture) if capture else None,
+                cpu_matmul_flops=values[f"cpu_flops{key}"], cpu_bandwidth=values[f"cpu_bandwidth{key}"])
+
+
+def model_settings(values: dict) -> dict:
+    """``analyze``'s model keywords from ``model_options``' values: a bad ``--model`` fails here,
+    before the slow read; ``--weights`` goes to the model when there is one, else to the trace's
+    own (sidecar) model."""
+    spec_model = load_model_option(values["model"], values["weights"])
+    return dict(model=spec_model, tp=values["tp"], costs=values["costs"], model_force=values["model_force"],
+                weights=values["weights"] if spec_model is None else None, stated=stated_figures())
 
 
 # --- the model-based cost options, shared by report, summary and compare ----------------
@@ -85,12 +142,15 @@ def model_options(f):
                           f"({', '.join(WEIGHT_CHOICES)}); LM head and embeddings stay at the config's dtype.")(f)
     f = click.option("--tp", type=click.IntRange(min=1), metavar="N",
                      help="Tensor-parallel degree of the run (default: distributedInfo's world size).")(f)
-    for what, noun in (("batch", "requests"), ("tokens", "tokens")):
+    # Each example is what that option counts: a prefill step of one 2,048-token prompt; a decode
+    # step of 16 requests, which computes 16 tokens.
+    for what, noun, example in (("batch", "requests", "--batch prefill=1 --batch decode=16"),
+                                ("tokens", "tokens", "--tokens prefill=2048 --tokens decode=16")):
         f = click.option(f"--{what}", multiple=True, metavar="[PHASE=]N", callback=_stated_callback,
                          expose_value=False,
                          help=f"The {noun} of each step of a phase (prefill, decode, mixed; no PHASE: every step), "
-                              f"when the trace does not state them; repeatable, e.g. --{what} prefill=1049 "
-                              f"--{what} decode=1. Replaces what the trace's evidence says.")(f)
+                              f"when the trace does not state them; repeatable, e.g. {example}. Replaces what the "
+                              "trace's evidence says.")(f)
     f = click.option("--model", metavar="NAME|PATH",
                      help="The model that ran: a name from `tracekit models`, a config.json, or a checkpoint "
                           "folder holding one. Prices the kernels that have no recorded shapes.")(f)

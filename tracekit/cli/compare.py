@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from tracekit.cli.common import check_device_options, deliver, model_options, output_options, output_target, read_with_progress, stated_figures
+from tracekit.cli.common import deliver, device_options, device_settings, model_options, model_settings, output_options, output_target, read_with_progress
 from tracekit.errors import TracekitError
 
 SUMMARY_LINES = 6  # sentences printed after writing a report file
@@ -34,17 +34,15 @@ SUMMARY_LINES = 6  # sentences printed after writing a report file
 @click.option("--junit", "junit", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
               help="Also write the gates' verdicts as JUnit XML (one testcase per gate) for CI to show, "
                    "even when gates fail.")
-@click.option("--gpu-before", metavar="NAME", help="Price the before run against this GPU's spec row (see `tracekit gpus`).")
-@click.option("--gpu-after", metavar="NAME", help="Price the after run against this GPU's spec row.")
 @click.option("--project-before", metavar="GPU",
               help="Compare the before run as projected onto GPU (see `tracekit project`), not as measured.")
 @click.option("--project-after", metavar="GPU", help="Compare the after run as projected onto GPU.")
+@device_options("before")
+@device_options("after")
 @model_options
 def command(before: str, after: str, output: str | None, fmt: str | None, force: bool, gates: tuple[str, ...],
             before_runs: tuple[str, ...], after_runs: tuple[str, ...], junit: str | None,
-            gpu_before: str | None, gpu_after: str | None, project_before: str | None, project_after: str | None,
-            model: str | None, tp: int | None, weights: str | None, costs: str,
-            model_force: bool = False) -> None:
+            project_before: str | None, project_after: str | None, **options) -> None:
     """Compare two runs: BEFORE (the baseline) and AFTER (the change), each a trace file or a
     folder of per-rank traces. Shows context differences that make the comparison unfair
     first, then headline deltas with a verdict per figure (better, worse, within noise),
@@ -71,24 +69,22 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     _check_inputs(sides)
     from tracekit.specs.lookup import spec_by_name
 
-    targets = [spec_by_name(g) if g else None for g in (project_before, project_after)]
-    check_device_options(gpu_before, option="--gpu-before")  # a bad --gpu-* fails before the reads too
-    check_device_options(gpu_after, option="--gpu-after")
+    targets = {side: spec_by_name(g, option=f"--project-{side}") if g else None
+               for side, g in (("before", project_before), ("after", project_after))}
     renderer, path, replacing = output_target(
         output, fmt, choose,
         lambda ext: os.path.join(DEFAULT_DIR, f"compare-{report_stem(before)}-vs-{report_stem(after)}{ext}"), force)
     if path is not None and any(os.path.abspath(path) == os.path.abspath(p) for p in inputs):
         raise TracekitError(f"{path}: that is one of compare's input traces; name another output file")
-    from tracekit.cli.common import load_model_option
+    settings = model_settings(options)  # the same model prices both runs
+    # Each side's device and graph capture (a bad --gpu-* or --spec-file-* fails before the reads too).
+    on = {side: device_settings(options, side) for side in sides}
 
-    spec_model = load_model_option(model, weights)  # the same model prices both runs
+    def analyse(p: str, side: str):
+        return _side(_read(p), targets[side], **on[side], **settings)
 
-    def analyse(p: str, gpu: str | None, target):
-        return _side(_read(p), gpu, target, model=spec_model, tp=tp, costs=costs, model_force=model_force,
-                     stated=stated_figures(), weights=weights if spec_model is None else None)
-
-    b_all = [analyse(p, gpu_before, targets[0]) for p in sides["before"]]
-    a_all = [analyse(p, gpu_after, targets[1]) for p in sides["after"]]
+    b_all = [analyse(p, "before") for p in sides["before"]]
+    a_all = [analyse(p, "after") for p in sides["after"]]
     b_note, a_note = b_all[0][1], a_all[0][1]
     comparison = compare([x for x, _ in b_all], [x for x, _ in a_all])
     # A projected side is the projection's central estimate: say its range where the summary is read.
@@ -144,16 +140,16 @@ def _check_inputs(sides: dict[str, list[str]]) -> None:
             seen[key] = name
 
 
-def _side(trace, gpu, target, **options):
+def _side(trace, target, **options):
     """One side of the comparison: the run as measured, or as projected onto ``target`` (the
     projection's central estimate, with the sentence that states its range)."""
     from tracekit.analysis import analyze
 
     if target is None:
-        return analyze(trace, gpu=gpu, **options), None
+        return analyze(trace, **options), None
     from tracekit.whatif.project import project
 
-    projection = project(trace, target, gpu=gpu, **options)
+    projection = project(trace, target, **options)
     return projection.projected["central"], projection.range_note()
 
 

@@ -20,7 +20,7 @@ def command(as_json: bool, name: str | None) -> None:
     from tracekit.models.costs import parameters
 
     if name is not None:
-        m = load_model(name)
+        m = load_model(name, option="--show")
         view = {"name": m.name, "source": m.source, "summary": m.summary(), "parameters": parameters(m),
                 "precision_source": m.precision_source}
         if as_json:
@@ -42,5 +42,6 @@ def command(as_json: bool, name: str | None) -> None:
     for row in [COLUMNS, *cells]:
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(row[:4], widths)) + "  " + str(row[4]))
     click.echo()
-    click.echo("Pass one with --model KEY to report/summary/compare, or a config.json / checkpoint folder of your own; "
+    click.echo("Pass one with --model KEY to any command that analyses a trace (summary, report, compare, project, "
+               "annotate, plan), or a config.json / checkpoint folder of your own; "
                "--weights says how a quantised copy stores its weights.")

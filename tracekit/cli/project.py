@@ -7,7 +7,7 @@ import shlex
 
 import click
 
-from tracekit.cli.common import check_device_options, deliver, model_options, output_options, output_target, read_with_progress, trace_argument, stated_figures
+from tracekit.cli.common import deliver, device_options, device_settings, model_options, model_settings, output_options, output_target, read_with_progress, trace_argument
 from tracekit.errors import TracekitError
 
 
@@ -18,16 +18,13 @@ from tracekit.errors import TracekitError
               help="The GPU to project onto: a name or key from `tracekit gpus` (e.g. mi300x, h100-sxm, b200), or a "
                    "spec file (JSON, CSV or TOML, as for --spec-file; vendor CPU for a CPU trace).")
 @output_options("reports/<trace name>-on-<gpu>.<format>")
-@click.option("--gpu", metavar="NAME", help="The GPU the trace was measured on, when its spec row is not found.")
-@click.option("--spec-file", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
-              help="The measured device's peaks from a JSON, CSV or TOML file (a `tracekit gpus --json` row works).")
 @click.option("--check", "check_trace", metavar="TARGET_TRACE",
               help="A trace of the same workload measured on the target GPU: show projected beside measured, per "
                    "phase, kernel category and kernel name, with the error (refused when the work differs).")
+@device_options()
 @model_options
-def command(trace: str, to: str, output: str | None, fmt: str | None, force: bool, gpu: str | None,
-            spec_file: str | None, check_trace: str | None, model: str | None, tp: int | None, weights: str | None, costs: str,
-            model_force: bool = False) -> None:
+def command(trace: str, to: str, output: str | None, fmt: str | None, force: bool, check_trace: str | None,
+            **options) -> None:
     """Project TRACE onto another GPU: every kernel re-priced on the target's roofline at the
     fraction of the roof it reached where it was measured (compute-limited work with the
     peak FLOP/s for its dtype, memory-limited work with bandwidth, collectives with the
@@ -41,25 +38,23 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
       tracekit project b300_decode.json.gz --to mi300x --check mi300x_decode.json.gz
     """
     from tracekit.whatif.project import project
-    from tracekit.cli.common import load_model_option
     from tracekit.report.output import DEFAULT_DIR, report_stem
-    from tracekit.report.project import choose
+    from tracekit.report.project import choose, confidence_lines
     from tracekit.specs import load_spec_file
     from tracekit.specs.lookup import spec_by_name
 
     # A bad --to fails before the slow read; a path that exists is a spec file.
     to_file = to if os.path.isfile(to) else None
-    target = load_spec_file(to_file) if to_file else spec_by_name(to)
-    check_device_options(gpu, spec_file)  # so do a bad --gpu or --spec-file
+    target = load_spec_file(to_file) if to_file else spec_by_name(to, option="--to")
     renderer, path, replacing = output_target(
         output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-on-{target.key}{ext}"), force)
     for path_ in (trace, check_trace):
         if path_ is not None and not os.path.exists(path_):
             raise TracekitError(f"{path_}: no such file or folder")
-    spec_model = load_model_option(model, weights)
-    options = dict(model=spec_model, tp=tp, costs=costs, model_force=model_force, stated=stated_figures(),
-                   weights=weights if spec_model is None else None)
-    projection = project(read_with_progress(trace), target, gpu=gpu, spec_file=spec_file, **options)
+    settings = model_settings(options)
+    # The measured run's device and graph capture: the source's only, never the --check trace's.
+    measured_on = device_settings(options)
+    projection = project(read_with_progress(trace), target, **measured_on, **settings)
     document = projection
     if check_trace is not None:
         from tracekit.analysis import analyze
@@ -67,18 +62,18 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
 
         # The target trace is analysed as the source was (same model, costs), on its own GPU: the
         # spec file given as --to when there is one, else the GPU its trace names.
-        on_target = analyze(read_with_progress(check_trace), spec_file=to_file, **options)
+        on_target = analyze(read_with_progress(check_trace), spec_file=to_file, **settings)
         document = CheckedProjection(projection, check(projection, on_target))
     deliver(renderer.render(document), path, output is None, replacing)
     to_terminal = path is None
     if to_terminal:
         return
-    measured = projection.source.device.get("name") or "an unknown GPU"
-    for phase, p in projection.phases.items():
-        click.echo(f"  {phase}: GPU busy {p['measured_gpu_busy_ms']:.3g} ms on {measured} -> "
-                   f"{p['projected_gpu_busy_ms']:.3g} ms on {target.name}")
+    for line in confidence_lines(projection.to_dict()):
+        click.echo(f"  {line}")
     if check_trace is not None:
         click.echo(f"  check: {document.check.headline}")
     q = shlex.quote
-    click.echo(f"next: open {q(path)} in a browser, or compare with a run measured there: "
-               f"tracekit compare {q(trace)} OTHER_TRACE --project-before {q(target.key)}")
+    # compare's --project-before takes a GPU from the database, not a spec file: offered only then.
+    there = "" if to_file else (f", or compare with a run measured there: tracekit compare {q(trace)} OTHER_TRACE "
+                                f"--project-before {q(target.key)}")
+    click.echo(f"next: open {q(path)} in a browser{there}")

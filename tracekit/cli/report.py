@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from tracekit.cli.common import check_device_options, human_size, load_model_option, model_options, read_with_progress, trace_argument, stated_figures
+from tracekit.cli.common import device_options, device_settings, human_size, model_options, model_settings, read_with_progress, trace_argument
 from tracekit.errors import TracekitError
 
 FORMATS = ("html", "json", "md", "text")
@@ -22,24 +22,12 @@ FORMATS = ("html", "json", "md", "text")
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS),
               help="Output format (default: from FILE's extension .html/.json/.md/.txt, else html).")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-@click.option("--gpu", metavar="NAME", help="Price the kernels against this GPU's spec row (see `tracekit gpus`).")
-@click.option("--spec-file", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
-              help="The device's peaks from a JSON, CSV or TOML file (a `tracekit gpus --json` row works as is).")
-@click.option("--graph-capture", "capture", type=click.Path(exists=True), metavar="TRACE",
-              help="The trace recorded while the CUDA/HIP graph was captured: its ops give the shapes of "
-                   "the graph-replayed kernels (ROCm traces name the kernels needed to match them).")
-@click.option("--cpu-flops", type=float, metavar="FLOP/S",
-              help="CPU traces: the matmul peak to price against, when the trace has no collect calibration.")
-@click.option("--cpu-bandwidth", type=float, metavar="BYTES/S",
-              help="CPU traces: the memory bandwidth to price against, when the trace has no collect calibration.")
 @click.option("--with-hta", is_flag=True,
               help="Also run HolisticTraceAnalysis on the same files and add its temporal and idle-time breakdowns, "
                    "communication/computation overlap and kernel-launch statistics (needs: pip install 'tracekit[hta]').")
+@device_options()
 @model_options
-def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: str | None, spec_file: str | None,
-            capture: str | None, cpu_flops: float | None, cpu_bandwidth: float | None, with_hta: bool,
-            model: str | None, tp: int | None, weights: str | None, costs: str,
-            model_force: bool = False) -> None:
+def command(trace: str, output: str | None, fmt: str | None, force: bool, with_hta: bool, **options) -> None:
     """Write a report of TRACE: a self-contained HTML page with charts (opens offline),
     the whole analysis as JSON for scripts and CI, or a Markdown summary for pull requests."""
     from tracekit.analysis import analyze
@@ -53,27 +41,22 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, gpu: s
     replacing = False if to_stdout else check_output(path, force=force, ours=output is None)  # before the slow read
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
-    check_device_options(gpu, spec_file)  # so do a bad --gpu or --spec-file
-    spec_model = load_model_option(model, weights)  # a bad --model fails before the slow read
+    settings = model_settings(options)  # so does a bad --model
     if with_hta:
         from tracekit.analysis.hta import require
 
         require()  # a missing extra fails before the slow read too
-    captured = read_with_progress(capture) if capture else None
-    options = dict(gpu=gpu, spec_file=spec_file, capture=captured, cpu_matmul_flops=cpu_flops,
-                   cpu_bandwidth=cpu_bandwidth, model=spec_model, tp=tp, costs=costs,
-                   weights=weights if spec_model is None else None, model_force=model_force,
-                   stated=stated_figures())
+    settings.update(device_settings(options))  # a bad --gpu or --spec-file; then the capture's read
     split_windows = _windows(trace)
     if split_windows:
         # The windows of one split (tracekit split): analysed one at a time, merged into one report.
         from tracekit.analysis.windows import analyse_windows
 
-        analysis = analyse_windows(split_windows, read_with_progress, **options)
+        analysis = analyse_windows(split_windows, read_with_progress, **settings)
         files = split_windows
     else:
         t = read_with_progress(trace)
-        analysis = analyze(t, **options)
+        analysis = analyze(t, **settings)
         files = t.metadata.get("files") or [t.path]
     data = analysis.to_dict()
     if with_hta:

@@ -326,14 +326,11 @@ def timing_info(plain, n_plain: int, prof, schedule, opts: CollectOptions, devic
 
 def measurement_notes(dev_info: dict[str, Any], device: str, ratio: float | None) -> list[str]:
     """Warnings about the measurement, as sentences (the sidecar's ``notes``)."""
+    from tracekit.analysis.measurement import busy_sentence
+
     notes = []
-    load, cores = dev_info.get("load_average_1m"), dev_info.get("cores") or 1
-    if device == "cpu" and load is not None and load >= 0.75 * cores:
-        hint = "" if dev_info.get("threads") == 1 else ", or pass --threads 1, which does not stall when cores are shared"
-        notes.append(
-            f"the machine was busy (load average {load:.1f} on {cores} cores): CPU timings include waiting "
-            f"for other processes; collect on an idle machine{hint}"
-        )
+    if device == "cpu" and (sentence := busy_sentence(dev_info)):
+        notes.append(sentence)
     if ratio is not None and device == "cpu" and ratio >= 3.0:
         notes.append(f"the profiler slowed this CPU run {ratio:.1f}x (more than the 3x expected)")
     return notes
@@ -348,7 +345,7 @@ def _collect_generation(opts: CollectOptions) -> CollectResult:
     require_transformers()
     # Check the output before the (possibly long) run.
     trace_path = resolve_output(opts.output, plan.stem, opts.force)
-    from tracekit.collect import runner, sidecar
+    from tracekit.collect import contention, runner, sidecar
     from tracekit.collect.calibrate import calibrate
 
     device = workloads.resolve_device(opts.device)
@@ -372,6 +369,8 @@ def _collect_generation(opts: CollectOptions) -> CollectResult:
         dev_info = sidecar.device_info(device)
         info = workload_info(wl, opts, plan, device, dtype)
         tmp = tmp_trace_path(trace_path)
+        # Other processes' CPU use over the timed runs and the calibration (collect.contention).
+        window = contention.Window()
         plain, n_plain, prof, schedule = measure(gen, opts, progress, tmp, trace_metadata(info, trace_path))
 
         calibration = None
@@ -381,6 +380,8 @@ def _collect_generation(opts: CollectOptions) -> CollectResult:
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
             calibration = calibrate(device, dtype, device_name=dev_info.get("name"))
+        if dev_info.get("type") == "cpu":
+            dev_info["contention"] = window.result(dev_info.get("threads"), dev_info.get("cores"))
 
         timing = timing_info(plain, n_plain, prof, schedule, opts, device, new_tokens)
         notes = measurement_notes(dev_info, device, timing["profiler_overhead_ratio"])

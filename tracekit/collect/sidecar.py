@@ -10,13 +10,17 @@ Written next to ``<name>.pt.trace.json.gz`` as ``<name>.tracekit.json``
                  the first from the prefill), device, compile, cuda_graphs
                  (script runs add script, argv)
     versions:    python, torch, transformers, cuda, hip
-    device:      type ("cpu" | "cuda"), name, count
+    device:      type ("cpu" | "cuda"), name, count; a CPU run adds threads, cores,
+                 load_average_1m and contention {other_cores, seconds, busy}: the cores other
+                 processes used over the timed runs and calibration (tracekit.collect.contention)
     timing:      ttft_ms, tpot_ms [per decode step], wall_ms           (run without the profiler)
                  profiled_wall_ms, profiled_ttft_ms, profiled_tpot_ms  (the profiled run)
                  profiler_overhead_ratio (profiled / unprofiled time of what the trace records)
                  warmup_runs, synchronized
     calibration: device, device_name, dtype, matmul_flops {dtype: FLOP/s}, copy_bandwidth (B/s),
-                 method, checks {plausible, problems, attempts, against, load_average_1m}, ...
+                 method, checks {plausible, stable, reliable, problems, attempts (rounds), rounds
+                 {matmul_flops, copy_bandwidth: [per round]}, spread {same keys: 1 - worst/best},
+                 cpu_peak_flops, against, load_average_1m}, ...
                  (None with --no-calibrate)
     schedule:    skip_decode_steps, profiler_warmup_steps, record_decode_steps,
                  prefill_recorded, recorded_decode_steps [first, last], decode_steps_total

@@ -33,7 +33,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from tracekit.analysis import books
 from tracekit.analysis.model import Analysis, json_safe
+from tracekit.analysis.tables import ROOF_SUMS, group_roof, roof_sums
 from tracekit.compare.context import check_same_workload, context_rows, plain, workload_of
 from tracekit.compare.gates import GATE_RULE, suggested_gate
 from tracekit.compare.movers import TOP_MOVERS, kernel_movers
@@ -162,10 +164,12 @@ def compare(before: Analysis | Sequence[Analysis], after: Analysis | Sequence[An
     kernels = {p: _kernel_movers(p, before, after) for p in phases}
     for p in phases:
         phases[p]["explanation"] += _roof_notes(kernels[p], before, after)
+    # No fraction of a roof shown above it (analysis.books); a violation is a tracekit bug.
+    roof_notes = books.enforce(books.check_compare_roofs(phases, kernels))
     c = Comparison(before, after, context_rows(before, after), headline, phases, kernels,
                    before_runs=before_runs if len(before_runs) > 1 else [],
                    after_runs=after_runs if len(after_runs) > 1 else [])
-    c.summary = _summary(c)
+    c.summary = _summary(c) + roof_notes
     if len(before_runs) > 1 or len(after_runs) > 1:
         c.summary.append(f"Runs: {len(before_runs)} before, {len(after_runs)} after; {DETAIL_RULE}.")
     return c
@@ -227,7 +231,7 @@ def _phase_delta(phase: str, before: Analysis, after: Analysis, word: str = "GPU
         "time_ms": time,
         "by_bound": by_bound,
         "by_category": by_cat,
-        "roof": {"before": _roof_by_category(before, phase), "after": _roof_by_category(after, phase)},
+        "roof": _roofs_by_category(before, after, phase),
     }
     out["explanation"] = _explain(phase, out, word)
     return out
@@ -285,14 +289,29 @@ def _phase_words(phase: str) -> str:
             ALL: "kernels"}.get(phase, f"{phase} steps")
 
 
-def _roof_by_category(a: Analysis, phase: str) -> dict[str, float]:
-    """Time-weighted fraction of its own roofline per category: each run on its own GPU."""
-    w = a.work if phase == ALL else a.work[a.work["phase"] == phase]
-    w = w[w["roof_fraction"].notna()]
-    if not len(w):
-        return {}
-    x = (w["roof_fraction"] * w["dur_ns"]).groupby(w["category"]).sum() / w.groupby("category")["dur_ns"].sum()
-    return {str(k): float(v) for k, v in x.items() if pd.notna(v)}
+def _roofs_by_category(before: Analysis, after: Analysis, phase: str) -> dict[str, dict]:
+    """Time-weighted fraction of its own roofline per category, each run on its own GPU
+    (``before``, ``after``); a category's fraction that is withheld (above its roof, or bytes
+    capped at it) is under ``withheld`` with why (``tables.group_roof``)."""
+    out: dict[str, dict] = {"before": {}, "after": {}, "withheld": {"before": {}, "after": {}}}
+    for side, a in (("before", before), ("after", after)):
+        w = a.work if phase == ALL else a.work[a.work["phase"] == phase]
+        if not len(w):
+            continue
+        f = pd.DataFrame({"category": w["category"].astype(str).to_numpy(), "ns": w["dur_ns"].to_numpy(dtype=float),
+                          "bytes": w["bytes"].to_numpy(dtype=float) if "bytes" in w else float("nan"),
+                          **roof_sums(w)})
+        g = f.groupby("category").agg(ns=("ns", "sum"), calls=("ns", "size"), bytes=("bytes", "sum"),
+                                      **{k: (k, "sum") for k in ROOF_SUMS})
+        for cat, r in g.iterrows():
+            if not r["known_dur"] and not r["capped_dur"]:
+                continue  # no unit of the category was priced against a roof in this run
+            roof, withheld = group_roof(r, r["ns"], r["bytes"], r["calls"], device=a.device)
+            if withheld:
+                out["withheld"][side][str(cat)] = withheld
+            else:
+                out[side][str(cat)] = float(roof)
+    return out
 
 
 # --- kernels -------------------------------------------------------------------------
@@ -307,7 +326,8 @@ def _kernel_movers(phase: str, before: Analysis, after: Analysis) -> dict[str, A
     def steps(a: Analysis) -> int:
         return 0 if phase == ALL else int((a.phases.get(phase) or {}).get("steps") or 0)
 
-    return kernel_movers(work(before), work(after), (steps(before), steps(after)), TOP_MOVERS)
+    return kernel_movers(work(before), work(after), (steps(before), steps(after)), TOP_MOVERS,
+                         (before.device, after.device))
 
 
 def _roof_notes(k: dict[str, list[dict[str, Any]]], before: Analysis, after: Analysis) -> list[str]:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.tables import short_name
+from tracekit.analysis.tables import ROOF_SUMS, group_roof, roof_sums, short_name
 
 TOP_MOVERS = 12
 TOP_PER_CATEGORY = 3  # groups listed under each category
@@ -82,24 +82,24 @@ def _demangled_prefix(name: str) -> str | None:
 
 
 def _groups(w: pd.DataFrame) -> pd.DataFrame:
-    cols = ["category", "op_label", "ns", "calls", "roof_x", "known", "names", "example"]
+    cols = ["category", "op_label", "ns", "calls", "bytes", *ROOF_SUMS, "names", "example"]
     if not len(w):
         return pd.DataFrame(columns=cols)
     names = w["name"].astype(str)
     families = {n: kernel_family(n) for n in names.unique()}
     label = [o if isinstance(o, str) else f"({families[n]})" for o, n in zip(w["op_name"], names)]
-    has_roof = w["roof_fraction"].notna()
     f = pd.DataFrame({
         "category": w["category"].astype(str).to_numpy(), "op_label": label, "name": names.to_numpy(),
         "ns": w["dur_ns"].to_numpy(dtype=float),
-        "roof_x": np.where(has_roof, w["roof_fraction"].fillna(0) * w["dur_ns"], 0.0),
-        "known": np.where(has_roof, w["dur_ns"], 0),
+        "bytes": w["bytes"].to_numpy(dtype=float) if "bytes" in w else np.nan,
+        **roof_sums(w),
     })
     # The example kernel is the group's longest-running name, not whichever came first.
     by_name = f.groupby(["category", "op_label", "name"])["ns"].sum().reset_index()
     top = by_name.sort_values(["ns", "name"], ascending=[False, True]).drop_duplicates(["category", "op_label"])
     g = f.groupby(["category", "op_label"]).agg(
-        ns=("ns", "sum"), calls=("ns", "size"), roof_x=("roof_x", "sum"), known=("known", "sum"), names=("name", "nunique"))
+        ns=("ns", "sum"), calls=("ns", "size"), bytes=("bytes", "sum"), **{k: (k, "sum") for k in ROOF_SUMS},
+        names=("name", "nunique"))
     g = g.reset_index().merge(top[["category", "op_label", "name"]].rename(columns={"name": "example"}),
                               on=["category", "op_label"], how="left")
     return g[cols]
@@ -109,7 +109,16 @@ def _val(v: Any, cast=float) -> Any:
     return None if v is None or pd.isna(v) else cast(v)
 
 
-def _row(r: Any, sb: float, sa: float) -> dict[str, Any]:
+def _roof(r: Any, side: str, device: dict | None) -> tuple[float | None, dict | None]:
+    """One side's fraction of its own roof for the group, or None with why (``tables.group_roof``)."""
+    ns = _val(getattr(r, f"ns_{side}")) or 0.0
+    if not ns:
+        return None, None
+    sums = {k: _val(getattr(r, f"{k}_{side}")) or 0.0 for k in ROOF_SUMS}
+    return group_roof(sums, ns, _val(getattr(r, f"bytes_{side}")), _val(getattr(r, f"calls_{side}")) or 0, device=device)
+
+
+def _row(r: Any, sb: float, sa: float, devices: tuple[dict | None, dict | None]) -> dict[str, Any]:
     nb, na = _val(r.ns_b) or 0.0, _val(r.ns_a) or 0.0
     b, a = nb / 1e6 * sb, na / 1e6 * sa
     cb, ca = _val(r.calls_b, int), _val(r.calls_a, int)
@@ -117,7 +126,8 @@ def _row(r: Any, sb: float, sa: float) -> dict[str, Any]:
     ma = na / 1e3 / ca if ca else None
     eb = None if pd.isna(r.example_b) else str(r.example_b)
     ea = None if pd.isna(r.example_a) else str(r.example_a)
-    known_b, known_a = _val(r.known_b) or 0.0, _val(r.known_a) or 0.0
+    roof_b, withheld_b = _roof(r, "b", devices[0])
+    roof_a, withheld_a = _roof(r, "a", devices[1])
     return {
         "key": f"{r.category} | {r.op_label}",
         "category": r.category,
@@ -138,8 +148,11 @@ def _row(r: Any, sb: float, sa: float) -> dict[str, Any]:
         "after_kernel_full": None if ea is None else ea[:NAME_CAP],
         "before_kernels": _val(r.names_b, int),
         "after_kernels": _val(r.names_a, int),
-        "before_roof": (_val(r.roof_x_b) / known_b) if known_b else None,
-        "after_roof": (_val(r.roof_x_a) / known_a) if known_a else None,
+        "before_roof": roof_b,
+        "after_roof": roof_a,
+        # Why a side's fraction is not shown: above its roof, or bytes capped at it (an upper bound).
+        "before_roof_withheld": withheld_b,
+        "after_roof_withheld": withheld_a,
     }
 
 
@@ -148,15 +161,17 @@ def _rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def kernel_movers(before: pd.DataFrame, after: pd.DataFrame, steps: tuple[int, int] = (0, 0),
-                  top: int = TOP_MOVERS) -> dict[str, Any]:
+                  top: int = TOP_MOVERS, devices: tuple[dict | None, dict | None] = (None, None)) -> dict[str, Any]:
     """Movers of one phase. ``before``/``after`` are the phase's work rows (category, op_name,
-    name, dur_ns, roof_fraction); ``steps`` the phase's step counts in each run (0: no steps)."""
+    name, dur_ns, roof_fraction; bytes, the peaks and model_check where priced); ``steps`` the
+    phase's step counts in each run (0: no steps); ``devices`` each run's ``Analysis.device``
+    (its cache and peak basis say why a group above its roof is)."""
     nb, na = steps
     per_step = bool(nb and na and nb != na)
     sb, sa = (1.0 / nb, 1.0 / na) if per_step else (1.0, 1.0)
     gb, ga = _groups(before), _groups(after)
     m = gb.merge(ga, on=["category", "op_label"], how="outer", suffixes=("_b", "_a"))
-    rows = [_row(r, sb, sa) for r in m.itertuples(index=False)]
+    rows = [_row(r, sb, sa, devices) for r in m.itertuples(index=False)]
     rows = [r for r in rows if r["before_ms"] or r["after_ms"]]
     # A phase only one run has: nothing to compare, so everything is new or gone, nothing a mover.
     both = len(gb) > 0 and len(ga) > 0

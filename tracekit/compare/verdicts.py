@@ -15,6 +15,7 @@ import math
 from typing import Any, Sequence
 
 from tracekit.analysis.model import Analysis
+from tracekit.analysis.pricing.roofline import combined_estimate
 from tracekit.compare.spread import as_runs, change_figures, metric_value, side_value, value_basis
 from tracekit.formatting import num as fmt_num
 
@@ -53,7 +54,9 @@ def headline_figure(key: str, before: Analysis | Sequence[Analysis], after: Anal
     out = {"key": key, "label": label, "unit": unit, "better": better, "before": b, "after": a,
            "delta": None, "relative": None, "verdict": "not comparable", "noise": None, "noise_basis": None,
            "interval": None, "reason": None, "disagreement": None,
-           "basis": {"before": value_basis(before, key), "after": value_basis(after, key)}}
+           "basis": {"before": value_basis(before, key), "after": value_basis(after, key)},
+           # What each side's figure is when it rests on bounded bytes ("upper": the MBU is at most it).
+           "estimate": {"before": _estimate(before, key), "after": _estimate(after, key)}}
     if len(before) > 1 or len(after) > 1:
         # Each run's own figure, so that a reader sees the run-to-run spread the interval holds.
         out["runs"] = {"before": [metric_value(r, key) for r in before], "after": [metric_value(r, key) for r in after]}
@@ -92,6 +95,20 @@ def headline_figure(key: str, before: Analysis | Sequence[Analysis], after: Anal
         improved = (a < b) if better == "lower" else (a > b)
         out["verdict"] = "better" if improved else "worse"
     return out
+
+
+# Headline figures built on a phase's bytes, and the phase whose ``mbu_estimate`` says what they are.
+_ESTIMATED = {"decode_mbu": "decode"}
+
+
+def _estimate(runs: Sequence[Analysis], key: str) -> str | None:
+    """What a side's figure ``key`` is (``model_costs.ESTIMATES``: "upper", "lower", "model"), as
+    each run's phase says it (``combined_estimate`` over the runs); None for an exact one."""
+    phase = _ESTIMATED.get(key)
+    if phase is None:
+        return None
+    kinds = [(r.phases.get(phase) or {}).get("mbu_estimate") for r in runs]
+    return combined_estimate(kinds, [1.0] * len(kinds))
 
 
 # An efficiency figure and the latency it should move with: (efficiency, latency, phase, work, peak).

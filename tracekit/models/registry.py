@@ -19,7 +19,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from tracekit.errors import TracekitError
+from tracekit.errors import TracekitError, close_matches
 from tracekit.models.config import ModelSpec, from_config
 
 DATA_FILE = "registry.json"
@@ -47,31 +47,29 @@ def find_entry(name: str) -> dict[str, Any] | None:
     return None
 
 
-def load_model(name_or_path: str, *, weights: str | None = None) -> ModelSpec:
-    """The model ``--model`` names: a config.json, a checkpoint folder, or a registry entry."""
+def load_model(name_or_path: str, *, weights: str | None = None, option: str = "--model") -> ModelSpec:
+    """The model ``--model`` names: a config.json, a checkpoint folder, or a registry entry. A name
+    that fails is named by ``option``, the flag the user typed (``tracekit models --show``)."""
     path = os.path.expanduser(name_or_path)
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
         if not os.path.isfile(path):
-            raise TracekitError(f"--model {name_or_path}: the folder holds no config.json (a Hugging Face "
+            raise TracekitError(f"{option} {name_or_path}: the folder holds no config.json (a Hugging Face "
                                 "checkpoint folder has one)")
     if os.path.isfile(path):
         try:
             with open(path, encoding="utf-8") as f:
                 cfg = json.load(f)
         except (OSError, ValueError) as e:
-            raise TracekitError(f"--model {name_or_path}: cannot read it as a config.json ({e})") from None
+            raise TracekitError(f"{option} {name_or_path}: cannot read it as a config.json ({e})") from None
         label = os.path.basename(os.path.dirname(os.path.abspath(path))) or name_or_path
         return from_config(cfg, label, f"config.json at {path}", weights=weights)
     entry = find_entry(name_or_path)
     if entry is None:
-        import difflib
-
-        keys = [e["key"] for e in registry_entries()]
-        close = difflib.get_close_matches(_fold(name_or_path), keys, n=4, cutoff=0.6) or \
-            [k for k in keys if _fold(name_or_path) in k][:4]
+        close = close_matches(_fold(name_or_path), ((_fold(n), e["key"]) for e in registry_entries()
+                                                    for n in (e["key"], e.get("name", ""), *e.get("aliases", []))))
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise TracekitError(f"--model {name_or_path!r} is neither a config.json, a folder holding one, nor a model in "
+        raise TracekitError(f"{option} {name_or_path!r} is neither a config.json, a folder holding one, nor a model in "
                             f"tracekit's registry (tracekit models lists it){hint}")
     return from_config(entry["config"], entry.get("name") or entry["key"],
                        f"tracekit registry entry {entry['key']} ({entry['source']})", weights=weights)

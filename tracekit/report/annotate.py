@@ -219,6 +219,11 @@ def _step_slices(steps: pd.DataFrame, pid: int, base_ns: int, first_step: int = 
                 "duration_ms": r.duration_ns / 1e6,
                 "busy_ms": r.gpu_busy_ns / 1e6,
                 "idle_ms": r.gpu_idle_ns / 1e6,
+                # The slice is the step's window: its duration plus the GPU's time in it on other work
+                # (no idle slice covers that): unrecorded work the step's waited on, the next step's.
+                "unrecorded_ms": getattr(r, "unrecorded_ns", 0) / 1e6,
+                "next_ms": getattr(r, "next_ns", 0) / 1e6,
+                "previous_ms": getattr(r, "previous_ns", 0) / 1e6,
                 "kernels": int(r.kernels),
                 **({"idle_by_cause_ms": {k: _value(v) for k, v in idle.items()}} if isinstance(idle, dict) else {}),
             },

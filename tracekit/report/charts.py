@@ -27,7 +27,7 @@ MAX_STEP_BARS = 2000
 
 BOUND_COLORS = {"compute": "#2f6db5", "memory": "#e07b1f", "interconnect": "#7b52ab", "unknown": "#9a9a9a",
                 "idle": "#e4e4e4"}
-LIMITER_COLORS = {**BOUND_COLORS, "latency": "#c2185b"}
+LIMITER_COLORS = {**BOUND_COLORS, "latency": "#c2185b", "below_roof": "#f2a7c3"}
 # Categories avoid the bound colours' exact tones so the two side-by-side charts don't read alike.
 CATEGORY_COLORS = {
     "gemm": "#5b9bd5",
@@ -185,6 +185,12 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
         if data.get("run_kind") == "training":
             why = "this is a training run: it has no decode steps"
         return {"reason": f"No decode steps to show over time: {why or 'the trace holds no decode step'}."}
+    if len(steps) == 1:
+        # One bar on an axis of made-up neighbours says less than its figures in a sentence.
+        s = steps[0]
+        return {"reason": f"One {s['phase']} step (step {s['index']}), so nothing changes over time: it took "
+                          f"{fmt.ms(s['duration_ms'])}, {word} busy {fmt.ms(s['gpu_busy_ms'])} and idle "
+                          f"{fmt.ms(s['gpu_idle_ms'])}."}
     total = len(steps)
     stride = max(1, math.ceil(total / MAX_STEP_BARS))
     shown = steps[::stride]
@@ -235,7 +241,7 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
     )
     top = max(max(cols["duration"]), max(b + i for b, i in zip(cols["busy"], cols["idle"]))) or 1.0
     p.y_range = Range1d(0, top * 1.12)
-    # A few steps' worth of axis at least: one step would otherwise be a bar across the chart.
+    # A few steps' worth of axis at least: two steps would otherwise be two bars across the chart.
     pad = max(stride, 3 * stride - (max(cols["x"]) - min(cols["x"])) / 2)
     p.x_range = Range1d(min(cols["x"]) - pad, max(cols["x"]) + pad)
     p.xaxis.ticker.min_interval = 1
@@ -351,14 +357,21 @@ def roofline(data: dict[str, Any], phase: str, index: int) -> dict[str, Any]:
         hint = " Pass --gpu NAME or --spec-file PATH to give the peaks." if (data.get("device") or {}).get("spec") is None else ""
         return {"reason": f"No roofline for {label.lower()}: {why}{extra}.{hint}"}
     roofs = roof.get("roofs") or {}
-    pts = [q for q in roof.get("points") or [] if (q.get("intensity") or 0) > 0 and (q.get("achieved_flops") or 0) > 0]
-    dropped = len(roof.get("points") or []) - len(pts)
+    points = roof.get("points") or []
+    # Points above their roof are not drawn as achieved: listed under the chart with why.
+    above = [{"label": str(q["label"]), "kernel": str(q.get("kernel") or ""), "dtype": f"{q['dtype']} {q['unit']}",
+              "time": fmt.ms(q["time_ms"]), "reason": q["above_roof"]} for q in points if q.get("above_roof")]
+    pts = [q for q in points if not q.get("above_roof") and (q.get("intensity") or 0) > 0
+           and (q.get("achieved_flops") or 0) > 0]
+    dropped = len(points) - len(pts) - len(above)
     bw = roofs.get("bandwidth")
     computes = [c for c in roofs.get("compute") or [] if c.get("peak_flops")]
     if not pts:
-        return {"reason": f"No roofline for {label.lower()}: no op group with known FLOPs, bytes and time."}
+        return {"reason": f"No roofline for {label.lower()}: no op group with known FLOPs, bytes and time"
+                          f"{' at or below its roof' if above else ''}.", "above": above}
     if not bw or not computes:
-        return {"reason": f"No roofline for {label.lower()}: the device's bandwidth or compute peaks are unknown."}
+        return {"reason": f"No roofline for {label.lower()}: the device's bandwidth or compute peaks are unknown.",
+                "above": above}
     scale, unit = _flops_unit([c["peak_flops"] for c in computes])
     ridges = [c["peak_flops"] / bw for c in computes]
     xs = [q["intensity"] for q in pts]
@@ -433,7 +446,7 @@ def roofline(data: dict[str, Any], phase: str, index: int) -> dict[str, Any]:
     legend_outside(p)
     note = f"{dropped} op group(s) with no FLOPs (copies, fills) cannot be placed on log axes." if dropped else None
     chart_id = f"tk-chart-roofline-{index}"
-    return {"id": chart_id, **chart_item(p, chart_id), "note": note}
+    return {"id": chart_id, **chart_item(p, chart_id), "note": note, "above": above}
 
 
 @functools.lru_cache(maxsize=1)

@@ -34,6 +34,11 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     tpot = m.get("tpot_ms") or {}
     n_decode = (phases.get("decode") or {}).get("steps")
     partial = m.get("partial") or {}
+    measured = data.get("measurement") or {}
+    # A run timed on a busy machine, or priced against ceilings that are not the machine's
+    # (analysis.measurement): the figures that rest on it say so beside their value.
+    busy = "; measured on a busy machine: slower than the machine is" if measured.get("busy") else ""
+    roof = ("; unreliable: against ceilings measured unreliably" if measured.get("ceilings_reliable") is False else "")
     out = []
 
     def add(key, label, raw, text, note, detail=None, reason_key=None):
@@ -77,18 +82,15 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
         wall = f"; without the profiler tracekit collect measured {fmt.ms(unprof['ttft_ms'])}" if unprof.get("ttft_ms") else ""
         add(
             "ttft_ms", "TTFT", m.get("ttft_ms"), fmt.ms(m.get("ttft_ms")),
-            "first prefill step, in the profiled run",
+            f"first prefill step, in the profiled run{busy}",
             f"Time to first token: {formulas.get('ttft', '')}{wall}.",
         )
-        overhead = unprof.get("profiler_overhead_ratio")
-        over = ((f"; the profiler slowed the run {overhead:.2f}×" if overhead >= 1 else
-                 f"; no profiler overhead measurable (ratio {overhead:.2f}: below 1 is measurement noise)")
-                if overhead else "")
         if unprof.get("ttft_ms") is not None:
+            over = _overhead(unprof.get("ttft_profiler_ratio"), "this figure")
             add("ttft_unprofiled_ms", "TTFT, no profiler", unprof["ttft_ms"], fmt.ms(unprof["ttft_ms"]),
-                f"tracekit collect, profiler off (profiled: {fmt.ms(m.get('ttft_ms'))}){over}",
+                f"tracekit collect, profiler off (profiled: {fmt.ms(m.get('ttft_ms'))}){over}{busy}",
                 "Time to first token of the same run measured without the profiler (synchronised wall clock)"
-                f"{over}.")
+                f"{over}{_overhead(unprof.get('profiler_overhead_ratio'), 'the whole recorded run')}.")
         steps_text = f"{n_decode} decode step{'s' if n_decode != 1 else ''}" if n_decode else "the decode steps"
         for q in ("p50", "p90"):
             wall = (
@@ -97,18 +99,20 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
             )
             add(
                 f"tpot_{q}", f"TPOT {q}", tpot.get(q), fmt.ms(tpot.get(q)),
-                f"{q} of {steps_text}, in the profiled run",
+                f"{q} of {steps_text}, in the profiled run{busy}",
                 f"Time per output token: {formulas.get('tpot', '')}{wall}.",
                 reason_key="tpot_ms",
             )
         if unprof.get("tpot_p50_ms") is not None:
+            over = _overhead(unprof.get("tpot_p50_profiler_ratio"), "this figure")
             add("tpot_p50_unprofiled", "TPOT p50, no profiler", unprof["tpot_p50_ms"], fmt.ms(unprof["tpot_p50_ms"]),
-                f"tracekit collect, profiler off (profiled: {fmt.ms(tpot.get('p50'))}){over}",
+                f"tracekit collect, profiler off (profiled: {fmt.ms(tpot.get('p50'))}){over}{busy}",
                 "Time per output token of the same run measured without the profiler, p50 over its decode steps"
-                f" (p90 {fmt.ms(unprof.get('tpot_p90_ms'))}){over}.")
+                f" (p90 {fmt.ms(unprof.get('tpot_p90_ms'))}){over}"
+                f"{_overhead(unprof.get('profiler_overhead_ratio'), 'the whole recorded run')}.")
     add(
         "decode_tokens_per_s", "Decode tokens/s", m.get("decode_tokens_per_s"), fmt.per_s(m.get("decode_tokens_per_s")),
-        "tokens generated / decode time",
+        f"tokens generated / decode time{busy}",
         f"Decode throughput: {formulas.get('decode_tokens_per_s', '')}.",
     )
     if engine:
@@ -120,14 +124,14 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
     pre = phases.get("prefill") or {}
     add(
         "prefill_mfu", "Prefill MFU", m.get("prefill_mfu"), fmt.pct(m.get("prefill_mfu")),
-        f"vs {_first_clause(pre.get('mfu_basis'))}",
+        f"vs {_first_clause(pre.get('mfu_basis'))}{roof}",
         f"Model FLOPs utilisation: {formulas.get('mfu', '')}. Against {pre.get('mfu_basis')}."
         + (f" Against the achievable ceiling: {fmt.pct(pre['mfu_achievable'])}." if pre.get("mfu_achievable") is not None else ""),
     )
     dec = phases.get("decode") or {}
     add(
         "decode_mbu", "Decode MBU", m.get("decode_mbu"), marked(fmt.pct(m.get("decode_mbu")), dec.get("mbu_estimate")),
-        f"vs {_first_clause(dec.get('mbu_basis'))}",
+        f"vs {_first_clause(dec.get('mbu_basis'))}{roof}",
         f"Memory bandwidth utilisation: {formulas.get('mbu', '')}. Against {dec.get('mbu_basis')}."
         + (f" Against the achievable ceiling: {fmt.pct(dec['mbu_achievable'])}." if dec.get("mbu_achievable") is not None else ""),
     )
@@ -138,3 +142,12 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
             f"{word} idle share: {formulas.get('idle_share', '')}; {formulas.get('gpu_idle', '')}.",
         )
     return out
+
+
+def _overhead(ratio: float | None, of: str) -> str:
+    """The profiler's slow-down of ``of``, as a clause (below 1 is noise, not a speed-up)."""
+    if not ratio:
+        return ""
+    if ratio >= 1:
+        return f"; the profiler slowed {of} {ratio:.2f}×"
+    return f"; no profiler overhead measurable on {of} (ratio {ratio:.2f}: below 1 is measurement noise)"

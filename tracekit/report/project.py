@@ -72,6 +72,37 @@ def check_view(check: dict[str, Any] | None) -> dict[str, Any] | None:
             "phases": phases, "categories": categories, "kernels": kernels}
 
 
+# At least this share of a phase's kernel time of unknown cost, and the projection is mostly the
+# measured time carried over: its range, not its central figure, is the answer.
+MOSTLY_UNKNOWN = 0.5
+SOME_UNKNOWN = 0.05  # below it the unknown share barely moves the range (whatif.project's notes)
+
+
+def confidence_lines(data: dict[str, Any]) -> list[str]:
+    """Per phase, the projection's first line: GPU busy measured -> projected, with its range and how
+    much of it is unknown cost, and the option that would price that cost. Every renderer and the
+    CLI's summary start with these, so no output gives the central figure without its confidence."""
+    target = data["target"]["spec"]
+    measured = measured_on(data)
+    has_model = bool((data.get("measured") or {}).get("model"))
+    out = []
+    for phase, p in data["phases"].items():
+        r = p.get("projected_gpu_busy_ms_range")
+        line = (f"{phase}: GPU busy {fmt.ms(p['measured_gpu_busy_ms'])} on {measured} -> "
+                f"{fmt.ms(p['projected_gpu_busy_ms'])} on {target}")
+        if r:
+            line += f" (range {fmt.ms(r[0])} to {fmt.ms(r[1])})"
+        share = p.get("unknown_share") or 0.0
+        fix = "" if has_model else "; pass --model NAME (and --tp N) to price those kernels from the architecture"
+        if share >= MOSTLY_UNKNOWN:
+            line += (f"; low confidence: {fmt.pct(share)} of the kernel time has unknown cost and stays as measured, "
+                     f"so the range is the answer, not the central figure{fix}")
+        elif share >= SOME_UNKNOWN:
+            line += f"; {fmt.pct(share)} of the kernel time has unknown cost, kept as measured{fix}"
+        out.append(line)
+    return out
+
+
 def view_model(data: dict[str, Any]) -> dict[str, Any]:
     src, tgt = data["source"], data["target"]
     src = {**src, "device": measured_on(data)}
@@ -102,7 +133,7 @@ def view_model(data: dict[str, Any]) -> dict[str, Any]:
         "source": src, "target": tgt,
         "target_bw": fmt.bandwidth(tgt.get("peak_bandwidth")),
         "target_bw_ach": fmt.bandwidth(tgt.get("achievable_bandwidth")),
-        "headline": headline, "phases": phases, "notes": data["notes"],
+        "headline": headline, "phases": phases, "notes": data["notes"], "confidence": confidence_lines(data),
         "method": list(data["method"]),
         "classes": classes,
         "factor_rows": _factor_rows(f),

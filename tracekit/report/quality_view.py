@@ -29,6 +29,22 @@ LACK_EFFECTS = {
 }
 
 
+# The gaps that leave kernels without shapes, which the model prices from the architecture instead.
+_MODEL_PRICES = ("cpu_ops", "shapes", "graph_ops", "op_links")
+
+
+def priced_instead(model: dict[str, Any] | None, phases: dict[str, Any]) -> dict[str, str]:
+    """{lack key: what the gap takes away} for the gaps in shapes the model priced instead
+    (``Analysis.model``, the phases' ``cost_source_ms``): they take away no figure; empty when
+    the model priced nothing."""
+    priced = any(((p.get("cost_source_ms") or {}).get("model") or 0) > 0 for p in (phases or {}).values())
+    if not (model and priced):
+        return {}
+    instead = (f"the model ({model.get('name')}) priced those kernels instead: their FLOPs and bytes come from its "
+               "architecture and each step's tokens")
+    return {k: instead for k in _MODEL_PRICES}
+
+
 def cost_sources(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Per phase: how much kernel time each cost source priced."""
     rows = []
@@ -84,6 +100,16 @@ def data_quality(data: dict[str, Any]) -> dict[str, Any]:
         for unit, by_dtype in (dev.get("peak_flops") or {}).items():
             for dtype, value in (by_dtype or {}).items():
                 peaks.append({"what": f"{dtype} {unit} peak", "value": fmt.flops(value), "basis": dev.get("peak_basis") or ""})
+    checks = (((data.get("workload") or {}).get("calibration") or {}).get("checks") or {})
+    if checks.get("spread"):
+        # How the measured ceilings were taken (collect.calibrate): a reader judges them by this.
+        s = checks["spread"]
+        peaks.append({"what": "calibration", "value": f"best of {checks.get('attempts')} rounds",
+                      "basis": f"spread between rounds {fmt.pct(s.get('matmul_flops'))} (matmul), "
+                               f"{fmt.pct(s.get('copy_bandwidth'))} (copy); "
+                               + ("settled: the best two rounds agree" if checks.get("stable") else
+                                  "did not settle: unreliable")})
+    effects = {**LACK_EFFECTS, **priced_instead(data.get("model"), data.get("phases") or {})}
     bases = []
     for phase, p in (data.get("phases") or {}).items():
         for what in ("mfu", "mbu"):
@@ -91,7 +117,7 @@ def data_quality(data: dict[str, Any]) -> dict[str, Any]:
             if text:
                 bases.append({"what": f"{phase_label(phase)} {what.upper()}", "basis": text})
     return {
-        "lacks": [{"key": k, "text": v, "effect": LACK_EFFECTS.get(k)} for k, v in lacks.items()],
+        "lacks": [{"key": k, "text": v, "effect": effects.get(k)} for k, v in lacks.items()],
         # The segmentation's "N of M units ... outside any step" note is the outside_steps line below.
         "notes": [str(n) for n in prov.get("notes") or []
                   if not (outside.get("units") and str(n).endswith("were issued outside any step"))],

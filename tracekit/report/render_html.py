@@ -64,6 +64,7 @@ class HtmlRenderer(HtmlPage):
             "findings": view.findings(data),
             "ranks": {**ranks, "chart": rank_chart.get("id")} if ranks else None,
             "phases": view.phase_rows(data),
+            "mixed": view.mixed_lines(data),
             "no_phases": view.no_phases_reason(data),
             "no_roofline": (
                 "this is a training run: the roofline is drawn per inference phase (prefill, decode)."
@@ -79,12 +80,14 @@ class HtmlRenderer(HtmlPage):
             "timelines": [dict(view.timeline(data, i), chart=c["id"]) for i, c in enumerate(steps)],
             "idle": view.idle_rows(data),
             "latency_roof": view.fmt.pct((data.get("provenance") or {}).get("latency_roof")),
+            "sub_limiter_note": view.sub_limiter_note(data),
             "rooflines": [
-                {"phase": r["phase"], "chart": r.get("id"), "reason": r.get("reason"), "note": r.get("note")} for r in rooflines
+                {"phase": r["phase"], "chart": r.get("id"), "reason": r.get("reason"), "note": r.get("note"),
+                 "above": r.get("above") or []} for r in rooflines
             ],
             "top_kernels": view.top_kernels(data, self.top),
             "steps": steps_view.step_rows(data),
-            "estimate_legend": view.estimate_legend(view.estimates_shown(data)),
+            "estimate_legend": view.estimate_legend(view.estimates_shown(data), data),
             "quality": quality_view.data_quality(data),
             "hta": hta_view.section(data),
             # Chart specs for Bokeh, embedded through the script_json filter.

@@ -21,12 +21,14 @@ class TextRenderer(Renderer):
 
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         phases = view.phase_rows(data)
-        head = ["phase", "steps", "time", "busy", "idle", "idle %", "compute", "memory", "link", "unknown", "latency",
-                "MFU", "MBU"]
+        # The "of which" columns are parts of compute + memory + link, set apart by "|" (view.SUB_LIMITERS).
+        head = ["phase", "steps", "time", "busy", "idle", "idle %", "compute", "memory", "link", "unknown", "|",
+                *(f"of which {view.SUB_LIMITER_HEADS[k]}" for k in view.SUB_LIMITERS), "|", "MFU", "MBU"]
         cells = [
             [
                 term_text(r["label"]), r["steps"], r["time"], r["gpu_busy"], r["gpu_idle"], r["idle_share"],
-                *(b["share"] for b in r["bounds"][:4]), r["latency_share"], r["mfu"], r["mbu"],
+                *(b["share"] for b in r["bounds"][:4]), "|", *(s["share"] for s in r["sub_limiters"]), "|",
+                r["mfu"], r["mbu"],
             ]
             for r in phases
         ]
@@ -45,9 +47,11 @@ class TextRenderer(Renderer):
                 for h in headline
             ],
             "table": table,
+            "mixed": view.mixed_lines(data),
+            "sub_limiter_note": view.sub_limiter_note(data),
             "estimate_legend": view.estimate_legend(
                 [k for k in ("upper", "lower", "model") if any(p.get("mbu_estimate") == k
-                                                              for p in (data.get("phases") or {}).values())]),
+                                                              for p in (data.get("phases") or {}).values())], data),
             "no_phases": view.no_phases_reason(data),
             "findings": view.findings(data),
             "idle": view.idle_lines(data),

@@ -20,9 +20,14 @@ PHASE_LABELS = {"prefill": "Prefill", "decode": "Decode", "mixed": "Mixed", "unk
 BOUNDS = ("compute", "memory", "interconnect", "unknown", "idle")
 BOUND_LABELS = {"compute": "compute-bound", "memory": "memory-bound", "interconnect": "interconnect-bound",
                 "unknown": "unknown bound", "idle": "idle"}
-LIMITERS = ("compute", "memory", "interconnect", "latency", "unknown", "idle")
+LIMITERS = ("compute", "memory", "interconnect", "latency", "below_roof", "unknown", "idle")
 LIMITER_LABELS = {"compute": "compute roof", "memory": "bandwidth roof", "interconnect": "link roof",
-                  "latency": "latency", "unknown": "unknown", "idle": "idle"}
+                  "latency": "latency", "below_roof": "neither roof nor latency", "unknown": "unknown",
+                  "idle": "idle"}
+# The limiters a phase row shows beside its bound shares: parts of the compute, memory and
+# interconnect shares (kernels below the latency roof), so "of which", never beside them.
+SUB_LIMITERS = ("latency", "below_roof")
+SUB_LIMITER_HEADS = {"latency": "latency-limited", "below_roof": "below roof"}
 CAUSE_LABELS = {"sync": "sync (host blocked)", "launch": "launch", "host": "host work", "wait": "waiting on streams/events",
                 "unattributed": "unattributed"}
 
@@ -42,10 +47,20 @@ _WORKLOAD_FIELDS = (
 
 
 def limiter_labels(data: dict[str, Any]) -> dict[str, str]:
-    """Limiter names for display; latency says the roof fraction below which it applies."""
+    """Limiter names for display; latency and below roof say the roof fraction below which they apply."""
     roof = (data.get("provenance") or {}).get("latency_roof")
-    below = f" (below {fmt.pct(roof)} of its roof)" if roof is not None else ""
-    return {**LIMITER_LABELS, "latency": "latency" + below}
+    below = f"< {fmt.pct(roof)} of roof" if roof is not None else "below its roof"
+    return {**LIMITER_LABELS, "latency": f"latency ({below})", "below_roof": f"neither ({below}, not latency)"}
+
+
+def sub_limiter_note(data: dict[str, Any]) -> str:
+    """What the phase table's "of which" columns are, in words every renderer shows."""
+    roof = (data.get("provenance") or {}).get("latency_roof")
+    under = f"less than {fmt.pct(roof)} of" if roof is not None else "far below"
+    return (f"of which latency-limited / below roof: the part of the compute-, memory- and interconnect-bound shares "
+            f"whose kernels reach {under} their roof, so not limited by it: latency-limited where latency explains "
+            "it (a grid of fewer blocks than the GPU has SMs, or a kernel as short as its fixed latency), below roof "
+            "where neither does (a grid that fills the GPU, running long: the kernel reaches only that fraction)")
 
 
 def phase_source_text(source: str | None) -> str:
@@ -86,6 +101,9 @@ def header(data: dict[str, Any]) -> dict[str, Any]:
         "title": src.get("name") or "trace",
         # The trace was cut mid-write: said first, before any figure (None for a whole file).
         "truncated": (data.get("truncated") or {}).get("text"),
+        # A collected run measured on a busy machine or against unreliable ceilings (analysis.measurement):
+        # said before any figure, as the truncation is.
+        "measurement": [str(n) for n in (data.get("measurement") or {}).get("notes") or []],
         "trace": {
             "name": src.get("name"),
             "path": src.get("path"),
@@ -125,10 +143,9 @@ COST_SOURCE_LABELS = {"shapes": "recorded shapes", "capture": "graph-capture sha
 # The mark before a figure built on estimated bytes (the JSON's ``estimate``), and its meaning.
 ESTIMATE_MARKS = {"upper": "≤", "lower": "≥", "model": "~"}
 ESTIMATE_MEANINGS = {
-    "upper": "an upper bound: bytes capped at what peak bandwidth moves in the kernels' time (routed experts "
-             "whose expected weights would need more)",
-    "lower": "a lower bound: a prefill's KV read counted without a cached prefix the trace does not state",
-    "model": "the model's estimate: distinct experts expected under uniform routing, E*(1-(1-k/E)^B)",
+    "upper": "an upper bound: bytes capped at what peak bandwidth moves in the kernels' time",
+    "lower": "a lower bound on the bytes",
+    "model": "the model's estimate of the bytes",
 }
 
 
@@ -138,9 +155,22 @@ def marked(text: str, estimate: str | None) -> str:
     return f"{mark} {text}" if mark and text != fmt.MISSING else text
 
 
-def estimate_legend(kinds) -> list[str]:
-    """One line per estimate mark shown: the mark and what it means."""
-    return [f"{ESTIMATE_MARKS[k]} {ESTIMATE_MEANINGS[k]}" for k in ESTIMATE_MARKS if k in set(kinds)]
+def estimate_legend(kinds, data: dict[str, Any]) -> list[str]:
+    """One line per estimate mark shown: the mark, what it means, and what it is about on this
+    run (the phases' ``bytes_estimate_reasons``: decode attention of unknown keys, routed experts)."""
+    out = []
+    for k in ESTIMATE_MARKS:
+        if k not in set(kinds):
+            continue
+        why: list[str] = []
+        for p in (data.get("phases") or {}).values():
+            reasons = p.get("bytes_estimate_reasons") or {}
+            # A phase's "~" can be the sum of bounds of both directions: every reason in it applies.
+            for r in ([reasons.get(k)] if k != "model" or p.get("bytes_estimate") != "model" else reasons.values()):
+                if r and r not in why:
+                    why.append(r)
+        out.append(f"{ESTIMATE_MARKS[k]} {ESTIMATE_MEANINGS[k]}" + (f" ({'; '.join(why)})" if why else ""))
+    return out
 
 
 def estimates_shown(data: dict[str, Any]) -> list[str]:
@@ -183,12 +213,17 @@ def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         bb = p.get("by_bound") or {}
         share = p.get("by_bound_share") or {}
         mixed = p.get("mixed_steps") or 0
+        riding = (p.get("passenger") or {}).get("mixed_steps") or 0
         rows.append(
             {
                 "phase": phase,
-                "label": phase_label(phase) + (f" (incl. part of {mixed} mixed)" if mixed else ""),
+                "label": phase_label(phase) + (f" (incl. part of {mixed} mixed"
+                                               + (f", {riding} a passenger" if riding else "") + ")" if mixed else ""),
                 "mixed_note": (f"includes the {phase} part of {mixed} mixed step{'s' if mixed != 1 else ''}, "
-                               "split by tokens and attention query-key pairs") if mixed else None,
+                               "split by tokens and attention query-key pairs"
+                               + (f"; the decode side of {riding} of them is a passenger of its prefill chunk: "
+                                  "in the time and bound shares, not in MFU and MBU" if riding else ""))
+                if mixed else None,
                 "steps": fmt.count(p.get("steps")) + (f" + {fmt.count(mixed)} mixed" if mixed else ""),
                 "time": fmt.ms(p.get("time_ms")),
                 "gpu_busy": fmt.ms(p.get("gpu_busy_ms")),
@@ -205,7 +240,12 @@ def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                      "share": fmt.pct((p.get("by_limiter_share") or {}).get(k))}
                     for k in LIMITERS
                 ],
-                "latency_share": fmt.pct((p.get("by_limiter_share") or {}).get("latency")),
+                # Parts of the bound shares above, shown as "of which" (SUB_LIMITERS).
+                "sub_limiters": [
+                    {"limiter": k, "head": SUB_LIMITER_HEADS[k], "ms": fmt.ms((p.get("by_limiter") or {}).get(k)),
+                     "share": fmt.pct((p.get("by_limiter_share") or {}).get(k))}
+                    for k in SUB_LIMITERS
+                ],
                 "limiter_note": "; ".join(
                     f"{labels[k]} {fmt.pct((p.get('by_limiter_share') or {}).get(k))}" for k in LIMITERS
                     if (p.get("by_limiter") or {}).get(k)),
@@ -219,6 +259,46 @@ def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+# Mixed steps listed one by one (the largest decode cost first); the rest are counted. As many
+# as the report's kernel tables list per phase (analysis.tables.TOP_KERNELS).
+MIXED_ROWS = 15
+_PART_LABELS = {"gemm_rows": "their GEMM rows", "attention": "their attention and KV reads",
+                "kv_writes": "their KV writes", "communication": "their all-reduce and all-gather traffic",
+                "other": "their norms, activations and other per-token work"}
+
+
+def mixed_lines(data: dict[str, Any]) -> list[str]:
+    """What each split mixed step's decode requests cost (its ``split.decode_marginal``), one
+    sentence a step, the costliest first, at most ``MIXED_ROWS``; then how many are left out."""
+    steps = [s for s in data.get("steps") or [] if (s.get("split") or {}).get("decode_marginal")]
+    steps.sort(key=lambda s: -(s["split"]["decode_marginal"].get("ms") or 0.0))
+    out = [_mixed_line(s) for s in steps[:MIXED_ROWS]]
+    if len(steps) > MIXED_ROWS:
+        out.append(f"and {len(steps) - MIXED_ROWS:,} more mixed steps (the JSON lists each)")
+    return out
+
+
+def _mixed_line(s: dict[str, Any]) -> str:
+    sp = s["split"]
+    m = sp["decode_marginal"]
+    head = (f"step {s.get('index')}: {fmt.count((sp.get('prefill') or {}).get('tokens'))} prefill + "
+            f"{fmt.count((sp.get('decode') or {}).get('tokens'))} decode tokens")
+    if m.get("ms") is None:
+        return f"{head}; what its decode tokens add is not known: {m.get('reason')}"
+    parts = ", ".join(f"{_PART_LABELS.get(k, k)} {fmt.ms(v.get('ms'))}" for k, v in (m.get("by_part") or {}).items())
+    text = (f"{head}; its decode tokens add {fmt.ms(m['ms'])} ({fmt.pct(m.get('share'))} of its kernel time; "
+            f"{parts}): {fmt.si(m.get('flops'), 'FLOP')}, {fmt.si(m.get('bytes'), 'B')}; they share "
+            f"{fmt.si(m.get('shared_bytes'), 'B')} of weight reads the prefill chunk pays anyway")
+    if (m.get("covered_share") or 0.0) < 1.0:
+        text += (f" (known for the kernels of {fmt.pct(m.get('covered_share'))} of its kernel time: the others' "
+                 "work without the decode tokens is not)")
+    if m.get("passenger"):
+        return text + "; bound by its prefill chunk: its decode side is a passenger, with no bound, MFU or MBU of its own"
+    if m.get("passenger") is None:
+        return text + f"; whether its prefill chunk bounds it is not known: {m.get('reason')}"
+    return text + "; not bound by its prefill chunk: its decode side keeps its bound"
+
+
 def findings(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         {
@@ -227,7 +307,8 @@ def findings(data: dict[str, Any]) -> list[dict[str, Any]]:
             "severity": f.get("severity") or "info",
             "phase": phase_label(f["phase"]) if f.get("phase") else None,
             "action": f.get("action"),
-            "at_stake": fmt.ms(f["at_stake_ms"]) if f.get("at_stake_ms") is not None else None,
+            "at_stake": (fmt.ms(f["at_stake_ms"]) + (f", {f['at_stake_note']}" if f.get("at_stake_note") else "")
+                         if f.get("at_stake_ms") is not None else None),
         }
         for f in data.get("findings") or []
     ]
@@ -301,9 +382,14 @@ def _achieved(row: dict[str, Any]) -> str:
     return " · ".join(parts) if parts else fmt.MISSING
 
 
+# What a top kernel's roof cell says when its fraction is withheld (``roof_withheld.why``).
+WITHHELD_LABELS = {"above": "above roof", "capped": "capped"}
+
+
 def kernel_rows(rows: list[dict[str, Any]], top: int | None = None) -> list[dict[str, Any]]:
     out = []
     for r in rows[:top] if top else rows:
+        withheld = r.get("roof_withheld") or {}
         out.append(
             {
                 "name": r.get("name"),
@@ -316,9 +402,11 @@ def kernel_rows(rows: list[dict[str, Any]], top: int | None = None) -> list[dict
                 "bound": BOUND_LABELS.get(r.get("bound"), r.get("bound")),
                 "cost_source": COST_SOURCE_LABELS.get(r.get("cost_source"), r.get("cost_source") or fmt.MISSING),
                 "bound_key": r.get("bound"),
-                "limiter": r.get("limiter") or "unknown",
-                "achieved": _achieved(r),
-                "roof": marked(fmt.pct(r.get("roof_fraction")), r.get("estimate")),
+                "limiter": str(r.get("limiter") or "unknown").replace("_", " "),
+                "achieved": WITHHELD_LABELS["above"] if withheld.get("why") == "above" else _achieved(r),
+                "roof": WITHHELD_LABELS.get(withheld.get("why"), fmt.MISSING) if withheld
+                else marked(fmt.pct(r.get("roof_fraction")), r.get("estimate")),
+                "roof_note": withheld.get("reason"),
                 "estimate": r.get("estimate"),
                 "estimate_note": ESTIMATE_MEANINGS.get(r.get("estimate") or ""),
             }
@@ -330,10 +418,18 @@ def top_kernels(data: dict[str, Any], top: int | None = None) -> list[dict[str, 
     """Per phase: the top kernels table; for a run without phases, the whole trace's."""
     out = []
     for phase, rows in (data.get("top_kernels") or {}).items():
-        out.append({"phase": phase, "label": phase_label(phase), "rows": kernel_rows(rows, top)})
+        out.append({"phase": phase, "label": phase_label(phase), "rows": kernel_rows(rows, top),
+                    "withheld": _withheld(rows, top)})
     if not out and (data.get("overall") or {}).get("top_kernels"):
-        out.append({"phase": "all", "label": "Whole trace", "rows": kernel_rows(data["overall"]["top_kernels"], top)})
+        rows = data["overall"]["top_kernels"]
+        out.append({"phase": "all", "label": "Whole trace", "rows": kernel_rows(rows, top), "withheld": _withheld(rows, top)})
     return out
+
+
+def _withheld(rows: list[dict[str, Any]], top: int | None) -> list[dict[str, str]]:
+    """The rows whose roof fraction is withheld, each with why, for the note under the table."""
+    return [{"name": r.get("short_name") or r.get("name"), "reason": r["roof_withheld"]["reason"]}
+            for r in (rows[:top] if top else rows) if r.get("roof_withheld")]
 
 
 def no_phases_reason(data: dict[str, Any]) -> str | None:

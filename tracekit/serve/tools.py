@@ -237,7 +237,7 @@ class Tools:
             real = self.cache.confinement.resolve(to, "to")
             target, key = load_spec_file(real), ("file", real, identity(real))
         else:
-            target = spec_by_name(to)
+            target = spec_by_name(to, option="to")  # the tool's argument, as the caller named it
             key = ("name", target.key)
         p = e.once(("project", key), lambda: project_parts(e.trace, e.parts, e.match, e.analysis, target).to_dict())
         keep = ("measured_gpu_busy_ms", "projected_gpu_busy_ms", "projected_gpu_busy_ms_range", "measured_step_ms",

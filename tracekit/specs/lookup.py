@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tracekit.errors import TracekitError
+from tracekit.errors import TracekitError, close_matches
 from tracekit.specs.database import all_specs, load_spec_file
 from tracekit.specs.model import GpuSpec
 
@@ -193,8 +193,8 @@ def _names(specs: Iterable[GpuSpec]) -> str:
     return ", ".join(repr(s.name) for s in specs)
 
 
-def _choices(specs: Iterable[GpuSpec]) -> str:
-    return "pass " + " or ".join(f"--gpu {s.key}" for s in specs)
+def _choices(specs: Iterable[GpuSpec], option: str = "--gpu") -> str:
+    return "pass " + " or ".join(f"{option} {s.key}" for s in specs)
 
 
 def _by_device_name(name: str, specs: tuple[GpuSpec, ...]) -> tuple[list[GpuSpec], str]:
@@ -273,19 +273,21 @@ def match_device(props: Mapping[str, Any], specs: tuple[GpuSpec, ...]) -> SpecMa
     return replace(match, notes=match.notes + dev.notes) if dev.notes else match
 
 
-def spec_by_name(name: str, specs: tuple[GpuSpec, ...] | None = None) -> GpuSpec:
-    """The row ``--gpu NAME`` means: its key, display name or a device name, normalised."""
+def spec_by_name(name: str, specs: tuple[GpuSpec, ...] | None = None, option: str = "--gpu") -> GpuSpec:
+    """The row ``--gpu NAME`` means: its key, display name or a device name, normalised. A name
+    that fails is named by ``option``, the flag the user typed (``--to``, ``--gpu-before``, ...)."""
     specs = all_specs() if specs is None else specs
     wanted = normalise_name(name)
     found = [s for s in specs if wanted in {normalise_name(n) for n in (s.key, s.name, *s.device_names)}]
     if len(found) == 1:
         return found[0]
     if found:  # a device name shared by several rows
-        raise TracekitError(f"--gpu {name!r} names several GPUs ({_names(found)}); {_choices(found)}")
-    # Substrings are fine for suggestions, never for matches.
-    close = [s for s in specs if wanted and (wanted in normalise_name(s.name) or wanted in s.key)]
-    hint = f"; did you mean {_names(close)}?" if close else ""
-    raise TracekitError(f"--gpu {name!r} is not in tracekit's GPU database (tracekit gpus lists it){hint}")
+        raise TracekitError(f"{option} {name!r} names several GPUs ({_names(found)}); {_choices(found, option)}")
+    # Prefixes, substrings and near spellings are fine for suggestions, never for matches.
+    close = close_matches(wanted, ((text, s.name) for s in specs
+                                   for text in (normalise_name(s.key), normalise_name(s.name))), n=6)
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    raise TracekitError(f"{option} {name!r} is not in tracekit's GPU database (tracekit gpus lists it){hint}")
 
 
 def lookup(

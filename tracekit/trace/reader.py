@@ -361,7 +361,7 @@ def _note_lacks(trace: Trace) -> None:
     if not len(ops):
         lacks["cpu_ops"] = "no CPU ops were recorded: kernels cannot be tied to the ops that launched them"
     elif ops["input_dims"].isna().all():
-        lacks["shapes"] = "no op shapes were recorded (record_shapes=False): FLOPs and bytes cannot be computed"
+        lacks["shapes"] = "no op shapes were recorded (record_shapes=False): FLOPs and bytes cannot be computed from them"
     if len(k):
         kern = k["kind"] == "kernel"
         no_launch = int(((k["launch"] < 0) & kern).sum())

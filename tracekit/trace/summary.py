@@ -5,7 +5,9 @@ from __future__ import annotations
 from tracekit.trace.model import Trace
 
 
-def summarize(trace: Trace, top: int = 10) -> str:
+def summarize(trace: Trace, top: int = 10, effects: dict[str, str] | None = None) -> str:
+    """``effects``: {lack key: what the gap takes away from the analysis}, said after the gap
+    (``report.quality_view.priced_instead``: what the model priced though shapes could not)."""
     k = trace.kernels
     lines = [f"trace      {trace.path}"]
     cut = trace.metadata.get("truncated")
@@ -25,8 +27,9 @@ def summarize(trace: Trace, top: int = 10) -> str:
     else:
         cpu = ((trace.sidecar or {}).get("device") or {}).get("name")
         lines.append(f"device     CPU only (no GPU events){': ' + cpu if cpu else ''}")
-    if trace.distributed:
-        lines.append(f"rank       {trace.distributed.get('rank', '?')} of {trace.distributed.get('world_size', '?')}")
+    rank = _rank_text(trace.distributed or {})
+    if rank:
+        lines.append(f"rank       {rank}")
     span_ms = (trace.end_ns - trace.start_ns) / 1e6
     lines.append(f"schema     {trace.era}")
     lines.append(f"time span  {span_ms:,.3f} ms")
@@ -53,9 +56,22 @@ def summarize(trace: Trace, top: int = 10) -> str:
     if trace.lacks:
         lines.append("")
         lines.append("the trace lacks")
-        for why in trace.lacks.values():
-            lines.append(f"  - {why}")
+        for key, why in trace.lacks.items():
+            effect = (effects or {}).get(key)
+            lines.append(f"  - {why}" + (f"; so {effect}" if effect else ""))
     return "\n".join(lines)
+
+
+def _rank_text(dist: dict) -> str | None:
+    """The rank line: "3 of 8", "3 (world size not stated)", "unknown (world size 8)", or None when distributedInfo
+    states neither as a whole number (an engine that writes "rank": "" states nothing)."""
+    rank, world = (v if isinstance(v, int) and not isinstance(v, bool) else None
+                   for v in (dist.get("rank"), dist.get("world_size")))
+    if rank is None and world is None:
+        return None
+    if world is None:
+        return f"{rank} (world size not stated)"
+    return f"unknown (world size {world})" if rank is None else f"{rank} of {world}"
 
 
 def _cut_text(cut: dict) -> str:

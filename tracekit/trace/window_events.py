@@ -137,5 +137,14 @@ def each_chunk(chunks: stream.EventChunks, tick: Callable[[int], None]):
             yield chunk
             tick(chunks.slices.total)
     except stream.NotStreamable:
-        raise TracekitError(f"{chunks.path} cannot be split: it is not a Chrome trace whose traceEvents array "
-                            "can be read in pieces (tracekit report reads it whole)") from None
+        raise NotSplittable(chunks.path) from None
+
+
+class NotSplittable(TracekitError):
+    """A file the stream cannot cut: the caller, which can read a file whole, says why in the
+    reader's words (``analysis.windows.split_keeping_steps``)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} cannot be split: it is a trace, but not one whose traceEvents array can be read "
+                         f"in pieces; tracekit report {path} reads it whole")
+        self.path = path

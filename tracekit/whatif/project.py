@@ -16,7 +16,7 @@ moves with the roof it meets there.
 - A dtype the target has no peak for (FP4 on a GPU without FP4 tensor cores) runs at the next
   wider one it has (FP4 -> FP8 -> BF16 -> FP16 -> FP32; ``GpuSpec.runs_as``, the rule the
   measured roofline uses too); its bytes stay.
-- Latency-limited kernels (below ``LATENCY_ROOF`` of their roof) move with their roof too:
+- Latency-limited kernels (below ``LATENCY_ROOF`` of their roof where ``latency_fits``) move with their roof too:
   too small to fill either GPU, their time is launch and memory latency, which tracks the
   memory system of a GPU generation more than it stays fixed. Each projection also says what
   its GPU busy time would be with them kept as measured.
@@ -46,7 +46,8 @@ import pandas as pd
 from tracekit.analysis import categorical
 from tracekit.analysis.analyze import Parts, assemble, measure
 from tracekit.analysis.model import Analysis, json_safe
-from tracekit.analysis.pricing.roofline import COMPUTE, LATENCY, MEMORY, limiter, roofline_columns
+from tracekit.analysis.pricing.above_roof import AT_ROOF_CHECKS
+from tracekit.analysis.pricing.roofline import COMPUTE, LATENCY, MEMORY, latency_fits, limiter, roofline_columns
 from tracekit.analysis.steps.mixed import retimed
 from tracekit.analysis.truncation import gpu_events_lost
 from tracekit.analysis.waiting.host import Coverage
@@ -185,8 +186,10 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
     text = {c: table[c].to_numpy(dtype=object) for c in ("cost_reason", "dtype", "unit")}
     roofline_columns(table, target, None, categorical.strings(work["kind"]), work["category"].to_numpy(),
             work["dur_ns"].to_numpy() / 1e9, text["cost_reason"], text["dtype"], text["unit"])
-    table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
-                                                table["model_check"].to_numpy() == "capped"), index=table.index)
+    rf = table["roof_fraction"].to_numpy()
+    fits = latency_fits(work["dur_ns"].to_numpy(), rf, work["ctas"].to_numpy(), target.num_sms)
+    at_roof = np.isin(table["model_check"].to_numpy(), AT_ROOF_CHECKS)
+    table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), rf, at_roof, fits), index=table.index)
     for c in ("peak_flops", "peak_bw", "achievable_flops", "achievable_bw", "bound", "bound_reason", "peak_note",
               "ridge", "roof_fraction", "roof_fraction_achievable", "limiter"):
         work[c] = table[c]
@@ -203,6 +206,9 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
         steps["gpu_busy_ns"] = np.round(busy).astype(np.int64)
         steps["gpu_end_ns"] = np.where(steps["kernels"] > 0, steps["gpu_end_ns"] - np.round(saved).astype(np.int64),
                                        steps["gpu_end_ns"])
+        # The window's end moves with the duration: the time on other work before the step's own
+        # (previous_ns, unrecorded_ns) is the trace's, and the books check the window holds both.
+        steps["end_ns"] = steps["end_ns"] - (steps["duration_ns"].to_numpy() - np.round(duration).astype(np.int64))
         steps["duration_ns"] = np.round(duration).astype(np.int64)
         # The books still balance: idle is what the duration holds beyond the busy time.
         # Where the host's own time floors the step, the extra idle is the host's.

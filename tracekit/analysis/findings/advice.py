@@ -10,9 +10,9 @@ show: idle by cause and the largest idle intervals, kernel time by category, bou
 | host-bound       | host work is the largest idle cause and >= HOST_SHARE of the time      | host idle                                  |
 | gpu-waits        | waiting on streams/events is the largest cause and >= WAIT_SHARE       | none (no action the trace supports)        |
 | fuse-elementwise | elementwise/normalization/activation/RoPE >= FUSION_SHARE of kernel time, the run not compiled | per run of back-to-back such kernels, all but its longest kernel |
-| decode-batch     | memory-bound decode GEMMs >= DECODE_GEMM_SHARE of decode kernel time   | their time minus what their FLOPs need at the achievable compute peak |
+| decode-batch     | memory-bound decode GEMMs >= DECODE_GEMM_SHARE of decode kernel time, the decode sides of mixed steps bound by their prefill chunks (passengers) aside | their time minus what their FLOPs need at the achievable compute peak |
 | decode-overhead-bound | CPU-only run: decode time between compute ops >= CPU_OVERHEAD_SHARE, not compiled | that time |
-| fp8-weights      | memory-bound decode GEMMs on 16-bit weights >= FP8_SHARE of decode kernel time, and the GPU has an FP8 matrix peak | half their time (FP8 halves the weight bytes) |
+| fp8-weights      | memory-bound decode GEMMs on weights stored at 16 bits (``weight_precisions``) >= FP8_SHARE of decode kernel time, and the GPU has an FP8 matrix peak | half their time (FP8 halves the weight bytes) |
 
 Advice whose time at stake is under MIN_AT_STAKE of its phase's time is not given (a
 two-kernel trace has "fusible chains" too). The list is ordered by time at stake, largest first.
@@ -29,6 +29,7 @@ import pandas as pd
 from tracekit import frameworks
 from tracekit.analysis.model import Finding
 from tracekit.analysis.pricing import taxonomy as tx
+from tracekit.analysis.pricing.kernel_names import mixed_activation
 from tracekit.analysis.steps.mixed import phase_weights
 
 if TYPE_CHECKING:
@@ -270,33 +271,75 @@ def _decode_weights(a: Analysis, p: dict) -> list[Finding]:
     m = w[mem]
     f = weight[mem]
     ms = m["dur_ns"].to_numpy() * f / 1e6
-    mem_ms = float(ms.sum())
     out = []
-    if mem_ms >= DECODE_GEMM_SHARE * kernel:
-        flops = m["flops"].to_numpy() * f
-        peak = np.where(np.isnan(m["achievable_flops"].to_numpy()), m["peak_flops"].to_numpy(),
-                        m["achievable_flops"].to_numpy())
+    # The decode parts of mixed steps bound by their prefill chunks already share the chunk's
+    # weight reads (analysis.steps.mixed): no batch advice rests on them.
+    own = ~m["passenger"].to_numpy(dtype=bool) if "passenger" in m else np.ones(len(m), dtype=bool)
+    own_kernel = kernel - ((p.get("passenger") or {}).get("kernel_ms") or 0.0)
+    mem_ms = float(ms[own].sum())
+    if own_kernel > 0 and mem_ms >= DECODE_GEMM_SHARE * own_kernel:
+        mo, fo = m[own], f[own]
+        flops = mo["flops"].to_numpy() * fo
+        peak = np.where(np.isnan(mo["achievable_flops"].to_numpy()), mo["peak_flops"].to_numpy(),
+                        mo["achievable_flops"].to_numpy())
         need_ms = float(np.nansum(flops / peak)) * 1e3
         at_stake = mem_ms - need_ms
-        intensity = float(np.nansum(flops) / np.nansum(m["bytes"].to_numpy() * f))
-        ridge = float(np.nanmedian(m["ridge"].to_numpy()))
+        intensity = float(np.nansum(flops) / np.nansum(mo["bytes"].to_numpy() * fo))
+        ridge = float(np.nanmedian(mo["ridge"].to_numpy()))
         tokens = _decode_tokens(a)
         per = f" for {tokens:,.3g} token{'s' if tokens != 1 else ''} per step" if tokens else ""
-        text = (f"Decode GEMMs read their weights{per}: {_ms(mem_ms)} ({mem_ms / kernel:.0%} of decode kernel time) "
-                f"is memory-bound at {intensity:,.3g} FLOP/byte against a ridge of {ridge:,.3g}; a larger batch shares "
-                f"each weight read among more tokens (at the achievable compute peak their FLOPs need {_ms(need_ms)})")
+        text = (f"Decode GEMMs read their weights{per}: {_ms(mem_ms)} ({mem_ms / own_kernel:.0%} of decode kernel "
+                f"time) is memory-bound at {intensity:,.3g} FLOP/byte against a ridge of {ridge:,.3g}; a larger batch "
+                f"shares each weight read among more tokens (at the achievable compute peak their FLOPs need "
+                f"{_ms(need_ms)})")
         if at_stake > 0:
             out.append(Finding("decode-batch", text + ".", "info", "decode", _batch_action(a), at_stake))
-    sixteen = np.isin(m["dtype"].astype(str).to_numpy(), _SIXTEEN_BIT)
+    stored = weight_precisions(a, m)
+    sixteen = np.isin(stored, _SIXTEEN_BIT)
     ms16 = float(ms[sixteen].sum())
     fp8 = (((a.device.get("peak_flops") or {}).get("matrix") or {}).get("fp8"))
     if fp8 and ms16 >= FP8_SHARE * kernel:
-        dtypes = "/".join(sorted(set(m["dtype"].astype(str).to_numpy()[sixteen])))
+        dtypes = "/".join(sorted(set(stored[sixteen].tolist())))
         text = (f"Decode GEMMs are memory-bound on {dtypes} weights ({_ms(ms16)}, {ms16 / kernel:.0%} of decode kernel "
                 f"time) and {a.device.get('spec')} has an FP8 matrix peak: FP8 weights halve the bytes they read")
+        narrow = pd.Series(ms[~sixteen]).groupby(stored[~sixteen]).sum().sort_values(ascending=False)
+        if len(narrow):
+            # Kernels already on narrower weights gain nothing from FP8 (MXFP4's bytes would double).
+            text += ("; not counted: " + ", ".join(f"{_ms(v)} on {k} weights" for k, v in narrow.items())
+                     + ", which FP8 would not shrink")
         out.append(Finding("fp8-weights", text + ".", "info", "decode",
                            "serve FP8 weights: an FP8 checkpoint, or the engine's online FP8 quantisation "
                            "(vLLM and SGLang: --quantization fp8)", ms16 / 2))
+    return out
+
+
+# The model's weight classes a dense GEMM the model priced ("linear") may belong to.
+_LINEAR_CLASSES = ("attention", "linear_attention", "mlp", "shared_experts")
+
+
+def weight_precisions(a: Analysis, m: pd.DataFrame) -> np.ndarray:
+    """Per GEMM unit of ``m``: the precision its weights are stored at, which sets the bytes it
+    reads (its ``dtype`` is the rate its MMA runs at: a Marlin MXFP4 x bf16 MoE GEMM runs at the
+    bf16 rate on 4-bit weights). A name stating 16-bit activations x narrow weights says
+    "sub-16-bit"; else a unit the model priced has its component's stored precision (a dense GEMM
+    nothing matched: each dense class's, joined where they differ), any other its dtype."""
+    out = m["dtype"].astype(str).to_numpy().astype(object)
+    prec = (a.model or {}).get("precision") or {}
+    by_comp = {"experts": {prec.get("experts")}, "lm_head": {prec.get("lm_head")},
+               "linear": {prec[c] for c in _LINEAR_CLASSES if c in prec}}
+    model = (m["cost_source"].astype(str).to_numpy() == "model")
+    comp = m["component"].astype(str).to_numpy()
+    for i in np.flatnonzero(model):
+        kinds = by_comp.get(comp[i], set()) - {None}
+        if len(kinds) == 1:
+            out[i] = kinds.pop()
+        elif kinds:
+            out[i] = "/".join(sorted(kinds))
+    # The name is the kernel's own word: 16-bit activations x narrow weights, whatever the model says.
+    names = m["name"].astype(str)
+    said = {n: mixed_activation(n) is not None for n in pd.unique(names)}
+    mixed = names.map(said).to_numpy(dtype=bool)
+    out[mixed & np.isin(out, _SIXTEEN_BIT)] = "sub-16-bit"
     return out
 
 

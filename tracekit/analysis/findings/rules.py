@@ -19,6 +19,9 @@
 | model-mismatch        | the steps' attention layers do not fit the model's (its figures are withheld without --model-force) |
 | peak-fallback         | kernels of a dtype the device has no peak for, priced at the next wider one it has |
 | experts-concentrated  | routed experts' uniform-routing bytes exceed the bandwidth roof     |
+| attention-keys-unknown | decode attention of keys the trace does not state, capped at the bandwidth roof |
+| attention-bound-unknown | decode attention of keys the trace does not state, whose intensity is not below the ridge |
+| cache-resident        | just-written activations that fit in the L2 cache ran faster than the DRAM roof |
 | model-undescribed     | a model component needs more than the roofline allows in its time   |
 | rank-straggler        | the other ranks lose >= SKEW_SHARE of their time span waiting inside collectives for one rank (analysis.ranks) |
 """
@@ -30,8 +33,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis import measurement
 from tracekit.analysis.findings.advice import advice
 from tracekit.analysis.model import Finding
+from tracekit import formatting as fmt
+from tracekit.formatting import si
 
 if TYPE_CHECKING:
     from tracekit.analysis.model import Analysis
@@ -48,6 +54,10 @@ _PHASE_TEXT = {"unknown": "unclassified steps'", "mixed": "mixed steps'"}
 
 def findings(a: Analysis) -> list[Finding]:
     out: list[Finding] = []
+    m = a.measurement or {}
+    if m.get("notes"):
+        # First: every figure below rests on these measurements (analysis.measurement).
+        out.append(Finding("measurement-unreliable", " ".join(m["notes"]), "warning"))
     if a.run_kind == "training":
         out.append(
             Finding(
@@ -68,6 +78,7 @@ def findings(a: Analysis) -> list[Finding]:
                 "warning",
             )
         )
+    out += _overlap_findings(a)
     dec = a.phases.get("decode")
     cpu = a.device.get("type") == "cpu"
     unit = "CPU" if cpu else "GPU"
@@ -77,11 +88,28 @@ def findings(a: Analysis) -> list[Finding]:
         kernel = p["kernel_ms"]
         if not kernel:
             continue
-        bound, ms = max(((b, p["by_bound"][b]) for b in ("compute", "memory", "interconnect", "unknown")), key=lambda x: x[1])
+        # The decode parts of mixed steps bound by their prefill chunks have no bound of their
+        # own (analysis.steps.mixed): the phase's bound is that of the rest of its kernel time.
+        riding = p.get("passenger") or {}
+        own = {b: p["by_bound"][b] - (riding.get("by_bound") or {}).get(b, 0.0)
+               for b in ("compute", "memory", "interconnect", "unknown")}
+        kernel -= riding.get("kernel_ms") or 0.0
+        label = {"unknown": "Unclassified steps", "mixed": "Mixed steps"}.get(phase, phase.capitalize())
+        if riding.get("whole_phase"):
+            out.append(Finding("phase-bound", f"{label}: no bound of its own: its kernel time is the decode side of "
+                               f"{riding['mixed_steps']} mixed step{'s' if riding['mixed_steps'] != 1 else ''} bound by "
+                               f"{'its prefill chunk' if riding['mixed_steps'] == 1 else 'their prefill chunks'}, "
+                               f"whose decode tokens added {riding['marginal_ms']:.3g} ms.",
+                               "info", phase))
+            continue
+        bound, ms = max(own.items(), key=lambda x: x[1])
         what = {"compute": "compute-bound", "memory": "memory-bound", "interconnect": "interconnect-bound",
                 "unknown": "of unknown bound"}[bound]
-        label = {"unknown": "Unclassified steps", "mixed": "Mixed steps"}.get(phase, phase.capitalize())
         text = f"{label}: {ms / kernel:.0%} of kernel time is {what}"
+        if riding:
+            text += (f" (besides the decode side of {riding['mixed_steps']} mixed step"
+                     f"{'s' if riding['mixed_steps'] != 1 else ''} bound by "
+                     f"{'its prefill chunk' if riding['mixed_steps'] == 1 else 'their prefill chunks'})")
         if p.get("idle_share") is not None:
             text += f", and the {unit} is idle {p['idle_share']:.0%} of the phase"
         out.append(Finding("phase-bound", text + ".", "info", phase))
@@ -92,7 +120,9 @@ def findings(a: Analysis) -> list[Finding]:
         out.append(
             Finding(
                 "prefill-gemm-efficiency",
-                f"Prefill GEMMs reach {frac:.0%} of the roofline ({a.device.get('spec')}, {a.device.get('peak_basis')}).",
+                f"Prefill GEMMs reach {frac:.0%} of the roofline ({a.device.get('spec')}, {a.device.get('peak_basis')})"
+                + ("; unreliable: against ceilings measured unreliably" if m.get("ceilings_reliable") is False else "")
+                + ".",
                 "info",
                 "prefill",
             )
@@ -167,6 +197,31 @@ def findings(a: Analysis) -> list[Finding]:
                     "pass --model NAME to price the replayed kernels from the architecture, or the graph-capture "
                     "trace (tracekit report --graph-capture TRACE).")
         out.append(Finding("graph-replay", text, "info"))
+    return measurement.mark(out, a.measurement)
+
+
+def _overlap_findings(a: Analysis) -> list[Finding]:
+    """Steps whose window held other work (steps.table: ``unrecorded_ns``, ``next_ns``): which,
+    and how much, so that a step measured from its own work is not read as the whole span."""
+    out = []
+    steps = a.steps
+    for col, fid, what in (
+            ("unrecorded_ns", "steps-waited-on-unrecorded-work",
+             "waited on work the trace did not record (the GPU was busy with work queued before the profile began, "
+             "such as an earlier step of a pipelined engine, or with another process's)"),
+            ("next_ns", "steps-overlapped-by-next", "held the next step's work, running alone, before ending")):
+        if not len(steps) or col not in steps:
+            continue
+        ns = steps[col].to_numpy()
+        rows = np.flatnonzero(ns > 0)
+        if not len(rows):
+            continue
+        top = int(rows[np.argmax(ns[rows])])
+        # One wording for any number of steps: a run recorded twice reads the same, its counts doubled.
+        out.append(Finding(fid, f"Steps {what}: {fmt.ms(ns[rows].sum() / 1e6)} in {len(rows):,} of {len(steps):,} "
+                                f"steps (the most: {fmt.ms(ns[top] / 1e6)}, step {int(steps['step'].iat[top])}). "
+                                "That time is none of their duration, idle, tokens/s, MFU or MBU: each step is "
+                                "measured from the point its own work could start."))
     return out
 
 
@@ -210,13 +265,40 @@ def _model_findings(a: Analysis) -> list[Finding]:
         out.append(Finding("model-mismatch", f"The trace may not be {m['name']}: {m['layer_check']}; {what}.",
                            "warning"))
     check = w["model_check"] if "model_check" in w else pd.Series(None, index=w.index, dtype=object)
+    # Capped units, by the component they are about: each has its own reason (pricing.above_roof).
     capped = w[(check == "capped").to_numpy()]
-    if len(capped):
+    comp = capped["component"].astype(str).to_numpy() if len(capped) else np.array([], dtype=object)
+    experts, attention = capped[comp == "experts"], capped[comp == "attention"]
+    if len(experts):
         out.append(Finding(
             "experts-concentrated",
-            f"Routed experts ({capped['dur_ns'].sum() / 1e6:.3g} ms) ran faster than reading the weights of the "
+            f"Routed experts ({experts['dur_ns'].sum() / 1e6:.3g} ms) ran faster than reading the weights of the "
             "experts uniform routing would touch allows at peak bandwidth: the step's tokens concentrated on fewer "
             "experts. Their bytes are capped at the roof and their fraction of the roof is not shown.", "info"))
+    if len(attention):
+        out.append(Finding(
+            "attention-keys-unknown",
+            f"Decode attention ({attention['dur_ns'].sum() / 1e6:.3g} ms): the keys each request attends to are not "
+            "in the trace, so the KV cache it reads is not known. Its intensity does not depend on the keys and is "
+            "below the ridge, so it is memory-bound; its bytes are capped at what peak bandwidth moves in its "
+            "kernels' time (an upper bound) and its fraction of the roof is not shown.", "info"))
+    cached = w[(check == "cached").to_numpy()]
+    if len(cached):
+        comps = sorted(set(cached["component"].dropna().astype(str)))
+        out.append(Finding(
+            "cache-resident",
+            f"The {', '.join(c.replace('_', ' ') for c in comps)} kernels ({cached['dur_ns'].sum() / 1e6:.3g} ms) ran "
+            f"faster than the DRAM bandwidth roof allows for the bytes the model gives them: each moves at most "
+            f"{si(float(cached['bytes'].max()), 'B')}, written by the kernels just before it, which "
+            f"{a.device.get('spec')}'s {a.device.get('l2_cache_mb'):g} MB L2 cache holds and serves faster than DRAM. "
+            "Their cost is the model's; their fraction of the DRAM roof is not shown.", "info"))
+    unkeyed = w[(check == "keys_unknown").to_numpy()]
+    if len(unkeyed):
+        out.append(Finding(
+            "attention-bound-unknown",
+            f"Decode attention ({unkeyed['dur_ns'].sum() / 1e6:.3g} ms): the keys each request attends to are not in "
+            "the trace, and its intensity at any key count is not below the ridge, so neither its cost nor its bound "
+            "is known.", "info"))
     undescribed = w[(check == "undescribed").to_numpy()]
     if len(undescribed):
         comps = sorted(set(undescribed["component"].dropna().astype(str)))

@@ -17,20 +17,24 @@ The roofline itself (bounds, limiter, the columns' vocabulary) is ``pricing.roof
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from tracekit import frameworks
 from tracekit.analysis import categorical
 
 from tracekit.analysis.pricing import kernel_names, model_fit, op_args, op_costs, taxonomy
+from tracekit.analysis.pricing import mixed_alone
 from tracekit.analysis.pricing import model_costs as mc
-from tracekit.analysis.pricing.above_roof import model_above_roof
+from tracekit.analysis.pricing.above_roof import AT_ROOF_CHECKS, model_above_roof
 from tracekit.analysis.pricing.capture import OpSource, own_ops, with_capture
 from tracekit.analysis.pricing.dtypes import refine_dtype
 from tracekit.analysis.pricing.model_costs import ModelCosts
-from tracekit.analysis.pricing.roofline import CAPTURE, MODEL, NONE, SHAPES, limiter, roofline_columns
+from tracekit.analysis.pricing.roofline import CAPTURE, MODEL, NONE, SHAPES, latency_fits, limiter, roofline_columns
 from tracekit.analysis.steps.segment import Segmentation
 from tracekit.frameworks import ENGINE_SOURCES
 from tracekit.models.config import ModelSpec
@@ -58,6 +62,10 @@ class Attribution:
     capture_note: str | None = None
     # What the model path found (KV dtype, layer check, dtype conflicts), when a model was given.
     model_costs: ModelCosts | None = None
+    # Per side of each mixed step stating both: each unit's FLOPs and bytes were that side alone
+    # in the step, as fractions of its cost (``ModelCosts.alone``'s form): GEMMs from their
+    # recorded shapes (``alone_from_shapes``), the rest from the model where it priced them.
+    alone: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
 
 
 def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace | None = None,
@@ -105,6 +113,8 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     if model is not None and policy != "shapes":
         known = (np.where(shaped, flops, np.nan), np.where(shaped, nbytes, np.nan)) if shaped.any() else None
         model_costs = mc.price(model, tp, seg.steps, work, category, seg.source, known=known, sides=sides)
+        model_costs.alone = mixed_alone.alone(model, tp, seg.steps, work, category, seg.source, known, sides,
+                                              model_costs)
         component = model_costs.component
         use = ~shaped & ~np.isnan(model_costs.flops)
         if withheld:
@@ -139,7 +149,9 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
             "cost_note": text(model_costs.note if model_costs is not None and model_costs.note is not None
                               else np.full(len(work), None, dtype=object)),
             # What the above-roof check did to a model-priced unit: "capped" (routed experts'
-            # bytes capped at the roof) or "undescribed" (cost left unknown); None otherwise.
+            # bytes capped at the roof), "cached" (served from the L2 cache faster than the DRAM
+            # roof, cost kept), "undescribed" (cost left unknown) or "keys_unknown" (decode
+            # attention of unstated keys whose bound no key count settles); None otherwise.
             "model_check": text(np.full(len(work), None, dtype=object)),
             "estimate": text(estimate),
         },
@@ -155,9 +167,67 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     roofline_columns(table, spec, match.reason, kinds, category, dur_s, reason, dtype, unit)
     if model_costs is not None and spec is not None:
         model_above_roof(table, work["step"].to_numpy(), dur_s, spec, match.reason, kinds, category)
-    table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), table["roof_fraction"].to_numpy(),
-                                                table["model_check"].to_numpy() == "capped"))
-    return Attribution(table, spec, match.reason, source.ops, source.note, model_costs)
+    rf = table["roof_fraction"].to_numpy()
+    fits = latency_fits(work["dur_ns"].to_numpy(), rf, work["ctas"].to_numpy(), spec.num_sms if spec else None)
+    table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), rf,
+                                                np.isin(table["model_check"].to_numpy(), AT_ROOF_CHECKS), fits))
+    alone = alone_from_shapes(source, work, pricing, seg.steps, sides) if shaped.any() else {}
+    if model_costs is not None and model_costs.alone and not withheld:
+        alone = {s: tuple(np.where(np.isnan(a), m, a) for a, m in zip(alone[s], model_costs.alone[s]))
+                 for s in model_costs.alone} if alone else model_costs.alone
+    return Attribution(table, spec, match.reason, source.ops, source.note, model_costs, alone or None)
+
+
+# GEMM ops whose rows may be the step's tokens, and the argument holding those rows (the
+# activations: ``aten::linear``'s input, ``aten::addmm``'s first matrix after the bias; the
+# argument orders of ``matrix_ops``).
+_TOKEN_ROWS = {"aten::linear": 0, "aten::mm": 0, "aten::addmm": 1, "aten::_scaled_mm": 0, "aten::matmul": 0}
+
+
+def alone_from_shapes(source: OpSource, work: pd.DataFrame, pricing: np.ndarray, steps: pd.DataFrame,
+                      sides: list) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``Attribution.alone`` of the GEMM units priced from recorded shapes: in a mixed step
+    stating both sides, a GEMM whose activations hold one row per token of the step (M = its
+    tokens, no batch) is priced again with M at one side's tokens, by its own cost model
+    (the weights, bias and scales read once either way); NaN elsewhere. {} without such units."""
+    n = len(work)
+    step_of = work["step"].to_numpy()
+    both = {i: sd for i, sd in enumerate(sides)
+            if frameworks.PREFILL in sd and frameworks.DECODE in sd and steps.at[i, "phase"] == frameworks.MIXED}
+    rows = np.flatnonzero(np.isin(step_of, list(both)) & (pricing >= 0)) if both else np.zeros(0, dtype=np.int64)
+    if not len(rows) or not len(source.ops):
+        return {}
+    ops = source.ops
+    names = categorical.category_strings(ops["name"])
+    name_of = np.append(names, None)[categorical.codes(ops["name"])]
+    out = {s: (np.full(n, np.nan), np.full(n, np.nan)) for s in (frameworks.PREFILL, frameworks.DECODE)}
+    found = False
+    for op in np.unique(pricing[rows]).tolist():
+        name = name_of[op]
+        if name not in _TOKEN_ROWS:
+            continue
+        mine = rows[pricing[rows] == op]
+        sd = both[int(step_of[mine[0]])]
+        tokens = sum(s.tokens for s in sd.values())
+        decoded = [json.loads(x) if isinstance(x, str) and x else None
+                   for x in (ops["input_dims"].iat[op], ops["input_types"].iat[op], ops["concrete_inputs"].iat[op])]
+        dims, types, concrete = decoded
+        at = _TOKEN_ROWS[name]
+        arg = dims[at] if isinstance(dims, list) and at < len(dims) else None
+        if not (isinstance(arg, list) and len(arg) >= 2 and all(isinstance(d, int) for d in arg)
+                and arg[-2] == tokens and math.prod(arg[:-2]) == 1):
+            continue
+        whole = op_costs.price(name, dims, types, concrete)
+        if not isinstance(whole, op_args.OpCost) or whole.flops <= 0 or whole.bytes <= 0:
+            continue
+        for side, (f, b) in out.items():
+            fewer = [list(d) if j == at else d for j, d in enumerate(dims)]
+            fewer[at][-2] = int(sd[side].tokens)
+            got = op_costs.price(name, fewer, types, concrete)
+            if isinstance(got, op_args.OpCost):
+                f[mine], b[mine] = got.flops / whole.flops, got.bytes / whole.bytes
+                found = True
+    return out if found else {}
 
 
 def _contexts(sides: list, model: ModelSpec | None, tp: int, names: pd.Series):

@@ -33,10 +33,12 @@ _AFTER = {"attention": ("o_proj", "linear_attn_out"), "linear_attention": ("o_pr
 
 
 def price_layer_gemms(model, mine, rows, comp, start, grids, name_uniques, name_codes, layers, tokens, logit_tokens,
-                      act_bytes, flops, nbytes, note) -> np.ndarray:
+                      act_bytes, flops, nbytes, note, priced_as: tuple[int, int] | None = None) -> np.ndarray:
     """Price the GEMM kernels of ``mine`` whose grid identifies their layer (the model's layer of
     the width N the grid gives at M = the step's tokens) as that layer: 2*M*N*K FLOPs, weights +
-    activations bytes. Returns which of ``mine`` were priced."""
+    activations bytes. Returns which of ``mine`` were priced. ``priced_as``: (tokens, logit
+    tokens) to price the matched layers at instead of the step's, which the grid was launched
+    for (one side of a mixed step alone, ``model_costs.ModelCosts.alone``)."""
     matched = np.zeros(len(mine), dtype=bool)
     if tokens <= 0:
         return matched
@@ -61,7 +63,10 @@ def price_layer_gemms(model, mine, rows, comp, start, grids, name_uniques, name_
         if len({(x[2], x[3]) for x in cands}) != 1:
             continue
         layer, cls, k, n = cands[0]
-        mm = logit_tokens if layer == "lm_head" and logit_tokens else m
+        logits = layer == "lm_head" and logit_tokens
+        mm = logit_tokens if logits else m
+        if priced_as is not None:
+            mm = priced_as[1] if logits or m != tokens else priced_as[0]
         flops[r] = 2.0 * mm * n * k
         nbytes[r] = n * k * model.weight(cls).bytes_per_param + mm * (k + n) * act_bytes
         how = "the step's logit tokens" if layer == "lm_head" else "the step's tokens"

@@ -85,6 +85,13 @@ class ModelCosts:
     estimate: np.ndarray | None = None
     # {component: the basis of its estimate, formula and numbers}, for the JSON's model view.
     estimates: dict[str, str] = field(default_factory=dict)
+    # Per side of a mixed step that states both (prefill, decode): (FLOPs, bytes) of each of its
+    # units were that side alone in the step, as fractions of the unit's model cost (NaN
+    # elsewhere; ``mixed_alone.alone``). What the other side adds to the unit is the rest.
+    alone: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # Bytes per activation and per KV-cache element the costs were priced at.
+    act_bytes: float = 2.0
+    kv_bytes: float = 2.0
 
 
 # What a unit's bytes are, when not the minimal traffic of work the trace states: an upper
@@ -136,8 +143,13 @@ def step_sides(steps: pd.DataFrame, engine: bool) -> list[dict[str, mc.Side]]:
 
 def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray,
           source: str, known: tuple[np.ndarray, np.ndarray] | None = None,
-          sides: list[dict[str, mc.Side]] | None = None) -> ModelCosts:
+          sides: list[dict[str, mc.Side]] | None = None,
+          launched_for: dict[int, tuple[int, int]] | None = None) -> ModelCosts:
     """The model's cost of every unit of work (NaN where it has none, with the reason).
+
+    ``launched_for``: {step: (tokens, logit tokens)} its kernels were launched for, where
+    ``sides`` prices only part of them (one side of a mixed step alone): the GEMMs' grids
+    are matched to their layers at those.
 
     ``known``: (FLOPs, bytes) already priced from recorded shapes (NaN elsewhere). Those
     units keep their shape costs, and a pooled component's model work, less what its
@@ -167,6 +179,7 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
     act_bytes = mc_bytes(model.dtype)
     out.kv_dtype, kv, out.kv_how = kv_cache_dtype(name_uniques, model.dtype)
     kv_bytes = kv if kv is not None else act_bytes
+    out.act_bytes, out.kv_bytes = act_bytes, kv_bytes
     comp[:] = components(work, category)
     flags = [name_flags(u) for u in name_uniques]
     fused = np.array([f[0] for f in flags], dtype=bool)[name_codes]
@@ -190,7 +203,7 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                 "the step's tokens are not in the trace (no engine annotation states its batch): the model "
                 "cannot price it")
             continue
-        total = _combined(model, tp, sd, act_bytes, kv_bytes)
+        total = combined(model, tp, sd, act_bytes, kv_bytes)
         all_tokens = sum(s.tokens for s in sd.values())
         logit_tokens = sum(s.logit_tokens for s in sd.values())
         for c in set(comp[rows]) - {None}:
@@ -219,9 +232,11 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                     if not len(mine):
                         continue
                 if c in ("linear", "lm_head") and grids is not None:
+                    own = (int(round(all_tokens)), int(round(logit_tokens)))
+                    grid_for = (launched_for or {}).get(i, own)
                     matched = price_layer_gemms(model, mine, rows, comp, start, grids, name_uniques, name_codes,
-                                                layers, int(round(all_tokens)), int(round(logit_tokens)), act_bytes,
-                                                flops, nbytes, note)
+                                                layers, grid_for[0], grid_for[1], act_bytes, flops, nbytes, note,
+                                                priced_as=own if grid_for != own else None)
                     if matched.any():
                         said = hint[mine[matched]]
                         dtype[mine[matched]] = np.where(said != None, said, work_c.dtype)  # noqa: E711
@@ -278,7 +293,7 @@ UNKNOWN_KEYS_BASIS = (
     "upper bound: the keys each request attends to are not in the trace; a decode step's attention does "
     "4*Hq*d FLOPs per key read (2*Hkv*d KV bytes), an intensity that no key count changes; where it is below "
     "the GPU's ridge the kernels are memory-bound, and their bytes are capped at what peak bandwidth moves in "
-    "their time")
+    "their time; their FLOPs are not known")
 
 
 def _decode_attention_unknown_keys(model: ModelSpec, tp: int, sides: dict[str, mc.Side], act_bytes: float,
@@ -358,7 +373,7 @@ def mc_bytes(dtype: str) -> float:
     return {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}.get(dtype, 2.0)
 
 
-def _combined(model, tp, sides: dict[str, mc.Side], act_bytes, kv_bytes) -> dict[str, mc.Work | mc.Missing]:
+def combined(model, tp, sides: dict[str, mc.Side], act_bytes, kv_bytes) -> dict[str, mc.Work | mc.Missing]:
     """The step's pooled components over its sides: the weights are read once for the step."""
     if len(sides) == 1:
         return mc.step_costs(model, next(iter(sides.values())), tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes,

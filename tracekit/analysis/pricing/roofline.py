@@ -24,7 +24,9 @@ from tracekit.analysis import categorical
 
 from tracekit.analysis.pricing import taxonomy
 from tracekit.analysis.pricing import model_costs as mc
+from tracekit.formatting import si
 from tracekit.specs import GpuSpec
+from tracekit.specs.measured import MEASURED
 
 COMPUTE, MEMORY, INTERCONNECT, UNKNOWN = "compute", "memory", "interconnect", "unknown"
 # A collective with known bytes is bound by the link between GPUs, priced against the spec
@@ -33,14 +35,78 @@ BOUNDS = (COMPUTE, MEMORY, INTERCONNECT, UNKNOWN)
 
 # What limits a kernel (``limiter``): the roof on its side of the ridge (compute, memory,
 # interconnect) when it reaches at least LATENCY_ROOF of that roof; below that neither roof
-# limits it and ``latency`` does: too small a grid to fill the GPU, low occupancy, launch and
-# synchronisation latency, serial dependencies. ``unknown`` when the roof fraction is.
+# limits it. ``latency`` then where latency can explain the shortfall (``latency_fits``): too
+# small a grid to fill the GPU, or a run so short that a kernel's fixed latency (dispatch,
+# dependent memory round trips, the last wave's tail) is most of it; else ``below_roof``: a
+# kernel with a grid that fills the GPU, running far longer than any fixed latency, simply
+# reaches that fraction of its roof. ``unknown`` when the roof fraction is.
 LATENCY = "latency"
+BELOW_ROOF = "below_roof"
 LATENCY_ROOF = 0.3
-LIMITERS = (COMPUTE, MEMORY, INTERCONNECT, LATENCY, UNKNOWN)
+LIMITERS = (COMPUTE, MEMORY, INTERCONNECT, LATENCY, BELOW_ROOF, UNKNOWN)
+# A kernel's fixed latency, the time no amount of work shortens: a few µs. Starting a kernel
+# costs of the order of a µs even replayed from a CUDA graph, which cuts launch overhead but does
+# not remove it (NVIDIA Technical Blog, "Getting Started with CUDA Graphs", 2019), and a DRAM
+# round trip costs several hundred cycles, a few hundred ns (Jia et al., "Dissecting the NVIDIA
+# Volta GPU Architecture via Microbenchmarking", 2018), of which a load-reduce-store kernel
+# chains a few, plus its last wave's tail. 5 µs is a generous bound on their sum, not a fit to
+# a trace: a kernel whose time beyond its roof's exceeds it has more than latency against it.
+KERNEL_LATENCY_NS = 5_000
 
 # Copy-engine transfers have no FLOPs: they are bandwidth work by nature.
 _COPY_KINDS = ("memcpy", "memset")
+
+
+# A fraction of a roof above 1 by more than timing noise is not a fact (``above_roof``).
+ROOF_TOLERANCE = 0.02
+
+
+def above_roof(fraction):
+    """The one rule for every figure measured against a roof (an MFU, an MBU, a roof fraction,
+    an achieved rate over its peak): above 1 by more than timing noise it is physically
+    impossible, so it is withheld where it is computed, never shown as fact. ``fraction``: a
+    number, None or NaN (not above: unknown), or an array of them."""
+    with np.errstate(invalid="ignore"):
+        return np.asarray(np.nan if fraction is None else fraction, dtype=float) > 1 + ROOF_TOLERANCE
+
+
+def roof_withheld(compute=None, memory=None, roof=None, *, bytes_per_call=None, cache_mb=None,
+                  peak_basis=None) -> str | None:
+    """Why a figure against its roof is withheld, or None when it can be shown (``above_roof``).
+
+    ``compute`` and ``memory``: the fractions of the compute and bandwidth roofs that the work
+    counted needs in the time taken (achieved FLOP/s or bytes/s over the peak); ``roof``: a
+    fraction that combines both (a time-weighted roof fraction). The reason names the causes the
+    figures allow: data small enough to stay in the cache (``cache_mb``: the device's L2; the
+    bandwidth roof is DRAM's) is served faster than the roof; FLOPs or bytes counted too high;
+    a peak measured on this machine (``peak_basis``) that came out low."""
+    over_c, over_m = bool(above_roof(compute)), bool(above_roof(memory))
+    if not (over_c or over_m or above_roof(roof)):
+        return None
+    leads, causes = [], []
+    counted = "FLOPs" if over_c and not over_m else "bytes" if over_m and not over_c else "FLOPs or bytes"
+    counted = f"its {counted} are counted too high"
+    if over_m:
+        leads.append(f"the bytes counted would move at {memory:.2g}x the peak bandwidth in the time taken")
+        size = si(bytes_per_call, "B") if bytes_per_call and bytes_per_call > 0 else None
+        if size and cache_mb and bytes_per_call <= cache_mb * 1e6:
+            causes.append(f"its {size} per call fit in the {cache_mb:g} MB L2 cache, which serves them faster "
+                          "than the DRAM bandwidth roof")
+        elif size and not cache_mb:
+            causes.append(f"its {size} per call may stay in the caches, which serve them faster than the DRAM "
+                          "bandwidth roof")
+        elif size:
+            counted += f" (its {size} per call are more than the {cache_mb:g} MB L2 cache holds)"
+    if over_c:
+        leads.append(f"the FLOPs counted would run at {compute:.2g}x the compute peak")
+    if not leads:
+        leads.append(f"the work counted would need {roof:.2g}x the time the roofline allows")
+    causes.append(counted)
+    if peak_basis == MEASURED:
+        causes.append("the peak measured on this machine came out low (a busy machine measures low)")
+    elif peak_basis:
+        causes.append(f"the spec row's peak ({peak_basis}) is wrong for this device")
+    return f"above its roof, so not shown as achieved: {' and '.join(leads)}; {', or '.join(causes)}"
 
 
 # Where a unit's FLOPs and bytes came from.
@@ -64,15 +130,33 @@ def combined_estimate(estimates, nbytes) -> str | None:
     return mc.ESTIMATED
 
 
-def limiter(bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | None = None) -> np.ndarray:
-    """Per unit (or aggregate): the bound when the roof fraction reaches LATENCY_ROOF, latency
-    below it, unknown without one. ``at_roof``: units known to sit at their roof (routed
-    experts capped there) keep their bound though their fraction is hidden."""
+def latency_fits(dur_ns, roof_fraction, ctas, sms: int | None) -> np.ndarray:
+    """Per unit: whether latency can explain a fraction of its roof below LATENCY_ROOF. Its grid
+    has fewer blocks than the device has SMs (a block runs on one SM: the others idle the whole
+    kernel; CUDA C++ Programming Guide, "Hardware Implementation"), or the time it took beyond
+    its roof's time is at most KERNEL_LATENCY_NS. A grid the trace does not state (``ctas`` < 0)
+    or a device of unknown SM count gives no evidence of a small grid."""
+    dur = np.asarray(dur_ns, dtype=float)
+    rf = np.nan_to_num(np.asarray(roof_fraction, dtype=float))
+    blocks = np.asarray(ctas, dtype=float)
+    small_grid = (blocks >= 0) & (blocks < sms) if sms else np.zeros(len(dur), dtype=bool)
+    return small_grid | (dur * (1.0 - rf) <= KERNEL_LATENCY_NS)
+
+
+def limiter(bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | None = None,
+            fits: np.ndarray | None = None) -> np.ndarray:
+    """Per unit (or aggregate): the bound when the roof fraction reaches LATENCY_ROOF; below it
+    latency where ``fits`` (``latency_fits``; every unit without it), else below_roof; unknown
+    without a fraction. ``at_roof``: units known to sit at their roof (routed experts capped
+    there) keep their bound though their fraction is hidden."""
     rf = np.asarray(roof_fraction, dtype=float)
     bound = np.asarray(bound, dtype=object)
     # Masked assignments of the one str each: np.where would build a new str per unit.
     out = bound.copy()
-    out[rf < LATENCY_ROOF] = LATENCY
+    below = rf < LATENCY_ROOF
+    out[below] = LATENCY
+    if fits is not None:
+        out[below & ~np.asarray(fits, dtype=bool)] = BELOW_ROOF
     out[np.isnan(rf) | (bound == UNKNOWN)] = UNKNOWN
     if at_roof is not None:
         out[np.asarray(at_roof, dtype=bool)] = bound[np.asarray(at_roof, dtype=bool)]

@@ -2,7 +2,9 @@
 
 Step duration is from the CPU start of the step (or the end of the previous step's
 work, when the GPU runs behind) to whichever ends last, the CPU range or the step's
-last GPU work: that is when the step's token exists. A figure the trace cannot
+last GPU work: that is when the step's token exists; less the time in it the device spent
+on work the trace did not record while the step's work waited (``steps.held``), so a step
+is measured from the point its own work could start. A figure the trace cannot
 support is None, with the reason in ``reasons``; never 0.
 
 Two readings of the same steps, chosen by where the steps came from:
@@ -192,6 +194,9 @@ def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None,
             "gpu_idle_ms": idle / NS_PER_MS,
             "busy_share": busy / window if window else None,
             "idle_share": idle / window if window else None,
+            # Out of the steps' time: the device on other work (steps.table's previous_ns, unrecorded_ns).
+            **{f"{c}_ms": float((w * steps[f"{c}_ns"].to_numpy(dtype=float)).sum()) / NS_PER_MS
+               for c in ("previous", "unrecorded", "next") if f"{c}_ns" in steps},
         }
     return out
 

@@ -44,12 +44,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit import formatting as fmt
 from tracekit import frameworks
 from tracekit.analysis import categorical
 from tracekit.analysis.steps import evidence, step_tokens
 from tracekit.analysis.steps.ranges import (RANGE_COLUMNS, annotated_ranges, drop_empty, drop_nested, frame_ranges,
                                             inferred_passes, is_training)
-from tracekit.analysis.steps.table import empty_steps, steps_table
+from tracekit.analysis.steps.held import held_intervals, staged_copies
+from tracekit.analysis.steps.history import kv_from_history
+from tracekit.analysis.steps.table import ANNOTATION_SOURCE, empty_steps, no_other_work, steps_table
 from tracekit.analysis.steps.work import assign, work_table
 from tracekit.frameworks import (  # noqa: F401  (the step sources, re-exported for callers)
     DECODE, MIXED, PREFILL, SOURCE_INFERRED, SOURCE_LAUNCHES, SOURCE_MARKERS, SOURCE_NONE, SOURCE_ORDER,
@@ -79,6 +82,11 @@ class Segmentation:
     steps: pd.DataFrame
     source: str
     notes: list[str] = field(default_factory=list)
+    # Stretches inside a step's window when the device ran other work: work the trace did not
+    # record that the step's work waited on (``steps.held``; kind "unrecorded"), or the next step's
+    # (kind "next step"). Columns step, start_ns, end_ns, row (the kernel held back, or the next
+    # step's unit), kind. Out of the step's duration and idle (its ``unrecorded_ns``, ``next_ns``).
+    other_work: pd.DataFrame = field(default_factory=no_other_work)
 
 
 # A window of a longer trace (tracekit split): the end of the previous window's last step on
@@ -88,6 +96,9 @@ PREVIOUS_STEP_END = "tracekit_previous_step_end_ns"
 # Per thread, the batch of the last step of the windows before this one (``analysis.windows``): a window's
 # first step may run that step's requests on (``_carried_requests``).
 PREVIOUS_STEP_BATCH = "tracekit_previous_step_batch"
+# Per device, the end of the last recorded work of the windows before this one (``analysis.windows``):
+# work there is recorded, so a window's first units queued behind it were not held by unrecorded work.
+PREVIOUS_DEVICE_END = "tracekit_previous_device_end_ns"
 
 
 STATED_SOURCE = "stated by the user"
@@ -126,7 +137,13 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
             notes.append(f"{dropped} step range{'s' if dropped != 1 else ''} launched no GPU work and "
                          f"{'are' if dropped != 1 else 'is'} not counted as a step")
             work["step"] = assign(work, ranges)
-    steps = steps_table(ranges, work, trace.metadata.get(PREVIOUS_STEP_END))
+    kind = work["kind"].to_numpy()
+    held = (held_intervals(kind, work["start_ns"].to_numpy(), work["end_ns"].to_numpy(), work["issue_ns"].to_numpy(),
+                           work["launch"].to_numpy(), trace.kernels["device"].to_numpy(),
+                           staged_copies(kind, work["name"]), trace.metadata.get(PREVIOUS_DEVICE_END))
+            if device_type == "gpu" else None)
+    steps, stretches = steps_table(ranges, work, trace.metadata.get(PREVIOUS_STEP_END), held)
+    notes.extend(overlap_notes(steps))
     step_of = work["step"].to_numpy()
     counts = (step_tokens.step_counts(trace.kernels, step_of, len(steps), steps["source"].tolist(),
                                       iteration_of=_iteration(work, steps),
@@ -138,6 +155,7 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
     _resolve_phases(steps, work, counts)
     _carried_requests(steps, inferred, trace.metadata.get(PREVIOUS_STEP_BATCH))
     _after_phase(steps, stated or {}, notes)
+    kv_from_history(steps)
     phase_of_step = steps["phase"].to_numpy() if len(steps) else np.array([UNKNOWN], dtype=object)
     work["phase"] = categorical.text(np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)],
                                               OUTSIDE), index=work.index)
@@ -146,7 +164,28 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
     outside = int((work["step"] < 0).sum())
     if len(steps) and outside:
         notes.append(f"{outside} of {len(work)} units of work were issued outside any step")
-    return Segmentation(run_kind, device_type, work, steps, source, notes)
+    return Segmentation(run_kind, device_type, work, steps, source, notes, stretches)
+
+
+def overlap_notes(steps: pd.DataFrame) -> list[str]:
+    """Which steps the device overlapped with other work, and by how much (each step's own figures
+    are its ``unrecorded_ns``, ``previous_ns`` and ``next_ns``): work the trace did not record, the
+    previous step's, or the next step's; all are out of the steps' durations."""
+    out = []
+    for col, what in (("unrecorded_ns", "the GPU was busy with work the trace did not record (queued before the "
+                                        "profile began, or another process's) while the step's work waited on it"),
+                      ("previous_ns", "the GPU still ran the previous step's work after the step's CPU start"),
+                      ("next_ns", "the GPU ran the next step's work, and none of the step's own, before the step "
+                                  "ended (the next step's, though its window opens later)")):
+        ns = steps[col].to_numpy() if len(steps) else np.zeros(0, np.int64)
+        rows = np.flatnonzero(ns > 0)
+        if not len(rows):
+            continue
+        top = int(rows[np.argmax(ns[rows])])
+        out.append(f"{what}, in {len(rows):,} of the {len(steps):,} steps, {fmt.ms(ns[rows].sum() / 1e6)} in all "
+                   f"(the most: step {int(steps['step'].iat[top])}, {fmt.ms(ns[top] / 1e6)}); each step is measured "
+                   "from the point its own work could start, and that time is none of its idle")
+    return out
 
 
 def _resolve_phases(steps: pd.DataFrame, work: pd.DataFrame, counts: list | None = None) -> None:
@@ -296,15 +335,17 @@ def _after_phase(steps: pd.DataFrame, stated: dict, notes: list[str]) -> None:
     requests but not tokens (``execute_new_N_cached_M``)."""
     c = _Columns(steps, ("phase", "tokens", "batch", "tokens_source", "batch_source", "tokens_confidence",
                          "batch_confidence", "phase_confidence", "prefill_side", "decode_side", "evidence",
-                         "kv_tokens"))
+                         "kv_tokens", "kv_tokens_source", "kv_tokens_confidence"))
     for i in range(len(steps)):
         phase = c["phase"][i]
         for col, key in (("tokens", "tokens"), ("batch", "batch")):
             table = stated.get(key) or {}
             value = table.get(phase, table.get("all"))
             if value is not None:
+                # The option as it was typed: --batch 16 (every phase) or --batch decode=16.
+                typed = f"{phase}={value}" if phase in table else f"{value}"
                 c[col][i], c[f"{col}_source"][i], c[f"{col}_confidence"][i] = \
-                    float(value), f"{STATED_SOURCE} (--{key} {phase}={value})", 1.0
+                    float(value), f"{STATED_SOURCE} (--{key} {typed})", 1.0
         tokens, batch = c["tokens"][i], c["batch"][i]
         if phase == DECODE and np.isnan(batch) != np.isnan(tokens):
             known = "tokens" if np.isnan(batch) else "batch"
@@ -326,6 +367,7 @@ def _after_phase(steps: pd.DataFrame, stated: dict, notes: list[str]) -> None:
             sides = [x for x in (pre, dec) if x is not None and x.requests]
             if sides and all(x.kv_tokens is not None for x in sides):
                 c["kv_tokens"][i] = float(sum(x.kv_tokens for x in sides))
+                c["kv_tokens_source"][i], c["kv_tokens_confidence"][i] = ANNOTATION_SOURCE, 1.0
     c.store()
 
 

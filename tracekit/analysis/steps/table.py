@@ -2,7 +2,9 @@
 
 Takes the step ranges (``ranges.RANGE_COLUMNS``) and the work table with each unit's step,
 and gives the steps table (``steps_table``): CPU and GPU extents, the step's window
-(``begin_ns``/``end_ns``), its GPU busy and idle time (which sum to its duration), kernel
+(``begin_ns``/``end_ns``), the time in it the device spent on other work (``unrecorded_ns``: work
+the trace did not record, ``steps.held``; ``next_ns``: the next step's; ``previous_ns``, before
+it: the previous step's), its GPU busy and idle time (which sum to its duration), kernel
 count, graph replay, and the tokens, batch and sides its range stated. ``segment`` then fills
 in the phases and counts the evidence gives. Also the busy-time arithmetic the table uses
 (``step_busy``: union of a step's work clipped to its window).
@@ -28,14 +30,25 @@ _STEP_COLUMNS = {
     "cpu_end_ns": "int64",
     "gpu_start_ns": "int64",
     "gpu_end_ns": "int64",
-    # The step's window, its duration's ends: from its CPU start (or the end of the
-    # previous step's work on the same thread, when the GPU runs behind) to the later of
-    # its CPU end and its last GPU work. duration = gpu_busy + gpu_idle over this window.
+    # The step's window: from its CPU start (or the end of the previous step's work on the
+    # same thread, when the GPU runs behind) to the later of its CPU end and its last GPU work.
     "begin_ns": "int64",
     "end_ns": "int64",
     "gpu_busy_ns": "int64",
     "gpu_idle_ns": "int64",
+    # The window less the time the device spent on work that is not the step's (``unrecorded_ns``,
+    # ``next_ns``): duration = gpu_busy + gpu_idle, measured from the point the step's own work
+    # could start.
     "duration_ns": "int64",
+    # From the CPU start to the window's begin: the device still ran the previous step's work.
+    "previous_ns": "int64",
+    # Inside the window, the device ran work the trace did not record (queued before the profile
+    # began, or another process's) and the step's work waited on it (``steps.held``).
+    "unrecorded_ns": "int64",
+    # Inside the window, the device ran the next step's work (same thread; begun before that
+    # step's window opened) and none of this step's: the next step's time, not this one's idle.
+    # end - cpu_start = duration + previous + unrecorded + next.
+    "next_ns": "int64",
     "kernels": "int64",
     "tokens": "float64",
     "batch": "float64",
@@ -45,8 +58,11 @@ _STEP_COLUMNS = {
     "tokens_confidence": "float64",
     "batch_source": "object",
     "batch_confidence": "float64",
-    # Keys the step's queries attend to, summed over its requests, where the annotation says.
+    # Keys the step's queries attend to, summed over its requests, where the annotation says or the
+    # run's history gives them (``steps.history``), with where they came from and how sure.
     "kv_tokens": "float64",
+    "kv_tokens_source": "object",
+    "kv_tokens_confidence": "float64",
     "phase_confidence": "float64",
     "graph_replay": "bool",
     # The batch of each phase, as the annotation states it (frameworks.BatchSide or None).
@@ -55,13 +71,20 @@ _STEP_COLUMNS = {
 }
 # Where a figure stated by the step's engine annotation came from (``tokens_source``, ...).
 ANNOTATION_SOURCE = "the step annotation"
+# The kinds of other work in a step's window (``steps_table``'s second value, ``kind``).
+UNRECORDED, NEXT_STEP = "unrecorded", "next step"
 
 
-def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | None = None) -> pd.DataFrame:
+def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | None = None,
+                held: tuple | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per range (``_STEP_COLUMNS``), from the work assigned to it; ``previous_end``: per thread, the
-    end of the step before this trace's first (``segment.PREVIOUS_STEP_END``)."""
+    end of the step before this trace's first (``segment.PREVIOUS_STEP_END``); ``held``: the stretches
+    the device held work back for unrecorded work (``held.held_intervals``). Also the other work in
+    each step's window: ``step``, ``start_ns``, ``end_ns``, ``row`` (the unit of work: the kernel held
+    back, or the next step's unit), ``kind`` (``UNRECORDED``: ``held_in_steps``; ``NEXT_STEP``:
+    ``next_in_steps``)."""
     if not len(ranges):
-        return empty_steps()
+        return empty_steps(), no_other_work()
     step_of = work["step"].to_numpy()
     kernels_of = np.bincount(step_of[step_of >= 0], minlength=len(ranges))[: len(ranges)]
     starts = work["start_ns"].to_numpy()
@@ -75,6 +98,8 @@ def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | N
     previous_end = {int(t): int(e) for t, e in (previous_end or {}).items()}
     begin_of = np.zeros(len(ranges), np.int64)
     end_of = np.zeros(len(ranges), np.int64)
+    prev_of = np.full(len(ranges), -1, np.int64)  # the step before on the same thread
+    last: dict[int, int] = {}
     for i, (cpu0, cpu1, tid) in enumerate(zip(ranges["start"].tolist(), ranges["end"].tolist(),
                                                 ranges["tid"].tolist())):
         cpu0, cpu1, tid = int(cpu0), int(cpu1), int(tid)
@@ -82,11 +107,26 @@ def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | N
         begin = min(max(cpu0, previous_end.get(tid, cpu0)), end)
         previous_end[tid] = max(end, previous_end.get(tid, end))
         begin_of[i], end_of[i] = begin, end
+        prev_of[i], last[tid] = last.get(tid, -1), i
     # One set of books: a step's duration is its GPU busy time (its work, clipped to the
     # step's window) plus its GPU idle time (lead-in, gaps, tail), exactly.
     busy_of = step_busy(step_of, starts, ends, begin_of, end_of)
+    # The device's time on other work is neither the step's busy time nor its idle: it leaves the
+    # step's duration, under its own name. Unrecorded work: no recorded work runs then.
+    held_rows = held_in_steps(held, step_of, begin_of, end_of)
+    unrecorded = np.zeros(len(ranges), np.int64)
+    np.add.at(unrecorded, held_rows["step"].to_numpy(), (held_rows["end_ns"] - held_rows["start_ns"]).to_numpy())
+    # The next step's work in the step's window: only where the step's own work is not running.
+    nxt = next_in_steps(step_of, starts, ends, begin_of, end_of, prev_of)
+    own = np.where((step_of >= 0) & (step_of < len(ranges)), step_of, 0)
+    s_own, e_own = np.clip(starts, begin_of[own], end_of[own]), np.clip(ends, begin_of[own], end_of[own])
+    own = np.where((step_of >= 0) & (step_of < len(ranges)) & (e_own > s_own), step_of, -1)
+    with_next = _busy_per_step(np.r_[own, nxt["step"].to_numpy()], np.r_[s_own, nxt["start_ns"].to_numpy()],
+                               np.r_[e_own, nxt["end_ns"].to_numpy()], len(ranges))[0]
+    next_ns = with_next - busy_of
+    stretches = pd.concat([held_rows.assign(kind=UNRECORDED), nxt.assign(kind=NEXT_STEP)], ignore_index=True)
     # Column by column (a serving run has tens of thousands of steps).
-    duration = end_of - begin_of
+    duration = end_of - begin_of - unrecorded - next_ns
     tokens = np.array([_number(v) for v in ranges["tokens"].tolist()], dtype=float)
     batch = np.array([_number(v) for v in ranges["batch"].tolist()], dtype=float)
     stated = [_stated_by(v) for v in ranges["source"].tolist()]
@@ -107,6 +147,9 @@ def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | N
         "gpu_busy_ns": busy_of,
         "gpu_idle_ns": duration - busy_of,
         "duration_ns": duration,
+        "previous_ns": begin_of - ranges["start"].to_numpy().astype(np.int64),
+        "unrecorded_ns": unrecorded,
+        "next_ns": next_ns,
         "kernels": kernels_of,
         "tokens": tokens,
         "batch": batch,
@@ -115,12 +158,58 @@ def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | N
         "batch_source": [None if np.isnan(t) else w for t, w in zip(batch.tolist(), stated)],
         "batch_confidence": np.where(np.isnan(batch), np.nan, 1.0),
         "kv_tokens": np.full(len(ranges), np.nan),
+        "kv_tokens_source": [None] * len(ranges),
+        "kv_tokens_confidence": np.full(len(ranges), np.nan),
         "phase_confidence": [1.0 if ph != UNKNOWN else np.nan for ph in phase],
         "graph_replay": replayed,
         "prefill_side": [_side(v) for v in ranges["prefill_side"].tolist()],
         "decode_side": [_side(v) for v in ranges["decode_side"].tolist()],
     })
-    return steps.astype(_STEP_COLUMNS)
+    return steps.astype(_STEP_COLUMNS), stretches
+
+
+def held_in_steps(held: tuple | None, step_of: np.ndarray, begin: np.ndarray, end: np.ndarray) -> pd.DataFrame:
+    """The held stretches (``held.held_intervals``: work row, start, end) of work in a step, clipped to
+    that step's window: ``step``, ``start_ns``, ``end_ns``, ``row`` (the kernel held back), in order."""
+    if held is None or not len(held[0]):
+        return no_held()
+    rows, lo, hi = held
+    st = step_of[rows]
+    mine = (st >= 0) & (st < len(begin))
+    rows, lo, hi, st = rows[mine], lo[mine], hi[mine], st[mine]
+    lo, hi = np.clip(lo, begin[st], end[st]), np.clip(hi, begin[st], end[st])
+    keep = hi > lo
+    return pd.DataFrame({"step": st[keep], "start_ns": lo[keep], "end_ns": hi[keep], "row": rows[keep]},
+                        dtype=np.int64)
+
+
+def no_held() -> pd.DataFrame:
+    """A table of stretches (``step``, ``start_ns``, ``end_ns``, ``row``) with no rows."""
+    return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step", "start_ns", "end_ns", "row")})
+
+
+def no_other_work() -> pd.DataFrame:
+    """A table of other work in steps' windows (``steps_table``'s second value) with no rows."""
+    return no_held().assign(kind=pd.Series(dtype=object))
+
+
+def next_in_steps(step_of: np.ndarray, starts: np.ndarray, ends: np.ndarray, begin: np.ndarray, end: np.ndarray,
+                  prev_of: np.ndarray) -> pd.DataFrame:
+    """The work of each step that ran before its window opened (on another stream, while the
+    previous step's still ran), clipped to the previous step's window on its thread: ``step`` (that
+    previous step), ``start_ns``, ``end_ns``, ``row`` (the unit of work)."""
+    n = len(begin)
+    j = np.where((step_of >= 0) & (step_of < n), step_of, 0)
+    p = np.where((step_of >= 0) & (step_of < n), prev_of[j], -1)
+    early = np.flatnonzero((p >= 0) & (starts < begin[j]))
+    if not len(early):
+        return no_held()
+    p, j = p[early], j[early]
+    lo = np.clip(starts[early], begin[p], end[p])
+    hi = np.clip(np.minimum(ends[early], begin[j]), begin[p], end[p])
+    keep = hi > lo
+    return pd.DataFrame({"step": p[keep], "start_ns": lo[keep], "end_ns": hi[keep], "row": early[keep]},
+                        dtype=np.int64)
 
 
 def _number(value) -> float:

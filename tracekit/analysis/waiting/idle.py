@@ -1,12 +1,14 @@
 """Why the GPU waits: every GPU-idle interval of a step, attributed to what the launching
 host thread was doing then.
 
-A step's window runs from its start to its end (``begin_ns``/``end_ns`` of the steps table,
-whose difference is its duration). Within it, every instant the step's work (all streams
-merged) is not running is idle: the lead-in before its first kernel, the gaps between its
-kernels, and the tail after its last one while the host is still in the step. Together
-they are the step's ``gpu_idle``, so duration = busy + idle and the causes below sum to the
-idle time. Each gap is split by what the thread that launched the next kernel (for the
+A step's window runs from its start to its end (``begin_ns``/``end_ns`` of the steps table).
+Within it, every instant the step's work (all streams merged) is not running is idle: the
+lead-in before its first kernel, the gaps between its kernels, and the tail after its last one
+while the host is still in the step; except the stretches the device spent on other work:
+work the trace did not record while the step's work waited on it (``steps.held``), or the next
+step's work: those are the step's ``unrecorded_ns`` and ``next_ns``, out of its duration, so no
+call is blamed for time the GPU spent on other work. The gaps together are the step's ``gpu_idle``, so duration = busy + idle and the causes
+below sum to the idle time. Each gap is split by what the thread that launched the next kernel (for the
 tail, the step's thread) did during it:
 
 - ``sync``: blocked in a synchronising call: stream/device/event synchronize, a synchronous
@@ -43,7 +45,7 @@ import pandas as pd
 from tracekit.analysis import categorical
 from tracekit.analysis.steps.segment import Segmentation
 from tracekit.analysis.waiting.host import Coverage, HostThread
-from tracekit.analysis.waiting.intervals import running_end
+from tracekit.analysis.waiting.intervals import LAUNCH_LATENCY_NS, running_end
 from tracekit.trace.model import Trace
 
 SYNC, LAUNCH, HOST, WAIT, UNATTRIBUTED = "sync", "launch", "host", "wait", "unattributed"
@@ -52,8 +54,6 @@ CAUSES = (SYNC, LAUNCH, HOST, WAIT, UNATTRIBUTED)
 # (eager PyTorch spends roughly 5-50 us of Python, dispatcher and driver per op); a longer one is
 # other host work. Launch-bound decode is thousands of such short pauses.
 LAUNCH_GAP_NS = 50_000
-# After a kernel is issued the driver needs a few microseconds to start it on an idle GPU.
-LAUNCH_LATENCY_NS = 10_000
 TOP = 10  # idle_top rows per phase
 _BLOCK = 1 << 16  # gaps split at a time
 # The gap columns _split reads; the last three only it reads, so they leave the gaps table.
@@ -208,7 +208,7 @@ def idle_causes(trace: Trace, seg: Segmentation) -> IdleCauses:
     """Idle time of every step by cause, and every idle gap with its parts."""
     steps, work = seg.steps, seg.work
     by_step = np.zeros((len(steps), len(CAUSES)), dtype=np.int64)
-    gaps = _gaps(steps, work, trace.cpu_ops) if len(steps) and seg.device_type == "gpu" else _no_gaps()
+    gaps = _gaps(steps, work, trace.cpu_ops, seg.other_work) if len(steps) and seg.device_type == "gpu" else _no_gaps()
     if not len(gaps):
         return IdleCauses(by_step, gaps, trace)
     parts = np.zeros((len(gaps), len(CAUSES)), dtype=np.int64)
@@ -241,11 +241,13 @@ def _no_gaps() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
 
 
-def _gaps(steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+def _gaps(steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame, other: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every idle gap of each step's window (``begin_ns`` to ``end_ns``): the lead-in before
     its first work, the gaps between its busy intervals and the tail after its last, with
     the work row that ends each gap (-1 for a tail). Work is clipped to the step's window,
-    as for its busy time, so a step's gaps sum to its ``gpu_idle_ns`` exactly."""
+    as for its busy time; the stretches of other work in it (``Segmentation.other_work``,
+    clipped already: unrecorded work a kernel was held back for, ending where it starts, or the
+    next step's work) are no gap either, so a step's gaps sum to its ``gpu_idle_ns`` exactly."""
     n = len(steps)
     step_all = work["step"].to_numpy()
     begin, finish = steps["begin_ns"].to_numpy(), steps["end_ns"].to_numpy()
@@ -254,6 +256,13 @@ def _gaps(steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame) -> pd.Data
     e_all = np.clip(work["end_ns"].to_numpy(), begin[at_step], finish[at_step])
     inside = np.flatnonzero((step_all >= 0) & (step_all < n) & (e_all > s_all))
     step, start, end = step_all[inside], s_all[inside], e_all[inside]
+    if other is not None and len(other):
+        # A gap that ends where other work begins ends at its unit (the kernel held back: its
+        # launch and the wait before it are that kernel's).
+        step = np.concatenate([step, other["step"].to_numpy()])
+        start = np.concatenate([start, other["start_ns"].to_numpy()])
+        end = np.concatenate([end, other["end_ns"].to_numpy()])
+        inside = np.concatenate([inside, other["row"].to_numpy()])
     o = np.lexsort((start, step))
     step, start, end, rows = step[o], start[o], end[o], inside[o]
     first = np.ones(len(step), dtype=bool)

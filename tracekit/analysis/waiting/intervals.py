@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+# After a kernel is issued the driver needs a few microseconds to start it on an idle GPU (the idle
+# causes count it as the launch's; ``steps.held`` as the earliest a queued kernel can start).
+LAUNCH_LATENCY_NS = 10_000
+
 
 def running_end(group: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Per row, the latest end of its group so far: ``np.maximum.accumulate(ends)`` restarted

@@ -15,10 +15,9 @@ from tracekit import formatting as fmt
 from tracekit.report.chart_style import FONT, chart_item, legend_outside, style
 from tracekit.report.charts import BOUND_COLORS, category_color
 from tracekit.report.compare.view import BOUND_ORDER, SIDES, device_word, roof_of, tag
-from tracekit.report.view import BOUND_LABELS, phase_label
+from tracekit.report.view import BOUND_LABELS, WITHHELD_LABELS, phase_label
 
 SIDE_COLORS = {"before": "#9aa5b1", "after": "#2f6db5"}
-ROOF_CLIP = 1.5  # the roof chart's axis stops here
 
 
 def _label(phase: str) -> str:
@@ -112,12 +111,14 @@ def roof_chart(data: dict[str, Any], phase: str) -> dict[str, Any]:
 
     roofs = ((data.get("phases") or {}).get(phase) or {}).get("roof") or {}
     rb, ra = roofs.get("before") or {}, roofs.get("after") or {}
-    if not rb and not ra:
+    withheld = roofs.get("withheld") or {}
+    if not rb and not ra and not any(withheld.values()):
         return {"reason": f"No roofline comparison for {_label(phase).lower()}: neither run's kernels could be priced "
                           "against a roof (no spec row, or no FLOPs and bytes)."}
     # Categories in order of kernel time (the ones that matter first), not of roof fraction.
     ms = {r["name"]: max(r["before_ms"], r["after_ms"]) for r in ((data.get("phases") or {}).get(phase) or {}).get("by_category") or []}
-    cats = sorted(set(rb) | set(ra), key=lambda c: (-ms.get(c, 0.0), c))
+    cats = sorted(set(rb) | set(ra) | {c for side in withheld.values() for c in side},
+                  key=lambda c: (-ms.get(c, 0.0), c))
     sources = {}
     factors = [(c, s) for c in cats for s in SIDES]
     for s, values in (("before", rb), ("after", ra)):
@@ -128,16 +129,14 @@ def roof_chart(data: dict[str, Any], phase: str) -> dict[str, Any]:
             cols["y"].append(v or 0.0)
             cols["side"].append(tag(data, s))
             cols["roof"].append(roof_of(data, s))
-            cols["value"].append(fmt.pct(v) if v is not None else "not priced in this run")
+            held = (withheld.get(s) or {}).get(c)
+            # A withheld fraction (above its roof, or bytes capped at it) draws no bar: its label says why.
+            cols["value"].append(fmt.pct(v) if v is not None else WITHHELD_LABELS.get(held.get("why"), fmt.MISSING) if held
+                                 else "not priced in this run")
             cols["category"].append(c)
         sources[s] = ColumnDataSource(cols)
     top = max([*rb.values(), *ra.values(), 0.0])
-    # Fractions above the roof (a cost model over-estimate, or a calibrated roof set too low)
-    # would flatten every other bar: the axis stops at CLIP and the tooltip keeps the value.
-    clipped = [c for c in cats if max(rb.get(c) or 0, ra.get(c) or 0) > ROOF_CLIP]
-    y_top = ROOF_CLIP * 1.04 if clipped else max(1.0, top * 1.1)
-    for src in sources.values():
-        src.data["y"] = [min(v, ROOF_CLIP * 1.04) for v in src.data["y"]]
+    y_top = max(1.0, top * 1.1)  # every fraction shown is at most its roof, plus timing noise
     p = figure(
         title=f"{_label(phase)}: % of each run's own roof, by category (time-weighted)",
         x_range=FactorRange(*factors, group_padding=0.8, subgroup_padding=0.1), y_range=Range1d(0, y_top),
@@ -162,10 +161,9 @@ def roof_chart(data: dict[str, Any], phase: str) -> dict[str, Any]:
                     orientation="horizontal", location="top_right", label_text_font=FONT, label_text_font_size="11px",
                     border_line_color=None, background_fill_alpha=0.8)
     p.add_layout(legend, "above")
-    note = None
-    if clipped:
-        note = (f"Bars above {ROOF_CLIP:.0%} are cut off ({', '.join(clipped)}): above 100 % the cost model "
-                "over-estimates the work or the roof is set too low; the table has the values.")
+    held = sorted({c for side in withheld.values() for c in side})
+    note = (f"No bar for {', '.join(held)} where its fraction is withheld (above its roof, or bytes capped at it): "
+            "the table says why.") if held else None
     return {"id": f"tk-cmp-{phase}-roof", **chart_item(p, f"tk-cmp-{phase}-roof"), "note": note}
 
 

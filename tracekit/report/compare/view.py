@@ -11,7 +11,7 @@ from typing import Any
 
 from tracekit import formatting as fmt
 from tracekit.report.output import report_stem
-from tracekit.report.view import BOUND_LABELS, phase_label, phase_source_text
+from tracekit.report.view import BOUND_LABELS, WITHHELD_LABELS, marked, phase_label, phase_source_text
 
 SIDES = ("before", "after")
 VERDICT_CLASS = {"better": "better", "worse": "worse", "within noise": "noise", "not comparable": "na"}
@@ -161,8 +161,9 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "key": h["key"],
                 "label": h["label"],
                 "better": f"{h.get('better')} is better",
-                "before": value(h.get("before"), unit),
-                "after": value(h.get("after"), unit),
+                # Marked as the report marks it ("≤ 43.6%") where the figure is a bound.
+                "before": marked(value(h.get("before"), unit), (h.get("estimate") or {}).get("before")),
+                "after": marked(value(h.get("after"), unit), (h.get("estimate") or {}).get("after")),
                 "delta": signed(h.get("delta"), unit),
                 "relative": rel(h.get("relative")),
                 "verdict": verdict,
@@ -252,8 +253,10 @@ def phases(data: dict[str, Any], chart_ids: dict[str, dict[str, str | None]] | N
         steps = p.get("steps") or {}
         per = p.get("basis") == "per step"
         roofs = p.get("roof") or {}
+        held = roofs.get("withheld") or {}
         ms = {r["name"]: max(r["before_ms"], r["after_ms"]) for r in p.get("by_category") or []}
-        cats = sorted(set(roofs.get("before") or {}) | set(roofs.get("after") or {}), key=lambda c: (-ms.get(c, 0.0), c))
+        cats = sorted(set(roofs.get("before") or {}) | set(roofs.get("after") or {}) | {c for v in held.values() for c in v},
+                      key=lambda c: (-ms.get(c, 0.0), c))
         out.append(
             {
                 "phase": phase,
@@ -269,9 +272,12 @@ def phases(data: dict[str, Any], chart_ids: dict[str, dict[str, str | None]] | N
                 "by_bound": _ms_rows(sorted(p.get("by_bound") or [], key=lambda r: BOUND_ORDER.index(r["name"]) if r["name"] in BOUND_ORDER else 9), bound_labels),
                 "by_category": _ms_rows(p.get("by_category") or []),
                 "roof": [
-                    {"category": c, "before": fmt.pct((roofs.get("before") or {}).get(c)), "after": fmt.pct((roofs.get("after") or {}).get(c))}
+                    {"category": c, **{s: _roof_text((roofs.get(s) or {}).get(c), (held.get(s) or {}).get(c)) for s in SIDES},
+                     **{f"{s}_note": ((held.get(s) or {}).get(c) or {}).get("reason") for s in SIDES}}
                     for c in cats
                 ],
+                "roof_withheld": [{"name": c, "side": s, "reason": v["reason"]}
+                                  for c in cats for s in SIDES if (v := (held.get(s) or {}).get(c))],
                 "charts": (chart_ids or {}).get(phase, {}),
             }
         )
@@ -311,14 +317,27 @@ def _kernel_row(r: dict[str, Any]) -> dict[str, Any]:
         "trend": _trend(r.get("delta_ms")),
         "speedup": speedup(r.get("speedup")),
         "per_call": speedup(r.get("per_call_speedup")),
-        "before_roof": fmt.pct(r.get("before_roof")),
-        "after_roof": fmt.pct(r.get("after_roof")),
+        "before_roof": _roof_text(r.get("before_roof"), r.get("before_roof_withheld")),
+        "after_roof": _roof_text(r.get("after_roof"), r.get("after_roof_withheld")),
+        "before_roof_note": (r.get("before_roof_withheld") or {}).get("reason"),
+        "after_roof_note": (r.get("after_roof_withheld") or {}).get("reason"),
         # new / gone: the group ran in one run only (it is still ranked by its time).
         "status": STATUS_LABELS.get(r.get("status") or "", ""),
     }
 
 
 STATUS_LABELS = {"new": "new", "gone": "gone", "both": ""}
+
+
+def _roof_text(fraction: float | None, withheld: dict[str, str] | None) -> str:
+    """A fraction of a run's own roof, or what stands in for one withheld ("above roof", "capped")."""
+    return WITHHELD_LABELS.get(withheld.get("why"), fmt.MISSING) if withheld else fmt.pct(fraction)
+
+
+def _withheld_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The kernel groups whose fraction of a roof is withheld, per side, with why (listed under the table)."""
+    return [{"name": r.get("op") or "", "side": s, "reason": r[f"{s}_roof_withheld"]["reason"]}
+            for r in rows for s in SIDES if r.get(f"{s}_roof_withheld")]
 
 
 def _category_row(c: dict[str, Any]) -> dict[str, Any]:
@@ -346,6 +365,10 @@ def kernels(data: dict[str, Any], top: int | None = None) -> list[dict[str, Any]
                 # Movers by category, each with its top groups: the level that carries the change when
                 # the runs share no kernel names (two vendors, graph-replayed kernels without ops).
                 "categories": [_category_row(c) for c in (k.get("categories") or [])[:top]],
+                # Every group shown above whose fraction is withheld, once, with why.
+                "roof_withheld": _withheld_rows(list({r["key"]: r for r in [
+                    *(r for c in (k.get("categories") or [])[:top] for r in c.get("top") or []),
+                    *(r for part in ("new", "vanished") for r in (k.get(part) or [])[:top])]}.values())),
                 "per_step": k.get("basis") == "per step",
                 "steps": {s: fmt.count((k.get("steps") or {}).get(s)) for s in SIDES},
             }
