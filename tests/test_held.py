@@ -145,8 +145,19 @@ def test_the_next_steps_work_at_a_steps_end_is_the_next_steps():
     moved = (int(k.at[last, "start_ns"]), t)
     next_ns = _union(early + [moved]) - (moved[1] - moved[0])
     assert s5.end_ns == t and s5.next_ns == next_ns > 0
-    assert s5.duration_ns == b5.duration_ns + shift - next_ns
-    assert s5.gpu_busy_ns == b5.gpu_busy_ns and s5.gpu_idle_ns == b5.gpu_idle_ns + shift - next_ns
+    # The move also left a hole: a kernel outside every step, queued on its stream behind the moved
+    # unit, now starts after the device ran nothing recorded since the moved unit's predecessor
+    # ended. By hand: its start less the latest end of the recorded work that started before it.
+    moved_w = seg.work
+    starts, ends = moved_w["start_ns"].to_numpy(), moved_w["end_ns"].to_numpy()
+    hole = 0
+    for i in np.flatnonzero((moved_w["step"].to_numpy() < 0) & (starts > int(w.at[last, "start_ns"])) & (starts < t)):
+        before = ends[(starts < starts[i])].max()
+        if starts[i] - before >= HELD_MIN_NS:
+            hole += int(starts[i] - before)
+    assert s5.unrecorded_ns == hole > 0
+    assert s5.duration_ns == b5.duration_ns + shift - next_ns - hole
+    assert s5.gpu_busy_ns == b5.gpu_busy_ns and s5.gpu_idle_ns == b5.gpu_idle_ns + shift - next_ns - hole
     # Step 6 opens when step 5 ends; its units before then are step 5's window's "next step" time.
     assert s6.begin_ns == t and s6.previous_ns == t - s6.cpu_start_ns > 0 and b6.previous_ns == 0
     assert s6.gpu_busy_ns == b6.gpu_busy_ns - _union(early)
@@ -221,3 +232,23 @@ def test_held_intervals_by_hand():
     device = np.array([0, 0, 0, 0, 0, 1, 0, 0])
     rows, lo, hi = held_intervals(kind, start, end, issue, launch, device, staged_copies(kind, names))
     assert rows.tolist() == [1, 5] and lo.tolist()[1] == 80 * ms + LAUNCH_LATENCY_NS + 5_000
+
+
+@pytest.mark.parametrize("key", ["mi300x_extend", "mi300x_decode"])
+def test_a_step_without_annotations_sheds_the_same_hold(key, tmp_path):
+    """Bug caught: with its step annotations stripped, SGLang's step comes from its
+    forward_batch_generation frame, which opens after the scheduler launched the held
+    resolve_future_token_ids kernel; that kernel was in no step, so its hold was dropped and the
+    step read 987 ms again (the hold counted as idle). The hold lies in the step's window whichever
+    step its kernel belongs to: the stripped step sheds the same unrecorded time."""
+    doc = json.loads(gzip.open(real_trace_path(key)).read())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("user_annotation", "gpu_user_annotation")]
+    path = tmp_path / f"stripped-{key}.json"
+    path.write_text(json.dumps(doc))
+    kept, stripped = analyze(read_real(key)), analyze(read_trace(str(path)))
+    assert stripped.phase_source != kept.phase_source  # really another segmentation
+    (a,), (b,) = kept.steps.itertuples(), stripped.steps.itertuples()
+    assert b.unrecorded_ns == a.unrecorded_ns > 400e6
+    assert b.duration_ns == b.gpu_busy_ns + b.gpu_idle_ns
+    # The frame opens a little later than the annotation: the two steps agree to its lead-in.
+    assert abs(b.duration_ns - a.duration_ns) <= abs(b.cpu_start_ns - a.cpu_start_ns) + 1_000_000

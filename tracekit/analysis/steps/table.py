@@ -169,18 +169,45 @@ def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | N
 
 
 def held_in_steps(held: tuple | None, step_of: np.ndarray, begin: np.ndarray, end: np.ndarray) -> pd.DataFrame:
-    """The held stretches (``held.held_intervals``: work row, start, end) of work in a step, clipped to
-    that step's window: ``step``, ``start_ns``, ``end_ns``, ``row`` (the kernel held back), in order."""
+    """The held stretches (``held.held_intervals``: work row, start, end) in steps' windows, clipped to
+    each window: ``step``, ``start_ns``, ``end_ns``, ``row`` (the kernel held back), in order. A
+    stretch of a step's unit is that step's; one of a unit outside every step (an engine's
+    scheduler launching it just before the step's range opens, as SGLang's overlap scheduler does
+    with ``resolve_future_token_ids``) is every window it overlaps: the device ran no recorded
+    work then, and the step's own work queued behind it, whichever step the held unit belongs to."""
     if held is None or not len(held[0]):
         return no_held()
     rows, lo, hi = held
     st = step_of[rows]
     mine = (st >= 0) & (st < len(begin))
-    rows, lo, hi, st = rows[mine], lo[mine], hi[mine], st[mine]
+    out_rows, out_lo, out_hi, out_st = _in_windows(rows[~mine], lo[~mine], hi[~mine], begin, end)
+    rows, lo, hi, st = (np.r_[rows[mine], out_rows], np.r_[lo[mine], out_lo], np.r_[hi[mine], out_hi],
+                        np.r_[st[mine], out_st])
     lo, hi = np.clip(lo, begin[st], end[st]), np.clip(hi, begin[st], end[st])
     keep = hi > lo
-    return pd.DataFrame({"step": st[keep], "start_ns": lo[keep], "end_ns": hi[keep], "row": rows[keep]},
-                        dtype=np.int64)
+    order = np.lexsort((lo[keep], st[keep]))
+    return pd.DataFrame({"step": st[keep][order], "start_ns": lo[keep][order], "end_ns": hi[keep][order],
+                         "row": rows[keep][order]}, dtype=np.int64)
+
+
+def _in_windows(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, begin: np.ndarray, end: np.ndarray):
+    """Each stretch once per step window it overlaps: (rows, lo, hi, step). Windows in begin order
+    with the running maximum of their ends: walking back from the last window opening before a
+    stretch's end stops at the first whose every predecessor ended before the stretch began, so
+    each stretch visits only the windows that can reach it."""
+    found: list[tuple[int, int, int, int]] = []
+    if len(rows) and len(begin):
+        order = np.argsort(begin, kind="stable")
+        b, e = begin[order], end[order]
+        reach = np.maximum.accumulate(e)
+        for r, l, h in zip(rows.tolist(), lo.tolist(), hi.tolist()):
+            j = int(np.searchsorted(b, h, side="left")) - 1
+            while j >= 0 and reach[j] > l:
+                if e[j] > l:
+                    found.append((r, l, h, int(order[j])))
+                j -= 1
+    cols = np.array(found, dtype=np.int64).reshape(-1, 4)
+    return cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3]
 
 
 def no_held() -> pd.DataFrame:
