@@ -101,7 +101,6 @@ def copy_bandwidth(device, budget_s: float) -> tuple[float, int]:
 
 MIN_ROUNDS = 3
 MAX_ROUNDS = 6
-ATTEMPTS = MAX_ROUNDS  # the most measurements a calibration takes (kept for callers of the old name)
 # Two rounds of one BLAS product on an idle machine agree to a few percent; 10% apart, the
 # rounds were measuring the machine's other work, not its ceiling.
 STABLE = 0.10
