@@ -168,7 +168,7 @@ def test_a_capture_without_stream_capture_calls_is_one_graph_of_its_named_launch
     the range (the replay then refused as of an unknown batch)."""
     import pandas as pd
 
-    from tracekit.analysis.pricing import capture as cap_mod
+    from tracekit.analysis.pricing.capture_graphs import captured_graphs
 
     cap = read_real("mi300x_capture")
     rt = cap.runtime.copy()
@@ -179,10 +179,23 @@ def test_a_capture_without_stream_capture_calls_is_one_graph_of_its_named_launch
     bare = dataclasses.replace(cap, runtime=rt)
     named = int((rt["kernel"].notna() & (rt["kernel"] != "")).sum())
     assert named == 546
-    [graph] = cap_mod._captured_graphs(bare)
+    [graph] = captured_graphs(bare)
     assert (len(graph.ops), graph.batch) == (546, 32)
     _, with_calls = _attr(cap)
     _, without = _attr(bare)
     assert "544 of 544" in without.capture_note
     assert with_calls.table[["flops", "bytes"]].equals(without.table[["flops", "bytes"]])
     assert (with_calls.table["cost_source"] == without.table["cost_source"]).all()
+
+
+def test_an_atom_capture_range_states_the_graphs_batch():
+    """ATOM names its capture ranges ``capture_graph_bs_<n>``: the shared capture relabelled so at
+    batch 16 must refuse the batch-32 replay exactly as ``capture_16_DECODE`` does.
+    Bug: ATOM's range unread, the graph's batch unknown, and a wrong-batch capture lends its shapes."""
+    cap = read_real("mi300x_capture")
+    ann = cap.annotations.copy()
+    ann["name"] = ann["name"].astype(str).replace("capture_32_DECODE", "capture_graph_bs_16")
+    seg, attr = _attr(dataclasses.replace(cap, annotations=ann))
+    replayed = seg.work["graph"].to_numpy() & (seg.work["op"].to_numpy() < 0)
+    assert attr.table.loc[replayed, "flops"].isna().all()
+    assert "captured at batch 16" in attr.capture_note

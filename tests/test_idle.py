@@ -12,6 +12,7 @@ from conftest import read_real, unheld
 from tracekit.analysis.analyze import analyze
 from tracekit.analysis.findings import advice as adv
 from tracekit.analysis.pricing.roofline import LATENCY_ROOF
+from tracekit.analysis.steps.work import NO_TIME
 from tracekit.analysis.waiting import host, idle
 
 
@@ -67,8 +68,8 @@ def test_split_of_one_gap_by_what_the_host_did():
         # issued: at the end (blocked), mid-gap (short pause), late (long host work),
         # late (nothing recorded), long before the gap (waiting).
         "issue_ns": [9_500, 50_000, 550_000, 950_000, 100],
-        "op_start_ns": [-1] * 5,
-        "op_end_ns": [-1] * 5,
+        "op_start_ns": [NO_TIME] * 5,  # no launching op in the trace
+        "op_end_ns": [NO_TIME] * 5,
     })
     parts = idle._split(g, cov)
     c = {name: parts[:, i] for i, name in enumerate(idle.CAUSES)}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.steps.work import NO_TIME
 from tracekit.analysis.waiting import host, idle
 
 GAP, LATENCY = idle.LAUNCH_GAP_NS, idle.LAUNCH_LATENCY_NS
@@ -39,9 +40,9 @@ def _inside(t: float, starts, ends) -> bool:
 def reference(a, b, issue, op_s, op_e, sync, launch, busy) -> dict[str, int]:
     """ns by cause of the gap [a, b), piece by piece (see the module docstring)."""
     out = dict.fromkeys(idle.CAUSES, 0)
-    known = issue >= 0
+    known = issue != NO_TIME
     c = min(max(issue, a), b) if known else b
-    w = (min(max(op_s, a), c), min(max(op_e, a), c)) if known and op_s >= 0 else (a, a)
+    w = (min(max(op_s, a), c), min(max(op_e, a), c)) if known and op_s != NO_TIME else (a, a)
     lat_end = min(max(issue + LATENCY, c), b) if known else b
     cuts = {a, b, c, lat_end, *w}
     for s, e in (sync, launch, busy):
@@ -85,14 +86,14 @@ def _gaps(rng, n: int) -> pd.DataFrame:
     a = rng.integers(0, 380_000, n)
     # Short gaps (at most LAUNCH_GAP_NS before the issue) and long ones, both often.
     b = a + np.where(rng.random(n) < 0.4, rng.integers(1, 60_000, n), rng.integers(1, 200_000, n))
-    issue = np.where(rng.random(n) < 0.15, -1, rng.integers(-20_000, 420_000, n)).clip(-1, None)
-    has_op = rng.random(n) < 0.5
-    op_s = np.where(has_op, issue - rng.integers(0, 150_000, n), -1)
-    op_e = np.where(has_op, issue + rng.integers(0, 30_000, n), -1)
-    op_s = np.where(has_op & (issue < 0), -1, op_s)
-    op_e = np.where(op_s < 0, -1, op_e)
-    return pd.DataFrame({"start_ns": a, "end_ns": b, "issue_ns": issue, "op_start_ns": np.maximum(op_s, -1),
-                         "op_end_ns": op_e})
+    # No issue in the trace, and no launching op, are NO_TIME (``work.NO_TIME``); an issue or op
+    # before zero is a time like any other.
+    at = rng.integers(-20_000, 420_000, n)
+    issue = np.where(rng.random(n) < 0.15, NO_TIME, at)
+    has_op = (rng.random(n) < 0.5) & (issue != NO_TIME)
+    op_s = np.where(has_op, at - rng.integers(0, 150_000, n), NO_TIME)
+    op_e = np.where(has_op, at + rng.integers(0, 30_000, n), NO_TIME)
+    return pd.DataFrame({"start_ns": a, "end_ns": b, "issue_ns": issue, "op_start_ns": op_s, "op_end_ns": op_e})
 
 
 def test_split_agrees_with_the_rules_instant_by_instant():

@@ -18,6 +18,7 @@ from tracekit.analysis.findings.rules import OUTSIDE_SHARE
 from tracekit.analysis.pricing import model_fit
 from tracekit.analysis.steps import launches
 from tracekit.analysis.steps.evidence import W_HEAVY, Ballot, structure_vote
+from tracekit.analysis.steps.work import NO_TIME
 from tracekit.analysis.waiting import idle
 from tracekit.analysis.waiting.host import Coverage
 from tracekit.specs import spec_by_name
@@ -66,8 +67,9 @@ def test_a_merged_segments_label_counts_its_intervals():
 def test_an_unissued_gaps_rest_after_sync_is_unattributed():
     """catches: the unattributed time of a gap whose next kernel's issue is unknown computed as
     ``(b - a) ** sync`` rather than ``(b - a) - sync``."""
-    g = {"start_ns": np.array([0]), "end_ns": np.array([1_000]), "issue_ns": np.array([-1]),
-         "op_start_ns": np.array([-1]), "op_end_ns": np.array([-1])}
+    none = NO_TIME  # no issue, no launching op in the trace (-1 would be a time: clocks run below zero)
+    g = {"start_ns": np.array([0]), "end_ns": np.array([1_000]), "issue_ns": np.array([none]),
+         "op_start_ns": np.array([none]), "op_end_ns": np.array([none])}
     sync = (np.array([100]), np.array([300]))  # 200 ns of sync inside the 1,000 ns gap
     cov = Coverage({"sync": sync, "launch": sync, "busy": sync})
     out = idle._split(g, cov)

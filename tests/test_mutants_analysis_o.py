@@ -22,9 +22,10 @@ def test_an_unnamed_replay_takes_only_a_graph_of_exactly_its_launches():
     """catches: a replay matched to any captured graph at least as long as it (``len(ops) >=
     length``): by order, a longer graph lends its first ops to a replay of another graph. CUDA
     replays do not name their kernels, so the launch count is all that ties a replay to its graph."""
-    from tracekit.analysis.pricing.capture import _Graph, _graphs_for
+    from tracekit.analysis.pricing.capture import _graphs_for
+    from tracekit.analysis.pricing.capture_graphs import Graph
 
-    graphs = [_Graph(ops=np.arange(8), kernels=None, batch=None), _Graph(ops=np.arange(5), kernels=None, batch=None)]
+    graphs = [Graph(ops=np.arange(8), kernels=None, batch=None), Graph(ops=np.arange(5), kernels=None, batch=None)]
     assert _graphs_for(graphs, None, 5, named=False) == ([1], None)
     assert _graphs_for(graphs, None, 8, named=False) == ([0], None)
     fits, why = _graphs_for(graphs, None, 6, named=False)

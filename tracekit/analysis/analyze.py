@@ -9,6 +9,7 @@ and the report's tables ``analysis.tables``.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,7 @@ def analyze(
     spec_file: str | None = None,
     cpu_matmul_flops: float | None = None,
     cpu_bandwidth: float | None = None,
-    capture: Trace | None = None,
+    capture: Trace | Sequence[Trace] | None = None,
     model: ModelSpec | str | None = None,
     tp: int | None = None,
     costs: str = "auto",
@@ -73,7 +74,8 @@ def analyze(
 ) -> Analysis:
     """Analyse a trace. ``gpu``/``spec_file`` override the device lookup; the two
     ``cpu_*`` peaks (FLOP/s, bytes/s) stand in for a CPU trace's missing calibration;
-    ``capture`` is the graph-capture trace that describes graph-replayed kernels.
+    ``capture`` is the graph-capture trace that describes graph-replayed kernels, or several
+    (a capture folder's files, one per graph size: each replay is priced from its own size's).
 
     ``model`` (a ``ModelSpec``, or a registry name / config.json / checkpoint folder, with
     ``weights`` overriding its stored precision) prices kernels the shapes cannot, at

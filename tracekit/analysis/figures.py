@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit import frameworks
 from tracekit.analysis import categorical
 from tracekit.analysis.findings import rules as find
 from tracekit.analysis.findings.advice import THRESHOLDS as advice_thresholds
@@ -412,6 +413,8 @@ def provenance_of(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dic
         "device_type": seg.device_type,
         "notes": list(seg.notes),
         "lacks": dict(trace.lacks),
+        # The engine option that would state what the model now estimates, where the steps lack it.
+        "richer_trace": richer_trace(seg.source, seg.steps),
         # A salvaged file's facts (events_recovered, bytes_read, how); None for a whole one.
         "truncated": trace.metadata.get("truncated"),
         "reasons": reasons,
@@ -439,6 +442,24 @@ def provenance_of(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dic
             "model-undescribed": f"a model component needs > {ABOVE_ROOF:.0%} of its kernels' time at the roofline",
         },
     }
+
+
+def richer_trace(source: str, steps: pd.DataFrame) -> str | None:
+    """``frameworks.richer_trace_hint`` for the run's step labels, unless every step's sides
+    already state their keys and sums (a second annotation of each step did: SGLang's first
+    roofline version wrote a vLLM-style ``execute_...`` range beside ``step[...]``)."""
+    if not len(steps) or "label" not in steps:
+        return None
+    hint = frameworks.richer_trace_hint(source, steps["label"].dropna())
+    if hint is None:
+        return None
+
+    def stated(side) -> bool:
+        return side is None or not side.requests or None not in (side.kv_tokens, side.sum_q2, side.sum_qk)
+
+    if all(stated(p) and stated(d) for p, d in zip(steps["prefill_side"], steps["decode_side"])):
+        return None
+    return hint
 
 
 # --- for merging windows (analysis.merge) ----------------------------------------------

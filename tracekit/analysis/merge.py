@@ -183,7 +183,7 @@ class _Acc:
         self.events = self.bytes = 0
         self.sources: list[str] = []
         self.truncated = None
-        self.graph_capture = self.ceilings = None
+        self.graph_capture = self.ceilings = self.richer_trace = None
         self.had_ranks = False  # a window showed the run's ranks (their view is not merged)
 
 
@@ -253,6 +253,7 @@ def _fold(acc: _Acc, a: Analysis, i: int) -> None:
         acc.why_unknown[k] = acc.why_unknown.get(k, 0.0) + float(v)
     acc.unmatched += [k for k in prov.get("unmatched_kernels") or [] if k not in acc.unmatched]
     acc.graph_capture = acc.graph_capture or prov.get("graph_capture")
+    acc.richer_trace = acc.richer_trace or prov.get("richer_trace")
     acc.had_ranks = acc.had_ranks or bool(a.ranks)
     acc.ceilings = acc.ceilings or prov.get("ceilings")
     acc.truncated = a.truncated or acc.truncated
@@ -350,7 +351,8 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
                "report the whole trace, or the folder of per-rank traces, for it")
         prov["windows"]["not_merged"] = {"ranks": why}
         prov["notes"].append(why)
-    for key, value in (("graph_capture", acc.graph_capture), ("ceilings", acc.ceilings)):
+    for key, value in (("graph_capture", acc.graph_capture), ("ceilings", acc.ceilings),
+                       ("richer_trace", acc.richer_trace)):
         if value:
             prov[key] = value
     name = os.path.basename(os.path.normpath(folder)) if folder else a0.source.get("name")

@@ -26,7 +26,8 @@ from tracekit.analysis.analyze import assemble, measure
 from tracekit.analysis.merge import merge
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.steps.ranges import GIVEN_STEPS, inferred_bounds, is_training
-from tracekit.analysis.steps.segment import PREVIOUS_DEVICE_END, PREVIOUS_STEP_BATCH, PREVIOUS_STEP_END
+from tracekit.analysis.steps.segment import (PREVIOUS_DEVICE_END, PREVIOUS_KV_HISTORY, PREVIOUS_STEP_BATCH,
+                                             PREVIOUS_STEP_END)
 from tracekit.errors import TracekitError
 from tracekit.trace import windows as win
 from tracekit.trace.model import Trace
@@ -111,6 +112,7 @@ class Windows:
         previous: dict[int, int] = {}
         batch: dict[int, float] = {}  # per thread, the batch of its last step so far
         device_end: dict[int, int] = {}  # per device, the end of its last recorded work so far
+        history: dict = {}  # per thread, its running requests and their keys so far (steps.history)
         first_step = 0
         for j, path in enumerate(self.paths):
             t = self.read(path)
@@ -122,10 +124,13 @@ class Windows:
                 t.metadata[PREVIOUS_STEP_BATCH] = dict(batch)
             if device_end:
                 t.metadata[PREVIOUS_DEVICE_END] = dict(device_end)
+            if history:
+                t.metadata[PREVIOUS_KV_HISTORY] = dict(history)
             k = t.kernels
             for dev, end in (k.groupby("device")["end_ns"].max().items() if len(k) else ()):
                 device_end[int(dev)] = max(device_end.get(int(dev), int(end)), int(end))
             parts, match = measure(t, **self.options)
+            history = dict(parts.seg.history)
             a = assemble(t, parts, match, with_timelines=self.with_timelines)
             a.source["window"] = t.metadata.get(win.WINDOW_KEY)
             s = a.steps

@@ -87,10 +87,11 @@ def device_options(side: str | None = None):
         f = click.option(f"--cpu-flops{end}", type=click.FloatRange(min=0, min_open=True), metavar="FLOP/S",
                          help=f"{cpu}: the matmul peak to price against, when the trace has no collect "
                               "calibration.")(f)
-        f = click.option(f"--graph-capture{end}", type=click.Path(exists=True), metavar="TRACE",
-                         help="The trace recorded while the CUDA/HIP graph was captured: its ops give the shapes "
-                              f"of {kernels} replayed from the graph (ROCm traces name the kernels needed to "
-                              "match them).")(f)
+        f = click.option(f"--graph-capture{end}", type=click.Path(exists=True), metavar="TRACE|DIR", multiple=True,
+                         help="The trace recorded while the CUDA/HIP graphs were captured: its ops give the shapes "
+                              f"of {kernels} replayed from the graphs (ROCm traces name the kernels needed to "
+                              "match them). Repeatable; a folder gives all its trace files (vLLM's and ATOM's "
+                              "capture folders: one file per graph size, each replay priced from its own size's).")(f)
         f = click.option(f"--spec-file{end}", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
                          help=f"Price {kernels} against the device peaks in a JSON, CSV or TOML file (a "
                               "`tracekit gpus --json` row works as is).")(f)
@@ -108,9 +109,37 @@ def device_settings(values: dict, side: str | None = None) -> dict:
     end, key = (f"-{side}", f"_{side}") if side else ("", "")
     gpu, spec_file = values[f"gpu{key}"], values[f"spec_file{key}"]
     check_device_options(gpu, spec_file, option=f"--gpu{end}", spec_option=f"--spec-file{end}")
-    capture = values[f"graph_capture{key}"]
-    return dict(gpu=gpu, spec_file=spec_file, capture=read_with_progress(capture) if capture else None,
+    captures = read_captures(values[f"graph_capture{key}"], f"--graph-capture{end}")
+    return dict(gpu=gpu, spec_file=spec_file, capture=captures or None,
                 cpu_matmul_flops=values[f"cpu_flops{key}"], cpu_bandwidth=values[f"cpu_bandwidth{key}"])
+
+
+def read_captures(paths, option: str = "--graph-capture") -> list[Trace]:
+    """The graph-capture traces ``paths`` name (files, and folders: every trace file in each),
+    each read on its own: a capture folder holds one file per graph size, all of rank 0, which
+    a read of the folder as one run would refuse. A bad file fails in one sentence naming it."""
+    from tracekit.trace.decode import list_trace_files
+
+    files = []
+    for path in paths or ():
+        if os.path.isdir(path):
+            found = list_trace_files(path)
+            if not found:
+                raise TracekitError(f"{option} {path}: the folder holds no trace files (*.json, *.json.gz, "
+                                    "*.json.zst)")
+            files += found
+        else:
+            files.append(path)
+    out, seen = [], set()
+    for f in files:
+        if os.path.realpath(f) in seen:  # named twice (itself and its folder): read once
+            continue
+        seen.add(os.path.realpath(f))
+        try:
+            out.append(read_with_progress(f))
+        except TracekitError as e:
+            raise TracekitError(f"{option}: {e.message}") from None
+    return out
 
 
 def model_settings(values: dict) -> dict:

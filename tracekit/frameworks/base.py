@@ -73,6 +73,50 @@ class StepAnnotation:
     problem: str | None = None
 
 
+def consistent(side: BatchSide, what: str, problems: list[str]) -> BatchSide:
+    """``side`` less the counts that contradict each other, with a note in ``problems`` naming
+    them. Shared by every engine whose annotation states the sums (vLLM's detailed
+    ``execute_...``, SGLang's roofline ``step[...]`` fields, ATOM's detailed labels).
+
+    The bounds hold for any batch of n requests, request i with q_i >= 1 new tokens over
+    k_i >= q_i keys (Q = Σq, K = Σk):
+
+    - Q >= n, K >= Q;
+    - Σq² has Q's parity (q² - q = q(q-1) is even); Σq² >= Q (q² >= q); Σq² >= Q²/n
+      (Cauchy-Schwarz, requests of one length); Σq² <= (Q - n + 1)² + n - 1 (every request
+      but one at a single token, the most uneven split), so a decode side (Q = n) has Σq² = n;
+      without n, Σq² <= Q²;
+    - Σqk >= Σq² (k >= q) and Σqk >= K (q >= 1); Σqk <= (Q - n + 1)(K - n + 1) + n - 1: with
+      a = q - 1 and b = k - 1, both >= 0, Σqk = Σab + (Q - n) + (K - n) + n and
+      Σab <= Σa·Σb = (Q - n)(K - n); without n, Σqk <= Q·K.
+    """
+    bad = []
+    q, n, k = side.tokens, side.requests, side.kv_tokens
+    if q is not None and n and q < n:
+        bad.append("tokens")
+        q = None
+    if side.sum_q2 is not None and q is not None:
+        s2 = side.sum_q2
+        most = (q - n + 1) ** 2 + n - 1 if n else q * q
+        if s2 < q or s2 > most or (s2 - q) % 2 or (n and s2 * n < q * q):
+            bad.append("sum_q2")
+    if k is not None and q is not None and k < q:
+        bad.append("kv_tokens")
+        k = None
+    if side.sum_qk is not None:
+        s = side.sum_qk
+        s2 = None if "sum_q2" in bad else side.sum_q2
+        most = None
+        if q is not None and k is not None:
+            most = (q - n + 1) * (k - n + 1) + n - 1 if n else q * k
+        if (s2 is not None and s < s2) or (k is not None and s < k) or (most is not None and s > most):
+            bad.append("sum_qk")
+    if not bad:
+        return side
+    problems.append(f"its {what} counts contradict each other ({', '.join(bad)} ignored)")
+    return BatchSide(**{f: (None if f in bad else v) for f, v in side.to_dict().items()})
+
+
 def sides_total(prefill: BatchSide | None, decode: BatchSide | None) -> tuple[int | None, int | None]:
     """(tokens, requests) of a step from its two sides; None where a side leaves it unknown."""
     parts = [s for s in (prefill, decode) if s is not None]

@@ -1,13 +1,15 @@
 """vLLM: step annotations, step frames, graph-capture annotations, per-rank file names.
 
-Step annotation (one ``record_function`` range per engine step), two forms:
+Step annotation (one ``record_function`` range per engine step), three forms:
 
-- detailed: ``execute_<T>_context_<C>(sq<Q>sk<K>sqsq<ΣQ²>sqsk<ΣQK>)_generation_<G>(sq..sk..sqsq..sqsk..)``:
+- detailed (``--profiler-config.detailed_trace_annotation True``, vLLM pull request 37524, 2026):
+  ``execute_<T>_context_<C>(sq<Q>sk<K>sqsq<ΣQ²>sqsk<ΣQK>)_generation_<G>(sq..sk..sqsq..sqsk..)``:
   T tokens scheduled in all; C prefill (context) requests computing Q query tokens over
   K keys, and the sums over requests of q² and q·k that causal attention's work needs;
   G decode (generation) requests with the same four numbers;
 - older: ``execute_context_<C>(<Q>[_<ΣQ²>])_generation_<G>(<Q>[_<ΣQ²>])``;
-- newer (late 2025): ``execute_new_<N>_cached_<M>``: N requests scheduled for the first
+- default since vLLM pull request 22496 (August 2025, ``gpu_worker.execute_model``):
+  ``execute_new_<N>_cached_<M>``: N requests scheduled for the first
   time (their prefill, or its first chunk) and M already running (decode, one token
   each, unless a chunked prefill continues: the evidence of the step's tokens tells).
   No token counts: those come from the trace's evidence (``analysis.steps.step_tokens``).
@@ -32,7 +34,10 @@ Step frame (no annotations, ``with_stack`` on): the Python frame
 ``vllm/worker/model_runner.py``); the executor and worker frames of the same name
 enclose it and are not steps.
 
-Graph capture: ``capture_<n>_<mode>`` ranges around each captured graph.
+Graph capture: ``capture_<n>_<mode>`` ranges around each captured graph. A capture folder
+(``capture_torch_profiler_dir``) holds one file per size, ``graph_capture_rank_<r>.<time>.pt.trace.json.gz``:
+the name does not state the size, the range inside does; a file named after its range
+(``capture_<n>_<mode>.json.gz``) states it.
 
 Per-rank files: the worker names its trace ``<instance>-rank-<r>.<time>.pt.trace.json.gz``
 (older builds and forks: ``rank<r>.<time>...``).
@@ -42,7 +47,7 @@ from __future__ import annotations
 
 import re
 
-from tracekit.frameworks.base import BatchSide, StepAnnotation, phase_of, sides_total, UNKNOWN
+from tracekit.frameworks.base import UNKNOWN, BatchSide, StepAnnotation, consistent, phase_of, sides_total
 
 SOURCE = "vLLM-style execute annotations"
 FRAME_SOURCE = "vLLM execute_model frames"
@@ -54,6 +59,7 @@ _EXECUTE = re.compile(
 # Longest keys first: "sqsq" must not be read as "sq" followed by garbage.
 _FIELD = re.compile(r"(sqsq|sqsk|sq|sk)[=:]?(\d+)")
 _FIELD_NAMES = {"sq": "tokens", "sk": "kv_tokens", "sqsq": "sum_q2", "sqsk": "sum_qk"}
+_DETAILED = re.compile(r"_context_\d+\([^()]*sk\d+[^()]*sqsk\d+")
 _OLD_ARGS = re.compile(r"^(\d+)(?:_(\d+))?$")
 _FRAME = re.compile(r"(?:^|/)vllm/(?:[\w.]+/)*\w*model_runner\.py\(\d+\): execute_model$")
 _NEW_CACHED = re.compile(r"^execute_new_(\d+)_cached_(\d+)$")
@@ -65,6 +71,7 @@ _ROTARY = re.compile(r"\bvllm::(?:batched_)?rotary_embedding_kernel\b")
 _PAGED_V12 = re.compile(r"\bpaged_attention_v[12]_kernel\b")
 _PAGED_LL4MI = re.compile(r"\bpaged_attention_ll4mi_QKV\w*_kernel\b")
 _CAPTURE = re.compile(r"^capture_(\d+)_(\w+)$")
+_CAPTURE_FILE = re.compile(r"^capture_(\d+)(?=[._-])")
 _RANK_FILE = re.compile(r"(?:^|[-_.])rank[-_]?(\d+)(?=[._-])", re.IGNORECASE)
 
 
@@ -77,6 +84,11 @@ def is_candidate(name: str) -> bool:
 def is_step_like(name: str) -> bool:
     """A name shaped like a vLLM step annotation (``execute_`` and counts), read or not."""
     return bool(_STEP_LIKE.match(name))
+
+
+def detailed(name: str) -> bool:
+    """Whether the annotation is the detailed form (keys and the sums of q² and q·k stated)."""
+    return bool(_DETAILED.search(name))
 
 
 def parse(name: str) -> StepAnnotation | None:
@@ -183,32 +195,7 @@ def _side(requests: int, text: str, what: str, problems: list[str]) -> BatchSide
             for key, value in found:
                 values[_FIELD_NAMES[key]] = int(value)
     side = BatchSide(requests=requests, **values)
-    return _consistent(side, what, problems)
-
-
-def _consistent(side: BatchSide, what: str, problems: list[str]) -> BatchSide:
-    """Drop counts that contradict each other: a request has >= 1 token, k >= q, and the sums
-    over requests obey arithmetic that holds for any batch: q² - q = q(q-1) is even, so Σq² has
-    Σq's parity; Σq <= Σq² <= (Σq)²; Σq² >= (Σq)²/n (Cauchy-Schwarz over n requests); and
-    Σq² <= Σqk <= Σq·Σk."""
-    bad = []
-    if side.tokens is not None and side.requests and side.tokens < side.requests:
-        bad.append("tokens")
-    q, n = side.tokens, side.requests
-    if side.sum_q2 is not None and q is not None and (
-            side.sum_q2 < q or side.sum_q2 > q * q or (side.sum_q2 - q) % 2
-            or (n and side.sum_q2 * n < q * q)):
-        bad.append("sum_q2")
-    if side.kv_tokens is not None and side.tokens is not None and side.kv_tokens < side.tokens:
-        bad.append("kv_tokens")
-    if side.sum_qk is not None and (
-            (side.sum_q2 is not None and side.sum_qk < side.sum_q2)
-            or (q is not None and side.kv_tokens is not None and side.sum_qk > q * side.kv_tokens)):
-        bad.append("sum_qk")
-    if not bad:
-        return side
-    problems.append(f"its {what} counts contradict each other ({', '.join(bad)} ignored)")
-    return BatchSide(**{k: (None if k in bad else v) for k, v in side.to_dict().items()})
+    return consistent(side, what, problems)
 
 
 def is_step_frame(name: str) -> bool:
@@ -220,6 +207,12 @@ def capture(name: str) -> tuple[int, str] | None:
     """(batch size, mode) of a ``capture_<n>_<mode>`` graph-capture range, else None."""
     m = _CAPTURE.match(name)
     return (int(m[1]), m[2]) if m else None
+
+
+def capture_file_batch(basename: str) -> int | None:
+    """The batch size a graph-capture trace named after its range states (``capture_<n>_...``), else None."""
+    m = _CAPTURE_FILE.match(basename)
+    return int(m[1]) if m else None
 
 
 def rank_from_filename(basename: str) -> tuple[int, str] | None:

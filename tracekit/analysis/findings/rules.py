@@ -195,8 +195,11 @@ def findings(a: Analysis) -> list[Finding]:
         else:
             text = ("Some steps replay a CUDA/HIP graph: the ops and shapes behind a replay are not in this trace; "
                     "pass --model NAME to price the replayed kernels from the architecture, or the graph-capture "
-                    "trace (tracekit report --graph-capture TRACE).")
+                    "trace (tracekit report --graph-capture TRACE, or the folder of capture traces).")
         out.append(Finding("graph-replay", text, "info"))
+    if a.provenance.get("richer_trace"):
+        # What the engine could have written: the one change that makes estimated costs exact.
+        out.append(Finding("richer-trace", a.provenance["richer_trace"] + ".", "info"))
     return measurement.mark(out, a.measurement)
 
 

@@ -6,7 +6,8 @@ For each kernel (or leaf CPU op on a CPU trace):
 * cost from ``op_costs``: the *pricing op* is the outermost op, among the launching op
   and its ancestors, that has a cost model (``aten::linear`` rather than the
   ``aten::addmm`` it calls); its FLOPs and bytes are shared among every kernel it
-  launched, in proportion to their durations. Work with no pricing op or no shapes is
+  launched, in proportion to their durations (a captured op's among the kernels of one
+  replay of its graph: each replay does its whole work). Work with no pricing op or no shapes is
   "cost unknown" with the reason: never zero;
 * bound: ``roofline.roofline_columns``, at the peak of the dtype the kernel runs at
   (``dtypes.refine_dtype``); model-priced work above the roof is capped or left unpriced
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +38,7 @@ from tracekit.analysis.pricing.dtypes import refine_dtype
 from tracekit.analysis.pricing.model_costs import ModelCosts
 from tracekit.analysis.pricing.roofline import CAPTURE, MODEL, NONE, SHAPES, latency_fits, limiter, roofline_columns
 from tracekit.analysis.steps.segment import Segmentation
+from tracekit.analysis.steps.work import NO_TIME
 from tracekit.frameworks import ENGINE_SOURCES
 from tracekit.models.config import ModelSpec
 from tracekit.specs import GpuSpec, SpecMatch
@@ -68,11 +71,11 @@ class Attribution:
     alone: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
 
 
-def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace | None = None,
+def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace | Sequence[Trace] | None = None,
               model: ModelSpec | None = None, tp: int = 1, policy: str = "auto",
               model_force: bool = False) -> Attribution:
-    """Roofline columns for every unit of work. ``capture``: the graph-capture trace
-    whose ops describe this trace's graph-replayed kernels; ``model`` and ``tp``: the
+    """Roofline columns for every unit of work. ``capture``: the graph-capture trace (or
+    traces: one per graph size) whose ops describe this trace's graph-replayed kernels; ``model`` and ``tp``: the
     architecture that prices what shapes cannot (``policy``: see ``POLICIES``).
 
     A model the trace contradicts (its steps run another number of attention layers,
@@ -81,7 +84,8 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     work = seg.work
-    source = with_capture(trace, work, capture, seg.steps) if capture is not None else own_ops(trace, work)
+    captures = [capture] if isinstance(capture, Trace) else list(capture or ())
+    source = with_capture(trace, work, captures, seg.steps) if captures else own_ops(trace, work)
     ops, op = source.ops, source.op
     by_kernel, op_name = taxonomy.categorize_units(work, ops, op)
     kinds = categorical.strings(work["kind"])
@@ -285,7 +289,10 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
         return flops, nbytes, dtype, unit, reason, pricing
     # Group the priced rows by pricing op once (stable sort), price each op once, then share
     # its cost among its rows by duration; equal shares when every kernel of the op took 0 ns.
-    order = priced[np.argsort(pricing[priced], kind="stable")]
+    # A captured op is shared only within one replay of its graph: every replay does the
+    # op's whole work (a piecewise graph's layers, or one graph replayed step after step).
+    replay = source.replay if source.replay is not None else np.full(n, -1, dtype=np.int64)
+    order = priced[np.lexsort((replay[priced], pricing[priced]))]
     keys, starts, counts = np.unique(pricing[order], return_index=True, return_counts=True)
     dims = ops["input_dims"].to_numpy()
     types = ops["input_types"].to_numpy()
@@ -327,10 +334,15 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
     g_dtype, g_unit, g_reason = u_dtype[distinct], u_unit[distinct], u_reason[distinct]
     group = np.repeat(np.arange(len(keys)), counts)  # each sorted row's group
     d = dur[order]
+    # The rows that share one cost: one pricing op, and one replay where a capture priced it.
+    r = replay[order]
+    sharing = np.r_[0, np.flatnonzero((np.diff(pricing[order]) != 0) | (np.diff(r) != 0)) + 1]
+    size = np.diff(np.r_[sharing, len(order)])
+    part = np.repeat(np.arange(len(sharing)), size)
     # Durations are whole nanoseconds: their float sum is exact in any order.
-    total = np.add.reduceat(d, starts)
+    total = np.add.reduceat(d, sharing)[part]
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(total[group] > 0, d / total[group], 1.0 / counts[group])
+        share = np.where(total > 0, d / total, 1.0 / size[part])
     ok = g_ok[group]
     rows, gs = order[ok], group[ok]
     flops[rows] = g_flops[gs] * share[ok]
@@ -364,7 +376,7 @@ def _refine_by_module(category: np.ndarray, trace: Trace, work: pd.DataFrame) ->
     if not len(py) or "issue_ns" not in work:
         return category
     mods = py[categorical.mask(py["name"], lambda n: n.startswith("nn.Module: "))]
-    candidates = np.flatnonzero(np.isin(category, list(taxonomy.REFINABLE)) & (work["issue_ns"].to_numpy() >= 0))
+    candidates = np.flatnonzero(np.isin(category, list(taxonomy.REFINABLE)) & (work["issue_ns"].to_numpy() != NO_TIME))
     if not len(mods) or not len(candidates):
         return category
     issue = work["issue_ns"].to_numpy()[candidates]

@@ -101,21 +101,58 @@ UPPER, LOWER, ESTIMATED = "upper", "lower", "model"
 ESTIMATES = (UPPER, LOWER, ESTIMATED)
 
 
+# The basis of attention FLOPs whose query-key pairs ``estimated_pairs`` gave for a side that
+# states its keys (its KV read is then the stated keys': exact, and no ``ESTIMATES`` mark).
+PAIRS_ESTIMATE_BASIS = (
+    "estimate: a side states its keys but not the sum of q² that its causal attention's query-key pairs need; "
+    "they are taken at requests of one length: Σq² = (Σq)²/n, its lower bound (Cauchy-Schwarz), and Σqk as "
+    "stated or, where it is not, Σq·Σk/n (each request q = Σq/n tokens over k = Σk/n keys), so pairs = Σqk - "
+    "(Σq² - Σq)/2: an upper bound where Σqk is stated, and with neither sum no bound (requests of uneven "
+    "lengths move Σqk either way); the attention bytes, the stated keys' KV read, are not estimated")
+
+
+def estimated_pairs(bs: BatchSide, prefill: bool) -> float | None:
+    """Causal query-key pairs of a side of several query tokens per request whose Σq² its
+    annotation does not state (``BatchSide.attention_pairs`` gives None), at requests of one
+    length (issue 46): Σq² = (Σq)²/n, its least (Cauchy-Schwarz); with the keys stated, Σqk as
+    stated or Σq·Σk/n (each request q = Σq/n over k = Σk/n), and pairs = Σqk - (Σq² - Σq)/2
+    (``BatchSide.attention_pairs``); without the keys a prefill's requests are taken to have no
+    cached prefix (k = q: ``mc.equal_length_pairs``, a lower bound) and a decode side's context is
+    unknown. None where the side's pairs are known or cannot be estimated."""
+    n, q, k = bs.requests, bs.tokens, bs.kv_tokens
+    if not n or q is None or q <= n or bs.attention_pairs() is not None:
+        return None
+    if k is None:
+        return mc.equal_length_pairs(n, q) if prefill else None
+    qk = bs.sum_qk if bs.sum_qk is not None else q * k / n
+    return float(qk - (q * q / n - q) / 2)
+
+
 def _side(bs: BatchSide | None, engine: bool, phase: str) -> mc.Side | None:
     if bs is None or not bs.requests:
         return None
-    tokens = bs.tokens if bs.tokens is not None else (bs.requests if phase == DECODE else None)
+    # As stated: a decode side that leaves its tokens open runs several per request (speculative
+    # verify, frameworks.sglang; segment fills it from counted tokens), not one each.
+    tokens = bs.tokens
     if tokens is None:
         return None
     # Logits for one token per request: what engines, Hugging Face generate() and tracekit's
     # own runs (logits_to_keep=1) compute. A bare forward computing every position's logits
     # is priced from its shapes, which say so.
     logits = bs.requests
-    pairs = bs.attention_pairs()
-    if pairs is None and phase == PREFILL and bs.kv_tokens is None and tokens > bs.requests:
-        pairs = mc.equal_length_pairs(bs.requests, tokens)
+    pairs = bs.attention_pairs() if bs.attention_pairs() is not None else estimated_pairs(bs, phase == PREFILL)
     return mc.Side(float(bs.requests), float(tokens), None if bs.kv_tokens is None else float(bs.kv_tokens),
                    pairs, float(logits))
+
+
+def _pairs_estimated(steps: pd.DataFrame, i: int) -> bool:
+    """Whether step ``i``'s attention rests on ``estimated_pairs`` for a side that states its keys
+    (a side without them is priced as a lower bound, ``_bytes_estimate``)."""
+    for col, prefill in (("prefill_side", True), ("decode_side", False)):
+        bs = steps.at[i, col] if col in steps else None
+        if isinstance(bs, BatchSide) and bs.kv_tokens is not None and estimated_pairs(bs, prefill) is not None:
+            return True
+    return False
 
 
 def step_sides(steps: pd.DataFrame, engine: bool) -> list[dict[str, mc.Side]]:
@@ -127,6 +164,9 @@ def step_sides(steps: pd.DataFrame, engine: bool) -> list[dict[str, mc.Side]]:
             s = _side(bs if isinstance(bs, BatchSide) else None, engine, phase)
             if s is not None:
                 sides[phase] = s
+            elif isinstance(bs, BatchSide) and bs.requests:
+                sides = {}  # a side of requests whose tokens are unknown: the step is not known either
+                break
         if not sides and r.phase in (PREFILL, DECODE) and not np.isnan(r.tokens):
             batch = r.batch if not np.isnan(r.batch) else None
             tokens = float(r.tokens)
@@ -271,6 +311,8 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                     estimate[mine] = kind
                     if not unbounded_keys:
                         bases.setdefault((c, kind), _estimate_basis(model, tp, c, sd))
+                if c == "attention" and _pairs_estimated(steps, i):
+                    bases.setdefault((c, "pairs"), PAIRS_ESTIMATE_BASIS)
             else:
                 _per_launch(model, tp, c, mine, fused, out_size, all_tokens, logit_tokens, flops, nbytes, dtype,
                             unit, reason, act_bytes, kv_bytes)

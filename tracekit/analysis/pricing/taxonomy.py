@@ -87,6 +87,19 @@ KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
                        r"linear_attn",
      "linear attention / state-space layers (Qwen3-Next/3.5 gated DeltaNet, Mamba): "
      "fused_recurrent_gated_delta_rule_*, _causal_conv1d_update_kernel; before attention and conv"),
+    # Engine attention families whose names the general rule below would miss (XQA's bare
+    # ``kernel_mha``) or that it matches only by accident; named here so that their source is.
+    (ATTENTION, r"fmha_v2_|masked_?multi_?head_?attention|(?<![a-z0-9_])kernel_mha(?![a-z0-9_])|xqa_?kernel|"
+                r"turbomind::attention_kernel",
+     "TensorRT-LLM / FasterTransformer / RTP-LLM / TurboMind attention: context FMHA "
+     "fmha_v2_flash_attention_fp16_64_128_S_128_causal_sm80_kernel_nl_tiled (TensorRT-LLM "
+     "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/cubin/fmha_cubin.h, mFuncName); masked "
+     "multi-head attention mmha::masked_multihead_attention_kernel (FasterTransformer "
+     "src/fastertransformer/kernels/decoder_masked_multihead_attention.cu, TensorRT-LLM "
+     "decoderMaskedMultiheadAttentionTemplate.h); XQA kernel_mha (TensorRT-LLM cpp/kernels/xqa/mha.cu, "
+     "extern \"C\", loaded by that name from the xqa_kernel_dt_* cubins; RTP-LLM builds it as "
+     "xqa_kernel_sm90_* in 3rdparty/xqa/def.bzl); TurboMind turbomind::attention_kernel<AttentionUniversal<..., "
+     "DecodingCtaMap | AttentionCtaMap>> (lmdeploy src/turbomind/kernels/attention/kernel_impl.h)"),
     (ATTENTION, r"flash_fwd|flash_bwd|flash::|pytorch_flash|flash_?attn|flash_?mla|fmha|"
                 r"mha_|paged_?attention|(batch|single)(prefill|decode)with|mergestate|"
                 r"attention|_attn_|attn_fwd|sdpa|xqa|mmha",

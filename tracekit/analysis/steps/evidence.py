@@ -8,9 +8,12 @@ Three kinds, tried in this order by ``segment``:
 2. **Kernel names** (``name_evidence``): attention kernels that only run for one phase.
    Decode-only: split-KV and paged decode kernels (``flash_fwd_splitkv``,
    ``BatchDecodeWith*``, ``paged_attention*``, Triton ``unified_attention_3d``,
-   TensorRT-LLM FMHA ``...ForGen``). Prefill-only: ragged/context kernels
-   (``BatchPrefillWithRaggedKVCache``, ``context_attention``, ``extend_attention``,
-   TensorRT-LLM FMHA ``...Context``). FlashInfer's and CK's
+   TensorRT-LLM FMHA ``...ForGen``; the generation kernels of TensorRT-LLM,
+   FasterTransformer, RTP-LLM and TurboMind: masked multi-head attention, XQA
+   ``kernel_mha``, TurboMind's ``DecodingCtaMap`` kernels). Prefill-only: ragged/context
+   kernels (``BatchPrefillWithRaggedKVCache``, ``context_attention``, ``extend_attention``,
+   TensorRT-LLM FMHA ``...Context``, its context FMHA ``fmha_v2_*``, TurboMind's
+   ``AttentionCtaMap`` kernels). FlashInfer's and CK's
    ``BatchPrefillWithPagedKVCache`` is weak evidence only: engines run it for decode
    too (tensor-core decode of grouped-query attention).
 3. **Structure across the run's steps** (``structural_phases``), the evidence that
@@ -37,15 +40,29 @@ from tracekit.frameworks import DECODE, MIXED, PREFILL, UNKNOWN
 
 _ATTENTION_OP_RE = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|attention_forward", re.I)
 
+# The generation and context kernels of engines that write no step annotations (their kernel
+# families named, with sources, in ``taxonomy.KERNEL_RULES``): TensorRT-LLM, FasterTransformer
+# and RTP-LLM generate with masked multi-head attention (``mmha::masked_multihead_attention_kernel``,
+# RTP-LLM's ``fastertransformer::masked_multihead_attention_kernel``; FasterTransformer
+# decoder_masked_multihead_attention.cu, TensorRT-LLM decoderMaskedMultiheadAttentionTemplate.h) or
+# XQA (``kernel_mha``: TensorRT-LLM cpp/kernels/xqa/mha.cu, run by its decoderXQARunner; RTP-LLM's
+# ``xqa_kernel_sm90_*``), and run the prompt with context FMHA (``fmha_v2_*``: TensorRT-LLM
+# contextFusedMultiHeadAttention/cubin/fmha_cubin.h). TurboMind's one ``attention_kernel`` template
+# says its phase in its CTA map: ``DecodingCtaMap`` is decoding, ``AttentionCtaMap`` prefill (lmdeploy
+# src/turbomind/kernels/attention/kernel_impl.h: ``kIsDecoding = is_same_v<CtaMap, DecodingCtaMap>``).
+# ``kernel_mha`` only as a whole word: llama2.cu-style ``mat_vec_kernel_MHA`` is no XQA.
+_ENGINE_DECODE = r"masked_?multi_?head_?attention|(?<![a-z0-9_])kernel_mha(?![a-z0-9_])|decodingctamap"
+_ENGINE_PREFILL = r"fmha_v2_|attentionctamap"
+
 _DECODE_ONLY = re.compile(
     r"flash_fwd_splitkv|batchdecodewith|singledecodewith|paged_?attention|decode_?attention|"
     r"flash_?decoding|fmha_fwd_splitkv|flash_?mla|mla_decode|xqa|mmha|"
-    r"_fwd_(grouped_)?kernel_stage[12]|unified_attention_3d|fmha\w*forgen",
+    r"_fwd_(grouped_)?kernel_stage[12]|unified_attention_3d|fmha\w*forgen|" + _ENGINE_DECODE,
     re.IGNORECASE,
 )
 _PREFILL_ONLY = re.compile(
     r"batchprefillwithraggedkvcache|singleprefillwith|context_?attention|extend_?attention|"
-    r"fmha\w*context",
+    r"fmha\w*context|" + _ENGINE_PREFILL,
     re.IGNORECASE,
 )
 _PREFILL_WEAK = re.compile(r"prefill", re.IGNORECASE)

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import categorical
+from tracekit.analysis.steps.work import NO_TIME
 from tracekit.analysis.waiting.intervals import LAUNCH_LATENCY_NS, running_end
 
 # A held stretch two orders of magnitude above the launch latency: no launch latency, doorbell
@@ -58,13 +59,13 @@ def held_intervals(kind: np.ndarray, start: np.ndarray, end: np.ndarray, issue: 
     """``(row, start, end)`` of each stretch the device held a launched unit back while it ran no
     recorded work (see the module docstring): ``row`` is the work row of the unit held, its
     start the stretch's end. Inputs are work-table columns (``kind`` "kernel", "memset" or
-    "memcpy", ``issue`` -1 where the launch is not in the trace), each unit's device, which
+    "memcpy", ``issue`` ``work.NO_TIME`` where the launch is not in the trace), each unit's device, which
     units may be staged through pageable host memory (``staged_copies``; None: none), and per
     device the end of recorded work before the trace (a window of a longer one:
     ``segment.PREVIOUS_DEVICE_END``)."""
     n = len(start)
     none = (np.zeros(0, np.int64),) * 3
-    launched = issue >= 0
+    launched = np.asarray(issue) != NO_TIME
     if not n or not launched.any():
         return none
     start, end, issue = (np.asarray(a, dtype=np.int64) for a in (start, end, issue))

@@ -37,13 +37,20 @@ SHRUNK_CONFIDENCE = 0.5
 HISTORY_SOURCE = "the run's history"
 
 
-def kv_from_history(steps: pd.DataFrame) -> None:
+# Per thread, (keys, running requests, confidence): a thread's history (``S``, ``N``) at a point.
+History = dict[int, tuple[float, int, float]]
+
+
+def kv_from_history(steps: pd.DataFrame, previous: History | None = None) -> History:
     """In place: the decode side's ``kv_tokens`` of each step that does not state it, from the
     history of its thread's steps (module docstring); a decode step's ``kv_tokens`` too, with
     ``kv_tokens_source`` and ``kv_tokens_confidence`` (a mixed step's stay unknown: its prefill
-    side's keys are not stated)."""
+    side's keys are not stated). ``previous``: each thread's history at the end of the windows
+    before this one (``analysis.windows``: a window's first steps run requests admitted before
+    it); returned: each thread's history at the end of these steps, for the next window."""
+    end = dict(previous or {})
     if not len(steps):
-        return
+        return end
     cols = {c: steps[c].tolist() for c in ("phase", "tokens", "batch", "prefill_side", "decode_side", "kv_tokens",
                                            "kv_tokens_source", "kv_tokens_confidence")}
     tid, start = steps["tid"].to_numpy(), steps["cpu_start_ns"].to_numpy()
@@ -52,17 +59,20 @@ def kv_from_history(steps: pd.DataFrame) -> None:
     every_running = steps["source"].isin([SOURCE_VLLM, SOURCE_VLLM_FRAMES]).to_numpy()
     order = np.lexsort((start, tid))  # each thread's steps in order, threads one after another
     for rows in np.split(order, np.flatnonzero(np.diff(tid[order])) + 1):
-        _walk(rows.tolist(), cols, every_running)
+        t = int(tid[rows[0]])
+        end[t] = _walk(rows.tolist(), cols, every_running, end.get(t))
     for c in ("decode_side", "kv_tokens", "kv_tokens_source", "kv_tokens_confidence"):
         steps[c] = pd.Series(cols[c], index=steps.index, dtype=steps[c].dtype)
+    return end
 
 
-def _walk(rows: list[int], c: dict, every_running: np.ndarray) -> None:
-    """The history of one thread's steps, in order (``kv_from_history``); ``every_running``: per
-    step, whether its engine runs every running request in each step (its decode side is then the
-    whole pool, even when empty)."""
-    keys, running = 0.0, 0  # S and N: no request known before the trace's first step
-    confidence = 1.0
+def _walk(rows: list[int], c: dict, every_running: np.ndarray,
+          start: tuple[float, int, float] | None = None) -> tuple[float, int, float]:
+    """The history of one thread's steps, in order (``kv_from_history``), from ``start`` (None: no
+    request known before the first step); ``every_running``: per step, whether its engine runs
+    every running request in each step (its decode side is then the whole pool, even when
+    empty). Returns the history after the last step."""
+    keys, running, confidence = start if start is not None else (0.0, 0, 1.0)  # S, N
     for i in rows:
         pre, dec = _sides(c, i)
         if pre is None or dec is None:  # what the step ran is unknown: so is every context after it
@@ -89,6 +99,7 @@ def _walk(rows: list[int], c: dict, every_running: np.ndarray) -> None:
             keys = np.nan if pre.tokens is None else keys + float(pre.kv_tokens if pre.kv_tokens is not None
                                                                    else pre.tokens)
             running += pre.requests
+    return float(keys), int(running), float(confidence)
 
 
 def _record(c: dict, i: int, pre: BatchSide, dec: BatchSide, read: float, confidence: float) -> None:

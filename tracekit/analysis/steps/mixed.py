@@ -9,10 +9,13 @@ token of others in one step. When the step's annotation states both sides' batch
 - all other work (GEMMs, MoE, norms, activations, KV-cache writes, sampling) by each
   side's tokens: token-proportional work.
 
-When a side's pairs are unknown, attention is divided by tokens too. The step's GPU
-busy time is then divided in the proportion of the divided kernel time, so the two
-parts add up to the step's busy time. Mixed steps without both sides' counts (an
-SGLang ``MIXED`` step states no split) stay whole, in a ``mixed`` phase.
+A side that states no sum of q² (vLLM's ``execute_new_N_cached_M``) has its pairs estimated at
+requests of one length (``model_costs.estimated_pairs``, as the model's pricing does; the
+split's ``basis`` says so); where a side's pairs stay unknown (a decode side whose keys nothing
+gives), attention is divided by tokens too. The step's GPU busy time is then divided in the
+proportion of the divided kernel time, so the two parts add up to the step's busy time. Mixed
+steps without both sides' counts (an SGLang ``MIXED`` step states no split) stay whole, in a
+``mixed`` phase.
 
 That split keeps the books; it does not say what the decode requests cost. Every weight
 byte is read once for the step whether or not the decode tokens ride along, so a split
@@ -33,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.pricing import taxonomy
+from tracekit.analysis.pricing.model_costs import estimated_pairs
 from tracekit.frameworks import DECODE, MIXED, PREFILL, BatchSide
 
 BASIS = "attention kernels by each side's query-key pairs, all other work by each side's tokens"
@@ -128,7 +132,7 @@ def split_mixed(steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray,
         shares = _shares(pre, dec)
         if shares is None:
             continue
-        by_tokens, by_pairs = shares
+        by_tokens, by_pairs, guessed = shares
         rows = step_of == i
         share[rows] = np.where(attention[rows], by_pairs, by_tokens)
         by_model = False
@@ -143,7 +147,8 @@ def split_mixed(steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray,
         by_step[i] = {
             PREFILL: {**_counts(pre), "gpu_ms": busy_ms * p},
             DECODE: {**_counts(dec), "gpu_ms": busy_ms * (1 - p)},
-            "basis": (MODEL_BASIS if by_model else BASIS if by_pairs != by_tokens or not attention[rows].any()
+            "basis": (MODEL_BASIS if by_model else (f"{BASIS}; {guessed}" if guessed else BASIS)
+                      if by_pairs != by_tokens or not attention[rows].any()
                       else "all work by each side's tokens (query-key pairs not stated)"),
             "decode_marginal": (_marginal_entry(marginal, rows, dur) if marginal is not None
                                 else {**_NO_MARGINAL, "reason": NO_MODEL_REASON}),
@@ -268,14 +273,26 @@ def split_fraction(split: dict) -> float:
     return (pre.get("tokens") or 0) / tokens if tokens else 0.5
 
 
-def _shares(pre: BatchSide | None, dec: BatchSide | None) -> tuple[float, float] | None:
-    """(prefill share by tokens, prefill share of attention), or None when not stated."""
+def _shares(pre: BatchSide | None, dec: BatchSide | None) -> tuple[float, float, str | None] | None:
+    """(prefill share by tokens, prefill share of attention, what of the latter is an estimate),
+    or None when not stated. A side that states no Σq² (vLLM's ``execute_new_N_cached_M``: its
+    prefill side's tokens are the step's less its decode side's) has its pairs estimated as the
+    model's pricing estimates them (``model_costs.estimated_pairs``: requests of one length)."""
     if pre is None or dec is None or not pre.tokens or not dec.tokens:
         return None
     by_tokens = pre.tokens / (pre.tokens + dec.tokens)
     pp, pd_ = pre.attention_pairs(), dec.attention_pairs()
-    by_pairs = pp / (pp + pd_) if pp is not None and pd_ is not None and pp + pd_ > 0 else by_tokens
-    return by_tokens, by_pairs
+    guessed = [what for what, side, have in (("prefill", pre, pp), ("decode", dec, pd_))
+               if have is None and estimated_pairs(side, what == "prefill") is not None]
+    pp = pp if pp is not None else estimated_pairs(pre, True)
+    pd_ = pd_ if pd_ is not None else estimated_pairs(dec, False)
+    if pp is None or pd_ is None or pp + pd_ <= 0:
+        return by_tokens, by_tokens, None
+    return by_tokens, pp / (pp + pd_), (
+        f"the {' and '.join(guessed)} side's query-key pairs are an estimate (no Σq² stated): requests of one "
+        "length, Σq² = (Σq)²/n, its lower bound; Σqk = Σq·Σk/n where the keys are stated but not Σqk, and no "
+        "cached prefix where the keys are not stated"
+        if guessed else None)
 
 
 def _counts(side: BatchSide) -> dict:

@@ -18,7 +18,7 @@ from tracekit import frameworks
 from tracekit.analysis import categorical
 from tracekit.analysis.steps import evidence
 from tracekit.analysis.steps.launches import launch_steps
-from tracekit.analysis.steps.work import work_table
+from tracekit.analysis.steps.work import NO_TIME, work_table
 from tracekit.frameworks import SOURCE_INFERRED, SOURCE_LAUNCHES, SOURCE_MARKERS, SOURCE_ORDER, UNKNOWN
 from tracekit.trace.model import Trace
 
@@ -236,7 +236,7 @@ def _passes_from_anchors(anchors: list[tuple[int, int, str]], work: pd.DataFrame
     for tid, items in by_tid.items():
         items.sort()
         _, hi = _thread_span(trace, tid)
-        issued = work.loc[(work["issue_tid"] == tid) & (work["issue_ns"] >= 0), "issue_ns"]
+        issued = work.loc[(work["issue_tid"] == tid) & (work["issue_ns"] != NO_TIME), "issue_ns"]
         # The first pass starts at its anchor, or earlier if work was issued before
         # it (a graph replay ahead of the sampler's module span); never at an
         # unrelated wait at the top of the thread, which would inflate TTFT.
@@ -273,9 +273,9 @@ def _module_anchors(trace: Trace) -> list[tuple[int, int, str]]:
         return []
     outer = []
     for _, group in mods.groupby("tid"):
-        end = -1
+        end = None  # no span yet: times may lie below zero, so no number can stand for "none"
         for row in group.sort_values(["start_ns", "end_ns"], ascending=[True, False]).itertuples():
-            if row.start_ns >= end:
+            if end is None or row.start_ns >= end:
                 outer.append(row)
                 end = row.end_ns
     frame = pd.DataFrame(outer)

@@ -22,6 +22,8 @@ grammars live in ``tracekit.frameworks``):
 
 Steps whose source does not state their tokens and batch take them from the trace's
 evidence (``step_tokens``: KV-write grids, input copies, the sampled-token readback, ...);
+stated tokens that eagerly launched grids, agreeing, count otherwise give way to the grids'
+count, the rows the GPU ran (``_grid_tokens``, issue 46);
 steps whose source does not state the phase take it from a weighed vote (``evidence``):
 counted tokens against requests, phase-only attention kernels, the structure of the run's
 steps (GEMM grid sizes, eager among replayed, GPU time). When the evidence is too weak
@@ -53,7 +55,8 @@ from tracekit.analysis.steps.ranges import (RANGE_COLUMNS, annotated_ranges, dro
 from tracekit.analysis.steps.held import held_intervals, staged_copies
 from tracekit.analysis.steps.history import kv_from_history
 from tracekit.analysis.steps.table import ANNOTATION_SOURCE, empty_steps, no_other_work, steps_table
-from tracekit.analysis.steps.work import assign, work_table
+from tracekit.analysis.steps.work import NO_TIME, assign, work_table
+from tracekit.frameworks.base import consistent
 from tracekit.frameworks import (  # noqa: F401  (the step sources, re-exported for callers)
     DECODE, MIXED, PREFILL, SOURCE_INFERRED, SOURCE_LAUNCHES, SOURCE_MARKERS, SOURCE_NONE, SOURCE_ORDER,
     SOURCE_SGLANG, SOURCE_SGLANG_FRAMES, SOURCE_USER, SOURCE_VLLM, SOURCE_VLLM_FRAMES, UNKNOWN,
@@ -87,6 +90,9 @@ class Segmentation:
     # (kind "next step"). Columns step, start_ns, end_ns, row (the kernel held back, or the next
     # step's unit), kind. Out of the step's duration and idle (its ``unrecorded_ns``, ``next_ns``).
     other_work: pd.DataFrame = field(default_factory=no_other_work)
+    # Per thread, the history of running requests after the last step (``steps.history``), for the
+    # next window of a split run.
+    history: dict = field(default_factory=dict)
 
 
 # A window of a longer trace (tracekit split): the end of the previous window's last step on
@@ -99,6 +105,9 @@ PREVIOUS_STEP_BATCH = "tracekit_previous_step_batch"
 # Per device, the end of the last recorded work of the windows before this one (``analysis.windows``):
 # work there is recorded, so a window's first units queued behind it were not held by unrecorded work.
 PREVIOUS_DEVICE_END = "tracekit_previous_device_end_ns"
+# Per thread, the run's history of running requests and their keys at the end of the windows before
+# this one (``steps.history``, carried by ``analysis.windows``): a window's first decode steps read it.
+PREVIOUS_KV_HISTORY = "tracekit_previous_kv_history"
 
 
 STATED_SOURCE = "stated by the user"
@@ -155,7 +164,7 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
     _resolve_phases(steps, work, counts)
     _carried_requests(steps, inferred, trace.metadata.get(PREVIOUS_STEP_BATCH))
     _after_phase(steps, stated or {}, notes)
-    kv_from_history(steps)
+    history = kv_from_history(steps, trace.metadata.get(PREVIOUS_KV_HISTORY))
     phase_of_step = steps["phase"].to_numpy() if len(steps) else np.array([UNKNOWN], dtype=object)
     work["phase"] = categorical.text(np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)],
                                               OUTSIDE), index=work.index)
@@ -164,7 +173,7 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
     outside = int((work["step"] < 0).sum())
     if len(steps) and outside:
         notes.append(f"{outside} of {len(work)} units of work were issued outside any step")
-    return Segmentation(run_kind, device_type, work, steps, source, notes, stretches)
+    return Segmentation(run_kind, device_type, work, steps, source, notes, stretches, history)
 
 
 def overlap_notes(steps: pd.DataFrame) -> list[str]:
@@ -277,7 +286,7 @@ def _iteration(work: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     work's step (and the books) stay as assigned."""
     out = np.full(len(work), -1, dtype=np.int64)
     step_of, issue, tid = work["step"].to_numpy(), work["issue_ns"].to_numpy(), work["issue_tid"].to_numpy()
-    loose = np.flatnonzero((step_of < 0) & (issue >= 0))
+    loose = np.flatnonzero((step_of < 0) & (issue != NO_TIME))
     if not len(loose) or not len(steps):
         return out
     s_tid, s_start = steps["tid"].to_numpy(), steps["cpu_start_ns"].to_numpy()
@@ -307,16 +316,20 @@ class _Columns(dict):
 
 def _fill_counts(steps: pd.DataFrame, counts: list) -> None:
     """Tokens and batch the annotation left unstated, from the evidence's vote; where it stated
-    them, the evidence only checks (a disagreement joins the step's evidence text)."""
+    them, the evidence checks (a disagreement joins the step's evidence text), except that the
+    tokens eagerly launched grids count win over stated ones (``_grid_tokens``)."""
     c = _Columns(steps, ("tokens", "batch", "tokens_confidence", "batch_confidence", "tokens_source",
-                         "batch_source", "evidence"))
+                         "batch_source", "evidence", "phase", "prefill_side", "decode_side"))
     for i, count in enumerate(counts):
         notes = []
         for col, fig, what in (("tokens", count.tokens, "tokens"), ("batch", count.requests, "requests")):
             have = c[col][i]
             if not np.isnan(have):
-                if fig.value is not None and fig.value != have:
-                    notes.append(f"{fig.source} count {fig.value:,} {what} where the annotation states {int(have):,}")
+                if fig.value is not None and fig.value != have and not (col == "tokens" and
+                                                                        _grid_tokens(c, i, fig, notes)):
+                    notes.append(f"{fig.source} count {fig.value:,} {what} where the annotation states {int(have):,}"
+                                 + ("; the annotation's figure is kept: a graph's replayed grid is the size it was "
+                                    "captured at" if fig.replayed else ""))
                 continue
             if fig.value is not None:
                 c[col][i] = float(fig.value)
@@ -329,10 +342,43 @@ def _fill_counts(steps: pd.DataFrame, counts: list) -> None:
     c.store()
 
 
+def _grid_tokens(c: _Columns, i: int, fig, notes: list[str]) -> bool:
+    """Stronger evidence over a stated figure (issue 46): where launch grids of eagerly launched
+    kernels (KV-cache writes, per-token kernels: one block per token), every source agreeing,
+    count other tokens than the annotation states, the grid is what the GPU ran (an engine pads
+    a batch; a grid replayed from a graph, fixed at its captured size, is not such evidence:
+    ``step_tokens``), so a one-phase step takes its count, and its side follows, checked again
+    (``base.consistent``: sums the new count contradicts are dropped, with a note). A mixed
+    step keeps the annotation's total and sides: how the grid's rows split between them is
+    not known. A count below the stated requests contradicts them too, and is only noted.
+    True when the note is written here."""
+    have, batch = c["tokens"][i], c["batch"][i]
+    if not fig.launched or (not np.isnan(batch) and fig.value < batch):
+        return False
+    said = f"the annotation states {int(have):,} tokens, {fig.source} count {fig.value:,}"
+    sides = [(col, side) for col in ("prefill_side", "decode_side")
+             if isinstance(side := c[col][i], frameworks.BatchSide) and side.requests]
+    if c["phase"][i] == MIXED or len(sides) > 1:
+        notes.append(f"{said}: the grid is what the GPU ran, but how its rows split between the step's prefill and "
+                     f"decode sides is not known, so the annotation's {int(have):,} and its sides are kept")
+        return True
+    c["tokens"][i], c["tokens_source"][i], c["tokens_confidence"][i] = float(fig.value), fig.source, fig.confidence
+    notes.append(f"{said}: the grid is what the GPU ran (engines pad a batch), so {fig.value:,} is used")
+    for col, side in sides:
+        problems: list[str] = []
+        what = "prefill" if col == "prefill_side" else "decode"
+        c[col][i] = consistent(dataclasses.replace(side, tokens=fig.value), f"{what} side's", problems)
+        notes.extend(f"with the grid's {fig.value:,} tokens, {p}" for p in problems)
+    return True
+
+
 def _after_phase(steps: pd.DataFrame, stated: dict, notes: list[str]) -> None:
     """What a step's phase implies for its counts (a decode step computes one token per
-    request), the user's stated figures, and the prefill side of an annotation that names
-    requests but not tokens (``execute_new_N_cached_M``)."""
+    request, unless its annotation states its decode requests and leaves their tokens open:
+    speculative decoding's verify and draft extend run several each, ``frameworks.sglang``),
+    the user's stated figures, and the side of an annotation that names requests but not tokens
+    (the prefill side of ``execute_new_N_cached_M``, the decode side of SGLang's TARGET_VERIFY):
+    the step's tokens less the other side's."""
     c = _Columns(steps, ("phase", "tokens", "batch", "tokens_source", "batch_source", "tokens_confidence",
                          "batch_confidence", "phase_confidence", "prefill_side", "decode_side", "evidence",
                          "kv_tokens", "kv_tokens_source", "kv_tokens_confidence"))
@@ -347,22 +393,27 @@ def _after_phase(steps: pd.DataFrame, stated: dict, notes: list[str]) -> None:
                 c[col][i], c[f"{col}_source"][i], c[f"{col}_confidence"][i] = \
                     float(value), f"{STATED_SOURCE} (--{key} {typed})", 1.0
         tokens, batch = c["tokens"][i], c["batch"][i]
-        if phase == DECODE and np.isnan(batch) != np.isnan(tokens):
+        pre, dec = c["prefill_side"][i], c["decode_side"][i]
+        open_decode = dec is not None and bool(dec.requests) and dec.tokens is None
+        if phase == DECODE and np.isnan(batch) != np.isnan(tokens) and not open_decode:
             known = "tokens" if np.isnan(batch) else "batch"
             missing = "batch" if known == "tokens" else "tokens"
             c[missing][i] = c[known][i]
             c[f"{missing}_source"][i] = f"a decode step computes one token per request ({known}: " \
                                         f"{c[f'{known}_source'][i]})"
             c[f"{missing}_confidence"][i] = min(c[f"{known}_confidence"][i], _or_one(c["phase_confidence"][i]))
-        pre, dec = c["prefill_side"][i], c["decode_side"][i]
-        if pre is not None and pre.requests and pre.tokens is None and not np.isnan(c["tokens"][i]):
-            rest = int(c["tokens"][i]) - (dec.tokens or 0 if dec is not None else 0)
-            if rest >= pre.requests:
-                c["prefill_side"][i] = dataclasses.replace(pre, tokens=rest)
+        for col, side, other, what in (("prefill_side", pre, dec, "new"), ("decode_side", dec, pre, "running")):
+            if side is None or not side.requests or side.tokens is not None or np.isnan(c["tokens"][i]) or \
+                    (other is not None and other.requests and other.tokens is None):
+                continue
+            rest = int(c["tokens"][i]) - (other.tokens or 0 if other is not None else 0)
+            if rest >= side.requests:
+                c[col][i] = dataclasses.replace(side, tokens=rest)
             else:
                 c["evidence"][i] = _joined(c["evidence"][i], (
                     f"the step's {int(c['tokens'][i]):,} tokens leave fewer than one for each of its "
-                    f"{pre.requests} new requests: the prefill side's tokens are unknown"))
+                    f"{side.requests} {what} requests: the {col.split('_')[0]} side's tokens are unknown"))
+        pre, dec = c["prefill_side"][i], c["decode_side"][i]
         if np.isnan(c["kv_tokens"][i]):
             sides = [x for x in (pre, dec) if x is not None and x.requests]
             if sides and all(x.kv_tokens is not None for x in sides):

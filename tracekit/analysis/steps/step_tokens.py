@@ -29,7 +29,12 @@ requests (batch)
 Each figure is the value with the most weight; its confidence is that weight over all the
 weight cast, and sources that disagree are named in a note. A figure no source gives, or
 that sources tie on, stays None, with the reason. The annotation, where it states a figure, is not overruled here:
-``segment`` keeps it and notes evidence that disagrees.
+``segment`` weighs it against the evidence. A tokens figure that launch grids of eagerly launched
+kernels give, every source agreeing, is marked ``launched``: the rows the GPU ran, which
+``segment`` takes over a stated figure (issue 46). A grid replayed from a CUDA/HIP graph is
+fixed at the captured batch size, padded above the step's own (SGLang's ``cuda_graph_runner``
+and vLLM's ``cudagraph_capture_sizes`` capture a list of batch sizes and pad a step up to the next
+one), so it never overrules; its figure is marked ``replayed``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ NO_TOKENS = ("no source in the trace counts its tokens (no KV-cache write grids 
 NO_REQUESTS = ("no source in the trace counts its requests (no sampled-token readback, sampler, per-request "
                "kernel or decode attention grids)")
 
+# A vote's launch grid: launched eagerly, or replayed from a CUDA/HIP graph (None: no grid).
+EAGER, REPLAYED = "eager", "replayed"
+_REPLAYED_TEXT = "; replayed from a graph: the captured size, padded above the step's own"
+
 
 @dataclass
 class Figure:
@@ -61,6 +70,11 @@ class Figure:
     source: str | None = None
     confidence: float | None = None
     note: str | None = None
+    # Every source agrees on the value and it rests on launch grids none of which was replayed
+    # from a graph: the rows the GPU ran.
+    launched: bool = False
+    # The value rests on a grid replayed from a graph: the captured (padded) size.
+    replayed: bool = False
 
 
 @dataclass
@@ -69,25 +83,31 @@ class StepCounts:
     requests: Figure = field(default_factory=Figure)
 
 
-def _vote(votes: list[tuple[int, float, str]], empty: str) -> Figure:
-    """The value with the most weight among ``votes`` (value, weight, source text)."""
+def _vote(votes: list[tuple[int, float, str, str | None]], empty: str) -> Figure:
+    """The value with the most weight among ``votes`` (value, weight, source text, how its grid
+    was launched: ``EAGER``, ``REPLAYED`` or None)."""
     if not votes:
         return Figure(source=empty)
     weight: dict[int, float] = {}
-    for value, w, _ in votes:
+    for value, w, *_ in votes:
         weight[value] = weight.get(value, 0.0) + w
     best = max(weight, key=lambda v: (weight[v], -v))
     total = sum(weight.values())
     tied = sorted(v for v in weight if weight[v] == weight[best])
     if len(tied) > 1:
-        readings = "; ".join(dict.fromkeys(f"{s} says {v:,}" for v, _, s in votes))
+        readings = "; ".join(dict.fromkeys(f"{s} says {v:,}" for v, _, s, *_ in votes))
         return Figure(source=f"the evidence cannot tell: {readings}")
-    agree = "; ".join(dict.fromkeys(s for v, _, s in votes if v == best))
-    others = [f"{s} says {v:,}" for v, _, s in votes if v != best]
+    agree = "; ".join(dict.fromkeys(s for v, _, s, *_ in votes if v == best))
+    others = [f"{s} says {v:,}" for v, _, s, *_ in votes if v != best]
     note = None
     if others:
         note = f"sources disagree: {best:,} from {agree}, but {'; '.join(dict.fromkeys(others))}"
-    return Figure(best, agree, round(weight[best] / total, 3), note)
+    fig = Figure(best, agree, round(weight[best] / total, 3), note)
+    grids = [g for *_, g in votes if g is not None]
+    fig.replayed = any(v == best and g == REPLAYED for v, *_, g in votes)
+    fig.launched = bool(grids) and not others and all(g == EAGER for g in grids)
+    return fig
+
 
 
 def _grid(kernels: pd.DataFrame) -> np.ndarray:
@@ -114,6 +134,8 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
     names = categorical.category_strings(kernels["name"])
     codes = categorical.codes(kernels["name"])
     grid = _grid(kernels)
+    # Replayed from a graph (``trace.links``): the grid is the captured size, not this step's.
+    in_graph = kernels["graph"].to_numpy().astype(bool) if "graph" in kernels else np.zeros(len(kernels), bool)
     # Kernels: KV-cache writes and decode attention, per (step, name, grid) with its launch count.
     is_kernel = (kind == "kernel") & (grid[:, 0] > 0)
     owner = step_of
@@ -125,10 +147,11 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
     rows = np.flatnonzero((is_kernel & inside) | late_kernel)
     if len(rows):
         frame = pd.DataFrame({"step": owner[rows], "late": late_kernel[rows], "code": codes[rows], "x": grid[rows, 0],
-                              "y": grid[rows, 1], "z": grid[rows, 2]})
+                              "y": grid[rows, 1], "z": grid[rows, 2], "graph": in_graph[rows]})
         kv_of = {}
         for key, n in frame.value_counts(sort=False).items():
-            step, late, code, x, y, z = (int(v) for v in key)
+            step, late, code, x, y, z, replayed = (int(v) for v in key)
+            how, said = (REPLAYED, _REPLAYED_TEXT) if replayed else (EAGER, "")
             name = names[code] if code >= 0 else ""
             if (name, x, y, z) not in kv_of:
                 g = (x, y, z)
@@ -139,22 +162,21 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
             short = _short(name)
             if per_req is not None:
                 req_votes[step].append((per_req[0], W_PER_REQUEST, f"{per_req[1]} per-request kernel ({short} "
-                                        f"grid x = {per_req[0]:,}, one program per request)", int(n)))
+                                        f"grid x = {per_req[0]:,}, one program per request{said})", int(n), how))
             if rows_ is not None:
                 req_votes[step].append((rows_[0], W_SAMPLER, f"sampler {rows_[1]} rows ({short}: {rows_[0]:,}, one "
-                                        "per request)", int(n)))
+                                        f"per request{said})", int(n), how))
             if late:
                 continue
             if kv is not None:
-                tok_votes[step].append((kv[0], W_KV_WRITE,
-                                        f"{kv[1]} KV-cache writes ({short} grid x = {kv[0]:,}, one block per token)",
-                                        int(n)))
+                tok_votes[step].append((kv[0], W_KV_WRITE, f"{kv[1]} KV-cache writes ({short} grid x = {kv[0]:,}, "
+                                        f"one block per token{said})", int(n), how))
             if per_token is not None:
                 tok_votes[step].append((per_token[0], W_PER_TOKEN, f"{per_token[1]} per-token kernel ({short} "
-                                        f"grid x = {per_token[0]:,})", int(n)))
+                                        f"grid x = {per_token[0]:,}{said})", int(n), how))
             if seqs is not None:
                 req_votes[step].append((seqs, W_DECODE_ATTENTION,
-                                        f"decode attention grid ({short}: {seqs:,} sequences)", int(n)))
+                                        f"decode attention grid ({short}: {seqs:,} sequences{said})", int(n), how))
     # Copies: the input-id/position pair host to device, the sampled tokens back.
     if "bytes" in kernels:
         nbytes = kernels["bytes"].to_numpy()
@@ -181,13 +203,13 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
                         for t in found:
                             target[int(step)].append((t, W_INPUT_COPY / len(found),
                                                       f"input-id/position copies ({4 * t:,} and {8 * t:,} bytes "
-                                                      "host to device)", 1))
+                                                      "host to device)", 1, None))
                     else:
                         found = frameworks.readback_requests(sizes, sources[int(step)] if sources else None)
                         for r in found:
                             target[int(step)].append((r, W_READBACK / len(found), f"sampled-token readback "
                                                       f"({sizes[0]:,} bytes device to host, one "
-                                                      f"int{8 * sizes[0] // r} per request)", 1))
+                                                      f"int{8 * sizes[0] // r} per request)", 1, None))
     for i in range(n_steps):
         # A source's launches vote once (the most common grid among its launches), not once per layer.
         out[i].tokens = _vote(_per_source(tok_votes[i]), NO_TOKENS)
@@ -195,7 +217,7 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
         if logits_rows and i in logits_rows and tokens is not None and logits_rows[i][0] < tokens:
             rows_, op_name = logits_rows[i]
             req_votes[i].append((rows_, W_LOGITS, f"logits rows (the step's last GEMM, {op_name}, has {rows_:,} "
-                                 "input rows: one per request's last token)", 1))
+                                 "input rows: one per request's last token)", 1, None))
         out[i].requests = _vote(_per_source(req_votes[i]), NO_REQUESTS)
     return out
 
@@ -240,19 +262,23 @@ def _gemm_rows(op: str, dims: list) -> int | None:
     return None
 
 
-def _per_source(votes: list[tuple]) -> list[tuple[int, float, str]]:
+def _per_source(votes: list[tuple]) -> list[tuple[int, float, str, str | None]]:
     """One vote per kind of source: among one source's grids (a kernel launched per layer with a
     padded last launch, say), the value launched most often. The input-copy candidates of one
-    step (several size pairs) each keep their share of that source's weight."""
+    step (several size pairs) each keep their share of that source's weight. Each vote keeps
+    how its grid was launched (``EAGER``, ``REPLAYED``, None: no grid); a value one source's
+    launches gave both ways counts as replayed."""
     best: dict[str, tuple] = {}
     shared: dict[tuple, tuple] = {}
-    for value, w, text, n in votes:
+    replayed = {(text.split(" (")[0], value) for value, _, text, _, how in votes if how == REPLAYED}
+    for value, w, text, n, how in votes:
         kind = text.split(" (")[0]
         if kind.startswith(("input-id", "sampled-token")):
-            shared.setdefault((kind, value), (value, w, text, n))
+            shared.setdefault((kind, value), (value, w, text, n, how))
         elif kind not in best or n > best[kind][3]:
-            best[kind] = (value, w, text, n)
-    return [(v, w, t) for v, w, t, _ in [*best.values(), *shared.values()]]
+            best[kind] = (value, w, text, n, how)
+    return [(v, w, t, REPLAYED if (t.split(" (")[0], v) in replayed else how)
+            for v, w, t, _, how in [*best.values(), *shared.values()]]
 
 
 def _direction(name: str) -> str | None:

@@ -54,8 +54,9 @@ def _timeline(trace, st, work, idle, why, t0, short_name) -> dict[str, Any]:
     # The step's rows, in the columns the lanes read: not a copy of the whole work table's.
     columns = [work.columns.get_loc(c) for c in _LANE_COLUMNS if c in work]
     mine = work.iloc[np.flatnonzero(work["step"].to_numpy() == int(st.step)), columns]
-    start = int(min(st.cpu_start_ns, st.gpu_start_ns if st.gpu_start_ns >= 0 else st.cpu_start_ns))
-    end = int(max(st.cpu_end_ns, st.gpu_end_ns))
+    # A step without work has no GPU span (its -1s are no times: a clock may run below zero).
+    start = int(min(st.cpu_start_ns, st.gpu_start_ns)) if st.kernels else int(st.cpu_start_ns)
+    end = int(max(st.cpu_end_ns, st.gpu_end_ns)) if st.kernels else int(st.cpu_end_ns)
     span = max(end - start, 1)
     tids = mine["issue_tid"].to_numpy()
     tid = int(pd.Series(tids[tids >= 0]).mode().iloc[0]) if (tids >= 0).any() else int(st.tid)

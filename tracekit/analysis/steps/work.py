@@ -18,6 +18,10 @@ from tracekit.trace.model import Trace
 
 # The launch grid's and block's dimensions (-1: not recorded), carried from the kernels table.
 GRID_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+# ``issue_ns`` of work whose launch the trace does not hold: "no time". The Chrome format allows
+# times below zero (a trace re-based to an event inside it), so the mark lies below any clock a
+# trace can hold; a -1 tested with ``>= 0`` read every launch below zero as missing (no steps).
+NO_TIME = np.iinfo(np.int64).min
 
 
 def work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
@@ -28,7 +32,7 @@ def work_table(trace: Trace) -> tuple[pd.DataFrame, str]:
         launch = k["launch"].to_numpy()
         has = launch >= 0
         at = np.maximum(launch, 0)
-        issue_ns = np.where(has, rt["start_ns"].to_numpy()[at] if len(rt) else -1, -1)
+        issue_ns = np.where(has, rt["start_ns"].to_numpy()[at] if len(rt) else NO_TIME, NO_TIME)
         issue_tid = np.where(has, rt["tid"].to_numpy()[at] if len(rt) else -1, -1)
         work = pd.DataFrame(
             {
@@ -110,7 +114,7 @@ def assign(work: pd.DataFrame, ranges: pd.DataFrame) -> np.ndarray:
         return step
     issue = work["issue_ns"].to_numpy()
     tid = work["issue_tid"].to_numpy()
-    has = issue >= 0
+    has = issue != NO_TIME
     r_start = ranges["start"].to_numpy(dtype=np.int64)
     r_end = ranges["end"].to_numpy(dtype=np.int64)
     r_tid = ranges["tid"].to_numpy(dtype=np.int64)

@@ -44,6 +44,7 @@ import pandas as pd
 
 from tracekit.analysis import categorical
 from tracekit.analysis.steps.segment import Segmentation
+from tracekit.analysis.steps.work import NO_TIME
 from tracekit.analysis.waiting.host import Coverage, HostThread
 from tracekit.analysis.waiting.intervals import LAUNCH_LATENCY_NS, running_end
 from tracekit.trace.model import Trace
@@ -296,7 +297,8 @@ def _gaps(steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame, other: pd.
     step_tid = steps["tid"].to_numpy()[g_step]
     op = np.where(has_next, work["op"].to_numpy()[nx], -1)
     has_op = (op >= 0) if len(ops) else np.zeros(len(op), dtype=bool)
-    op_start, op_end = np.full(len(op), -1, dtype=np.int64), np.full(len(op), -1, dtype=np.int64)
+    # No op: NO_TIME, not -1, which is a time on a clock that runs below zero.
+    op_start, op_end = np.full(len(op), NO_TIME, dtype=np.int64), np.full(len(op), NO_TIME, dtype=np.int64)
     op_start[has_op] = ops["start_ns"].to_numpy()[op[has_op]]
     op_end[has_op] = ops["end_ns"].to_numpy()[op[has_op]]
     # A gap no kernel ends (the tail) is all before any issue: the host's, its launches' or
@@ -324,7 +326,7 @@ def _split(g: dict[str, np.ndarray], cov: Coverage | None) -> np.ndarray:
     """ns by cause of gaps of one launching thread (``_SPLIT_COLUMNS`` of them; see the module docstring)."""
     a, b, issue, op_s, op_e = (np.asarray(g[c]) for c in _SPLIT_COLUMNS)
     out = np.zeros((len(a), len(CAUSES)), dtype=np.int64)
-    known = issue >= 0
+    known = issue != NO_TIME
     c = np.clip(issue, a, b)  # before c the next kernel was not issued yet
     if cov is None:
         out[:, CAUSES.index(UNATTRIBUTED)] = b - a
@@ -334,8 +336,9 @@ def _split(g: dict[str, np.ndarray], cov: Coverage | None) -> np.ndarray:
     # Before the issue. Inside the op that launched the next kernel, all of it is that
     # launch's cost; outside it, launch calls are launches, other recorded work is the host's.
     free = (c - a) - sync_before
-    w0 = np.where(op_s >= 0, np.clip(op_s, a, c), a)
-    w1 = np.where(op_s >= 0, np.clip(op_e, w0, c), a)
+    has_op = op_s != NO_TIME
+    w0 = np.where(has_op, np.clip(op_s, a, c), a)
+    w1 = np.where(has_op, np.clip(op_e, w0, c), a)
     sync_in = cov.sync(w0, w1)
     own = (w1 - w0) - sync_in
     calls_out = (cov.launch(a, c) - cov.launch(w0, w1)) - (sync_before - sync_in)
