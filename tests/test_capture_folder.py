@@ -253,10 +253,13 @@ def test_each_piecewise_replay_gets_the_whole_work_of_the_op_it_replays(tmp_path
 
 
 def test_kernels_of_one_replay_still_share_their_captured_op(tmp_path):
-    """A captured op that launched two kernels (a split-K GEMM and its reduction) shares its
-    FLOPs between them by duration within one replay (3:1 here), and each of two steps' replays
-    does the op's whole work. Bug: sharing per replay broken into a whole op per kernel (the
-    work counted twice), or the two steps sharing one op (half each)."""
+    """A captured op that launched two kernels (a split-K GEMM and its reduction) is priced
+    within one replay, and each of two steps' replays does the op's whole work: the GEMM all its
+    FLOPs, the reduce none (issue 47: an auxiliary kernel) and a duration share of its bytes
+    (3:1 here; its own traffic is not in the trace). By hand, [16, 2880] x [5120, 2880] bf16:
+    2*16*5120*2880 FLOPs, 2*(16*2880 + 5120*2880 + 16*5120) = 29,747,200 bytes. Bug: sharing
+    per replay broken into a whole op per kernel (the work counted twice), or the two steps
+    sharing one op (half each)."""
     size = 16
     doc_cap = GraphDoc(H100)
     doc_cap.call("cudaStreamBeginCapture", 100.0)
@@ -275,7 +278,8 @@ def test_kernels_of_one_replay_still_share_their_captured_op(tmp_path):
     a = analyze(read_trace(doc.write(tmp_path / "decode.json.gz")), capture=cap)
     w = a.work[a.work["graph"]].sort_values("start_ns")
     whole = 2 * size * QKV_OUT * HIDDEN
-    assert np.allclose(w["flops"].to_numpy(), [0.75 * whole, 0.25 * whole] * 2, rtol=1e-12)
+    assert np.allclose(w["flops"].to_numpy(), [whole, 0.0] * 2, rtol=1e-12)
+    assert np.allclose(w["bytes"].to_numpy(), [0.75 * 29_747_200, 0.25 * 29_747_200] * 2, rtol=1e-12)
 
 
 def test_atom_capture_ranges_name_the_graphs_batch():

@@ -375,3 +375,16 @@ def test_real_trace_records_price_or_say_why(key):
     print(f"\n{key}: {len(events)} op records, {info.currsize} distinct shapes")
     for reason, count in sorted(reasons.items(), key=lambda r: -r[1]):
         print(f"    {count:6d} x cost unknown: {reason}")
+
+
+def test_cumsum_by_hand():
+    """aten::cumsum(self, dim, dtype): one add per element, input read and a same-shaped output
+    written; an int32 input sums into int64 (torch.cumsum promotes integral inputs, as torch.sum
+    does): 32 int32 positions -> 32 FLOPs, 128 + 256 bytes. Bug: cumsum left "no cost model"
+    (the SGLang steps' position cumsums, which TraceLens prices), or priced at the input's width."""
+    got = op_cost_json("aten::cumsum", json.dumps([[32], [], []]), json.dumps(["int", "Scalar", ""]),
+                       json.dumps(["", "0", ""]))
+    assert (got.flops, got.bytes, got.dtype) == (32, 32 * 4 + 32 * 8, "int64")
+    bf16 = op_cost_json("aten::cumsum", json.dumps([[4, 8], [], []]), json.dumps(["c10::BFloat16", "Scalar", ""]),
+                        json.dumps(["", "1", ""]))
+    assert (bf16.flops, bf16.bytes) == (32, 32 * 2 * 2)

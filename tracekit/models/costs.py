@@ -267,29 +267,76 @@ def step_costs(m: ModelSpec, side: Side, *, tp: int = 1, act_bytes: float = 2.0,
     return out
 
 
+def attention_layer(m: ModelSpec, side: Side, kind: str, window: int | None, *, tp: int = 1,
+                    act_bytes: float = 2.0, kv_bytes: float = 2.0) -> tuple[float, float, float, float] | None:
+    """(FLOPs, bytes, pairs, keys) of one softmax-attention layer of ``kind`` (full, sliding or
+    MLA) and ``window`` for a side: its own window, not the model's average (issue 47: a 128-token
+    sliding layer of a decode step reads 128 keys a request, a full layer the whole context).
+    None when the keys are unknown."""
+    geo = attention_geometry(side, window)
+    if geo is None:
+        return None
+    pairs, keys = geo
+    hq, hkv = _rank(m.heads, tp), _rank(m.kv_heads, tp)
+    if kind == MLA:
+        latent = m.kv_lora_rank + m.qk_rope_dim
+        if side.requests > 0 and side.tokens / side.requests <= DECODE_LIKE:
+            flops = 2 * hq * pairs * (latent + m.kv_lora_rank)  # absorbed: in the latent space, one latent per key
+        else:
+            flops = 2 * hq * pairs * (m.head_dim + m.v_head_dim)
+        nbytes = keys * latent * kv_bytes + side.tokens * hq * (m.head_dim + m.v_head_dim) * act_bytes
+    else:
+        flops = 2 * hq * pairs * (m.head_dim + m.v_head_dim)
+        nbytes = (keys * hkv * (m.head_dim + m.v_head_dim) * kv_bytes
+                  + side.tokens * hq * (m.head_dim + m.v_head_dim) * act_bytes)
+    return flops, nbytes, pairs, keys
+
+
+# The kernel roles of a routed-expert layer (``moe_roles``): its two expert GEMMs, the router's
+# softmax/top-k and token sort, and the weighted sum of each token's top-k outputs.
+GATE_UP, DOWN, GATING, COMBINE = "gate_up", "down", "gating", "combine"
+EXPERT_ROLES, ROUTING_ROLES = (GATE_UP, DOWN), (GATING, COMBINE)
+
+
+def moe_roles(m: ModelSpec, side: Side, *, tp: int = 1, act_bytes: float = 2.0) -> dict[str, tuple[float, float]]:
+    """(FLOPs, bytes) of a step's routed-expert and routing work, all MoE layers, by the kernel
+    that does each part: ``gate_up`` (2*T*k*H*2I/tp for a gated MLP: twice ``down``'s
+    2*T*k*I/tp*H), ``down``, ``gating`` (router softmax and top-k over E, token sort) and
+    ``combine`` (the top-k outputs' weighted sum). {} for a model without routed experts.
+    ``gate_up`` + ``down`` is ``step_costs``' ``experts`` and ``gating`` + ``combine`` its
+    ``routing``, term by term: the touched experts' weights split by the matrices' sizes, the
+    activations as ``step_costs`` counts them (x in and 2I out for the gate-up GEMM, I in and H
+    out for the down GEMM)."""
+    n_moe = m.count(mlp=MOE)
+    if not n_moe or not m.experts:
+        return {}
+    T, k, h, e = side.tokens, m.top_k, m.hidden, m.experts
+    inter = m.expert_intermediate / tp
+    gate = 2 if m.gated_mlp else 1
+    touched = expected_experts(e, k, T)
+    bpp = m.weight("experts").bytes_per_param
+    return {
+        GATE_UP: (n_moe * 2 * T * k * h * gate * inter,
+                  n_moe * (touched * gate * h * inter * bpp + T * k * (h + 2 * inter) * act_bytes)),
+        DOWN: (n_moe * 2 * T * k * inter * h,
+               n_moe * (touched * inter * h * bpp + T * k * (inter + h) * act_bytes)),
+        GATING: (n_moe * T * e * 5, n_moe * (T * e * 4 + T * k * 8 * 2)),
+        COMBINE: (n_moe * 2 * T * k * h, n_moe * (T * k * h * act_bytes + T * h * act_bytes)),
+    }
+
+
 def _attention(m: ModelSpec, side: Side, tp: int, act_bytes: float, kv_bytes: float, act_dtype: str) -> Work | Missing:
     flops = nbytes = 0.0
-    hq, hkv = _rank(m.heads, tp), _rank(m.kv_heads, tp)
-    decode_like = side.requests > 0 and side.tokens / side.requests <= DECODE_LIKE
     notes = []
     for kind, window in {(layer.attention, layer.window) for layer in m.layers if layer.attention != LINEAR}:
         n = sum(1 for layer in m.layers if layer.attention == kind and layer.window == window)
-        geo = attention_geometry(side, window)
-        if geo is None:
+        one = attention_layer(m, side, kind, window, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes)
+        if one is None:
             return Missing("the keys each request attends to are not in the step's annotation "
                            "(vLLM's detailed execute_... form states them)")
-        pairs, keys = geo
-        if kind == MLA:
-            latent = m.kv_lora_rank + m.qk_rope_dim
-            if decode_like:  # absorbed: attention in the latent space, one latent per key
-                flops += n * 2 * hq * pairs * (latent + m.kv_lora_rank)
-            else:
-                flops += n * 2 * hq * pairs * (m.head_dim + m.v_head_dim)
-            nbytes += n * (keys * latent * kv_bytes + side.tokens * hq * (m.head_dim + m.v_head_dim) * act_bytes)
-        else:
-            flops += n * 2 * hq * pairs * (m.head_dim + m.v_head_dim)
-            nbytes += n * (keys * hkv * (m.head_dim + m.v_head_dim) * kv_bytes
-                           + side.tokens * hq * (m.head_dim + m.v_head_dim) * act_bytes)
+        f, b, pairs, keys = one
+        flops += n * f
+        nbytes += n * b
         notes.append(f"{n} {kind}{f' (window {window})' if window else ''} layers: {pairs:g} pairs, {keys:g} keys")
     if not notes:
         return Work(0.0, 0.0, act_dtype, MATRIX, "no softmax-attention layers")

@@ -184,7 +184,7 @@ def _route(path: str, limit: int, meta: dict, edges: np.ndarray, launches: _IdRa
             out.write(msgspec.json.encode({**meta, WINDOW_KEY: window, "traceEvents": []})[:-3] + b"[")
         kinds: dict = {}
         for chunk in each_chunk(open_chunks(path, limit, raws=True), tick):
-            c = Columns(chunk.where, kinds, ids_of=(GPU, FLOW, GPU_ANNOTATION))
+            c = Columns(chunk.where, kinds, ids_of=(GPU, FLOW, GPU_ANNOTATION), durations=len(range_edges) > 0)
             window = np.searchsorted(edges, np.nan_to_num(c.ts, nan=-math.inf), side="right")
             # Kernels and launch flows go with their launch call, GPU annotations with their CPU
             # one, wherever the GPU ran them; the rest (and those whose partner is not in the
@@ -206,6 +206,14 @@ def _route(path: str, limit: int, meta: dict, edges: np.ndarray, launches: _IdRa
                 other = theirs != window[ops]
                 for i, w in zip(ops[other].tolist(), theirs[other].tolist()):
                     _write(outs[w], first, w, raws[i])
+                # An inferred step may begin inside an op (its first kernel launched from it): an
+                # op still open at a cut also goes to the windows it runs into, so the kernels it
+                # launched there keep their op (and its cost), as in the whole trace.
+                ends = np.searchsorted(edges, np.nan_to_num(c.ts[ops] + c.dur[ops], nan=-math.inf), side="left")
+                for i, w0, w1, t in zip(ops.tolist(), window[ops].tolist(), ends.tolist(), theirs.tolist()):
+                    for w in range(w0 + 1, min(w1, k - 1) + 1):
+                        if w != t:
+                            _write(outs[w], first, w, raws[i])
             order = np.argsort(window, kind="stable")
             bounds = np.searchsorted(window[order], np.arange(k + 1))
             for w in range(k):

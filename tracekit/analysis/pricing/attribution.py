@@ -5,9 +5,13 @@ For each kernel (or leaf CPU op on a CPU trace):
 * category from ``taxonomy`` (kernel name, else the launching op's name);
 * cost from ``op_costs``: the *pricing op* is the outermost op, among the launching op
   and its ancestors, that has a cost model (``aten::linear`` rather than the
-  ``aten::addmm`` it calls); its FLOPs and bytes are shared among every kernel it
-  launched, in proportion to their durations (a captured op's among the kernels of one
-  replay of its graph: each replay does its whole work). Work with no pricing op or no shapes is
+  ``aten::addmm`` it calls); its FLOPs and bytes go to the kernels it launched by their roles
+  (``kernel_roles``: a memset, fill, copy, split-K reduce or KV-cache write beside the op's main
+  kernel gets the bytes it touches and no FLOPs; a MoE op's gate-up, down, gating and combine
+  kernels their own parts), the rest in proportion to their durations, said in their notes (a
+  captured op's among the kernels of one replay of its graph: each replay does its whole work).
+  An engine attention op priced in its step's context is matched to the model's layers in
+  launch order, at its own layer's window. Work with no pricing op or no shapes is
   "cost unknown" with the reason: never zero;
 * bound: ``roofline.roofline_columns``, at the peak of the dtype the kernel runs at
   (``dtypes.refine_dtype``); model-priced work above the roof is capped or left unpriced
@@ -29,7 +33,7 @@ import pandas as pd
 from tracekit import frameworks
 from tracekit.analysis import categorical
 
-from tracekit.analysis.pricing import kernel_names, model_fit, op_args, op_costs, taxonomy
+from tracekit.analysis.pricing import kernel_names, kernel_roles, layer_roles, model_fit, op_args, op_costs, taxonomy
 from tracekit.analysis.pricing import mixed_alone
 from tracekit.analysis.pricing import model_costs as mc
 from tracekit.analysis.pricing.above_roof import AT_ROOF_CHECKS, model_above_roof
@@ -98,8 +102,8 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
               if model is not None else None)
     withheld = model_fit.withheld_reason(model, misfit) if misfit and not model_force and policy != "shapes" else None
     context_model = None if withheld else model
-    flops, nbytes, dtype, unit, reason, pricing = _costs(source, work, _contexts(sides, context_model, tp,
-                                                                                  work["name"]))
+    flops, nbytes, dtype, unit, reason, pricing, shape_note = _costs(
+        source, work, _contexts(sides, context_model, tp, work["name"]), category, _recorded_bytes(trace, work))
     dtype = refine_dtype(dtype, unit, work["name"])
     shaped = ~np.isnan(flops)
     # Picked from an object array: np.where on strings would build a new str per unit.
@@ -148,10 +152,9 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
             "cost_reason": text(reason),
             "cost_source": text(cost_source),
             "component": text(component),
-            # How a model-priced unit's cost was found where that is worth saying (the layer a
-            # GEMM's grid matched; a duration share), None elsewhere.
-            "cost_note": text(model_costs.note if model_costs is not None and model_costs.note is not None
-                              else np.full(len(work), None, dtype=object)),
+            # How a unit's cost was found where that is worth saying (the layer a GEMM's grid
+            # matched; an op's auxiliary kernel; a duration share), None elsewhere.
+            "cost_note": text(_notes(model_costs, shape_note, cost_source)),
             # What the above-roof check did to a model-priced unit: "capped" (routed experts'
             # bytes capped at the roof), "cached" (served from the L2 cache faster than the DRAM
             # roof, cost kept), "undescribed" (cost left unknown) or "keys_unknown" (decode
@@ -171,6 +174,7 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     roofline_columns(table, spec, match.reason, kinds, category, dur_s, reason, dtype, unit)
     if model_costs is not None and spec is not None:
         model_above_roof(table, work["step"].to_numpy(), dur_s, spec, match.reason, kinds, category)
+        _capped_per_kernel(table, dur_s)
     rf = table["roof_fraction"].to_numpy()
     fits = latency_fits(work["dur_ns"].to_numpy(), rf, work["ctas"].to_numpy(), spec.num_sms if spec else None)
     table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), rf,
@@ -235,27 +239,72 @@ def alone_from_shapes(source: OpSource, work: pd.DataFrame, pricing: np.ndarray,
 
 
 def _contexts(sides: list, model: ModelSpec | None, tp: int, names: pd.Series):
-    """Per step, the context engine custom ops need to be priced from their shapes (``OpContext``)."""
+    """Per step, the context engine custom ops need to be priced from their shapes (``OpContext``);
+    ``context(step, layer)``: an attention op's, matched to the model's ``layer``-th attention
+    layer, at that layer's window (``layer_roles.attention_of_layer``), else the layers' average."""
     _, kv_bytes, _ = kernel_names.kv_cache_dtype(categorical.unique(names), "model")
-    cache: dict[int, op_args.OpContext] = {}
+    cache: dict[tuple[int, int], op_args.OpContext] = {}
 
-    def context(step: int) -> op_args.OpContext:
-        if step not in cache:
+    def context(step: int, layer: int = -1) -> op_args.OpContext:
+        if (step, layer) not in cache:
             pairs = keys = None
             note = ""
             if 0 <= step < len(sides) and sides[step]:
-                pairs, keys, note = mc.attention_per_layer(model, sides[step])
-            cache[step] = op_args.OpContext(tp=tp, pairs=pairs, keys=keys, kv_bytes=kv_bytes, model=model,
-                                          window_note=note)
-        return cache[step]
+                pairs, keys, note = (layer_roles.attention_of_layer(model, sides[step], layer) if layer >= 0
+                                     else layer_roles.attention_per_layer(model, sides[step]))
+            cache[step, layer] = op_args.OpContext(tp=tp, pairs=pairs, keys=keys, kv_bytes=kv_bytes, model=model,
+                                                   window_note=note)
+        return cache[step, layer]
 
     return context
 
 
-def _costs(source: OpSource, work: pd.DataFrame, context=None):
-    """FLOPs, bytes, dtype, unit, reason and pricing op (row of ``source.ops``) per unit of work.
-    ``context(step)``: the ``OpContext`` of a step, for ops whose cost needs one."""
+def _capped_per_kernel(table: pd.DataFrame, dur_s: np.ndarray) -> None:
+    """Bytes capped at the roof (``above_roof``: a step's routed experts priced above it) are,
+    kernel by kernel, what peak bandwidth moves in each one's time: the cap scales the step's
+    total to the roof, and the kernels' own parts of it (``layer_roles``: a gate-up GEMM reads
+    twice a down GEMM's weights) do not survive a cap that says the routing touched fewer
+    experts than they assume. The step's total is unchanged: the roof times their time."""
+    capped = np.flatnonzero(table["model_check"].to_numpy() == "capped")
+    if not len(capped):
+        return
+    nbytes, peak = table["bytes"].to_numpy().copy(), table["peak_bw"].to_numpy()
+    ok = capped[~np.isnan(nbytes[capped]) & (peak[capped] > 0)]
+    nbytes[ok] = peak[ok] * dur_s[ok]
+    table["bytes"] = nbytes
+    flops = table["flops"].to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table.loc[table.index[ok], "intensity"] = np.where(nbytes[ok] > 0, flops[ok] / nbytes[ok], np.nan)
+        table.loc[table.index[ok], "achieved_bw"] = np.where(dur_s[ok] > 0, nbytes[ok] / dur_s[ok], np.nan)
+
+
+def _recorded_bytes(trace: Trace, work: pd.DataFrame) -> np.ndarray | None:
+    """Per unit: the bytes its memcpy/memset activity record states (-1: none); None where the
+    work table is not the trace's GPU activities row for row."""
+    k = trace.kernels
+    if "bytes" not in k or len(k) != len(work) or not len(k):
+        return None
+    return k["bytes"].to_numpy()
+
+
+def _notes(model_costs: ModelCosts | None, shape_note: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """Each unit's cost note: the model's where the model priced it, the role split's where its
+    op's shapes did."""
+    out = np.where(np.isin(source, [SHAPES, CAPTURE]), shape_note, None)
+    if model_costs is not None and model_costs.note is not None:
+        out = np.where(source == MODEL, model_costs.note, out)
+    return out
+
+
+def _costs(source: OpSource, work: pd.DataFrame, context=None, category: np.ndarray | None = None,
+           recorded: np.ndarray | None = None):
+    """FLOPs, bytes, dtype, unit, reason, pricing op (row of ``source.ops``) and note per unit of
+    work. ``context(step, layer)``: the ``OpContext`` of a step, for ops whose cost needs one;
+    ``category``: each unit's taxonomy category, to tell an op's kernels' roles apart
+    (``kernel_roles``; without it they share the op's cost by duration); ``recorded``: the
+    bytes each memcpy/memset activity states (-1: none)."""
     n = len(work)
+    note = np.full(n, None, dtype=object)
     flops = np.full(n, np.nan)
     nbytes = np.full(n, np.nan)
     dtype = np.full(n, None, dtype=object)
@@ -273,7 +322,7 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
         reason[said] = source.reason[said]
     ops = source.ops
     if not len(ops) or not (op >= 0).any():
-        return flops, nbytes, dtype, unit, reason, pricing
+        return flops, nbytes, dtype, unit, reason, pricing, note
 
     names = categorical.category_strings(ops["name"])
     codes = categorical.codes(ops["name"])
@@ -286,7 +335,7 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
     dur = work["dur_ns"].to_numpy().astype(np.float64)
     priced = np.flatnonzero(pricing >= 0)
     if not len(priced):
-        return flops, nbytes, dtype, unit, reason, pricing
+        return flops, nbytes, dtype, unit, reason, pricing, note
     # Group the priced rows by pricing op once (stable sort), price each op once, then share
     # its cost among its rows by duration; equal shares when every kernel of the op took 0 ns.
     # A captured op is shared only within one replay of its graph: every replay does the
@@ -314,8 +363,14 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
     in_step = np.flatnonzero(contextual)
     step_values, step_of_group = np.unique(first_step[in_step], return_inverse=True)
     step_contexts = [context(step) for step in step_values.tolist()]  # once per step, not per op
+    layer_of = np.full(len(keys), -1, dtype=np.int64)
+    if category is not None and len(in_step):
+        attn = (np.asarray(category, dtype=object)[order] == taxonomy.ATTENTION).astype(np.int64)
+        layer_of = kernel_roles.attention_op_layers(
+            in_step, step_of_group, step_contexts, np.minimum.reduceat(work["start_ns"].to_numpy()[order], starts),
+            np.add.reduceat(attn, starts) > 0, len(keys))
     for g, k in zip(in_step.tolist(), step_of_group.tolist()):
-        ctx = step_contexts[k]
+        ctx = step_contexts[k] if layer_of[g] < 0 else context(int(step_values[k]), int(layer_of[g]))
         key = (group_names[g], d_l[g], t_l[g], c_l[g], id(ctx))
         if key not in in_context:
             in_context[key] = op_costs.price_in_context(group_names[g], d_l[g], t_l[g], c_l[g], ctx)
@@ -345,13 +400,22 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None):
         share = np.where(total > 0, d / total, 1.0 / size[part])
     ok = g_ok[group]
     rows, gs = order[ok], group[ok]
-    flops[rows] = g_flops[gs] * share[ok]
-    nbytes[rows] = g_bytes[gs] * share[ok]
+    if category is None:
+        flops[rows] = g_flops[gs] * share[ok]
+        nbytes[rows] = g_bytes[gs] * share[ok]
+    else:
+        names_of = np.append(categorical.category_strings(work["name"]), None)[categorical.codes(work["name"])]
+        kinds_of = np.append(categorical.category_strings(work["kind"]), None)[categorical.codes(work["kind"])]
+        f, b, said = kernel_roles.shape_roles(order, sharing, group, d, g_flops, g_bytes, g_dtype, names_of, kinds_of,
+                                              np.asarray(category, dtype=object), work["start_ns"].to_numpy(),
+                                              recorded, op, pricing, names_or_nan[codes], (dims, types, concrete),
+                                              source.parents, step_of, d_l, context)
+        flops[rows], nbytes[rows], note[rows] = f[ok], b[ok], said[ok]
     dtype[rows] = g_dtype[gs]
     unit[rows] = g_unit[gs]
     bad = ~ok
     reason[order[bad]] = g_reason[group[bad]]
-    return flops, nbytes, dtype, unit, reason, pricing
+    return flops, nbytes, dtype, unit, reason, pricing, note
 
 
 def _outermost(modelled: np.ndarray, parents: np.ndarray) -> np.ndarray:

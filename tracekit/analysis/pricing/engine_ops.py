@@ -1,78 +1,38 @@
-"""Cost models of serving engines' custom ops (vLLM, SGLang): fused norms, rotary embedding,
-quantisation and KV-cache writes from their recorded ``Args``; attention, MoE and all-reduce ops
-from their ``Args`` and the run's ``OpContext`` (tensor-parallel degree, the step's attention
-geometry, the model).
+"""Cost models of serving engines' custom ops (vLLM, SGLang, AITER, FlashInfer, TensorRT-LLM):
+the op -> model tables ``op_costs`` dispatches through. Norms, activations, rotary embedding,
+quantisation and KV-cache writes (``engine_vector``) and MoE routing and expert GEMMs
+(``engine_moe``) are priced from their recorded ``Args``; paged and variable-length attention
+(``engine_attention``), vLLM's unified attention and MoE layer, and all-reduces here, from their
+``Args`` and the run's ``OpContext`` (tensor-parallel degree, the step's attention geometry, the
+model).
 
 Each gives an ``OpCost`` (conventions of ``op_costs``) or raises ``Unpriced`` with the reason.
 ``ENGINE_MODELS`` is the op -> model table of the shape-priced ones, ``CONTEXT_MODELS`` that of
-the ones that need the context; ``op_costs`` dispatches through both.
+the ones that need the context; ``canonical`` names an op as the tables do.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
+from tracekit.analysis.pricing.engine_attention import ATTENTION_MODELS
+from tracekit.analysis.pricing.engine_moe import MOE_MODELS
+from tracekit.analysis.pricing.engine_vector import VECTOR_ENGINE_MODELS
 from tracekit.analysis.pricing.op_args import MATRIX, VECTOR, Args, OpContext, OpCost, Unpriced
-from tracekit.analysis.pricing.vector_ops import AFFINE_FLOPS, RMS_NORM_FLOPS, vector_cost
+
+# TraceLens's kernel-shape profiler (its kernel_shape_profiler.py) wraps a Python kernel launcher as
+# the custom op ``sglang_profiler::<module>_<function>_<n>``, n a per-process counter: the same
+# launcher is one model whatever its counter.
+_PROFILER_COUNTER = re.compile(r"^(sglang_profiler::.+?)_\d+$")
 
 
-def _fused_add_rms_norm(args: Args) -> OpCost:
-    """vLLM ``_C::fused_add_rms_norm(input, residual, weight, eps)``: residual += input, then
-    input = rms_norm(residual) * weight, both in place: each of input and residual read and
-    written once."""
-    x, residual, weight = args.tensor(0), args.tensor(1), args.maybe_tensor(2)
-    per = RMS_NORM_FLOPS + AFFINE_FLOPS + 1
-    w = weight.nbytes if weight is not None else 0
-    return vector_cost(per * x.numel, x.nbytes + residual.nbytes + w, x.nbytes + residual.nbytes, x.dtype,
-                       f"{per} flops/element over {x.numel}; bytes = input and residual read and written + weight")
-
-
-def _rms_norm_out(args: Args) -> OpCost:
-    """vLLM ``_C::rms_norm(out, input, weight, eps)`` (and its ``_static_fp8_quant`` forms)."""
-    out, x, weight = args.tensor(0), args.tensor(1), args.maybe_tensor(2)
-    per = RMS_NORM_FLOPS + AFFINE_FLOPS
-    w = weight.nbytes if weight is not None else 0
-    return vector_cost(per * x.numel, x.nbytes + w, out.nbytes, x.dtype,
-                       f"{per} flops/element over {x.numel}; bytes = input + weight read, output written")
-
-
-def _rotary(args: Args) -> OpCost:
-    """vLLM/SGLang ``rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)``:
-    query and key rotated in place, one cos/sin row read per token."""
-    positions, q, k = args.tensor(0), args.tensor(1), args.maybe_tensor(2)
-    cache = args.maybe_tensor(4)
-    rot = cache.shape[-1] if cache is not None and cache.shape else 0
-    head = args.int_list(3)
-    head_size = head[0] if head else None
-    rotated = q.numel + (k.numel if k is not None else 0)
-    if head_size and rot and rot < head_size:
-        rotated = rotated * rot // head_size  # partial rotary: only the first rot dims turn
-    table = positions.numel * rot * (cache.size if cache is not None else 0)
-    moved = q.nbytes + (k.nbytes if k is not None else 0)
-    return vector_cost(3 * rotated, moved + table + positions.nbytes, moved, q.dtype,
-                       f"3 flops per rotated element ({rotated}); bytes = query and key read and written + cos/sin rows")
-
-
-def _quant(args: Args) -> OpCost:
-    """Activation quantisation ``(out, input, scale, ...)``: input read, low-precision output written."""
-    out, x = args.tensor(0), args.tensor(1)
-    scales = sum(t.nbytes for t in (args.maybe_tensor(i) for i in range(2, len(args))) if t is not None)
-    return vector_cost(QUANT_FLOPS * x.numel, x.nbytes, out.nbytes + scales, x.dtype,
-                       f"{QUANT_FLOPS} flops/element (scale, round) over {x.numel}; bytes = input read + output and scales written")
-
-
-def _reshape_and_cache(args: Args) -> OpCost:
-    """vLLM ``reshape_and_cache[_flash](key, value, key_cache, value_cache, slot_mapping, ...)``:
-    the step's new keys and values read, written into the cache at its element size."""
-    key, value, key_cache = args.tensor(0), args.tensor(1), args.tensor(2)
-    slots = args.maybe_tensor(4)
-    written = (key.numel + value.numel) * key_cache.size
-    return vector_cost(0, key.nbytes + value.nbytes + (slots.nbytes if slots is not None else 0), written,
-                       key.dtype, f"{key.numel + value.numel} new key/value elements written at {key_cache.size} "
-                                  "byte(s) each (the cache's dtype)")
-
-
-QUANT_FLOPS = 2
+def canonical(op_name: str) -> str:
+    """``op_name`` as the model tables key it: a kernel-shape profiler wrapper without its counter."""
+    # Op names come from the trace: a missing one reads NaN, which stays as it is.
+    profiled = isinstance(op_name, str) and op_name.startswith("sglang_profiler::")
+    m = _PROFILER_COUNTER.match(op_name) if profiled else None
+    return m.group(1) if m else op_name
 
 
 def _collective(args: Args, ctx: OpContext) -> OpCost:
@@ -136,6 +96,7 @@ CONTEXT_MODELS: dict[str, Callable[[Args, OpContext], OpCost]] = {
     "vllm::unified_attention": _unified_attention,
     "vllm::moe_forward": _moe_forward,
     "vllm::moe_forward_shared": _moe_forward,
+    **ATTENTION_MODELS,
     **{name: _collective for name in ("symm_mem::multimem_all_reduce_", "symm_mem::one_shot_all_reduce",
                                       "symm_mem::two_shot_all_reduce_", "_C_custom_ar::all_reduce",
                                       "c10d::allreduce_", "sgl_kernel::all_reduce", "vllm::outplace_all_reduce")},
@@ -143,14 +104,4 @@ CONTEXT_MODELS: dict[str, Callable[[Args, OpContext], OpCost]] = {
 
 
 # Engine custom ops priced from their shapes alone (``op_costs`` dispatches through it).
-ENGINE_MODELS: dict[str, Callable[[Args], OpCost]] = {
-    "_C::fused_add_rms_norm": _fused_add_rms_norm,
-    "_C::rms_norm": _rms_norm_out,
-    "_C::rms_norm_static_fp8_quant": _rms_norm_out,
-    "_C::rotary_embedding": _rotary,
-    "sgl_kernel::rotary_embedding": _rotary,
-    **{name: _quant for name in ("_C::static_scaled_fp8_quant", "_C::dynamic_scaled_fp8_quant",
-                                 "_C::dynamic_per_token_scaled_fp8_quant", "_C::scaled_fp4_quant")},
-    "_C_cache_ops::reshape_and_cache_flash": _reshape_and_cache,
-    "_C_cache_ops::reshape_and_cache": _reshape_and_cache,
-}
+ENGINE_MODELS: dict[str, Callable[[Args], OpCost]] = {**VECTOR_ENGINE_MODELS, **MOE_MODELS}

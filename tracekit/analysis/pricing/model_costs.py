@@ -16,7 +16,10 @@ the kernels carry it:
   their stored precision plus M*(K+N) activations. Its ``note`` names the layer;
 - pooled components (GEMMs nothing identifies, experts, routing, attention, linear attention,
   collectives) are shared among the step's kernels of that component in proportion to their
-  durations (for GEMMs: what the identified ones leave, the note says so);
+  durations (for GEMMs: what the identified ones leave, the note says so), except where each
+  kernel's own part is known (``layer_roles``): attention kernels matched to the model's
+  layers in launch order, each at its own window; a MoE layer's gate-up and down GEMMs; the
+  routing's gating and combine kernels. A kernel left with a duration share says so in its note;
 - per-launch components (norms, rotary, activations, KV-cache writes, quantisation,
   embedding, sampling) are priced launch by launch: each processes every token of the step;
 - generic kernels (copies, fills, elementwise and reduction helpers) have no model cost: the
@@ -47,6 +50,9 @@ import pandas as pd
 from tracekit import frameworks
 from tracekit.analysis.pricing.gemm_layers import launch_grids, price_layer_gemms
 from tracekit.analysis.pricing.kernel_names import components, kv_cache_dtype, mixed_activation, name_dtype, name_flags
+from tracekit.analysis.pricing.kernel_roles import moe_components
+# attention_per_layer lived here: its callers still find it here.
+from tracekit.analysis.pricing.layer_roles import attention_per_layer, pooled_roles  # noqa: F401
 from tracekit.analysis.pricing.model_fit import layer_check
 from tracekit.frameworks import DECODE, MIXED, PREFILL, BatchSide
 from tracekit.models import costs as mc
@@ -220,7 +226,8 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
     out.kv_dtype, kv, out.kv_how = kv_cache_dtype(name_uniques, model.dtype)
     kv_bytes = kv if kv is not None else act_bytes
     out.act_bytes, out.kv_bytes = act_bytes, kv_bytes
-    comp[:] = components(work, category)
+    comp[:] = moe_components(components(work, category), name_codes, name_uniques,
+                             np.asarray(category, dtype=object))
     flags = [name_flags(u) for u in name_uniques]
     fused = np.array([f[0] for f in flags], dtype=bool)[name_codes]
     out_size = np.array([f[1] for f in flags])[name_codes]
@@ -264,8 +271,10 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                     reason[mine] = work_c.reason
                     continue
                 f_total, b_total = work_c.flops, work_c.bytes
+                partial = False  # part of the component priced from shapes: what is left is not by role
                 if known is not None:
                     done = ~np.isnan(known[0][mine])
+                    partial = bool(done.any())
                     f_total = max(f_total - float(np.nansum(known[0][mine][done])), 0.0)
                     b_total = max(b_total - float(np.nansum(known[1][mine][done])), 0.0)
                     mine = mine[~done]
@@ -291,6 +300,10 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                 d = dur[mine]
                 w = d / d.sum() if d.sum() > 0 else np.full(len(mine), 1.0 / len(mine))
                 flops[mine], nbytes[mine] = f_total * w, b_total * w
+                if not partial and not unbounded_keys:  # each kernel its own part, where they can be told apart
+                    pooled_roles(model, tp, c, sd, mine, start, dur,
+                                 [name_uniques[k] for k in name_codes[mine].tolist()], category[mine].tolist(),
+                                 f_total, b_total, act_bytes, kv_bytes, flops, nbytes, note)
                 unit[mine] = work_c.unit
                 if work_c.unit == mc.MATRIX:
                     said = hint[mine]
@@ -388,27 +401,6 @@ def _estimate_basis(model: ModelSpec, tp: int, component: str, sides: dict[str, 
             f"(the first step priced; each step by its own tokens), each expert's weights read once: {per:,.0f} bytes per expert per rank; "
             "where that needs more than the bandwidth roof in the kernels' time, the bytes are capped at the "
             "roof: an upper bound")
-
-
-def attention_per_layer(model: ModelSpec | None, sides: dict[str, mc.Side]) -> tuple[float | None, float | None, str]:
-    """(query-key pairs, keys read, note) of one softmax-attention layer in a step: the sides
-    summed; with a model, averaged over its full and sliding-window layers."""
-    pairs = keys = 0.0
-    kinds = [(None, 1)]
-    if model is not None:
-        layers = [layer for layer in model.layers if layer.attention != "linear"]
-        windows = sorted({layer.window for layer in layers}, key=lambda w: (w is None, w or 0))
-        kinds = [(w, sum(1 for layer in layers if layer.window == w)) for w in windows] or kinds
-    n = sum(c for _, c in kinds)
-    for side in sides.values():
-        for window, count in kinds:
-            geo = mc.attention_geometry(side, window)
-            if geo is None:
-                return None, None, ""
-            pairs += geo[0] * count / n
-            keys += geo[1] * count / n
-    note = "" if len(kinds) == 1 else f" (averaged over the model's {n} layers, sliding windows {[w for w, _ in kinds if w]})"
-    return pairs, keys, note
 
 
 def mc_bytes(dtype: str) -> float:

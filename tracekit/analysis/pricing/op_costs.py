@@ -22,8 +22,9 @@ Conventions, shared by every per-op model (here and in the op modules below):
 
 The models live by the unit they run on: ``matrix_ops`` (GEMM, attention), ``vector_ops``
 (elementwise, norms, softmax, reductions, gathers, copies) and ``engine_ops`` (serving engines'
-custom ops, some priced with the run's ``OpContext``), over the argument readers and cost types
-of ``op_args``. This module dispatches an op name to its model and is the entry point:
+custom ops: ``engine_vector``, ``engine_attention``, ``engine_moe``; some priced with the run's
+``OpContext``), over the argument readers and cost types of ``op_args``. Op names are looked up
+as ``engine_ops.canonical`` writes them (a kernel-shape profiler wrapper without its counter). This module dispatches an op name to its model and is the entry point:
 ``price``, ``op_cost``, ``why_no_cost``, ``op_cost_json``, ``price_in_context``, ``has_model``,
 ``needs_context``. The cost types they take and give (``OpCost``, ``NoCost``, ``OpContext``, the
 units ``MATRIX`` and ``VECTOR``) are ``op_args``'.
@@ -40,7 +41,7 @@ import json
 from collections.abc import Callable
 from functools import lru_cache
 
-from tracekit.analysis.pricing.engine_ops import CONTEXT_MODELS, ENGINE_MODELS
+from tracekit.analysis.pricing.engine_ops import CONTEXT_MODELS, ENGINE_MODELS, canonical
 from tracekit.analysis.pricing.matrix_ops import MATRIX_MODELS
 from tracekit.analysis.pricing.op_args import Args, NoCost, OpContext, OpCost, Unpriced
 from tracekit.analysis.pricing.vector_ops import ELEMENTWISE_FLOPS, VECTOR_MODELS, elementwise
@@ -50,7 +51,7 @@ _MODELS: dict[str, Callable[[Args], OpCost]] = {**ENGINE_MODELS, **MATRIX_MODELS
 
 
 def _model(op_name: str) -> Callable[[Args], OpCost] | None:
-    model = _MODELS.get(op_name)
+    model = _MODELS.get(canonical(op_name))
     # In-place variants (aten::add_, aten::mul_) share the out-of-place elementwise model.
     if model is None and op_name.endswith("_") and op_name[:-1] in ELEMENTWISE_FLOPS:
         model = elementwise
@@ -59,18 +60,18 @@ def _model(op_name: str) -> Callable[[Args], OpCost] | None:
 
 def has_model(op_name: str) -> bool:
     """True when ``op_name`` has a cost model (shapes, and for some ops the run's context, permitting)."""
-    return _model(op_name) is not None or op_name in CONTEXT_MODELS
+    return _model(op_name) is not None or canonical(op_name) in CONTEXT_MODELS
 
 
 def needs_context(op_name: str) -> bool:
     """True when ``op_name``'s cost needs the run's context (``price_in_context``, ``CONTEXT_MODELS``)."""
-    return op_name in CONTEXT_MODELS
+    return canonical(op_name) in CONTEXT_MODELS
 
 
 def price_in_context(op_name: str, dims_json: str | None, types_json: str | None, concrete_json: str | None,
                      ctx: OpContext) -> OpCost | NoCost:
     """``price`` for the ops whose cost needs the run's context (see ``CONTEXT_MODELS``)."""
-    model = CONTEXT_MODELS.get(op_name)
+    model = CONTEXT_MODELS.get(canonical(op_name))
     if model is None:
         return op_cost_json(op_name, dims_json, types_json, concrete_json)
     decoded = _decoded(op_name, dims_json, types_json, concrete_json)

@@ -27,7 +27,9 @@ How a kernel is categorised, first answer wins:
 
 Judgement calls, so that readers know: ``aten::topk``/``argmax`` count as sampling even
 when a MoE router calls them (the names cannot tell); a cuBLAS GEMM that cuDNN picks for
-a 1x1 convolution counts as gemm (the kernel name wins over the op).
+a 1x1 convolution counts as gemm (the kernel name wins over the op); triton_kernels'
+``_topk_forward`` counts as MoE routing (engines run it only in their MoE layers) and its
+``_finalize_matmul_scatter`` as MoE, the combine of the top-k outputs, not a GEMM.
 
 Matching is case-insensitive ``re.search`` over the whole name, template arguments
 included: ``vectorized_elementwise_kernel<4, silu_kernel...>`` says "silu" only there.
@@ -79,9 +81,15 @@ KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
     (MEMCPY, r"^memcpy\b", "Kineto names copy-engine events 'Memcpy HtoD (Pinned -> Device)'"),
     (MEMSET, r"^memset\b", "Kineto names memset events 'Memset (Device)'"),
     (MOE, r"moe|fused_experts|grouped_?gemm|topk_?(softmax|sigmoid)|grouped_topk|"
-          r"expert|shuffle_rows|matmul_ogs|^bmm_\w*_dynb",
+          r"expert|shuffle_rows|matmul_ogs|^bmm_\w*_dynb|^_finalize_matmul|^_topk_forward|^_combined_routing_|"
+          r"^_routing_|^_expt_data_|^_sum_bitmatrix",
      "MoE routing / grouped GEMM: moe_align_block_size, fused_moe_kernel, topk_softmax, Triton "
-     "_matmul_ogs_*, TensorRT-LLM bmm_*_dynBatch (one batch per expert)"),
+     "_matmul_ogs_*, TensorRT-LLM bmm_*_dynBatch (one batch per expert); triton_kernels' MoE "
+     "(gpt-oss in vLLM and SGLang, triton-lang/triton python/triton_kernels): the top-k combine "
+     "_finalize_matmul_scatter_* (matmul_ogs_details/_finalize_matmul.py; 'matmul' in it is not a dense "
+     "GEMM) and the routing kernels _topk_forward (topk_details), _combined_routing_compute/_memset, "
+     "_expt_data_*, _routing_* (routing.py, routing_details) and _sum_bitmatrix_* (its histogram); "
+     "before sampling, whose 'top_?k' would take _topk_forward, which serving engines' samplers do not run"),
     (LINEAR_ATTENTION, r"gated_delta|delta_rule|fused_recurrent|chunk_gla|causal_conv1d|selective_scan|"
                        r"mamba|(?<![a-z])ssd_|_ssm_|chunk_scan|chunk_state|state_passing|lightning_attn|"
                        r"linear_attn",

@@ -183,6 +183,19 @@ def _clone(args: Args) -> OpCost:
     return vector_cost(0, x.nbytes, x.nbytes, x.dtype, "bytes = input read + copy written")
 
 
+def _cumsum(args: Args) -> OpCost:
+    """cumsum(self, dim, dtype=None): one add per element (a scan's n - 1 per row, counted n as
+    for the other reductions); the input read and a same-shaped output written, at the dtype
+    the op states (``dtype``), else the input's, except that integral and bool inputs sum into
+    int64 (torch.cumsum's documented promotion, as torch.sum's)."""
+    x = args.tensor(0)
+    stated = args.scalar_type(2) if len(args) >= 3 else None
+    integral = x.dtype.startswith(("int", "uint", "bool"))
+    dtype, size = stated or (("int64", 8) if integral else (x.dtype, x.size))
+    return vector_cost(x.numel, x.nbytes, x.numel * size, dtype,
+                       f"1 flop/element over {x.numel}; bytes = input + same-shaped output")
+
+
 def _cat(args: Args) -> OpCost:
     if args.types and args.types[0] == "TensorList":
         raise Unpriced(f"{args.op}: the trace records its inputs as 'TensorList' without an "
@@ -208,4 +221,5 @@ VECTOR_MODELS: dict[str, Callable[[Args], OpCost]] = {
     "aten::contiguous": _clone,
     "aten::clone": _clone,
     "aten::cat": _cat,
+    "aten::cumsum": _cumsum,
 }
