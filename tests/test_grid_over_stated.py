@@ -19,28 +19,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import read_real
+from test_engine_sums import _relabelled as relabelled
 from tracekit.analysis.steps import step_tokens as st
 from tracekit.analysis.steps.segment import segment
 from tracekit.analysis.steps.table import ANNOTATION_SOURCE
 from tracekit.frameworks import BatchSide
 
 GRID = 15360  # the extend step's store_kvcache grid x: 15 requests of 1,024 tokens
-
-
-def relabelled(key: str, step_label: str):
-    """The shared trace with its ``step[...]`` range renamed ``step_label`` and the vLLM-style
-    ``execute_...`` range beside it renamed to a name that states no step."""
-    trace = read_real(key)
-    ann = trace.annotations.copy()
-    names = ann["name"].astype(str).to_numpy().copy()
-    s = pd.Series(names)
-    step = s.str.startswith("step[").to_numpy()
-    assert step.any()
-    names[step] = step_label
-    names[s.str.startswith("execute_").to_numpy()] = "engine_range"
-    ann["name"] = pd.Categorical(names)
-    return dataclasses.replace(trace, annotations=ann)
 
 
 def with_kv_write_grid(trace, x: int, graph: bool = True):
