@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +14,20 @@ import pytest
 # Every analysis the suite runs (in process or through the CLI's subprocesses) raises when
 # its books do not balance (tracekit.analysis.books), instead of carrying a note.
 os.environ["TRACEKIT_STRICT_BOOKS"] = "1"
+
+# The cache of read traces and analyses (tracekit.cache) never touches the user's own: the
+# session's processes share a folder of their own until ``_own_cache`` gives each test an
+# empty one, so no test sees what another kept and the suite runs the same in any order.
+_SESSION_CACHE = tempfile.mkdtemp(prefix="tracekit-test-cache-")
+atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)
+os.environ["TRACEKIT_CACHE_DIR"] = _SESSION_CACHE
+os.environ.pop("TRACEKIT_NO_CACHE", None)
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = ROOT.parent / "shared" / "traces"

@@ -77,7 +77,9 @@ def analyse_path(path: str, note: str | None = None) -> tuple[dict[str, Any], Ru
         from tracekit import read_trace
         from tracekit.analysis import analyze
 
-        trace = read_trace(path)
+        # One process per trace: a batch keeps every CPU busy with its traces already (and a
+        # daemonic worker may not start processes), so a run's ranks are read here one by one.
+        trace = read_trace(path, jobs=1)
         key = RunKey.of(trace)
         data = analyze(trace).to_dict()
         recorded = _recorded_ns(data, trace.start_ns)

@@ -4,24 +4,41 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from tracekit.errors import TracekitError
 from tracekit.report.output import refuse_overwrite  # noqa: F401  (one rule for every command)
-from tracekit.trace import Trace, read_trace
+
+if TYPE_CHECKING:
+    from tracekit.trace import Trace
 
 # Below this size a read takes well under a second: no progress display.
 _PROGRESS_MIN_BYTES = 20_000_000
 
 
-def read_with_progress(path: str) -> Trace:
-    """Read a trace, showing its stages on stderr when it is big and stderr is a terminal."""
+def read_with_progress(path: str, cached: bool = True) -> Trace:
+    """Read a trace, showing its stages on stderr when it is big and stderr is a terminal. An
+    unchanged trace read before loads from the cache (``tracekit.trace.cache``) unless
+    ``--no-cache``, $TRACEKIT_NO_CACHE or ``cached=False`` says otherwise."""
+    if cached:
+        from tracekit.cli.cached import cache_enabled
+        from tracekit.trace.cache import read_cached
+
+        return read_cached(path, lambda p: read_with_progress(p, cached=False), enabled=cache_enabled())
+    # Here, not at the top: the reader brings pandas, which `tracekit batch`, `split` and every
+    # command's --help do without (tests/test_startup.py).
+    from tracekit.trace import read_trace
+
     size = _size(path)
     if size < _PROGRESS_MIN_BYTES or not sys.stderr.isatty():
         return read_trace(path)
     from tqdm import tqdm
 
+    # No monitor thread: a folder's ranks are read by processes forked from this one, which
+    # tracekit.trace.parallel does only while this process runs a single thread.
+    tqdm.monitor_interval = 0
     stages = ["reading", "building tables", "linking kernels to launches and ops"]
     with tqdm(total=len(stages), desc=os.path.basename(path), unit="stage", file=sys.stderr, leave=False) as bar:
 
@@ -157,8 +174,13 @@ COSTS = ("auto", "shapes", "model")
 
 
 def model_options(f):
-    """``--model``, ``--tp``, ``--weights``, ``--costs`` and ``--model-force``: price kernels from the architecture."""
+    """``--model``, ``--tp``, ``--weights``, ``--costs`` and ``--model-force``: price kernels from the architecture.
+    Also ``--no-cache`` and ``--jobs``: every command that reads traces takes these options, so they ride along."""
+    from tracekit.cli.cached import no_cache_option
     from tracekit.models import WEIGHT_CHOICES
+
+    f = no_cache_option(f)
+    f = jobs_option(f)
 
     f = click.option("--model-force", is_flag=True,
                      help="Price by --model even where the trace contradicts it (another number of attention "
@@ -184,6 +206,27 @@ def model_options(f):
                      help="The model that ran: a name from `tracekit models`, a config.json, or a checkpoint "
                           "folder holding one. Prices the kernels that have no recorded shapes.")(f)
     return f
+
+
+def jobs_option(f):
+    """``--jobs N``: how many processes read a folder of per-rank traces at once
+    (``tracekit.trace.parallel``), for this run."""
+    return click.option("--jobs", type=click.IntRange(min=1), metavar="N", expose_value=False, callback=_jobs_callback,
+                        help="Processes that read a folder of per-rank traces at once (default: one per CPU for a "
+                             "large folder; also TRACEKIT_JOBS); 1 reads the files one by one. The report is the "
+                             "same either way.")(f)
+
+
+def _jobs_callback(ctx, param, value):
+    if value is not None:
+        # Set for the reads of this command only (read_trace takes it as its default), and
+        # unset when the command ends: a command run in-process (tests, the MCP server) must not
+        # leave it to the next.
+        from tracekit.trace import parallel
+
+        parallel.choose_jobs(value)
+        ctx.call_on_close(lambda: parallel.choose_jobs(None))
+    return None
 
 
 _STATED_KEY = "tracekit.stated"

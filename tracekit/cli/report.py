@@ -31,6 +31,8 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, with_h
     """Write a report of TRACE: a self-contained HTML page with charts (opens offline),
     the whole analysis as JSON for scripts and CI, or a Markdown summary for pull requests."""
     from tracekit.analysis import analyze
+    from tracekit.cli.cached import document_key, get_json, put_json
+    from tracekit.cli.common import stated_figures
     from tracekit.report import choose, default_output, write_atomic
     from tracekit.report.output import check_output, is_stream, refuse_folder
 
@@ -46,19 +48,26 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, with_h
         from tracekit.analysis.hta import require
 
         require()  # a missing extra fails before the slow read too
-    settings.update(device_settings(options))  # a bad --gpu or --spec-file; then the capture's read
+    # The analysis of an unchanged trace with the same options, as its JSON document (all a
+    # renderer reads), comes from the cache on the second look (tracekit.cli.cached).
+    key = document_key("analysis", [trace], {**options, "stated": stated_figures()})
+    data = get_json("analysis", key)
+    if data is None:
+        settings.update(device_settings(options))  # a bad --gpu or --spec-file; then the capture's read
     split_windows = _windows(trace)
-    if split_windows:
-        # The windows of one split (tracekit split): analysed one at a time, merged into one report.
-        from tracekit.analysis.windows import analyse_windows
+    files = split_windows or _files(trace)
+    if data is None:
+        if split_windows:
+            # The windows of one split (tracekit split): analysed one at a time, merged into one report.
+            from tracekit.analysis.windows import analyse_windows
 
-        analysis = analyse_windows(split_windows, read_with_progress, **settings)
-        files = split_windows
-    else:
-        t = read_with_progress(trace)
-        analysis = analyze(t, **settings)
-        files = t.metadata.get("files") or [t.path]
-    data = analysis.to_dict()
+            analysis = analyse_windows(split_windows, read_with_progress, **settings)
+        else:
+            t = read_with_progress(trace)
+            analysis = analyze(t, **settings)
+            files = t.metadata.get("files") or [t.path]
+        data = analysis.to_dict()
+        put_json("analysis", key, data, trace)
     if with_hta:
         from tracekit.analysis.hta import run_hta
 
@@ -73,6 +82,15 @@ def command(trace: str, output: str | None, fmt: str | None, force: bool, with_h
     click.echo(f"{'replaced' if replacing else 'wrote'} {path} ({human_size(size)})")
     if not is_stream(path):
         click.echo(_next_step(renderer.name, trace, path))
+
+
+def _files(trace: str) -> list[str]:
+    """The trace files a read of ``trace`` reads, as the reader names them (for HTA)."""
+    if not os.path.isdir(trace):
+        return [trace]
+    from tracekit.trace.decode import list_trace_files
+
+    return list_trace_files(trace)
 
 
 def _windows(trace: str) -> list[str] | None:

@@ -66,8 +66,8 @@ def _launch_of(corr: np.ndarray, issued: np.ndarray, wanted: np.ndarray, started
     profiled process, but a trace stitched from several sessions (or grown by repeating its
     events) reuses them: a kernel then belongs to the latest call with its id issued before it
     started (a kernel never starts before its launch), else to the first such call."""
-    valid = corr[corr >= 0]
-    if len(np.unique(valid)) == len(valid):
+    valid = np.sort(corr[corr >= 0])  # compared with the neighbour: see ``_distinct``
+    if not (valid[1:] == valid[:-1]).any():
         return _lookup(corr, wanted)
     n_rt = len(corr)
     # One sort of calls and kernels together by (id, time, calls first): each kernel's launch
@@ -127,7 +127,7 @@ def enclosing(op_start, op_end, op_tid, q_start, q_end, q_tid, nesting: tuple | 
         parents, nest_order = nesting
         position = np.full(len(op_start), -1, dtype=np.int64)
         tid_in_order = op_tid[nest_order]
-    for tid in np.unique(q_tid):
+    for tid in _distinct(q_tid).tolist():
         if nesting is None:
             rows = np.flatnonzero(op_tid == tid)
             # Ops sorted by start (longer first on ties, so a parent precedes its child).
@@ -284,7 +284,7 @@ def _op_nesting(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     start = ops["start_ns"].to_numpy()
     end = ops["end_ns"].to_numpy()
     keys = ops["pid"].to_numpy() * (1 << 32) + ops["tid"].to_numpy()
-    order = np.lexsort((-(end - start), start, keys))
+    order = _thread_time_order(keys, start, end)
     sorted_keys = keys[order]
     bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
     for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)]):
@@ -292,3 +292,32 @@ def _op_nesting(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         parent = _parents(start[rows], end[rows])
         out[rows] = np.where(parent >= 0, rows[np.maximum(parent, 0)], -1)
     return out, order
+
+
+def _thread_time_order(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``np.lexsort((-(end - start), start, keys))``: rows by thread, then start, longer first,
+    then row order, in about a third of its time on the reader's tables.
+
+    Those come sorted by start already, usually with no two equal starts out of that order, so
+    the time order is mostly the rows themselves; and a run has few threads, whose codes sort
+    as 16-bit integers, which numpy's stable sort orders by radix in one linear pass."""
+    dur = end - start
+    by_time = None
+    if len(start) > 1:
+        tie = start[1:] == start[:-1]
+        if not (start[1:] >= start[:-1]).all() or (dur[1:][tie] > dur[:-1][tie]).any():
+            by_time = np.lexsort((-dur, start))
+    k = keys if by_time is None else keys[by_time]
+    threads = _distinct(k)
+    codes = np.searchsorted(threads, k)
+    if len(threads) <= np.iinfo(np.int16).max:
+        codes = codes.astype(np.int16)
+    order = np.argsort(codes, kind="stable")
+    return order if by_time is None else by_time[order]
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` by a sort: numpy 2's hash-based unique takes 10-30x as long on the
+    10^5-10^6 ids or thread ids of a large trace, whether they are few or all distinct."""
+    s = np.sort(values)
+    return s[np.r_[True, s[1:] != s[:-1]]] if len(s) else s

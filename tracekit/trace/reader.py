@@ -9,6 +9,7 @@ which also words every error; both build the same tables.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Callable
@@ -18,7 +19,7 @@ import pandas as pd
 
 from tracekit import frameworks, markers
 from tracekit.errors import TracekitError
-from tracekit.trace import columns, inflate, limits, links, stream
+from tracekit.trace import columns, inflate, limits, links, parallel, stream
 from tracekit.trace import decode as dec
 from tracekit.trace.runs import check_one_run
 from tracekit.trace.model import CLOCK_SHIFT, ERA_2022, ERA_CURRENT, ERA_PT19, Trace
@@ -32,6 +33,7 @@ def read_trace(
     *,
     max_bytes: int | None = None,
     chunk_bytes: int = inflate.SLICE_BYTES,
+    jobs: int | None = None,
 ) -> Trace:
     """Read a ``.json``/``.json.gz``/``.json.zst`` trace or a directory of per-rank traces.
 
@@ -41,23 +43,29 @@ def read_trace(
     else half the machine's memory), so a compression bomb is an error, not an
     out-of-memory kill. The events are streamed ``chunk_bytes`` of decompressed
     text at a time, so memory holds the tables plus one chunk, not the JSON.
+    A directory's files are read by ``jobs`` processes at once (``parallel.jobs_for``:
+    default one per CPU for a large folder, $TRACEKIT_JOBS; 1 reads them here one by one),
+    with the same result.
     Raises ``TracekitError`` with one sentence for anything that is not a readable trace.
     """
     path = os.fspath(path)
     try:
-        return _read_path(path, progress, max_bytes, chunk_bytes)
+        return _read_path(path, progress, max_bytes, chunk_bytes, jobs)
     except RecursionError:
         # A document nested past the decoder's recursion: a sentence, not a traceback.
         raise dec.too_deep(path) from None
 
 
-def _read_path(path: str, progress: Progress | None, max_bytes: int | None, chunk_bytes: int) -> Trace:
+def _read_path(path: str, progress: Progress | None, max_bytes: int | None, chunk_bytes: int,
+               jobs: int | None = None) -> Trace:
     limit = limits.max_decompressed_bytes(max_bytes)
     if os.path.isdir(path):
         files = dec.list_trace_files(path)
         if not files:
             raise TracekitError(f"{path} is a directory with no trace files (*.json, *.json.gz, *.json.zst)")
-        parts = [_read_file(f, progress, siblings=files, max_bytes=limit, chunk_bytes=chunk_bytes) for f in files]
+        # A module-level function with its keywords bound: it pickles, for the other processes.
+        read_one = functools.partial(_read_file, siblings=files, max_bytes=limit, chunk_bytes=chunk_bytes)
+        parts = parallel.read_files(read_one, files, parallel.jobs_for(files, jobs), progress)
         check_one_run(path, parts)
         return _merge(path, parts)
     return _read_file(path, progress, max_bytes=limit, chunk_bytes=chunk_bytes)
