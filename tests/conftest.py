@@ -36,6 +36,7 @@ SAMPLE_TRACES = ROOT / "sample_traces"
 # Short names for the real traces in ../shared/traces (see PROVENANCE.md there).
 REAL = {
     "h100_hf": "h100_hf-qwen1.5-0.5b_forward_bs16.json.gz",
+    "mi300x_hf": "mi300x_hf-qwen1.5-0.5b_forward_bs16.json.gz",
     "mi300x_extend": "mi300x_sglang-qwen3-8b_extend-step.json.gz",
     "mi300x_decode": "mi300x_sglang-qwen3-8b_decode-step_hipgraph.json.gz",
     "mi300x_capture": "mi300x_sglang-qwen3-8b_decode_graph-capture.json.gz",

@@ -13,7 +13,7 @@ from pathlib import Path
 PID, TID, STREAM = 100, 100, 7
 # What deviceProperties says about the GPUs the tests name: (compute capability, SMs, memory bytes).
 DEVICES = {"NVIDIA A100-SXM4-80GB": ((8, 0), 108, 84990623744), "NVIDIA H100 80GB HBM3": ((9, 0), 132, 85018279936),
-           "NVIDIA B200": ((10, 0), 148, 191503138816)}
+           "NVIDIA B200": ((10, 0), 148, 191503138816), "AMD Instinct MI300X": ((9, 4), 304, 206158430208)}
 
 
 class Doc:
@@ -58,6 +58,27 @@ class Doc:
                             "name": "ac2g"})
         self.events.append({"ph": "f", "id": c, "pid": 0, "tid": stream, "ts": gpu_ts, "cat": "ac2g",
                             "name": "ac2g", "bp": "e"})
+        return c
+
+    def runtime(self, name: str, ts: float, dur: float, tid: int = TID) -> int:
+        """A runtime call that queues nothing (a synchronize, an event record); returns its correlation."""
+        self._corr += 1
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": tid, "ts": ts,
+                            "dur": dur, "args": {"cbid": 0, "correlation": self._corr}})
+        return self._corr
+
+    def graph(self, launch_ts: float, kernels: list[tuple[str, float, float]], stream: int = STREAM,
+              tid: int = TID, launch_dur: float = 10.0) -> int:
+        """A cudaGraphLaunch and the kernels its replay ran, ``(name, gpu_ts, gpu_dur)``, all under its
+        one correlation id, as a graph replay is recorded."""
+        self._corr += 1
+        c = self._corr
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": PID, "tid": tid,
+                            "ts": launch_ts, "dur": launch_dur, "args": {"cbid": 311, "correlation": c}})
+        for name, ts, dur in kernels:
+            self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts,
+                                "dur": dur, "args": {"device": 0, "stream": stream, "correlation": c,
+                                                     "grid": [1, 1, 1], "block": [128, 1, 1]}})
         return c
 
     def annotation(self, name: str, ts: float, dur: float, tid: int = TID) -> None:

@@ -148,18 +148,18 @@ def test_idle_advice_follows_from_the_phases_idle_causes(key):
         if f["id"] == "host-sync":
             assert f"{share} of the {name} steps' time; the GPU was idle meanwhile" in f["text"]
             sync = next(r for r in v["idle_top"] if r["cause"] == "sync")
-            assert f["at_stake_ms"] == pytest.approx(sync["share"] * v["time_ms"], rel=1e-9)
+            assert f["sum_ms"] == pytest.approx(sync["share"] * v["time_ms"], rel=1e-9)
         elif f["id"] == "launch-bound":
             kernels = [s["kernels"] for s in d["steps"] if s["phase"] == f["phase"]]
             per_kernels = f"{sum(kernels) / len(kernels):,.0f}" if kernels else "0"
             assert f["text"].startswith(f"{name.capitalize()} is launch-bound: the GPU waits for kernel launches "
                                         f"{share} of the {name} steps' time ({_ms(v['idle_by_cause']['launch'] / _n(v))} "
                                         f"per step, {per_kernels} kernels per step)")
-            assert f["at_stake_ms"] in (None, pytest.approx(v["idle_by_cause"]["launch"], rel=1e-12))
+            assert f["sum_ms"] in (None, pytest.approx(v["idle_by_cause"]["launch"], rel=1e-12))
         elif f["id"] == "host-bound":
             assert f["text"].startswith(f"The GPU waits for host work between launches {share} of the {name} steps' "
                                         f"time ({_ms(v['idle_by_cause']['host'] / _n(v))} per step)")
-            assert f["at_stake_ms"] == pytest.approx(v["idle_by_cause"]["host"], rel=1e-12)
+            assert f["sum_ms"] == pytest.approx(v["idle_by_cause"]["host"], rel=1e-12)
         else:
             assert f"but waited {share} of the steps' time before starting" in f["text"]
     # Advice, largest time at stake first (advice without a figure counts as none).

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from conftest import ROOT, SHARED_TRACES, real_trace_path
 
-TOOLS = {"summary", "steps", "kernels", "idle", "explain", "compare", "project"}
+TOOLS = {"summary", "steps", "kernels", "idle", "explain", "compare", "project", "whatif"}
 REL = 1e-3  # the tools round to 5 significant digits (or 3 decimals of a ms)
 
 
@@ -182,7 +182,7 @@ def _ok(results, key):
     return value
 
 
-def test_lists_the_seven_tools_read_only(session_results):
+def test_lists_the_eight_tools_read_only(session_results):
     """Fails if a tool is missing or renamed, a single-trace tool does not require `path`, or
     the tools stop saying they only read (agents ask before running tools that write)."""
     tools = {t.name: t for t in session_results["tools"]}

@@ -139,5 +139,5 @@ def test_host_bound_advice_needs_host_idle_of_a_fifth_of_the_time(tmp_path):
     large = _host_gap_step(tmp_path, 400.0)
     assert large.phases["decode"]["time_ms"] == pytest.approx(1.48)
     found = {f.id: f for f in large.findings}
-    assert "host-bound" in found and found["host-bound"].at_stake_ms == pytest.approx(0.4)
+    assert "host-bound" in found and found["host-bound"].sum_ms == pytest.approx(0.4)
     assert "27%" in found["host-bound"].text

@@ -205,7 +205,7 @@ def test_the_decode_batch_advice_stakes_the_time_its_gemms_spend_beyond_their_fl
     a = analyze(read_trace(doc.write(tmp_path / "batch.json")))
     (peak,) = a.work["achievable_flops"].tolist()
     f = next(f for f in a.findings if f.id == "decode-batch")
-    assert f.at_stake_ms == pytest.approx(0.1 - 2 * 8 * 4096 ** 2 / peak * 1e3, rel=1e-12)
+    assert f.sum_ms == pytest.approx(0.1 - 2 * 8 * 4096 ** 2 / peak * 1e3, rel=1e-12)
     assert "memory-bound at 7.97 FLOP/byte" in f.text
 
 

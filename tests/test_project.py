@@ -221,13 +221,13 @@ def test_reprice_keeps_each_category_fraction_of_its_roof_by_hand():
     slow = math.hypot(math.log(0.74 / 0.62), math.log(0.93 / 0.90))
     assert rp.low[0] == pytest.approx(ew * math.exp(-fast), rel=1e-9)
     assert rp.high[0] == pytest.approx(ew * math.exp(slow), rel=1e-9)
-    # Unknown cost: its ends are the fastest and slowest plausible ratio. Memory side of "other":
-    # H100 3350 x 0.85 against MI300X 5300 x 0.70; compute side (BF16): 989.4 x 0.60 against 1307.4 x 0.45.
-    # The fastest end is the compute side's low (0.460), below the memory side's (0.526).
-    mem, comp = (3350 * 0.85) / (5300 * 0.70), (989.4 * 0.60) / (1307.4 * 0.45)
-    mem_lo = mem * math.exp(-math.hypot(math.log(0.81 / 0.70), math.log(0.85 / 0.60)))
-    comp_lo = comp * math.exp(-math.hypot(math.log(0.65 / 0.45), math.log(0.60 / 0.30)))
-    comp_hi = comp * math.exp(math.hypot(math.log(0.45 / 0.20), math.log(0.87 / 0.60)))
+    # Unknown cost: its ends are the fastest and slowest plausible ratio. "other" has no published
+    # measurement on either class (issue 49: default rows carry the generic figures): memory
+    # 0.4/0.7/0.93 and compute (BF16) 0.2/0.5/0.9 on both GPUs.
+    mem, comp = 3350 / 5300, 989.4 / 1307.4
+    mem_lo = mem * math.exp(-math.hypot(math.log(0.93 / 0.70), math.log(0.70 / 0.40)))
+    comp_lo = comp * math.exp(-math.hypot(math.log(0.90 / 0.50), math.log(0.50 / 0.20)))
+    comp_hi = comp * math.exp(math.hypot(math.log(0.50 / 0.20), math.log(0.90 / 0.50)))
     assert unknown_band(h100, mi300x) == pytest.approx((min(mem_lo, comp_lo), comp_hi), rel=1e-9)
     assert rp.low[2] == pytest.approx(1e6 * comp_lo) and rp.high[2] == pytest.approx(1e6 * comp_hi)
     assert (rp.low <= rp.central).all() and (rp.central <= rp.high).all()
@@ -273,16 +273,16 @@ def test_vendor_classes_and_factor_sources():
                                            ("mi300x_qwen3_moe", "b300_qwen3_moe", "b300")])
 def test_shared_pair_interval_contains_the_measured_and_central_within_10pct(src, dst, gpu):
     """Fails on the old two-basis range (B300 -> MI300X: 8.12-9.61 ms against 10.61 measured, the
-    range never contained it) and if the category projection drifts past 10% on this pair
-    (measured here: -3.2% B300 -> MI300X, +7.0% MI300X -> B300)."""
+    range never contained it). Issue 49: the central's error on this pair is no longer asserted
+    (a bound set by looking at how the shared pair came out is the tuning the issue forbids; the
+    benchmark reports it: benchmarks/bench_project.py)."""
     pj = project(read_real(src), gpu, model=MOE)
     measured_there = analyze(read_real(dst), model=MOE).phases["decode"]["gpu_busy_ms"]
     p = pj.phases["decode"]
     lo, hi = p["projected_gpu_busy_ms_range"]
     assert lo <= measured_there <= hi
-    assert abs(p["projected_gpu_busy_ms"] / measured_there - 1) <= 0.10
-    # The interval is not unbounded: within a factor 1.5 of the central either way.
-    assert hi / p["projected_gpu_busy_ms"] < 1.5 and p["projected_gpu_busy_ms"] / lo < 1.5
+    # The interval is not unbounded: within a factor 2 of the central either way.
+    assert hi / p["projected_gpu_busy_ms"] < 2 and p["projected_gpu_busy_ms"] / lo < 2
 
 
 def test_a_mixed_steps_parts_follow_its_projected_kernels():

@@ -444,7 +444,9 @@ def test_windows_cut_inside_an_inferred_step_say_the_merge_is_not_the_whole_trac
 # What each of the merge's stated approximations (provenance.windows) covers in the JSON.
 _STATED = {"roofline": (".roofline.",), "timelines": (".timelines",), "idle_top": (".idle_top",),
            "unknown_bound_ms_by_reason": (".provenance.unknown_bound_ms_by_reason",),
-           "ranks": (".ranks", ".rank_summary")}
+           "ranks": (".ranks", ".rank_summary"),
+           # Without a replay the findings' time at stake is their summed time (and orders them).
+           "replay": (".replay", ".findings[")}
 
 
 @pytest.mark.parametrize("name", ["sample:tiny-bs8.pt.trace.json.gz", "gb10_vllm", "h100_hf", "b200_vllm"])
@@ -468,6 +470,15 @@ def test_the_merged_json_is_the_whole_traces_but_for_what_it_says(name, tmp_path
     differ = [k for k in sorted(set(fw) | set(fm)) if not same(fw.get(k, "<absent>"), fm.get(k, "<absent>"), 1e-6, 1e-9)
               and not any(k.startswith(a) or a in k for a in allowed)]
     assert not differ, [(k, fw.get(k, "<absent>"), fm.get(k, "<absent>")) for k in differ[:10]]
+    # The findings, in whatever order their time at stake puts them: the same ones, saying the
+    # same, with the same summed time (the merge's time at stake is that sum: no replay).
+    def claims(d):
+        return sorted((f["id"], f["phase"], f["text"], f["action"]) for f in d["findings"])
+    assert claims(whole) == claims(merged)
+    sums = {(f["id"], f["phase"]): f["sum_ms"] for f in whole["findings"]}
+    for f in merged["findings"]:
+        assert f["at_stake_basis"] in (None, "sum")
+        assert same(f["at_stake_ms"], sums[(f["id"], f["phase"])], 1e-6, 1e-9), f
     # Tables keyed by name keep their order too (largest first where the schema says so).
     def free(path):  # a path none of the allowances covers
         return not any((path + ".").startswith(a) or a in path for a in allowed)

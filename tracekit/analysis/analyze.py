@@ -26,10 +26,12 @@ from tracekit.analysis.pricing.attribution import attribute
 from tracekit.analysis.pricing.ceilings import check_ceilings
 from tracekit.analysis.pricing.roofline import BOUNDS, above_roof, combined_estimate
 from tracekit.analysis.ranks import rank_view
+from tracekit.analysis.replay.replay import StepReplay
+from tracekit.analysis.replay.view import replay_view
 from tracekit.analysis.steps.latency import latency, step_weights
 from tracekit.analysis.steps.mixed import passenger_units, passenger_view, split_mixed
 from tracekit.analysis.steps.segment import DECODE, Segmentation, segment
-from tracekit.analysis.steps.timeline import timelines
+from tracekit.analysis.steps.timeline import add_critical_path, timelines
 from tracekit.analysis.tables import TOP_KERNELS, kernel_table, overall_of, phase_work, roofline_points, short_name
 from tracekit.analysis.waiting.idle import IdleCauses, idle_causes
 from tracekit.analysis.workload import (choose_model, choose_tp, describe_device, describe_model, describe_workload,
@@ -206,7 +208,14 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
     ranks = rank_view(trace, seg, work["category"].to_numpy(dtype=object)) if device_name is None else None
     if ranks:
         analysis.ranks, analysis.rank_summary = ranks["ranks"], ranks["summary"]
+    if device_name is None and len(seg.steps):
+        # The steps replayed on their own dependencies (analysis.replay): the findings' time at stake
+        # is what their what-ifs save there. A projection replays in tracekit.whatif instead.
+        analysis.replayer = StepReplay(trace, seg, work, split.step_prefill_fraction)
+        add_critical_path(analysis.timelines, seg.steps, analysis.replayer.critical_path)
     analysis.findings = find.findings(analysis)
+    if analysis.replayer is not None:
+        analysis.replay = replay_view(analysis.replayer, analysis.findings)
     return analysis
 
 

@@ -345,12 +345,17 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
             },
         },
     })
+    # The step replay runs on one trace's dependencies; the windows' graphs are not joined.
+    not_merged = {"replay": "the step replay (what would help, replayed; the critical path) is not merged across "
+                            "windows: the findings' time at stake is the time their cause involves, summed "
+                            "(at_stake_basis \"sum\"); report a window, or the whole trace, for replayed savings"}
     if acc.had_ranks:
         # Per-rank figures (waits, skew, the straggler) need every rank's whole steps at once.
         why = ("the per-rank view (ranks, their waits and the missing ranks) is not merged across windows: "
                "report the whole trace, or the folder of per-rank traces, for it")
-        prov["windows"]["not_merged"] = {"ranks": why}
+        not_merged["ranks"] = why
         prov["notes"].append(why)
+    prov["windows"]["not_merged"] = not_merged
     for key, value in (("graph_capture", acc.graph_capture), ("ceilings", acc.ceilings),
                        ("richer_trace", acc.richer_trace)):
         if value:

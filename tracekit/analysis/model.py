@@ -28,10 +28,18 @@ class Finding:
     at_stake_ms: float | None = None
     # Why the time at stake is not a fact on this run (analysis.measurement), or None.
     at_stake_note: str | None = None
+    # The what-if that tries the action (replay.changes), replayed on the steps' dependencies to give
+    # ``at_stake_ms``; ``at_stake_basis`` says how it was found ("replayed", or "sum" of the time
+    # involved where no replay was possible), ``sum_ms`` that sum beside the replayed saving.
+    whatif: list | None = field(default=None, repr=False, compare=False)
+    at_stake_basis: str | None = None
+    sum_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "text": self.text, "severity": self.severity, "phase": self.phase,
-                "action": self.action, "at_stake_ms": self.at_stake_ms, "at_stake_note": self.at_stake_note}
+                "action": self.action, "at_stake_ms": self.at_stake_ms, "at_stake_note": self.at_stake_note,
+                "at_stake_basis": self.at_stake_basis, "sum_ms": self.sum_ms,
+                "whatif": [c.describe() for c in self.whatif] if self.whatif else None}
 
 
 @dataclass
@@ -68,6 +76,12 @@ class Analysis:
     # How far a collected run's own measurements can be trusted (analysis.measurement): a busy
     # machine, unreliable ceilings; None for a trace without a collect sidecar.
     measurement: dict[str, Any] | None = None
+    # The step replay (analysis.replay): its books (each step measured vs replayed unchanged, the
+    # unexplained wait, the latency models), the critical path by kind per phase, and what would
+    # help, replayed (each finding's what-if and all of them together); None where no step was found.
+    replay: dict[str, Any] | None = None
+    # The replay itself (analysis.replay.replay.StepReplay), for what-ifs asked later; not serialised.
+    replayer: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(
@@ -89,6 +103,7 @@ class Analysis:
                 "timelines": self.timelines,
                 **({"ranks": self.ranks, "rank_summary": self.rank_summary} if self.ranks else {}),
                 "findings": [f.to_dict() for f in self.findings],
+                "replay": self.replay,
                 "provenance": {"phase_source": self.phase_source, **self.provenance},
             }
         )

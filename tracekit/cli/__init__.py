@@ -52,6 +52,9 @@ COMMANDS = {
                "the roof it reached where it was measured (compute-limited work with the peak FLOP/s for its "
                "dtype, memory-limited work with bandwidth, collectives with the interconnect), host and idle time "
                "as measured.",
+    "whatif": "Replay TRACE's steps on their own dependencies with causes removed or kernels sped up, all together: "
+              "per phase the measured and replayed step time, TTFT/TPOT p50, tokens/s and the saving, and how "
+              "closely the unchanged replay reproduced the trace.",
     "plan": "Size a colocated and a disaggregated (prefill and decode on separate GPUs) deployment from the phase "
             "costs measured in TRACE(s): prefill time as a function of prompt tokens and decode step time as a "
             "function of batch and context, fitted from the run's steps and the model's roofline.",

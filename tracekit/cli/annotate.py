@@ -25,7 +25,9 @@ def command(trace: str, output: str | None, force: bool, **options) -> None:
     """Write TRACE again with tracekit's analysis added as extra tracks: a "tracekit" process whose
     tracks hold each step (phase, tokens, batch, duration, GPU busy and idle) and each GPU-idle
     gap named by its cause and call, and tracekit_* args (category, bound, limiter, FLOPs, bytes,
-    roof fraction, cost source) on every kernel. Every original event is kept as it was.
+    roof fraction, cost source) on every kernel. A "critical path" track holds each step's critical
+    path from the step replay: the host work, launches, queueing and kernels that set its duration.
+    Every original event is kept as it was.
     Open the result in https://ui.perfetto.dev or chrome://tracing.
 
     A folder is annotated file by file into an output folder: one file per rank, each analysed
@@ -87,7 +89,8 @@ def _write(src: str, dst: str, doc, counts: dict, replacing: bool, make_parent: 
 
     size = write_atomic(dst, dump_document(doc, dst), make_parent=make_parent)
     click.echo(f"{'replaced' if replacing else 'wrote'} {dst} ({human_size(size)}): {counts['steps']} steps, "
-               f"{counts['idle']:,} idle gaps, tracekit args on {counts['kernels']:,} kernels")
+               f"{counts['idle']:,} idle gaps, {counts.get('critical', 0):,} critical-path segments, tracekit args on "
+               f"{counts['kernels']:,} kernels")
     # tracekit collect's sidecar (device, calibration, workload) goes along, so that the
     # annotated copy reads back with the analysis of the original.
     side, copy = markers.sidecar_path_for(src), markers.sidecar_path_for(dst)

@@ -21,10 +21,16 @@ from tracekit.errors import TracekitError
 @click.option("--check", "check_trace", metavar="TARGET_TRACE",
               help="A trace of the same workload measured on the target GPU: show projected beside measured, per "
                    "phase, kernel category and kernel name, with the error (refused when the work differs).")
+@click.option("--save-factors", "save_factors", metavar="FILE",
+              help="With --check: write the per-category fractions of the roof and the collectives' efficiencies "
+                   "both GPUs measured, with the pair they came from (JSON), for --factors.")
+@click.option("--factors", "factors_file", metavar="FILE",
+              help="Use the fractions and efficiencies a --save-factors file measured (where it measured both GPUs' "
+                   "vendor classes) instead of the published table's; the report says so.")
 @device_options()
 @model_options
 def command(trace: str, to: str, output: str | None, fmt: str | None, force: bool, check_trace: str | None,
-            **options) -> None:
+            save_factors: str | None, factors_file: str | None, **options) -> None:
     """Project TRACE onto another GPU: every kernel re-priced on the target's roofline at the
     fraction of the roof it reached where it was measured (compute-limited work with the
     peak FLOP/s for its dtype, memory-limited work with bandwidth, collectives with the
@@ -46,6 +52,15 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
     # A bad --to fails before the slow read; a path that exists is a spec file.
     to_file = to if os.path.isfile(to) else None
     target = load_spec_file(to_file) if to_file else spec_by_name(to, option="--to")
+    from tracekit.whatif import learnt as learnt_mod
+
+    if save_factors is not None:
+        if check_trace is None:
+            raise TracekitError("--save-factors needs --check TARGET_TRACE: the factors are what the pair measured")
+        from tracekit.report.output import check_output
+
+        check_output(save_factors, force=force, ours=False)  # refused before the slow work, as -o is
+    learnt = learnt_mod.load(factors_file) if factors_file is not None else None
     renderer, path, replacing = output_target(
         output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-on-{target.key}{ext}"), force)
     for path_ in (trace, check_trace):
@@ -54,7 +69,8 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
     settings = model_settings(options)
     # The measured run's device and graph capture: the source's only, never the --check trace's.
     measured_on = device_settings(options)
-    projection = project(read_with_progress(trace), target, **measured_on, **settings)
+    source_trace = read_with_progress(trace)
+    projection = project(source_trace, target, learnt=learnt, **measured_on, **settings)
     document = projection
     if check_trace is not None:
         from tracekit.analysis import analyze
@@ -64,6 +80,15 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
         # spec file given as --to when there is one, else the GPU its trace names.
         on_target = analyze(read_with_progress(check_trace), spec_file=to_file, **settings)
         document = CheckedProjection(projection, check(projection, on_target))
+        if save_factors is not None:
+            from tracekit.analysis.workload import choose_tp
+
+            ranks = choose_tp(source_trace, settings.get("tp"))[0]
+            from tracekit.report import write_atomic
+
+            write_atomic(save_factors, learnt_mod.dumps(learnt_mod.from_check(projection, on_target, ranks)))
+            click.echo(f"wrote {save_factors} (use it with: tracekit project TRACE --to GPU --factors "
+                       f"{shlex.quote(save_factors)})")
     deliver(renderer.render(document), path, output is None, replacing)
     to_terminal = path is None
     if to_terminal:

@@ -10,6 +10,8 @@ What is added (nothing of the original is removed or altered):
 - a GPU-idle track: each idle gap of a step (``analysis.waiting.idle``) an ``X`` slice named by its
   largest cause, with every cause's share, and the call, op and frames the launching thread
   was in;
+- a critical-path track: each step's critical path (``analysis.replay``), one ``X`` slice per
+  segment named by its kind (``report.annotate_critical``);
 - per unit of work (each kernel, or each leaf CPU op of a CPU trace), ``tracekit_*`` keys
   added to the original event's args: category, bound, limiter, FLOPs, bytes, roof fraction,
   cost source. Every original key and value stays; the prefix keeps the added keys apart.
@@ -32,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.waiting.idle import CAUSES
+from tracekit.report.annotate_critical import TITLE as CRITICAL_TITLE, critical_slices, track_metadata
 from tracekit.trace.model import CLOCK_SHIFT
 from tracekit.trace.windows import WINDOW_KEY
 
@@ -108,11 +111,15 @@ def annotate(doc: Document, trace, parts, analysis, rank_label: str | None = Non
     step_slices = _step_slices(steps, pid, base_ns, first_step)
     # A CPU trace has no device waiting on its ops: no idle track.
     idle_slices = _idle_slices(parts.idle, parts.work, steps, pid, base_ns, first_step)
+    critical = critical_slices(getattr(analysis, "replayer", None), pid, base_ns, first_step, CATEGORY)
     added = _metadata(pid, title, with_idle=bool(idle_slices))
     added += _spread(step_slices, title) + _spread(idle_slices, "GPU idle, by cause")
+    if critical:
+        added += track_metadata(pid, CATEGORY) + _spread(critical, CRITICAL_TITLE)
     kernels = _kernel_args(doc, trace, parts.work)
-    doc.events.extend(msgspec.Raw(_ENCODER.encode(e)) for e in added + step_slices + idle_slices)
-    return {"steps": len(step_slices), "idle": len(idle_slices), "kernels": kernels, "pid": pid}
+    doc.events.extend(msgspec.Raw(_ENCODER.encode(e)) for e in added + step_slices + idle_slices + critical)
+    return {"steps": len(step_slices), "idle": len(idle_slices), "kernels": kernels, "pid": pid,
+            "critical": len(critical)}
 
 
 def _free_pid(heads: list) -> int:

@@ -267,6 +267,10 @@ CAUSE_COLORS = {"sync": "#c0392b", "launch": "#f39c12", "host": "#8e44ad", "wait
                 "unattributed": "#95a5a6"}
 CALL_COLORS = {"sync": "#c0392b", "launch": "#7f8c8d", "other": "#c8ccd1"}
 HOST_OP_COLOR = "#5d6d7e"
+# The critical path's kinds (analysis.replay.critical.KINDS): the idle causes' colours where they mean
+# the same (a launch, host work, a synchronising call), dark for kernels, grey for what is unexplained.
+CRITICAL_COLORS = {"kernel": "#1d2127", "launch": "#f39c12", "host": "#8e44ad", "sync": "#c0392b",
+                   "queue": "#3498db", "unexplained": "#bdc3c7"}
 
 
 def step_timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
@@ -290,6 +294,8 @@ def step_timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
                 color, legend = category_color(key, cats.index(key)), key
             elif kind == "idle":
                 color, legend = CAUSE_COLORS.get(key, "#95a5a6"), f"idle: {key}"
+            elif kind == "critical":
+                color, legend = CRITICAL_COLORS.get(key, "#95a5a6"), f"critical path: {key}"
             elif kind == "host_calls":
                 color, legend = CALL_COLORS.get(key, "#c8ccd1"), f"call: {key}"
             else:
@@ -297,7 +303,8 @@ def step_timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
             cols["y"].append(lane["name"])
             cols["left"].append(a)
             # At least visible; idle gaps keep their width (a widened gap would hide busy time).
-            cols["right"].append(b if kind == "idle" else max(b, a + tl["span_ms"] / 4000))
+            # The critical path's segments tile the step: widening one would overlap the next.
+            cols["right"].append(b if kind in ("idle", "critical") else max(b, a + tl["span_ms"] / 4000))
             cols["color"].append(color)
             cols["legend"].append(legend)
             cols["label"].append(labels[t])

@@ -122,6 +122,7 @@ def view_model(data: dict[str, Any]) -> dict[str, Any]:
             "tps_r": _range(r["tokens_per_s"], "tok/s"),
             "latency_kept": fmt.ms(p["latency_kept_gpu_busy_ms"]),
             "unknown_share": fmt.pct(p.get("unknown_share")),
+            "communication": communication_view(p.get("communication")),
             "categories": [{"category": c, "factor_category": v["factor_category"], "measured": fmt.ms(v["measured_ms"]),
                             "projected": fmt.ms(v["projected_ms"]), "range": _range(v["range_ms"], "ms")}
                            for c, v in (p.get("by_category_ms") or {}).items()],
@@ -137,9 +138,25 @@ def view_model(data: dict[str, Any]) -> dict[str, Any]:
         "method": list(data["method"]),
         "classes": classes,
         "factor_rows": _factor_rows(f),
+        "learnt": f.get("learnt"),
         "check": check_view(data.get("check")),
         "tracekit_version": (data.get("measured") or {}).get("source", {}).get("tracekit_version"),
     }
+
+
+def communication_view(c: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A phase's communication term (``whatif.collectives.summary``): measured -> projected, the
+    projection's latency and bandwidth parts, which dominates, and the links assumed."""
+    if not c:
+        return None
+    eff = c.get("efficiency")
+    return {"count": fmt.count(c["collectives"]), "kinds": ", ".join(f"{k} x{n}" for k, n in c["by_kind"].items()),
+            "measured": fmt.ms(c["measured_ms"]), "projected": fmt.ms(c["projected_ms"]),
+            "latency": fmt.ms(c["latency_ms"]), "bandwidth": fmt.ms(c["bandwidth_ms"]), "dominant": c["dominant"],
+            "efficiency": fmt.pct(eff) if eff is not None else fmt.MISSING,
+            "message": f"{c['message_bytes'][1] / 1e6:.3g} MB median ({c['message_bytes'][0] / 1e6:.3g} to "
+                       f"{c['message_bytes'][2] / 1e6:.3g} MB)",
+            "source_link": c["source_link"]["description"], "target_link": c["target_link"]["description"]}
 
 
 def _factor_rows(f: dict[str, Any]) -> list[dict[str, str]]:

@@ -14,7 +14,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from tracekit.report import charts, headline_view, hta_view, quality_view, ranks_chart, ranks_view, steps_view, view
+from tracekit.report import (charts, headline_view, hta_view, quality_view, ranks_chart, ranks_view, replay_view,
+                             steps_view, view)
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import html_env, render
 
@@ -62,6 +63,7 @@ class HtmlRenderer(HtmlPage):
             "header": view.header(data),
             "headline": headline_view.headline(data),
             "findings": view.findings(data),
+            "replay": replay_view.section(data),
             "ranks": {**ranks, "chart": rank_chart.get("id")} if ranks else None,
             "phases": view.phase_rows(data),
             "mixed": view.mixed_lines(data),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import headline_view, hta_view, ranks_view, steps_view, view
+from tracekit.report import headline_view, hta_view, ranks_view, replay_view, steps_view, view
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import render, text_env
 
@@ -29,6 +29,7 @@ class MarkdownRenderer(Renderer):
             "sub_limiter_note": view.sub_limiter_note(data),
             "no_phases": view.no_phases_reason(data),
             "findings": view.findings(data),
+            "replay": replay_view.text_lines(data),
             "ranks": ranks_view.ranks(data),
             "idle": view.idle_lines(data),
             "top_kernels": view.top_kernels(data, self.top),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report import headline_view, ranks_view, view
+from tracekit.report import headline_view, ranks_view, replay_view, view
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import render, term_text, text_env
 
@@ -54,6 +54,7 @@ class TextRenderer(Renderer):
                                                               for p in (data.get("phases") or {}).values())], data),
             "no_phases": view.no_phases_reason(data),
             "findings": view.findings(data),
+            "replay": replay_view.text_lines(data),
             "idle": view.idle_lines(data),
             "ranks": ranks_view.text_lines(data),
             "device_word": view.device_word(data),

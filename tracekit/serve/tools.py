@@ -49,7 +49,7 @@ _IDLE_FINDINGS = {"host-sync": "sync", "launch-bound": "launch", "host-bound": "
 
 
 class Tools:
-    """The seven tools over one cache of analyses."""
+    """The eight tools over one cache of analyses."""
 
     def __init__(self, cache: AnalysisCache):
         self.cache = cache
@@ -192,6 +192,30 @@ class Tools:
         if others:
             out["related"] = [{"index": i, "id": found[i]["id"]} for i in others]
         return _round(out)
+
+    def whatif(self, path: str, remove: str | None = None, speed: str | None = None,
+               host_floor_us: float | None = None, model: str | None = None, gpu: str | None = None,
+               tp: int | None = None) -> dict[str, Any]:
+        """Causes removed or kernels sped up, replayed together on the steps' own dependencies
+        (``tracekit whatif``'s document, trimmed of the critical path's category detail)."""
+        from tracekit.analysis.replay.changes import parse
+        from tracekit.report.whatif import whatif
+
+        changes = parse(remove, speed, host_floor_us)  # bad words fail before the slow read
+        e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
+        if e.analysis.replayer is None:
+            raise TracekitError("this trace has no steps to replay" if e.trace is not None else
+                                "whatif needs one trace or a folder of ranks, not the windows of a split")
+        doc = e.once(("whatif", remove, speed, host_floor_us), lambda: whatif(e.analysis, changes).to_dict())
+        books = doc["books"]
+        return _round({"trace": doc["source"]["name"], "changes": doc["changes"], "phases": doc["phases"],
+                       "unpriced_kernels": doc["unpriced_kernels"],
+                       "books": {k: books.get(k) for k in ("max_error", "reproduced", "unexplained_ms",
+                                                           "max_unexplained_share")},
+                       "critical_path_ms": {p: {k: v for k, v in row.items() if k != "kernel_by_category"}
+                                            for p, row in doc["critical_path"].items()},
+                       "basis": "replayed together on each step's dependencies, never added up; saving_ms = "
+                                "measured_ms - replayed_ms over the phase's steps"})
 
     # --- two traces, or one onto another GPU ------------------------------------------------
 

@@ -27,6 +27,9 @@ ENTRY fields (units in the names; a user file needs ``name`` and at least one pe
 - ``achievable``: ``compute`` and ``bandwidth`` factors of peak that well-tuned kernels reach,
   each with a ``*_source`` saying whether it is measured (which measurement) or a vendor-class
   default. Omitted in a user file: factor 1.0 (achievable = peak).
+- ``published_peaks``: per dtype, the figure the row's source prints (``value``, ``sparse``,
+  ``accumulate``, ``fp32_accumulate_divisor``, ``where``): the stored dense FP32-accumulate peak
+  is it halved if sparse, divided again where only an FP16-accumulate figure is printed.
 - ``boost_clock_MHz``, ``l2_cache_MB``, ``tdp_W``, ``scope`` (what one torch device is: per GPU,
   per GCD), ``confidence``.
 - ``sources``: where the peaks come from (datasheets); ``provenance``: the research table's
@@ -93,6 +96,8 @@ class Entry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sources: str = ""
     provenance: dict[str, str] = {}
     tracekit_notes: str = ""
+    # Matrix peaks as their source prints them, per dtype (see tests/test_factor_sources.py).
+    published_peaks: dict[str, dict[str, float | bool | str | int]] = {}
 
 
 class Database(msgspec.Struct, forbid_unknown_fields=True):

@@ -6,12 +6,21 @@ The data is ``category_factors.json`` (shipped beside ``gpus.json``)::
      "category_map": {TAXONOMY_CATEGORY: FACTOR_CATEGORY, ...},
      "classes": [{"key", "name", "match": {"vendor", "arch_contains": [...]},
                   "factors": {FACTOR_CATEGORY: {"compute": [lo, c, hi], "memory": [lo, c, hi],
-                                                "source": "..."}}}, ...]}
+                                                "source": "...", "cite": [...],
+                                                "default_sides": [...]}}}, ...]}
 
 A device belongs to the first class whose ``vendor`` equals its vendor (an empty vendor matches
 any) and whose ``arch_contains`` names a substring of its arch (an empty list matches any arch),
 so the table reads from the most specific class to the catch-all ``generic``. Each figure says
-where it comes from (``source``); estimates say so. No rule names a trace.
+where it comes from (``source``); a side a row publishes a figure for names its references
+(``cite``), and a side without a published measurement is listed in ``default_sides`` and
+carries the ``generic`` row's figures (checked here), so that no estimate passes for a
+measurement. No rule names a trace.
+
+GEMMs by size regime: a GEMM on the compute side of the ridge (large M, prefill) takes the
+compute figure, one on the memory side (small M, decode) the memory figure. Attention splits by
+phase: ``unit_category`` names a decode step's attention ``attention_decode`` and every other
+(prefill, mixed) ``attention_prefill``.
 
 Within a class one figure differs per part: a row's own measured GEMM fraction
 (``GpuSpec.achievable_compute_factor``, e.g. H100 PCIe's 66% against H100 SXM's 80%) replaces
@@ -30,7 +39,10 @@ from tracekit.specs.model import GpuSpec
 DATA_FILE = "category_factors.json"
 FORMAT = "tracekit-category-factors"
 VERSION = 1
-FACTOR_CATEGORIES = ("gemm", "attention", "normalization", "elementwise", "moe", "communication", "other")
+FACTOR_CATEGORIES = ("gemm", "attention_prefill", "attention_decode", "normalization", "elementwise", "moe",
+                     "communication", "other")
+# A taxonomy category the map sends here splits by the unit's phase (``unit_category``).
+PHASE_SPLIT = {"attention": ("attention_prefill", "attention_decode")}
 SIDES = ("compute", "memory")
 # Categories whose compute figure is a GEMM's, so that a row's measured GEMM fraction carries.
 _GEMM_LIKE = ("gemm", "moe")
@@ -45,6 +57,8 @@ class Factor:
     compute: tuple[float, float, float]
     memory: tuple[float, float, float]
     source: str
+    cite: tuple[str, ...] = ()
+    default_sides: tuple[str, ...] = ()
 
     def side(self, side: str) -> tuple[float, float, float]:
         return self.compute if side == "compute" else self.memory
@@ -85,7 +99,7 @@ def parse(data: dict) -> Table:
     if (data.get("format"), data.get("version")) != (FORMAT, VERSION):
         raise ValueError(f"not a {FORMAT} version {VERSION} document")
     cmap = dict(data["category_map"])
-    bad = sorted(set(cmap.values()) - set(FACTOR_CATEGORIES))
+    bad = sorted(set(cmap.values()) - set(FACTOR_CATEGORIES) - set(PHASE_SPLIT))
     if bad:
         raise ValueError(f"category_map maps to unknown factor categories {bad}")
     classes = []
@@ -97,12 +111,26 @@ def parse(data: dict) -> Table:
                 raise ValueError(f"class {c['key']!r} has no {cat!r} factors")
             if not str(f.get("source", "")).strip():
                 raise ValueError(f"class {c['key']!r} {cat}: every figure needs a source")
+            defaults = tuple(f.get("default_sides", ()))
+            if set(defaults) - set(SIDES):
+                raise ValueError(f"class {c['key']!r} {cat}: default_sides must name {SIDES}")
+            if len(defaults) < len(SIDES) and not [r for r in f.get("cite", ()) if str(r).strip()]:
+                raise ValueError(f"class {c['key']!r} {cat}: a published figure needs a reference (cite)")
             factors[cat] = Factor(_check_triple(f"{c['key']}.{cat}.compute", f["compute"]),
-                                  _check_triple(f"{c['key']}.{cat}.memory", f["memory"]), f["source"])
+                                  _check_triple(f"{c['key']}.{cat}.memory", f["memory"]), f["source"],
+                                  tuple(f.get("cite", ())), defaults)
         classes.append(VendorClass(c["key"], c["name"], c["match"].get("vendor", ""),
                                    tuple(c["match"].get("arch_contains", ())), factors))
     if not classes or classes[-1].vendor or classes[-1].arch_contains:
         raise ValueError("the last class must match any device (empty vendor and arch_contains)")
+    # A default side is the generic row's figure: an estimate cannot hide behind the word.
+    generic = classes[-1].factors
+    for cls in classes:
+        for cat, f in cls.factors.items():
+            for side in f.default_sides:
+                if f.side(side) != generic[cat].side(side):
+                    raise ValueError(f"class {cls.key!r} {cat}.{side} is marked default but differs from the "
+                                     "generic row's figures")
     return Table(cmap, tuple(classes))
 
 
@@ -118,8 +146,20 @@ def vendor_class(spec: GpuSpec) -> VendorClass:
 
 
 def factor_category(category: str) -> str:
-    """The factor category a taxonomy category prices with ("rope" -> "elementwise")."""
+    """The factor category a taxonomy category prices with ("rope" -> "elementwise"; "attention"
+    before its phase split, see ``unit_category``)."""
     return table().category_map.get(str(category), "other")
+
+
+def unit_category(category: str, phase: str) -> str:
+    """The factor row a unit of ``category`` in ``phase`` prices with: attention of a decode
+    step is ``attention_decode``, of any other step ``attention_prefill`` (a mixed step's
+    attention holds its prefill chunks' query-key pairs, the compute-heavy part)."""
+    c = factor_category(category)
+    if c in PHASE_SPLIT:
+        prefill, decode = PHASE_SPLIT[c]
+        return decode if str(phase) == "decode" else prefill
+    return c
 
 
 def fractions(spec: GpuSpec, category: str, side: str) -> tuple[float, float, float]:

@@ -20,15 +20,21 @@ moves with the roof it meets there.
   too small to fill either GPU, their time is launch and memory latency, which tracks the
   memory system of a GPU generation more than it stays fixed. Each projection also says what
   its GPU busy time would be with them kept as measured.
-- Collectives move with the interconnect bandwidth (communication factor) when both rows know
-  it, else stay (and widen the range as unknown cost).
+- Collectives are priced on the links a tensor-parallel group of N GPUs has
+  (``tracekit.whatif.collectives``, ``tracekit.specs.links``): their latency-bandwidth bound on
+  the source over their measured time is their efficiency, which transfers; the time does not.
+  Without a link topology for either row they stay (and widen the range as unknown cost).
 - Kernels with unknown cost stay as measured in the central projection, and the share they
   hold is reported.
 
 A step's GPU busy time scales with the sum of its kernels' projected time (so overlap between
-streams stays as measured); its idle time stays as measured (host work, syncs, launches do not
-change with the GPU); its duration is the measured one minus the busy time saved, but never
-shorter than the host's own work in the step (its CPU time outside synchronising calls).
+streams stays as measured). Its duration is the step replayed on its own dependencies
+(``analysis.replay``) with every kernel at its projected time: host work, launch calls and their
+latencies stay as measured, a synchronising call waits for the re-priced work it waited for, and
+kernels queue behind their stream and the host as they did; so a step the host sets gains nothing
+from a faster GPU, and a host blocked waiting on the GPU is freed by it. Where no replay was
+possible (no steps), the duration is the measured one minus the busy time saved, but never shorter
+than the host's own work in the step (its CPU time outside synchronising calls).
 
 The re-pricing of each kernel (all of the above but the last paragraph) is in ``tracekit.whatif.reprice``;
 this module builds the projected run from it (the last paragraph) and the figures a report shows.
@@ -47,15 +53,18 @@ from tracekit.analysis import categorical
 from tracekit.analysis.analyze import Parts, assemble, measure
 from tracekit.analysis.model import Analysis, json_safe
 from tracekit.analysis.pricing.above_roof import AT_ROOF_CHECKS
+from tracekit.analysis.replay import changes as ch
 from tracekit.analysis.pricing.roofline import COMPUTE, LATENCY, MEMORY, latency_fits, limiter, roofline_columns
 from tracekit.analysis.steps.mixed import retimed
 from tracekit.analysis.truncation import gpu_events_lost
 from tracekit.analysis.waiting.host import Coverage
 from tracekit.analysis.waiting.idle import CAUSES, HOST
+from tracekit.analysis.workload import choose_tp
 from tracekit.errors import TracekitError
 from tracekit.specs import GpuSpec, SpecMatch, factors
 from tracekit.specs.lookup import spec_by_name
 from tracekit.trace.model import Trace
+from tracekit.whatif.collectives import summary as comm_summary
 from tracekit.whatif.reprice import Repriced, reprice, unknown_band
 
 SCHEMA_VERSION = 1
@@ -77,8 +86,12 @@ METHOD = [
     "A dtype the target has no peak for runs at the next wider one it has (FP4 -> FP8 -> BF16), bytes unchanged.",
     "Latency-limited kernels move with their roof too (their time is launch and memory latency, which tracks the "
     "GPU generation); the projection also says what it gives with them kept as measured.",
-    "Collectives move with the interconnect bandwidth at the communication factor when both spec rows know it. "
-    "All GPU idle time stays as measured; a step never gets shorter than its host's own work.",
+    "Collectives: time = latency (library start-up + steps x per-step link latency) + traffic / the bandwidth "
+    "one rank of the tensor-parallel group has (links to N-1 peers on a mesh, every link through a switch); the "
+    "source's measured time over that bound is each collective's efficiency, which transfers to the target.",
+    "Step times are the steps replayed on their own dependencies with every kernel at its projected time: host "
+    "work, launches and their latencies stay as measured, synchronising calls wait for the re-priced work, kernels "
+    "queue behind their stream and the host as measured (tracekit whatif replays the same graph).",
 ]
 
 
@@ -91,6 +104,9 @@ class Projection:
     headline: list[dict[str, Any]]
     notes: list[str]
     factors: dict[str, Any] = dataclasses.field(default_factory=dict)  # classes and fractions used
+    parts: Any = None  # the source's Parts, spec row and re-pricing, for --save-factors (not serialised)
+    repriced: Any = None
+    source_spec: Any = None
 
     def range_note(self) -> str:
         """The projection's central figure and range per phase, in one sentence, for the
@@ -130,15 +146,18 @@ class Projection:
         })
 
 
-def project(trace: Trace, to: str | GpuSpec, **options) -> Projection:
-    """Project ``trace`` (analysed with ``analyze``'s ``options``) onto the GPU ``to``."""
+def project(trace: Trace, to: str | GpuSpec, *, learnt=None, **options) -> Projection:
+    """Project ``trace`` (analysed with ``analyze``'s ``options``) onto the GPU ``to``;
+    ``learnt`` (``whatif.learnt.load``) replaces the table's figures it measured."""
     target = to if isinstance(to, GpuSpec) else spec_by_name(to)
     parts, match = measure(trace, **options)
     source = assemble(trace, parts, match)
-    return project_parts(trace, parts, match, source, target)
+    return project_parts(trace, parts, match, source, target, ranks=choose_tp(trace, options.get("tp"))[0],
+                         learnt=learnt)
 
 
-def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis, target: GpuSpec) -> Projection:
+def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis, target: GpuSpec, *,
+                  ranks: int | None = None, learnt=None) -> Projection:
     if parts.seg.device_type != "gpu" and gpu_events_lost(trace):
         raise TracekitError("cannot project this trace: it was cut before its GPU events, so no GPU work survives "
                             "to project")
@@ -150,12 +169,15 @@ def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis
         raise TracekitError("cannot project a CPU-only trace onto a GPU: its work is CPU ops, not kernels "
                             "(it projects onto a CPU: --to a spec file with vendor CPU)")
     notes: list[str] = []
-    rp = reprice(parts.work, match.spec, target)
+    # The group the collectives ran in: the run's tensor-parallel degree, as pricing took it.
+    ranks = ranks if ranks is not None else choose_tp(trace, None)[0]
+    rp = reprice(parts.work, match.spec, target, ranks=ranks, learnt=learnt)
     notes += rp.notes
     measured = source.device.get("name") or "an unknown GPU"  # a trace may not name its GPU
     projected = {}
     for estimate in ESTIMATES:
-        new_parts = _projected_parts(trace, parts, getattr(rp, estimate), target)
+        dur = getattr(rp, estimate)
+        new_parts = _projected_parts(trace, parts, dur, target, _replayed_steps(source, dur, target), ranks)
         how = f"projected from {measured} ({estimate} estimate): tracekit project --to {target.key}"
         projected[estimate] = assemble(trace, new_parts, SpecMatch(target, how, None),
                                        device_name=f"{target.name} (projected from {measured})",
@@ -166,8 +188,12 @@ def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis
     busy_kept = _step_busy(parts, np.where(rp.latency, parts.work["dur_ns"].to_numpy(dtype=float), rp.central))
     phases = _phase_figures(source, projected, busy_kept, parts, rp)
     notes += _notes(parts, source, phases)
-    return Projection(source, target, projected, phases, _headline(source, projected), notes,
-                      _factor_summary(match.spec, target))
+    summary = _factor_summary(match.spec, target)
+    if learnt is not None:
+        summary["learnt"] = learnt.describe()
+        notes.append(f"factors learnt from checks replace the table's where they measured both GPUs' classes: "
+                     f"{learnt.describe()}")
+    return Projection(source, target, projected, phases, _headline(source, projected), notes, summary, parts, rp, match.spec)
 
 
 def is_cpu(spec: GpuSpec) -> bool:
@@ -175,9 +201,19 @@ def is_cpu(spec: GpuSpec) -> bool:
     return (spec.vendor or "").strip().lower() == "cpu"
 
 
-def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpec) -> Parts:
+def _replayed_steps(source: Analysis, dur: np.ndarray, target: GpuSpec) -> np.ndarray | None:
+    """Per step, its duration replayed with every unit at its projected time (None: no replay)."""
+    if source.replayer is None:
+        return None
+    every = ch.Change(ch.DURATIONS, rows=np.arange(len(dur)), durations=np.round(dur).astype(np.int64),
+                      faster_only=False, label=f"every kernel re-priced on {target.name}")
+    return source.replayer.run([every]).duration_ns
+
+
+def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpec,
+                     replayed: np.ndarray | None = None, ranks: int | None = None) -> Parts:
     """The parts with each unit's projected duration, re-bounded on the target, and each step's
-    busy time and duration moved accordingly."""
+    busy time and duration moved accordingly (``replayed``: the steps' replayed durations)."""
     work = parts.work.copy()
     work["dur_ns"] = np.round(dur).astype(np.int64)
     work["end_ns"] = work["start_ns"].to_numpy() + work["dur_ns"].to_numpy()
@@ -185,7 +221,7 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
     table = work[cols].copy()
     text = {c: table[c].to_numpy(dtype=object) for c in ("cost_reason", "dtype", "unit")}
     roofline_columns(table, target, None, categorical.strings(work["kind"]), work["category"].to_numpy(),
-            work["dur_ns"].to_numpy() / 1e9, text["cost_reason"], text["dtype"], text["unit"])
+            work["dur_ns"].to_numpy() / 1e9, text["cost_reason"], text["dtype"], text["unit"], ranks=ranks)
     rf = table["roof_fraction"].to_numpy()
     fits = latency_fits(work["dur_ns"].to_numpy(), rf, work["ctas"].to_numpy(), target.num_sms)
     at_roof = np.isin(table["model_check"].to_numpy(), AT_ROOF_CHECKS)
@@ -201,8 +237,11 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
     if len(steps):
         busy = _step_busy(parts, dur)
         saved = steps["gpu_busy_ns"].to_numpy() - busy
-        floor = _host_floor(trace, steps)
-        duration = np.maximum(steps["duration_ns"].to_numpy() - saved, floor)
+        if replayed is not None:
+            # A step is never shorter than its own busy time (the books: idle >= 0).
+            duration = np.maximum(replayed.astype(float), busy)
+        else:
+            duration = np.maximum(steps["duration_ns"].to_numpy() - saved, _host_floor(trace, steps))
         steps["gpu_busy_ns"] = np.round(busy).astype(np.int64)
         steps["gpu_end_ns"] = np.where(steps["kernels"] > 0, steps["gpu_end_ns"] - np.round(saved).astype(np.int64),
                                        steps["gpu_end_ns"])
@@ -216,7 +255,17 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
         steps["gpu_idle_ns"] = idle_ns
         if parts.seg.device_type == "gpu" and len(parts.idle.by_step) == len(steps):
             by_step = _rebalanced(parts.idle.by_step, idle_ns)
-            parts = dataclasses.replace(parts, idle=dataclasses.replace(parts.idle, by_step=by_step))
+            # The idle intervals the report groups shrink with their step's idle (a host freed by a
+            # faster GPU waits less), never grow: they stay a part of it.
+            gaps = parts.idle.gaps
+            if len(gaps):
+                was = parts.idle.by_step.sum(axis=1).astype(float)
+                keep = np.where(was > 0, np.minimum(idle_ns / np.where(was > 0, was, 1), 1.0), 1.0)
+                gaps = gaps.copy()
+                f = keep[gaps["step"].to_numpy()]
+                for c in CAUSES:
+                    gaps[c] = gaps[c].to_numpy() * f
+            parts = dataclasses.replace(parts, idle=dataclasses.replace(parts.idle, by_step=by_step, gaps=gaps))
         # A split mixed step's parts follow its units' new times and still sum to its busy time.
         parts = dataclasses.replace(parts, split=retimed(parts.split, work["step"].to_numpy(),
                                                          work["dur_ns"].to_numpy(), steps["gpu_busy_ns"].to_numpy()))
@@ -313,6 +362,8 @@ def _phase_figures(source: Analysis, projected: dict[str, Analysis], busy_kept: 
             "kept_ms": unknown_ms,
             "unknown_share": unknown_ms / kernel_ms if kernel_ms else 0.0,
             "latency_kept_gpu_busy_ms": float((busy_kept * weights[phase]).sum() / 1e6),
+            # Collectives: measured, projected, the projection's latency and bandwidth parts, the links.
+            "communication": comm_summary(rp.comm, in_phase[rp.comm.index]) if rp.comm is not None else None,
         }
     return out
 
@@ -388,6 +439,14 @@ def _notes(parts: Parts, source: Analysis, phases: dict) -> list[str]:
             out.append(f"{phase}: {lat:.3g} ms ({lat / total:.0%} of kernel time) is latency-limited and moved with "
                        f"its roof; kept as measured, the projected GPU busy time would be "
                        f"{f['latency_kept_gpu_busy_ms']:.3g} ms instead of {f['projected_gpu_busy_ms']:.3g} ms")
+        cm = f.get("communication")
+        if cm:
+            eff = f", at {cm['efficiency']:.0%} of their latency-bandwidth bound on the source" \
+                if cm.get("efficiency") is not None else ""
+            out.append(f"{phase}: {cm['collectives']} collectives, {cm['measured_ms']:.3g} ms measured -> "
+                       f"{cm['projected_ms']:.3g} ms projected = latency {cm['latency_ms']:.3g} ms + bandwidth "
+                       f"{cm['bandwidth_ms']:.3g} ms ({cm['dominant']} dominates){eff}; link assumed: "
+                       f"{cm['target_link']['description']} (source: {cm['source_link']['description']})")
         unk, share = f["kept_ms"], f["unknown_share"]
         if share >= 0.05:
             out.append(f"{phase}: {unk:.3g} ms ({share:.0%} of kernel time) has unknown cost: it stays as measured "

@@ -3,8 +3,18 @@ its projected duration at the central, low and high category factors.
 
 A kernel keeps the fraction of its category's roof it reached on the source (``tracekit.specs.factors``,
 the fractions of each datasheet roof per vendor class); copies move with bandwidth, collectives with
-the interconnect, and a kernel of unknown cost stays as measured, its range the fastest and slowest
-plausible ratio (``unknown_band``). ``tracekit.whatif.project`` builds the projected run from them.
+the interconnect (``tracekit.whatif.collectives``: the latency-bandwidth bound of the group's
+links, at the efficiency the collective reached on the source), and a kernel of unknown cost
+stays as measured, its range the fastest and slowest plausible ratio (``unknown_band``).
+``tracekit.whatif.project`` builds the projected run from them.
+
+Where the two GPUs are of one vendor class, the source's own fraction of each category's roof is
+the prior for the target (the class figures cancel), and the range is one class's spread, not
+two combined. ``learnt`` (``project --factors``, ``whatif.learnt``) scales a category's
+projected time by what checks between the same two vendor classes measured (measured over
+projected kernel time: the target class's efficiency relative to the source's that the table
+did not know), and replaces a collective's efficiency where it measured that collective on the
+target's class.
 """
 
 from __future__ import annotations
@@ -16,6 +26,10 @@ import pandas as pd
 
 from tracekit.analysis.pricing.roofline import INTERCONNECT, LATENCY
 from tracekit.specs import GpuSpec, factors, normalise_dtype
+from tracekit.specs.links import group_link, no_link_reason
+from tracekit.whatif.collectives import CommProjection, project_collectives
+
+COMMUNICATION = "communication"
 
 _COPIES = ("memcpy", "memset")
 
@@ -33,6 +47,9 @@ class Repriced:
     latency: np.ndarray
     unknown: np.ndarray
     notes: list[str]
+    comm: CommProjection | None = None  # the collectives' bounds, efficiencies and parts
+    categories: np.ndarray | None = None  # each unit's factor row (``factors.unit_category``)
+    scale: np.ndarray | None = None  # the learnt factor each unit's time was multiplied by (None: none)
 
 
 def _spread(src: GpuSpec, tgt: GpuSpec, f_s: tuple, f_t: tuple) -> tuple[float, float]:
@@ -41,12 +58,20 @@ def _spread(src: GpuSpec, tgt: GpuSpec, f_s: tuple, f_t: tuple) -> tuple[float, 
     keeps exactly its fraction of the roof there."""
     if src.key == tgt.key:
         return 0.0, 0.0
+    if factors.vendor_class(src).key == factors.vendor_class(tgt).key:
+        # One class: the target's fraction is the source's own, carried; one spread, not two.
+        return float(max(np.log(f_t[2] / f_t[1]), np.log(f_s[1] / f_s[0]))), \
+            float(max(np.log(f_t[1] / f_t[0]), np.log(f_s[2] / f_s[1])))
     fast = np.hypot(np.log(f_t[2] / f_t[1]), np.log(f_s[1] / f_s[0]))
     slow = np.hypot(np.log(f_t[1] / f_t[0]), np.log(f_s[2] / f_s[1]))
     return float(fast), float(slow)
 
 
-def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec) -> Repriced:
+def _fractions(src: GpuSpec, tgt: GpuSpec, c: str, side: str) -> tuple[tuple, tuple]:
+    return factors.fractions(src, c, side), factors.fractions(tgt, c, side)
+
+
+def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec, *, ranks: int = 1, learnt=None) -> Repriced:
     """Each unit's time on ``tgt``: it keeps the fraction of its category's roof it reached on
     ``src``. With R = max(FLOPs / (peak FLOP/s x f_compute), bytes / (bandwidth x f_memory)),
     f the category's fraction of the datasheet roof on each GPU's vendor class
@@ -59,10 +84,13 @@ def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec) -> Repriced:
     bound = work["bound"].astype(object).to_numpy()
     lim = work["limiter"].astype(object).to_numpy()
     kind = work["kind"].astype(str).to_numpy()
-    fcat = np.array([factors.factor_category(c) for c in work["category"].astype(str).to_numpy()], dtype=object)
+    phase = work["phase"].astype(str).to_numpy() if "phase" in work else np.full(len(work), "", dtype=object)
+    fcat = np.array([factors.unit_category(c, p) for c, p in zip(work["category"].astype(str).to_numpy(), phase)],
+                    dtype=object)
     ratio, lo, hi = (np.full(len(work), np.nan) for _ in range(3))
     notes = []
-    priced = ~np.isnan(flops) & ~np.isnan(nbytes) & (dur > 0) & (bound != INTERCONNECT)
+    # Collectives price on the links (below), whatever bound the source's roofline gave them.
+    priced = ~np.isnan(flops) & ~np.isnan(nbytes) & (dur > 0) & (bound != INTERCONNECT) & (fcat != COMMUNICATION)
     groups = pd.DataFrame({"d": dtype[priced], "u": unit[priced], "c": fcat[priced]}).drop_duplicates()
     bw_s, bw_t = src.peak_bandwidth, tgt.peak_bandwidth
     short_dtypes: dict[tuple, float] = {}
@@ -77,8 +105,8 @@ def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec) -> Repriced:
             continue
         if d_t != normalise_dtype(d):
             short_dtypes[(d, u, d_t)] = short_dtypes.get((d, u, d_t), 0.0) + dur[sel].sum() / 1e6
-        fc_s, fm_s = factors.fractions(src, c, "compute"), factors.fractions(src, c, "memory")
-        fc_t, fm_t = factors.fractions(tgt, c, "compute"), factors.fractions(tgt, c, "memory")
+        fc_s, fc_t = _fractions(src, tgt, c, "compute")
+        fm_s, fm_t = _fractions(src, tgt, c, "memory")
         comp_s, mem_s = flops[sel] / (p_s * fc_s[1]), nbytes[sel] / (bw_s * fm_s[1])
         comp_t, mem_t = flops[sel] / (p_t * fc_t[1]), nbytes[sel] / (bw_t * fm_t[1])
         r_s, r_t = np.maximum(comp_s, mem_s), np.maximum(comp_t, mem_t)
@@ -100,19 +128,8 @@ def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec) -> Repriced:
     if copies.any() and bw_s and bw_t:
         for c in pd.unique(fcat[copies]):
             sel = copies & (fcat == c)
-            _set_ratio(ratio, lo, hi, sel, src, tgt, bw_s, bw_t, factors.fractions(src, c, "memory"),
-                       factors.fractions(tgt, c, "memory"))
-    # Collectives move with the interconnect at the communication fraction of its peak.
-    link = (bound == INTERCONNECT) & ~np.isnan(nbytes)
-    if link.any():
-        if src.interconnect_bandwidth and tgt.interconnect_bandwidth:
-            _set_ratio(ratio, lo, hi, link, src, tgt, src.interconnect_bandwidth, tgt.interconnect_bandwidth,
-                       factors.fractions(src, "communication", "memory"),
-                       factors.fractions(tgt, "communication", "memory"))
-        else:
-            notes.append(f"collectives ({dur[link].sum() / 1e6:.3g} ms) stay as measured, widening the range: "
-                         f"{'the target' if not tgt.interconnect_bandwidth else 'the source'}'s spec row has no "
-                         "interconnect bandwidth")
+            _set_ratio(ratio, lo, hi, sel, src, tgt, bw_s, bw_t, *_fractions(src, tgt, c, "memory"))
+    comm = _collectives(work, fcat, dur, nbytes, src, tgt, ranks, learnt, ratio, lo, hi, notes)
     moved = ~np.isnan(ratio)
     central = np.where(moved, dur * np.where(moved, ratio, 1.0), dur)
     # Unknown cost: kept as measured, its low and high the fastest and slowest plausible ratios.
@@ -120,7 +137,43 @@ def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec) -> Repriced:
     unknown = ~moved & (dur > 0)
     low = np.where(moved, dur * np.where(moved, lo, 1.0), dur * band_lo)
     high = np.where(moved, dur * np.where(moved, hi, 1.0), dur * band_hi)
-    return Repriced(central, low, high, moved, moved & (lim == LATENCY), unknown, notes)
+    k = None
+    if learnt is not None:
+        k = learnt.scale(factors.vendor_class(src).key, factors.vendor_class(tgt).key, fcat)
+        # A check measures a category's work on two engines, whose kernels split it differently:
+        # a correction beyond the table's published interval for that category says more about
+        # that split than about efficiency, so it is held to the interval.
+        for c in set(fcat.tolist()) - {COMMUNICATION}:
+            sel = fcat == c
+            fast = max(_spread(src, tgt, *_fractions(src, tgt, c, side))[0] for side in factors.SIDES)
+            slow = max(_spread(src, tgt, *_fractions(src, tgt, c, side))[1] for side in factors.SIDES)
+            k[sel] = np.clip(k[sel], np.exp(-fast), np.exp(slow))
+        central, low, high = central * k, low * k, high * k
+    return Repriced(central, low, high, moved, moved & (lim == LATENCY), unknown, notes, comm, fcat, k)
+
+
+def _collectives(work, fcat, dur, nbytes, src, tgt, ranks, learnt, ratio, lo, hi, notes) -> CommProjection | None:
+    """Collectives with a known message size: their latency-bandwidth bound on each GPU's group of
+    ``ranks`` (``specs.links``), at the efficiency reached on the source (or learnt on the
+    target's class); the range is the communication row's spread between the classes."""
+    link = (fcat == COMMUNICATION) & ~np.isnan(nbytes) & (nbytes > 0) & (dur > 0)
+    if not link.any():
+        return None
+    ls, lt = group_link(src, ranks), group_link(tgt, ranks)
+    if ls is None or lt is None:
+        why = no_link_reason(src, ranks) or no_link_reason(tgt, ranks)
+        notes.append(f"collectives ({dur[link].sum() / 1e6:.3g} ms) stay as measured, widening the range: {why}")
+        return None
+    idx = np.flatnonzero(link)
+    eff = learnt.efficiencies(factors.vendor_class(tgt).key) if learnt is not None else None
+    names = work["name"].astype(str).to_numpy() if "name" in work else np.full(len(work), "", dtype=object)
+    cp = project_collectives(names[idx], nbytes[idx], dur[idx] / 1e9, idx, ls, lt, eff)
+    r = cp.projected * 1e9 / dur[idx]
+    fast, slow = _spread(src, tgt, factors.fractions(src, COMMUNICATION, "memory"),
+                         factors.fractions(tgt, COMMUNICATION, "memory"))
+    ratio[idx], lo[idx], hi[idx] = r, r * np.exp(-fast), r * np.exp(slow)
+    notes.extend(cp.notes)
+    return cp
 
 
 def _set_ratio(ratio, lo, hi, sel, src, tgt, roof_s, roof_t, f_s, f_t) -> None:

@@ -1,9 +1,10 @@
 """Advice: findings that name a cause and suggest something to try, each with ``action``
-(what to try) and ``at_stake_ms`` (the time it could save over the trace's steps of that
-phase), computed only from evidence in the trace. Every number is one the report's tables
+(what to try), ``sum_ms`` (the time the cause involves over the trace's steps of that phase) and
+``at_stake_ms`` (what trying it saves: its what-if replayed on the steps' dependencies,
+``analysis.replay``; the sum where no replay is possible), computed only from evidence in the trace. Every number is one the report's tables
 show: idle by cause and the largest idle intervals, kernel time by category, bound and dtype.
 
-| id               | fires when (per phase)                                                | at_stake_ms                               |
+| id               | fires when (per phase)                                                | sum_ms (the time involved; at_stake_ms is what its what-if saves, replayed) |
 |------------------|------------------------------------------------------------------------|-------------------------------------------|
 | host-sync        | idle caused by synchronising calls >= SYNC_SHARE of the phase's time   | the idle of the largest such call          |
 | launch-bound     | launches are the largest idle cause and >= LAUNCH_SHARE of the time    | launch idle; CUDA graphs suggested only for decode steps that do not replay one |
@@ -30,7 +31,9 @@ from tracekit import frameworks
 from tracekit.analysis.model import Finding
 from tracekit.analysis.pricing import taxonomy as tx
 from tracekit.analysis.pricing.kernel_names import mixed_activation
+from tracekit.analysis.replay import changes as ch
 from tracekit.analysis.steps.mixed import phase_weights
+from tracekit.analysis.waiting.idle import LAUNCH_GAP_NS
 
 if TYPE_CHECKING:
     from tracekit.analysis.model import Analysis
@@ -75,8 +78,11 @@ def advice(a: Analysis) -> list[Finding]:
         out += _cpu_overhead(a, a.phases["decode"])
     if "decode" in a.phases:
         out += _decode_weights(a, a.phases["decode"])
+    _replayed(a, out)
+    # Too little time involved is noise, whatever a replay then saves (it may save nothing: the
+    # work behind a removed sync still runs); the advice stays and says what it would save.
     out = [f for f in out if f.at_stake_ms is None
-           or f.at_stake_ms >= MIN_AT_STAKE * (a.phases[f.phase].get("time_ms") or 0.0)]
+           or (f.sum_ms if f.sum_ms is not None else f.at_stake_ms) >= MIN_AT_STAKE * (a.phases[f.phase].get("time_ms") or 0.0)]
     return sorted(out, key=lambda f: -(f.at_stake_ms or 0.0))
 
 
@@ -100,7 +106,8 @@ def _idle(a: Analysis, phase: str, p: dict) -> list[Finding]:
                 "the GPU was idle meanwhile")
         if causes["sync"] > 1.05 * at_stake:
             text += f" (all synchronising calls: {_ms(causes['sync'])})"
-        out.append(Finding("host-sync", text + ".", "warning", phase, _sync_action(sync), at_stake))
+        out.append(Finding("host-sync", text + ".", "warning", phase, _sync_action(sync), at_stake,
+                           whatif=[ch.Change(ch.SYNC, name=sync.get("call") or None)]))
     largest = max(("launch", "host", "wait"), key=lambda c: causes[c])
     if causes[largest] < max(causes.values()):
         return out  # sync or unattributed idle is larger: the cause to name is that one
@@ -122,7 +129,7 @@ def _idle(a: Analysis, phase: str, p: dict) -> list[Finding]:
         else:
             action = "launch fewer, larger kernels: fuse them (torch.compile) or put more tokens in each step"
         out.append(Finding("launch-bound", text + ".", "warning", phase, action,
-                           causes["launch"] if action else None))
+                           causes["launch"] if action else None, whatif=[ch.Change(ch.LAUNCH)] if action else None))
     elif largest == "host" and share >= HOST_SHARE:
         host = next((r for r in top if r["cause"] == "host"), None)
         text = (f"The GPU waits for host work between launches {share:.0%} of the {name} steps' time "
@@ -131,7 +138,9 @@ def _idle(a: Analysis, phase: str, p: dict) -> list[Finding]:
             text += f"; the largest: {_where(host)}, {_ms(host['ms'])}"
         out.append(Finding("host-bound", text + ".", "warning", phase,
                            "overlap that host work with the GPU's (asynchronous scheduling) or move it out of the step",
-                           causes["host"]))
+                           causes["host"], whatif=[ch.Change(ch.HOST, value=float(LAUNCH_GAP_NS),
+                                                             label="host work between launches cut to the dispatch "
+                                                                   f"floor ({LAUNCH_GAP_NS / 1e3:g} us)")]))
     elif largest == "wait" and share >= WAIT_SHARE:
         out.append(Finding(
             "gpu-waits",
@@ -139,6 +148,22 @@ def _idle(a: Analysis, phase: str, p: dict) -> list[Finding]:
             "on another stream, an event, or inside graph replays the device's own kernel-to-kernel latency.",
             "info", phase))
     return out
+
+
+def _replayed(a: Analysis, found: list[Finding]) -> None:
+    """Each finding's time at stake becomes its what-if's replayed saving over its phase's steps
+    (``analysis.replay``): no more than the steps could lose, where the sum of the time involved
+    overlaps with other causes and with work the step does not wait for."""
+    replayer = getattr(a, "replayer", None)
+    for f in found:
+        if f.at_stake_ms is None:
+            continue
+        f.sum_ms = f.at_stake_ms
+        if replayer is None or not f.whatif:
+            f.at_stake_basis = "sum"
+            continue
+        f.at_stake_ms = max(replayer.saving_ms(f.whatif, f.phase), 0.0)
+        f.at_stake_basis = "replayed"
 
 
 def _where(row: dict) -> str:
@@ -175,7 +200,8 @@ def _cpu_overhead(a: Analysis, p: dict) -> list[Finding]:
     action = None if compiled(a, w) else "torch.compile the model (fewer, fused ops) or decode a larger batch per step"
     return [Finding("decode-overhead-bound",
                     f"Decode is overhead-bound: {share:.0%} of each decode step passes between compute ops "
-                    "(Python and framework dispatch).", "warning", "decode", action, idle if action else None)]
+                    "(Python and framework dispatch).", "warning", "decode", action, idle if action else None,
+                    whatif=[ch.Change(ch.HOST, value=0.0, label="no time between compute ops")] if action else None)]
 
 
 # --- fusion --------------------------------------------------------------------------
@@ -203,7 +229,13 @@ def _fusion(a: Analysis, phase: str, p: dict) -> list[Finding]:
     w, weight = _phase_units(a, phase)
     if compiled(a, w):
         return []
-    return fusion_finding(phase, p, *fusable_runs(w, weight))
+    found = fusion_finding(phase, p, *fusable_runs(w, weight))
+    for f in found:
+        rows = fused_away(w)
+        f.whatif = [ch.Change(ch.DURATIONS, rows=rows, durations=np.zeros(len(rows), np.int64), drop_launches=True,
+                              label="each chain of fusible kernels run as one kernel as long as its longest, "
+                                    "launched once")]
+    return found
 
 
 def _fusible_enough(p: dict) -> bool:
@@ -256,6 +288,29 @@ def fusable_runs(w: pd.DataFrame, weight: np.ndarray) -> tuple[float, int, int]:
     return float((total - longest)[multi].sum()), int(multi.sum()), int(size[multi].sum())
 
 
+def fused_away(w: pd.DataFrame) -> np.ndarray:
+    """Work rows (``w``'s index) a fused chain would not run: every kernel of a chain of two or
+    more but its longest (the chains of ``fusable_runs``)."""
+    if not len(w):
+        return np.zeros(0, np.int64)
+    o = np.lexsort((w["start_ns"].to_numpy(), w["stream"].to_numpy(), w["step"].to_numpy()))
+    fus = np.isin(w["category"].to_numpy()[o], FUSIBLE)
+    step, stream = w["step"].to_numpy()[o], w["stream"].to_numpy()[o]
+    new = np.ones(len(o), dtype=bool)
+    new[1:] = ~fus[:-1] | (step[1:] != step[:-1]) | (stream[1:] != stream[:-1])
+    rows = w.index.to_numpy()[o][fus]
+    chain = np.cumsum(new)[fus]
+    dur = w["dur_ns"].to_numpy()[o][fus]
+    size = np.bincount(chain)
+    # Per chain, its longest kernel stays (the first of equals).
+    by = np.lexsort((-dur, chain))
+    first = np.ones(len(by), bool)
+    first[1:] = chain[by][1:] != chain[by][:-1]
+    keep = np.zeros(len(rows), bool)
+    keep[by[first]] = True
+    return rows[(size[chain] >= 2) & ~keep].astype(np.int64)
+
+
 # --- decode weights ------------------------------------------------------------------
 
 
@@ -293,7 +348,12 @@ def _decode_weights(a: Analysis, p: dict) -> list[Finding]:
                 f"shares each weight read among more tokens (at the achievable compute peak their FLOPs need "
                 f"{_ms(need_ms)})")
         if at_stake > 0:
-            out.append(Finding("decode-batch", text + ".", "info", "decode", _batch_action(a), at_stake))
+            need = mo["flops"].to_numpy() / peak * 1e9
+            out.append(Finding("decode-batch", text + ".", "info", "decode", _batch_action(a), at_stake,
+                               whatif=[ch.Change(ch.DURATIONS, rows=mo.index.to_numpy(),
+                                                 durations=np.minimum(np.nan_to_num(need, nan=np.inf),
+                                                                      mo["dur_ns"].to_numpy()).astype(np.int64),
+                                                 label="memory-bound decode GEMMs at the time their FLOPs need")]))
     stored = weight_precisions(a, m)
     sixteen = np.isin(stored, _SIXTEEN_BIT)
     ms16 = float(ms[sixteen].sum())
@@ -309,7 +369,10 @@ def _decode_weights(a: Analysis, p: dict) -> list[Finding]:
                      + ", which FP8 would not shrink")
         out.append(Finding("fp8-weights", text + ".", "info", "decode",
                            "serve FP8 weights: an FP8 checkpoint, or the engine's online FP8 quantisation "
-                           "(vLLM and SGLang: --quantization fp8)", ms16 / 2))
+                           "(vLLM and SGLang: --quantization fp8)", ms16 / 2,
+                           whatif=[ch.Change(ch.DURATIONS, rows=m.index.to_numpy()[sixteen],
+                                             durations=(m["dur_ns"].to_numpy()[sixteen] // 2).astype(np.int64),
+                                             label="16-bit decode GEMMs at half their time (FP8 weights)")]))
     return out
 
 

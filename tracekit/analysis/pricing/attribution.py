@@ -171,7 +171,7 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
         table["achieved_flops"] = np.where(dur_s > 0, flops / dur_s, np.nan)
         table["achieved_bw"] = np.where(dur_s > 0, nbytes / dur_s, np.nan)
     spec = match.spec
-    roofline_columns(table, spec, match.reason, kinds, category, dur_s, reason, dtype, unit)
+    roofline_columns(table, spec, match.reason, kinds, category, dur_s, reason, dtype, unit, ranks=tp)
     if model_costs is not None and spec is not None:
         model_above_roof(table, work["step"].to_numpy(), dur_s, spec, match.reason, kinds, category)
         _capped_per_kernel(table, dur_s)

@@ -26,6 +26,7 @@ from tracekit.analysis.pricing import taxonomy
 from tracekit.analysis.pricing import model_costs as mc
 from tracekit.formatting import si
 from tracekit.specs import GpuSpec
+from tracekit.specs.links import group_link
 from tracekit.specs.measured import MEASURED
 
 COMPUTE, MEMORY, INTERCONNECT, UNKNOWN = "compute", "memory", "interconnect", "unknown"
@@ -164,10 +165,12 @@ def limiter(bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | 
 
 
 def roofline_columns(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, kinds, category, dur_s,
-            cost_reason: np.ndarray, dtype: np.ndarray, unit: np.ndarray) -> None:
+            cost_reason: np.ndarray, dtype: np.ndarray, unit: np.ndarray, ranks: int | None = None) -> None:
     """The roofline columns of ``table``; ``cost_reason``, ``dtype`` and ``unit`` are its
     columns of those names as the arrays they were made from (read back from the table they
-    would come out converted to pandas' string dtype and back)."""
+    would come out converted to pandas' string dtype and back). ``ranks``: the tensor-parallel
+    group the collectives ran in: their roof is the bandwidth one rank of that group has
+    (``specs.links.group_link``: links to N - 1 peers on a mesh), not every link of the node."""
     n = len(table)
     peak_f = np.full(n, np.nan)
     peak_bw = np.full(n, np.nan)
@@ -220,7 +223,8 @@ def roofline_columns(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str
     copies &= ~ok
     why[copies] = None
     comm = (category == taxonomy.COMMUNICATION) & ~copies
-    link = spec.interconnect_bandwidth if spec is not None else None
+    group = group_link(spec, ranks) if spec is not None and ranks and ranks > 1 else None
+    link = group.bandwidth if group is not None else (spec.interconnect_bandwidth if spec is not None else None)
     priced = comm & ~np.isnan(nbytes) & (nbytes > 0)
     if link:
         bound[priced] = INTERCONNECT

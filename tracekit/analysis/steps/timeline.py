@@ -5,7 +5,8 @@ Each timeline is lanes of segments ``[start_ms, end_ms, key, label, count]``, ti
 step's start, ``key`` and ``label`` indexes into the timeline's ``keys`` and ``labels``
 (kernel names repeat thousands of times; each is stored once): the launching host
 thread's top-level ops and its runtime calls (sync, launch, other), the GPU's idle gaps by
-their largest cause, and one lane per GPU stream with its kernels by category. A step with
+their largest cause, one lane per GPU stream with its kernels by category, and the step's
+critical path by kind (``add_critical_path``, once the step replay exists). A step with
 thousands of kernels is still drawn at kernel level, but segments of one kind that sit
 closer together than a pixel's worth of the step (1/RESOLUTION of its span) are merged into
 one with a count, and each lane keeps at most MAX_SEGMENTS: the page stays small.
@@ -54,9 +55,7 @@ def _timeline(trace, st, work, idle, why, t0, short_name) -> dict[str, Any]:
     # The step's rows, in the columns the lanes read: not a copy of the whole work table's.
     columns = [work.columns.get_loc(c) for c in _LANE_COLUMNS if c in work]
     mine = work.iloc[np.flatnonzero(work["step"].to_numpy() == int(st.step)), columns]
-    # A step without work has no GPU span (its -1s are no times: a clock may run below zero).
-    start = int(min(st.cpu_start_ns, st.gpu_start_ns)) if st.kernels else int(st.cpu_start_ns)
-    end = int(max(st.cpu_end_ns, st.gpu_end_ns)) if st.kernels else int(st.cpu_end_ns)
+    start, end = _window(st)
     span = max(end - start, 1)
     tids = mine["issue_tid"].to_numpy()
     tid = int(pd.Series(tids[tids >= 0]).mode().iloc[0]) if (tids >= 0).any() else int(st.tid)
@@ -89,6 +88,46 @@ def _timeline(trace, st, work, idle, why, t0, short_name) -> dict[str, Any]:
         "labels": labels,
         "lanes": [lane for lane in lanes if lane["segments"]],
     }
+
+
+def _window(st) -> tuple[int, int]:
+    """A step's drawn span (ns): its CPU and GPU spans together. A step without work has no GPU
+    span (its -1s are no times: a clock may run below zero)."""
+    start = int(min(st.cpu_start_ns, st.gpu_start_ns)) if st.kernels else int(st.cpu_start_ns)
+    end = int(max(st.cpu_end_ns, st.gpu_end_ns)) if st.kernels else int(st.cpu_end_ns)
+    return start, end
+
+
+def add_critical_path(tls: list[dict[str, Any]], steps: pd.DataFrame, critical_path) -> None:
+    """Add a "critical path" lane to each timeline of ``tls``: the segments of its step's critical
+    path (``critical_path(step)``, ``analysis.replay.critical.Segment``s), keyed by their kind
+    (kernel, launch, host, sync, queue, unexplained). They are on the replay's clock, which for the
+    unchanged replay is the trace's within the books' error, so they line up with the other lanes.
+    The timelines are built before the replay (``analyze.assemble``), hence a lane added after."""
+    for tl in tls:
+        rows = steps[steps["step"].to_numpy() == tl["step"]]
+        if not len(rows):
+            continue
+        start, end = _window(rows.iloc[0])
+        path = critical_path(int(tl["step"]))
+        if not path:
+            continue
+        s = np.array([x.start_ns for x in path], dtype=np.int64)
+        e = np.array([x.end_ns for x in path], dtype=np.int64)
+        segs = _segments(s, e, np.array([x.kind for x in path], dtype=object),
+                         np.array([x.label for x in path], dtype=object), start, max(end - start, 1))
+        # Keys and labels into the timeline's tables of distinct strings, new ones appended.
+        at = {"keys": {k: i for i, k in enumerate(tl["keys"])}, "labels": {k: i for i, k in enumerate(tl["labels"])}}
+
+        def code(table: str, text: str) -> int:
+            if text not in at[table]:
+                at[table][text] = len(tl[table])
+                tl[table].append(text)
+            return at[table][text]
+
+        tl["lanes"].append({"name": "critical path", "kind": "critical", "segments": [
+            [a, b, code("keys", str(k)), code("labels", str(t)), n]
+            for a, b, k, t, n in zip(segs.start_ms, segs.end_ms, segs.keys, segs.labels, segs.count)]})
 
 
 def _first_seen(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -252,10 +291,12 @@ def _buckets(s: np.ndarray, e: np.ndarray, run_end: np.ndarray, key: np.ndarray,
     the kind holding most of its busy time (ties: the kind seen first), labelled with how many
     intervals of how many kinds it merges (a lone interval keeps its own label). Sorting, once:
     n log n."""
-    lo, hi = float(s[0]), float(run_end[-1])
-    width = max(hi - lo, 1.0) / MAX_SEGMENTS
+    # Times from the first interval's start, subtracted before any float: a clock of ~1e18 ns (epoch
+    # times, a clock moved from below zero) would round to float64's 128 ns and move the slices with it.
+    rel = s - s[0]
+    width = max(float(run_end[-1] - s[0]), 1.0) / MAX_SEGMENTS
     # A NaN time (not one the reader makes) lands in the last slice rather than off the end.
-    bucket = np.clip(np.nan_to_num((s - lo) / width, nan=MAX_SEGMENTS - 1), 0, MAX_SEGMENTS - 1).astype(np.int64)
+    bucket = np.clip(np.nan_to_num(rel / width, nan=MAX_SEGMENTS - 1), 0, MAX_SEGMENTS - 1).astype(np.int64)
     first = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])  # s is sorted, so slices are runs
     last = np.append(first[1:] - 1, len(s) - 1)
     count = last - first + 1
