@@ -81,10 +81,12 @@ def critical_rows(critical: dict[str, Any] | None) -> list[dict[str, Any]]:
     return out
 
 
-def unpriced_lines(unpriced: dict[str, int] | None) -> list[str]:
-    """Kernels a speed-up could not reach (no cost known), per change: they keep their time."""
-    return [f"{change}: {fmt.count(n)} kernel{'s' if n != 1 else ''} of unknown cost kept their measured time "
-            "(pass --model NAME to price them)" for change, n in (unpriced or {}).items() if n]
+def unpriced_lines(unpriced: dict[str, int] | None, model_used: bool = False) -> list[str]:
+    """Kernels a speed-up could not reach (no cost known), per change: they keep their time. The
+    hint to price them with a model only where none priced the run."""
+    hint = "" if model_used else " (pass --model NAME to price them)"
+    return [f"{change}: {fmt.count(n)} kernel{'s' if n != 1 else ''} of unknown cost kept their measured time{hint}"
+            for change, n in (unpriced or {}).items() if n]
 
 
 def section(data: dict[str, Any]) -> dict[str, Any] | None:
@@ -100,7 +102,7 @@ def section(data: dict[str, Any]) -> dict[str, Any] | None:
         helps.append({"finding": w.get("finding"), "action": f.get("action"), "whatif": list(w.get("whatif") or []),
                       "saving": fmt.ms(w.get("saving_ms")), "sum": fmt.ms(f.get("sum_ms")),
                       "figures": phase_figures(w.get("phase"), fig) if fig else None,
-                      "unpriced": unpriced_lines(w.get("unpriced_kernels"))})
+                      "unpriced": unpriced_lines(w.get("unpriced_kernels"), bool(data.get("model")))})
     together = None
     t = r.get("together")
     if t:

@@ -66,7 +66,8 @@ def whatif(analysis: Analysis, changes: list) -> WhatIf:
     outcome = analysis.replayer.run(changes)
     device = analysis.device or {}
     source = {"path": analysis.source.get("path"), "name": analysis.source.get("name"),
-              "device": device.get("name"), "spec": device.get("spec"), "phase_source": analysis.phase_source}
+              "device": device.get("name"), "spec": device.get("spec"), "phase_source": analysis.phase_source,
+              "model": (analysis.model or {}).get("name")}
     replay = analysis.replay or {}
     return WhatIf(source, outcome.to_dict(), replay.get("books") or {}, replay.get("critical_path") or {})
 
@@ -78,7 +79,7 @@ def view_model(data: dict[str, Any]) -> dict[str, Any]:
         "source": src,
         "changes": list(data["changes"]),
         "phases": [rv.phase_figures(p, fig) for p, fig in data["phases"].items()],
-        "unpriced": rv.unpriced_lines(data.get("unpriced_kernels")),
+        "unpriced": rv.unpriced_lines(data.get("unpriced_kernels"), bool(src.get("model"))),
         "books": rv.books_lines(data.get("books")),
         "critical": rv.critical_rows(data.get("critical_path")),
         "method": data.get("method"),

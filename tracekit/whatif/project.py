@@ -462,6 +462,11 @@ def _notes(parts: Parts, source: Analysis, phases: dict) -> list[str]:
                        + " moved with the target's " + " and ".join(
                            {"compute": "peak FLOP/s", "memory": "bandwidth"}[k] for k in moved)
                        + " at each category's fraction of it on each vendor class")
-    out.append("GPU idle time (host work, syncs, launches) stays as measured; a step never gets shorter than its "
-               "host's own work")
+    if source.replayer is not None:
+        out.append("step times are the steps replayed with every kernel at its projected time: host work, launches "
+                   "and their latencies stay as measured, synchronising calls wait for the re-priced work "
+                   "(tracekit whatif replays the same steps)")
+    else:
+        out.append("GPU idle time (host work, syncs, launches) stays as measured; a step never gets shorter than its "
+                   "host's own work")
     return out

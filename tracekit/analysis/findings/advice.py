@@ -81,8 +81,11 @@ def advice(a: Analysis) -> list[Finding]:
     _replayed(a, out)
     # Too little time involved is noise, whatever a replay then saves (it may save nothing: the
     # work behind a removed sync still runs); the advice stays and says what it would save.
+    def involved(f: Finding) -> float:
+        return f.sum_ms if f.sum_ms is not None else f.at_stake_ms
+
     out = [f for f in out if f.at_stake_ms is None
-           or (f.sum_ms if f.sum_ms is not None else f.at_stake_ms) >= MIN_AT_STAKE * (a.phases[f.phase].get("time_ms") or 0.0)]
+           or involved(f) >= MIN_AT_STAKE * (a.phases[f.phase].get("time_ms") or 0.0)]
     return sorted(out, key=lambda f: -(f.at_stake_ms or 0.0))
 
 

@@ -312,8 +312,17 @@ def _own_op_bytes(row_op: int, pricing_op: int, shapes: tuple, parents: np.ndarr
     o = row_op
     while o >= 0 and o != pricing_op:
         name = op_names[o]
-        if isinstance(name, str) and op_costs.has_model(name) and not op_costs.needs_context(name):
-            got = op_costs.op_cost_json(name, shapes[0][o], shapes[1][o], shapes[2][o])
+        priceable = cache.get(("priceable", name))  # per op name, asked once
+        if priceable is None:
+            priceable = cache[("priceable", name)] = (isinstance(name, str) and op_costs.has_model(name)
+                                                      and not op_costs.needs_context(name))
+        if priceable:
+            # Layers and steps repeat the same op on the same shapes: each distinct one is priced once.
+            shape_key = (name, shapes[0][o], shapes[1][o], shapes[2][o])
+            if shape_key in cache:
+                got = cache[shape_key]
+            else:
+                got = cache[shape_key] = op_costs.op_cost_json(name, *shape_key[1:])
             if isinstance(got, op_args.OpCost):
                 got_bytes = float(got.bytes)
                 break

@@ -305,6 +305,6 @@ def _cpu_graph(work: pd.DataFrame, thread_start: dict[int, int]) -> Graph:
     false = np.zeros(n, bool)
     empty = np.zeros(0, np.int64)
     return Graph("cpu", start, end, prev, none, gap, false, false, none, zero, thread,
-                 work["name"].astype(str).to_numpy(dtype=object), work["issue_tid"].to_numpy(np.int64), empty, empty, empty, empty, empty, empty, empty,
-                 empty, np.zeros(2, np.int64), np.zeros(2, np.int64), {}, k_overlap=np.zeros(0),
+                 work["name"].astype(str).to_numpy(dtype=object), work["issue_tid"].to_numpy(np.int64),
+                 empty, empty, empty, empty, empty, empty, empty, empty, np.zeros(2, np.int64), np.zeros(2, np.int64), {}, k_overlap=np.zeros(0),
                  h_anchor=np.where(has, start, anchor))
