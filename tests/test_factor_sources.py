@@ -51,10 +51,10 @@ def test_default_sides_carry_the_generic_figures():
     # Bug: a hand-picked figure labelled "default" to dodge the reference check.
     doc = _doc()
     row = doc["classes"][0]["factors"]["moe"]
-    assert "memory" in row["default_sides"]
+    assert "compute" in row["default_sides"]
     factors.parse(doc)
     bad = copy.deepcopy(doc)
-    bad["classes"][0]["factors"]["moe"]["memory"] = [0.5, 0.8, 0.9]
+    bad["classes"][0]["factors"]["moe"]["compute"] = [0.5, 0.8, 0.9]
     with pytest.raises(ValueError, match="marked default"):
         factors.parse(bad)
     bad = copy.deepcopy(doc)

@@ -286,3 +286,56 @@ def test_speed_and_overlap_what_ifs(tmp_path):
     assert _saving_us(r, [ch.Change(ch.SPEED, name="s16816gemm", value=0.5)]) == pytest.approx(
         max(1000 - roof_us / 0.5, 0), abs=0.01)
     assert _saving_us(r, [ch.Change(ch.SPEED, name="no_such_kernel", value=0.5)]) == 0
+
+
+def _two_ranks(folder, gemm_us=(100, 300), shift_us=(0, 0)):
+    """Rank r: a prefill range 0-40 us on its own thread; a GEMM launched at 10 runs from 15 for
+    gemm_us[r]; an all-reduce launched at 20 queues behind it and ends on both ranks at 15 + the
+    slower GEMM + 20 us (the last rank's arrival plus the transfer)."""
+    folder.mkdir()
+    end = 15 + max(gemm_us) + 20
+    for r in range(2):
+        d = Doc(rank=r, world=2)
+        tid, t0 = 100 + r, shift_us[r]
+        d.annotation("prefill", t0, 40, tid=tid)
+        d.kernel("ampere_sgemm_128x64_nn", t0 + 10, t0 + 15, gemm_us[r], tid=tid)
+        start = t0 + 15 + gemm_us[r]
+        d.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", t0 + 20, start,
+                 end + t0 - start, tid=tid)
+        d.write(folder / f"rank{r}.json")
+    return folder
+
+
+def test_a_collective_waits_for_the_last_rank(tmp_path):
+    """catches: a rank's collective kept at its measured length (its wait for the slower rank
+    included) when the what-if speeds one rank up. Rank 0's GEMM takes 100 us, rank 1's 300 us;
+    the all-reduce ends on both at 335 us. Rank 0's GEMM at 50 us saves nothing (it waits longer
+    for rank 1); rank 1's at 150 us saves 150 us on both ranks."""
+    a = analyze(read_trace(_two_ranks(tmp_path / "ranks")))
+    r = a.replayer
+    assert r.graph.groups_note and "joined across 2 ranks" in r.graph.groups_note
+    b = r.books()
+    assert [s["measured_ms"] for s in b["steps"]] == pytest.approx([0.335, 0.335])
+    assert all(abs(s["error"]) < 1e-9 for s in b["steps"])
+    rank = a.work["rank"].to_numpy() if "rank" in a.work else read_trace(tmp_path / "ranks").kernels["rank"].to_numpy()
+    gemm = a.work["category"].to_numpy() == "gemm"
+    g0, g1 = (int(np.flatnonzero(gemm & (rank == k))[0]) for k in (0, 1))
+    fast0 = r.run([ch.Change(ch.DURATIONS, rows=np.array([g0]), durations=np.array([50 * US]))])
+    assert fast0.saving_ns.tolist() == pytest.approx([0, 0], abs=10)
+    fast1 = r.run([ch.Change(ch.DURATIONS, rows=np.array([g1]), durations=np.array([150 * US]))])
+    assert (fast1.saving_ns / US).tolist() == pytest.approx([150, 150], abs=0.01)
+    # Rank 0's critical path runs through rank 1's GEMM (the last to arrive), not its own wait.
+    step0 = int(np.flatnonzero(a.steps["tid"].to_numpy() == 100)[0])
+    labels = [s.label for s in r.critical_path(step0) if s.kind == cp.KERNEL]
+    kernel_ns = sum(s.end_ns - s.start_ns for s in r.critical_path(step0) if s.kind == cp.KERNEL)
+    assert any("sgemm" in x for x in labels) and kernel_ns >= (300 + 20) * US
+
+
+def test_collectives_of_ranks_whose_clocks_disagree_are_not_joined(tmp_path):
+    """catches: joining collectives across ranks whose clocks are offset (another host's clock): a
+    collective would "end" before another rank began it. Rank 1's events 30 us later: its
+    all-reduce starts at 345, after rank 0's ended at 335. Not joined, said, and each rank replays
+    on its own."""
+    a = analyze(read_trace(_two_ranks(tmp_path / "ranks", shift_us=(0, 30))))
+    assert "clocks disagree" in (a.replayer.graph.groups_note or "")
+    assert (a.replayer.graph.k_group < 0).all()

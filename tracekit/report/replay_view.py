@@ -64,6 +64,8 @@ def books_lines(books: dict[str, Any] | None) -> list[str]:
         lines.append(f"Latencies measured from the trace: launch to start {fmt.num(lat.get('eager'))} µs eager, "
                      f"{fmt.num(lat.get('graph'))} µs graph; kernel to kernel {fmt.num(gap.get('eager'))} µs eager, "
                      f"{fmt.num(gap.get('graph'))} µs graph.")
+    if books.get("collectives_across_ranks"):
+        lines.append(str(books["collectives_across_ranks"]).capitalize() + ".")
     return lines
 
 

@@ -10,6 +10,7 @@ the window's begin, and the stretches it passes are the path's segments:
 - ``host``: host work between calls longer than that, and other calls' own time;
 - ``sync``: a synchronising call's own time after what it waited for ended;
 - ``queue``: the device's kernel-to-kernel gap, and waits on another stream;
+  (a collective joined across ranks that waited for the last rank continues on that rank's path);
 - ``unexplained``: lateness no dependency explains (the books' "unexplained wait").
 
 The segments tile the window: their sum is the step's window on the replayed times.
@@ -59,11 +60,24 @@ def critical_path(g: Graph, r: Replayed, names_cats: tuple[np.ndarray, np.ndarra
     where, i = last_node
     at_end = True  # a host node reached at its end (else at its start)
     guard = g.n_host + g.n_dev + 2
+    k_at_start = False  # a kernel reached at its start (through a collective's last arrival)
+    end_by = r.k_end_by
     while t > begin and guard > 0:
         guard -= 1
         if where == "k":
             s, e = int(r.k_start[i]), int(r.k_end[i])
-            _add(segs, min(e, t), s, KERNEL, f"{cats[i]}: {names[i]}", i, begin)
+            by = int(end_by[i]) if end_by is not None and not k_at_start else -1
+            if by >= 0 and int(r.k_start[by]) > s:
+                # A collective that waited for the last rank: its transfer after that rank arrived,
+                # then whatever made that rank late.
+                arrived = int(r.k_start[by])
+                _add(segs, min(e, t), arrived, KERNEL, f"{cats[i]}: {names[i]}", i, begin)
+                t = min(t, arrived)
+                i, k_at_start = by, True
+                continue
+            if not k_at_start:
+                _add(segs, min(e, t), s, KERNEL, f"{cats[i]}: {names[i]}", i, begin)
+            k_at_start = False
             t = min(t, s)
             res = int(g.k_residual[i])
             b = int(r.k_bind[i])

@@ -18,6 +18,9 @@ the physics forces, never a kernel's measured start:
   on something; the trace records event waits without saying which event, so the activity on
   another stream of the same device that ended last before it started is taken as what it waited
   for (an event record/wait, a collective's peer kernel on a side stream).
+- **collectives across ranks**: on a trace of several ranks whose clocks agree, the same collective
+  on every rank (matched by order) ends once the last rank has arrived, plus its own transfer:
+  a rank that gets faster waits longer in it (``_collective_groups``).
 - **blocking calls**: a synchronising call (``waiting.host.SYNC_CALL``), or a copy call whose own
   copy finished inside it (a copy to pageable host memory returns only when done, per CUDA's API
   synchronisation rules), holds the host until the activity it waited for ends: the activity,
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.pricing import taxonomy as tx
 from tracekit.analysis.waiting.host import LAUNCH_CALL, SYNC_CALL, name_mask
 from tracekit.trace.model import Trace
 
@@ -75,6 +79,11 @@ class Graph:
     # How many samples each model was measured from, per kind, for the report.
     samples: dict = field(default_factory=dict)
     h_anchor: np.ndarray | None = None  # a thread's first call: the thread's first recorded activity
+    # Collectives joined across ranks: each one's group (the same collective on every rank, -1
+    # none) and its time after the last rank arrived; ``groups_note`` says why they were not joined.
+    k_group: np.ndarray | None = None
+    k_tail: np.ndarray | None = None
+    groups_note: str | None = None
     # Per activity started inside its stream predecessor's run (programmatic dependent launch):
     # the fraction of the predecessor's run at which it could start; -1 elsewhere.
     k_overlap: np.ndarray | None = None
@@ -94,7 +103,51 @@ def build(trace: Trace, work: pd.DataFrame, device_type: str) -> Graph:
         return _cpu_graph(work, _thread_starts(trace))
     rt, k = trace.runtime, trace.kernels
     h = _host(rt, k, _thread_starts(trace))
-    return _device(k, h)
+    g = _device(k, h)
+    category = work["category"].to_numpy(dtype=object) if "category" in work else None
+    g.k_group, g.k_tail, g.groups_note = _collective_groups(k, category)
+    return g
+
+
+def _collective_groups(k: pd.DataFrame, category: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """The same collective on every rank of a multi-rank trace, joined: a collective ends on every
+    rank once the last rank has arrived, plus its own transfer. Matched by order on each rank (the
+    j-th collective kernel of every rank, all of one name), as NCCL and RCCL run a communicator's
+    collectives in the order each rank issues them. Joined only when the ranks' clocks agree:
+    every group's last start is no later than its first end (a collective cannot finish on one
+    rank before every rank began it); otherwise each rank keeps its collectives' measured times."""
+    n = len(k)
+    group, tail = np.full(n, -1, np.int64), np.zeros(n, np.int64)
+    if not n or category is None or "rank" not in k:
+        return group, tail, None
+    ranks = pd.unique(k["rank"])
+    if len(ranks) < 2:
+        return group, tail, None
+    comm = (category == tx.COMMUNICATION) & (k["kind"].astype(str).to_numpy() == "kernel")
+    start, end = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
+    rank = k["rank"].to_numpy()
+    per = []
+    for r in ranks:
+        rows = np.flatnonzero(comm & (rank == r))
+        per.append(rows[np.argsort(start[rows], kind="stable")])
+    if len({len(p) for p in per}) != 1:
+        return group, tail, ("collectives not joined across ranks: the ranks ran different numbers of them ("
+                             + ", ".join(str(len(p)) for p in per) + ")")
+    if not len(per[0]):
+        return group, tail, None
+    stack = np.stack(per)
+    names = k["name"].astype(str).to_numpy(dtype=object)[stack]
+    if not (names == names[:1]).all():
+        return group, tail, "collectives not joined across ranks: the ranks ran different collectives in turn"
+    last = start[stack].max(axis=0)
+    if (last > end[stack].min(axis=0)).any():
+        return group, tail, ("collectives not joined across ranks: the ranks' clocks disagree (a collective "
+                             "ended on one rank before another began it)")
+    for j in range(stack.shape[1]):
+        group[stack[:, j]] = j
+        tail[stack[:, j]] = end[stack[:, j]] - last[j]
+    return group, tail, f"{stack.shape[1]:,} collectives joined across {len(ranks)} ranks"
+
 
 
 def _thread_starts(trace: Trace) -> dict[int, int]:

@@ -85,6 +85,9 @@ class StepReplay:
             "launch_latency_us": {"eager": g.lat[0] / 1e3, "graph": g.lat[1] / 1e3},
             "device_gap_us": {"eager": g.gap[0] / 1e3, "graph": g.gap[1] / 1e3},
             "samples": g.samples,
+            # Collectives joined across ranks (each ends once the last rank arrived), or why not; None
+            # for a single rank.
+            "collectives_across_ranks": g.groups_note,
         }
 
     # --- what-ifs --------------------------------------------------------------------

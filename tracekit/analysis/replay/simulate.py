@@ -57,6 +57,8 @@ class Replayed:
     h_bind: np.ndarray      # ANCHOR or HOST_PREV
     h_end_bind: np.ndarray  # OWN or AWAITED
     k_bind: np.ndarray      # ANCHOR, LAUNCHED, STREAM or CROSS
+    # A joined collective whose end the last rank's arrival set: that rank's collective; -1 otherwise.
+    k_end_by: np.ndarray | None = None
 
 
 def run(g: Graph, x: Inputs) -> Replayed:
@@ -90,16 +92,34 @@ def run(g: Graph, x: Inputs) -> Replayed:
         he[i] = hs[i] + int(m_dur[i] * scale)
         done_h[i] = True
 
-    # Events in measured order; at one instant a blocking call's end, then a call's start, then an
-    # activity's start (each depends only on events before it in this order).
+    # Collectives joined across ranks end at their own end event, once every rank's has started.
+    group = g.k_group if g.k_group is not None else np.full(nk, -1, np.int64)
+    joined = np.flatnonzero(group >= 0)
+    members: dict[int, list[int]] = {}
+    for i in joined.tolist():
+        members.setdefault(int(group[i]), []).append(i)
+    tail = g.k_tail.tolist() if g.k_tail is not None else [0] * nk
+    m_kdur = g.k_dur.tolist()
+    end_by = [-1] * nk
+    # Events in measured order; at one instant a collective's end, a blocking call's end, then a
+    # call's start, then an activity's start (each depends only on events before it in this order).
     blocking = [i for i in range(nh) if waits[i] >= 0 and outer[i] < 0]
-    keys = np.concatenate([np.asarray(m_he, np.int64)[blocking] if blocking else np.zeros(0, np.int64),
-                           g.h_start, g.k_start])
-    kinds = np.concatenate([np.zeros(len(blocking), np.int8), np.ones(nh, np.int8), np.full(nk, 2, np.int8)])
-    idx = np.concatenate([np.asarray(blocking, np.int64), np.arange(nh), np.arange(nk)])
-    order = np.lexsort((kinds, keys))
+    keys = np.concatenate([g.k_end[joined], np.asarray(m_he, np.int64)[blocking] if blocking else
+                           np.zeros(0, np.int64), g.h_start, g.k_start])
+    kinds = np.concatenate([np.full(len(joined), 3, np.int8), np.zeros(len(blocking), np.int8),
+                            np.ones(nh, np.int8), np.full(nk, 2, np.int8)])
+    idx = np.concatenate([joined, np.asarray(blocking, np.int64), np.arange(nh), np.arange(nk)])
+    order = np.lexsort((np.where(kinds == 3, -1, kinds), keys))
     for e_kind, i in zip(kinds[order].tolist(), idx[order].tolist()):
-        if e_kind == 1:
+        if e_kind == 3:
+            arrived, last = ks[i], -1
+            for m in members[int(group[i])]:
+                if done_k[m] and ks[m] > arrived:
+                    arrived, last = ks[m], m
+            d = m_kdur[i]
+            ke[i] = arrived + (int(tail[i] * k_dur[i] / d) if d > 0 else k_dur[i])
+            end_by[i] = last
+        elif e_kind == 1:
             if outer[i] >= 0:
                 if not done_h[i] and done_h[outer[i]]:
                     nested(i)
@@ -150,4 +170,4 @@ def run(g: Graph, x: Inputs) -> Replayed:
             done_k[i] = True
     return Replayed(np.asarray(hs, np.int64), np.asarray(he, np.int64), np.asarray(ks, np.int64),
                     np.asarray(ke, np.int64), np.asarray(h_bind, np.int8), np.asarray(h_end_bind, np.int8),
-                    np.asarray(k_bind, np.int8))
+                    np.asarray(k_bind, np.int8), np.asarray(end_by, np.int64))
