@@ -55,8 +55,8 @@ class StepReplay:
         g = self.graph
         self.measured = step_times(self.steps, work, g, None)
         self.base_run = run(g, Inputs.measured(g))
-        self.base = step_times(self.steps, work, g, self.base_run)
-        model = step_times(self.steps, work, g, run(g, Inputs.measured(g, residuals=False)))
+        self.base = step_times(self.steps, work, g, self.base_run, self.measured)
+        model = step_times(self.steps, work, g, run(g, Inputs.measured(g, residuals=False)), self.measured)
         d = self.steps["duration_ns"].to_numpy(np.int64) if len(self.steps) else np.zeros(0, np.int64)
         self.duration_ns = d
         held = self.steps["unrecorded_ns"].to_numpy(np.int64) if len(self.steps) else d
@@ -95,7 +95,7 @@ class StepReplay:
     def run(self, changes: list[ch.Change]) -> Outcome:
         applied = ch.apply(self.graph, self.work, changes)
         r = run(self.graph, applied.inputs)
-        t = step_times(self.steps, self.work, self.graph, r)
+        t = step_times(self.steps, self.work, self.graph, r, self.measured)
         saving = self.base.duration - t.duration
         replayed = self.duration_ns - saving
         out = Outcome(changes, replayed, saving, unpriced=applied.unpriced)
@@ -148,7 +148,7 @@ class StepReplay:
                 self._paths[step] = self.critical_path(step, self.base_run)
             return self._paths[step]
         r = outcome_run
-        t = self.base if r is self.base_run else step_times(self.steps, self.work, self.graph, r)
+        t = self.base if r is self.base_run else step_times(self.steps, self.work, self.graph, r, self.measured)
         if self._labels is None:
             self._labels = cp.labels(self.work)
             step_of = self.work["step"].to_numpy()

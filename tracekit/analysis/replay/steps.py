@@ -25,8 +25,10 @@ class StepTimes:
         self.duration = end - begin - other_ns
 
 
-def step_times(steps: pd.DataFrame, work: pd.DataFrame, g: Graph, r: Replayed | None) -> StepTimes:
-    """Step windows on replayed times (``r``), or on the measured times with the same rules (``None``)."""
+def step_times(steps: pd.DataFrame, work: pd.DataFrame, g: Graph, r: Replayed | None,
+               measured: StepTimes | None = None) -> StepTimes:
+    """Step windows on replayed times (``r``), or on the measured times with the same rules (``None``).
+    ``measured``: the measured windows, where the caller has them (else found again)."""
     n = len(steps)
     other = (steps["unrecorded_ns"].to_numpy(np.int64) + steps["next_ns"].to_numpy(np.int64)) if n else \
         np.zeros(0, np.int64)
@@ -54,11 +56,13 @@ def step_times(steps: pd.DataFrame, work: pd.DataFrame, g: Graph, r: Replayed | 
     ok = prev >= 0
     begin = np.where(ok, np.maximum(begin, last[np.maximum(prev, 0)]), begin)
     if r is not None:
-        begin = np.maximum(begin, _earlier_outside(steps, work, g, w_end))
+        begin_m = (measured if measured is not None else step_times(steps, work, g, None)).begin
+        begin = np.maximum(begin, _earlier_outside(steps, work, g, w_end, begin_m))
     return StepTimes(begin, end, other)
 
 
-def _earlier_outside(steps: pd.DataFrame, work: pd.DataFrame, g: Graph, w_end: np.ndarray) -> np.ndarray:
+def _earlier_outside(steps: pd.DataFrame, work: pd.DataFrame, g: Graph, w_end: np.ndarray,
+                     begin_m: np.ndarray) -> np.ndarray:
     """Per step, the latest replayed end of the work outside every step that had ended when its
     window opened on the measured times: work the step waited behind (a synchronise before it
     held the host until then) stays before it when a what-if frees the host."""
@@ -69,13 +73,9 @@ def _earlier_outside(steps: pd.DataFrame, work: pd.DataFrame, g: Graph, w_end: n
         return np.full(n, np.iinfo(np.int64).min)
     order = out_rows[np.argsort(m_end[out_rows], kind="stable")]
     running = np.maximum.accumulate(w_end[order])
-    begin_m = measured_begin(steps, work, g)
     pos = np.searchsorted(m_end[order], begin_m, side="right") - 1
     return np.where(pos >= 0, running[np.maximum(pos, 0)], np.iinfo(np.int64).min)
 
-
-def measured_begin(steps: pd.DataFrame, work: pd.DataFrame, g: Graph) -> np.ndarray:
-    return step_times(steps, work, g, None).begin
 
 
 def _previous_on_thread(tid: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -101,7 +101,8 @@ class _HostClock:
             rows = rows[np.argsort(g.h_start[rows], kind="stable")]
             # Each call's gap opens at the previous call's end (the first call's: the thread's anchor).
             m_open = np.r_[anchor[rows[0]], g.h_end[rows][:-1]]
-            r_open = np.r_[_first_open(g, rows[0], h_start),
+            # (a thread's anchor does not move in the replay)
+            r_open = np.r_[anchor[rows[0]],
                            h_end[rows][:-1]]
             self._by_tid[int(t)] = (m_open, g.h_start[rows], g.h_end[rows], r_open, h_start[rows], h_end[rows])
 
@@ -132,11 +133,6 @@ class _HostClock:
             res[k] = x[k] + (r_open[jj[k]] - m_open[jj[k]])
             out[sel] = res
         return out
-
-
-def _first_open(g: Graph, row: int, h_start: np.ndarray) -> int:
-    """Where a thread's first call's gap opens in the replay: at its anchor, which does not move."""
-    return int(g.h_anchor[row]) if g.h_anchor is not None else int(h_start[row])
 
 
 def _scale(offset: np.ndarray, measured: np.ndarray, replayed: np.ndarray) -> np.ndarray:
