@@ -175,6 +175,39 @@ def test_a_process_that_dies_is_one_sentence(tmp_path, monkeypatch):
     assert pids[0] != os.getpid() == pids[-1] and len(set(pids)) >= 2
 
 
+def _big(path, progress):
+    return path, bytes(300_000)  # more than a pipe holds at once
+
+
+def test_reads_come_back_through_a_spool_that_is_then_gone(tmp_path, monkeypatch):
+    """Bugs caught: a spooled read lost or swapped between files; the spool folder or its files
+    left behind in the temporary folder; a spool that cannot be written (a full disk) failing the
+    read instead of falling back on the pipe."""
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("the test's functions reach the pool by fork")
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("fork"))
+    spools = tmp_path / "tmp"
+    spools.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spools))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read afresh
+    files = [str(tmp_path / n) for n in ("a", "b", "c", "d", "e", "f")]
+    got = parallel.read_files(_big, files, 3)
+    assert [p for p, _ in got] == files and all(len(b) == 300_000 for _, b in got)
+    assert list(spools.iterdir()) == []
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(parallel, "open", full, raising=False)  # the pool's processes inherit it by fork
+    got = parallel.read_files(_big, files, 3)
+    assert [p for p, _ in got] == files and all(len(b) == 300_000 for _, b in got)
+    assert list(spools.iterdir()) == []
+
+
 def test_how_many_processes(tmp_path, monkeypatch):
     small = [str(tmp_path / f"r{i}.json") for i in range(4)]
     for f in small:

@@ -91,12 +91,19 @@ def read_files(read_one: Callable[[str, object], T], files: list[str], jobs: int
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
+    import tempfile
+
     ctx = _context()
     # Which files are left, shared with the pool: [first, last]. The pool's processes take
     # the first, this one the last, one file at a claim, so every process stays busy to the
     # end (queued tasks would leave this process waiting on a file it could have read).
     ends = ctx.Array("q", [0, len(files) - 1])
-    pool = ProcessPoolExecutor(min(jobs, len(files)) - 1, mp_context=ctx, initializer=_share, initargs=(ends,))
+    # Each read comes back through a file of this folder, not the pool's pipe: a pipe holds
+    # 64 kB, and this process reads it only when its busy main thread lets go of the GIL, so
+    # a worker handing over a rank's tables (~10 MB) stood idle ~50 ms per file (measured).
+    spool = tempfile.TemporaryDirectory(prefix="tracekit-ranks-")
+    pool = ProcessPoolExecutor(min(jobs, len(files)) - 1, mp_context=ctx, initializer=_share,
+                               initargs=(ends, spool.name))
     try:
         futures = [pool.submit(_read_first, read_one, files) for _ in files]
         done: dict[int, tuple[bool, object]] = {}
@@ -116,8 +123,9 @@ def read_files(read_one: Callable[[str, object], T], files: list[str], jobs: int
                     f"{os.path.dirname(files[0]) or '.'}: a process reading its trace files ended without a result "
                     f"(killed, e.g. out of memory): read them one at a time with --jobs 1 (or {JOBS_ENV}=1)") from None
             if got is not None:
-                done[got[0]] = got[1:]
-                if progress and got[1]:
+                done[got[0]] = (True, _unspool(got[2])) if got[1] else (True, got[2]) if got[1] is None \
+                    else got[1:]
+                if progress and got[1] is not False:
                     progress(f"read {os.path.basename(files[got[0]])}")
         out = []
         for i in range(len(files)):
@@ -129,15 +137,27 @@ def read_files(read_one: Callable[[str, object], T], files: list[str], jobs: int
     finally:
         # On a failure, the pool's processes go as soon as their file is read; nothing waits.
         pool.shutdown(wait=False, cancel_futures=True)
+        spool.cleanup()
 
 
-# In a process of the pool: the shared [first, last] of the files left (``_share``).
+# In a process of the pool: the shared [first, last] of the files left, and the folder its
+# reads go back through (``_share``).
 _ends = None
+_spool = ""
 
 
-def _share(ends) -> None:
-    global _ends
-    _ends = ends
+def _share(ends, spool: str) -> None:
+    global _ends, _spool
+    _ends, _spool = ends, spool
+
+
+def _unspool(path: str):
+    import pickle
+
+    with open(path, "rb") as f:
+        value = pickle.load(f)
+    os.remove(path)  # held in memory now: the disk copy would only double it
+    return value
 
 
 def _claim(ends, first: bool) -> int | None:
@@ -152,18 +172,27 @@ def _claim(ends, first: bool) -> int | None:
 
 
 def _read_first(read_one, files: list[str]):
-    """A task of the pool: (index, True, value) of the first file left, (index, False, error)
+    """A task of the pool: (index, True, the spooled file of its value) of the first file left, (index, False, error)
     when it fails (and then no file after it is taken: none of them will be needed), None when
     no file is left."""
     i = _claim(_ends, first=True)
     if i is None:
         return None
     try:
-        return i, True, read_one(files[i], None)
+        value = read_one(files[i], None)
     except Exception as e:  # noqa: BLE001 - the file's own error, raised in file order by the caller
         with _ends.get_lock():
             _ends[0] = _ends[1] + 1
         return i, False, e
+    import pickle
+
+    path = os.path.join(_spool, f"{i}.pickle")
+    try:
+        with open(path, "wb") as f:
+            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+    except OSError:  # no room in the temporary folder: the pipe, slower, still carries it
+        return i, None, value
+    return i, True, path
 
 
 def _context():
