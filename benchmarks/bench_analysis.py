@@ -105,8 +105,8 @@ def serving(path: str = SERVING) -> list[dict]:
     no_ann = dataclasses.replace(trace, annotations=trace.annotations.iloc[0:0])
     bare = dataclasses.replace(no_ann, python=trace.python.iloc[0:0])
     out = []
-    from tracekit.analysis.steps import evidence
     from tracekit.analysis.pricing import taxonomy
+    from tracekit.analysis.steps import evidence
 
     def cold(t):
         # As a fresh process meets the trace: the per-name caches start empty.
@@ -140,8 +140,8 @@ def model_pricing() -> list[dict]:
     """Analysis with and without the model, against read + analysis."""
     from tracekit import read_trace
     from tracekit.analysis import analyze
-    from tracekit.analysis.steps import evidence
     from tracekit.analysis.pricing import kernel_names, taxonomy
+    from tracekit.analysis.steps import evidence
     from tracekit.models import load_model
 
     out = []
@@ -184,11 +184,11 @@ IDLE_TARGET = 0.10
 def idle_and_timelines() -> list[dict]:
     from tracekit import read_trace
     from tracekit.analysis.analyze import analyze
-    from tracekit.analysis.tables import short_name
-    from tracekit.analysis.waiting.idle import idle_causes
     from tracekit.analysis.steps.latency import step_weights
     from tracekit.analysis.steps.segment import segment
     from tracekit.analysis.steps.timeline import timelines
+    from tracekit.analysis.tables import short_name
+    from tracekit.analysis.waiting.idle import idle_causes
 
     out = []
     for name in [os.path.basename(SERVING), *INFERENCE]:
@@ -213,10 +213,15 @@ def idle_and_timelines() -> list[dict]:
         t_idle = _best(run)
         ratio = t_idle / (t_read + t_analyse)
         out.append({"file": name, "idle_s": t_idle, "ratio": ratio})
-        print(f"{name[:44]:44s} read {t_read:.3f} s | analyse {t_analyse:.3f} s | idle causes, top intervals and "
-              f"timelines {t_idle:.3f} s = {ratio:.1%} of read + analyse ({t_idle / t_read:.0%} of read alone)   "
-              + (f"target < {IDLE_TARGET:.0%}{'' if ratio < IDLE_TARGET else '   MISSED'}" if path == SERVING
-                 else "(for information)"))
+        print(
+            f"{name[:44]:44s} read {t_read:.3f} s | analyse {t_analyse:.3f} s | idle causes, top intervals and "
+            f"timelines {t_idle:.3f} s = {ratio:.1%} of read + analyse ({t_idle / t_read:.0%} of read alone)   "
+            + (
+                f"target < {IDLE_TARGET:.0%}{'' if ratio < IDLE_TARGET else '   MISSED'}"
+                if path == SERVING
+                else "(for information)"
+            )
+        )
     return out
 
 
@@ -240,8 +245,10 @@ def stress(scale: float = 1.0, cases: list[str] | None = None, base: str = STRES
         print(f"skipped: {base} is absent (../shared/traces is not beside this checkout)")
         return []
     doc = growth.load(base)
-    print(f"structure stress, grown from {os.path.basename(base)} at scale {scale:g} of the issue's sizes; "
-          f"target: analysis < {STRESS_TARGET:.0f}x read per event")
+    print(
+        f"structure stress, grown from {os.path.basename(base)} at scale {scale:g} of the issue's sizes; "
+        f"target: analysis < {STRESS_TARGET:.0f}x read per event"
+    )
     out = []
     with tempfile.TemporaryDirectory(prefix="tracekit-stress-") as tmp:
         for name in cases or list(growth.CASES):
@@ -249,13 +256,15 @@ def stress(scale: float = 1.0, cases: list[str] | None = None, base: str = STRES
             path = growth.write(growth.grow(doc, name, scale), os.path.join(tmp, "grown.json.gz"))
             t_read = _best(lambda: read_trace(path), repeat=1)
             trace = read_trace(path)
-            t_analyse = _best(lambda: analyze(trace), repeat=1)
+            t_analyse = _best(lambda t=trace: analyze(t), repeat=1)
             n = max(trace.n_events, 1)
             ratio = t_analyse / t_read
             out.append({"case": name, "events": n, "read_s": t_read, "analyse_s": t_analyse, "ratio": ratio})
-            print(f"{name:22s} {n:>10,} events | read {t_read:7.3f} s ({t_read / n * 1e6:6.2f} s/M) | analyse "
-                  f"{t_analyse:7.3f} s ({t_analyse / n * 1e6:6.2f} s/M) = {ratio:5.2f}x read"
-                  f"{'   OVER ' + format(STRESS_TARGET, '.0f') + 'x' if ratio > STRESS_TARGET else ''}   ({what})")
+            print(
+                f"{name:22s} {n:>10,} events | read {t_read:7.3f} s ({t_read / n * 1e6:6.2f} s/M) | analyse "
+                f"{t_analyse:7.3f} s ({t_analyse / n * 1e6:6.2f} s/M) = {ratio:5.2f}x read"
+                f"{'   OVER ' + format(STRESS_TARGET, '.0f') + 'x' if ratio > STRESS_TARGET else ''}   ({what})"
+            )
             del trace
             os.remove(path)
     return out
@@ -272,8 +281,14 @@ if __name__ == "__main__":
     ap.add_argument("--case", action="append", help="one stress case by name (repeatable); default all")
     args = ap.parse_args()
     if args.stress or args.quick or args.case:
-        sys.exit(1 if any(r["ratio"] > STRESS_TARGET for r in stress(
-            args.scale if args.scale is not None else (0.1 if args.quick else 1.0), args.case)) else 0)
+        sys.exit(
+            1
+            if any(
+                r["ratio"] > STRESS_TARGET
+                for r in stress(args.scale if args.scale is not None else (0.1 if args.quick else 1.0), args.case)
+            )
+            else 0
+        )
     main(args.traces or [DEFAULT] + [os.path.join(SHARED, f) for f in INFERENCE])
     if not args.traces:
         serving()

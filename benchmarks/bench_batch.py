@@ -35,6 +35,7 @@ def main(folder: str = DEFAULT, repeat: int = 2) -> dict:
         return {}
     try:
         import distributed  # noqa: F401
+
         has_dask = True
     except ImportError:
         has_dask = False
@@ -47,11 +48,17 @@ def main(folder: str = DEFAULT, repeat: int = 2) -> dict:
         for _ in range(repeat):
             t, n, errors = _batch(folder, jobs, dask)
             best = min(best, t)
-        results[(label, jobs)] = {"seconds": round(best, 2), "traces": n, "errors": errors,
-                                  "per_minute": round(n / best * 60, 1)}
+        results[(label, jobs)] = {
+            "seconds": round(best, 2),
+            "traces": n,
+            "errors": errors,
+            "per_minute": round(n / best * 60, 1),
+        }
     base = results[("local processes", 1)]["per_minute"]
-    print(f"folder            {os.path.abspath(folder)}: {results[('local processes', 1)]['traces']} traces "
-          f"({os.cpu_count()} CPUs here; best of {repeat})")
+    print(
+        f"folder            {os.path.abspath(folder)}: {results[('local processes', 1)]['traces']} traces "
+        f"({os.cpu_count()} CPUs here; best of {repeat})"
+    )
     print(f"{'executor':<18}{'workers':>8}{'seconds':>10}{'traces/min':>12}{'vs baseline':>13}{'errors':>8}")
     for (label, jobs), r in results.items():
         ratio = r["per_minute"] / base if base else float("nan")

@@ -45,8 +45,9 @@ RUNS = ("no cache", "first", "second", "tables")
 def run(args: list[str], env: dict) -> tuple[float, float]:
     """(wall s, CPU s) of ``tracekit ARGS`` in a process of its own."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "tracekit", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracekit", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     err = proc.stderr.read().decode(errors="replace")
@@ -84,22 +85,34 @@ def measure(path: str, repeat: int) -> dict:
     t0 = time.perf_counter()
     file_digest(path)
     digest_s = time.perf_counter() - t0
-    out = {r: {"wall_s": statistics.median(w for w, _ in ts), "cpu_s": statistics.median(c for _, c in ts),
-               "wall_all": [round(w, 2) for w, _ in ts]} for r, ts in times.items()}
+    out = {
+        r: {
+            "wall_s": statistics.median(w for w, _ in ts),
+            "cpu_s": statistics.median(c for _, c in ts),
+            "wall_all": [round(w, 2) for w, _ in ts],
+        }
+        for r, ts in times.items()
+    }
     out["ratio_wall"] = out["first"]["wall_s"] / out["second"]["wall_s"]
     out["ratio_cpu"] = out["first"]["cpu_s"] / out["second"]["cpu_s"]
     out["digest_s"] = digest_s
     out["cache_mb"] = entry_mb
-    print(f"trace      {os.path.basename(path)}: {os.path.getsize(path) / 1e6:.0f} MB on disk; "
-          f"median of {repeat} repeat(s)")
+    print(
+        f"trace      {os.path.basename(path)}: {os.path.getsize(path) / 1e6:.0f} MB on disk; "
+        f"median of {repeat} repeat(s)"
+    )
     print(f"{'run':10} {'wall s':>7} {'CPU s':>7}   runs (wall s)")
     for r in RUNS:
         v = out[r]
         print(f"{r:10} {v['wall_s']:7.2f} {v['cpu_s']:7.2f}   {v['wall_all']}")
-    print(f"first / second = {out['ratio_wall']:.1f}x wall, {out['ratio_cpu']:.1f}x CPU (goal >= {GOAL:.0f}x: "
-          f"{'met' if out['ratio_wall'] >= GOAL else 'NOT met'})")
-    print(f"keeping the tables and text costs {out['first']['wall_s'] - out['no cache']['wall_s']:+.2f} s on the "
-          f"first run; the key's content digest of the file {digest_s * 1e3:.0f} ms; the cache holds {entry_mb:.0f} MB")
+    print(
+        f"first / second = {out['ratio_wall']:.1f}x wall, {out['ratio_cpu']:.1f}x CPU (goal >= {GOAL:.0f}x: "
+        f"{'met' if out['ratio_wall'] >= GOAL else 'NOT met'})"
+    )
+    print(
+        f"keeping the tables and text costs {out['first']['wall_s'] - out['no cache']['wall_s']:+.2f} s on the "
+        f"first run; the key's content digest of the file {digest_s * 1e3:.0f} ms; the cache holds {entry_mb:.0f} MB"
+    )
     return out
 
 

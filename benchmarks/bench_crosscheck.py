@@ -83,8 +83,10 @@ TRACES = {
     "h100_hf": ("h100_hf-qwen1.5-0.5b_forward_bs16.json.gz", None),
     "mi300x_hf": ("mi300x_hf-qwen1.5-0.5b_forward_bs16.json.gz", None),
     "mi300x_extend": ("mi300x_sglang-qwen3-8b_extend-step.json.gz", None),
-    "mi300x_decode": ("mi300x_sglang-qwen3-8b_decode-step_hipgraph.json.gz",
-                      "mi300x_sglang-qwen3-8b_decode_graph-capture.json.gz"),
+    "mi300x_decode": (
+        "mi300x_sglang-qwen3-8b_decode-step_hipgraph.json.gz",
+        "mi300x_sglang-qwen3-8b_decode_graph-capture.json.gz",
+    ),
 }
 
 NO_OP = "(kernels without an op)"
@@ -95,9 +97,21 @@ NO_OP = "(kernels without an op)"
 
 # Bytes per element of the profiler's dtype strings ("Input type").
 ELEM = {
-    "c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "long int": 8, "int": 4, "short": 2,
-    "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1, "c10::Float8_e4m3fnuz": 1,
-    "c10::Float8_e5m2": 1, "c10::Float8_e5m2fnuz": 1, "c10::complex<float>": 8,
+    "c10::BFloat16": 2,
+    "c10::Half": 2,
+    "float": 4,
+    "double": 8,
+    "long int": 8,
+    "int": 4,
+    "short": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e5m2fnuz": 1,
+    "c10::complex<float>": 8,
 }
 INTEGRAL = {"long int", "int", "short", "signed char", "unsigned char", "bool"}
 # torch ScalarType codes an engine op states its output dtype with (aiter's gemm: 15 = bfloat16).
@@ -156,8 +170,11 @@ def _gemm(a: Args, x: int, w: int, bias: int | None, w_is_nk: bool, out_size: in
     m = numel(tx[0][:-1])
     out = out_size or tx[1]
     b = nbytes(a.tensor(bias)) if bias is not None else 0
-    return Arith(2.0 * m * n * k, m * k * tx[1] + n * k * tw[1] + m * n * out + b,
-                 f"2*M*N*K, M={m} N={n} K={k}; A, B{', bias' if b else ''} read, C written")
+    return Arith(
+        2.0 * m * n * k,
+        m * k * tx[1] + n * k * tw[1] + m * n * out + b,
+        f"2*M*N*K, M={m} N={n} K={k}; A, B{', bias' if b else ''} read, C written",
+    )
 
 
 def f_mm(a):
@@ -178,8 +195,9 @@ def f_bmm(a):
         return None
     bt, m, k = ta[0]
     n = tb[0][2]
-    return Arith(2.0 * bt * m * n * k, nbytes(ta) + nbytes(tb) + bt * m * n * ta[1],
-                 f"2*B*M*N*K, B={bt} M={m} N={n} K={k}")
+    return Arith(
+        2.0 * bt * m * n * k, nbytes(ta) + nbytes(tb) + bt * m * n * ta[1], f"2*B*M*N*K, B={bt} M={m} N={n} K={k}"
+    )
 
 
 def f_aiter_gemm(a):
@@ -203,9 +221,12 @@ def _sdpa(a: Args, causal_at: int) -> Arith | None:
     causal = a.conc(causal_at) == "True"
     pairs = _causal_pairs_top_left(lq, lk) if causal else lq * lk
     mask = nbytes(a.tensor(3)) if causal_at != 4 else 0
-    return Arith(2.0 * b * h * pairs * (d + dv), nbytes(q) + nbytes(k) + nbytes(v) + b * h * lq * dv * q[1] + mask,
-                 f"2*B*H*(D+Dv) per (query, key) pair, {'causal ' if causal else ''}pairs={b}x{pairs}; "
-                 "Q, K, V read, O written; softmax not counted")
+    return Arith(
+        2.0 * b * h * pairs * (d + dv),
+        nbytes(q) + nbytes(k) + nbytes(v) + b * h * lq * dv * q[1] + mask,
+        f"2*B*H*(D+Dv) per (query, key) pair, {'causal ' if causal else ''}pairs={b}x{pairs}; "
+        "Q, K, V read, O written; softmax not counted",
+    )
 
 
 def f_sdpa(a):
@@ -249,7 +270,11 @@ def f_mha_batch_prefill(a):
         mq = mk = -1
     if reqs > 0 and reqs * mq == t and mk == mq:
         # every request has max_seqlen_q queries, and keys >= queries <= max_seqlen_k = max_seqlen_q
-        pairs, kv, how = reqs * (mq * (mq + 1) // 2), reqs * mq, f"{reqs} requests of {mq} tokens, no prefix (from the op's arguments)"
+        pairs, kv, how = (
+            reqs * (mq * (mq + 1) // 2),
+            reqs * mq,
+            f"{reqs} requests of {mq} tokens, no prefix (from the op's arguments)",
+        )
     else:
         got = _step_pairs(a.step, t)
         if got is None:
@@ -257,8 +282,11 @@ def f_mha_batch_prefill(a):
         pairs, how = got
         kv = a.step["sk"]
     kvb = q[1] if k[1] is None else k[1]
-    return Arith(2.0 * hq * pairs * (d + dv), 2 * t * hq * d * q[1] + kv * hk * (dk + dv) * kvb,
-                 f"causal: 2*H*(D+Dv) per pair, pairs={pairs} ({how}); Q read, O written, each request's K and V read once")
+    return Arith(
+        2.0 * hq * pairs * (d + dv),
+        2 * t * hq * d * q[1] + kv * hk * (dk + dv) * kvb,
+        f"causal: 2*H*(D+Dv) per pair, pairs={pairs} ({how}); Q read, O written, each request's K and V read once",
+    )
 
 
 def f_paged_decode(a):
@@ -273,9 +301,12 @@ def f_paged_decode(a):
     if not st or st["sq"] != b or st["sqsq"] != b:
         return None  # key lengths are not in the shapes; the step's annotation states them
     kv = st["sk"]
-    return Arith(4.0 * hq * d * kv, 2 * b * hq * d * q[1] + 2 * kv * hk * d * k[1],
-                 f"4*H*D per (query, key) pair, {kv} keys over {b} requests (the step's annotation sk); "
-                 "Q read, O written, K and V read once")
+    return Arith(
+        4.0 * hq * d * kv,
+        2 * b * hq * d * q[1] + 2 * kv * hk * d * k[1],
+        f"4*H*D per (query, key) pair, {kv} keys over {b} requests (the step's annotation sk); "
+        "Q read, O written, K and V read once",
+    )
 
 
 def f_store_cache(a):
@@ -290,8 +321,11 @@ def f_silu_and_mul(a):
     out, x = a.tensor(0), a.tensor(1)
     if not out or not x:
         return None
-    return Arith(5.0 * numel(out[0]), nbytes(out) + nbytes(x),
-                 "SiLU (4) and multiply (1) per output element (convention); input read, output written")
+    return Arith(
+        5.0 * numel(out[0]),
+        nbytes(out) + nbytes(x),
+        "SiLU (4) and multiply (1) per output element (convention); input read, output written",
+    )
 
 
 def f_rotary(a):
@@ -307,9 +341,12 @@ def f_rotary(a):
     rot = cache[0][-1]
     heads = numel(q[0]) // (t * head) + (numel(k[0]) // (t * head) if k else 0)
     el = t * heads * rot
-    return Arith(3.0 * el, 2 * el * q[1] + nbytes(pos) + t * rot * cache[1],
-                 f"3 FLOPs per rotated element ({t} tokens x {heads} heads x {rot}); Q, K read and written, "
-                 "positions and one cos/sin row per token read")
+    return Arith(
+        3.0 * el,
+        2 * el * q[1] + nbytes(pos) + t * rot * cache[1],
+        f"3 FLOPs per rotated element ({t} tokens x {heads} heads x {rot}); Q, K read and written, "
+        "positions and one cos/sin row per token read",
+    )
 
 
 def f_rmsnorm(a):
@@ -317,8 +354,11 @@ def f_rmsnorm(a):
     x = a.tensor(1)
     if not x:
         return None
-    return Arith(4.0 * numel(x[0]), _all_tensor_bytes(a),
-                 f"4 FLOPs per element over {x[0][0]} rows of {x[0][-1]}; input and weight read, output written")
+    return Arith(
+        4.0 * numel(x[0]),
+        _all_tensor_bytes(a),
+        f"4 FLOPs per element over {x[0][0]} rows of {x[0][-1]}; input and weight read, output written",
+    )
 
 
 def f_add_rmsnorm(a):
@@ -326,13 +366,26 @@ def f_add_rmsnorm(a):
     x = a.tensor(1)
     if not x:
         return None
-    return Arith(5.0 * numel(x[0]), _all_tensor_bytes(a),
-                 f"add then RMSNorm, 5 FLOPs per element over {x[0][0]} rows of {x[0][-1]}; input, residual, "
-                 "weight read, output and new residual written")
+    return Arith(
+        5.0 * numel(x[0]),
+        _all_tensor_bytes(a),
+        f"add then RMSNorm, 5 FLOPs per element over {x[0][0]} rows of {x[0][-1]}; input, residual, "
+        "weight read, output and new residual written",
+    )
 
 
-UNARY_FLOPS = {"neg": 1, "rsqrt": 1, "sqrt": 1, "exp": 1, "cos": 1, "sin": 1, "reciprocal": 1, "abs": 1, "relu": 1,
-               "silu": 4}
+UNARY_FLOPS = {
+    "neg": 1,
+    "rsqrt": 1,
+    "sqrt": 1,
+    "exp": 1,
+    "cos": 1,
+    "sin": 1,
+    "reciprocal": 1,
+    "abs": 1,
+    "relu": 1,
+    "silu": 4,
+}
 BINARY = {"add", "sub", "mul", "div", "maximum", "minimum"}
 COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
 
@@ -366,8 +419,13 @@ def f_elementwise(a):
         return Arith(float(per * n), rd + n * out_size, f"{per} FLOP(s) per element{conv}; input read, output written")
     if base == "pow":
         flops = float(n) if a.conc(1) == "2" else None
-        return Arith(flops, rd + n * out_size, "x**2: 1 FLOP per element; input read, output written"
-                     if flops is not None else "pow by a non-2 exponent: FLOPs not stated")
+        return Arith(
+            flops,
+            rd + n * out_size,
+            "x**2: 1 FLOP per element; input read, output written"
+            if flops is not None
+            else "pow by a non-2 exponent: FLOPs not stated",
+        )
     if base in BINARY or base in COMPARE:
         per = 2 if base in ("add", "sub") and a.conc(2) not in ("", "1") else 1
         return Arith(float(per * n), rd + n * out_size, f"{per} FLOP per output element; inputs read, output written")
@@ -401,8 +459,11 @@ def _reduce(a: Args, dims: list[int] | None, out_size: int | None = None, extra_
         red = numel([shape[d] for d in dims]) if dims else numel(shape)
         n_out = numel(shape) // max(red, 1)
     os_ = out_size or t[1]
-    return Arith(float(numel(shape)), nbytes(t) + n_out * (os_ + extra_out),
-                 "1 FLOP (add or comparison) per input element (convention for max/argmax); input read, output written")
+    return Arith(
+        float(numel(shape)),
+        nbytes(t) + n_out * (os_ + extra_out),
+        "1 FLOP (add or comparison) per input element (convention for max/argmax); input read, output written",
+    )
 
 
 def _dims_arg(s: str) -> list[int] | None:
@@ -447,7 +508,9 @@ def f_index_select(a):
     if not w or not idx or a.conc(1) not in ("0", "") or len(w[0]) != 2:
         return None
     rows = numel(idx[0])
-    return Arith(0.0, 2 * rows * w[0][1] * w[1] + nbytes(idx), f"{rows} rows of {w[0][1]} gathered and written; indices read")
+    return Arith(
+        0.0, 2 * rows * w[0][1] * w[1] + nbytes(idx), f"{rows} rows of {w[0][1]} gathered and written; indices read"
+    )
 
 
 def f_embedding(a):
@@ -455,11 +518,16 @@ def f_embedding(a):
     if not w or not idx or len(w[0]) != 2:
         return None
     rows = numel(idx[0])
-    return Arith(0.0, 2 * rows * w[0][1] * w[1] + nbytes(idx), f"{rows} rows of {w[0][1]} gathered and written; indices read")
+    return Arith(
+        0.0, 2 * rows * w[0][1] * w[1] + nbytes(idx), f"{rows} rows of {w[0][1]} gathered and written; indices read"
+    )
 
 
 FORMULAS = {
-    "aten::mm": f_mm, "aten::addmm": f_addmm, "aten::linear": f_linear, "aten::bmm": f_bmm,
+    "aten::mm": f_mm,
+    "aten::addmm": f_addmm,
+    "aten::linear": f_linear,
+    "aten::bmm": f_bmm,
     "aiter::gemm_a16w16": f_aiter_gemm,
     "aten::scaled_dot_product_attention": f_sdpa,
     "aten::_scaled_dot_product_flash_attention": f_sdpa_flash,
@@ -469,11 +537,21 @@ FORMULAS = {
     "sglang::store_cache": f_store_cache,
     "sgl_kernel::silu_and_mul": f_silu_and_mul,
     "sgl_kernel::rotary_embedding": f_rotary,
-    "aiter::rmsnorm": f_rmsnorm, "aiter::add_rmsnorm": f_add_rmsnorm,
-    "aten::copy_": f_copy, "aten::fill_": f_fill, "aten::zero_": f_fill, "aten::cat": f_cat,
-    "aten::mean": f_mean_sum, "aten::sum": f_mean_sum, "aten::argmax": f_argmax, "aten::max": f_max,
-    "aten::all": f_all_any, "aten::any": f_all_any, "aten::cumsum": f_cumsum,
-    "aten::index_select": f_index_select, "aten::embedding": f_embedding,
+    "aiter::rmsnorm": f_rmsnorm,
+    "aiter::add_rmsnorm": f_add_rmsnorm,
+    "aten::copy_": f_copy,
+    "aten::fill_": f_fill,
+    "aten::zero_": f_fill,
+    "aten::cat": f_cat,
+    "aten::mean": f_mean_sum,
+    "aten::sum": f_mean_sum,
+    "aten::argmax": f_argmax,
+    "aten::max": f_max,
+    "aten::all": f_all_any,
+    "aten::any": f_all_any,
+    "aten::cumsum": f_cumsum,
+    "aten::index_select": f_index_select,
+    "aten::embedding": f_embedding,
 }
 for _n in list(UNARY_FLOPS) + sorted(BINARY | COMPARE) + ["pow"]:
     FORMULAS[f"aten::{_n}"] = f_elementwise
@@ -565,10 +643,14 @@ def capture_graphs(cap) -> list[tuple[list[str], np.ndarray]]:
         e = ends[(ends["start_ns"] > b.start_ns) & (ends["tid"] == b.tid)]
         if not len(e):
             continue
-        mine = launch[(launch["tid"] == b.tid) & (launch["start_ns"] > b.start_ns)
-                      & (launch["start_ns"] < e["start_ns"].iloc[0])].sort_values("start_ns")
-        kern = mine["kernel"].astype(object).where(mine["kernel"].notna(), "").astype(str).tolist() \
-            if "kernel" in mine else [""] * len(mine)
+        mine = launch[
+            (launch["tid"] == b.tid) & (launch["start_ns"] > b.start_ns) & (launch["start_ns"] < e["start_ns"].iloc[0])
+        ].sort_values("start_ns")
+        kern = (
+            mine["kernel"].astype(object).where(mine["kernel"].notna(), "").astype(str).tolist()
+            if "kernel" in mine
+            else [""] * len(mine)
+        )
         out.append((kern, mine["op"].to_numpy()))
     return out
 
@@ -620,10 +702,18 @@ def tracelens_rows(folder: Path) -> pd.DataFrame:
         types = _tup(ast.literal_eval(r["Input type"])) if isinstance(r["Input type"], str) else ()
         n = int(r["operation_count"])
         gf, mb = r["GFLOPS"], r["Data Moved (MB)"]
-        rows.append({"name": NO_OP if synthetic else norm_name(name), "tl_name": name, "dims": dims, "types": types,
-                     "category": r["op category"], "count": n,
-                     "flops": float(gf) * 1e9 * n if not pd.isna(gf) else np.nan,
-                     "bytes": float(mb) * MIB * n if not pd.isna(mb) else np.nan})
+        rows.append(
+            {
+                "name": NO_OP if synthetic else norm_name(name),
+                "tl_name": name,
+                "dims": dims,
+                "types": types,
+                "category": r["op category"],
+                "count": n,
+                "flops": float(gf) * 1e9 * n if not pd.isna(gf) else np.nan,
+                "bytes": float(mb) * MIB * n if not pd.isna(mb) else np.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -636,8 +726,16 @@ def _close(a: float, b: float, tol: float) -> bool:
     return abs(a - b) <= tol * max(abs(a), abs(b))
 
 
-def verdict(tk, tl, ar, tol: float = TOLERANCE, *, tl_missing: str = "no TraceLens figure",
-            ar_missing: str = "no arithmetic", convention: bool = False) -> dict:
+def verdict(
+    tk,
+    tl,
+    ar,
+    tol: float = TOLERANCE,
+    *,
+    tl_missing: str = "no TraceLens figure",
+    ar_missing: str = "no arithmetic",
+    convention: bool = False,
+) -> dict:
     """How the three figures of a row compare. ``status``: ``agree``; ``disagree`` (two figures more
     than ``tol`` apart, or tracekit leaves unpriced what TraceLens prices), with ``side``, the side
     the arithmetic takes (tracekit, TraceLens, neither, or None without arithmetic); ``unpriced``
@@ -660,8 +758,11 @@ def verdict(tk, tl, ar, tol: float = TOLERANCE, *, tl_missing: str = "no TraceLe
             return out("disagree", f"tracekit leaves it unpriced, TraceLens prices it; {ar_missing}")
         if _close(tl, ar, tol):
             return out("disagree", "tracekit leaves it unpriced; arithmetic sides with TraceLens", "TraceLens")
-        return out("disagree", f"tracekit leaves it unpriced; {_vs('TraceLens', tl, ar)}; arithmetic "
-                   "sides with neither" + conv, "neither")
+        return out(
+            "disagree",
+            f"tracekit leaves it unpriced; {_vs('TraceLens', tl, ar)}; arithmetic sides with neither" + conv,
+            "neither",
+        )
     if tl is None:
         if ar is None:
             return out("unchecked", f"tracekit only ({tl_missing}, {ar_missing})")
@@ -681,8 +782,11 @@ def verdict(tk, tl, ar, tol: float = TOLERANCE, *, tl_missing: str = "no TraceLe
         return out("disagree", f"{_vs('TraceLens', tl, ar)}; arithmetic sides with tracekit" + conv, "tracekit")
     if cl and not ck:
         return out("disagree", f"{_vs('tracekit', tk, ar)}; arithmetic sides with TraceLens" + conv, "TraceLens")
-    return out("disagree", f"{_vs('tracekit', tk, ar)}, {_vs('TraceLens', tl, ar)}; arithmetic sides with "
-               "neither" + conv, "neither")
+    return out(
+        "disagree",
+        f"{_vs('tracekit', tk, ar)}, {_vs('TraceLens', tl, ar)}; arithmetic sides with neither" + conv,
+        "neither",
+    )
 
 
 def _vs(who: str, x: float, ref: float, what: str = "arithmetic") -> str:
@@ -698,8 +802,16 @@ def _sum_or_none(v: pd.Series):
     return None if v.isna().all() else float(v.sum(skipna=True))
 
 
-def crosscheck(trace_file, capture_file=None, tracelens_dir=None, *, tol: float = TOLERANCE,
-               trace=None, capture=None, work: pd.DataFrame | None = None) -> dict:
+def crosscheck(
+    trace_file,
+    capture_file=None,
+    tracelens_dir=None,
+    *,
+    tol: float = TOLERANCE,
+    trace=None,
+    capture=None,
+    work: pd.DataFrame | None = None,
+) -> dict:
     """The cross-check of one trace: per-category and per-op tables, totals and the named
     disagreements. ``trace``/``capture`` skip the reads; ``work`` replaces tracekit's per-unit
     table (a test perturbs it so)."""
@@ -716,7 +828,9 @@ def crosscheck(trace_file, capture_file=None, tracelens_dir=None, *, tol: float 
         work = analyze(trace, capture=capture).work
     t_analyze = time.perf_counter() - t0
     t0 = time.perf_counter()
-    tracelens_dir = Path(tracelens_dir) if tracelens_dir else ORACLES / Path(str(trace_file)).name.removesuffix(".json.gz")
+    tracelens_dir = (
+        Path(tracelens_dir) if tracelens_dir else ORACLES / Path(str(trace_file)).name.removesuffix(".json.gz")
+    )
     tl = tracelens_rows(tracelens_dir)
     tl_names = set(tl["name"])
     tables = {"t": op_table(trace)}
@@ -762,8 +876,9 @@ def crosscheck(trace_file, capture_file=None, tracelens_dir=None, *, tol: float 
     # the work table has a row per kernel, memset and memcpy of the trace, in the trace's order
     same = len(kern) == len(w)
     rec_bytes = kern["bytes"].reindex(w.index) if same and "bytes" in kern else pd.Series(np.nan, index=w.index)
-    kind = (kern["kind"].reindex(w.index) if same and "kind" in kern
-            else w.get("kind", pd.Series("kernel", index=w.index))).astype(str)
+    kind = (
+        kern["kind"].reindex(w.index) if same and "kind" in kern else w.get("kind", pd.Series("kernel", index=w.index))
+    ).astype(str)
 
     # ---- per instance ----
     instances = []
@@ -777,7 +892,9 @@ def crosscheck(trace_file, capture_file=None, tracelens_dir=None, *, tol: float 
         main = str(by_cat.idxmax()) if len(by_cat) else "?"
         # auxiliary kernels: memsets, and fill_/zero_ ops inside a larger op
         aux_mask = (g["category"] == "memset") | pd.Series(
-            [lf is not None and tables[lf[0]].names[lf[1]] in AUX_OPS and lf[1] != u for lf in g["_leaf"]], index=g.index)
+            [lf is not None and tables[lf[0]].names[lf[1]] in AUX_OPS and lf[1] != u for lf in g["_leaf"]],
+            index=g.index,
+        )
         aux_bytes, aux_ok = {}, True
         for j in g.index[aux_mask]:
             lf = g.at[j, "_leaf"]
@@ -787,7 +904,13 @@ def crosscheck(trace_file, capture_file=None, tracelens_dir=None, *, tol: float 
             else:
                 lr = tables[lf[0]].ops.iloc[lf[1]]
                 ar_ = FORMULAS.get(tables[lf[0]].names[lf[1]], lambda a: None)(
-                    Args(tables[lf[0]].names[lf[1]], _load(lr["input_dims"]), _load(lr["input_types"]), _load(lr["concrete_inputs"])))
+                    Args(
+                        tables[lf[0]].names[lf[1]],
+                        _load(lr["input_dims"]),
+                        _load(lr["input_types"]),
+                        _load(lr["concrete_inputs"]),
+                    )
+                )
                 if ar_ is None or ar_.bytes is None:
                     aux_ok = False
                     val = 0.0
@@ -796,28 +919,47 @@ def crosscheck(trace_file, capture_file=None, tracelens_dir=None, *, tol: float 
             c = str(g.at[j, "category"])
             aux_bytes[c] = aux_bytes.get(c, 0.0) + val
         ar = _arith(tab, u, name, dims, types, conc, step, w, key)
-        if ar is None and len(g) and all(kind.get(j) in ("memset", "memcpy") for j in g.index) \
-                and all(not pd.isna(rec_bytes.get(j)) for j in g.index):
+        if (
+            ar is None
+            and len(g)
+            and all(kind.get(j) in ("memset", "memcpy") for j in g.index)
+            and all(not pd.isna(rec_bytes.get(j)) for j in g.index)
+        ):
             # an op without a formula that ran as memcpy/memset only: the bytes the trace records them moving
-            ar = Arith(0.0, float(sum(rec_bytes.get(j) for j in g.index)), "the bytes of the memcpy/memset the trace records")
+            ar = Arith(
+                0.0, float(sum(rec_bytes.get(j) for j in g.index)), "the bytes of the memcpy/memset the trace records"
+            )
             aux_bytes = {}  # the op is its copies: none of them auxiliary
         flops_ar = ar.flops if ar else None
         bytes_ar = (ar.bytes + sum(aux_bytes.values())) if ar and ar.bytes is not None and aux_ok else None
-        instances.append({
-            "key": (name, _tup(dims), _tup(types)), "name": name, "dims": dims, "types": types, "category": main,
-            "kernels": len(g), "dur_ns": int(g["dur_ns"].sum()),
-            "tk_flops": _sum_or_none(g["flops"]), "tk_bytes": _sum_or_none(g["bytes"]),
-            "tk_partial": bool(g["flops"].isna().any() and not g["flops"].isna().all()),
-            "ar_flops": flops_ar, "ar_bytes": bytes_ar, "ar_note": ar.note if ar else "no arithmetic",
-            "aux_bytes": aux_bytes if aux_ok else {}, "src": src,
-        })
+        instances.append(
+            {
+                "key": (name, _tup(dims), _tup(types)),
+                "name": name,
+                "dims": dims,
+                "types": types,
+                "category": main,
+                "kernels": len(g),
+                "dur_ns": int(g["dur_ns"].sum()),
+                "tk_flops": _sum_or_none(g["flops"]),
+                "tk_bytes": _sum_or_none(g["bytes"]),
+                "tk_partial": bool(g["flops"].isna().any() and not g["flops"].isna().all()),
+                "ar_flops": flops_ar,
+                "ar_bytes": bytes_ar,
+                "ar_note": ar.note if ar else "no arithmetic",
+                "aux_bytes": aux_bytes if aux_ok else {},
+                "src": src,
+            }
+        )
     inst_df = pd.DataFrame(instances)
 
     # ---- TraceLens per key ----
     tl_by_key = {}
     for r in tl.itertuples(index=False):
         k = (r.name, r.dims, r.types) if r.name != NO_OP else (NO_OP, (), ())
-        e = tl_by_key.setdefault(k, {"count": 0, "flops": [], "bytes": [], "category": r.category, "tl_name": r.tl_name})
+        e = tl_by_key.setdefault(
+            k, {"count": 0, "flops": [], "bytes": [], "category": r.category, "tl_name": r.tl_name}
+        )
         e["count"] += r.count
         e["flops"].append(r.flops)
         e["bytes"].append(r.bytes)
@@ -845,22 +987,50 @@ def crosscheck(trace_file, capture_file=None, tracelens_dir=None, *, tol: float 
         e = tl_by_key.get((NO_OP, (), ()))
         if e is not None:
             matched.add((NO_OP, (), ()))
-        op_rows.append({
-            "op": NO_OP, "name": NO_OP, "dims": [], "types": [], "tl_category": e["category"] if e else None,
-            "n_tracekit": int(len(nop)), "n_tracelens": e["count"] if e else 0, "kernels": int(len(nop)),
-            "dur_ms": nop["dur_ns"].sum() / 1e6, "tk_flops": _sum_or_none(nop["flops"]), "tk_bytes": _sum_or_none(nop["bytes"]),
-            "tk_partial": False, "tl_flops": tl_total(e, "flops") if e else None, "tl_bytes": tl_total(e, "bytes") if e else None,
-            "ar_flops": None, "ar_bytes": None, "ar_note": "no op, no shapes",
-        })
+        op_rows.append(
+            {
+                "op": NO_OP,
+                "name": NO_OP,
+                "dims": [],
+                "types": [],
+                "tl_category": e["category"] if e else None,
+                "n_tracekit": int(len(nop)),
+                "n_tracelens": e["count"] if e else 0,
+                "kernels": int(len(nop)),
+                "dur_ms": nop["dur_ns"].sum() / 1e6,
+                "tk_flops": _sum_or_none(nop["flops"]),
+                "tk_bytes": _sum_or_none(nop["bytes"]),
+                "tk_partial": False,
+                "tl_flops": tl_total(e, "flops") if e else None,
+                "tl_bytes": tl_total(e, "bytes") if e else None,
+                "ar_flops": None,
+                "ar_bytes": None,
+                "ar_note": "no op, no shapes",
+            }
+        )
     for k, e in tl_by_key.items():
         if k not in matched:
-            op_rows.append({
-                "op": f"{e['tl_name']} (TraceLens only)", "name": k[0], "dims": list(k[1]), "types": list(k[2]),
-                "tl_category": e["category"], "n_tracekit": 0, "n_tracelens": e["count"], "kernels": 0, "dur_ms": 0.0,
-                "tk_flops": None, "tk_bytes": None, "tk_partial": False,
-                "tl_flops": tl_total(e, "flops"), "tl_bytes": tl_total(e, "bytes"),
-                "ar_flops": None, "ar_bytes": None, "ar_note": "no tracekit op with this name and shape",
-            })
+            op_rows.append(
+                {
+                    "op": f"{e['tl_name']} (TraceLens only)",
+                    "name": k[0],
+                    "dims": list(k[1]),
+                    "types": list(k[2]),
+                    "tl_category": e["category"],
+                    "n_tracekit": 0,
+                    "n_tracelens": e["count"],
+                    "kernels": 0,
+                    "dur_ms": 0.0,
+                    "tk_flops": None,
+                    "tk_bytes": None,
+                    "tk_partial": False,
+                    "tl_flops": tl_total(e, "flops"),
+                    "tl_bytes": tl_total(e, "bytes"),
+                    "ar_flops": None,
+                    "ar_bytes": None,
+                    "ar_note": "no tracekit op with this name and shape",
+                }
+            )
     for r in op_rows:
         conv = "convention" in (r["ar_note"] or "")
         r["flops_verdict"] = verdict(r["tk_flops"], r["tl_flops"], r["ar_flops"], tol, convention=conv)
@@ -874,13 +1044,28 @@ def crosscheck(trace_file, capture_file=None, tracelens_dir=None, *, tol: float 
         o = per_call.get(r["key"])
         for m in ("flops", "bytes"):
             r[f"tl_{m}"] = o[f"tl_{m}"] / o["n_tracelens"] if o and o[f"tl_{m}"] is not None else None
-    blank = {"kernels": 0, "dur_ms": 0.0, "tk_flops": None, "tk_bytes": None, "tk_unpriced": 0,
-             "tl_flops": None, "tl_bytes": None, "ar_flops": None, "ar_bytes": None}
+    blank = {
+        "kernels": 0,
+        "dur_ms": 0.0,
+        "tk_flops": None,
+        "tk_bytes": None,
+        "tk_unpriced": 0,
+        "tl_flops": None,
+        "tl_bytes": None,
+        "ar_flops": None,
+        "ar_bytes": None,
+    }
     cats = {}
     for c, g in w.groupby("category", sort=False):
-        cats[str(c)] = {**blank, "category": str(c), "kernels": int(len(g)), "dur_ms": g["dur_ns"].sum() / 1e6,
-                        "tk_flops": _sum_or_none(g["flops"]), "tk_bytes": _sum_or_none(g["bytes"]),
-                        "tk_unpriced": int(g["flops"].isna().sum())}
+        cats[str(c)] = {
+            **blank,
+            "category": str(c),
+            "kernels": int(len(g)),
+            "dur_ms": g["dur_ns"].sum() / 1e6,
+            "tk_flops": _sum_or_none(g["flops"]),
+            "tk_bytes": _sum_or_none(g["bytes"]),
+            "tk_unpriced": int(g["flops"].isna().sum()),
+        }
 
     def add(c, field_, v):
         e = cats.setdefault(c, {**blank, "category": c})
@@ -907,27 +1092,46 @@ def crosscheck(trace_file, capture_file=None, tracelens_dir=None, *, tol: float 
         items = [i for i in instances if i["category"] == r["category"]]
         _compare(r, items, tol)
 
-    total = {**blank, "category": "total", "kernels": int(len(w)), "dur_ms": w["dur_ns"].sum() / 1e6,
-             "tk_flops": _sum_or_none(w["flops"]), "tk_bytes": _sum_or_none(w["bytes"]),
-             "tk_unpriced": int(w["flops"].isna().sum()),
-             "tl_flops": _sum_none([r["tl_flops"] for r in op_rows]), "tl_bytes": _sum_none([r["tl_bytes"] for r in op_rows]),
-             "ar_flops": _sum_none([r["ar_flops"] for r in op_rows]), "ar_bytes": _sum_none([r["ar_bytes"] for r in op_rows])}
+    total = {
+        **blank,
+        "category": "total",
+        "kernels": int(len(w)),
+        "dur_ms": w["dur_ns"].sum() / 1e6,
+        "tk_flops": _sum_or_none(w["flops"]),
+        "tk_bytes": _sum_or_none(w["bytes"]),
+        "tk_unpriced": int(w["flops"].isna().sum()),
+        "tl_flops": _sum_none([r["tl_flops"] for r in op_rows]),
+        "tl_bytes": _sum_none([r["tl_bytes"] for r in op_rows]),
+        "ar_flops": _sum_none([r["ar_flops"] for r in op_rows]),
+        "ar_bytes": _sum_none([r["ar_bytes"] for r in op_rows]),
+    }
     _compare(total, op_rows, tol)
     busy = max(total["dur_ms"], 1e-12)
     coverage = {
         "tracekit_priced_time": float(w.loc[w["flops"].notna(), "dur_ns"].sum() / 1e6 / busy),
-        "arithmetic_time": float(sum(r["dur_ms"] for r in op_rows if r["ar_flops"] is not None and r["ar_bytes"] is not None) / busy),
-        "tracelens_time": float(sum(r["dur_ms"] for r in op_rows if r["tl_flops"] is not None or r["tl_bytes"] is not None) / busy),
+        "arithmetic_time": float(
+            sum(r["dur_ms"] for r in op_rows if r["ar_flops"] is not None and r["ar_bytes"] is not None) / busy
+        ),
+        "tracelens_time": float(
+            sum(r["dur_ms"] for r in op_rows if r["tl_flops"] is not None or r["tl_bytes"] is not None) / busy
+        ),
     }
     for r in op_rows:
         r.pop("_key", None)
     disagreements = _disagreements(cat_rows, op_rows, total)
     unpriced = _disagreements(cat_rows, op_rows, total, "unpriced")
     return {
-        "trace": Path(str(trace_file)).name, "capture": Path(str(capture_file)).name if capture_file else None,
-        "device": trace.device_name(), "step_annotation": step["label"] if step else None,
-        "tolerance": tol, "categories": cat_rows, "ops": op_rows, "total": total, "coverage": coverage,
-        "disagreements": disagreements, "unpriced": unpriced,
+        "trace": Path(str(trace_file)).name,
+        "capture": Path(str(capture_file)).name if capture_file else None,
+        "device": trace.device_name(),
+        "step_annotation": step["label"] if step else None,
+        "tolerance": tol,
+        "categories": cat_rows,
+        "ops": op_rows,
+        "total": total,
+        "coverage": coverage,
+        "disagreements": disagreements,
+        "unpriced": unpriced,
         "seconds": {"read": t_read, "analyze": t_analyze, "crosscheck": time.perf_counter() - t0},
     }
 
@@ -935,9 +1139,11 @@ def crosscheck(trace_file, capture_file=None, tracelens_dir=None, *, tol: float 
 def _partial(items, side: str, metric: str, tol: float) -> bool:
     """Whether one side's sum over ``items`` leaves out (no figure) work the other figures count:
     more than a fifth of the tolerance of the largest sum."""
+
     def best(i, sides):
         v = [i[f"{s}_{metric}"] for s in sides if i.get(f"{s}_{metric}") is not None]
         return max(v) if v else 0.0
+
     others = [s for s in ("tk", "tl", "ar") if s != side]
     missing = sum(best(i, others) for i in items if i.get(f"{side}_{metric}") is None)
     whole = sum(best(i, ("tk", "tl", "ar")) for i in items)
@@ -951,9 +1157,14 @@ def _compare(r: dict, items: list[dict], tol: float) -> None:
         tlp = r[f"tl_{m}"] is not None and _partial(items, "tl", m, tol)
         arp = r[f"ar_{m}"] is not None and _partial(items, "ar", m, tol)
         r[f"tl_{m}_partial"], r[f"ar_{m}_partial"] = tlp, arp
-        r[f"{m}_verdict"] = verdict(r[f"tk_{m}"], None if tlp else r[f"tl_{m}"], None if arp else r[f"ar_{m}"], tol,
-                                    tl_missing="TraceLens prices part of it: not compared" if tlp else "no TraceLens figure",
-                                    ar_missing="arithmetic states part of it: not compared" if arp else "no arithmetic")
+        r[f"{m}_verdict"] = verdict(
+            r[f"tk_{m}"],
+            None if tlp else r[f"tl_{m}"],
+            None if arp else r[f"ar_{m}"],
+            tol,
+            tl_missing="TraceLens prices part of it: not compared" if tlp else "no TraceLens figure",
+            ar_missing="arithmetic states part of it: not compared" if arp else "no arithmetic",
+        )
 
 
 def _sum_none(vals):
@@ -975,7 +1186,9 @@ def _arith(tab: OpTable, u: int, name: str, dims, types, conc, step, w, key) -> 
         under = {lf[1] for lf in w["_leaf"] if lf is not None and lf[0] == key[0] and anc in tab.chain(lf[1])}
         if all(u in tab.chain(x) for x in under):
             r = tab.ops.iloc[anc]
-            got = f(Args(tab.names[anc], _load(r["input_dims"]), _load(r["input_types"]), _load(r["concrete_inputs"]), step))
+            got = f(
+                Args(tab.names[anc], _load(r["input_dims"]), _load(r["input_types"]), _load(r["concrete_inputs"]), step)
+            )
             if got is not None:
                 got.note = f"from the enclosing {tab.names[anc]}: {got.note}"
             return got
@@ -986,25 +1199,42 @@ def _arith(tab: OpTable, u: int, name: str, dims, types, conc, step, w, key) -> 
 def _op_row(name, g: pd.DataFrame, e, tl_total) -> dict:
     r0 = g.iloc[0]
     return {
-        "op": name, "name": name, "dims": r0["dims"], "types": r0["types"], "_key": r0["key"],
+        "op": name,
+        "name": name,
+        "dims": r0["dims"],
+        "types": r0["types"],
+        "_key": r0["key"],
         "tl_category": e["category"] if e else None,
-        "n_tracekit": int(len(g)), "n_tracelens": int(e["count"]) if e else 0, "kernels": int(g["kernels"].sum()),
+        "n_tracekit": int(len(g)),
+        "n_tracelens": int(e["count"]) if e else 0,
+        "kernels": int(g["kernels"].sum()),
         "dur_ms": g["dur_ns"].sum() / 1e6,
-        "tk_flops": _sum_or_none(g["tk_flops"]), "tk_bytes": _sum_or_none(g["tk_bytes"]),
+        "tk_flops": _sum_or_none(g["tk_flops"]),
+        "tk_bytes": _sum_or_none(g["tk_bytes"]),
         "tk_partial": bool(g["tk_partial"].any() or (g["tk_flops"].isna().any() and g["tk_flops"].notna().any())),
-        "tl_flops": tl_total(e, "flops") if e else None, "tl_bytes": tl_total(e, "bytes") if e else None,
+        "tl_flops": tl_total(e, "flops") if e else None,
+        "tl_bytes": tl_total(e, "bytes") if e else None,
         "ar_flops": None if g["ar_flops"].isna().any() else float(g["ar_flops"].sum()),
         "ar_bytes": None if g["ar_bytes"].isna().any() else float(g["ar_bytes"].sum()),
         "ar_note": r0["ar_note"],
     }
 
 
-DT = {"c10::BFloat16": "bf16", "c10::Half": "f16", "float": "f32", "double": "f64", "long int": "i64", "int": "i32",
-      "bool": "b", "unsigned char": "u8"}
+DT = {
+    "c10::BFloat16": "bf16",
+    "c10::Half": "f16",
+    "float": "f32",
+    "double": "f64",
+    "long int": "i64",
+    "int": "i32",
+    "bool": "b",
+    "unsigned char": "u8",
+}
 
 
 def _label_ops(rows: list[dict]) -> None:
     """Each op row's label: name and its tensors' shapes, with dtypes where two rows would read alike."""
+
     def shapes(r):
         parts = []
         for d in r["dims"]:
@@ -1031,7 +1261,11 @@ def _disagreements(cat_rows, op_rows, total, status: str = "disagree") -> list[d
     """Every row and metric of the given status (``disagree``: figures more than the tolerance apart;
     ``unpriced``: neither tool has a figure the arithmetic states), largest gap first within each level."""
     out = []
-    for level, rows, label in (("total", [total], "category"), ("category", cat_rows, "category"), ("op", op_rows, "op")):
+    for level, rows, label in (
+        ("total", [total], "category"),
+        ("category", cat_rows, "category"),
+        ("op", op_rows, "op"),
+    ):
         got = []
         for r in rows:
             for metric in ("flops", "bytes"):
@@ -1042,9 +1276,20 @@ def _disagreements(cat_rows, op_rows, total, status: str = "disagree") -> list[d
                 have = [x for x in figs if x is not None]
                 gap = (max(have) - min(have)) if len(have) > 1 else (have[0] if have else 0.0)
                 whole = total[f"ar_{metric}"] or total[f"tk_{metric}"]
-                got.append({"level": level, "what": r[label], "metric": metric, "side": v["side"], "text": v["text"],
-                            "tracekit": figs[0], "tracelens": figs[1], "arithmetic": figs[2], "gap": gap,
-                            "share_of_total": gap / whole if whole else None})
+                got.append(
+                    {
+                        "level": level,
+                        "what": r[label],
+                        "metric": metric,
+                        "side": v["side"],
+                        "text": v["text"],
+                        "tracekit": figs[0],
+                        "tracelens": figs[1],
+                        "arithmetic": figs[2],
+                        "gap": gap,
+                        "share_of_total": gap / whole if whole else None,
+                    }
+                )
         out += sorted(got, key=lambda d: -d["gap"])
     return out
 
@@ -1058,11 +1303,27 @@ def _g(v, scale=1e9, partial=False) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     x = v / scale
-    s = f"{x:,.1f}" if abs(x) >= 100 else (f"{x:,.2f}" if abs(x) >= 1 else (f"{x:.3f}" if abs(x) >= 0.001 else (f"{x:.2e}" if x else "0")))
+    s = (
+        f"{x:,.1f}"
+        if abs(x) >= 100
+        else (f"{x:,.2f}" if abs(x) >= 1 else (f"{x:.3f}" if abs(x) >= 0.001 else (f"{x:.2e}" if x else "0")))
+    )
     return s + ("*" if partial else "")
 
 
-CAT_HEAD = ["category", "kernels", "ms", "tk GFLOP", "TL GFLOP", "arith GFLOP", "FLOPs", "tk GB", "TL GB", "arith GB", "bytes"]
+CAT_HEAD = [
+    "category",
+    "kernels",
+    "ms",
+    "tk GFLOP",
+    "TL GFLOP",
+    "arith GFLOP",
+    "FLOPs",
+    "tk GB",
+    "TL GB",
+    "arith GB",
+    "bytes",
+]
 OP_HEAD = ["op", "n tk/TL", "ms", "tk GFLOP", "TL GFLOP", "arith GFLOP", "FLOPs", "tk GB", "TL GB", "arith GB", "bytes"]
 
 
@@ -1076,68 +1337,117 @@ def _short(v: dict) -> str:
     if st == "unpriced":
         return "neither tool prices it"
     lead = "DIFF tk unpriced" if v["text"].startswith("tracekit leaves") else "DIFF"
-    return {"tracekit": f"{lead}: arith sides w/ tracekit", "TraceLens": f"{lead}: arith sides w/ TraceLens",
-            "neither": f"{lead}: arith sides w/ neither", "against tracekit": f"{lead}: arith vs tracekit"}.get(
-        side, f"{lead}: no arithmetic")
+    return {
+        "tracekit": f"{lead}: arith sides w/ tracekit",
+        "TraceLens": f"{lead}: arith sides w/ TraceLens",
+        "neither": f"{lead}: arith sides w/ neither",
+        "against tracekit": f"{lead}: arith vs tracekit",
+    }.get(side, f"{lead}: no arithmetic")
 
 
 def _cells_cat(r, short: bool = False) -> list[str]:
     unpriced = f" ({r['tk_unpriced']} unpriced)" if r.get("tk_unpriced") else ""
-    fv, bv = (_short(r["flops_verdict"]), _short(r["bytes_verdict"])) if short else \
-        (r["flops_verdict"]["text"], r["bytes_verdict"]["text"])
-    return [r["category"], f"{r['kernels']}{unpriced}", f"{r['dur_ms']:.2f}", _g(r["tk_flops"]),
-            _g(r["tl_flops"], partial=r.get("tl_flops_partial")), _g(r["ar_flops"], partial=r.get("ar_flops_partial")),
-            fv, _g(r["tk_bytes"]), _g(r["tl_bytes"], partial=r.get("tl_bytes_partial")),
-            _g(r["ar_bytes"], partial=r.get("ar_bytes_partial")), bv]
+    fv, bv = (
+        (_short(r["flops_verdict"]), _short(r["bytes_verdict"]))
+        if short
+        else (r["flops_verdict"]["text"], r["bytes_verdict"]["text"])
+    )
+    return [
+        r["category"],
+        f"{r['kernels']}{unpriced}",
+        f"{r['dur_ms']:.2f}",
+        _g(r["tk_flops"]),
+        _g(r["tl_flops"], partial=r.get("tl_flops_partial")),
+        _g(r["ar_flops"], partial=r.get("ar_flops_partial")),
+        fv,
+        _g(r["tk_bytes"]),
+        _g(r["tl_bytes"], partial=r.get("tl_bytes_partial")),
+        _g(r["ar_bytes"], partial=r.get("ar_bytes_partial")),
+        bv,
+    ]
 
 
 def _cells_op(r, short: bool = False) -> list[str]:
-    fv, bv = (_short(r["flops_verdict"]), _short(r["bytes_verdict"])) if short else \
-        (r["flops_verdict"]["text"], r["bytes_verdict"]["text"])
-    return [r["op"], f"{r['n_tracekit']}/{r['n_tracelens']}", f"{r['dur_ms']:.2f}", _g(r["tk_flops"], partial=r["tk_partial"]),
-            _g(r["tl_flops"]), _g(r["ar_flops"]), fv, _g(r["tk_bytes"], partial=r["tk_partial"]),
-            _g(r["tl_bytes"]), _g(r["ar_bytes"]), bv]
+    fv, bv = (
+        (_short(r["flops_verdict"]), _short(r["bytes_verdict"]))
+        if short
+        else (r["flops_verdict"]["text"], r["bytes_verdict"]["text"])
+    )
+    return [
+        r["op"],
+        f"{r['n_tracekit']}/{r['n_tracelens']}",
+        f"{r['dur_ms']:.2f}",
+        _g(r["tk_flops"], partial=r["tk_partial"]),
+        _g(r["tl_flops"]),
+        _g(r["ar_flops"]),
+        fv,
+        _g(r["tk_bytes"], partial=r["tk_partial"]),
+        _g(r["tl_bytes"]),
+        _g(r["ar_bytes"]),
+        bv,
+    ]
 
 
 def _text_table(head, rows, widths) -> str:
     def line(cells):
-        return "  ".join((c if len(c) <= wd else c[: wd - 1] + "~").ljust(wd) if i in (0, 6, 10) else c.rjust(wd)
-                         for i, (c, wd) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            (c if len(c) <= wd else c[: wd - 1] + "~").ljust(wd) if i in (0, 6, 10) else c.rjust(wd)
+            for i, (c, wd) in enumerate(zip(cells, widths))
+        ).rstrip()
+
     return "\n".join([line(head)] + [line(c) for c in rows])
 
 
 def render_text(res: dict) -> str:
     out = []
     s = res["seconds"]
-    out.append(f"== {res['trace']}" + (f" (capture {res['capture']})" if res["capture"] else "")
-               + f"  [{res['device']}]  read {s['read']:.2f} s, analyse {s['analyze']:.2f} s, cross-check {s['crosscheck']:.2f} s")
+    out.append(
+        f"== {res['trace']}"
+        + (f" (capture {res['capture']})" if res["capture"] else "")
+        + f"  [{res['device']}]  read {s['read']:.2f} s, analyse {s['analyze']:.2f} s, cross-check {s['crosscheck']:.2f} s"
+    )
     if res["step_annotation"]:
         out.append(f"   step annotation: {res['step_annotation']}")
     cv = res["coverage"]
-    out.append(f"   kernel time priced by tracekit {cv['tracekit_priced_time']:.1%}, with TraceLens figures "
-               f"{cv['tracelens_time']:.1%}, with arithmetic {cv['arithmetic_time']:.1%}")
+    out.append(
+        f"   kernel time priced by tracekit {cv['tracekit_priced_time']:.1%}, with TraceLens figures "
+        f"{cv['tracelens_time']:.1%}, with arithmetic {cv['arithmetic_time']:.1%}"
+    )
     w = [30, 18, 8, 9, 9, 11, 33, 8, 8, 8, 33]
-    out.append("-- per category (tracekit: each kernel's own category; TraceLens and arithmetic: the op's main "
-               "category; * leaves out work the others count, not compared)")
-    out.append(_text_table(CAT_HEAD, [_cells_cat(r, True) for r in res["categories"]] + [_cells_cat(res["total"], True)], w))
+    out.append(
+        "-- per category (tracekit: each kernel's own category; TraceLens and arithmetic: the op's main "
+        "category; * leaves out work the others count, not compared)"
+    )
+    out.append(
+        _text_table(CAT_HEAD, [_cells_cat(r, True) for r in res["categories"]] + [_cells_cat(res["total"], True)], w)
+    )
     out.append("-- per op (* tracekit prices some of the op's kernels only)")
     w2 = [64, 7, 8, 9, 9, 11, 33, 8, 8, 8, 33]
     out.append(_text_table(OP_HEAD, [_cells_op(r, True) for r in res["ops"]], w2))
-    out.append(f"-- disagreements over {res['tolerance']:.0%} ({len(res['disagreements'])}), the side the arithmetic takes")
+    out.append(
+        f"-- disagreements over {res['tolerance']:.0%} ({len(res['disagreements'])}), the side the arithmetic takes"
+    )
     for d in res["disagreements"]:
         out.append(f"   {d['level']:8s} {d['metric']:5s} {d['what']}: {d['text']} ({_figs(d)})")
     if res["unpriced"]:
         out.append(f"-- priced by neither tool, stated by the arithmetic ({len(res['unpriced'])})")
         for d in res["unpriced"]:
-            out.append(f"   {d['level']:8s} {d['metric']:5s} {d['what']}: arithmetic {_g(d['arithmetic'])} "
-                       f"{'GFLOP' if d['metric'] == 'flops' else 'GB'}")
+            out.append(
+                f"   {d['level']:8s} {d['metric']:5s} {d['what']}: arithmetic {_g(d['arithmetic'])} "
+                f"{'GFLOP' if d['metric'] == 'flops' else 'GB'}"
+            )
     return "\n".join(out)
 
 
 def _md_table(head, rows) -> str:
     esc = [[c.replace("|", "\\|") for c in r] for r in rows]
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" if i in (0, 6, 10) else "---:" for i in range(len(head))) + "|"]
-                     + ["| " + " | ".join(r) + " |" for r in esc])
+    return "\n".join(
+        [
+            "| " + " | ".join(head) + " |",
+            "|" + "|".join("---" if i in (0, 6, 10) else "---:" for i in range(len(head))) + "|",
+        ]
+        + ["| " + " | ".join(r) + " |" for r in esc]
+    )
 
 
 def render_markdown(results: list[dict], command: str) -> str:
@@ -1174,16 +1484,29 @@ def render_markdown(results: list[dict], command: str) -> str:
     ]
     for res in results:
         cv = res["coverage"]
-        out += [f"## {res['trace']}", "",
-                f"{res['device']}" + (f"; graph replay priced with its capture trace `{res['capture']}`" if res["capture"] else "")
-                + (f"; step annotation `{res['step_annotation']}`" if res["step_annotation"] else "") + ". "
-                f"Kernel time priced by tracekit: {cv['tracekit_priced_time']:.1%}; with TraceLens figures: "
-                f"{cv['tracelens_time']:.1%}; with arithmetic: {cv['arithmetic_time']:.1%}.", "",
-                "### Per category", "",
-                _md_table(CAT_HEAD, [_cells_cat(r) for r in res["categories"]] + [_cells_cat(res["total"])]), "",
-                "### Per op", "", "`*`: tracekit prices some of the op's kernels only. `n tk/TL`: calls each tool saw.", "",
-                _md_table(OP_HEAD, [_cells_op(r) for r in res["ops"]]), "",
-                f"### Disagreements over {res['tolerance']:.0%}", ""]
+        out += [
+            f"## {res['trace']}",
+            "",
+            f"{res['device']}"
+            + (f"; graph replay priced with its capture trace `{res['capture']}`" if res["capture"] else "")
+            + (f"; step annotation `{res['step_annotation']}`" if res["step_annotation"] else "")
+            + ". "
+            f"Kernel time priced by tracekit: {cv['tracekit_priced_time']:.1%}; with TraceLens figures: "
+            f"{cv['tracelens_time']:.1%}; with arithmetic: {cv['arithmetic_time']:.1%}.",
+            "",
+            "### Per category",
+            "",
+            _md_table(CAT_HEAD, [_cells_cat(r) for r in res["categories"]] + [_cells_cat(res["total"])]),
+            "",
+            "### Per op",
+            "",
+            "`*`: tracekit prices some of the op's kernels only. `n tk/TL`: calls each tool saw.",
+            "",
+            _md_table(OP_HEAD, [_cells_op(r) for r in res["ops"]]),
+            "",
+            f"### Disagreements over {res['tolerance']:.0%}",
+            "",
+        ]
         if not res["disagreements"]:
             out.append("None.")
         for d in res["disagreements"]:
@@ -1191,8 +1514,10 @@ def render_markdown(results: list[dict], command: str) -> str:
         if res["unpriced"]:
             out += ["", "Priced by neither tool, stated by the arithmetic:", ""]
             for d in res["unpriced"]:
-                out.append(f"- {d['level']} `{d['what']}`, {d['metric']}: arithmetic {_g(d['arithmetic'])} "
-                           f"{'GFLOP' if d['metric'] == 'flops' else 'GB'}")
+                out.append(
+                    f"- {d['level']} `{d['what']}`, {d['metric']}: arithmetic {_g(d['arithmetic'])} "
+                    f"{'GFLOP' if d['metric'] == 'flops' else 'GB'}"
+                )
         out += ["", "### The arithmetic of each op", ""]
         for r in res["ops"]:
             if r["n_tracekit"]:
@@ -1201,8 +1526,16 @@ def render_markdown(results: list[dict], command: str) -> str:
     return "\n".join(out)
 
 
-SUMMARY_HEAD = ["trace", "tk TFLOP", "TL TFLOP", "arith TFLOP", "tk GB", "TL GB", "arith GB",
-                "ops disagreeing; of them, the arithmetic sides with tracekit / TraceLens / neither / no arithmetic (FLOPs or bytes)"]
+SUMMARY_HEAD = [
+    "trace",
+    "tk TFLOP",
+    "TL TFLOP",
+    "arith TFLOP",
+    "tk GB",
+    "TL GB",
+    "arith GB",
+    "ops disagreeing; of them, the arithmetic sides with tracekit / TraceLens / neither / no arithmetic (FLOPs or bytes)",
+]
 
 
 def summary_rows(results: list[dict]) -> list[list[str]]:
@@ -1213,9 +1546,18 @@ def summary_rows(results: list[dict]) -> list[list[str]]:
         names = {d["what"] for d in ops}
         by = {k: len({d["what"] for d in ops if d["side"] == k}) for k in ("tracekit", "TraceLens", "neither")}
         other = len({d["what"] for d in ops if d["side"] not in ("tracekit", "TraceLens", "neither")})
-        rows.append([res["trace"].removesuffix(".json.gz"), _g(t["tk_flops"], 1e12), _g(t["tl_flops"], 1e12),
-                     _g(t["ar_flops"], 1e12), _g(t["tk_bytes"]), _g(t["tl_bytes"]), _g(t["ar_bytes"]),
-                     f"{len(names)} of {len(res['ops'])} ({by['tracekit']} / {by['TraceLens']} / {by['neither']} / {other})"])
+        rows.append(
+            [
+                res["trace"].removesuffix(".json.gz"),
+                _g(t["tk_flops"], 1e12),
+                _g(t["tl_flops"], 1e12),
+                _g(t["ar_flops"], 1e12),
+                _g(t["tk_bytes"]),
+                _g(t["tl_bytes"]),
+                _g(t["ar_bytes"]),
+                f"{len(names)} of {len(res['ops'])} ({by['tracekit']} / {by['TraceLens']} / {by['neither']} / {other})",
+            ]
+        )
     return rows
 
 
@@ -1233,12 +1575,25 @@ def _source() -> str:
     if where != ROOT / "tracekit":
         return f"tracekit imported from `{where}`"
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "--no-optional-locks", "diff", "--quiet", "HEAD", "--", "tracekit"], cwd=ROOT,
-                               capture_output=True, timeout=30).returncode == 1
-        untracked = subprocess.run(["git", "--no-optional-locks", "ls-files", "--others", "--exclude-standard", "tracekit"],
-                                   cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = (
+            subprocess.run(
+                ["git", "--no-optional-locks", "diff", "--quiet", "HEAD", "--", "tracekit"],
+                cwd=ROOT,
+                capture_output=True,
+                timeout=30,
+            ).returncode
+            == 1
+        )
+        untracked = subprocess.run(
+            ["git", "--no-optional-locks", "ls-files", "--others", "--exclude-standard", "tracekit"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "tracekit from this checkout"
     if not head:
@@ -1264,9 +1619,16 @@ def run(keys: list[str], tol: float = TOLERANCE) -> list[dict]:
         f, cap = TRACES[key]
         path = SHARED / f
         folder = ORACLES / f.removesuffix(".json.gz")
-        missing = [p for p in (path, folder / "unified_perf_summary.csv", SHARED / cap if cap else None) if p and not p.exists()]
+        missing = [
+            p
+            for p in (path, folder / "unified_perf_summary.csv", SHARED / cap if cap else None)
+            if p and not p.exists()
+        ]
         if missing:
-            print(f"skipped {key}: {', '.join(map(str, missing))} absent (../shared is not beside this checkout)", file=sys.stderr)
+            print(
+                f"skipped {key}: {', '.join(map(str, missing))} absent (../shared is not beside this checkout)",
+                file=sys.stderr,
+            )
             continue
         results.append(crosscheck(path, SHARED / cap if cap else None, folder, tol=tol))
     return results
@@ -1277,7 +1639,9 @@ def main(argv=None) -> int:
     p.add_argument("--trace", action="append", choices=sorted(TRACES), help="one trace (repeatable; default: all four)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
     p.add_argument("--write", metavar="FILE", help="also write the tables as Markdown to FILE (e.g. docs/accuracy.md)")
-    p.add_argument("--tolerance", type=float, default=TOLERANCE, help="relative difference that counts as a disagreement")
+    p.add_argument(
+        "--tolerance", type=float, default=TOLERANCE, help="relative difference that counts as a disagreement"
+    )
     a = p.parse_args(argv)
     keys = a.trace or list(TRACES)
     results = run(keys, a.tolerance)
@@ -1290,15 +1654,25 @@ def main(argv=None) -> int:
         for r in results:
             print(render_text(r))
             print()
-        print("== summary: totals, and the ops with a disagreement over "
-              f"{a.tolerance:.0%} by the side the arithmetic takes")
+        print(
+            "== summary: totals, and the ops with a disagreement over "
+            f"{a.tolerance:.0%} by the side the arithmetic takes"
+        )
         rows = summary_rows(results)
         widths = [max(len(r[i]) for r in rows + [SUMMARY_HEAD]) for i in range(len(SUMMARY_HEAD))]
         for r in [SUMMARY_HEAD] + rows:
-            print("  ".join(c.ljust(wd) if i in (0, 7) else c.rjust(wd) for i, (c, wd) in enumerate(zip(r, widths))).rstrip())
+            print(
+                "  ".join(
+                    c.ljust(wd) if i in (0, 7) else c.rjust(wd) for i, (c, wd) in enumerate(zip(r, widths))
+                ).rstrip()
+            )
     if a.write:
-        cmd = "python benchmarks/bench_crosscheck.py" + "".join(f" --trace {k}" for k in (a.trace or [])) \
-            + (f" --tolerance {a.tolerance}" if a.tolerance != TOLERANCE else "") + f" --write {a.write}"
+        cmd = (
+            "python benchmarks/bench_crosscheck.py"
+            + "".join(f" --trace {k}" for k in (a.trace or []))
+            + (f" --tolerance {a.tolerance}" if a.tolerance != TOLERANCE else "")
+            + f" --write {a.write}"
+        )
         Path(a.write).parent.mkdir(parents=True, exist_ok=True)
         Path(a.write).write_text(render_markdown(results, cmd))
         print(f"wrote {a.write}", file=sys.stderr)

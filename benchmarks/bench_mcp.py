@@ -24,8 +24,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TRACES = os.path.join(ROOT, "..", "shared", "traces")
 DEFAULT = os.path.join(TRACES, "rtx3090_vllm-gpt-oss-20b_decode-new-cached.pt.trace.json.gz")
-PAIR = (os.path.join(TRACES, "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz"),
-        os.path.join(TRACES, "mi300x_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz"))
+PAIR = (
+    os.path.join(TRACES, "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz"),
+    os.path.join(TRACES, "mi300x_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz"),
+)
 TARGET_MS = 100.0
 
 
@@ -46,7 +48,12 @@ async def _time_tool(name: str, args: dict, repeat: int, folders: list[str]) -> 
     from mcp.client.stdio import stdio_client
 
     argv = ["-m", "tracekit", "mcp"] + [a for f in folders for a in ("--allow", f)]
-    params = StdioServerParameters(command=sys.executable, args=argv, env={"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}, cwd=ROOT)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=argv,
+        env={"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)},
+        cwd=ROOT,
+    )
     args = {k: v for k, v in args.items() if v is not None}
     with open(os.devnull, "w") as quiet:
         async with stdio_client(params, errlog=quiet) as (read, write):
@@ -84,8 +91,10 @@ def main() -> int:
         return 0
     trace = os.path.abspath(opts.trace)
     folders = sorted({os.path.dirname(trace), os.path.dirname(os.path.abspath(PAIR[0]))})
-    print(f"trace   {os.path.basename(trace)}; compare/project: {os.path.basename(PAIR[0])} "
-          f"(vs {os.path.basename(PAIR[1])}, --to mi300x)")
+    print(
+        f"trace   {os.path.basename(trace)}; compare/project: {os.path.basename(PAIR[0])} "
+        f"(vs {os.path.basename(PAIR[1])}, --to mi300x)"
+    )
     print(f"{'tool':<9} {'first ms':>9} {'cached p50':>11} {'cached max':>11} {'first/p50':>10} {'answer':>8}")
     slow = []
     for name, args in calls(trace).items():
@@ -94,8 +103,10 @@ def main() -> int:
         print(f"{name:<9} {first * 1e3:9.0f} {p50:11.1f} {worst:11.1f} {first * 1e3 / p50:9.0f}x {size:7d}c")
         if worst >= TARGET_MS:
             slow.append(f"{name} {worst:.0f} ms")
-    print(f"target: every cached call < {TARGET_MS:.0f} ms (end to end over stdio, {opts.repeat} calls per tool): "
-          + ("met" if not slow else "MISSED by " + ", ".join(slow)))
+    print(
+        f"target: every cached call < {TARGET_MS:.0f} ms (end to end over stdio, {opts.repeat} calls per tool): "
+        + ("met" if not slow else "MISSED by " + ", ".join(slow))
+    )
     return 1 if slow else 0
 
 

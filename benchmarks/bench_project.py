@@ -35,14 +35,30 @@ from tracekit.whatif import learnt as learnt_mod
 from tracekit.whatif.check import check
 from tracekit.whatif.project import project
 
-SHARED = Path(os.environ.get("TRACEKIT_SHARED_TRACES", Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"))
+SHARED = Path(
+    os.environ.get("TRACEKIT_SHARED_TRACES", Path(__file__).resolve().parents[1] / ".." / "shared" / "traces")
+)
 
 # (pair, GPU A file, spec A, GPU B file, spec B, phase, analyze options)
 REAL = [
-    ("SGLang Qwen3-30B-A3B decode bs16", "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz", "b300",
-     "mi300x_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz", "mi300x", "decode", {"model": "qwen3-30b-a3b"}),
-    ("HF Qwen1.5-0.5B forward bs16x559", "h100_hf-qwen1.5-0.5b_forward_bs16.json.gz", "h100-sxm",
-     "mi300x_hf-qwen1.5-0.5b_forward_bs16.json.gz", "mi300x", "prefill", {}),
+    (
+        "SGLang Qwen3-30B-A3B decode bs16",
+        "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz",
+        "b300",
+        "mi300x_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz",
+        "mi300x",
+        "decode",
+        {"model": "qwen3-30b-a3b"},
+    ),
+    (
+        "HF Qwen1.5-0.5B forward bs16x559",
+        "h100_hf-qwen1.5-0.5b_forward_bs16.json.gz",
+        "h100-sxm",
+        "mi300x_hf-qwen1.5-0.5b_forward_bs16.json.gz",
+        "mi300x",
+        "prefill",
+        {},
+    ),
 ]
 
 
@@ -53,8 +69,18 @@ def _real() -> list[dict]:
             print(f"skip {pair}: trace absent under {SHARED}")
             continue
         for (s, ks), (t, kt) in (((a, ka), (b, kb)), ((b, kb), (a, ka))):
-            out.append({"pair": pair, "label": f"{pair}, {ks} -> {kt}", "src": str(SHARED / s), "tgt": str(SHARED / t),
-                        "to": spec_by_name(kt), "phases": [phase], "src_opts": opts, "tgt_opts": opts})
+            out.append(
+                {
+                    "pair": pair,
+                    "label": f"{pair}, {ks} -> {kt}",
+                    "src": str(SHARED / s),
+                    "tgt": str(SHARED / t),
+                    "to": spec_by_name(kt),
+                    "phases": [phase],
+                    "src_opts": opts,
+                    "tgt_opts": opts,
+                }
+            )
     return out
 
 
@@ -69,9 +95,31 @@ def _cpu(folder: Path) -> list[dict]:
     runs = {}
     for threads in (1, 2):
         out = folder / f"t{threads}"
-        r = subprocess.run([sys.executable, "-m", "tracekit", "collect", "--preset", "tiny", "-b", "1", "-p", "32",
-                            "-n", "4", "--warmup", "1", "--threads", str(threads), "--no-progress", "-o", str(out)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tracekit",
+                "collect",
+                "--preset",
+                "tiny",
+                "-b",
+                "1",
+                "-p",
+                "32",
+                "-n",
+                "4",
+                "--warmup",
+                "1",
+                "--threads",
+                str(threads),
+                "--no-progress",
+                "-o",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode:
             print(f"skip the recorded CPU pair: collect failed: {(r.stderr or r.stdout).strip()[-200:]}")
             return []
@@ -79,9 +127,19 @@ def _cpu(folder: Path) -> list[dict]:
         spec = folder / f"cpu{threads}.json"
         spec.write_text(json.dumps(cpu_entry(cal, f"CPU {threads} threads")))
         runs[threads] = (str(folder / f"t{threads}.pt.trace.json.gz"), str(spec))
-    return [{"pair": "tiny preset on this CPU, 1 / 2 threads (recorded here)", "label": f"CPU tiny, {a} -> {b} threads",
-             "src": runs[a][0], "tgt": runs[b][0], "to": load_spec_file(runs[b][1]), "phases": ["prefill", "decode"],
-             "src_opts": {"spec_file": runs[a][1]}, "tgt_opts": {"spec_file": runs[b][1]}} for a, b in ((1, 2), (2, 1))]
+    return [
+        {
+            "pair": "tiny preset on this CPU, 1 / 2 threads (recorded here)",
+            "label": f"CPU tiny, {a} -> {b} threads",
+            "src": runs[a][0],
+            "tgt": runs[b][0],
+            "to": load_spec_file(runs[b][1]),
+            "phases": ["prefill", "decode"],
+            "src_opts": {"spec_file": runs[a][1]},
+            "tgt_opts": {"spec_file": runs[b][1]},
+        }
+        for a, b in ((1, 2), (2, 1))
+    ]
 
 
 def _run(case: dict, traces: dict, learnt=None) -> tuple[list[dict], object]:
@@ -95,8 +153,16 @@ def _run(case: dict, traces: dict, learnt=None) -> tuple[list[dict], object]:
     for phase in case["phases"]:
         f = ck.phases.get(phase)
         if f and f["error"] is not None:
-            rows.append({"phase": phase, "central": f["projected_ms"], "range": f["range_ms"],
-                         "measured": f["measured_ms"], "error": f["error"], "inside": f["inside"]})
+            rows.append(
+                {
+                    "phase": phase,
+                    "central": f["projected_ms"],
+                    "range": f["range_ms"],
+                    "measured": f["measured_ms"],
+                    "error": f["error"],
+                    "inside": f["inside"],
+                }
+            )
     return rows, learnt_mod.from_check(pj, measured, choose_tp(src, case["src_opts"].get("tp"))[0])
 
 
@@ -122,8 +188,10 @@ def main() -> int:
         lo, hi = r["range"] or (float("nan"), float("nan"))
         return f"{r['central']:.3g} ({lo:.3g}-{hi:.3g}) | {r['error']:+.0%} | {'yes' if r['inside'] else 'no'}"
 
-    print("\n| pair, direction | phase | measured ms/step | default: projected (range) | error | range holds | "
-          "leave-one-out: projected (range) | error | range holds |")
+    print(
+        "\n| pair, direction | phase | measured ms/step | default: projected (range) | error | range holds | "
+        "leave-one-out: projected (range) | error | range holds |"
+    )
     print("|---|---|--:|--:|--:|:-:|--:|--:|:-:|")
     summary = {"default": [], "loo": []}
     for i, case in enumerate(cases):
@@ -132,14 +200,18 @@ def main() -> int:
             real = "(recorded here)" not in case["pair"]
             summary["default"] += [r] if real else []
             summary["loo"] += [lo] if real and lo else []
-            print(f"| {case['label']} | {r['phase']} | {r['measured']:.3g} | {cell(r)} | "
-                  f"{cell(lo) if lo else '- | - | -'} |")
+            print(
+                f"| {case['label']} | {r['phase']} | {r['measured']:.3g} | {cell(r)} | "
+                f"{cell(lo) if lo else '- | - | -'} |"
+            )
     for name, rows in summary.items():
         if rows:
             errs = [abs(r["error"]) for r in rows]
-            print(f"\nreal GPU pairs, {name} factors ({len(rows)} projections): median |error| "
-                  f"{statistics.median(errs):.0%}, worst {max(errs):.0%}; range holds the measured value in "
-                  f"{sum(bool(r['inside']) for r in rows)} of {len(rows)}")
+            print(
+                f"\nreal GPU pairs, {name} factors ({len(rows)} projections): median |error| "
+                f"{statistics.median(errs):.0%}, worst {max(errs):.0%}; range holds the measured value in "
+                f"{sum(bool(r['inside']) for r in rows)} of {len(rows)}"
+            )
     return 0
 
 

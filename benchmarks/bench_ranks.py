@@ -120,10 +120,14 @@ def main() -> None:
         same = open(outs["sequential"], "rb").read() == open(outs["parallel"], "rb").read()
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("wall", "cpu", "rss_mb")} for k, v in runs.items()}
     best = {k: min(r["wall"] for r in v) for k, v in runs.items()}
-    print(f"folder     {folder}: {args.ranks} ranks, {json_mb:.0f} MB of JSON in all "
-          f"({usable_cpus()} usable CPUs; parallel: {jobs} processes; {args.repeat} runs each)")
-    print(f"{'tracekit report DIR':<22}{'best wall s':>12}{'median wall s':>14}{'CPU s':>8}{'peak RSS MB':>13}"
-          "   runs (wall s)")
+    print(
+        f"folder     {folder}: {args.ranks} ranks, {json_mb:.0f} MB of JSON in all "
+        f"({usable_cpus()} usable CPUs; parallel: {jobs} processes; {args.repeat} runs each)"
+    )
+    print(
+        f"{'tracekit report DIR':<22}{'best wall s':>12}{'median wall s':>14}{'CPU s':>8}{'peak RSS MB':>13}"
+        "   runs (wall s)"
+    )
     for k, label in (("sequential", "--jobs 1"), ("parallel", f"--jobs {jobs}")):
         m = med[k]
         each = " ".join(f"{r['wall']:.2f}" for r in runs[k])
@@ -134,8 +138,10 @@ def main() -> None:
     if busy is not None:
         # A parallel run needs a free core: other work on the machine shows here.
         print(f"CPU pressure while measuring (share of time some task waited for a CPU, last minute): {busy:.0f}%")
-    print(f"parallel / sequential wall: {ratio_best:.2f}x best, {ratio:.2f}x median (goal <= {GOAL}x on 2 cores); "
-          f"same JSON: {'yes' if same else 'NO'}")
+    print(
+        f"parallel / sequential wall: {ratio_best:.2f}x best, {ratio:.2f}x median (goal <= {GOAL}x on 2 cores); "
+        f"same JSON: {'yes' if same else 'NO'}"
+    )
     if not same:
         raise SystemExit("the parallel report differs from the sequential one")
 

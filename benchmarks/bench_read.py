@@ -79,9 +79,7 @@ def build_large(source: str, dest: str, repeats: int = REPEATS_OF_V100) -> None:
     events = doc.pop("traceEvents")
     ts = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
     span = int(max(ts) - min(ts)) + 1000
-    id_step = 1 + max(
-        [int(v) for e in events for v in _ids(e) if isinstance(v, int)] + [0]
-    )
+    id_step = 1 + max([int(v) for e in events for v in _ids(e) if isinstance(v, int)] + [0])
     tmp = dest + ".part"
     with gzip.open(tmp, "wt", compresslevel=6, encoding="utf-8") as out:
         head = json.dumps(doc)[:-1]  # the top-level keys, without the closing brace
@@ -166,8 +164,7 @@ def build_synthetic(dest: str, json_bytes: int) -> int:
                 us = j * 30  # a GEMM every 30 us
                 if j % _OPS_PER_STEP == 0:
                     parts.append(_ANNOTATION % (us, _OPS_PER_STEP * 30 - 1, j))
-                parts.append(_STEP % (
-                    us, 0, j, j, us, 500, j, j, j, us, 700, j % 50, us + 10, 0, j, j, j, us + 10, 0))
+                parts.append(_STEP % (us, 0, j, j, us, 500, j, j, j, us, 700, j % 50, us + 10, 0, j, j, j, us + 10, 0))
             text = ("" if i == 0 else ",\n") + ",\n".join(parts)
             data = text.encode()
             out.write(data)
@@ -189,7 +186,7 @@ ENGINES = {
     "json.loads": "import gzip, json, sys; json.loads(gzip.open(sys.argv[1]).read())",
     "HTA": "import sys; from hta.common.trace import parse_trace_file; parse_trace_file(sys.argv[1])",
     "tracekit split": "import sys; from tracekit.cli import main; "
-                      "sys.argv = ['tracekit', 'split', sys.argv[1], '-o', sys.argv[2], '--force']; main()",
+    "sys.argv = ['tracekit', 'split', sys.argv[1], '-o', sys.argv[2], '--force']; main()",
 }
 
 
@@ -197,8 +194,12 @@ def measure(engine: str, *args: str) -> tuple[float, int]:
     """(CPU seconds, peak RSS bytes) of one subprocess running ``engine`` on ``args`` (the trace first)."""
     path = args[0]
     # No cache (tracekit.cache): every repeat reads and analyses, as the first look does.
-    proc = subprocess.Popen([sys.executable, "-c", ENGINES[engine], *args], env={**os.environ, "TRACEKIT_NO_CACHE": "1"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ENGINES[engine], *args],
+        env={**os.environ, "TRACEKIT_NO_CACHE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     err = proc.stderr.read().decode(errors="replace")
@@ -245,34 +246,47 @@ def compare(path: str, repeat: int, hta: bool = True) -> dict:
             runs[e].append(measure(e, path))
     out = {"file": path, "json_mb": size / 1e6}
     for e, rs in runs.items():
-        out[e] = {"cpu_s": statistics.median(c for c, _ in rs), "rss_mb": statistics.median(m for _, m in rs) / 1e6,
-                  "cpu_all": [round(c, 2) for c, _ in rs]}
+        out[e] = {
+            "cpu_s": statistics.median(c for c, _ in rs),
+            "rss_mb": statistics.median(m for _, m in rs) / 1e6,
+            "cpu_all": [round(c, 2) for c, _ in rs],
+        }
     tk, js = out["tracekit"], out["json.loads"]
     out["cpu_ratio"] = tk["cpu_s"] / js["cpu_s"]
     out["rss_over_json"] = tk["rss_mb"] / out["json_mb"]
-    print(f"trace        {os.path.basename(path)}: {out['json_mb']:.0f} MB of JSON, {os.path.getsize(path) / 1e6:.0f} MB gzipped")
+    print(
+        f"trace        {os.path.basename(path)}: {out['json_mb']:.0f} MB of JSON, {os.path.getsize(path) / 1e6:.0f} MB gzipped"
+    )
     print(f"{'engine':14} {'CPU s':>7} {'peak RSS MB':>12} {'RSS/JSON':>9}   runs (CPU s)")
     for e in engines:
         v = out[e]
         print(f"{e:14} {v['cpu_s']:7.2f} {v['rss_mb']:12.0f} {v['rss_mb'] / out['json_mb']:9.2f}   {v['cpu_all']}")
     print(f"{'':14} tracekit = `tracekit summary` (read, link, analyse, render); tracekit read = read_trace alone")
-    print(f"tracekit CPU / json.loads CPU = {out['cpu_ratio']:.2f} (goal <= {CPU_GOAL:.2f}: "
-          f"{'met' if out['cpu_ratio'] <= CPU_GOAL else 'NOT met'}); "
-          f"json.loads / tracekit = {1 / out['cpu_ratio']:.1f}x")
+    print(
+        f"tracekit CPU / json.loads CPU = {out['cpu_ratio']:.2f} (goal <= {CPU_GOAL:.2f}: "
+        f"{'met' if out['cpu_ratio'] <= CPU_GOAL else 'NOT met'}); "
+        f"json.loads / tracekit = {1 / out['cpu_ratio']:.1f}x"
+    )
     if "HTA" in out:
         print(f"HTA CPU / tracekit CPU = {out['HTA']['cpu_s'] / tk['cpu_s']:.1f}x")
-    print(f"tracekit peak RSS / JSON size = {out['rss_over_json']:.2f} (goal <= {RSS_GOAL}: "
-          f"{'met' if out['rss_over_json'] <= RSS_GOAL else 'NOT met'})")
+    print(
+        f"tracekit peak RSS / JSON size = {out['rss_over_json']:.2f} (goal <= {RSS_GOAL}: "
+        f"{'met' if out['rss_over_json'] <= RSS_GOAL else 'NOT met'})"
+    )
     rd = out["tracekit read"]
     out["reader_speedup"] = js["cpu_s"] / rd["cpu_s"]
     out["reader_rss_over_json"] = rd["rss_mb"] / out["json_mb"]
-    print(f"tracekit read alone: CPU / json.loads CPU = {rd['cpu_s'] / js['cpu_s']:.2f}, "
-          f"peak RSS / JSON size = {out['reader_rss_over_json']:.2f}")
-    print(f"reader (issue 50): json.loads {js['cpu_s']:.2f} s / tracekit read {rd['cpu_s']:.2f} s of CPU = "
-          f"{out['reader_speedup']:.2f}x (goal >= {READER_GOAL}x: {'met' if out['reader_speedup'] >= READER_GOAL else 'NOT met'}); "
-          f"`tracekit summary` {1 / out['cpu_ratio']:.2f}x; peak RSS {rd['rss_mb']:.0f} MB = "
-          f"{out['reader_rss_over_json']:.2f}x the {out['json_mb']:.0f} MB of JSON (goal <= {READER_RSS_GOAL}x: "
-          f"{'met' if out['reader_rss_over_json'] <= READER_RSS_GOAL else 'NOT met'})")
+    print(
+        f"tracekit read alone: CPU / json.loads CPU = {rd['cpu_s'] / js['cpu_s']:.2f}, "
+        f"peak RSS / JSON size = {out['reader_rss_over_json']:.2f}"
+    )
+    print(
+        f"reader (issue 50): json.loads {js['cpu_s']:.2f} s / tracekit read {rd['cpu_s']:.2f} s of CPU = "
+        f"{out['reader_speedup']:.2f}x (goal >= {READER_GOAL}x: {'met' if out['reader_speedup'] >= READER_GOAL else 'NOT met'}); "
+        f"`tracekit summary` {1 / out['cpu_ratio']:.2f}x; peak RSS {rd['rss_mb']:.0f} MB = "
+        f"{out['reader_rss_over_json']:.2f}x the {out['json_mb']:.0f} MB of JSON (goal <= {READER_RSS_GOAL}x: "
+        f"{'met' if out['reader_rss_over_json'] <= READER_RSS_GOAL else 'NOT met'})"
+    )
     return out
 
 
@@ -285,7 +299,9 @@ def stream(gb: float, summary: bool = True) -> dict:
         print(f"  written in {time.perf_counter() - t:.0f} s", flush=True)
     size = json_size(dest)
     bound = STREAM_BOUND_OF_JSON * size
-    print(f"streamed     {os.path.basename(dest)}: {size / 1e9:.2f} GB of JSON, {os.path.getsize(dest) / 1e6:.0f} MB gzipped")
+    print(
+        f"streamed     {os.path.basename(dest)}: {size / 1e9:.2f} GB of JSON, {os.path.getsize(dest) / 1e6:.0f} MB gzipped"
+    )
     out = {"json_bytes": size, "bound": bound}
     for engine in ["tracekit read"] + (["tracekit"] if summary else []):
         t = time.perf_counter()
@@ -312,18 +328,31 @@ def split(gb: float, whole_summary_rss: int | None) -> dict:
     wall = time.perf_counter() - t
     files = sorted(os.path.join(dest, f) for f in os.listdir(dest) if f.endswith(".json.gz"))
     ok = rss < SPLIT_BOUND_BYTES
-    print(f"{'tracekit split':14} {wall:5.0f} s wall, {cpu:5.0f} s CPU, peak RSS {rss / 1e6:6.0f} MB = {rss / size:.2f}x "
-          f"the JSON, {len(files)} windows (bound {SPLIT_BOUND_BYTES / 1e6:.0f} MB at any size: "
-          f"{'met' if ok else 'NOT met'})", flush=True)
+    print(
+        f"{'tracekit split':14} {wall:5.0f} s wall, {cpu:5.0f} s CPU, peak RSS {rss / 1e6:6.0f} MB = {rss / size:.2f}x "
+        f"the JSON, {len(files)} windows (bound {SPLIT_BOUND_BYTES / 1e6:.0f} MB at any size: "
+        f"{'met' if ok else 'NOT met'})",
+        flush=True,
+    )
     largest = max(files, key=os.path.getsize)
     w_size = json_size(largest)
     w_cpu, w_rss = measure("tracekit", largest)
     vs = f" = {w_rss / whole_summary_rss:.2f}x the whole trace's summary" if whole_summary_rss else ""
-    print(f"{'a window':14} tracekit summary of the largest ({w_size / 1e9:.2f} GB of JSON): {w_cpu:5.0f} s CPU, "
-          f"peak RSS {w_rss / 1e6:6.0f} MB{vs}", flush=True)
+    print(
+        f"{'a window':14} tracekit summary of the largest ({w_size / 1e9:.2f} GB of JSON): {w_cpu:5.0f} s CPU, "
+        f"peak RSS {w_rss / 1e6:6.0f} MB{vs}",
+        flush=True,
+    )
     shutil.rmtree(dest)
-    return {"cpu_s": cpu, "rss": rss, "wall_s": wall, "windows": len(files), "ok": ok,
-            "window_cpu_s": w_cpu, "window_rss": w_rss}
+    return {
+        "cpu_s": cpu,
+        "rss": rss,
+        "wall_s": wall,
+        "windows": len(files),
+        "ok": ok,
+        "window_cpu_s": w_cpu,
+        "window_rss": w_rss,
+    }
 
 
 CHUNK_KB = (256, 512, 1024, 2048, 4096, 8192)
@@ -343,12 +372,14 @@ def chunk_sweep(source: str = SHARED, repeat: int = 5) -> dict[int, float]:
             cb = kb << 10
             t = time.process_time()
             built = columns.Builder()
-            for events, exact in stream.EventChunks(source, (raw[i:i + cb] for i in range(0, len(raw), cb))):
+            for events, exact in stream.EventChunks(source, (raw[i : i + cb] for i in range(0, len(raw), cb))):
                 built.add(events, exact)
                 del events
             best[kb] = min(best[kb], time.process_time() - t)
     base = best[1024]
-    print(f"chunk sweep  {os.path.basename(source)} ({len(raw) / 1e6:.0f} MB of JSON), decode + columns, best of {repeat}:")
+    print(
+        f"chunk sweep  {os.path.basename(source)} ({len(raw) / 1e6:.0f} MB of JSON), decode + columns, best of {repeat}:"
+    )
     for kb, s in best.items():
         print(f"  {kb:5d} KB chunks {s:6.3f} s CPU  ({s / base:.2f}x the 1024 KB chunks)")
     return best
@@ -358,15 +389,25 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", help="a .json.gz trace (default: the V100 trace x8, built on first use)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--size", "--stream-gb", dest="stream_gb", type=float, default=4.0,
-                    help="GB of JSON in the synthetic streamed trace (default 4)")
+    ap.add_argument(
+        "--size",
+        "--stream-gb",
+        dest="stream_gb",
+        type=float,
+        default=4.0,
+        help="GB of JSON in the synthetic streamed trace (default 4)",
+    )
     ap.add_argument("--no-stream", action="store_true", help="skip the streamed read of the synthetic trace")
     ap.add_argument("--no-hta", action="store_true", help="leave HTA out even where it is installed (~45 s a run)")
-    ap.add_argument("--no-stream-summary", action="store_true",
-                    help="on the synthetic trace, time the read alone, not `tracekit summary` too")
+    ap.add_argument(
+        "--no-stream-summary",
+        action="store_true",
+        help="on the synthetic trace, time the read alone, not `tracekit summary` too",
+    )
     ap.add_argument("--no-split", action="store_true", help="skip `tracekit split` of the synthetic trace")
-    ap.add_argument("--chunks", action="store_true",
-                    help="only compare chunk sizes (decode + columns of the shared V100 trace)")
+    ap.add_argument(
+        "--chunks", action="store_true", help="only compare chunk sizes (decode + columns of the shared V100 trace)"
+    )
     ap.add_argument("--build-large", metavar="DEST", help=argparse.SUPPRESS)
     ap.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -32,8 +32,21 @@ from tracekit.analysis.replay import changes as ch  # noqa: E402
 
 
 def collect(out: str, new_tokens: int, threads: int, compiled: bool) -> str:
-    cmd = [sys.executable, "-m", "tracekit", "collect", "-n", str(new_tokens), "--threads", str(threads),
-           "--no-calibrate", "--no-progress", "-o", out, "--force"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tracekit",
+        "collect",
+        "-n",
+        str(new_tokens),
+        "--threads",
+        str(threads),
+        "--no-calibrate",
+        "--no-progress",
+        "-o",
+        out,
+        "--force",
+    ]
     subprocess.run(cmd + (["--compile"] if compiled else []), check=True, stdout=subprocess.DEVNULL)
     return out
 
@@ -66,8 +79,11 @@ def main() -> None:
     print(f"ops fused away per run: {len(rows)}")
     print(f"replayed 'elementwise fused' saving per decode step: {est:.3f} ms")
     print(f"measured saving of torch.compile per decode step:    {measured:.3f} ms")
-    print(f"ratio estimate / measured: {est / measured:.2f}" if measured > 0 else
-          "ratio: the compiled run was not faster on this machine")
+    print(
+        f"ratio estimate / measured: {est / measured:.2f}"
+        if measured > 0
+        else "ratio: the compiled run was not faster on this machine"
+    )
 
 
 if __name__ == "__main__":

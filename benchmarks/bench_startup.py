@@ -58,8 +58,7 @@ def run_once(argv: list[str]) -> tuple[float, float]:
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
-                       cwd=ROOT)
+    r = subprocess.run([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(), cwd=ROOT)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode:
@@ -86,17 +85,23 @@ def main() -> int:
     cpu = {k: statistics.median(v) for k, v in cpus.items()}
     pandas = "python -c 'import pandas'"
     width = max(map(len, todo))
-    print(f"start-up, median of {args.repeat} fresh processes each ({os.cpu_count()} CPUs, Python "
-          f"{sys.version.split()[0]})")
+    print(
+        f"start-up, median of {args.repeat} fresh processes each ({os.cpu_count()} CPUs, Python "
+        f"{sys.version.split()[0]})"
+    )
     print(f"{'':{width}}  {'wall ms':>8}  {'CPU ms':>8}  {'wall/pandas':>11}  {'CPU/pandas':>10}")
     for label in todo:
-        print(f"{label:{width}}  {wall[label] * 1e3:8.0f}  {cpu[label] * 1e3:8.0f}  "
-              f"{wall[label] / wall[pandas]:10.2f}x  {cpu[label] / cpu[pandas]:9.2f}x")
+        print(
+            f"{label:{width}}  {wall[label] * 1e3:8.0f}  {cpu[label] * 1e3:8.0f}  "
+            f"{wall[label] / wall[pandas]:10.2f}x  {cpu[label] / cpu[pandas]:9.2f}x"
+        )
     floor = "python -c 'import click, pandas, jinja2'"
     summary = next(k for k in todo if k.startswith("tracekit summary"))
-    print(f"\nsummary above its floor ({floor}): {(wall[summary] - wall[floor]) * 1e3:+.0f} ms wall, "
-          f"{(cpu[summary] - cpu[floor]) * 1e3:+.0f} ms CPU (reading and analysing the trace, tracekit's own "
-          "imports)")
+    print(
+        f"\nsummary above its floor ({floor}): {(wall[summary] - wall[floor]) * 1e3:+.0f} ms wall, "
+        f"{(cpu[summary] - cpu[floor]) * 1e3:+.0f} ms CPU (reading and analysing the trace, tracekit's own "
+        "imports)"
+    )
     missed = [k for k in ("tracekit --help", "tracekit gpus") if wall[k] >= TARGET_S]
     for k in ("tracekit --help", "tracekit gpus"):
         print(f"target {k} < {TARGET_S:.1f} s wall: {'met' if k not in missed else 'MISSED'} ({wall[k]:.3f} s)")

@@ -39,9 +39,15 @@ os.environ["TRACEKIT_STRICT_BOOKS"] = "1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SHARED = os.path.join(ROOT, "..", "shared", "traces")
-BASES = ["a100_triton_tiny.json.gz", "mi250_rocm6.2_toy_train.json.gz", "b300_moe-microbench.json.gz",
-         "mi300x_sglang-qwen3-8b_decode-step_hipgraph.json.gz", "rtx4080laptop_nano-vllm_decode.json.gz",
-         "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz", "h100_hf-qwen1.5-0.5b_forward_bs16.json.gz"]
+BASES = [
+    "a100_triton_tiny.json.gz",
+    "mi250_rocm6.2_toy_train.json.gz",
+    "b300_moe-microbench.json.gz",
+    "mi300x_sglang-qwen3-8b_decode-step_hipgraph.json.gz",
+    "rtx4080laptop_nano-vllm_decode.json.gz",
+    "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz",
+    "h100_hf-qwen1.5-0.5b_forward_bs16.json.gz",
+]
 SAMPLES = [os.path.join(ROOT, "sample_traces", "tiny-bs1.pt.trace.json.gz")]
 WINDOW = 600  # events per iteration, at most
 # A case's time limit grows with its events: reading and analysing cost tens of microseconds
@@ -60,8 +66,18 @@ MODELS = ("qwen3-8b", "qwen3-30b-a3b", "llama-3.1-8b-instruct")
 
 _ODD = [None, True, -1, 0, 2**63, 2**70, -(2**63), 1e308, -1e-300, "", "x", "123", [], [1, [2]], {}, {"a": 1}]
 _FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id")
-_ARGS = ("External id", "correlation", "device", "stream", "Input Dims", "Input type", "grid", "Concrete Inputs",
-         "kernel", "external id")
+_ARGS = (
+    "External id",
+    "correlation",
+    "device",
+    "stream",
+    "Input Dims",
+    "Input type",
+    "grid",
+    "Concrete Inputs",
+    "kernel",
+    "external id",
+)
 
 
 def _load_bases() -> list[dict]:
@@ -127,13 +143,27 @@ def m_args(rng, doc):
             args = e.setdefault("args", {}) if isinstance(e.get("args"), dict) else {}
             e["args"] = args
             args[rng.choice(_ARGS)] = rng.choice(
-                _ODD + [[[-1, 4]], [[2**40, 2**40]], [[]], [[1, 2], "x"], [1, 2, 3], [[0, 0, 0]], "[[1]]"])
+                _ODD + [[[-1, 4]], [[2**40, 2**40]], [[]], [[1, 2], "x"], [1, 2, 3], [[0, 0, 0]], "[[1]]"]
+            )
     return "odd shapes, grids and ids in args"
 
 
 def m_categories(rng, doc):
-    cats = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cpu_op", "user_annotation",
-            "gpu_user_annotation", "python_function", "Kernel", "ac2g", "", None, 5]
+    cats = [
+        "kernel",
+        "gpu_memcpy",
+        "gpu_memset",
+        "cuda_runtime",
+        "cpu_op",
+        "user_annotation",
+        "gpu_user_annotation",
+        "python_function",
+        "Kernel",
+        "ac2g",
+        "",
+        None,
+        5,
+    ]
     for _ in range(rng.randint(1, 30)):
         e = _event(rng, doc)
         if isinstance(e, dict):
@@ -142,9 +172,20 @@ def m_categories(rng, doc):
 
 
 def m_names(rng, doc):
-    names = ["tracekit::decode#x bs=?", "tracekit::prefill bs=-1 tokens=999999999999", "ProfilerStep#",
-             "execute_1_context_1(1)_generation_0", "step[DECODE bs=-3]", "aten::linear", "<script>", "",
-             "execute_model", "nccl:all_reduce", "sm90_xmma_gemm", "x" * 5000]
+    names = [
+        "tracekit::decode#x bs=?",
+        "tracekit::prefill bs=-1 tokens=999999999999",
+        "ProfilerStep#",
+        "execute_1_context_1(1)_generation_0",
+        "step[DECODE bs=-3]",
+        "aten::linear",
+        "<script>",
+        "",
+        "execute_model",
+        "nccl:all_reduce",
+        "sm90_xmma_gemm",
+        "x" * 5000,
+    ]
     for _ in range(rng.randint(1, 20)):
         e = _event(rng, doc)
         if isinstance(e, dict):
@@ -157,8 +198,13 @@ def m_name_numbers(rng, doc):
     0 or as huge: tracekit parses sizes out of names, and a name is trace content."""
     import re
 
-    named = [e for e in doc["traceEvents"] if isinstance(e, dict) and isinstance(e.get("name"), str)
-             and e.get("cat") in ("kernel", "user_annotation", "gpu_user_annotation")]
+    named = [
+        e
+        for e in doc["traceEvents"]
+        if isinstance(e, dict)
+        and isinstance(e.get("name"), str)
+        and e.get("cat") in ("kernel", "user_annotation", "gpu_user_annotation")
+    ]
     for e in rng.sample(named, min(len(named), rng.randint(1, 20))):
         e["name"] = re.sub(r"\d+", lambda m: rng.choice(["0", "0", "1", str(2**40), m.group(0)]), e["name"])
     return "numbers in names zeroed or huge"
@@ -169,17 +215,38 @@ def m_top(rng, doc):
     if key == "traceEvents":
         doc[key] = rng.choice([[], doc[key][:1], [1, "x", None]])
     elif key == "deviceProperties":
-        doc[key] = rng.choice([[], [{}], [{"name": 5, "id": "x"}], [{"id": 0, "name": "NVIDIA H100", "totalGlobalMem": -1}],
-                               "x", None, [{"id": 9, "name": "AMD Instinct MI300X", "computeMajor": 99}]])
+        doc[key] = rng.choice(
+            [
+                [],
+                [{}],
+                [{"name": 5, "id": "x"}],
+                [{"id": 0, "name": "NVIDIA H100", "totalGlobalMem": -1}],
+                "x",
+                None,
+                [{"id": 9, "name": "AMD Instinct MI300X", "computeMajor": 99}],
+            ]
+        )
     elif key == "distributedInfo":
-        doc[key] = rng.choice([{}, {"rank": -1, "world_size": 0}, {"rank": "x"}, [], None, {"rank": 5, "world_size": 2}])
+        doc[key] = rng.choice(
+            [{}, {"rank": -1, "world_size": 0}, {"rank": "x"}, [], None, {"rank": 5, "world_size": 2}]
+        )
     else:
         doc[key] = rng.choice([-1, "x", 2**70, None, 1.5])
     return f"top-level {key} malformed"
 
 
-DOC_MUTATIONS = [m_wrong_type, m_missing_key, m_numbers, m_ids, m_phase, m_args, m_categories, m_names,
-                 m_name_numbers, m_top]
+DOC_MUTATIONS = [
+    m_wrong_type,
+    m_missing_key,
+    m_numbers,
+    m_ids,
+    m_phase,
+    m_args,
+    m_categories,
+    m_names,
+    m_name_numbers,
+    m_top,
+]
 
 
 # --- mutations of the bytes ---------------------------------------------------------------
@@ -201,7 +268,7 @@ def _window(rng, base: dict) -> dict:
     doc = {k: v for k, v in base.items() if k != "traceEvents"}
     events = base.get("traceEvents") or []
     start = rng.randrange(max(1, len(events) - WINDOW))
-    doc["traceEvents"] = json.loads(json.dumps(events[start:start + rng.randint(1, WINDOW)]))
+    doc["traceEvents"] = json.loads(json.dumps(events[start : start + rng.randint(1, WINDOW)]))
     return json.loads(json.dumps(doc))  # a deep copy the mutations may wreck
 
 
@@ -371,8 +438,10 @@ def main(argv: list[str] | None = None) -> int:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     t0 = time.monotonic()
-    procs = [ctx.Process(target=worker, args=(args.seed * 1000 + j, args.seconds, args.keep, queue))
-             for j in range(args.jobs)]
+    procs = [
+        ctx.Process(target=worker, args=(args.seed * 1000 + j, args.seconds, args.keep, queue))
+        for j in range(args.jobs)
+    ]
     for p in procs:
         p.start()
     # The backstop: a worker stuck where its alarm cannot reach (inside one C call) reports
@@ -399,10 +468,12 @@ def main(argv: list[str] | None = None) -> int:
         crashes += found
     total["timeout"] += hung
     n = sum(total[k] for k in OUTCOMES)
-    print(f"fuzz: {n:,} mutated traces ({total['grown']:,} of them grown) in {elapsed:.0f} s on {args.jobs} "
-          f"process(es): {n / elapsed:.1f} per second; {total['ok']:,} analysed and rendered, "
-          f"{total['refused']:,} refused with a sentence, {total['crash']:,} crashed, "
-          f"{total['timeout']:,} over their time limit")
+    print(
+        f"fuzz: {n:,} mutated traces ({total['grown']:,} of them grown) in {elapsed:.0f} s on {args.jobs} "
+        f"process(es): {n / elapsed:.1f} per second; {total['ok']:,} analysed and rendered, "
+        f"{total['refused']:,} refused with a sentence, {total['crash']:,} crashed, "
+        f"{total['timeout']:,} over their time limit"
+    )
     if hung:
         print(f"\nHANG {hung} worker(s) never reported: stuck past every case's limit where the alarm cannot reach")
     for c in crashes[:20]:

@@ -104,8 +104,7 @@ def alternate_categories(doc: Doc, n: int) -> Doc:
     stream = _busiest_stream(kernels)
     mine = [e for e in kernels if _stream(e) == stream]
     a = max(mine, key=_dur)
-    b = next((e for e in sorted(mine, key=_dur, reverse=True) if categorize(e["name"]) != categorize(a["name"])),
-             None)
+    b = next((e for e in sorted(mine, key=_dur, reverse=True) if categorize(e["name"]) != categorize(a["name"])), None)
     if b is None:
         raise ValueError("the busiest stream's kernels are all of one category")
     t0 = min(e["ts"] for e in mine)
@@ -120,8 +119,11 @@ def alternate_categories(doc: Doc, n: int) -> Doc:
         e["args"].pop("External id", None)
         e["args"].update(link)
         grown.append(e)
-    keep = [e for e in events(doc) if not (e.get("cat") == "kernel" and _stream(e) == stream)
-            and e.get("ph") not in ("s", "f")]
+    keep = [
+        e
+        for e in events(doc)
+        if not (e.get("cat") == "kernel" and _stream(e) == stream) and e.get("ph") not in ("s", "f")
+    ]
     return with_events(doc, keep + grown)
 
 
@@ -154,12 +156,30 @@ def deep_nesting(doc: Doc, depth: int) -> Doc:
     grown = []
     for i in range(depth):
         ts, dur = t0 + (i + 1) * eps, (t1 - t0) - 2 * (i + 1) * eps
-        grown.append({"ph": "X", "cat": "cpu_op", "name": f"aten::nested_{i % 7}", "pid": host[0], "tid": host[1],
-                      "ts": ts, "dur": dur, "args": {"External id": stride + i}})
-        grown.append({"ph": "X", "cat": "python_function", "name": f"grown.py({i}): level_{i}", "pid": host[0],
-                      "tid": host[1], "ts": ts, "dur": dur,
-                      "args": {"Python id": stride + depth + i,
-                               "Python parent id": stride + depth + i - 1 if i else -1}})
+        grown.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"aten::nested_{i % 7}",
+                "pid": host[0],
+                "tid": host[1],
+                "ts": ts,
+                "dur": dur,
+                "args": {"External id": stride + i},
+            }
+        )
+        grown.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": f"grown.py({i}): level_{i}",
+                "pid": host[0],
+                "tid": host[1],
+                "ts": ts,
+                "dur": dur,
+                "args": {"Python id": stride + depth + i, "Python parent id": stride + depth + i - 1 if i else -1},
+            }
+        )
     return with_events(doc, evs + grown)
 
 
@@ -169,13 +189,32 @@ def many_python_frames(doc: Doc, n: int) -> Doc:
     evs = events(doc)
     host, t0, t1 = _host_window(doc)
     root = _max_id(evs) + 1
-    grown = [{"ph": "X", "cat": "python_function", "name": "grown.py(1): scheduler_loop", "pid": host[0],
-              "tid": host[1], "ts": t0, "dur": t1 - t0, "args": {"Python id": root, "Python parent id": -1}}]
+    grown = [
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": "grown.py(1): scheduler_loop",
+            "pid": host[0],
+            "tid": host[1],
+            "ts": t0,
+            "dur": t1 - t0,
+            "args": {"Python id": root, "Python parent id": -1},
+        }
+    ]
     width = (t1 - t0) / (n + 1)
     for i in range(n):
-        grown.append({"ph": "X", "cat": "python_function", "name": f"grown.py({2 + i % 50}): helper_{i % 50}",
-                      "pid": host[0], "tid": host[1], "ts": t0 + (i + 0.5) * width, "dur": width * 0.5,
-                      "args": {"Python id": root + 1 + i, "Python parent id": root}})
+        grown.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": f"grown.py({2 + i % 50}): helper_{i % 50}",
+                "pid": host[0],
+                "tid": host[1],
+                "ts": t0 + (i + 0.5) * width,
+                "dur": width * 0.5,
+                "args": {"Python id": root + 1 + i, "Python parent id": root},
+            }
+        )
     return with_events(doc, evs + grown)
 
 
@@ -189,12 +228,18 @@ def many_tiny_steps(doc: Doc, n: int, period_us: float = 10.0) -> Doc:
     if ann is None or launch is None:
         raise ValueError("the trace has no step annotation or no launch call to copy")
     corr = launch.get("args", {}).get("correlation")
-    kernel = next((e for e in evs if e.get("cat") == "kernel" and e.get("args", {}).get("correlation") == corr),
-                  None) or next((e for e in evs if e.get("cat") == "kernel"), None)
+    kernel = next(
+        (e for e in evs if e.get("cat") == "kernel" and e.get("args", {}).get("correlation") == corr), None
+    ) or next((e for e in evs if e.get("cat") == "kernel"), None)
     if kernel is None:
         raise ValueError("the trace has no kernel to copy")
-    op = next((e for e in evs if e.get("cat") == "cpu_op"), None) or {"ph": "X", "cat": "cpu_op", "name": "aten::add",
-                                                                       "pid": launch["pid"], "tid": launch["tid"]}
+    op = next((e for e in evs if e.get("cat") == "cpu_op"), None) or {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "aten::add",
+        "pid": launch["pid"],
+        "tid": launch["tid"],
+    }
     t0 = min(e["ts"] for e in evs)
     out = []
     for k in range(n):
@@ -246,17 +291,25 @@ def every_stream_overlapping(doc: Doc, streams: int) -> Doc:
 # issue's size. The bench and the fuzz campaign pick sizes through scale.
 CASES: dict[str, tuple[Callable[[Doc, float], Doc], str]] = {
     "steps repeated": (lambda d, s: repeat_steps(d, max(2, int(1000 * s))), "steps repeated 1,000x"),
-    "categories alternating": (lambda d, s: alternate_categories(d, max(4, int(100_000 * s))),
-                               "kernel categories alternating on one stream 100k times"),
+    "categories alternating": (
+        lambda d, s: alternate_categories(d, max(4, int(100_000 * s))),
+        "kernel categories alternating on one stream 100k times",
+    ),
     "threads": (lambda d, s: many_threads(d, max(2, int(10_000 * s))), "10k threads"),
-    "nesting": (lambda d, s: deep_nesting(repeat_steps(d, max(1, int(100 * s))), max(2, int(1000 * s))),
-                "nesting 1,000 deep over 100 repeated steps"),
+    "nesting": (
+        lambda d, s: deep_nesting(repeat_steps(d, max(1, int(100 * s))), max(2, int(1000 * s))),
+        "nesting 1,000 deep over 100 repeated steps",
+    ),
     "python frames": (lambda d, s: many_python_frames(d, max(2, int(1_000_000 * s))), "1M Python frames"),
     "tiny steps": (lambda d, s: many_tiny_steps(d, max(2, int(50_000 * s))), "50k tiny steps"),
-    "no launches": (lambda d, s: kernels_without_launches(repeat_steps(d, max(1, int(100 * s)))),
-                    "kernels without launches (steps repeated 100x)"),
-    "streams overlapping": (lambda d, s: every_stream_overlapping(repeat_steps(d, max(1, int(10 * s))), 16),
-                            "every stream overlapping (16 streams; steps repeated 10x)"),
+    "no launches": (
+        lambda d, s: kernels_without_launches(repeat_steps(d, max(1, int(100 * s)))),
+        "kernels without launches (steps repeated 100x)",
+    ),
+    "streams overlapping": (
+        lambda d, s: every_stream_overlapping(repeat_steps(d, max(1, int(10 * s))), 16),
+        "every stream overlapping (16 streams; steps repeated 10x)",
+    ),
 }
 
 

@@ -47,39 +47,89 @@ def documents() -> list[tuple[str, list[str]]]:
     bs1, bs8 = samples / "tiny-bs1.pt.trace.json.gz", samples / "tiny-bs8.pt.trace.json.gz"
     if bs1.exists() and bs8.exists():
         docs += [
-            ("compare-tiny-bs1-bs8.json", ["compare", str(bs1), str(bs8), "--fail-if", "tpot_mean>+5%",
-                                           "--fail-if", "decode_tokens_per_s<-5%"]),
+            (
+                "compare-tiny-bs1-bs8.json",
+                ["compare", str(bs1), str(bs8), "--fail-if", "tpot_mean>+5%", "--fail-if", "decode_tokens_per_s<-5%"],
+            ),
         ]
-    served = {k: SHARED / f for k, f in (
-        ("sglang-8b", "mi300x_sglang-qwen3-8b_decode-step_hipgraph.json.gz"),
-        ("sglang-8b-extend", "mi300x_sglang-qwen3-8b_extend-step.json.gz"),
-        ("vllm-20b", "rtx3090_vllm-gpt-oss-20b_decode-new-cached.pt.trace.json.gz"),
-        ("sglang-30b-mi300x", "mi300x_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz"),
-        ("sglang-30b-b300", "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz"),
-    ) if (SHARED / f).exists()}
+    served = {
+        k: SHARED / f
+        for k, f in (
+            ("sglang-8b", "mi300x_sglang-qwen3-8b_decode-step_hipgraph.json.gz"),
+            ("sglang-8b-extend", "mi300x_sglang-qwen3-8b_extend-step.json.gz"),
+            ("vllm-20b", "rtx3090_vllm-gpt-oss-20b_decode-new-cached.pt.trace.json.gz"),
+            ("sglang-30b-mi300x", "mi300x_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz"),
+            ("sglang-30b-b300", "b300_sglang-qwen3-30b-a3b_decode-bs16_graph.json.gz"),
+        )
+        if (SHARED / f).exists()
+    }
     if {"sglang-8b", "sglang-8b-extend"} <= set(served):
         docs += [
-            ("project-mi300x-extend-h100.json", ["project", str(served["sglang-8b-extend"]), "--to", "h100-sxm",
-                                                 "--model", "qwen3-8b"]),
-            ("plan-mi300x-qwen3-8b.json", ["plan", str(served["sglang-8b-extend"]), str(served["sglang-8b"]),
-                                           "--model", "qwen3-8b", "--isl", "2048", "--osl", "256", "--rate", "4",
-                                           "--ttft-slo", "500ms", "--tpot-slo", "50ms", "--kv-link", "50"]),
+            (
+                "project-mi300x-extend-h100.json",
+                ["project", str(served["sglang-8b-extend"]), "--to", "h100-sxm", "--model", "qwen3-8b"],
+            ),
+            (
+                "plan-mi300x-qwen3-8b.json",
+                [
+                    "plan",
+                    str(served["sglang-8b-extend"]),
+                    str(served["sglang-8b"]),
+                    "--model",
+                    "qwen3-8b",
+                    "--isl",
+                    "2048",
+                    "--osl",
+                    "256",
+                    "--rate",
+                    "4",
+                    "--ttft-slo",
+                    "500ms",
+                    "--tpot-slo",
+                    "50ms",
+                    "--kv-link",
+                    "50",
+                ],
+            ),
         ]
     if {"sglang-30b-mi300x", "sglang-30b-b300"} <= set(served):
-        docs.append(("compare-mi300x-b300-decode.json", ["compare", str(served["sglang-30b-mi300x"]),
-                                                         str(served["sglang-30b-b300"]), "--fail-if", "itl>+1%",
-                                                         "--fail-if", "decode_tokens_per_s<-1%"]))
+        docs.append(
+            (
+                "compare-mi300x-b300-decode.json",
+                [
+                    "compare",
+                    str(served["sglang-30b-mi300x"]),
+                    str(served["sglang-30b-b300"]),
+                    "--fail-if",
+                    "itl>+1%",
+                    "--fail-if",
+                    "decode_tokens_per_s<-1%",
+                ],
+            )
+        )
     if "vllm-20b" in served:
-        docs.append(("project-rtx3090-b200.json", ["project", str(served["vllm-20b"]), "--to", "b200",
-                                                   "--model", "gpt-oss-20b"]))
+        docs.append(
+            (
+                "project-rtx3090-b200.json",
+                ["project", str(served["vllm-20b"]), "--to", "b200", "--model", "gpt-oss-20b"],
+            )
+        )
     return docs
 
 
 def make(args: list[str], out: Path, code: Path) -> str | None:
     """Write the JSON document of ``tracekit ARGS`` to OUT, with CODE's tracekit; None, or the error text."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    r = subprocess.run([sys.executable, "-m", "tracekit", *args, "--format", "json", "-o", str(out), "--force"],
-                       capture_output=True, text=True, env=env, cwd=code)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "tracekit", *args, "--format", "json", "-o", str(out), "--force"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=code,
+    )
     # compare exits 1 when a gate fails, and writes its document all the same.
     ok = r.returncode == 0 or (args[0] == "compare" and r.returncode == 1 and out.exists())
     return None if ok else (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
@@ -116,8 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--save", metavar="DIR", type=Path, help="write every trace's JSON report into DIR")
     mode.add_argument("--check", metavar="DIR", type=Path, help="compare every trace's JSON report with DIR's")
-    p.add_argument("--code", metavar="CHECKOUT", type=Path, default=ROOT,
-                   help="the checkout whose tracekit makes the documents (default: this one)")
+    p.add_argument(
+        "--code",
+        metavar="CHECKOUT",
+        type=Path,
+        default=ROOT,
+        help="the checkout whose tracekit makes the documents (default: this one)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="documents made at once (default 2)")
     args = p.parse_args(argv)
     folder = args.save or args.check

@@ -72,8 +72,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # compare and whatif were part of analysis until the stage folders (issue #28): runs before that
 # counted their mutants under analysis.
-PACKAGES = ("tracekit/specs", "tracekit/frameworks", "tracekit/models", "tracekit/analysis", "tracekit/compare",
-            "tracekit/whatif")
+PACKAGES = (
+    "tracekit/specs",
+    "tracekit/frameworks",
+    "tracekit/models",
+    "tracekit/analysis",
+    "tracekit/compare",
+    "tracekit/whatif",
+)
 CI_FILE = ROOT / "benchmarks" / "mutation-ci.json"
 # Survivors judged equivalent (no input tells them from the original), each with the reason; the
 # reasons are argued in benchmarks/mutation-survivors.md. They stay in every run (a test that kills
@@ -83,17 +89,36 @@ EQUIVALENT_FILE = ROOT / "benchmarks" / "mutation-equivalent.json"
 # Which tests cover each package's modules: fast, direct tests first (pytest -x stops at the
 # first failure, so a mutant that a quick test kills costs seconds).
 PACKAGE_TESTS = {
-    "tracekit/specs": ["test_specs.py", "test_spec_file.py", "test_roofline.py", "test_ceilings.py",
-                       "test_project.py"],
+    "tracekit/specs": ["test_specs.py", "test_spec_file.py", "test_roofline.py", "test_ceilings.py", "test_project.py"],
     "tracekit/frameworks": ["test_frameworks.py", "test_segment.py", "test_serving.py", "test_step_tokens.py"],
     "tracekit/models": ["test_models.py", "test_model_params_oracle.py", "test_grid_shapes.py", "test_model_fit.py"],
-    "tracekit/analysis": ["test_roofline.py", "test_segment.py", "test_costs.py", "test_serving.py",
-                          "test_taxonomy.py", "test_idle.py", "test_report_oracle.py"],
+    "tracekit/analysis": [
+        "test_roofline.py",
+        "test_segment.py",
+        "test_costs.py",
+        "test_serving.py",
+        "test_taxonomy.py",
+        "test_idle.py",
+        "test_report_oracle.py",
+    ],
     # compare and whatif mutants were killed by tests written when they were analysis modules.
-    "tracekit/compare": ["test_mutants_analysis_d.py", "test_mutants_analysis_e.py", "test_mutants_analysis_f.py",
-                         "test_mutants_analysis_h.py", "test_compare.py", "test_compare_gates.py"],
-    "tracekit/whatif": ["test_mutants_plan.py", "test_mutants_analysis_b.py", "test_mutants_analysis_d.py",
-                        "test_plan.py", "test_plan_idle.py", "test_project.py", "test_project_check.py"],
+    "tracekit/compare": [
+        "test_mutants_analysis_d.py",
+        "test_mutants_analysis_e.py",
+        "test_mutants_analysis_f.py",
+        "test_mutants_analysis_h.py",
+        "test_compare.py",
+        "test_compare_gates.py",
+    ],
+    "tracekit/whatif": [
+        "test_mutants_plan.py",
+        "test_mutants_analysis_b.py",
+        "test_mutants_analysis_d.py",
+        "test_plan.py",
+        "test_plan_idle.py",
+        "test_project.py",
+        "test_project_check.py",
+    ],
 }
 # Modules whose own tests live elsewhere than their package's set (derived from what each test
 # file imports, plus the end-to-end tests that run the module through analyze()).
@@ -108,44 +133,94 @@ MODULE_TESTS = {
     "tracekit/analysis/pricing/ceilings.py": ["test_ceilings.py"],
     "tracekit/whatif/check.py": ["test_project_check.py"],
     # The op cost models, split by kind of op, share one test set; so do the model-cost modules.
-    **{f"tracekit/analysis/pricing/{m}.py": OP_COST_TESTS
-       for m in ("op_costs", "op_args", "matrix_ops", "vector_ops", "engine_ops")},
+    **{
+        f"tracekit/analysis/pricing/{m}.py": OP_COST_TESTS
+        for m in ("op_costs", "op_args", "matrix_ops", "vector_ops", "engine_ops")
+    },
     "tracekit/analysis/steps/evidence.py": ["test_serving.py", "test_step_tokens.py", "test_taxonomy.py"],
-    "tracekit/analysis/findings/rules.py": ["test_findings_oracle.py", "test_idle.py", "test_wording.py", "test_roofline.py", "test_tpot_growth.py"],
+    "tracekit/analysis/findings/rules.py": [
+        "test_findings_oracle.py",
+        "test_idle.py",
+        "test_wording.py",
+        "test_roofline.py",
+        "test_tpot_growth.py",
+    ],
     "tracekit/analysis/pricing/grid_shapes.py": ["test_grid_shapes.py"],
     "tracekit/analysis/hta.py": ["test_hta.py"],
-    "tracekit/analysis/waiting/idle.py": ["test_idle_split_oracle.py", "test_idle.py", "test_plan_idle.py",
-                                          "test_report_oracle.py"],
-    "tracekit/analysis/waiting/host.py": ["test_idle_split_oracle.py", "test_idle.py", "test_plan_idle.py",
-                                          "test_report_oracle.py", "test_termination.py"],
-    "tracekit/analysis/steps/latency.py": ["test_latency_oracle.py", "test_segment.py", "test_serving.py", "test_report_oracle.py", "test_tpot_growth.py"],
+    "tracekit/analysis/waiting/idle.py": [
+        "test_idle_split_oracle.py",
+        "test_idle.py",
+        "test_plan_idle.py",
+        "test_report_oracle.py",
+    ],
+    "tracekit/analysis/waiting/host.py": [
+        "test_idle_split_oracle.py",
+        "test_idle.py",
+        "test_plan_idle.py",
+        "test_report_oracle.py",
+        "test_termination.py",
+    ],
+    "tracekit/analysis/steps/latency.py": [
+        "test_latency_oracle.py",
+        "test_segment.py",
+        "test_serving.py",
+        "test_report_oracle.py",
+        "test_tpot_growth.py",
+    ],
     "tracekit/analysis/merge.py": ["test_windows.py"],
     "tracekit/analysis/windows.py": ["test_mutants_analysis_f.py", "test_windows.py"],
     "tracekit/analysis/model.py": ["test_compare.py", "test_model_fit.py"],
-    **{f"tracekit/analysis/pricing/{m}.py": MODEL_COST_TESTS
-       for m in ("model_costs", "kernel_names", "gemm_layers", "model_fit")},
+    **{
+        f"tracekit/analysis/pricing/{m}.py": MODEL_COST_TESTS
+        for m in ("model_costs", "kernel_names", "gemm_layers", "model_fit")
+    },
     "tracekit/compare/movers.py": ["test_compare.py"],
     "tracekit/analysis/ranks.py": ["test_ranks.py"],
     # roofline.py held attribution, the above-roof check and dtype refinement until they were split.
-    **{f"tracekit/analysis/pricing/{m}.py": ["test_roofline.py", "test_estimates.py", "test_idle.py",
-                                             "test_report_oracle.py"]
-       for m in ("roofline", "attribution", "above_roof", "dtypes")},
+    **{
+        f"tracekit/analysis/pricing/{m}.py": [
+            "test_roofline.py",
+            "test_estimates.py",
+            "test_idle.py",
+            "test_report_oracle.py",
+        ]
+        for m in ("roofline", "attribution", "above_roof", "dtypes")
+    },
     # segment.py held the work table, the step ranges and the steps table until they were split.
-    **{f"tracekit/analysis/steps/{m}.py": ["test_segment.py", "test_serving.py", "test_step_tokens.py",
-                                           "test_roofline.py", "test_report_oracle.py"]
-       for m in ("segment", "work", "ranges", "table")},
+    **{
+        f"tracekit/analysis/steps/{m}.py": [
+            "test_segment.py",
+            "test_serving.py",
+            "test_step_tokens.py",
+            "test_roofline.py",
+            "test_report_oracle.py",
+        ]
+        for m in ("segment", "work", "ranges", "table")
+    },
     "tracekit/analysis/pricing/stated_weights.py": ["test_stated_weights.py"],
     "tracekit/analysis/steps/step_tokens.py": ["test_step_tokens.py", "test_serving.py"],
     "tracekit/analysis/pricing/taxonomy.py": ["test_taxonomy.py", "test_grid_shapes.py"],
-    "tracekit/analysis/steps/timeline.py": ["test_timeline_segments_oracle.py", "test_idle.py", "test_termination.py", "test_report_oracle.py"],
+    "tracekit/analysis/steps/timeline.py": [
+        "test_timeline_segments_oracle.py",
+        "test_idle.py",
+        "test_termination.py",
+        "test_report_oracle.py",
+    ],
     "tracekit/analysis/truncation.py": ["test_reader_truncated.py"],
     "tracekit/models/costs.py": ["test_models.py", "test_model_params_oracle.py", "test_model_fit.py"],
     "tracekit/models/registry.py": ["test_models.py", "test_grid_shapes.py"],
 }
 # Where CI's fixed set is drawn from: the modules every report's figures pass through.
-HOT = ("tracekit/analysis/pricing/roofline.py", "tracekit/analysis/pricing/attribution.py",
-       "tracekit/analysis/steps/segment.py", "tracekit/analysis/steps/table.py", "tracekit/analysis/steps/ranges.py",
-       "tracekit/analysis/pricing/model_costs.py", "tracekit/models/costs.py", "tracekit/specs/lookup.py")
+HOT = (
+    "tracekit/analysis/pricing/roofline.py",
+    "tracekit/analysis/pricing/attribution.py",
+    "tracekit/analysis/steps/segment.py",
+    "tracekit/analysis/steps/table.py",
+    "tracekit/analysis/steps/ranges.py",
+    "tracekit/analysis/pricing/model_costs.py",
+    "tracekit/models/costs.py",
+    "tracekit/specs/lookup.py",
+)
 
 
 @dataclass
@@ -196,8 +271,10 @@ def statement_lines(source: str, line: int, col: int) -> range:
     pos, best = (line, col), None
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.stmt):
-            start = min([(node.lineno, node.col_offset)] +
-                        [(d.lineno, d.col_offset) for d in getattr(node, "decorator_list", [])])
+            start = min(
+                [(node.lineno, node.col_offset)]
+                + [(d.lineno, d.col_offset) for d in getattr(node, "decorator_list", [])]
+            )
             if start <= pos < (node.end_lineno, node.end_col_offset) and (best is None or start >= best[0]):
                 best = (start, node)
     if best is None:
@@ -216,16 +293,19 @@ def bound_names(source: str, line: int, col: int) -> set[str]:
     in the tests that call it, and the coverage map sees that)."""
     pos = (line, col)
     for node in ast.parse(source).body:
-        start = min([(node.lineno, node.col_offset)] + [(d.lineno, d.col_offset)
-                                                        for d in getattr(node, "decorator_list", [])])
+        start = min(
+            [(node.lineno, node.col_offset)] + [(d.lineno, d.col_offset) for d in getattr(node, "decorator_list", [])]
+        )
         if not start <= pos < (node.end_lineno, node.end_col_offset):
             continue
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
         if isinstance(node, ast.ClassDef):
-            in_method = any(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.lineno <= line <= b.end_lineno
-                            for b in node.body)
+            in_method = any(
+                isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.lineno <= line <= b.end_lineno
+                for b in node.body
+            )
             return set() if in_method else {node.name}
         return set()
     return set()
@@ -279,11 +359,20 @@ class CoverageMap:
         if not cache.exists():
             print("building the coverage map: the whole suite under coverage.py, one context per test...", flush=True)
             cache.parent.mkdir(exist_ok=True)
-            env = {**os.environ, "PYTHONPATH": f"{copy}{os.pathsep}{copy / 'benchmarks'}",
-                   "TRACEKIT_COVERAGE_MAP": str(cache), "PYTHONDONTWRITEBYTECODE": "1"}
+            env = {
+                **os.environ,
+                "PYTHONPATH": f"{copy}{os.pathsep}{copy / 'benchmarks'}",
+                "TRACEKIT_COVERAGE_MAP": str(cache),
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
             t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "coverage_map", "-p", "no:cacheprovider"],
-                               cwd=copy, env=env, capture_output=True, text=True)
+            p = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "coverage_map", "-p", "no:cacheprovider"],
+                cwd=copy,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             tail = (p.stdout + p.stderr).strip().splitlines()[-1:] or [""]
             if not cache.exists():
                 sys.exit(f"mutation: the coverage run wrote no map ({tail[0]}).")
@@ -371,8 +460,11 @@ def module_mutants(module: str, root: Path = ROOT) -> tuple[list[Mutant], int]:
             continue
         src = lines[pos[0] - 1].strip()
         base = (spec.definition_name or "", spec.operator_name, src)
-        mutants.append(Mutant(module, spec.operator_name, spec.occurrence, pos[0], pos[1],
-                              spec.definition_name or "", src, seen[base]))
+        mutants.append(
+            Mutant(
+                module, spec.operator_name, spec.occurrence, pos[0], pos[1], spec.definition_name or "", src, seen[base]
+            )
+        )
         seen[base] += 1
     cache.parent.mkdir(exist_ok=True)
     cache.write_text(json.dumps({"mutants": [asdict(m) for m in mutants], "annotations": skipped}))
@@ -414,18 +506,38 @@ class Runner:
     def twin(self, copy: Path) -> "Runner":
         """A runner of another copy of the same tree (``--jobs``): the coverage map's tables, the
         clean runs' times and the passes-alone answers are shared, since the trees are the same."""
-        other = Runner(copy, self.factor, CoverageMap({"tests": self.coverage.tests, "lines": self.coverage.lines},
-                                                      copy) if self.coverage else None, self.budget)
+        other = Runner(
+            copy,
+            self.factor,
+            CoverageMap({"tests": self.coverage.tests, "lines": self.coverage.lines}, copy) if self.coverage else None,
+            self.budget,
+        )
         other.baseline, other.alone, other.clean_lock = self.baseline, self.alone, self.clean_lock
         return other
 
     def pytest(self, tests: list[str], timeout: float | None, ids: tuple[str, ...] = ()) -> tuple[str, float, str]:
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *(f"tests/{t}" for t in tests),
-               *ids]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-x",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *(f"tests/{t}" for t in tests),
+            *ids,
+        ]
         t0 = time.perf_counter()
         try:
-            p = subprocess.run(cmd, cwd=self.copy, env=self.env, capture_output=True, text=True, timeout=timeout,
-                               start_new_session=True)
+            p = subprocess.run(
+                cmd,
+                cwd=self.copy,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                start_new_session=True,
+            )
         except subprocess.TimeoutExpired:
             return "timeout", time.perf_counter() - t0, ""
         dt = time.perf_counter() - t0
@@ -434,8 +546,14 @@ class Runner:
         # 3 internal error, 4 usage error, 5 nothing collected.
         outcome = {0: "survived", 1: "killed", 2: "killed"}.get(p.returncode, "error")
         # -ra lists the failure as "FAILED tests/x.py::test - why" (or ERROR): which test killed it.
-        failed = next((ln.split()[1] for ln in (p.stdout + p.stderr).splitlines()
-                       if ln.startswith(("FAILED ", "ERROR ")) and len(ln.split()) > 1), "")
+        failed = next(
+            (
+                ln.split()[1]
+                for ln in (p.stdout + p.stderr).splitlines()
+                if ln.startswith(("FAILED ", "ERROR ")) and len(ln.split()) > 1
+            ),
+            "",
+        )
         return outcome, dt, failed or tail[0]
 
     def passes_alone(self, nodeid: str) -> bool:
@@ -465,10 +583,13 @@ class Runner:
         from cosmic_ray.mutating import use_mutation
 
         tests = [t for t in tests_for(m.module) if (self.copy / "tests" / t).exists()]  # as copied
-        extra, covering = (self.coverage.covering(m, {f"tests/{t}" for t in tests}, self.budget) if self.coverage
-                           else ([], 0))
+        extra, covering = (
+            self.coverage.covering(m, {f"tests/{t}" for t in tests}, self.budget) if self.coverage else ([], 0)
+        )
         # pytest's start-up and collection are not in the per-test seconds: 30 s for them.
-        limit = max(60.0, self.factor * (self.clean(tests) + sum(t.get("seconds", 0.0) for t in extra)) + 30 * bool(extra))
+        limit = max(
+            60.0, self.factor * (self.clean(tests) + sum(t.get("seconds", 0.0) for t in extra)) + 30 * bool(extra)
+        )
         operator = cosmic_ray.plugins.get_operator(m.operator)()
         with use_mutation(self.copy / m.module, operator, m.occurrence) as (original, mutated):
             if mutated is None:
@@ -479,10 +600,19 @@ class Runner:
         by_lists = outcome == "killed" and tail.split("::")[0].removeprefix("tests/") in tests
         if outcome == "killed" and not by_lists and "::" in tail and not self.passes_alone(tail):
             outcome, tail = "error", f"{tail} fails on its own without the mutant: no evidence"
-        return {**asdict(m), "key": m.key, "package": m.package, "outcome": outcome, "seconds": round(dt, 2),
-                "mutated": diff, "tests": tests, "covering": covering, "covering_run": len(extra),
-                "pytest": tail,
-                "by_lists": by_lists or (outcome == "timeout" and not extra)}
+        return {
+            **asdict(m),
+            "key": m.key,
+            "package": m.package,
+            "outcome": outcome,
+            "seconds": round(dt, 2),
+            "mutated": diff,
+            "tests": tests,
+            "covering": covering,
+            "covering_run": len(extra),
+            "pytest": tail,
+            "by_lists": by_lists or (outcome == "timeout" and not extra),
+        }
 
 
 def run_all(runners: list[Runner], todo: list[Mutant], equivalent: dict[str, str], progress=None) -> list[dict]:
@@ -509,8 +639,11 @@ def run_all(runners: list[Runner], todo: list[Mutant], equivalent: dict[str, str
         results[i] = r
         with lock:
             done[0] += 1
-            print(f"  [{done[0]}/{len(todo)}] {r['outcome']:8} {r['seconds']:6.1f} s  {m.module}:{m.line} "
-                  f"{m.operator.removeprefix('core/')}", flush=True)
+            print(
+                f"  [{done[0]}/{len(todo)}] {r['outcome']:8} {r['seconds']:6.1f} s  {m.module}:{m.line} "
+                f"{m.operator.removeprefix('core/')}",
+                flush=True,
+            )
             if progress is not None:
                 progress([x for x in results if x is not None])
 
@@ -564,23 +697,36 @@ def summarise(results: list[dict], totals: dict[str, int], annotations: dict[str
         # What the hand-kept files alone killed (runs before seed 34 had nothing else); a run made
         # with --lists-only, or saved before results said, has no by_lists: every kill is theirs.
         k_lists = sum(1 for r in rs if r["outcome"] in ("killed", "timeout") and r.get("by_lists", True))
-        out[pkg] = {"mutants": totals[pkg], "annotation_mutants_left_out": annotations[pkg], "sampled": len(rs),
-                    "killed": c["killed"], "survived": c["survived"], "equivalent": c["equivalent"],
-                    "timeouts": c["timeout"], "errors": c["error"],
-                    "kill_rate": k / n if n else None, "score": k / n_score if n_score else None, "wilson95": [lo, hi],
-                    "score_lists_only": k_lists / n_score if n_score else None}
+        out[pkg] = {
+            "mutants": totals[pkg],
+            "annotation_mutants_left_out": annotations[pkg],
+            "sampled": len(rs),
+            "killed": c["killed"],
+            "survived": c["survived"],
+            "equivalent": c["equivalent"],
+            "timeouts": c["timeout"],
+            "errors": c["error"],
+            "kill_rate": k / n if n else None,
+            "score": k / n_score if n_score else None,
+            "wilson95": [lo, hi],
+            "score_lists_only": k_lists / n_score if n_score else None,
+        }
     return out
 
 
 def report(summary: dict, results: list[dict]) -> None:
-    print(f"\n{'package':22} {'mutants':>8} {'sampled':>8} {'killed':>7} {'survived':>8} {'equiv':>6} "
-          f"{'timeouts':>8} {'errors':>6}  kill rate  score (95% Wilson)  hand-kept files alone")
+    print(
+        f"\n{'package':22} {'mutants':>8} {'sampled':>8} {'killed':>7} {'survived':>8} {'equiv':>6} "
+        f"{'timeouts':>8} {'errors':>6}  kill rate  score (95% Wilson)  hand-kept files alone"
+    )
     pct = lambda v: "-" if v is None else f"{100 * v:5.1f}%"  # noqa: E731
     for pkg, s in summary.items():
         lo, hi = s["wilson95"]
-        print(f"{pkg:22} {s['mutants']:8} {s['sampled']:8} {s['killed']:7} {s['survived']:8} {s['equivalent']:6} "
-              f"{s['timeouts']:8} {s['errors']:6}  {pct(s['kill_rate']):>9}  {pct(s['score'])} "
-              f"({100 * lo:.1f}-{100 * hi:.1f}%)  {pct(s.get('score_lists_only')):>10}")
+        print(
+            f"{pkg:22} {s['mutants']:8} {s['sampled']:8} {s['killed']:7} {s['survived']:8} {s['equivalent']:6} "
+            f"{s['timeouts']:8} {s['errors']:6}  {pct(s['kill_rate']):>9}  {pct(s['score'])} "
+            f"({100 * lo:.1f}-{100 * hi:.1f}%)  {pct(s.get('score_lists_only')):>10}"
+        )
     survivors = [r for r in results if r["outcome"] == "survived"]
     print(f"\nsurvivors ({len(survivors)}):")
     for r in survivors:
@@ -600,19 +746,25 @@ def run_ci(runner: Runner, args) -> int:
     survived = []
     for i, m in enumerate(live, 1):
         r = runner.mutant(m)
-        print(f"  [{i}/{len(live)}] {r['outcome']:8} {r['seconds']:6.1f} s  {m.module}:{m.line} {m.operator}", flush=True)
+        print(
+            f"  [{i}/{len(live)}] {r['outcome']:8} {r['seconds']:6.1f} s  {m.module}:{m.line} {m.operator}", flush=True
+        )
         if r["outcome"] in ("survived", "error"):
             survived.append(r)
-    print(f"mutation --ci: {len(live) - len(survived)}/{len(live)} killed in {time.perf_counter() - t0:.0f} s "
-          f"({len(stale)} stale)")
+    print(
+        f"mutation --ci: {len(live) - len(survived)}/{len(live)} killed in {time.perf_counter() - t0:.0f} s "
+        f"({len(stale)} stale)"
+    )
     if survived:
         for r in survived:
             print(f"  {r['outcome']}: {r['module']}:{r['line']} {r['source']!r} -> {r['mutated']!r}")
         print("mutation --ci: a mutant that the tests used to kill now survives: a test lost its teeth.")
         return 1
     if len(live) < len(listed) / 2:
-        print("mutation --ci: most of the fixed mutants no longer exist; refresh benchmarks/mutation-ci.json "
-              "with --write-ci.")
+        print(
+            "mutation --ci: most of the fixed mutants no longer exist; refresh benchmarks/mutation-ci.json "
+            "with --write-ci."
+        )
         return 1
     return 0
 
@@ -627,8 +779,10 @@ def rescore(path: Path) -> int:
             r.update(outcome="equivalent", why=equivalent[r["key"]])
     totals = {p: s["mutants"] for p, s in saved["summary"].items()}
     annotations = {p: s["annotation_mutants_left_out"] for p, s in saved["summary"].items()}
-    print(f"{saved.get('command', path)} ({saved.get('date', '?')}), rescored with "
-          f"{EQUIVALENT_FILE.relative_to(ROOT)} as it is now:")
+    print(
+        f"{saved.get('command', path)} ({saved.get('date', '?')}), rescored with "
+        f"{EQUIVALENT_FILE.relative_to(ROOT)} as it is now:"
+    )
     report(summarise(results, totals, annotations), results)
     return 0
 
@@ -644,22 +798,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the summary and every result here")
     ap.add_argument("--list", action="store_true", help="count the mutants and stop")
     ap.add_argument("--ci", action="store_true", help="run CI's fixed set (benchmarks/mutation-ci.json)")
-    ap.add_argument("--write-ci", type=int, metavar="N",
-                    help="write N of this run's killed mutants in the hot modules as CI's fixed set")
-    ap.add_argument("--lists-only", action="store_true",
-                    help="only the hand-kept test files, no coverage map (as runs before seed 34)")
-    ap.add_argument("--covering-seconds", type=float, default=180.0,
-                    help="per mutant, run the covering tests, quickest first, up to this many seconds of them "
-                         "(default 180; the rest are left out, so the score is a lower bound)")
+    ap.add_argument(
+        "--write-ci",
+        type=int,
+        metavar="N",
+        help="write N of this run's killed mutants in the hot modules as CI's fixed set",
+    )
+    ap.add_argument(
+        "--lists-only",
+        action="store_true",
+        help="only the hand-kept test files, no coverage map (as runs before seed 34)",
+    )
+    ap.add_argument(
+        "--covering-seconds",
+        type=float,
+        default=180.0,
+        help="per mutant, run the covering tests, quickest first, up to this many seconds of them "
+        "(default 180; the rest are left out, so the score is a lower bound)",
+    )
     ap.add_argument("--timeout-factor", type=float, default=4.0, help="a mutant's limit: this x the clean run")
-    ap.add_argument("--coverage-map", metavar="JSON",
-                    help="use this coverage map (one .mutation-cache/coverage-*.json) instead of the current tree's; "
-                         "for surveys while the tree changes: a line that moved since it was built meets the wrong tests")
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="mutants run at once, each in its own copy of the tree (default 1; on a shared machine "
-                         "more jobs than idle cores slows every test and can turn kills into timeouts)")
-    ap.add_argument("--rescore", metavar="JSON",
-                    help="a saved run (--json): its summary again, with survivors argued equivalent since then as such")
+    ap.add_argument(
+        "--coverage-map",
+        metavar="JSON",
+        help="use this coverage map (one .mutation-cache/coverage-*.json) instead of the current tree's; "
+        "for surveys while the tree changes: a line that moved since it was built meets the wrong tests",
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="mutants run at once, each in its own copy of the tree (default 1; on a shared machine "
+        "more jobs than idle cores slows every test and can turn kills into timeouts)",
+    )
+    ap.add_argument(
+        "--rescore",
+        metavar="JSON",
+        help="a saved run (--json): its summary again, with survivors argued equivalent since then as such",
+    )
     args = ap.parse_args(argv)
     if args.rescore:
         return rescore(Path(args.rescore))
@@ -683,9 +858,12 @@ def main(argv: list[str] | None = None) -> int:
         for pkg, mods in modules.items():
             population[pkg], annotations[pkg] = enumerate_mutants(mods, copy) if mods else ([], 0)
             totals[pkg] = len(population[pkg])
-        print(f"enumerated {sum(totals.values())} mutants in {time.perf_counter() - t0:.0f} s "
-              f"({sum(annotations.values())} in annotations left out): " +
-              ", ".join(f"{p} {n}" for p, n in totals.items()), flush=True)
+        print(
+            f"enumerated {sum(totals.values())} mutants in {time.perf_counter() - t0:.0f} s "
+            f"({sum(annotations.values())} in annotations left out): "
+            + ", ".join(f"{p} {n}" for p, n in totals.items()),
+            flush=True,
+        )
         if args.list:
             return 0
         if args.keys:
@@ -694,24 +872,38 @@ def main(argv: list[str] | None = None) -> int:
         elif args.all:
             chosen = population
         else:  # one generator per package, so that adding a package does not change another's sample
-            chosen = {p: sorted(random.Random(f"{args.seed}:{p}").sample(ms, min(args.sample, len(ms))),
-                                key=lambda m: (m.module, m.occurrence, m.operator)) for p, ms in population.items()}
+            chosen = {
+                p: sorted(
+                    random.Random(f"{args.seed}:{p}").sample(ms, min(args.sample, len(ms))),
+                    key=lambda m: (m.module, m.occurrence, m.operator),
+                )
+                for p, ms in population.items()
+            }
         equivalent = equivalent_keys()
         todo = [m for ms in chosen.values() for m in ms]
         runners = [runner] + [runner.twin(make_copy(Path(tmp) / f"job{j}")) for j in range(1, max(1, args.jobs))]
-        meta = {"seed": args.seed, "sample": None if args.all else args.sample, "date": time.strftime("%Y-%m-%d"),
-                "command": " ".join(["benchmarks/mutation.py", *(argv if argv is not None else sys.argv[1:])])}
+        meta = {
+            "seed": args.seed,
+            "sample": None if args.all else args.sample,
+            "date": time.strftime("%Y-%m-%d"),
+            "command": " ".join(["benchmarks/mutation.py", *(argv if argv is not None else sys.argv[1:])]),
+        }
 
         def save(results: list[dict], path: str | None = args.json) -> None:
             if path:
                 summary = summarise(results, totals, annotations)
-                Path(path).write_text(json.dumps({**meta, "seconds": round(time.perf_counter() - t0),
-                                                  "summary": summary, "results": results}, indent=1))
+                Path(path).write_text(
+                    json.dumps(
+                        {**meta, "seconds": round(time.perf_counter() - t0), "summary": summary, "results": results},
+                        indent=1,
+                    )
+                )
 
         # The results so far go to FILE.partial as they come (``--rescore`` reads it), so a run
         # stopped partway (a test file that no longer passes clean stops it) keeps what it measured.
-        results = run_all(runners, todo, equivalent,
-                          (lambda done: save(done, args.json + ".partial")) if args.json else None)
+        results = run_all(
+            runners, todo, equivalent, (lambda done: save(done, args.json + ".partial")) if args.json else None
+        )
         summary = summarise(results, totals, annotations)
         report(summary, results)
         save(results)
@@ -721,9 +913,18 @@ def main(argv: list[str] | None = None) -> int:
             killed = [r for r in results if r["module"] in HOT and r["outcome"] == "killed"]
             killed.sort(key=lambda r: r["seconds"])  # the quickest kills keep CI short
             keep = sorted(killed[: args.write_ci], key=lambda r: r["key"])
-            CI_FILE.write_text(json.dumps({**meta, "mutants": [{k: r[k] for k in ("key", "module", "line", "operator",
-                                                                                   "mutated", "seconds")}
-                                                               for r in keep]}, indent=1) + "\n")
+            CI_FILE.write_text(
+                json.dumps(
+                    {
+                        **meta,
+                        "mutants": [
+                            {k: r[k] for k in ("key", "module", "line", "operator", "mutated", "seconds")} for r in keep
+                        ],
+                    },
+                    indent=1,
+                )
+                + "\n"
+            )
             print(f"wrote {len(keep)} mutants to {CI_FILE.relative_to(ROOT)}")
     return 0
 

@@ -133,11 +133,19 @@ def bare_analysis(metrics=None, device=None):
     from tracekit.analysis.model import Analysis
 
     work = ["phase", "category", "op_name", "name", "dur_ns", "roof_fraction", "unit", "dtype", "flops", "bound"]
-    return Analysis(source={"name": "x.json", "path": "x.json"},
-                    device=device or {"name": "GPU A", "type": "gpu", "spec": "A"},
-                    workload=None, run_kind="inference", phase_source="tracekit markers",
-                    steps=pd.DataFrame(columns=["phase", "tokens", "batch"]), work=pd.DataFrame(columns=work),
-                    phases={}, metrics=metrics or {}, findings=[], provenance={})
+    return Analysis(
+        source={"name": "x.json", "path": "x.json"},
+        device=device or {"name": "GPU A", "type": "gpu", "spec": "A"},
+        workload=None,
+        run_kind="inference",
+        phase_source="tracekit markers",
+        steps=pd.DataFrame(columns=["phase", "tokens", "batch"]),
+        work=pd.DataFrame(columns=work),
+        phases={},
+        metrics=metrics or {},
+        findings=[],
+        provenance={},
+    )
 
 
 # The kernel of SGLang's overlap scheduler that waits (a stream wait on an event recorded before

@@ -29,8 +29,9 @@ def linear(m: int, n: int, k: int) -> tuple[str, list, list]:
 
 
 class GraphDoc(Doc):
-    def call(self, name: str, ts: float, dur: float = 1.0, ext: int | None = None, tid: int = TID,
-             kernel: str | None = None) -> int:
+    def call(
+        self, name: str, ts: float, dur: float = 1.0, ext: int | None = None, tid: int = TID, kernel: str | None = None
+    ) -> int:
         """A CUDA runtime call with no kernel (a launch during stream capture, a capture mark);
         ``kernel``: the kernel the launch call names, as ROCm's do."""
         self._corr += 1
@@ -39,8 +40,9 @@ class GraphDoc(Doc):
             args["External id"] = ext
         if kernel is not None:
             args["kernel"] = kernel
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": tid, "ts": ts,
-                            "dur": dur, "args": args})
+        self.events.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur, "args": args}
+        )
         return self._corr
 
     def captured_op(self, op: tuple[str, list, list], ts: float, kernel: str | None = None) -> float:
@@ -64,14 +66,31 @@ class GraphDoc(Doc):
         """A ``cudaGraphLaunch`` at ``ts`` and the kernels it replays, (name, GPU start, duration) each."""
         c = self.call("cudaGraphLaunch", ts, 5.0)
         for name, gpu_ts, gpu_dur in kernels:
-            self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": STREAM, "ts": gpu_ts,
-                                "dur": gpu_dur, "args": {"device": 0, "stream": STREAM, "correlation": c,
-                                                         "grid": list(grid), "block": [384, 1, 1],
-                                                         "registers per thread": 168, "shared memory": 0}})
+            self.events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": name,
+                    "pid": 0,
+                    "tid": STREAM,
+                    "ts": gpu_ts,
+                    "dur": gpu_dur,
+                    "args": {
+                        "device": 0,
+                        "stream": STREAM,
+                        "correlation": c,
+                        "grid": list(grid),
+                        "block": [384, 1, 1],
+                        "registers per thread": 168,
+                        "shared memory": 0,
+                    },
+                }
+            )
 
 
-def capture_trace(size: int, mode: str | None, pieces: list[list], eager=None, device: str = H100,
-                  kernel: str | None = None) -> GraphDoc:
+def capture_trace(
+    size: int, mode: str | None, pieces: list[list], eager=None, device: str = H100, kernel: str | None = None
+) -> GraphDoc:
     """The capture trace of one graph size: a ``capture_<size>_<mode>`` range (none when ``mode``
     is None) holding one graph per piece, the op ``eager`` (if any) run eagerly between two
     pieces (its kernel runs); each launch call names ``kernel`` when given (ROCm)."""
@@ -90,8 +109,7 @@ def capture_trace(size: int, mode: str | None, pieces: list[list], eager=None, d
     return doc
 
 
-def replay_step(doc: GraphDoc, annotation: str, pieces: list[list[tuple[str, float]]], t: float,
-                eager=None) -> float:
+def replay_step(doc: GraphDoc, annotation: str, pieces: list[list[tuple[str, float]]], t: float, eager=None) -> float:
     """One engine step replaying ``pieces`` (each one graph launch of (kernel, duration µs)
     kernels), the op ``eager`` (if any) launching an attention kernel between two pieces.
     Returns the time after the step."""
@@ -120,6 +138,8 @@ def execute_name(tokens: int, prefill: bool) -> str:
     prompt: keys = queries), or of ``tokens`` decode requests of one token over 1,024 keys."""
     if prefill:
         t = tokens
-        return (f"execute_{t}_context_1(sq{t}sk{t}sqsq{t * t}sqsk{t * t})_generation_0(sq0sk0sqsq0sqsk0)")
-    return (f"execute_{tokens}_context_0(sq0sk0sqsq0sqsk0)_generation_{tokens}(sq{tokens}sk{tokens * 1024}"
-            f"sqsq{tokens}sqsk{tokens * 1024})")
+        return f"execute_{t}_context_1(sq{t}sk{t}sqsq{t * t}sqsk{t * t})_generation_0(sq0sk0sqsq0sqsk0)"
+    return (
+        f"execute_{tokens}_context_0(sq0sk0sqsq0sqsk0)_generation_{tokens}(sq{tokens}sk{tokens * 1024}"
+        f"sqsq{tokens}sqsk{tokens * 1024})"
+    )

@@ -31,6 +31,11 @@ def launch_bound(path: Path, odd_kernel: str = "ampere_sgemm_64x64_nn") -> Path:
         d.annotation(f"tracekit::decode bs=1 tokens=1 kv={10 + s}", t0, STEP_US)
         for k in range(KERNELS):
             lt = t0 + FIRST_US + EVERY_US * k
-            d.kernel(odd_kernel if k == KERNELS // 2 else "ampere_sgemm_64x64_nn", lt, lt + LATENCY_US, KERNEL_US,
-                     launch_dur=CALL_US)
+            d.kernel(
+                odd_kernel if k == KERNELS // 2 else "ampere_sgemm_64x64_nn",
+                lt,
+                lt + LATENCY_US,
+                KERNEL_US,
+                launch_dur=CALL_US,
+            )
     return d.write(path)

@@ -9,11 +9,10 @@ import random
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import read_real
+
 from tracekit.analysis import categorical
-from tracekit.analysis.pricing import taxonomy
-from tracekit.analysis.pricing import op_costs
+from tracekit.analysis.pricing import op_costs, taxonomy
 from tracekit.analysis.pricing.attribution import _outermost
 from tracekit.analysis.pricing.capture import own_ops
 from tracekit.analysis.steps import evidence
@@ -30,8 +29,10 @@ def test_shape_evidence_many_matches_per_pass_filtering(key):
         a, b = sorted(rnd.choice(starts) for _ in range(2))
         passes.append((a, b + rnd.choice([0, 1]), rnd.choice(tids), "pass"))
     passes.append((min(starts), max(starts) + 1, tids[0], "whole"))
-    slow = [evidence.shape_evidence(ops[(ops["tid"] == t) & (ops["start_ns"] >= a) & (ops["start_ns"] < b)])
-            for a, b, t, _ in passes]
+    slow = [
+        evidence.shape_evidence(ops[(ops["tid"] == t) & (ops["start_ns"] >= a) & (ops["start_ns"] < b)])
+        for a, b, t, _ in passes
+    ]
     assert evidence.shape_evidence_many(ops, passes) == slow
     if key == "h100_hf":  # the HF forward's embedding shapes say prefill: the test saw real evidence
         assert any(phase != "unknown" for phase, *_ in slow)
@@ -126,13 +127,27 @@ def test_drop_nested_matches_the_walk(seed):
     rows = []
     for _ in range(rng.randint(1, 40)):
         start = rng.randint(0, 300)
-        rows.append((start, start + rng.randint(0, 80), rng.choice([1, 2, 3]), rng.choice(["prefill", "decode", "unknown"]),
-                     rng.choice(SOURCE_ORDER), rng.choice([None, "why"]), f"r{len(rows)}",
-                     rng.choice([None, float(rng.randint(1, 9))]), rng.choice([None, 4.0]), None, None))
+        rows.append(
+            (
+                start,
+                start + rng.randint(0, 80),
+                rng.choice([1, 2, 3]),
+                rng.choice(["prefill", "decode", "unknown"]),
+                rng.choice(SOURCE_ORDER),
+                rng.choice([None, "why"]),
+                f"r{len(rows)}",
+                rng.choice([None, float(rng.randint(1, 9))]),
+                rng.choice([None, 4.0]),
+                None,
+                None,
+            )
+        )
     ranges = pd.DataFrame(rows, columns=RANGE_COLUMNS)
     got, want = drop_nested(ranges.copy()), _drop_nested_reference(ranges.copy())
-    assert got[["start", "end", "tid", "phase", "source", "label"]].values.tolist() == \
-        want[["start", "end", "tid", "phase", "source", "label"]].values.tolist()
+    assert (
+        got[["start", "end", "tid", "phase", "source", "label"]].values.tolist()
+        == want[["start", "end", "tid", "phase", "source", "label"]].values.tolist()
+    )
     for c in ("tokens", "batch"):
         assert got[c].fillna(-1).tolist() == want[c].fillna(-1).tolist()
 
@@ -174,7 +189,9 @@ def test_mode_per_kernel_matches_groupby_idxmax(seed, table_max, monkeypatch):
     rng = random.Random(seed)
     n = rng.randint(1, 200)
     names = pd.Categorical([rng.choice("abcde") for _ in range(n)], categories=list("abcdefg"))
-    w = pd.DataFrame({"name": names, "bound": categorical.text([rng.choice(["memory", "compute", None]) for _ in range(n)])})
+    w = pd.DataFrame(
+        {"name": names, "bound": categorical.text([rng.choice(["memory", "compute", None]) for _ in range(n)])}
+    )
     counts = w.groupby(["name", "bound"], observed=True).size()
     want = counts.groupby(level=0, observed=True).idxmax().map(lambda key: key[1])
     got = _mode(w, "bound")

@@ -34,7 +34,7 @@ def _path(key: str) -> str:
 def _load(path: str, exact: bool = False):
     """The parsed document; ``exact``: numbers as Decimals, every digit the file wrote (a float
     would hide an epoch-scale ts rounded to a quarter of a microsecond)."""
-    with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
         return json.load(f, parse_float=Decimal) if exact else json.load(f)
 
 
@@ -55,6 +55,7 @@ _RUNS: dict = {}
 @pytest.fixture(scope="module")
 def annotated(tmp_path_factory):
     """key -> (original path, annotated path, CLI output), each trace annotated once through the CLI."""
+
     def run(key: str):
         if key not in _RUNS:
             src = _path(key)
@@ -64,6 +65,7 @@ def annotated(tmp_path_factory):
             assert r.exit_code == 0, r.output
             _RUNS[key] = (src, out, r.output)
         return _RUNS[key]
+
     return run
 
 
@@ -119,8 +121,9 @@ def test_tracks_hold_the_reports_steps_and_idle(key, annotated):
     added = [e for e in new["traceEvents"] if e.get("cat") == "tracekit" and e["ph"] == "X"]
     steps = sorted((e for e in added if e["tid"] % LANE_STRIDE == 1), key=lambda e: e["args"]["step"])
     idle = [e for e in added if e["tid"] % LANE_STRIDE == 2]
-    assert [(e["args"]["step"], e["args"]["phase"]) for e in steps] == \
-        [(s["index"], s["phase"]) for s in report["steps"]]
+    assert [(e["args"]["step"], e["args"]["phase"]) for e in steps] == [
+        (s["index"], s["phase"]) for s in report["steps"]
+    ]
     assert [e["name"] for e in steps] == [f"{s['phase']} step {s['index']}" for s in report["steps"]]
     for e, s in zip(steps, report["steps"]):
         # The slice is the step's window: its duration and the other work in it.
@@ -162,8 +165,9 @@ def test_every_unit_of_work_carries_its_roofline_args(key, annotated):
         want[name].add(cat)
     for e in tagged:
         assert e["args"][PREFIX + "category"] in want[e["name"]]
-        assert {PREFIX + k for k in ("bound", "limiter", "flops", "bytes", "roof_fraction", "cost_source")} <= \
-            set(e["args"])
+        assert {PREFIX + k for k in ("bound", "limiter", "flops", "bytes", "roof_fraction", "cost_source")} <= set(
+            e["args"]
+        )
     flops = sum(e["args"][PREFIX + "flops"] or 0 for e in tagged)
     assert flops == pytest.approx(float(work["flops"].fillna(0).sum()), rel=1e-9)
 
@@ -221,11 +225,16 @@ def test_split_windows_carry_the_whole_runs_steps(tmp_path):
     assert len(os.listdir(windows)) >= 3
     r = CliRunner().invoke(main, ["annotate", str(windows), "-o", str(out)])
     assert r.exit_code == 0, r.output
-    slices = [e for f in sorted(os.listdir(out)) for e in _load(str(out / f))["traceEvents"]
-              if e.get("cat") == "tracekit" and e["ph"] == "X" and e["tid"] % LANE_STRIDE == 1]
+    slices = [
+        e
+        for f in sorted(os.listdir(out))
+        for e in _load(str(out / f))["traceEvents"]
+        if e.get("cat") == "tracekit" and e["ph"] == "X" and e["tid"] % LANE_STRIDE == 1
+    ]
     whole = analyze(read_trace(str(src))).to_dict()["steps"]
-    assert [(e["args"]["step"], e["args"]["phase"], e["args"]["tokens"], e["args"]["batch"]) for e in slices] == \
-        [(s["index"], s["phase"], s["tokens"], s["batch"]) for s in whole]
+    assert [(e["args"]["step"], e["args"]["phase"], e["args"]["tokens"], e["args"]["batch"]) for e in slices] == [
+        (s["index"], s["phase"], s["tokens"], s["batch"]) for s in whole
+    ]
     assert "mixed" in {s["phase"] for s in whole}
 
 

@@ -37,9 +37,12 @@ def _invoke(*args):
 
 @pytest.fixture(scope="module")
 def cluster():
-    distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed (the test extra has it)")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=40) as c:
+    distributed = pytest.importorskip(
+        "distributed", reason="dask[distributed] is not installed (the test extra has it)"
+    )
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+    ) as c:
         yield c.scheduler_address
 
 
@@ -109,8 +112,16 @@ def test_the_fleet_page_escapes_names_and_marks_an_outlier(tmp_path):
     row, _ = analyse_path(str(hostile))
     assert row["status"] == "ok"
     # Five traces of one configuration; the fourth decodes 10x slower: an outlier by any rule.
-    rows = [dict(row, name=f"night-{i}.json.gz", file=f"/n/night-{i}.json.gz", decode_step_p50_ms=v,
-                 recorded_at=f"2026-01-0{i + 1}T00:00:00Z") for i, v in enumerate([10.0, 11.0, 10.5, 100.0, 9.8])]
+    rows = [
+        dict(
+            row,
+            name=f"night-{i}.json.gz",
+            file=f"/n/night-{i}.json.gz",
+            decode_step_p50_ms=v,
+            recorded_at=f"2026-01-0{i + 1}T00:00:00Z",
+        )
+        for i, v in enumerate([10.0, 11.0, 10.5, 100.0, 9.8])
+    ]
     rows.append(row)
     rows.append(error_row("/n/<script>bad</script>.json", "it is <b>not</b> a trace"))
     fleet = Fleet(rows)
@@ -250,21 +261,34 @@ def test_the_fleet_page_renders_and_sorts_in_chromium(tmp_path):
     if not CHROMIUM:
         pytest.skip("no Chromium installed (test_report_browser.py says where it looks)")
     row, _ = analyse_path(str(real_trace_path("b300_qwen3_moe")))
-    rows = [dict(row, name=f"night-{i}.json.gz", decode_step_p50_ms=v, decode_tokens_per_s=1600.0 / v * 10,
-                 recorded_at=f"2026-01-0{i + 1}T00:00:00Z") for i, v in enumerate([10.0, 11.0, 10.5, 100.0, 9.8])]
+    rows = [
+        dict(
+            row,
+            name=f"night-{i}.json.gz",
+            decode_step_p50_ms=v,
+            decode_tokens_per_s=1600.0 / v * 10,
+            recorded_at=f"2026-01-0{i + 1}T00:00:00Z",
+        )
+        for i, v in enumerate([10.0, 11.0, 10.5, 100.0, 9.8])
+    ]
     rows.append(error_row("/n/broken.json", "not a trace"))
     from tracekit.report.fleet import FleetHtml
 
     page = tmp_path / "fleet.html"
     page.write_text(FleetHtml().render(Fleet(rows)), encoding="utf-8")
     shot = _shots(tmp_path) / "fleet.png"
-    order = ("document.querySelector('#tk-fleet th[data-key=decode_step_p50_ms] button').click(), "
-             "Array.from(document.querySelectorAll('#tk-fleet tbody tr')).map(r => r.cells[0].textContent).join(',')")
+    order = (
+        "document.querySelector('#tk-fleet th[data-key=decode_step_p50_ms] button').click(), "
+        "Array.from(document.querySelectorAll('#tk-fleet tbody tr')).map(r => r.cells[0].textContent).join(',')"
+    )
     with Chromium(CHROMIUM) as b:
         run = b.open(page, screenshot=shot, evaluate={"order": order})
     _check_page(run, 2, shot)
     # Ascending by decode step time; the error row (no value) sorts last.
-    assert run.evaluated["order"] == "night-4.json.gz,night-0.json.gz,night-2.json.gz,night-1.json.gz,night-3.json.gz,broken.json"
+    assert (
+        run.evaluated["order"]
+        == "night-4.json.gz,night-0.json.gz,night-2.json.gz,night-1.json.gz,night-3.json.gz,broken.json"
+    )
 
 
 def test_a_worker_that_dies_is_an_error_row_and_the_batch_goes_on(tmp_path):
@@ -277,7 +301,9 @@ def test_a_worker_that_dies_is_an_error_row_and_the_batch_goes_on(tmp_path):
         """Local processes where the worker given "kill.json" dies as an OOM-killed one would."""
 
         def submit(self, fn, *args, **kw):
-            return super().submit(os._exit, 9, **kw) if args[0].endswith("kill.json") else super().submit(fn, *args, **kw)
+            return (
+                super().submit(os._exit, 9, **kw) if args[0].endswith("kill.json") else super().submit(fn, *args, **kw)
+            )
 
     small = [str(real_trace_path(k)) for k in ("a100_triton", "mi250_toy")]
     (tmp_path / "kill.json").write_bytes(b" " * 100_000)  # the largest: it goes first, the others after the death
@@ -352,7 +378,9 @@ def test_a_hung_trace_is_a_timeout_row_and_the_batch_goes_on(tmp_path):
     took = time.monotonic() - start
     assert r.exit_code == 1, r.output
     rows = _by_name(_rows(out))
-    assert sorted(rows) == sorted([real_trace_path(k).name for k in GOOD] + ["broken.json", "stuck.json", "grown.json.gz"])
+    assert sorted(rows) == sorted(
+        [real_trace_path(k).name for k in GOOD] + ["broken.json", "stuck.json", "grown.json.gz"]
+    )
     for k in GOOD:
         assert rows[real_trace_path(k).name]["status"] == "ok"
     assert rows["broken.json"]["status"] == "error" and not rows["broken.json"]["error"].startswith("internal")
@@ -379,8 +407,9 @@ def test_dask_stops_a_hung_trace_and_its_worker_goes_on(cluster, tmp_path):
 
     rows = pd.read_csv(out).set_index("name")
     assert rows.loc["stuck.json", "status"] == "timeout"
-    assert rows.loc["stuck.json", "error"] == ("timed out: not analysed within 3 s (--timeout), so its analysis "
-                                                "process on the Dask worker was killed")
+    assert rows.loc["stuck.json", "error"] == (
+        "timed out: not analysed within 3 s (--timeout), so its analysis process on the Dask worker was killed"
+    )
     assert rows.loc["broken.json", "status"] == "error"
     assert (rows.loc[[real_trace_path(k).name for k in GOOD], "status"] == "ok").all()
     assert not _has_reader(d / "stuck.json")
@@ -450,16 +479,25 @@ def test_an_interrupted_batch_leaves_the_rows_it_finished(tmp_path, sig):
     # The batch starts with Ctrl-C's default action, as from a terminal: a shell starts a
     # background job (a CI step run with &) with SIGINT ignored, and a process that inherits an
     # ignored SIGINT rightly keeps ignoring it, which would leave nothing to test here.
-    proc = subprocess.Popen([sys.executable, "-m", "tracekit", "batch", str(d), "-j", "2", "-o", str(csv), "-o", str(js),
-                             "-o", str(page)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracekit", "batch", str(d), "-j", "2", "-o", str(csv), "-o", str(js), "-o", str(page)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         want = len(GOOD) + 1  # the good traces and the bad file; stuck.json never finishes
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             # Both journals: each writes its row in turn, so the JSON may trail the CSV by a row.
-            if csv.exists() and len(csv.read_text(encoding="utf-8").splitlines()) == 1 + want \
-                    and js.exists() and len(_rows(js)) == want:
+            if (
+                csv.exists()
+                and len(csv.read_text(encoding="utf-8").splitlines()) == 1 + want
+                and js.exists()
+                and len(_rows(js)) == want
+            ):
                 break
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()[0]

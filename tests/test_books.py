@@ -10,8 +10,8 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import SAMPLE_TRACES, all_real_traces, read_real
+
 from tracekit import read_trace
 from tracekit.analysis import analyze, books
 from tracekit.whatif.fit import fit_costs
@@ -130,8 +130,15 @@ def test_mixed_steps_keep_the_books_and_the_plan_uses_their_split():
 
 
 def _steps_table(duration, busy, idle):
-    return pd.DataFrame({"step": range(len(duration)), "duration_ns": duration, "gpu_busy_ns": busy,
-                         "gpu_idle_ns": idle, "phase": ["decode"] * len(duration)})
+    return pd.DataFrame(
+        {
+            "step": range(len(duration)),
+            "duration_ns": duration,
+            "gpu_busy_ns": busy,
+            "gpu_idle_ns": idle,
+            "phase": ["decode"] * len(duration),
+        }
+    )
 
 
 def test_the_checker_names_each_broken_identity():
@@ -145,12 +152,19 @@ def test_the_checker_names_each_broken_identity():
     assert any("not GPU busy + GPU idle in step 1" in v for v in out)
     assert any("idle causes do not sum" in v and "step 1" in v for v in out)
     assert any("phase decode" in v for v in out)
-    good = books.check(_steps_table([10], [6], [4]), np.array([[4, 0, 0, 0, 0]]), {"decode": np.ones(1)},
-                       {"decode": {"time_ms": 10e-6, "gpu_busy_ms": 6e-6, "gpu_idle_ms": 4e-6}}, {}, "gpu")
+    good = books.check(
+        _steps_table([10], [6], [4]),
+        np.array([[4, 0, 0, 0, 0]]),
+        {"decode": np.ones(1)},
+        {"decode": {"time_ms": 10e-6, "gpu_busy_ms": 6e-6, "gpu_idle_ms": 4e-6}},
+        {},
+        "gpu",
+    )
     assert good == []
     # Weights of a split step that do not sum to 1: its parts would not sum to the step.
-    half = books.check(_steps_table([10], [6], [4]), None, {"prefill": np.array([0.5]), "decode": np.array([0.4])},
-                       {}, {}, "gpu")
+    half = books.check(
+        _steps_table([10], [6], [4]), None, {"prefill": np.array([0.5]), "decode": np.array([0.4])}, {}, {}, "gpu"
+    )
     assert any("weights do not sum to 1" in v for v in half)
 
 
@@ -211,8 +225,11 @@ def test_work_outside_every_step_is_in_no_phase():
         raw = json.load(f)
     events = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
     base = int(raw.get("baseTimeNanoseconds", 0))  # Kineto's ts are microseconds after it
-    launch = {e["args"]["correlation"]: e["ts"] * 1e3 for e in events
-              if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}
+    launch = {
+        e["args"]["correlation"]: e["ts"] * 1e3
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})
+    }
     device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     start = a.steps["cpu_start_ns"].to_numpy() - base
     end = a.steps["cpu_end_ns"].to_numpy() - base
@@ -249,10 +266,12 @@ def test_the_figure_checker_names_each_broken_identity():
         "by category": lambda v, s, o: v["by_category"].__setitem__("gemm", v["by_category"]["gemm"] + 1),
         "by cost source": lambda v, s, o: v["cost_source_ms"].__setitem__("none", v["cost_source_ms"]["none"] + 1),
         "'s time by bound": lambda v, s, o: v["by_category_bound"]["gemm"].__setitem__(
-            "unknown", v["by_category_bound"]["gemm"]["unknown"] + 1),
+            "unknown", v["by_category_bound"]["gemm"]["unknown"] + 1
+        ),
         "by_bound_share": lambda v, s, o: v["by_bound_share"].__setitem__("idle", v["by_bound_share"]["idle"] + 0.1),
         "by_category_share": lambda v, s, o: v["by_category_share"].__setitem__(
-            "gemm", v["by_category_share"]["gemm"] + 0.1),
+            "gemm", v["by_category_share"]["gemm"] + 0.1
+        ),
         "gpu_time_ms": lambda v, s, o: v.__setitem__("gpu_time_ms", v["gpu_time_ms"] + 1),
         "idle causes": lambda v, s, o: v["idle_by_cause"].__setitem__("host", v["idle_by_cause"]["host"] + 1),
         "largest idle groups": lambda v, s, o: v["idle_top"][0].__setitem__("ms", v["gpu_idle_ms"] + 1),
@@ -260,7 +279,8 @@ def test_the_figure_checker_names_each_broken_identity():
         "steps' flops": lambda v, s, o: s.__setitem__("flops", s["flops"].fillna(0) + 1e9),
         "steps' bytes": lambda v, s, o: s.__setitem__("bytes", s["bytes"].fillna(0) + 1e9),
         "trace's kernel time by category": lambda v, s, o: o["by_category"].__setitem__(
-            "gemm", o["by_category"]["gemm"] + 1),
+            "gemm", o["by_category"]["gemm"] + 1
+        ),
         "plus the": lambda v, s, o: o.__setitem__("kernel_ms", o["kernel_ms"] + 1),
     }
     for words, edit in cases.items():
@@ -282,7 +302,9 @@ def test_a_step_mbu_above_the_peak_bandwidth_is_withheld():
     assert t4.device["peak_bandwidth"] == 320e9
     assert np.isnan(t4.steps["mbu"].iloc[0])
     assert t4.phases["prefill"]["mbu"] is None
-    assert t4.phases["prefill"]["mbu_reason"].startswith(f"the bytes counted would move at {rate / 320e9:.0%} of the peak")
+    assert t4.phases["prefill"]["mbu_reason"].startswith(
+        f"the bytes counted would move at {rate / 320e9:.0%} of the peak"
+    )
     assert t4.to_dict()["steps"][0]["mbu"] is None
 
 
@@ -295,8 +317,12 @@ def test_the_roof_checker_names_every_figure_shown_above_its_roof():
     a = analyze(read_real("h100_hf"))
 
     def broken(edit) -> list[str]:
-        phases, steps, top, roof = (copy.deepcopy(a.phases), a.steps.copy(), copy.deepcopy(a.top_kernels),
-                                    copy.deepcopy(a.roofline))
+        phases, steps, top, roof = (
+            copy.deepcopy(a.phases),
+            a.steps.copy(),
+            copy.deepcopy(a.top_kernels),
+            copy.deepcopy(a.roofline),
+        )
         edit(phases["prefill"], steps, top["prefill"], roof["prefill"]["points"])
         return books.check_roofs(phases, steps, top, roof)
 

@@ -134,8 +134,9 @@ def _no_manifest(entry: Path):
     (entry / cache.MANIFEST).unlink()
 
 
-@pytest.mark.parametrize("damage", [_damage_arrow, _edit_manifest, _foreign_format, _forged_garbage, _extra_file,
-                                    _no_manifest])
+@pytest.mark.parametrize(
+    "damage", [_damage_arrow, _edit_manifest, _foreign_format, _forged_garbage, _extra_file, _no_manifest]
+)
 def test_a_damaged_or_foreign_entry_is_rebuilt_not_used(damage, every_size):
     path = str(real_trace_path("a100_nccl"))
     reads = Reads()
@@ -245,8 +246,9 @@ def test_an_html_report_from_the_kept_analysis_is_the_report(tmp_path, every_siz
     outs = []
     for i in range(2):
         out = tmp_path / f"r{i}.html"
-        subprocess.run([sys.executable, "-m", "tracekit", "report", path, "-o", str(out)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "tracekit", "report", path, "-o", str(out)], check=True, capture_output=True
+        )
         outs.append(out.read_text())
     assert len(_entries("analysis")) == 1
     assert outs[0] == outs[1]

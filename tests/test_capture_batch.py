@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-
 from conftest import read_real
+
 from tracekit.analysis.pricing.attribution import attribute
 from tracekit.analysis.steps.segment import segment
 from tracekit.models import load_model
@@ -153,8 +153,10 @@ def test_a_capture_one_launch_short_matches_by_order_nothing_and_says_why():
     got = with_capture(trace, seg.work, short, seg.steps)
     replayed = seg.work["graph"].to_numpy() & (seg.work["op"].to_numpy() < 0)
     assert (got.op[replayed] < 0).all()
-    assert set(got.reason[replayed]) == {"replayed from a CUDA/HIP graph: no captured graph in the capture trace "
-                                         "launches the 544 kernels and copies of this replay"}
+    assert set(got.reason[replayed]) == {
+        "replayed from a CUDA/HIP graph: no captured graph in the capture trace "
+        "launches the 544 kernels and copies of this replay"
+    }
     assert "1 replay matched no captured graph: no captured graph" in got.note
     assert "got no capture shapes" not in got.note  # no batch mismatch claimed
 

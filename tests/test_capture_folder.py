@@ -14,9 +14,8 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from graph_material import ATTENTION_OP, GEMM_KERNEL, H100, GraphDoc, capture_trace, execute_name, linear, replay_step
 
-from graph_material import (ATTENTION_OP, GEMM_KERNEL, H100, GraphDoc, capture_trace, execute_name, linear,
-                            replay_step)
 from tracekit import read_trace
 from tracekit.analysis import analyze
 from tracekit.cli import main
@@ -113,9 +112,11 @@ def test_a_folder_of_many_sizes_names_the_files_that_priced_and_counts_the_rest(
     folder = _capture_folder(tmp_path, sizes=(16, 32, 48, 64, 80, 96))
     captures = [read_trace(p) for p in sorted(folder.iterdir())]
     note = analyze(read_trace(_decode_replay(tmp_path, batches=(16, 32))), capture=captures).provenance["graph_capture"]
-    assert note.endswith("graph_capture_rank_0.1000.pt.trace.json.gz (batch 16) priced 1 replay in step 0, "
-                         "graph_capture_rank_0.1001.pt.trace.json.gz (batch 32) priced 1 replay in step 1, "
-                         "4 other files (batch 48 to 96) priced none")
+    assert note.endswith(
+        "graph_capture_rank_0.1000.pt.trace.json.gz (batch 16) priced 1 replay in step 0, "
+        "graph_capture_rank_0.1001.pt.trace.json.gz (batch 32) priced 1 replay in step 1, "
+        "4 other files (batch 48 to 96) priced none"
+    )
 
 
 def test_a_capture_file_without_ranges_takes_its_batch_from_its_name(tmp_path):
@@ -155,9 +156,14 @@ def test_report_takes_a_capture_folder(tmp_path):
         assert "(batch 16) priced 1 replay in step 0" in note and "(batch 32) priced 1 replay in step 1" in note
 
 
-@pytest.mark.parametrize("command, extra", [
-    ("summary", []), ("annotate", ["-o", "{tmp}/annotated.json"]), ("project", ["--to", "b200", "-o", "{tmp}/p.json"]),
-])
+@pytest.mark.parametrize(
+    "command, extra",
+    [
+        ("summary", []),
+        ("annotate", ["-o", "{tmp}/annotated.json"]),
+        ("project", ["--to", "b200", "-o", "{tmp}/p.json"]),
+    ],
+)
 def test_every_analysing_command_takes_a_capture_folder(tmp_path, command, extra):
     """Bug: summary, annotate and project refused a capture folder as report did."""
     folder = _capture_folder(tmp_path)
@@ -226,8 +232,13 @@ def test_each_piecewise_replay_gets_the_whole_work_of_the_op_it_replays(tmp_path
         capture_trace(size, "PIECEWISE", pieces, eager=(ATTENTION_OP, None, None), kernel=kernel).write(path)
         caps.append(read_trace(path))
     doc = GraphDoc(H100)
-    replay_step(doc, execute_name(TOKENS, prefill=True), _pieces(((GEMM_KERNEL, QKV_US), (GEMM_KERNEL, O_US))),
-                1000.0, eager=(ATTENTION_OP, None, None))
+    replay_step(
+        doc,
+        execute_name(TOKENS, prefill=True),
+        _pieces(((GEMM_KERNEL, QKV_US), (GEMM_KERNEL, O_US))),
+        1000.0,
+        eager=(ATTENTION_OP, None, None),
+    )
     a = analyze(read_trace(doc.write(tmp_path / "prefill.json.gz")), capture=caps if beside else caps[0])
     w = a.work
     gemm = w[w["graph"]].sort_values("start_ns")
@@ -242,8 +253,9 @@ def test_each_piecewise_replay_gets_the_whole_work_of_the_op_it_replays(tmp_path
     # The registry's gpt-oss-20b prices the same step's linear layers (QKV and O; its MLP is the
     # experts) from the architecture alone: the captured shapes agree within 5%.
     side = costs.Side(requests=1, tokens=TOKENS, kv_tokens=TOKENS, pairs=TOKENS * (TOKENS + 1) / 2, logit_tokens=1)
-    assert gemm["flops"].sum() == pytest.approx(costs.step_costs(load_model("gpt-oss-20b"), side)["linear"].flops,
-                                                rel=0.05)
+    assert gemm["flops"].sum() == pytest.approx(
+        costs.step_costs(load_model("gpt-oss-20b"), side)["linear"].flops, rel=0.05
+    )
     assert gemm["pricing_op"].nunique() == 2 * PW_LAYERS  # each kernel its own layer's captured op
     assert set(gemm["limiter"]) == {"compute"}
     assert gemm["roof_fraction"].between(0.5, 0.7).all()
@@ -273,8 +285,9 @@ def test_kernels_of_one_replay_still_share_their_captured_op(tmp_path):
     doc = GraphDoc(H100)
     t = 1000.0
     for _ in range(2):
-        t = replay_step(doc, execute_name(size, prefill=False), [[(GEMM_KERNEL, 30.0), ("splitKreduce_kernel", 10.0)]],
-                        t)
+        t = replay_step(
+            doc, execute_name(size, prefill=False), [[(GEMM_KERNEL, 30.0), ("splitKreduce_kernel", 10.0)]], t
+        )
     a = analyze(read_trace(doc.write(tmp_path / "decode.json.gz")), capture=cap)
     w = a.work[a.work["graph"]].sort_values("start_ns")
     whole = 2 * size * QKV_OUT * HIDDEN

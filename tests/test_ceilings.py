@@ -37,8 +37,9 @@ def test_a_busy_machines_ceiling_is_raised_to_what_the_run_achieved():
     f = next(f for f in bad.findings if f.id == "ceilings-implausible")
     assert "0.0012" in f.text and f.severity == "warning"
     assert bad.metrics["prefill_mfu"] <= 1.0 + 1e-9
-    gemm = bad.work[(bad.work["category"] == "gemm") & bad.work["roof_fraction"].notna()
-                    & (bad.work["dur_ns"] >= 20_000)]
+    gemm = bad.work[
+        (bad.work["category"] == "gemm") & bad.work["roof_fraction"].notna() & (bad.work["dur_ns"] >= 20_000)
+    ]
     assert (gemm["roof_fraction"] <= 1.02).all()
     # Decode GEMMs stay memory-bound: a too-low matmul ceiling had made them look compute-bound.
     for a in (good, bad):
@@ -49,8 +50,16 @@ def test_a_busy_machines_ceiling_is_raised_to_what_the_run_achieved():
 
 def test_a_gpus_measured_ceiling_the_kernels_beat_falls_back_to_the_datasheet():
     trace = read_real("h100_hf")
-    side = {"calibration": {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "dtype": "bf16",
-                            "matmul_flops": {"bf16": 1e12}, "copy_bandwidth": 3e12, "method": "test"}}
+    side = {
+        "calibration": {
+            "device": "cuda",
+            "device_name": "NVIDIA H100 80GB HBM3",
+            "dtype": "bf16",
+            "matmul_flops": {"bf16": 1e12},
+            "copy_bandwidth": 3e12,
+            "method": "test",
+        }
+    }
     a = analyze(dataclasses.replace(trace, sidecar=side))
     assert any(f.id == "ceilings-implausible" and "datasheet" in f.text for f in a.findings)
     h100 = spec_by_name("h100-sxm")
@@ -60,8 +69,15 @@ def test_a_gpus_measured_ceiling_the_kernels_beat_falls_back_to_the_datasheet():
 
 def test_an_implausible_gpu_calibration_is_not_used():
     trace = read_real("h100_hf")
-    cal = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "dtype": "bf16", "matmul_flops": {"bf16": 9e14},
-           "copy_bandwidth": 3e12, "method": "test", "checks": {"plausible": False, "problems": ["x"], "attempts": 3}}
+    cal = {
+        "device": "cuda",
+        "device_name": "NVIDIA H100 80GB HBM3",
+        "dtype": "bf16",
+        "matmul_flops": {"bf16": 9e14},
+        "copy_bandwidth": 3e12,
+        "method": "test",
+        "checks": {"plausible": False, "problems": ["x"], "attempts": 3},
+    }
     a = analyze(dataclasses.replace(trace, sidecar={"calibration": cal}))
     gemm = a.work[a.work["category"] == "gemm"]
     assert gemm["achievable_flops"].max() == pytest.approx(spec_by_name("h100-sxm").achievable_flops("bf16", "matrix"))
@@ -82,13 +98,21 @@ def test_calibration_checks():
 def test_collect_summary_calls_overheads_below_one_noise():
     from tracekit.cli.collect import summary_lines
 
-    base = {"workload": {"preset": "tiny", "parameters": 5e6}, "device": {"name": "cpu", "type": "cpu"},
-            "timing": {"ttft_ms": 1.0, "tpot_ms": [1.0], "profiler_overhead_ratio": 0.63}}
+    base = {
+        "workload": {"preset": "tiny", "parameters": 5e6},
+        "device": {"name": "cpu", "type": "cpu"},
+        "timing": {"ttft_ms": 1.0, "tpot_ms": [1.0], "profiler_overhead_ratio": 0.63},
+    }
     assert any("measurement noise" in line for line in summary_lines(base))
     base["timing"]["profiler_overhead_ratio"] = 1.4
     assert any("1.40x the unprofiled time" in line for line in summary_lines(base))
-    base["calibration"] = {"device": "cpu", "matmul_flops": {"fp32": 1e9}, "copy_bandwidth": 1e9, "dtype": "fp32",
-                           "checks": {"plausible": False, "attempts": 3, "problems": ["too low"]}}
+    base["calibration"] = {
+        "device": "cpu",
+        "matmul_flops": {"fp32": 1e9},
+        "copy_bandwidth": 1e9,
+        "dtype": "fp32",
+        "checks": {"plausible": False, "attempts": 3, "problems": ["too low"]},
+    }
     assert any("implausible after 3 measurements" in line and "raise them" in line for line in summary_lines(base))
 
 

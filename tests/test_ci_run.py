@@ -27,8 +27,13 @@ def test_ci_run_stops_when_chromium_cannot_be_installed(tmp_path):
     """Fails if .ci/run goes on (to `make test`, where the browser tests would skip) after the
     Chromium install failed, or says nothing about why."""
     bash = shutil.which("bash")
-    r = subprocess.run([bash, str(ROOT / ".ci" / "run")], capture_output=True, text=True, timeout=60,
-                       env={"PATH": str(_stub_path(tmp_path)), "HOME": str(tmp_path)})
+    r = subprocess.run(
+        [bash, str(ROOT / ".ci" / "run")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": str(_stub_path(tmp_path)), "HOME": str(tmp_path)},
+    )
     assert r.returncode != 0
     assert "chromium could not be installed" in r.stderr
     assert "make" not in r.stdout + r.stderr  # stopped before `make test` (absent from PATH here)
@@ -42,10 +47,20 @@ def test_browser_tests_fail_without_chromium_under_ci(tmp_path):
     # Hide every Chromium from find_chromium (it asks shutil.which, absolute paths included).
     (site / "sitecustomize.py").write_text(
         "import shutil\n_which = shutil.which\n"
-        "shutil.which = lambda name, *a, **k: None if 'chrom' in str(name) else _which(name, *a, **k)\n")
+        "shutil.which = lambda name, *a, **k: None if 'chrom' in str(name) else _which(name, *a, **k)\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "hostile",
-           str(ROOT / "tests" / "test_compare_browser.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "hostile",
+        str(ROOT / "tests" / "test_compare_browser.py"),
+    ]
     ci = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**env, "CI": "true"}, timeout=300)
     assert ci.returncode == 1, ci.stdout[-2000:]
     assert "CI=true but no Chromium was found" in ci.stdout

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import real_trace_path
+
 from tracekit.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,8 +99,23 @@ def test_subcommands_are_imported_only_when_run():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0] == "[]"
-    assert out[1] == str(["collect", "report", "compare", "summary", "batch", "split", "annotate", "project", "whatif",
-                         "plan", "gpus", "models", "mcp"])
+    assert out[1] == str(
+        [
+            "collect",
+            "report",
+            "compare",
+            "summary",
+            "batch",
+            "split",
+            "annotate",
+            "project",
+            "whatif",
+            "plan",
+            "gpus",
+            "models",
+            "mcp",
+        ]
+    )
     res = CliRunner().invoke(main, ["--help"])
     assert res.exit_code == 0
     assert re.findall(r"^  (\w+)  ", res.output, flags=re.M) == ast.literal_eval(out[1])

@@ -10,8 +10,8 @@ import re
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import SAMPLE_TRACES, real_trace_path
+
 from tracekit.cli import main
 from tracekit.errors import TracekitError
 
@@ -90,10 +90,13 @@ def test_gpu_suggestions_include_near_spellings():
 # --- next steps that work ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("content, words", [
-    (b"meeting notes, not a trace\n", "is not JSON"),
-    (b'{"a": 1}', "has no traceEvents"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (b"meeting notes, not a trace\n", "is not JSON"),
+        (b'{"a": 1}', "has no traceEvents"),
+    ],
+)
 def test_split_of_a_non_trace_gives_the_readers_sentence(tmp_path, content, words):
     """Bug: `split notes.txt` said "(tracekit report reads it whole)", and report then refused
     the file as not JSON: the next step it named did not work."""
@@ -167,8 +170,20 @@ def _options(command: str) -> set[str]:
     return {o for p in cmd.params for o in p.opts if o.startswith("--")}
 
 
-ANALYSIS = {"--gpu", "--spec-file", "--graph-capture", "--cpu-flops", "--cpu-bandwidth", "--model", "--tp",
-            "--weights", "--costs", "--model-force", "--batch", "--tokens"}
+ANALYSIS = {
+    "--gpu",
+    "--spec-file",
+    "--graph-capture",
+    "--cpu-flops",
+    "--cpu-bandwidth",
+    "--model",
+    "--tp",
+    "--weights",
+    "--costs",
+    "--model-force",
+    "--batch",
+    "--tokens",
+}
 
 
 @pytest.mark.parametrize("command", ["report", "summary", "annotate", "project"])
@@ -203,12 +218,15 @@ def test_summary_graph_capture_reaches_the_analysis():
 # --- the rank line ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dist, line", [
-    ({"backend": "nccl", "rank": ""}, None),
-    ({"rank": 3}, "rank       3 (world size not stated)"),
-    ({"rank": "x", "world_size": 8}, "rank       unknown (world size 8)"),
-    ({"rank": 3, "world_size": 8}, "rank       3 of 8"),
-])
+@pytest.mark.parametrize(
+    "dist, line",
+    [
+        ({"backend": "nccl", "rank": ""}, None),
+        ({"rank": 3}, "rank       3 (world size not stated)"),
+        ({"rank": "x", "world_size": 8}, "rank       unknown (world size 8)"),
+        ({"rank": 3, "world_size": 8}, "rank       3 of 8"),
+    ],
+)
 def test_summary_rank_line_without_question_marks(tmp_path, dist, line):
     """Bug: an RTP-LLM trace (distributedInfo without a usable rank or world size) printed
     "rank        of ?"."""

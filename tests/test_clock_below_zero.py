@@ -56,8 +56,9 @@ def test_a_clock_below_zero_gives_the_same_steps_and_figures(key, where):
     hi = max(int(t["end_ns"].max()) for t in timed)
     by = -hi - 1_000_000 if where == "all below zero" else -(lo + hi) // 2
     below = _moved(trace, by)
-    assert (int(below.kernels["start_ns"].min()) < 0) and (int(below.kernels["end_ns"].max()) < 0) == \
-        (where == "all below zero")
+    assert (int(below.kernels["start_ns"].min()) < 0) and (int(below.kernels["end_ns"].max()) < 0) == (
+        where == "all below zero"
+    )
 
     original, moved = seg.segment(trace), seg.segment(below)
     assert len(original.steps)

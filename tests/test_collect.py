@@ -33,8 +33,15 @@ THREADS = 1
 
 
 def _tiny(tmp: Path, name: str = "t", **kw) -> CollectOptions:
-    base = dict(preset="tiny", batch_size=BATCH, prompt_len=PROMPT, new_tokens=NEW, output=str(tmp / name),
-                progress=False, threads=THREADS)
+    base = dict(
+        preset="tiny",
+        batch_size=BATCH,
+        prompt_len=PROMPT,
+        new_tokens=NEW,
+        output=str(tmp / name),
+        progress=False,
+        threads=THREADS,
+    )
     base.update(kw)
     return CollectOptions(**base)
 
@@ -68,7 +75,9 @@ def _ranges(trace, phase: str):
 
 def _ops_inside(trace, r, names=GEMMS):
     ops = trace.cpu_ops
-    sel = ops[(ops["tid"] == r.tid) & (ops["start_ns"] >= r.start_ns) & (ops["end_ns"] <= r.end_ns) & ops["name"].isin(names)]
+    sel = ops[
+        (ops["tid"] == r.tid) & (ops["start_ns"] >= r.start_ns) & (ops["end_ns"] <= r.end_ns) & ops["name"].isin(names)
+    ]
     return [json.loads(d) for d in sel["input_dims"] if d]
 
 
@@ -118,10 +127,33 @@ def test_gemm_inputs_have_one_token_per_sequence_in_decode(tiny_trace):
 
 def test_sidecar_keys(tiny_run):
     sc = tiny_run[0].sidecar
-    assert {"tracekit_version", "created", "workload", "versions", "device", "timing", "calibration", "schedule", "markers"} <= set(sc)
+    assert {
+        "tracekit_version",
+        "created",
+        "workload",
+        "versions",
+        "device",
+        "timing",
+        "calibration",
+        "schedule",
+        "markers",
+    } <= set(sc)
     w = sc["workload"]
-    for key in ("kind", "preset", "model_path", "model_config", "architecture", "parameters", "dtype", "batch_size",
-                "prompt_len", "new_tokens", "device", "compile", "cuda_graphs"):
+    for key in (
+        "kind",
+        "preset",
+        "model_path",
+        "model_config",
+        "architecture",
+        "parameters",
+        "dtype",
+        "batch_size",
+        "prompt_len",
+        "new_tokens",
+        "device",
+        "compile",
+        "cuda_graphs",
+    ):
         assert key in w, key
     assert (w["kind"], w["preset"], w["dtype"], w["device"]) == ("preset", "tiny", "fp32", "cpu")
     assert (w["batch_size"], w["prompt_len"], w["new_tokens"]) == (BATCH, PROMPT, NEW)
@@ -159,7 +191,9 @@ def test_ttft_agrees_with_segmentation(tiny_trace, tiny_run):
     lat = latency(segment(tiny_trace))
     with gzip.open(tiny_run[0].trace_path, "rt") as f:
         events = json.load(f)["traceEvents"]
-    (prefill_us,) = [e["dur"] for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith(markers.PREFILL)]
+    (prefill_us,) = [
+        e["dur"] for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith(markers.PREFILL)
+    ]
     decode_us = [e["dur"] for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith(markers.DECODE)]
     assert lat.ttft_ms == pytest.approx(prefill_us / 1e3, abs=1e-3)
     assert lat.tpot_series_ms == pytest.approx([d / 1e3 for d in decode_us], abs=1e-3) and len(decode_us) == NEW
@@ -235,11 +269,27 @@ def test_unknown_preset_is_a_clear_error(tmp_path):
 def test_local_checkpoint(tmp_path):
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=512, max_position_embeddings=256)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+        max_position_embeddings=256,
+    )
     AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "ckpt")
-    r = collect(CollectOptions(model=str(tmp_path / "ckpt"), prompt_len=16, new_tokens=3, output=str(tmp_path / "m"),
-                               progress=False, calibrate=False, threads=THREADS))
+    r = collect(
+        CollectOptions(
+            model=str(tmp_path / "ckpt"),
+            prompt_len=16,
+            new_tokens=3,
+            output=str(tmp_path / "m"),
+            progress=False,
+            calibrate=False,
+            threads=THREADS,
+        )
+    )
     w = r.sidecar["workload"]
     assert w["kind"] == "model" and w["model_path"] == str((tmp_path / "ckpt").resolve())
     assert w["model_config"]["hidden_size"] == 64 and w["parameters"] > 0
@@ -354,7 +404,8 @@ def test_script_mode_runs_user_code_with_its_markers(tmp_path):
     script.write_text(SCRIPT)
     seen = tmp_path / "seen.json"
     res = CliRunner().invoke(
-        command, ["--no-calibrate", "-o", str(tmp_path / "s"), "--", "python", str(script), str(seen), "4"],
+        command,
+        ["--no-calibrate", "-o", str(tmp_path / "s"), "--", "python", str(script), str(seen), "4"],
         catch_exceptions=False,
     )
     assert res.exit_code == 0, res.output
@@ -377,7 +428,9 @@ def test_script_option_and_failures(tmp_path):
     script.write_text("import sys\nsys.exit('boom')\n")  # a message exits with status 1
     res = CliRunner().invoke(command, ["--no-calibrate", "--script", str(script), "-o", str(tmp_path / "b2")])
     assert "exited with status 1 (boom)" in _message(res) and "status boom" not in _message(res)
-    res = CliRunner().invoke(command, ["--no-calibrate", "-o", str(tmp_path / "c"), "--", "python", str(tmp_path / "nope.py")])
+    res = CliRunner().invoke(
+        command, ["--no-calibrate", "-o", str(tmp_path / "c"), "--", "python", str(tmp_path / "nope.py")]
+    )
     assert "does not exist" in _message(res)
 
 
@@ -399,7 +452,12 @@ def test_markers_work_outside_collect_and_number_decode_steps():
                 torch.ones(3) * 2
         step()
     names = [e.name for e in prof.events() if e.name.startswith(markers.PREFIX)]
-    assert names == [markers.prefill_name(2, 10), markers.decode_name(0, 2), markers.decode_name(1, 2), markers.decode_name(7, 2)]
+    assert names == [
+        markers.prefill_name(2, 10),
+        markers.decode_name(0, 2),
+        markers.decode_name(1, 2),
+        markers.decode_name(7, 2),
+    ]
     with pytest.raises(TracekitError):
         tracekit.phase("warmup")
 
@@ -451,7 +509,9 @@ def test_markers_without_torch(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("TRACEKIT_TEST_COMPILE"), reason="set TRACEKIT_TEST_COMPILE=1 (compiles for ~40 s)")
+@pytest.mark.skipif(
+    not os.environ.get("TRACEKIT_TEST_COMPILE"), reason="set TRACEKIT_TEST_COMPILE=1 (compiles for ~40 s)"
+)
 def test_compiled_decode(tmp_path):
     r = collect(_tiny(tmp_path, new_tokens=3, compile=True, calibrate=False))
     trace = tracekit.read_trace(r.trace_path)
@@ -481,16 +541,40 @@ def test_generation_loop_speaks_the_transformers_4_interface():
     calls = []
 
     class Old(torch.nn.Module):
-        def forward(self, input_ids=None, past_key_values=None, use_cache=None, position_ids=None,
-                    cache_position=None, num_logits_to_keep=0):
-            calls.append((tuple(input_ids.shape), past_key_values, position_ids[0, 0].item(), cache_position.tolist(),
-                          num_logits_to_keep))
+        def forward(
+            self,
+            input_ids=None,
+            past_key_values=None,
+            use_cache=None,
+            position_ids=None,
+            cache_position=None,
+            num_logits_to_keep=0,
+        ):
+            calls.append(
+                (
+                    tuple(input_ids.shape),
+                    past_key_values,
+                    position_ids[0, 0].item(),
+                    cache_position.tolist(),
+                    num_logits_to_keep,
+                )
+            )
             logits = torch.zeros(input_ids.shape[0], input_ids.shape[1], 11)
             return SimpleNamespace(logits=logits, past_key_values=(past_key_values or 0) + 1)
 
     cfg = SimpleNamespace(max_position_embeddings=64)
-    wl = Workload(model=Old(), config=cfg, kind="model", preset=None, model_path=None, device="cpu",
-                  dtype=torch.float32, parameters=0, architecture="Old", vocab_size=11)
+    wl = Workload(
+        model=Old(),
+        config=cfg,
+        kind="model",
+        preset=None,
+        model_path=None,
+        device="cpu",
+        dtype=torch.float32,
+        parameters=0,
+        architecture="Old",
+        vocab_size=11,
+    )
     timing = Generator(wl, batch_size=3, prompt_len=5, new_tokens=2).run()
     assert len(timing.tpot_ms) == 2
     assert calls[0] == ((3, 5), None, 0, [0, 1, 2, 3, 4], 1)
@@ -502,8 +586,25 @@ def test_plan_runs_on_a_collected_run(tiny_run, tmp_path):
     from tracekit.cli import main
 
     out = tmp_path / "plan.json"
-    r = CliRunner().invoke(main, ["plan", tiny_run[0].trace_path, "--isl", str(PROMPT), "--osl", str(NEW),
-                                  "--rate", "2", "--ttft-slo", "1s", "--tpot-slo", "200ms", "-o", str(out)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "plan",
+            tiny_run[0].trace_path,
+            "--isl",
+            str(PROMPT),
+            "--osl",
+            str(NEW),
+            "--rate",
+            "2",
+            "--ttft-slo",
+            "1s",
+            "--tpot-slo",
+            "200ms",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
     # The recorded config priced the fit: the model's roofline, not a linear guess.

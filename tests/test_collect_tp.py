@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from click.testing import CliRunner  # noqa: E402
+from conftest import TP2_ARGS  # noqa: E402
 
 import tracekit  # noqa: E402
 from tracekit import markers  # noqa: E402
@@ -26,11 +27,13 @@ from tracekit.cli import main  # noqa: E402
 from tracekit.collect.parallel_rank import FAIL_RANK_ENV  # noqa: E402
 from tracekit.collect.workloads import PRESETS  # noqa: E402
 
-from conftest import TP2_ARGS  # noqa: E402
-
 TINY = PRESETS["tiny"].config
-HIDDEN, HEADS, KV, INTER = TINY["hidden_size"], TINY["num_attention_heads"], TINY["num_key_value_heads"], \
-    TINY["intermediate_size"]
+HIDDEN, HEADS, KV, INTER = (
+    TINY["hidden_size"],
+    TINY["num_attention_heads"],
+    TINY["num_key_value_heads"],
+    TINY["intermediate_size"],
+)
 HEAD_DIM = HIDDEN // HEADS
 LAYERS, VOCAB = TINY["num_hidden_layers"], TINY["vocab_size"]
 NEW_TOKENS = int(TP2_ARGS[TP2_ARGS.index("-n") + 1])
@@ -63,7 +66,11 @@ def _weight_shapes(trace) -> set[tuple[int, int]]:
 
 def test_one_trace_and_one_sidecar_per_rank_and_nothing_else(tp2_run):
     assert sorted(os.listdir(tp2_run)) == [
-        "rank0.pt.trace.json.gz", "rank0.tracekit.json", "rank1.pt.trace.json.gz", "rank1.tracekit.json"]
+        "rank0.pt.trace.json.gz",
+        "rank0.tracekit.json",
+        "rank1.pt.trace.json.gz",
+        "rank1.tracekit.json",
+    ]
 
 
 def test_summary_says_where_and_what_next(tp2_collect):

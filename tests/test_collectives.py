@@ -10,8 +10,19 @@ from conftest import read_real, real_trace_path
 
 from tracekit.specs.links import group_link
 from tracekit.specs.lookup import spec_by_name
-from tracekit.whatif.collectives import (ALL_GATHER, ALL_REDUCE, BANDWIDTH, LATENCY, ONE_SHOT, RING, TREE, TWO_SHOT,
-                                         bound, classify, project_collectives)
+from tracekit.whatif.collectives import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    BANDWIDTH,
+    LATENCY,
+    ONE_SHOT,
+    RING,
+    TREE,
+    TWO_SHOT,
+    bound,
+    classify,
+    project_collectives,
+)
 
 GB = 1e9
 
@@ -89,14 +100,16 @@ def test_the_efficiency_transfers_not_the_time():
     b_s = 6.6e-6 + 6 * 0.6e-6 + 1.5 * s / (450 * GB)
     b_t = 12e-6 + 6 * 0.8e-6 + 1.5 * s / (192 * GB)
     priced = np.array([1.5 * s])  # the per-rank ring traffic pricing records
-    cp = project_collectives(np.array(["ncclDevKernel_AllReduce_Sum_bf16_RING_LL"]), priced, np.array([300e-6]),
-                             np.array([0]), src, tgt)
+    cp = project_collectives(
+        np.array(["ncclDevKernel_AllReduce_Sum_bf16_RING_LL"]), priced, np.array([300e-6]), np.array([0]), src, tgt
+    )
     assert cp.message[0] == pytest.approx(s)
     assert cp.efficiency[0] == pytest.approx(b_s / 300e-6)
     assert cp.projected[0] == pytest.approx(b_t / (b_s / 300e-6))
     # A learnt efficiency on the target's class replaces the source's own.
-    cp2 = project_collectives(np.array(["x_all_reduce"]), priced, np.array([300e-6]), np.array([0]), src, tgt,
-                              {ALL_REDUCE: 0.5})
+    cp2 = project_collectives(
+        np.array(["x_all_reduce"]), priced, np.array([300e-6]), np.array([0]), src, tgt, {ALL_REDUCE: 0.5}
+    )
     assert cp2.projected[0] == pytest.approx(b_t / 0.5)
 
 
@@ -122,6 +135,7 @@ def test_the_report_prices_a_tp4_all_reduce_on_the_links_its_group_has(tmp_path)
     (17.2 MB) in 262 us on rank 0 of 4: a ring moves 2 x 3/4 of it per rank, 25.8 MB, over the
     three xGMI links to its peers, 3 x 64 = 192 GB/s: 134 us, 51% of the measured time."""
     from kineto import Doc
+
     from tracekit import read_trace
     from tracekit.analysis import analyze
 

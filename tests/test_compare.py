@@ -61,15 +61,29 @@ def _decode(series) -> Analysis:
     return _analysis(
         {
             "tpot_series_ms": list(s),
-            "tpot_ms": {"mean": float(s.mean()), "p50": float(np.percentile(s, 50)), "p90": float(np.percentile(s, 90))},
+            "tpot_ms": {
+                "mean": float(s.mean()),
+                "p50": float(np.percentile(s, 50)),
+                "p90": float(np.percentile(s, 90)),
+            },
             "decode_tokens_per_s": 8 * 1e3 / float(s.mean()),
         }
     )
 
 
 def test_identical_runs_are_within_noise_everywhere():
-    a = _analysis({"ttft_ms": 10.0, "prefill_mfu": 0.4, "idle_share": {"decode": 0.3}, **_decode([5, 5.2, 4.9, 5.1]).metrics})
-    for key in ("ttft_ms", "tpot_p50", "tpot_p90", "tpot_mean", "decode_tokens_per_s", "prefill_mfu", "decode_idle_share"):
+    a = _analysis(
+        {"ttft_ms": 10.0, "prefill_mfu": 0.4, "idle_share": {"decode": 0.3}, **_decode([5, 5.2, 4.9, 5.1]).metrics}
+    )
+    for key in (
+        "ttft_ms",
+        "tpot_p50",
+        "tpot_p90",
+        "tpot_mean",
+        "decode_tokens_per_s",
+        "prefill_mfu",
+        "decode_idle_share",
+    ):
         f = headline_figure(key, a, a)
         assert f["verdict"] == "within noise", (key, f)
         assert f["delta"] == 0
@@ -145,23 +159,34 @@ def _work(rows):
 
 
 def test_kernels_are_matched_by_category_and_op_not_name():
-    before = _analysis(work=_work([
-        ("decode", "gemm", "aten::mm", "sm90_xmma_gemm_bf16", 4000, 0.5),
-        ("decode", "gemm", "aten::mm", "sm90_xmma_gemm_bf16", 4000, 0.7),
-        ("decode", "attention", "aten::_flash_attention_forward", "flash_fwd_kernel", 1000, 0.2),
-        ("decode", "elementwise", None, "some_fused_kernel<float>(float*)", 500, None),
-    ]))
-    after = _analysis(work=_work([
-        ("decode", "gemm", "aten::mm", "Cijk_Alik_Bljk_BBS", 2000, 0.4),
-        ("decode", "attention", "aiter::mha_batch_prefill", "ck_tile_fmha", 800, None),
-        ("prefill", "gemm", "aten::mm", "Cijk_other", 9000, 0.9),  # other phase: not matched
-    ]))
+    before = _analysis(
+        work=_work(
+            [
+                ("decode", "gemm", "aten::mm", "sm90_xmma_gemm_bf16", 4000, 0.5),
+                ("decode", "gemm", "aten::mm", "sm90_xmma_gemm_bf16", 4000, 0.7),
+                ("decode", "attention", "aten::_flash_attention_forward", "flash_fwd_kernel", 1000, 0.2),
+                ("decode", "elementwise", None, "some_fused_kernel<float>(float*)", 500, None),
+            ]
+        )
+    )
+    after = _analysis(
+        work=_work(
+            [
+                ("decode", "gemm", "aten::mm", "Cijk_Alik_Bljk_BBS", 2000, 0.4),
+                ("decode", "attention", "aiter::mha_batch_prefill", "ck_tile_fmha", 800, None),
+                ("prefill", "gemm", "aten::mm", "Cijk_other", 9000, 0.9),  # other phase: not matched
+            ]
+        )
+    )
     k = _kernel_movers("decode", before, after)
     (mm,) = [r for r in k["movers"] if r["status"] == "both"]
     # Groups only one run has are movers too, ranked with the rest by |change|: 6, 1, 0.8, 0.5 us.
     assert [(r["op"], r["status"]) for r in k["movers"]] == [
-        ("aten::mm", "both"), ("aten::_flash_attention_forward", "gone"), ("aiter::mha_batch_prefill", "new"),
-        ("(some_fused_kernel<>())", "gone")]
+        ("aten::mm", "both"),
+        ("aten::_flash_attention_forward", "gone"),
+        ("aiter::mha_batch_prefill", "new"),
+        ("(some_fused_kernel<>())", "gone"),
+    ]
     assert (mm["op"], mm["category"]) == ("aten::mm", "gemm")
     assert (mm["before_kernel"], mm["after_kernel"]) == ("sm90_xmma_gemm_bf16", "Cijk_Alik_Bljk_BBS")
     assert mm["before_ms"] == pytest.approx(0.008) and mm["after_ms"] == pytest.approx(0.002)
@@ -173,7 +198,9 @@ def test_kernels_are_matched_by_category_and_op_not_name():
     assert {r["op"] for r in k["vanished"]} == {"aten::_flash_attention_forward", "(some_fused_kernel<>())"}
     # A phase only one run has: everything is new (or gone), nothing breaks.
     only = _kernel_movers("prefill", before, after)
-    assert only["movers"] == [] and only["vanished"] == [] and [r["after_kernel"] for r in only["new"]] == ["Cijk_other"]
+    assert (
+        only["movers"] == [] and only["vanished"] == [] and [r["after_kernel"] for r in only["new"]] == ["Cijk_other"]
+    )
     assert _kernel_movers("prefill", after, before)["vanished"][0]["before_ms"] == pytest.approx(0.009)
 
 
@@ -190,7 +217,11 @@ SLOWER = 1.3
 
 def _decode_step_us(doc: dict) -> list[float]:
     """Durations of the decode steps tracekit collect marked (``tracekit::decode#<i> ...``), raw."""
-    return [e["dur"] for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("name", "")).startswith("tracekit::decode#")]
+    return [
+        e["dur"]
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("tracekit::decode#")
+    ]
 
 
 def _dilated(src: Path, dest_dir: Path, factor: float) -> Path:
@@ -231,10 +262,20 @@ def _collect_pair(folder: Path) -> tuple[dict[int, Path], Comparison]:
 
     paths = {}
     for batch in BATCHES:
-        result = collect(CollectOptions(
-            preset="tiny", batch_size=batch, prompt_len=32, new_tokens=NEW, output=str(folder / f"tiny-bs{batch}"),
-            progress=False, threads=1, calibrate=False, seed=0, force=True,
-        ))
+        result = collect(
+            CollectOptions(
+                preset="tiny",
+                batch_size=batch,
+                prompt_len=32,
+                new_tokens=NEW,
+                output=str(folder / f"tiny-bs{batch}"),
+                progress=False,
+                threads=1,
+                calibrate=False,
+                seed=0,
+                force=True,
+            )
+        )
         paths[batch] = Path(result.trace_path)
     steps = {}
     for batch in BATCHES:
@@ -314,8 +355,20 @@ def test_every_format_says_what_the_batch_did(batch_comparison):
 def test_json_is_the_comparison_contract(batch_comparison):
     data = json.loads(render_comparison(batch_comparison, "json"))
     assert data["schema_version"] == 1 and data["kind"] == "tracekit.comparison"
-    assert set(data) == {"schema_version", "kind", "before", "after", "method", "context", "headline", "phases", "kernels",
-                         "summary", "suggested_gate", "gates"}
+    assert set(data) == {
+        "schema_version",
+        "kind",
+        "before",
+        "after",
+        "method",
+        "context",
+        "headline",
+        "phases",
+        "kernels",
+        "summary",
+        "suggested_gate",
+        "gates",
+    }
     assert data["before"]["workload"]["batch"] == 1 and data["after"]["workload"]["batch"] == 8
     assert data["method"]["noise_sigmas"] == NOISE_SIGMAS
     h = {x["key"]: x for x in data["headline"]}
@@ -341,13 +394,24 @@ def test_gate_fails_when_the_after_run_is_slower(collected, tmp_path):
 
 
 def test_gate_holds_when_swapped_or_loose(collected, tmp_path):
-    res = _cli(collected[8], collected[1], "-o", tmp_path / "a.md", "--fail-if", "tpot_p50>+5%", "--fail-if", "ttft_ms>+1%")
+    res = _cli(
+        collected[8], collected[1], "-o", tmp_path / "a.md", "--fail-if", "tpot_p50>+5%", "--fail-if", "ttft_ms>+1%"
+    )
     assert res.exit_code == 0, res.output
     assert "gates passed (2)" in res.stdout
     res = _cli(collected[1], collected[8], "-o", tmp_path / "b.json", "--fail-if", "tpot_p50>+1000%")
     assert res.exit_code == 0, res.output
     # Absolute thresholds and "<" gates: batch 8 has far more tokens/s, so a drop gate holds...
-    res = _cli(collected[1], collected[8], "-f", "text", "--fail-if", "decode_tokens_per_s<-5%", "--fail-if", "tpot_mean>+100ms")
+    res = _cli(
+        collected[1],
+        collected[8],
+        "-f",
+        "text",
+        "--fail-if",
+        "decode_tokens_per_s<-5%",
+        "--fail-if",
+        "tpot_mean>+100ms",
+    )
     assert res.exit_code == 0, res.output
     assert "gates passed" in res.stderr  # stdout carries the report
     # ... and fails the other way round.
@@ -356,7 +420,9 @@ def test_gate_holds_when_swapped_or_loose(collected, tmp_path):
     assert json.loads(res.stdout)["kind"] == "tracekit.comparison"
 
 
-@pytest.mark.parametrize("expr", ["tpot_p50>>5", "tpot_p50", "speed>+5%", "tpot_p50>+5tok/s", "ttft_ms>+2pp", "tpot_p50 > five%"])
+@pytest.mark.parametrize(
+    "expr", ["tpot_p50>>5", "tpot_p50", "speed>+5%", "tpot_p50>+5tok/s", "ttft_ms>+2pp", "tpot_p50 > five%"]
+)
 def test_bad_gate_is_one_sentence_and_exit_2_before_reading(expr, tmp_path):
     # The traces do not exist: the gate is checked first.
     res = _cli(tmp_path / "missing-a.json", tmp_path / "missing-b.json", "--fail-if", expr)
@@ -402,8 +468,14 @@ def test_gate_check_on_hand_built_runs():
     assert parse_gate("tpot_p50<-5%").check(compare(a, b)) is not None
     # A gate on a figure neither run has never passes silently: it says so, naming a gate that would work.
     gate = parse_gate("ttft_ms>+5%")
-    assert gate.missing(c) == gate.check(c) == ("--fail-if 'ttft_ms>+5%': neither run has TTFT, so the gate cannot be "
-                                                "checked; gate on a figure both runs have, e.g. --fail-if 'tpot_p50>+5%'")
+    assert (
+        gate.missing(c)
+        == gate.check(c)
+        == (
+            "--fail-if 'ttft_ms>+5%': neither run has TTFT, so the gate cannot be "
+            "checked; gate on a figure both runs have, e.g. --fail-if 'tpot_p50>+5%'"
+        )
+    )
     assert parse_gate("tpot_p50>+5%").missing(c) is None
     with pytest.raises(TracekitError):
         parse_gate("tpot_p50>+5ms%")
@@ -466,8 +538,11 @@ def _mm_roof_from_json(key: str, peak: float, bw: float) -> float:
 
     with gzip.open(real_trace_path(key), "rt") as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-    ops = {e["args"]["External id"]: e for e in events
-           if e.get("cat") == "cpu_op" and e["name"] == "aten::mm" and "External id" in e.get("args", {})}
+    ops = {
+        e["args"]["External id"]: e
+        for e in events
+        if e.get("cat") == "cpu_op" and e["name"] == "aten::mm" and "External id" in e.get("args", {})
+    }
     launched = defaultdict(list)
     for e in events:
         if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy") and e.get("args", {}).get("External id") in ops:
@@ -524,7 +599,7 @@ def test_each_run_is_priced_against_its_own_gpu(gpus):
 def test_gpu_comparison_renders(gpus, tmp_path):
     _, _, c = gpus
     html = render_comparison(c, "html")
-    assert "<th class=\"n\" title=\"before, against H100 SXM\">Before (H100 SXM)</th>" in html
+    assert '<th class="n" title="before, against H100 SXM">Before (H100 SXM)</th>' in html
     assert "After (MI300X)" in html
     for field in ("device", "spec row", "phases decided by", "batch", "prefill_tokens"):
         assert f'<tr data-field="{field}">' in html
@@ -542,17 +617,32 @@ def test_gpu_comparison_renders(gpus, tmp_path):
 def test_per_step_basis_when_step_counts_differ():
     """16 vs 8 decode steps: tables are per step, so a run twice as long is not "twice as slow".
     Fails too if a side's time per step is not its time over its steps (``tb - nb``: 64 ms)."""
+
     def run(n, ms):
-        return _analysis(phases={"decode": {"steps": n, "time_ms": n * ms, "by_bound": {"memory": n * ms},
-                                            "by_category": {"gemm": n * ms}}})
+        return _analysis(
+            phases={
+                "decode": {
+                    "steps": n,
+                    "time_ms": n * ms,
+                    "by_bound": {"memory": n * ms},
+                    "by_category": {"gemm": n * ms},
+                }
+            }
+        )
+
     c = compare(run(16, 5.0), run(8, 5.0))
     p = c.phases["decode"]
     assert p["basis"] == "per step"
     assert p["by_category"][0]["delta_ms"] == pytest.approx(0.0)
     assert "per step" in p["explanation"][0]
     # The phase's time per step: 16 x 5 ms over 16 steps and 8 x 5 over 8, 5 ms each; in total 80 and 40.
-    assert p["time_ms"] == {"before": 80.0, "after": 40.0, "delta": -40.0, "before_per_step": 5.0,
-                            "after_per_step": 5.0}
+    assert p["time_ms"] == {
+        "before": 80.0,
+        "after": 40.0,
+        "delta": -40.0,
+        "before_per_step": 5.0,
+        "after_per_step": 5.0,
+    }
     uneven = compare(run(16, 5.0), run(8, 7.5)).phases["decode"]["time_ms"]
     assert (uneven["before_per_step"], uneven["after_per_step"]) == (5.0, 7.5)
 
@@ -604,12 +694,16 @@ def test_default_name_never_comes_from_trace_content(hostile_comparison, tmp_pat
     res = _cli(folder / FILE_NAME, SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz")
     assert res.exit_code == 0, res.output
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert [p.relative_to(tmp_path).as_posix() for p in written] == ["reports/compare-hostile_i_id_tk-pwned-file-vs-tiny-bs8.html"]
+    assert [p.relative_to(tmp_path).as_posix() for p in written] == [
+        "reports/compare-hostile_i_id_tk-pwned-file-vs-tiny-bs8.html"
+    ]
 
 
 def test_gpu_options_price_each_side(tmp_path):
     """--gpu-before/--gpu-after choose each run's spec row independently."""
-    res = _cli(real_trace_path("h100_hf"), real_trace_path("mi300x_extend"), "--gpu-before", "MI300X", "-f", "json", "-o", "-")
+    res = _cli(
+        real_trace_path("h100_hf"), real_trace_path("mi300x_extend"), "--gpu-before", "MI300X", "-f", "json", "-o", "-"
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert data["before"]["device"]["spec"] == "MI300X" and data["after"]["device"]["spec"] == "MI300X"
@@ -663,8 +757,16 @@ def test_different_ceilings_threads_and_settings_are_not_like_for_like():
     base = analyze(_sample_with())
     same = compare(base, analyze(_sample_with()))
     assert same.context == []  # like for like
-    other = analyze(_sample_with(**{"calibration.matmul_flops": {"fp32": 4.0e10}, "device.threads": 2,
-                                    "workload.compile": True, "schedule.skip_decode_steps": 3}))
+    other = analyze(
+        _sample_with(
+            **{
+                "calibration.matmul_flops": {"fp32": 4.0e10},
+                "device.threads": 2,
+                "workload.compile": True,
+                "schedule.skip_decode_steps": 3,
+            }
+        )
+    )
     fields = {r["field"] for r in compare(base, other).context}
     assert {"ceiling_matmul", "threads", "compile", "schedule"} <= fields
     # Within 20% the ceilings count as the same machine.
@@ -727,7 +829,9 @@ def test_two_vendors_movers_are_the_moe_and_gemm_kernels_by_their_time(vendor_pa
     top = [(r["category"], r["status"]) for r in k["movers"][:4]]
     assert top == [("moe", "new"), ("moe", "gone"), ("gemm", "new"), ("gemm", "gone")], top
     # Hand check against the trace itself: every hipBLASLt GEMM (Cijk_*) of the MI300X step is one group.
-    cijk = sum(e["dur"] for e in _raw_kernels(real_trace_path("mi300x_qwen3_moe")) if e["name"].startswith("Cijk_")) / 1e3
+    cijk = (
+        sum(e["dur"] for e in _raw_kernels(real_trace_path("mi300x_qwen3_moe")) if e["name"].startswith("Cijk_")) / 1e3
+    )
     gemm = next(r for r in k["movers"] if r["category"] == "gemm" and r["status"] == "new")
     assert gemm["op"].startswith("(Cijk_Alik_Bljk") and gemm["after_kernels"] == 4
     assert gemm["after_ms"] == pytest.approx(cijk, rel=1e-3)
@@ -785,24 +889,39 @@ def test_kernel_families_strip_templates_and_tile_suffixes():
     from tracekit.compare.movers import kernel_family
 
     assert kernel_family("nvjet_sm103_tst_32x64_64x16_4x1_v_bz_splitK_TNN") == "nvjet_sm103_tst"
-    assert kernel_family("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x16x256_MI16x16x1_SN") == \
-        kernel_family("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT16x16x512_MI16x16x1_SN")
-    assert kernel_family("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_kernel") == \
-        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
-    assert kernel_family("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(Params)") == \
-        "cutlass_80_tensorop_s1688gemm"
-    assert kernel_family("_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi8EEEvPT0_") == "aiter::add_rmsnorm_quant_kernel"
-    assert kernel_family("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, "
-                         "std::array<char*, 3> >(int, float)") == "at::native::vectorized_elementwise_kernel<>()"
+    assert kernel_family("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x16x256_MI16x16x1_SN") == kernel_family(
+        "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT16x16x512_MI16x16x1_SN"
+    )
+    assert (
+        kernel_family("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_kernel")
+        == "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
+    )
+    assert (
+        kernel_family("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(Params)")
+        == "cutlass_80_tensorop_s1688gemm"
+    )
+    assert (
+        kernel_family("_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi8EEEvPT0_")
+        == "aiter::add_rmsnorm_quant_kernel"
+    )
+    assert (
+        kernel_family(
+            "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, "
+            "std::array<char*, 3> >(int, float)"
+        )
+        == "at::native::vectorized_elementwise_kernel<>()"
+    )
     assert kernel_family("flash_fwd_splitkv_kernel") == "flash_fwd_splitkv_kernel"
 
 
 def test_movers_are_per_step_when_step_counts_differ():
     """2 vs 4 decode steps of the same per-step work: no mover, per step. Fails if totals are
     compared (the after run would look 2x slower in every group)."""
+
     def run(n):
         rows = [("decode", "gemm", None, f"nvjet_sm90_tst_{64 * (1 + i % 2)}x8_kernel", 3000, None) for i in range(n)]
         return _analysis(work=_work(rows), phases={"decode": {"steps": n}})
+
     k = _kernel_movers("decode", run(2), run(4))
     assert k["basis"] == "per step" and k["steps"] == {"before": 2, "after": 4}
     (g,) = k["movers"]
@@ -821,7 +940,9 @@ def test_engine_traces_suggest_a_gate_both_have_and_refuse_one_they_lack(tmp_pat
     assert suggested == "decode_step_p50>+5%"
     data = json.loads(_cli(b, a, "-o", "-", "-f", "json").stdout)
     assert data["suggested_gate"] == suggested
-    assert all(h["before"] is not None and h["after"] is not None for h in data["headline"] if h["key"] == "decode_step_p50")
+    assert all(
+        h["before"] is not None and h["after"] is not None for h in data["headline"] if h["key"] == "decode_step_p50"
+    )
     # The suggested gate is checkable: it fails because MI300X is slower here (exit 1), not for want of data.
     res = _cli(b, a, "-o", tmp_path / "d.md", "--fail-if", suggested)
     assert res.exit_code == 1 and "gate failed: decode_step_p50>+5%: decode step p50 changed +" in res.stderr

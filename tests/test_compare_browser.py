@@ -52,7 +52,9 @@ def test_compare_page_renders_in_chromium(browser, tmp_path, name):
     # The roof chart's tooltip says whose roof each bar is against.
     assert run.tooltips, "hovering the roof chart showed no tooltip"
     spec = c.to_dict()["after"]["device"]["spec"]
-    assert any("against the roof of" in t and (spec in t or c.to_dict()["before"]["device"]["spec"] in t) for t in run.tooltips)
+    assert any(
+        "against the roof of" in t and (spec in t or c.to_dict()["before"]["device"]["spec"] in t) for t in run.tooltips
+    )
 
 
 @needs_browser

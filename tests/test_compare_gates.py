@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import real_trace_path
+from test_compare import _decode
 
 from tracekit.cli import main
 from tracekit.compare.comparison import compare
 from tracekit.compare.gates import parse_gate
-from test_compare import _decode
 
 NEW = 64  # decode steps per collected run: enough for the interval to be informative
 RUNS = 4  # collected runs: the first 2 for the one-run-per-side gates, all 4 for several per side
@@ -45,8 +45,20 @@ def repeated_runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gates-collect")
     out = []
     for i in range(RUNS):
-        r = collect(CollectOptions(preset="tiny", batch_size=1, prompt_len=32, new_tokens=NEW, output=str(folder / f"run{i}"),
-                                   progress=False, threads=1, calibrate=False, seed=0, force=True))
+        r = collect(
+            CollectOptions(
+                preset="tiny",
+                batch_size=1,
+                prompt_len=32,
+                new_tokens=NEW,
+                output=str(folder / f"run{i}"),
+                progress=False,
+                threads=1,
+                calibrate=False,
+                seed=0,
+                force=True,
+            )
+        )
         out.append(np.asarray(analyze(read_trace(r.trace_path)).metrics["tpot_series_ms"]))
     return out
 
@@ -66,7 +78,7 @@ def test_same_code_fires_no_gate_in_20(repeated_runs):
         assert len(steps) == NEW
         for _ in range(SPLITS):
             order = rng.permutation(len(steps))
-            b, a = steps[order[: NEW // 2]], steps[order[NEW // 2:]]
+            b, a = steps[order[: NEW // 2]], steps[order[NEW // 2 :]]
             c = compare(_decode(b), _decode(a))
             for g in GATES:
                 e = parse_gate(g).evaluate(c)
@@ -134,8 +146,22 @@ def test_injected_10pct_slowdown_fires_and_junit_says_so(gb10_slowed, tmp_path):
     slowdown is judged noise, if the XML is not written when gates fail, or is malformed."""
     src, slow = gb10_slowed
     junit, out = tmp_path / "gates.xml", tmp_path / "c.json"
-    res = CliRunner().invoke(main, ["compare", str(src), str(slow), "-o", str(out), "--junit", str(junit),
-                                    "--fail-if", "decode_step_p50>+5%", "--fail-if", "decode_step_p50>+20%"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "compare",
+            str(src),
+            str(slow),
+            "-o",
+            str(out),
+            "--junit",
+            str(junit),
+            "--fail-if",
+            "decode_step_p50>+5%",
+            "--fail-if",
+            "decode_step_p50>+20%",
+        ],
+    )
     assert res.exit_code == 1, res.output
     assert "gate failed: decode_step_p50>+5%" in res.stderr and "beyond noise" in res.stderr
     gates = {g["expr"]: g for g in json.loads(out.read_text())["gates"]}
@@ -146,11 +172,28 @@ def test_injected_10pct_slowdown_fires_and_junit_says_so(gb10_slowed, tmp_path):
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("name") == "tracekit compare" and (suite.get("tests"), suite.get("failures")) == ("2", "1")
     cases = {c.get("name"): c for c in suite.findall("testcase")}
-    assert cases["decode_step_p50>+5%"].find("failure").get("message").startswith("decode_step_p50>+5%: decode step p50 changed +10")
+    assert (
+        cases["decode_step_p50>+5%"]
+        .find("failure")
+        .get("message")
+        .startswith("decode_step_p50>+5%: decode step p50 changed +10")
+    )
     assert cases["decode_step_p50>+20%"].find("failure") is None
     # A gate on a figure the engine trace lacks: skipped in the XML (exit 2, the XML still written).
-    res = CliRunner().invoke(main, ["compare", str(src), str(slow), "-o", str(tmp_path / "d.md"), "--junit", str(junit),
-                                    "--fail-if", "ttft_ms>+5%"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "compare",
+            str(src),
+            str(slow),
+            "-o",
+            str(tmp_path / "d.md"),
+            "--junit",
+            str(junit),
+            "--fail-if",
+            "ttft_ms>+5%",
+        ],
+    )
     assert res.exit_code == 2, res.output
     (case,) = ET.parse(junit).getroot().find("testsuite").findall("testcase")
     assert case.find("skipped") is not None and "neither run has TTFT" in case.find("skipped").get("message")
@@ -164,8 +207,9 @@ def test_junit_never_overwrites_an_input(tmp_path):
     src = tmp_path / "a.json"
     src.write_text('{"traceEvents": []}')
     before = src.read_bytes()
-    res = CliRunner().invoke(main, ["compare", str(src), str(tmp_path / "b.json"), "--junit", str(src),
-                                    "--fail-if", "tpot_p50>+5%"])
+    res = CliRunner().invoke(
+        main, ["compare", str(src), str(tmp_path / "b.json"), "--junit", str(src), "--fail-if", "tpot_p50>+5%"]
+    )
     assert res.exit_code == 2 and "--junit" in res.stderr and "one of compare's own files" in res.stderr
     assert src.read_bytes() == before and "Traceback" not in res.output
 
@@ -195,7 +239,7 @@ def test_several_runs_per_side_fire_no_gate_in_20(repeated_runs):
             steps = repeated_runs[i]
             order = rng.permutation(len(steps))
             before.append(_decode(steps[order[:SHORT]]))
-            after.append(_decode(steps[order[SHORT: 2 * SHORT]]))
+            after.append(_decode(steps[order[SHORT : 2 * SHORT]]))
         c = compare(before, after)
         for g in GATES:
             e = parse_gate(g).evaluate(c)
@@ -212,6 +256,7 @@ def test_several_runs_per_side_fire_no_gate_in_20(repeated_runs):
 @pytest.fixture(scope="module")
 def gb10():
     from conftest import read_real
+
     from tracekit.analysis import analyze
 
     return analyze(read_real("gb10_vllm"))
@@ -242,12 +287,24 @@ def test_whole_run_shift_on_both_sides_widens_the_interval(gb10):
     iv = two["interval"]
     assert one["relative"][1] - one["relative"][0] < 0.01, one
     assert "a shift of a whole run is not in it" in one["basis"]
-    m = np.percentile(np.concatenate([gb10.metrics["decode_step_series_ms"], 1.1 * np.asarray(gb10.metrics["decode_step_series_ms"])]), 50)
+    m = np.percentile(
+        np.concatenate(
+            [gb10.metrics["decode_step_series_ms"], 1.1 * np.asarray(gb10.metrics["decode_step_series_ms"])]
+        ),
+        50,
+    )
     half = 4.303 * 0.05 * np.sqrt(2) * np.percentile(gb10.metrics["decode_step_series_ms"], 50) / m
-    assert iv["relative"][0] == pytest.approx(-half, rel=0.05) and iv["relative"][1] == pytest.approx(half, rel=0.05), iv
-    assert iv["basis"].startswith("hierarchical bootstrap of 2 runs (20 steps) and 2 runs (20 steps)") and "Student-t" in iv["basis"]
+    assert iv["relative"][0] == pytest.approx(-half, rel=0.05) and iv["relative"][1] == pytest.approx(half, rel=0.05), (
+        iv
+    )
+    assert (
+        iv["basis"].startswith("hierarchical bootstrap of 2 runs (20 steps) and 2 runs (20 steps)")
+        and "Student-t" in iv["basis"]
+    )
     # Each run's own figure is in the JSON, so the spread can be read off.
-    assert two["runs"]["before"] == pytest.approx([gb10.metrics["decode_step_ms"]["p50"], 1.1 * gb10.metrics["decode_step_ms"]["p50"]])
+    assert two["runs"]["before"] == pytest.approx(
+        [gb10.metrics["decode_step_ms"]["p50"], 1.1 * gb10.metrics["decode_step_ms"]["p50"]]
+    )
     assert two["basis"]["before"] == "2 runs: over the pooled steps (20 steps)"
 
 
@@ -259,6 +316,7 @@ def test_engine_traces_have_decode_intervals(gb10):
     interval on an engine trace (it looked for TPOT steps, which an engine trace has none of) or
     resamples other steps than its own."""
     from conftest import read_real
+
     from tracekit.analysis import analyze
 
     for a in (gb10, analyze(read_real("rtx3090_vllm"))):
@@ -298,9 +356,19 @@ def test_slowdown_with_several_runs_per_side_fires_through_the_cli(rtx3090_runs,
     spread swamps a real slowdown, or if a side's runs are not all read."""
     (b0, *bs), (a0, *as_) = rtx3090_runs
     out, junit = tmp_path / "c.json", tmp_path / "gates.xml"
-    args = ["compare", str(b0), str(a0), *sum((["--before-run", str(p)] for p in bs), []),
-            *sum((["--after-run", str(p)] for p in as_), []), "--junit", str(junit),
-            "--fail-if", "decode_step_p50>+5%", "--fail-if", "decode_step_p50>+20%"]
+    args = [
+        "compare",
+        str(b0),
+        str(a0),
+        *sum((["--before-run", str(p)] for p in bs), []),
+        *sum((["--after-run", str(p)] for p in as_), []),
+        "--junit",
+        str(junit),
+        "--fail-if",
+        "decode_step_p50>+5%",
+        "--fail-if",
+        "decode_step_p50>+20%",
+    ]
     res = CliRunner().invoke(main, [*args, "-o", str(out)])
     assert res.exit_code == 1, res.output
     assert "gate failed: decode_step_p50>+5%" in res.stderr and "beyond noise" in res.stderr
@@ -324,12 +392,12 @@ def test_slowdown_with_several_runs_per_side_fires_through_the_cli(rtx3090_runs,
     html = page.read_text()
     assert '<section id="gates">' in html and 'data-expr="decode_step_p50&gt;+5%" data-verdict="fail"' in html
     assert 'data-expr="decode_step_p50&gt;+20%" data-verdict="pass"' in html
-    row = html[html.index('<tr data-key="decode_step_p50"'):]
+    row = html[html.index('<tr data-key="decode_step_p50"') :]
     row = row[: row.index("</tr>")]
     shown = re.search(r'class="n interval" title="hierarchical bootstrap[^"]*">([+-][\d.]+)% to ([+-][\d.]+)%<', row)
     assert shown, row
     assert [float(x) / 100 for x in shown.groups()] == pytest.approx(h["interval"]["relative"], rel=0.01)
-    gate_row = html[html.index('data-expr="decode_step_p50&gt;+5%"'):]
+    gate_row = html[html.index('data-expr="decode_step_p50&gt;+5%"') :]
     gate_row = gate_row[: gate_row.index("</tr>")]
     assert "+5" in gate_row and "❌ fail" in gate_row and "beyond noise" in gate_row, gate_row
 
@@ -343,7 +411,10 @@ def test_several_runs_errors_are_one_sentence(rtx3090_runs, tmp_path):
     (b0, *_), (a0, *_) = rtx3090_runs
     out = tmp_path / "c.md"
     cases = [
-        (["--before-run", str(tmp_path / "nope.json")], f"--before-run {tmp_path / 'nope.json'}: no such file or folder"),
+        (
+            ["--before-run", str(tmp_path / "nope.json")],
+            f"--before-run {tmp_path / 'nope.json'}: no such file or folder",
+        ),
         (["--after-run", str(a0)], "the runs of one side must be separate runs"),
         (["--after-run", str(real_trace_path("gb10_vllm"))], "the after runs are not repeats of one workload"),
     ]

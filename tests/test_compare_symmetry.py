@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLE_TRACES
 from test_mutants_analysis_h import _decode
+
 from tracekit import read_trace
 from tracekit.analysis import analyze
 from tracekit.compare import compare

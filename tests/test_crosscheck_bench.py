@@ -14,7 +14,6 @@ import importlib.util
 import sys
 
 import pytest
-
 from conftest import ROOT, SHARED_TRACES, read_real
 
 ORACLE = SHARED_TRACES.parent / "oracles" / "tracelens" / "h100_hf-qwen1.5-0.5b_forward_bs16"
@@ -76,8 +75,9 @@ def test_known_tracelens_convention_is_named_with_the_arithmetics_side():
     v = silu["flops_verdict"]
     assert v["status"] == "disagree" and v["side"] == "tracekit", v
     assert "convention" in v["text"]
-    assert any(d["what"] == silu["op"] and d["metric"] == "flops" and d["side"] == "tracekit"
-               for d in res["disagreements"])
+    assert any(
+        d["what"] == silu["op"] and d["metric"] == "flops" and d["side"] == "tracekit" for d in res["disagreements"]
+    )
     # the whole forward: FLOPs and bytes within 5% on all three
     assert res["total"]["flops_verdict"]["status"] == "agree"
     assert res["total"]["bytes_verdict"]["status"] == "agree"
@@ -96,8 +96,9 @@ def test_a_perturbed_tracekit_is_named_as_disagreeing():
         v = r["flops_verdict"]
         assert v["status"] == "disagree" and v["side"] == "TraceLens", (r["op"], v)
         assert "+10.0% from arithmetic" in v["text"]
-        assert any(d["what"] == r["op"] and d["metric"] == "flops" and d["side"] == "TraceLens"
-                   for d in res["disagreements"])
+        assert any(
+            d["what"] == r["op"] and d["metric"] == "flops" and d["side"] == "TraceLens" for d in res["disagreements"]
+        )
     cat = next(c for c in res["categories"] if c["category"] == "gemm")
     assert cat["flops_verdict"]["status"] == "disagree" and cat["flops_verdict"]["side"] == "TraceLens"
     # bytes were left alone: still agree
@@ -127,12 +128,14 @@ def test_arithmetic_by_hand():
     b = _bench()
     bf = "c10::BFloat16"
     # SGLang Qwen3-8B extend step: add + RMSNorm reads input, residual and weight, writes output and residual
-    a = b.FORMULAS["aiter::add_rmsnorm"](_args(b, "aiter::add_rmsnorm", [[15360, 4096]] * 4 + [[4096], []],
-                                                [bf] * 5 + ["Scalar"]))
+    a = b.FORMULAS["aiter::add_rmsnorm"](
+        _args(b, "aiter::add_rmsnorm", [[15360, 4096]] * 4 + [[4096], []], [bf] * 5 + ["Scalar"])
+    )
     assert a.bytes == 4 * 15360 * 4096 * 2 + 4096 * 2
     # per-head k_norm: 8 KV heads x 128 per token, not the hidden width
-    a = b.FORMULAS["aiter::rmsnorm"](_args(b, "aiter::rmsnorm", [[122880, 128], [122880, 128], [128], []],
-                                           [bf, bf, bf, "Scalar"]))
+    a = b.FORMULAS["aiter::rmsnorm"](
+        _args(b, "aiter::rmsnorm", [[122880, 128], [122880, 128], [128], []], [bf, bf, bf, "Scalar"])
+    )
     assert a.bytes == 2 * 15360 * 8 * 128 * 2 + 128 * 2 and a.flops == 4 * 15360 * 1024
     # prefill attention: 15 requests of 1024 tokens, causal, 32 query heads, 8 KV heads, head 128
     dims = [[15360, 32, 128], [835874, 8, 128], [835874, 8, 128], [16], [16], [15616]] + [[]] * 12
@@ -143,37 +146,80 @@ def test_arithmetic_by_hand():
     assert a.flops == 4 * 32 * 128 * pairs
     assert a.bytes == 2 * 15360 * 32 * 128 * 2 + 2 * 15360 * 8 * 128 * 2
     # the same from the engine's step annotation when the op's arguments do not settle the lengths
-    step = b.step_sums(__import__("pandas").DataFrame(
-        {"name": ["execute_15360_context_15(sq15360sk15360sqsq15728640sqsk15728640)_generation_0(sq0sk0sqsq0sqsk0)"]}))[0]
+    step = b.step_sums(
+        __import__("pandas").DataFrame(
+            {
+                "name": [
+                    "execute_15360_context_15(sq15360sk15360sqsq15728640sqsk15728640)_generation_0(sq0sk0sqsq0sqsk0)"
+                ]
+            }
+        )
+    )[0]
     conc2 = conc[:6] + ["2048", "2048"] + conc[8:]
-    assert b.FORMULAS["aiter::mha_batch_prefill"](_args(b, "aiter::mha_batch_prefill", dims, types, conc2, step)).flops \
+    assert (
+        b.FORMULAS["aiter::mha_batch_prefill"](_args(b, "aiter::mha_batch_prefill", dims, types, conc2, step)).flops
         == 4 * 32 * 128 * pairs
+    )
     # decode: 32 requests, 32,785 keys in all (the step's annotation), one query each
     dstep = {"sq": 32, "sk": 32785, "sqsq": 32, "sqsk": 32785}
-    a = b.FORMULAS["sglang_profiler::attention_paged_attention_ragged"](_args(
-        b, "sglang_profiler::attention_paged_attention_ragged",
-        [[32, 32, 128], [10905190400], [32, 32, 128], [835874, 1, 8, 128], [835874, 1, 8, 128], [33]],
-        [bf, "unsigned char", bf, bf, bf, "int"], step=dstep))
+    a = b.FORMULAS["sglang_profiler::attention_paged_attention_ragged"](
+        _args(
+            b,
+            "sglang_profiler::attention_paged_attention_ragged",
+            [[32, 32, 128], [10905190400], [32, 32, 128], [835874, 1, 8, 128], [835874, 1, 8, 128], [33]],
+            [bf, "unsigned char", bf, bf, bf, "int"],
+            step=dstep,
+        )
+    )
     assert a.flops == 4 * 32 * 128 * 32785
     assert a.bytes == 2 * 32 * 32 * 128 * 2 + 2 * 32785 * 8 * 128 * 2
     # SiLU-and-mul, RoPE, KV store
-    a = b.FORMULAS["sgl_kernel::silu_and_mul"](_args(b, "sgl_kernel::silu_and_mul", [[32, 12288], [32, 24576]], [bf, bf]))
+    a = b.FORMULAS["sgl_kernel::silu_and_mul"](
+        _args(b, "sgl_kernel::silu_and_mul", [[32, 12288], [32, 24576]], [bf, bf])
+    )
     assert a.flops == 5 * 32 * 12288 and a.bytes == (32 * 12288 + 32 * 24576) * 2
-    a = b.FORMULAS["sgl_kernel::rotary_embedding"](_args(
-        b, "sgl_kernel::rotary_embedding", [[32], [32, 4096], [32, 1024], [], [41216, 128], []],
-        ["long int", bf, bf, "Scalar", bf, "Scalar"], ["", "", "", "128", "", "True"]))
+    a = b.FORMULAS["sgl_kernel::rotary_embedding"](
+        _args(
+            b,
+            "sgl_kernel::rotary_embedding",
+            [[32], [32, 4096], [32, 1024], [], [41216, 128], []],
+            ["long int", bf, bf, "Scalar", bf, "Scalar"],
+            ["", "", "", "128", "", "True"],
+        )
+    )
     assert a.flops == 3 * 32 * 40 * 128 and a.bytes == 2 * 32 * 40 * 128 * 2 + 32 * 8 + 32 * 128 * 2
-    a = b.FORMULAS["sglang::store_cache"](_args(
-        b, "sglang::store_cache", [[32, 1024], [32, 1024], [835874, 1024], [835874, 1024], [32], [], []],
-        [bf, bf, bf, bf, "long int", "Scalar", "Scalar"]))
+    a = b.FORMULAS["sglang::store_cache"](
+        _args(
+            b,
+            "sglang::store_cache",
+            [[32, 1024], [32, 1024], [835874, 1024], [835874, 1024], [32], [], []],
+            [bf, bf, bf, bf, "long int", "Scalar", "Scalar"],
+        )
+    )
     assert a.flops == 0 and a.bytes == 2 * 2 * 32 * 1024 * 2 + 32 * 8
     # torch SDPA, causal: 559 tokens, 16 x 16 heads of 64
-    a = b.FORMULAS["aten::_scaled_dot_product_flash_attention"](_args(
-        b, "aten::_scaled_dot_product_flash_attention", [[16, 16, 559, 64]] * 3 + [[]] * 4,
-        [bf] * 3 + ["Scalar"] * 4, ["", "", "", "0.", "True", "False", "0.125"]))
+    a = b.FORMULAS["aten::_scaled_dot_product_flash_attention"](
+        _args(
+            b,
+            "aten::_scaled_dot_product_flash_attention",
+            [[16, 16, 559, 64]] * 3 + [[]] * 4,
+            [bf] * 3 + ["Scalar"] * 4,
+            ["", "", "", "0.", "True", "False", "0.125"],
+        )
+    )
     assert a.flops == 4 * 256 * 64 * (559 * 560 // 2) and a.bytes == 4 * 16 * 16 * 559 * 64 * 2
     # where the shapes cannot say: no arithmetic, not a guess
-    assert b.FORMULAS["aten::cat"](_args(b, "aten::cat", [[[1, 2], [1, 2]], []], ["TensorList", "Scalar"])).bytes is None
-    assert b.FORMULAS["sglang_profiler::attention_paged_attention_ragged"](_args(
-        b, "sglang_profiler::attention_paged_attention_ragged", [[32, 32, 128], [1], [32, 32, 128], [9, 1, 8, 128]],
-        [bf, "unsigned char", bf, bf])) is None
+    assert (
+        b.FORMULAS["aten::cat"](_args(b, "aten::cat", [[[1, 2], [1, 2]], []], ["TensorList", "Scalar"])).bytes is None
+    )
+    assert (
+        b.FORMULAS["sglang_profiler::attention_paged_attention_ragged"](
+            _args(
+                b,
+                "sglang_profiler::attention_paged_attention_ragged",
+                [[32, 32, 128], [1], [32, 32, 128], [9, 1, 8, 128]],
+                [bf, "unsigned char", bf, bf],
+            )
+        )
+        is None
+    )

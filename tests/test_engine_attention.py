@@ -27,25 +27,33 @@ LAYERS, DECODE_STEPS = 32, 5
 FMHA_V2 = "fmha_v2_flash_attention_fp16_64_128_S_128_causal_sm80_kernel_nl_tiled"
 # TurboMind's attention_kernel<AttentionUniversal<..., CtaMap>>, demangled as Kineto writes templates
 # (lmdeploy src/turbomind/kernels/attention/attention_config.h and decoding_config.h).
-_TM = ("void turbomind::attention_kernel<turbomind::attention::AttentionUniversal<turbomind::arch::Sm80, "
-       "turbomind::attention::Mainloop<turbomind::attention::Sm80_CpAsync<{stages}>, turbomind::attention::Impl<"
-       "(turbomind::attention::MMA){mma}, __half, __half, 1, 64, 64, 1, 16, 64, 128, {stages}> >, "
-       "turbomind::attention::{iterator}<__half, 64, 128>, turbomind::attention::{cta_map}> >"
-       "(turbomind::AttentionParams<__half>, turbomind::attention::{cta_map})")
+_TM = (
+    "void turbomind::attention_kernel<turbomind::attention::AttentionUniversal<turbomind::arch::Sm80, "
+    "turbomind::attention::Mainloop<turbomind::attention::Sm80_CpAsync<{stages}>, turbomind::attention::Impl<"
+    "(turbomind::attention::MMA){mma}, __half, __half, 1, 64, 64, 1, 16, 64, 128, {stages}> >, "
+    "turbomind::attention::{iterator}<__half, 64, 128>, turbomind::attention::{cta_map}> >"
+    "(turbomind::AttentionParams<__half>, turbomind::attention::{cta_map})"
+)
 TM_PREFILL = _TM.format(stages=2, mma=0, iterator="LinearIteratorFactory", cta_map="AttentionCtaMap")
 TM_DECODE = _TM.format(stages=3, mma=3, iterator="GetBlockIterFactory", cta_map="DecodingCtaMap")
 
 # (prompt attention, token attention) per engine family.
 ENGINES = {
     # RTP-LLM (FasterTransformer kernels): the run of issue 46.
-    "rtp-llm": (FMHA_V2, "void fastertransformer::masked_multihead_attention_kernel<unsigned short, 128, 128, 4, 256, "
-                         "false>(fastertransformer::Multihead_attention_params<unsigned short, false>)"),
+    "rtp-llm": (
+        FMHA_V2,
+        "void fastertransformer::masked_multihead_attention_kernel<unsigned short, 128, 128, 4, 256, "
+        "false>(fastertransformer::Multihead_attention_params<unsigned short, false>)",
+    ),
     # TensorRT-LLM generating with XQA: extern "C" kernel_mha, loaded from its xqa_kernel_dt_* cubins.
     "tensorrt-llm-xqa": (FMHA_V2, "kernel_mha"),
     # TensorRT-LLM generating with masked multi-head attention (its mmha namespace).
-    "tensorrt-llm-mmha": (FMHA_V2, "void tensorrt_llm::kernels::mmha::masked_multihead_attention_kernel<unsigned short, "
-                                   "unsigned short, tensorrt_llm::kernels::KVBlockArray, 128, 128, false, false, "
-                                   "false, false, false, 8u, 4u, 4u>"),
+    "tensorrt-llm-mmha": (
+        FMHA_V2,
+        "void tensorrt_llm::kernels::mmha::masked_multihead_attention_kernel<unsigned short, "
+        "unsigned short, tensorrt_llm::kernels::KVBlockArray, 128, 128, false, false, "
+        "false, false, false, 8u, 4u, 4u>",
+    ),
     "turbomind": (TM_PREFILL, TM_DECODE),
 }
 
@@ -90,8 +98,11 @@ def test_engine_attention_families_are_attention_with_a_phase(engine):
     assert taxonomy.categorize(prompt) == taxonomy.categorize(token) == taxonomy.ATTENTION
     assert evidence.is_prefill_attention(prompt) and not evidence.is_decode_attention(prompt)
     assert evidence.is_decode_attention(token) and not evidence.is_prefill_attention(token, weak=True)
-    for name in ("fmha_cutlassF_f16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)",
-                 "_ZN7ck_tile6kentryILi2ENS_13FmhaFwdKernel", "mat_vec_kernel_MHA<float>"):
+    for name in (
+        "fmha_cutlassF_f16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)",
+        "_ZN7ck_tile6kentryILi2ENS_13FmhaFwdKernel",
+        "mat_vec_kernel_MHA<float>",
+    ):
         assert not evidence.is_prefill_attention(name, weak=True) and not evidence.is_decode_attention(name), name
 
 
@@ -116,4 +127,3 @@ def test_unannotated_engine_run_names_its_prefill_and_decode_steps(tmp_path, eng
     # The analysis counts them so: one prefill step (the prompt), five decode steps.
     phases = analyze(trace).to_dict()["phases"]
     assert (phases["prefill"]["steps"], phases["decode"]["steps"]) == (1, DECODE_STEPS)
-

@@ -56,8 +56,10 @@ def _tracelens(name: str) -> dict[str, float]:
 
 def _by_op(work) -> dict[str, float]:
     names = work["op_name"].astype(object).to_numpy()
-    names = np.array([re.sub(r"_\d+$", "", n) if isinstance(n, str) and n.startswith("sglang_profiler::") else n
-                      for n in names], dtype=object)
+    names = np.array(
+        [re.sub(r"_\d+$", "", n) if isinstance(n, str) and n.startswith("sglang_profiler::") else n for n in names],
+        dtype=object,
+    )
     out: dict[str, float] = {}
     for n, b in zip(names, work["bytes"].to_numpy()):
         if isinstance(n, str) and not np.isnan(b):
@@ -104,9 +106,13 @@ def test_extend_engine_ops_match_the_arithmetic_and_tracelens(extend):
     """Bug: the engine ops were unpriced. Each op's bytes over the step against its arithmetic and
     against TraceLens (which counts the same tensors; it leaves out the store's int64 slots)."""
     got, tl = _by_op(extend.work), _tracelens("mi300x_sglang-qwen3-8b_extend-step")
-    for op, key in (("aiter::mha_batch_prefill", "attention"), ("aiter::add_rmsnorm", "add_rmsnorm"),
-                    ("aiter::rmsnorm", "rmsnorm"), ("sgl_kernel::silu_and_mul", "silu_and_mul"),
-                    ("sglang::store_cache", "store_cache")):
+    for op, key in (
+        ("aiter::mha_batch_prefill", "attention"),
+        ("aiter::add_rmsnorm", "add_rmsnorm"),
+        ("aiter::rmsnorm", "rmsnorm"),
+        ("sgl_kernel::silu_and_mul", "silu_and_mul"),
+        ("sglang::store_cache", "store_cache"),
+    ):
         assert got[op] == pytest.approx(EXTEND_BYTES[key], rel=1e-9), op
         assert got[op] == pytest.approx(tl[op], rel=0.002), op
     flops = extend.work.groupby("op_name", observed=True)["flops"].sum()

@@ -11,8 +11,8 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import read_real
+
 from tracekit.analysis import analyze
 from tracekit.analysis.pricing.attribution import attribute
 from tracekit.analysis.pricing.roofline import combined_estimate

@@ -106,8 +106,19 @@ def test_gb10_fp8_is_the_fp32_accumulate_figure():
 
 
 def _unit(category, phase="decode"):
-    return {"dur_ns": 1000.0, "flops": 1e3, "bytes": 1e9, "dtype": "bf16", "unit": "vector", "bound": "memory",
-            "limiter": "memory", "kind": "kernel", "category": category, "phase": phase, "name": "k"}
+    return {
+        "dur_ns": 1000.0,
+        "flops": 1e3,
+        "bytes": 1e9,
+        "dtype": "bf16",
+        "unit": "vector",
+        "bound": "memory",
+        "limiter": "memory",
+        "kind": "kernel",
+        "category": category,
+        "phase": phase,
+        "name": "k",
+    }
 
 
 def test_same_class_carries_the_source_fraction():

@@ -11,8 +11,8 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import read_real, real_trace_path
+
 from tracekit.analysis.analyze import analyze
 from tracekit.analysis.steps.mixed import phase_weights
 from tracekit.report import render
@@ -40,8 +40,9 @@ def test_fp8_advice_counts_only_kernels_on_16_bit_weights():
     fp8 = _ids(a)["fp8-weights"]
     w = a.work
     weight = phase_weights(w["phase"].to_numpy(), w["prefill_share"].to_numpy(), "decode")
-    gemm = (w["category"].isin(["gemm", "moe"]) & (w["bound"] == "memory") & (w["unit"] == "matrix")
-            & w["flops"].notna()).to_numpy() & (weight > 0)
+    gemm = (
+        w["category"].isin(["gemm", "moe"]) & (w["bound"] == "memory") & (w["unit"] == "matrix") & w["flops"].notna()
+    ).to_numpy() & (weight > 0)
     experts = (w["component"] == "experts").to_numpy()
     assert gemm[experts].any() and (w["dtype"][gemm & experts] == "bf16").all()  # their MMA rate is bf16
     bf16_ms = float((w["dur_ns"].to_numpy() * weight)[gemm & ~experts].sum()) / 1e6
@@ -86,8 +87,18 @@ def _slow_gpu(tmp_path, l2_mb: float) -> str:
     """A spec row slow enough (100 GB/s) that Qwen3-8B's decode activations, priced by the
     model, beat its DRAM roof on the MI300X timings, with an L2 cache of ``l2_mb``."""
     path = tmp_path / f"slow-{l2_mb:g}.json"
-    path.write_text(json.dumps({"name": "Slow GPU", "memory_bandwidth_GBps": 100, "l2_cache_MB": l2_mb,
-                                "num_sms": 304, "matrix_tflops": {"bf16": 100}, "vector_tflops": {"fp32": 50}}))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "Slow GPU",
+                "memory_bandwidth_GBps": 100,
+                "l2_cache_MB": l2_mb,
+                "num_sms": 304,
+                "matrix_tflops": {"bf16": 100},
+                "vector_tflops": {"fp32": 50},
+            }
+        )
+    )
     return str(path)
 
 
@@ -124,6 +135,7 @@ def test_the_lack_of_shapes_says_the_model_priced_the_kernels():
     from click.testing import CliRunner
 
     from tracekit.cli import main
+
     path = str(real_trace_path("rtx3090_vllm"))
     out = CliRunner().invoke(main, ["summary", path, "--model", "gpt-oss-20b"]).output
     lack = out.split("the trace lacks")[1].split("\n\n")[0]
@@ -149,6 +161,7 @@ def test_latency_fits_only_a_small_grid_or_a_short_kernel():
     roof is 3.6 us beyond it, within a kernel's 5 us fixed latency; a 3.4 ms kernel of 32,768
     blocks at 10% is neither, and neither is a 100 us one whose grid the trace does not state."""
     from tracekit.analysis.pricing.roofline import BELOW_ROOF, LATENCY, latency_fits, limiter
+
     dur = np.array([50_000, 4_000, 3_400_000, 100_000, 3_400_000])
     rf = np.array([0.1, 0.1, 0.1, 0.1, 0.5])
     ctas = np.array([64, 100_000, 32_768, -1, 32_768])
@@ -212,12 +225,26 @@ def test_decode_attention_of_unknown_keys_above_the_ridge_is_not_called_undescri
     from tracekit.analysis.pricing.above_roof import model_above_roof
 
     n = 2
-    table = pd.DataFrame({
-        "cost_source": ["model"] * n, "roof_fraction": [5.0] * n, "roof_fraction_achievable": [5.0] * n,
-        "component": ["attention"] * n, "flops": [1e12] * n, "bytes": [1e9] * n, "cost_reason": [""] * n,
-        "estimate": ["upper"] * n, "intensity": [1e3] * n, "achieved_bw": [1e12] * n, "achieved_flops": [1e15] * n,
-        "ridge": [300.0] * n, "bound": ["compute"] * n, "bound_reason": [""] * n, "model_check": [None] * n,
-        "dur_ns": [1_000_000] * n})
+    table = pd.DataFrame(
+        {
+            "cost_source": ["model"] * n,
+            "roof_fraction": [5.0] * n,
+            "roof_fraction_achievable": [5.0] * n,
+            "component": ["attention"] * n,
+            "flops": [1e12] * n,
+            "bytes": [1e9] * n,
+            "cost_reason": [""] * n,
+            "estimate": ["upper"] * n,
+            "intensity": [1e3] * n,
+            "achieved_bw": [1e12] * n,
+            "achieved_flops": [1e15] * n,
+            "ridge": [300.0] * n,
+            "bound": ["compute"] * n,
+            "bound_reason": [""] * n,
+            "model_check": [None] * n,
+            "dur_ns": [1_000_000] * n,
+        }
+    )
     model_above_roof(table, np.zeros(n, dtype=np.int64), np.full(n, 1e-3), None, None, None, None)
     assert (table["model_check"] == "keys_unknown").all() and table["bytes"].isna().all()
     a = SimpleNamespace(model={"name": "m", "tp": 1, "tp_source": "", "precision_source": ""}, work=table)

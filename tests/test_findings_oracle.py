@@ -19,15 +19,19 @@ figure other than the one the report shows.
 from __future__ import annotations
 
 import pytest
-
 from conftest import SAMPLE_TRACES, all_real_traces, read_real
+
 from tracekit import read_trace
 from tracekit.analysis import analyze
 
 SAMPLES = ["tiny-bs1", "tiny-bs8"]
 ATTENTION, UNKNOWN_COST, GROWTH, OUTSIDE = 0.25, 0.20, 0.20, 0.10
-WHAT = {"compute": "compute-bound", "memory": "memory-bound", "interconnect": "interconnect-bound",
-        "unknown": "of unknown bound"}
+WHAT = {
+    "compute": "compute-bound",
+    "memory": "memory-bound",
+    "interconnect": "interconnect-bound",
+    "unknown": "of unknown bound",
+}
 PHASE_TEXT = {"unknown": "unclassified steps'", "mixed": "mixed steps'"}
 
 
@@ -72,13 +76,17 @@ def test_findings_follow_from_the_reports_figures(key):
     for f in fired:
         assert f["text"].startswith(f"Attention is {_pct(attention)} of decode kernel time")
 
-    unknown = [p for p, v in phases.items() if v.get("unknown_cost_share") is not None
-               and v["unknown_cost_share"] >= UNKNOWN_COST]
+    unknown = [
+        p
+        for p, v in phases.items()
+        if v.get("unknown_cost_share") is not None and v["unknown_cost_share"] >= UNKNOWN_COST
+    ]
     assert [f["phase"] for f in by_id.get("unknown-cost", [])] == unknown
     for f in by_id.get("unknown-cost", []):
         share = phases[f["phase"]]["unknown_cost_share"]
-        assert f["text"].startswith(f"{_pct(share)} of {PHASE_TEXT.get(f['phase'], f['phase'])} kernel time has "
-                                    "unknown cost: ")
+        assert f["text"].startswith(
+            f"{_pct(share)} of {PHASE_TEXT.get(f['phase'], f['phase'])} kernel time has unknown cost: "
+        )
 
     growth = m.get("tpot_growth")
     fired = by_id.get("tpot-growth", [])
@@ -109,6 +117,8 @@ def _n(v: dict) -> int:
 
 def _ms(ms: float) -> str:
     return f"{ms / 1e3:.3g} s" if ms >= 1e3 else f"{ms:.3g} ms"
+
+
 PHASE_NAME = {"unknown": "unclassified", "mixed": "mixed"}
 
 
@@ -152,13 +162,17 @@ def test_idle_advice_follows_from_the_phases_idle_causes(key):
         elif f["id"] == "launch-bound":
             kernels = [s["kernels"] for s in d["steps"] if s["phase"] == f["phase"]]
             per_kernels = f"{sum(kernels) / len(kernels):,.0f}" if kernels else "0"
-            assert f["text"].startswith(f"{name.capitalize()} is launch-bound: the GPU waits for kernel launches "
-                                        f"{share} of the {name} steps' time ({_ms(v['idle_by_cause']['launch'] / _n(v))} "
-                                        f"per step, {per_kernels} kernels per step)")
+            assert f["text"].startswith(
+                f"{name.capitalize()} is launch-bound: the GPU waits for kernel launches "
+                f"{share} of the {name} steps' time ({_ms(v['idle_by_cause']['launch'] / _n(v))} "
+                f"per step, {per_kernels} kernels per step)"
+            )
             assert f["sum_ms"] in (None, pytest.approx(v["idle_by_cause"]["launch"], rel=1e-12))
         elif f["id"] == "host-bound":
-            assert f["text"].startswith(f"The GPU waits for host work between launches {share} of the {name} steps' "
-                                        f"time ({_ms(v['idle_by_cause']['host'] / _n(v))} per step)")
+            assert f["text"].startswith(
+                f"The GPU waits for host work between launches {share} of the {name} steps' "
+                f"time ({_ms(v['idle_by_cause']['host'] / _n(v))} per step)"
+            )
             assert f["sum_ms"] == pytest.approx(v["idle_by_cause"]["host"], rel=1e-12)
         else:
             assert f"but waited {share} of the steps' time before starting" in f["text"]

@@ -51,8 +51,17 @@ def busy_run(tmp_path_factory):
     procs = _spin(os.cpu_count() or 1)
     try:
         time.sleep(0.5)  # let them start
-        result = collect(CollectOptions(preset="tiny", batch_size=1, prompt_len=16, new_tokens=4,
-                                        output=str(tmp / "busy"), progress=False, warmup=1))
+        result = collect(
+            CollectOptions(
+                preset="tiny",
+                batch_size=1,
+                prompt_len=16,
+                new_tokens=4,
+                output=str(tmp / "busy"),
+                progress=False,
+                warmup=1,
+            )
+        )
     finally:
         _stop(procs)
     return result, tmp
@@ -97,8 +106,24 @@ def test_one_value_per_figure_from_collect_to_summary_and_report(tmp_path):
     """Bug caught: `collect` printed the upper middle element of the TPOT series ("TPOT 84.69 ms
     (median)") while `summary` printed numpy's p50 of the same series (44.1 ms)."""
     out = tmp_path / "one"
-    r = CliRunner().invoke(main, ["collect", "-b", "1", "-p", "16", "-n", "4", "--threads", "1", "--no-calibrate",
-                                  "--no-progress", "-o", str(out)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "collect",
+            "-b",
+            "1",
+            "-p",
+            "16",
+            "-n",
+            "4",
+            "--threads",
+            "1",
+            "--no-calibrate",
+            "--no-progress",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     trace = f"{out}.pt.trace.json.gz"
     side = json.loads(Path(f"{out}.tracekit.json").read_text())

@@ -13,18 +13,49 @@ from tracekit.frameworks import BatchSide, sglang, vllm
     "name, phase, prefill, decode, tokens, batch",
     [
         # vLLM detailed form: all four sums on both sides.
-        ("execute_16_context_0(sq0sk0sqsq0sqsk0)_generation_16(sq16sk8193sqsq16sqsk8193)", "decode",
-         BatchSide(0, 0, 0, 0, 0), BatchSide(16, 16, 8193, 16, 8193), 16, 16),
-        ("execute_15360_context_15(sq15360sk15360sqsq15728640sqsk15728640)_generation_0(sq0sk0sqsq0sqsk0)",
-         "prefill", BatchSide(15, 15360, 15360, 15728640, 15728640), BatchSide(0, 0, 0, 0, 0), 15360, 15),
+        (
+            "execute_16_context_0(sq0sk0sqsq0sqsk0)_generation_16(sq16sk8193sqsq16sqsk8193)",
+            "decode",
+            BatchSide(0, 0, 0, 0, 0),
+            BatchSide(16, 16, 8193, 16, 8193),
+            16,
+            16,
+        ),
+        (
+            "execute_15360_context_15(sq15360sk15360sqsq15728640sqsk15728640)_generation_0(sq0sk0sqsq0sqsk0)",
+            "prefill",
+            BatchSide(15, 15360, 15360, 15728640, 15728640),
+            BatchSide(0, 0, 0, 0, 0),
+            15360,
+            15,
+        ),
         # A chunked-prefill (mixed) step: one 512-token chunk over a 1536-token prefix, 7 decodes.
-        ("execute_519_context_1(sq512sk2048sqsq262144sqsk1048576)_generation_7(sq7sk7007sqsq7sqsk7007)", "mixed",
-         BatchSide(1, 512, 2048, 262144, 1048576), BatchSide(7, 7, 7007, 7, 7007), 519, 8),
+        (
+            "execute_519_context_1(sq512sk2048sqsq262144sqsk1048576)_generation_7(sq7sk7007sqsq7sqsk7007)",
+            "mixed",
+            BatchSide(1, 512, 2048, 262144, 1048576),
+            BatchSide(7, 7, 7007, 7, 7007),
+            519,
+            8,
+        ),
         # Older form: tokens and sum of squares, or tokens alone.
-        ("execute_context_1(888_788544)_generation_0(0)", "prefill",
-         BatchSide(1, 888, None, 788544, None), BatchSide(0, 0), 888, 1),
+        (
+            "execute_context_1(888_788544)_generation_0(0)",
+            "prefill",
+            BatchSide(1, 888, None, 788544, None),
+            BatchSide(0, 0),
+            888,
+            1,
+        ),
         ("execute_context_0(0)_generation_4(4)", "decode", BatchSide(0, 0), BatchSide(4, 4), 4, 4),
-        ("execute_context_2(100_5000)_generation_3(3)", "mixed", BatchSide(2, 100, None, 5000), BatchSide(3, 3), 103, 5),
+        (
+            "execute_context_2(100_5000)_generation_3(3)",
+            "mixed",
+            BatchSide(2, 100, None, 5000),
+            BatchSide(3, 3),
+            103,
+            5,
+        ),
     ],
 )
 def test_vllm_execute_annotations(name, phase, prefill, decode, tokens, batch):
@@ -61,14 +92,17 @@ def test_malformed_annotations_are_steps_with_a_problem_never_a_crash(name, prob
     assert a is not None and problem in a.problem
 
 
-@pytest.mark.parametrize("counts, dropped", [
-    # Two requests of 3 and 5 new tokens over 10 and 20 keys: Σq 8, Σk 30, Σq² 34, Σqk 130.
-    ("sq8sk30sqsq34sqsk130", None),
-    ("sq8sk30sqsq35sqsk130", "sum_q2"),   # odd: q² - q is even for every q, so Σq² - Σq is even
-    ("sq8sk30sqsq66sqsk130", "sum_q2"),   # more than (Σq)² = 64
-    ("sq8sk30sqsq30sqsk130", "sum_q2"),   # under (Σq)²/n = 32: two requests cannot be that even
-    ("sq8sk30sqsq34sqsk250", "sum_qk"),   # more than Σq·Σk = 240
-])
+@pytest.mark.parametrize(
+    "counts, dropped",
+    [
+        # Two requests of 3 and 5 new tokens over 10 and 20 keys: Σq 8, Σk 30, Σq² 34, Σqk 130.
+        ("sq8sk30sqsq34sqsk130", None),
+        ("sq8sk30sqsq35sqsk130", "sum_q2"),  # odd: q² - q is even for every q, so Σq² - Σq is even
+        ("sq8sk30sqsq66sqsk130", "sum_q2"),  # more than (Σq)² = 64
+        ("sq8sk30sqsq30sqsk130", "sum_q2"),  # under (Σq)²/n = 32: two requests cannot be that even
+        ("sq8sk30sqsq34sqsk250", "sum_qk"),  # more than Σq·Σk = 240
+    ],
+)
 def test_sums_of_squares_that_no_batch_can_have_are_dropped(counts, dropped):
     # Bug caught: a Σq² that breaks arithmetic priced attention with half-pairs or more pairs than
     # the batch has; each bound is a property of any integers q_i >= 1, not of a trace.
@@ -116,8 +150,16 @@ def test_tracekit_markers_carry_kv_counts():
 
 @pytest.mark.parametrize(
     "name",
-    ["ProfilerStep#3", "capture_32_DECODE", "decoder_layer", "nccl:all_reduce", "step[IDLE]",
-     "tracekit::generate", "execute_context_0(0)_generation_0(0)", "x"],
+    [
+        "ProfilerStep#3",
+        "capture_32_DECODE",
+        "decoder_layer",
+        "nccl:all_reduce",
+        "step[IDLE]",
+        "tracekit::generate",
+        "execute_context_0(0)_generation_0(0)",
+        "x",
+    ],
 )
 def test_names_that_are_not_steps(name):
     assert frameworks.parse_annotation(name) is None
@@ -129,15 +171,23 @@ def test_user_ranges_name_a_phase_without_counts():
 
 
 def test_step_frames():
-    assert frameworks.step_frame_source("vllm/v1/worker/gpu_model_runner.py(3758): execute_model") == \
-        frameworks.SOURCE_VLLM_FRAMES
-    assert frameworks.step_frame_source("vllm/worker/model_runner.py(1650): execute_model") == frameworks.SOURCE_VLLM_FRAMES
+    assert (
+        frameworks.step_frame_source("vllm/v1/worker/gpu_model_runner.py(3758): execute_model")
+        == frameworks.SOURCE_VLLM_FRAMES
+    )
+    assert (
+        frameworks.step_frame_source("vllm/worker/model_runner.py(1650): execute_model")
+        == frameworks.SOURCE_VLLM_FRAMES
+    )
     # The executor and worker frames of the same name enclose the step; they are not steps.
     assert frameworks.step_frame_source("vllm/v1/executor/uniproc_executor.py(105): execute_model") is None
     assert frameworks.step_frame_source("vllm/v1/worker/gpu_worker.py(807): execute_model") is None
-    assert frameworks.step_frame_source(
-        "/sgl-workspace/sglang/python/sglang/srt/managers/tp_worker.py(445): forward_batch_generation"
-    ) == frameworks.SOURCE_SGLANG_FRAMES
+    assert (
+        frameworks.step_frame_source(
+            "/sgl-workspace/sglang/python/sglang/srt/managers/tp_worker.py(445): forward_batch_generation"
+        )
+        == frameworks.SOURCE_SGLANG_FRAMES
+    )
     assert frameworks.step_frame_source("torch/nn/modules/module.py(1779): _call_impl") is None
 
 
@@ -213,6 +263,7 @@ def test_world_size_from_vllm_file_names_when_the_traces_do_not_state_it(tmp_pat
     trace's ranks and world size come from the names. Fails if the reader drops the world size
     the names give."""
     from kineto import Doc
+
     from tracekit import read_trace
 
     for r in range(2):

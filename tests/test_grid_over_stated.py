@@ -18,8 +18,8 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
-
 from test_engine_sums import _relabelled as relabelled
+
 from tracekit.analysis.steps import step_tokens as st
 from tracekit.analysis.steps.segment import segment
 from tracekit.analysis.steps.table import ANNOTATION_SOURCE
@@ -83,8 +83,10 @@ def test_a_mixed_step_keeps_its_stated_total_and_sides_with_a_note():
     where the grid counts 15,360. How the grid's rows split between the sides is not known, so the
     step keeps 15,032 and its sides as stated, and the note names both figures. Bug caught: the
     disagreement was a bare note that did not say why the stated figure stands."""
-    label = ("step[MIXED bs=47 c=15 g=32 c_sq=15000 c_sk=15000 c_sqsq=15000000 c_sqsk=15000000 "
-             "g_sq=32 g_sk=32800 g_sqsq=32 g_sqsk=32800]")
+    label = (
+        "step[MIXED bs=47 c=15 g=32 c_sq=15000 c_sk=15000 c_sqsq=15000000 c_sqsk=15000000 "
+        "g_sq=32 g_sk=32800 g_sqsq=32 g_sqsk=32800]"
+    )
     step = _step(relabelled("mi300x_extend", label))
     assert step["phase"] == "mixed" and step["tokens"] == 15032 and step["tokens_source"] == ANNOTATION_SOURCE
     assert step["prefill_side"] == BatchSide(15, 15000, 15000, 15000000, 15000000)
@@ -110,14 +112,17 @@ def test_a_grid_replayed_from_a_graph_does_not_overrule():
     assert eager["decode_side"] == BatchSide(requests=24, tokens=32)
 
 
-@pytest.mark.parametrize("rows, launched, replayed", [
-    # Two eager sources agree (vLLM's KV write and rotary grids, one block per token).
-    ([("reshape_and_cache_flash_kernel", 20, False), ("vllm::rotary_embedding_kernel", 20, False)], True, False),
-    # They disagree: no figure is strong enough to overrule.
-    ([("reshape_and_cache_flash_kernel", 20, False), ("vllm::rotary_embedding_kernel", 24, False)], False, False),
-    # One of them was replayed from a graph.
-    ([("reshape_and_cache_flash_kernel", 20, True), ("vllm::rotary_embedding_kernel", 20, False)], False, True),
-])
+@pytest.mark.parametrize(
+    "rows, launched, replayed",
+    [
+        # Two eager sources agree (vLLM's KV write and rotary grids, one block per token).
+        ([("reshape_and_cache_flash_kernel", 20, False), ("vllm::rotary_embedding_kernel", 20, False)], True, False),
+        # They disagree: no figure is strong enough to overrule.
+        ([("reshape_and_cache_flash_kernel", 20, False), ("vllm::rotary_embedding_kernel", 24, False)], False, False),
+        # One of them was replayed from a graph.
+        ([("reshape_and_cache_flash_kernel", 20, True), ("vllm::rotary_embedding_kernel", 20, False)], False, True),
+    ],
+)
 def test_a_tokens_figure_says_whether_eager_grids_agree_on_it(rows, launched, replayed):
     """Bug caught: the evidence's figure did not say whether it rests on eagerly launched grids
     that agree (the rows the GPU ran) or on a graph's replayed, padded grid."""
@@ -128,8 +133,14 @@ def test_a_tokens_figure_says_whether_eager_grids_agree_on_it(rows, launched, re
 
 def st_kernels(rows):
     """A kernel table of one step: (name, grid x, replayed from a graph) per launch."""
-    return pd.DataFrame({
-        "name": pd.Categorical([r[0] for r in rows]), "kind": "kernel",
-        "start_ns": np.arange(len(rows), dtype=np.int64) * 1000,
-        "grid_x": [r[1] for r in rows], "grid_y": 1, "grid_z": 1, "graph": [r[2] for r in rows],
-    })
+    return pd.DataFrame(
+        {
+            "name": pd.Categorical([r[0] for r in rows]),
+            "kind": "kernel",
+            "start_ns": np.arange(len(rows), dtype=np.int64) * 1000,
+            "grid_x": [r[1] for r in rows],
+            "grid_y": 1,
+            "grid_z": 1,
+            "graph": [r[2] for r in rows],
+        }
+    )

@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 import pytest
-
 from conftest import read_real
+
 from tracekit import frameworks
 from tracekit.analysis.pricing import grid_shapes as gs
 from tracekit.analysis.pricing import taxonomy
@@ -143,14 +143,19 @@ def test_each_gemm_gets_its_own_layers_flops_qwen3_8b_extend():
     trace, work, out = _priced("mi300x_extend", "qwen3-8b")
     T, h, inter, d, vocab = 15360, 4096, 12288, 128, 151936
     qkv = (32 + 2 * 8) * d
-    by_nk = {(qkv, h): 2 * T * qkv * h, (h, h): 2 * T * h * h, (2 * inter, h): 2 * T * 2 * inter * h,
-             (h, inter): 2 * T * h * inter, (vocab, h): 2 * 15 * vocab * h}
+    by_nk = {
+        (qkv, h): 2 * T * qkv * h,
+        (h, h): 2 * T * h * h,
+        (2 * inter, h): 2 * T * 2 * inter * h,
+        (h, inter): 2 * T * h * inter,
+        (vocab, h): 2 * 15 * vocab * h,
+    }
     rate: dict[tuple[int, int], list[float]] = {}
     n_checked = 0
-    for i in np.flatnonzero(out.component == "linear") .tolist() + np.flatnonzero(out.component == "lm_head").tolist():
+    for i in np.flatnonzero(out.component == "linear").tolist() + np.flatnonzero(out.component == "lm_head").tolist():
         op = int(work["op"].iat[i])
         dims, _ = trace.shapes(op)
-        (m, k), (_, n) = dims[0], dims[1]
+        (_, k), (_, n) = dims[0], dims[1]
         assert out.flops[i] == pytest.approx(by_nk[(n, k)]), (work["name"].iat[i], n, k, out.note[i])
         assert "matched from the grid" in str(out.note[i])
         rate.setdefault((n, k), []).append(out.flops[i] / float(work["dur_ns"].iat[i]))
@@ -188,8 +193,13 @@ def test_tile_grammars_name_by_name():
     s = gs.derive("ampere_sgemm_128x64_nn", (22, 64, 1))
     assert (s.n_lo, s.n_hi, s.m_lo, s.m_hi) == (21 * 128, 22 * 128, 63 * 64, 64 * 64)
     # hipBLASLt: grid in threads / 256-thread workgroups = N tiles x M tiles (15360 x 6144 output).
-    s = gs.derive("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x192x64_MI16x16x1_SK0_WG32_8_1",
-                  (491520, 1, 1), (256, 1, 1), m=15360, n_candidates=(4096, 6144, 24576))
+    s = gs.derive(
+        "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x192x64_MI16x16x1_SK0_WG32_8_1",
+        (491520, 1, 1),
+        (256, 1, 1),
+        m=15360,
+        n_candidates=(4096, 6144, 24576),
+    )
     assert s.n_match == 6144 and (s.n_lo, s.n_hi) == (23 * 256, 24 * 256)
     # nvjet: cluster 4x1 rounds the N tiles up to 4 (lm_head 25136 / 192 = 131 -> 132).
     s = gs.derive("nvjet_tst_192x8_64x8_4x1_v_bz_TNT", (132, 1, 1), m=1)
@@ -198,8 +208,10 @@ def test_tile_grammars_name_by_name():
     s = gs.derive("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x128_32x3_nn_align1>", (64, 5, 1), m=1024)
     assert s.n_lo < 9375 <= s.n_hi
     # Persistent Hopper kernels and Marlin: unknown, not a wrong number.
-    for name in ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
-                 "void marlin_moe_wna16::Marlin<128, 1, 8, 4, true>"):
+    for name in (
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+        "void marlin_moe_wna16::Marlin<128, 1, 8, 4, true>",
+    ):
         s = gs.derive(name, (132, 1, 1), m=8944)
         assert s.n_how == gs.UNKNOWN and s.n is None and s.reason
     assert gs.derive("void at::native::vectorized_elementwise_kernel<4>", (4, 1, 1)) is None

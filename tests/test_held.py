@@ -46,9 +46,18 @@ def _held_copy(tmp_path) -> str:
             e["ts"] += HOLD_US
         elif e.get("ph") == "X" and e["ts"] + e.get("dur", 0) > at:
             e["dur"] += HOLD_US  # the host ranges across the hold (the step's annotation) last through it
-    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamWaitEvent", "pid": launch["pid"],
-                   "tid": launch["tid"], "ts": launch["ts"] - 0.5, "dur": 0.25,
-                   "args": {"correlation": 10**9, "cbid": 146}})
+    events.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaStreamWaitEvent",
+            "pid": launch["pid"],
+            "tid": launch["tid"],
+            "ts": launch["ts"] - 0.5,
+            "dur": 0.25,
+            "args": {"correlation": 10**9, "cbid": 146},
+        }
+    )
     path = tmp_path / "held.json"
     path.write_text(json.dumps(doc))
     return str(path)
@@ -69,7 +78,9 @@ def test_a_held_step_is_measured_from_its_own_work(tmp_path):
     row = int(np.flatnonzero(k["name"].astype(str).str.contains("resolve_future_token_ids").to_numpy())[0])
     issue = int(rt["start_ns"].iat[int(k["launch"].iat[row])])
     launched = k["launch"].to_numpy() >= 0
-    offset = int((k["start_ns"].to_numpy()[launched] - rt["start_ns"].to_numpy()[k["launch"].to_numpy()[launched]]).min())
+    offset = int(
+        (k["start_ns"].to_numpy()[launched] - rt["start_ns"].to_numpy()[k["launch"].to_numpy()[launched]]).min()
+    )
     start = int(k["start_ns"].iat[row])
     hold_ns = int(HOLD_US * 1000)
     assert s.unrecorded_ns == start - (issue + LAUNCH_LATENCY_NS + offset) > HELD_MIN_NS
@@ -161,14 +172,17 @@ def test_the_next_steps_work_at_a_steps_end_is_the_next_steps():
     # Step 6 opens when step 5 ends; its units before then are step 5's window's "next step" time.
     assert s6.begin_ns == t and s6.previous_ns == t - s6.cpu_start_ns > 0 and b6.previous_ns == 0
     assert s6.gpu_busy_ns == b6.gpu_busy_ns - _union(early)
-    assert (seg.steps["end_ns"] - seg.steps["cpu_start_ns"] == seg.steps["duration_ns"] + seg.steps["previous_ns"]
-            + seg.steps["unrecorded_ns"] + seg.steps["next_ns"]).all()
+    assert (
+        seg.steps["end_ns"] - seg.steps["cpu_start_ns"]
+        == seg.steps["duration_ns"] + seg.steps["previous_ns"] + seg.steps["unrecorded_ns"] + seg.steps["next_ns"]
+    ).all()
     assert any("next step's work" in n and "in 1 of the 17 steps" in n for n in seg.notes), seg.notes
     # The idle causes of step 5 hold no more than its idle: the next step's time is none of it.
     a = analyze(dataclasses.replace(trace, kernels=k)).to_dict()
     s = a["steps"][5]
     assert s["next_ms"] == pytest.approx(next_ns / 1e6) and sum(s["idle_by_cause"].values()) == pytest.approx(
-        s["gpu_idle_ms"], rel=1e-9)
+        s["gpu_idle_ms"], rel=1e-9
+    )
 
 
 def test_the_shared_extend_step_reads_its_own_time():
@@ -242,7 +256,9 @@ def test_a_step_without_annotations_sheds_the_same_hold(key, tmp_path):
     step read 987 ms again (the hold counted as idle). The hold lies in the step's window whichever
     step its kernel belongs to: the stripped step sheds the same unrecorded time."""
     doc = json.loads(gzip.open(real_trace_path(key)).read())
-    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("user_annotation", "gpu_user_annotation")]
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if e.get("cat") not in ("user_annotation", "gpu_user_annotation")
+    ]
     path = tmp_path / f"stripped-{key}.json"
     path.write_text(json.dumps(doc))
     kept, stripped = analyze(read_real(key)), analyze(read_trace(str(path)))

@@ -51,7 +51,8 @@ def test_decode_attention_follows_the_kv_arithmetic():
         assert att["flops"].sum() == pytest.approx(4 * hq * d * k * layers, rel=1e-9)
         assert att["bytes"].sum() == pytest.approx((2 * hkv * d * k + 2 * t * hq * d) * 2 * layers, rel=1e-9)
     assert "keys each request attends to are not in the trace" not in (a.model.get("estimates") or {}).get(
-        "attention", "")
+        "attention", ""
+    )
 
 
 def test_capped_attention_derives_no_flops():

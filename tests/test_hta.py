@@ -50,9 +50,10 @@ from importlib import metadata
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
 from conftest import SAMPLE_TRACES, read_real, real_trace_path
+
 from tracekit.cli import main
+
 
 def _has_dist(name: str) -> bool:
     try:
@@ -102,7 +103,9 @@ def local_figures(trace) -> dict[int, dict[str, float]]:
     """ranks.py's definitions, per rank, from the kernels table: span, busy (union over all
     streams), idle, kernel time (kind "kernel" only). For traces without a ``ranks[]`` entry."""
     k = trace.kernels
-    ranks = sorted(int(r) for r in k["rank"].unique()) if "rank" in k else [int((trace.distributed or {}).get("rank", 0))]
+    ranks = (
+        sorted(int(r) for r in k["rank"].unique()) if "rank" in k else [int((trace.distributed or {}).get("rank", 0))]
+    )
     out = {}
     for rank in ranks:
         kr = k[k["rank"] == rank] if "rank" in k else k
@@ -116,8 +119,12 @@ def local_figures(trace) -> dict[int, dict[str, float]]:
         busy = int((group_end - s[new]).sum())
         span = int(reach[-1] - s[0])
         kern = kr[kr["kind"] == "kernel"]
-        out[rank] = {"span_ms": span / 1e6, "gpu_busy_ms": busy / 1e6, "idle_ms": (span - busy) / 1e6,
-                     "kernel_ms": float((kern["end_ns"] - kern["start_ns"]).sum()) / 1e6}
+        out[rank] = {
+            "span_ms": span / 1e6,
+            "gpu_busy_ms": busy / 1e6,
+            "idle_ms": (span - busy) / 1e6,
+            "kernel_ms": float((kern["end_ns"] - kern["start_ns"]).sum()) / 1e6,
+        }
     return out
 
 
@@ -144,8 +151,15 @@ def hta_figures(hta: dict) -> dict[int, dict[str, float]]:
     assert hta["temporal_breakdown"]["status"] == "ok", hta["temporal_breakdown"]
     assert hta["kernel_types"]["status"] == "ok", hta["kernel_types"]
     kernels = {r["rank"]: r["kernel_ms"] for r in hta["kernel_types"]["ranks"]}
-    return {r["rank"]: {"span_ms": r["span_ms"], "gpu_busy_ms": r["busy_ms"], "idle_ms": r["idle_ms"],
-                        "kernel_ms": kernels[r["rank"]]} for r in hta["temporal_breakdown"]["ranks"]}
+    return {
+        r["rank"]: {
+            "span_ms": r["span_ms"],
+            "gpu_busy_ms": r["busy_ms"],
+            "idle_ms": r["idle_ms"],
+            "kernel_ms": kernels[r["rank"]],
+        }
+        for r in hta["temporal_breakdown"]["ranks"]
+    }
 
 
 # --- the oracle -----------------------------------------------------------------------------
@@ -174,9 +188,9 @@ def test_local_definitions_agree_with_tracekits_rank_figures(key):
     ours, _ = tracekit_figures(read_real(key))
     local = local_figures(read_real(key))
     assert sorted(ours) == sorted(local)
-    for rank, l in local.items():
+    for rank, theirs in local.items():
         for fig in ("span_ms", "gpu_busy_ms", "idle_ms", "kernel_ms"):
-            assert agree(ours[rank][fig], l[fig]), (key, rank, fig, ours[rank][fig], l[fig])
+            assert agree(ours[rank][fig], theirs[fig]), (key, rank, fig, ours[rank][fig], theirs[fig])
 
 
 @needs_hta
@@ -275,11 +289,19 @@ def test_html_and_markdown_show_htas_figures(nccl_report):
     (tb,) = data["hta"]["temporal_breakdown"]["ranks"]
     (ov,) = data["hta"]["comm_comp_overlap"]["ranks"]
     html = HtmlRenderer(include_js=False).render_data(data)
-    section = html[html.index('<section id="hta">'):]
-    section = section[:section.index("</section>")]
-    for text in (f"HolisticTraceAnalysis {data['hta']['version']}", "Temporal breakdown", "Idle-time breakdown",
-                 "Communication/computation overlap", "CUDA kernel launches", fmt.ms(tb["span_ms"]),
-                 fmt.ms(tb["idle_ms"]), fmt.pct(tb["compute_share"]), fmt.pct(ov["overlap_share"])):
+    section = html[html.index('<section id="hta">') :]
+    section = section[: section.index("</section>")]
+    for text in (
+        f"HolisticTraceAnalysis {data['hta']['version']}",
+        "Temporal breakdown",
+        "Idle-time breakdown",
+        "Communication/computation overlap",
+        "CUDA kernel launches",
+        fmt.ms(tb["span_ms"]),
+        fmt.ms(tb["idle_ms"]),
+        fmt.pct(tb["compute_share"]),
+        fmt.pct(ov["overlap_share"]),
+    ):
         assert text in section, text
     md = MarkdownRenderer().render_data(data)
     assert "**HolisticTraceAnalysis**" in md
@@ -310,8 +332,9 @@ def test_without_the_extra_one_sentence_says_how_to_install_it(monkeypatch, tmp_
     for name in [m for m in sys.modules if m == "hta" or m.startswith("hta.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "hta", None)  # import hta -> ImportError, as when not installed
-    result = CliRunner().invoke(main, ["report", str(SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"), "--with-hta",
-                                       "-o", str(tmp_path / "r.html")])
+    result = CliRunner().invoke(
+        main, ["report", str(SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"), "--with-hta", "-o", str(tmp_path / "r.html")]
+    )
     assert result.exit_code == 2
     message = result.output.strip()
     assert "pip install 'tracekit[hta]'" in message
@@ -346,7 +369,8 @@ def test_one_failing_analysis_says_why_and_keeps_the_others(monkeypatch):
     hta = run_hta(str(real_trace_path("mi250_toy")))
     assert hta["comm_comp_overlap"] == {
         "status": "failed",
-        "reason": "HTA's communication/computation overlap failed on this trace: KeyError: 'comm_kernels'"}
+        "reason": "HTA's communication/computation overlap failed on this trace: KeyError: 'comm_kernels'",
+    }
     assert hta["temporal_breakdown"]["status"] == "ok" and hta["kernel_launch"]["status"] == "ok"
 
 
@@ -374,8 +398,10 @@ def test_a_cpu_only_trace_gets_an_honest_empty_section(tmp_path):
     hta = run_hta(str(SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"))
     assert hta["status"] == "ok"
     assert any("CPU-only" in n for n in hta["notes"])
-    assert {hta[k]["status"] for k in ("temporal_breakdown", "idle_breakdown", "comm_comp_overlap",
-                                       "kernel_launch", "kernel_types")} == {"empty"}
+    assert {
+        hta[k]["status"]
+        for k in ("temporal_breakdown", "idle_breakdown", "comm_comp_overlap", "kernel_launch", "kernel_types")
+    } == {"empty"}
     html = render(html_env(), "_hta.html.j2", vm={"hta": hta_view.section({"hta": hta})})
     assert "HTA has no figures for this trace" in html and "CPU-only" in html
     assert "<table" not in html  # no empty tables of dashes
@@ -427,8 +453,9 @@ def test_files_hta_cannot_read_are_left_out_and_named(tmp_path):
     assert out["status"] == "ok" and out["files"] == [gz.name, one.name]
     assert out["notes"][0] == "HTA reads only .json and .json.gz files, so rank1.json.zst was left out"
     out = run_hta([gz, one, two])
-    assert out["notes"][0] == ("HTA reads only .json and .json.gz files, so rank1.json.zst, rank2.pt.trace.zst "
-                               "were left out")
+    assert out["notes"][0] == (
+        "HTA reads only .json and .json.gz files, so rank1.json.zst, rank2.pt.trace.zst were left out"
+    )
     assert run_hta([one])["reason"] == "HTA cannot read any of the trace files (it reads only .json and .json.gz)"
 
 
@@ -474,7 +501,9 @@ def test_htas_launch_counts_of_hand_placed_launches(tmp_path):
     doc = Doc()
     for launch, gpu, dur, call in ((10.0, 22.0, 1.0, 2.0), (200.0, 352.0, 5.0, 2.0), (600.0, 960.0, 5.0, 60.0)):
         ext = doc.op("aten::mm", launch - 1.0, call + 2.0)
-        doc.kernel("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", launch, gpu, dur, ext=ext, launch_dur=call)
+        doc.kernel(
+            "ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_nn", launch, gpu, dur, ext=ext, launch_dur=call
+        )
     (row,) = run_hta(doc.write(tmp_path / "t.json"))["kernel_launch"]["ranks"]
     assert row["launches"] == 3
     assert (row["gpu_shorter_than_launch"], row["long_launches"], row["long_launch_delays"]) == (2, 1, 2)

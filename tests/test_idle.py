@@ -57,20 +57,24 @@ def _graphs(trace):
 
 def test_split_of_one_gap_by_what_the_host_did():
     # Five gaps of one thread, each showing one cause. Times in ns.
-    cov = host.Coverage({
-        "sync": (np.array([1_000]), np.array([9_000])),
-        "launch": (np.array([1_000, 20_000]), np.array([9_000, 21_000])),
-        "busy": (np.array([1_000, 20_000, 300_000]), np.array([9_000, 21_000, 600_000])),
-    })
-    g = pd.DataFrame({
-        "start_ns": [0, 19_000, 300_000, 700_000, 1_000_000],
-        "end_ns": [10_000, 60_000, 560_000, 960_000, 1_500_000],
-        # issued: at the end (blocked), mid-gap (short pause), late (long host work),
-        # late (nothing recorded), long before the gap (waiting).
-        "issue_ns": [9_500, 50_000, 550_000, 950_000, 100],
-        "op_start_ns": [NO_TIME] * 5,  # no launching op in the trace
-        "op_end_ns": [NO_TIME] * 5,
-    })
+    cov = host.Coverage(
+        {
+            "sync": (np.array([1_000]), np.array([9_000])),
+            "launch": (np.array([1_000, 20_000]), np.array([9_000, 21_000])),
+            "busy": (np.array([1_000, 20_000, 300_000]), np.array([9_000, 21_000, 600_000])),
+        }
+    )
+    g = pd.DataFrame(
+        {
+            "start_ns": [0, 19_000, 300_000, 700_000, 1_000_000],
+            "end_ns": [10_000, 60_000, 560_000, 960_000, 1_500_000],
+            # issued: at the end (blocked), mid-gap (short pause), late (long host work),
+            # late (nothing recorded), long before the gap (waiting).
+            "issue_ns": [9_500, 50_000, 550_000, 950_000, 100],
+            "op_start_ns": [NO_TIME] * 5,  # no launching op in the trace
+            "op_end_ns": [NO_TIME] * 5,
+        }
+    )
     parts = idle._split(g, cov)
     c = {name: parts[:, i] for i, name in enumerate(idle.CAUSES)}
     assert c["sync"][0] == 8_000 and c["launch"][0] == 2_000
@@ -82,17 +86,25 @@ def test_split_of_one_gap_by_what_the_host_did():
 
 
 def test_inside_the_launching_op_is_launch_cost():
-    cov = host.Coverage({"sync": (np.zeros(0), np.zeros(0)), "launch": (np.zeros(0), np.zeros(0)),
-                          "busy": (np.array([0]), np.array([1_000_000]))})
-    g = pd.DataFrame({"start_ns": [0], "end_ns": [500_000], "issue_ns": [495_000],
-                      "op_start_ns": [300_000], "op_end_ns": [496_000]})
+    cov = host.Coverage(
+        {
+            "sync": (np.zeros(0), np.zeros(0)),
+            "launch": (np.zeros(0), np.zeros(0)),
+            "busy": (np.array([0]), np.array([1_000_000])),
+        }
+    )
+    g = pd.DataFrame(
+        {"start_ns": [0], "end_ns": [500_000], "issue_ns": [495_000], "op_start_ns": [300_000], "op_end_ns": [496_000]}
+    )
     c = dict(zip(idle.CAUSES, idle._split(g, cov)[0]))
     # 300 us of other host work, then 195 us inside the op that launched the kernel.
     assert c["host"] == 300_000 and c["launch"] == 195_000 + 5_000
 
 
-@pytest.mark.parametrize("key, phase, frame", [("mi300x_decode", "decode", "cuda_graph_runner.py"),
-                                               ("mi300x_extend", "prefill", "forward_batch_info.py")])
+@pytest.mark.parametrize(
+    "key, phase, frame",
+    [("mi300x_decode", "decode", "cuda_graph_runner.py"), ("mi300x_extend", "prefill", "forward_batch_info.py")],
+)
 def test_blocking_host_copy_is_the_idle_cause(key, phase, frame):
     """A copy that blocks the host while the GPU idles is the sync cause, named by call, op and
     frames. (The shared traces' copies waited on a previous batch the profile did not record,
@@ -210,8 +222,13 @@ def test_decode_weight_advice():
     a = analyze(read_real("b300_qwen3_moe"), model="qwen3-30b-a3b")
     ids = _ids(a)
     batch, fp8 = ids["decode-batch"], ids["fp8-weights"]
-    dec = a.work[(a.work["phase"] == "decode") & a.work["category"].isin(["gemm", "moe"])
-                 & (a.work["bound"] == "memory") & (a.work["unit"] == "matrix") & a.work["flops"].notna()]
+    dec = a.work[
+        (a.work["phase"] == "decode")
+        & a.work["category"].isin(["gemm", "moe"])
+        & (a.work["bound"] == "memory")
+        & (a.work["unit"] == "matrix")
+        & a.work["flops"].notna()
+    ]
     mem_ms = dec["dur_ns"].sum() / 1e6
     assert 0 < batch.at_stake_ms < mem_ms and "16 tokens per step" in batch.text
     assert fp8.sum_ms == pytest.approx(dec.loc[dec["dtype"] == "bf16", "dur_ns"].sum() / 2e6)
@@ -243,8 +260,8 @@ def test_advice_in_json():
 
 @pytest.mark.parametrize("key, phase", [("mi300x_decode", "decode"), ("mi300x_extend", "prefill")])
 def test_reports_name_the_blocking_copy(key, phase):
-    from tracekit.report import render
     from tracekit import formatting as fmt
+    from tracekit.report import render
 
     a = analyze(unheld(read_real(key)))
     html, md, text = render(a, "html"), render(a, "md"), render(a, "text")
@@ -419,8 +436,10 @@ def test_a_group_of_idle_intervals_counts_every_one_of_them(tmp_path):
     assert launch["ms"] == pytest.approx(149 * 0.020 + 0.006, abs=1e-9)
     # The rest is unattributed: the lead-in before the first op (0-99 us) and the tail after the
     # last kernel (4,585 us) to the step's end (6,000 us).
-    assert (rows[("unattributed", None, None, ())]["count"], rows[("unattributed", None, None, ())]["ms"]) == \
-        (2, pytest.approx(0.099 + 1.415, abs=1e-9))
+    assert (rows[("unattributed", None, None, ())]["count"], rows[("unattributed", None, None, ())]["ms"]) == (
+        2,
+        pytest.approx(0.099 + 1.415, abs=1e-9),
+    )
     assert [r["cause"] for r in top] == ["launch", "unattributed"]  # largest total first
 
 
@@ -473,8 +492,9 @@ def test_the_intervals_around_an_instant_are_every_one_enclosing_it(seed):
         first = nest.innermost(np.array([t]))[0]
         assert (first < 0 and not want) or (start[first], end[first]) == want[0]
         around = nest.walk(np.array([pos[i]]), np.array([u]), keep=len(table) + 1)[0]
-        assert [(start[r], end[r]) for r in around[around >= 0]] == \
-            [(start[r], end[r]) for r in _enclosing(start, end, t, u)], (t, u)
+        assert [(start[r], end[r]) for r in around[around >= 0]] == [
+            (start[r], end[r]) for r in _enclosing(start, end, t, u)
+        ], (t, u)
 
 
 def test_a_nests_positions_are_its_rows_places_in_start_order():

@@ -126,13 +126,24 @@ def test_a_pause_of_exactly_the_launch_gap_is_still_launch_cost():
     """The boundary the random gaps do not hit: a pause before the issue of exactly
     ``LAUNCH_GAP_NS`` (50 us) is a pause between launches; 1 ns longer, the host's other work.
     Gap [0, 100 us), the thread in other recorded work throughout, no launching op."""
-    cov = host.Coverage({"sync": (np.zeros(0, np.int64), np.zeros(0, np.int64)),
-                         "launch": (np.zeros(0, np.int64), np.zeros(0, np.int64)),
-                         "busy": (np.array([0]), np.array([100_000]))})
-    for issue, want in ((GAP, {"launch": GAP + LATENCY, "wait": 100_000 - GAP - LATENCY}),
-                        (GAP + 1, {"host": GAP + 1, "launch": LATENCY, "wait": 100_000 - GAP - 1 - LATENCY})):
-        g = {"start_ns": np.array([0]), "end_ns": np.array([100_000]), "issue_ns": np.array([issue]),
-             "op_start_ns": np.array([-1]), "op_end_ns": np.array([-1])}
+    cov = host.Coverage(
+        {
+            "sync": (np.zeros(0, np.int64), np.zeros(0, np.int64)),
+            "launch": (np.zeros(0, np.int64), np.zeros(0, np.int64)),
+            "busy": (np.array([0]), np.array([100_000])),
+        }
+    )
+    for issue, want in (
+        (GAP, {"launch": GAP + LATENCY, "wait": 100_000 - GAP - LATENCY}),
+        (GAP + 1, {"host": GAP + 1, "launch": LATENCY, "wait": 100_000 - GAP - 1 - LATENCY}),
+    ):
+        g = {
+            "start_ns": np.array([0]),
+            "end_ns": np.array([100_000]),
+            "issue_ns": np.array([issue]),
+            "op_start_ns": np.array([-1]),
+            "op_end_ns": np.array([-1]),
+        }
         got = {k: int(v) for k, v in zip(idle.CAUSES, idle._split(g, cov)[0]) if v}
         assert got == want
         sets = ((np.zeros(0), np.zeros(0)), (np.zeros(0), np.zeros(0)), (np.array([0]), np.array([100_000])))

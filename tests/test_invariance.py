@@ -17,9 +17,9 @@ import json
 import random
 
 import pytest
-
 from conftest import real_trace_path
 from json_paths import leaves, same
+
 from tracekit import read_trace
 from tracekit.analysis import analyze
 
@@ -39,6 +39,9 @@ def test_shuffled_and_shifted_events_give_the_same_report(key, tmp_path):
     moved = tmp_path / "moved.json"
     moved.write_text(json.dumps(doc))
     want, got = dict(leaves(analyze(read_trace(src)).to_dict())), dict(leaves(analyze(read_trace(moved)).to_dict()))
-    differ = [k for k in sorted(set(want) | set(got)) if not k.startswith(".source.")
-              and not same(want.get(k, "<absent>"), got.get(k, "<absent>"), 1e-9, 1e-6)]
+    differ = [
+        k
+        for k in sorted(set(want) | set(got))
+        if not k.startswith(".source.") and not same(want.get(k, "<absent>"), got.get(k, "<absent>"), 1e-9, 1e-6)
+    ]
     assert not differ, [(k, want.get(k, "<absent>"), got.get(k, "<absent>")) for k in differ[:10]]

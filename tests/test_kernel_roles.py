@@ -34,11 +34,30 @@ def _memset(doc: Doc, ts: float, gpu_ts: float, dur: float, ext: int, nbytes: in
     writes them (the H100 Hugging Face trace's ``Memset (Device)``: ``bytes`` in its args)."""
     doc._corr += 1
     c = doc._corr
-    doc.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemsetAsync", "pid": 100, "tid": TID, "ts": ts,
-                       "dur": 1.0, "args": {"cbid": 51, "correlation": c, "External id": ext}})
-    doc.events.append({"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": STREAM,
-                       "ts": gpu_ts, "dur": dur, "args": {"device": 0, "stream": STREAM, "correlation": c,
-                                                          "External id": ext, "bytes": nbytes}})
+    doc.events.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaMemsetAsync",
+            "pid": 100,
+            "tid": TID,
+            "ts": ts,
+            "dur": 1.0,
+            "args": {"cbid": 51, "correlation": c, "External id": ext},
+        }
+    )
+    doc.events.append(
+        {
+            "ph": "X",
+            "cat": "gpu_memset",
+            "name": "Memset (Device)",
+            "pid": 0,
+            "tid": STREAM,
+            "ts": gpu_ts,
+            "dur": dur,
+            "args": {"device": 0, "stream": STREAM, "correlation": c, "External id": ext, "bytes": nbytes},
+        }
+    )
 
 
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"
@@ -60,8 +79,9 @@ def test_a_gemms_memset_and_split_k_reduce_carry_no_flops(tmp_path):
     doc.kernel(GEMM, 13.0, 110.0, 10.0, ext=ext, grid=(2, 1, 1))
     doc.kernel(SPLITK, 15.0, 120.0, 5.0, ext=ext)
     w = _work(read_trace(doc.write(tmp_path / "mm.json")))
-    by = {("memset" if k == "memset" else str(n)[:12]): r for (n, k), r in
-          zip(zip(w["name"], w["kind"]), w.itertuples())}
+    by = {
+        ("memset" if k == "memset" else str(n)[:12]): r for (n, k), r in zip(zip(w["name"], w["kind"]), w.itertuples())
+    }
     memset, gemm, reduce = by["memset"], by[GEMM[:12]], by[SPLITK[:12]]
     assert (memset.flops, memset.bytes) == (0.0, 4.0)
     assert (gemm.flops, reduce.flops) == (4_194_304.0, 0.0)
@@ -109,8 +129,13 @@ def test_mi300x_fill_inside_flash_attention_carries_no_flops():
 # intermediate I 2,880, top-k 4, gated (SwiGLU) experts, 24 layers alternating 128-token sliding
 # and full attention, 64 query heads and 8 KV heads of 64.
 H, I_, K, E, LAYERS = 2880, 2880, 4, 32, 24
-TRITON_LAYER = ("_topk_forward", "_combined_routing_compute", "_matmul_ogs_NNT_bf16xbf16xmxfp4_16x256x128x1_swiglu",
-                "_matmul_ogs_NNT_bf16xbf16xmxfp4_16x256x128x1", "_finalize_matmul_scatter_bf16")
+TRITON_LAYER = (
+    "_topk_forward",
+    "_combined_routing_compute",
+    "_matmul_ogs_NNT_bf16xbf16xmxfp4_16x256x128x1_swiglu",
+    "_matmul_ogs_NNT_bf16xbf16xmxfp4_16x256x128x1",
+    "_finalize_matmul_scatter_bf16",
+)
 
 
 def _decode_step(names_per_layer, requests: int, keys: int, durations):
@@ -121,8 +146,14 @@ def _decode_step(names_per_layer, requests: int, keys: int, durations):
         names += list(names_per_layer)
         dur += list(durations)
     n = len(names)
-    work = pd.DataFrame({"name": pd.Categorical(names), "step": np.zeros(n, dtype=np.int64),
-                         "dur_ns": np.array(dur, dtype=np.int64), "start_ns": np.arange(n, dtype=np.int64) * 1000})
+    work = pd.DataFrame(
+        {
+            "name": pd.Categorical(names),
+            "step": np.zeros(n, dtype=np.int64),
+            "dur_ns": np.array(dur, dtype=np.int64),
+            "start_ns": np.arange(n, dtype=np.int64) * 1000,
+        }
+    )
     steps = pd.DataFrame({"phase": [DECODE], "tokens": [float(requests)], "batch": [float(requests)]})
     side = mc.Side(requests, requests, requests * keys, requests * keys, requests)
     category = np.array([taxonomy.categorize(x) for x in names], dtype=object)
@@ -177,8 +208,9 @@ def test_a_moe_ops_kernels_share_its_cost_by_role(tmp_path):
     of which each kernel's part is its own (the op's total is the op model's, split so). The
     activation quantisation between the GEMMs is none of the op's work: no FLOPs."""
     doc = Doc(device="NVIDIA H100 80GB HBM3")
-    ext = doc.op("vllm::moe_forward", 10.0, 100.0, dims=[[32, H], [32, E], []],
-                 types=["c10::BFloat16", "c10::BFloat16", "str"])
+    ext = doc.op(
+        "vllm::moe_forward", 10.0, 100.0, dims=[[32, H], [32, E], []], types=["c10::BFloat16", "c10::BFloat16", "str"]
+    )
     names = TRITON_LAYER[:3] + ("void per_token_group_quant_fp8<c10::BFloat16>",) + TRITON_LAYER[3:]
     for j, name in enumerate(names):
         doc.kernel(name, 11.0 + 2 * j, 200.0 + 20 * j, 10.0, ext=ext)

@@ -27,13 +27,22 @@ import math
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLE_TRACES, read_real
+
 from tracekit import read_trace
 from tracekit.analysis import analyze
 
-SERVING = ["rtx3090_vllm", "gb10_vllm", "b300_qwen3_moe", "mi300x_qwen3_moe", "mi300x_extend", "mi300x_decode",
-           "rtx4080_nanovllm", "b200_vllm", "h100_hf"]
+SERVING = [
+    "rtx3090_vllm",
+    "gb10_vllm",
+    "b300_qwen3_moe",
+    "mi300x_qwen3_moe",
+    "mi300x_extend",
+    "mi300x_decode",
+    "rtx4080_nanovllm",
+    "b200_vllm",
+    "h100_hf",
+]
 SAMPLES = ["tiny-bs1", "tiny-bs8"]
 
 
@@ -47,8 +56,12 @@ def _percentile(xs: list[float], q: float) -> float:
 
 
 def _stats(xs: list[float]) -> dict[str, float]:
-    return {"mean": sum(xs) / len(xs), "p50": _percentile(xs, 50), "p90": _percentile(xs, 90),
-            "p99": _percentile(xs, 99)}
+    return {
+        "mean": sum(xs) / len(xs),
+        "p50": _percentile(xs, 50),
+        "p90": _percentile(xs, 90),
+        "p99": _percentile(xs, 99),
+    }
 
 
 def _slope(ys: list[float]) -> float:

@@ -121,8 +121,10 @@ def test_enclosing_finds_the_innermost_op_with_and_without_a_known_nesting(seed)
     ops = pd.DataFrame({"start_ns": op_s, "end_ns": op_e, "pid": 1, "tid": op_t})
     expected = _innermost_by_brute_force(op_s, op_e, op_t, q_s, q_e, q_t)
     # Some queries are not inside the op that starts last before them: they walk up the nesting.
-    latest = [max((i for i in range(len(op_s)) if op_t[i] == t and op_s[i] <= s), key=lambda i: op_s[i], default=-1)
-              for s, t in zip(q_s.tolist(), q_t.tolist())]
+    latest = [
+        max((i for i in range(len(op_s)) if op_t[i] == t and op_s[i] <= s), key=lambda i: op_s[i], default=-1)
+        for s, t in zip(q_s.tolist(), q_t.tolist())
+    ]
     assert sum(x >= 0 and op_s[x] < op_s[y] for x, y in zip(expected, latest)) > 0
     assert links.enclosing(op_s, op_e, op_t, q_s, q_e, q_t).tolist() == expected
     nesting = links._nesting(ops)

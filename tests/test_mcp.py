@@ -15,7 +15,6 @@ import time
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import ROOT, SHARED_TRACES, real_trace_path
 
 TOOLS = {"summary", "steps", "kernels", "idle", "explain", "compare", "project", "whatif"}
@@ -66,8 +65,14 @@ def test_confinement_refuses_paths_that_leave_the_allowed_folders(tmp_path):
     c = Confinement([str(allowed)], base=str(tmp_path))
     assert c.resolve("allowed/in.json") == str((allowed / "in.json").resolve())
     assert c.resolve(str(allowed / "in.json")) == str((allowed / "in.json").resolve())
-    for bad in (str(outside / "secret.json"), "allowed/../outside/secret.json", "allowed/link.json",
-                "allowed/dirlink/secret.json", "allowed-sibling/x.json", "/etc/passwd"):
+    for bad in (
+        str(outside / "secret.json"),
+        "allowed/../outside/secret.json",
+        "allowed/link.json",
+        "allowed/dirlink/secret.json",
+        "allowed-sibling/x.json",
+        "/etc/passwd",
+    ):
         with pytest.raises(TracekitError, match="outside the folders this server may read"):
             c.resolve(bad)
     with pytest.raises(TracekitError, match="rank1.json, a link to outside"):
@@ -153,7 +158,9 @@ def session_results(tmp_path_factory):
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "tracekit", "mcp", "--allow", str(SHARED_TRACES), "--allow", str(allowed)],
-        env={"PYTHONPATH": _pythonpath(), "TRACEKIT_STRICT_BOOKS": "1"}, cwd=str(tmp))
+        env={"PYTHONPATH": _pythonpath(), "TRACEKIT_STRICT_BOOKS": "1"},
+        cwd=str(tmp),
+    )
     out: dict = {}
 
     async def run():
@@ -188,15 +195,23 @@ def test_lists_the_eight_tools_read_only(session_results):
     tools = {t.name: t for t in session_results["tools"]}
     assert set(tools) == TOOLS
     for name in TOOLS - {"compare"}:
-        schema = getattr(tools[name], "input_schema", None) or getattr(tools[name], "inputSchema")
+        schema = getattr(tools[name], "input_schema", None) or tools[name].inputSchema
         assert "path" in schema["required"], name
     ann = tools["summary"].annotations
     assert (getattr(ann, "read_only_hint", None) or getattr(ann, "readOnlyHint", None)) is True
 
 
-@pytest.mark.parametrize("key,words", [("outside", "outside the folders"), ("symlink", "outside the folders"),
-                                       ("dotdot", "outside the folders"), ("project_outside", "outside the folders"),
-                                       ("missing", "no such file"), ("garbage", "garbage.json")])
+@pytest.mark.parametrize(
+    "key,words",
+    [
+        ("outside", "outside the folders"),
+        ("symlink", "outside the folders"),
+        ("dotdot", "outside the folders"),
+        ("project_outside", "outside the folders"),
+        ("missing", "no such file"),
+        ("garbage", "garbage.json"),
+    ],
+)
 def test_bad_paths_are_one_sentence_tool_errors(session_results, key, words):
     """Fails if a path outside --allow (directly, by `..`, or through a symlink from inside) is
     read, or if a bad path or an unreadable file comes back as a traceback instead of one
@@ -269,11 +284,14 @@ def test_explain_a_finding_with_its_evidence(session_results):
     idle finding's evidence lists intervals of other causes."""
     d = session_results["report"]
     e0 = _ok(session_results, "explain_0")
-    assert {k: e0["finding"][k] for k in ("id", "text", "phase")} == {k: d["findings"][0][k] for k in ("id", "text",
-                                                                                                       "phase")}
+    assert {k: e0["finding"][k] for k in ("id", "text", "phase")} == {
+        k: d["findings"][0][k] for k in ("id", "text", "phase")
+    }
     host = _ok(session_results, "explain_host")
     want = next(i for i, f in enumerate(d["findings"]) if f["id"] == "host-bound")
-    assert host["finding"]["index"] == want and host["fires_when"] == d["provenance"]["finding_thresholds"]["host-bound"]
+    assert (
+        host["finding"]["index"] == want and host["fires_when"] == d["provenance"]["finding_thresholds"]["host-bound"]
+    )
     rows = host["evidence"]["idle_intervals"]["rows"]
     assert rows and all(r[0] == "host" for r in rows)
     error, text = session_results["explain_bad"]
@@ -309,12 +327,29 @@ def test_session_ends_cleanly_when_stdin_closes(tmp_path):
     (after an initialize, and without one)."""
     pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'tracekit[mcp]')")
     env = {**os.environ, "PYTHONPATH": _pythonpath()}
-    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+    hello = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        }
+    )
     for stdin in (hello + "\n", ""):
         t0 = time.monotonic()
-        p = subprocess.run([sys.executable, "-m", "tracekit", "mcp", "--allow", str(tmp_path)], input=stdin,
-                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+        p = subprocess.run(
+            [sys.executable, "-m", "tracekit", "mcp", "--allow", str(tmp_path)],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=60,
+        )
         assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
         assert time.monotonic() - t0 < 30
         if stdin:
@@ -328,10 +363,18 @@ def test_without_the_sdk_one_sentence_and_help_still_works(tmp_path):
     fake.mkdir()
     (fake / "__init__.py").write_text("raise ImportError('no mcp here (test)')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    p = subprocess.run([sys.executable, "-m", "tracekit", "mcp"], capture_output=True, text=True, env=env,
-                       stdin=subprocess.DEVNULL, cwd=tmp_path, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "tracekit", "mcp"],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert "pip install 'tracekit[mcp]'" in p.stderr and p.stderr.strip().count("\n") == 0
-    h = subprocess.run([sys.executable, "-m", "tracekit", "--help"], capture_output=True, text=True, env=env,
-                       timeout=60)
+    h = subprocess.run(
+        [sys.executable, "-m", "tracekit", "--help"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert h.returncode == 0 and "mcp" in h.stdout

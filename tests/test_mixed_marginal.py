@@ -10,8 +10,8 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import read_real
+
 from tracekit.analysis import analyze
 from tracekit.analysis.analyze import measure
 from tracekit.analysis.steps.mixed import PASSENGER_REASON, split_mixed
@@ -24,11 +24,9 @@ from tracekit.frameworks import BatchSide
 HIDDEN, QKV_N, O_K, VOCAB_RANK, LAYERS, BF16 = 2880, 640, 512, 201088 // 8, 36, 2
 # The B200 trace's one eager prefill step of 888 tokens, annotated as a chunked-prefill step: 851
 # prompt tokens of one request over no cached prefix beside 37 decode requests of 1,000 keys each.
-CHUNK = ("execute_888_context_1(sq851sk851sqsq724201sqsk724201)"
-         "_generation_37(sq37sk37000sqsq37sqsk37000)")
+CHUNK = "execute_888_context_1(sq851sk851sqsq724201sqsk724201)_generation_37(sq37sk37000sqsq37sqsk37000)"
 # A small chunk beside a large decode batch: 16 prompt tokens and 872 decode requests.
-SMALL_CHUNK = ("execute_888_context_1(sq16sk16sqsq256sqsk256)"
-               "_generation_872(sq872sk872000sqsq872sqsk872000)")
+SMALL_CHUNK = "execute_888_context_1(sq16sk16sqsq256sqsk256)_generation_872(sq872sk872000sqsq872sqsk872000)"
 
 
 def _annotated(name: str):
@@ -144,7 +142,8 @@ def test_without_model_or_shapes_the_marginal_cost_says_why():
     ann = trace.annotations.copy()
     names = ann["name"].astype(str).to_numpy().copy()
     names[np.flatnonzero((ann["side"] == "cpu").to_numpy())[3]] = (
-        "execute_516_context_1(sq512sk2048sqsq262144sqsk1048576)_generation_4(sq4sk4004sqsq4sqsk4004)")
+        "execute_516_context_1(sq512sk2048sqsq262144sqsk1048576)_generation_4(sq4sk4004sqsq4sqsk4004)"
+    )
     ann["name"] = pd.Categorical(names)
     d = analyze(dataclasses.replace(trace, annotations=ann)).to_dict()
     m = d["steps"][3]["split"]["decode_marginal"]
@@ -160,13 +159,29 @@ def _rows_step(gemm_alone_bytes: float):
     W = K * N * 2
     f_gemm, b_gemm = 2 * T * K * N, W + T * (K + N) * 2
     kv = 256 * 2 * 2  # per token: 256 K/V elements read and written at 2 bytes
-    steps = pd.DataFrame({"phase": ["mixed"], "prefill_side": [BatchSide(1, P)], "decode_side": [BatchSide(D, D)],
-                          "gpu_busy_ns": [20_000.0]})
-    work = pd.DataFrame({"step": [0, 0], "dur_ns": [16_000, 4_000], "flops": [float(f_gemm), 0.0],
-                         "bytes": [float(b_gemm), float(T * kv)], "peak_flops": [1e14, 1e14],
-                         "peak_bw": [1e12, 1e12], "component": ["linear", "kv_write"]})
-    alone = {"prefill": (np.array([P / T, 0.0]), np.array([gemm_alone_bytes(P) / b_gemm, P / T])),
-             "decode": (np.array([D / T, 0.0]), np.array([gemm_alone_bytes(D) / b_gemm, D / T]))}
+    steps = pd.DataFrame(
+        {
+            "phase": ["mixed"],
+            "prefill_side": [BatchSide(1, P)],
+            "decode_side": [BatchSide(D, D)],
+            "gpu_busy_ns": [20_000.0],
+        }
+    )
+    work = pd.DataFrame(
+        {
+            "step": [0, 0],
+            "dur_ns": [16_000, 4_000],
+            "flops": [float(f_gemm), 0.0],
+            "bytes": [float(b_gemm), float(T * kv)],
+            "peak_flops": [1e14, 1e14],
+            "peak_bw": [1e12, 1e12],
+            "component": ["linear", "kv_write"],
+        }
+    )
+    alone = {
+        "prefill": (np.array([P / T, 0.0]), np.array([gemm_alone_bytes(P) / b_gemm, P / T])),
+        "decode": (np.array([D / T, 0.0]), np.array([gemm_alone_bytes(D) / b_gemm, D / T])),
+    }
     return steps, work, alone, dict(P=P, D=D, K=K, N=N, T=T, W=W, f=f_gemm, b=b_gemm, kv=kv)
 
 

@@ -8,10 +8,9 @@ import json
 
 import numpy as np
 import pandas as pd
-import pytest
 from click.testing import CliRunner
-
 from conftest import read_real, real_trace_path
+
 from tracekit.analysis import analyze
 from tracekit.analysis.pricing.kernel_names import name_dtype
 from tracekit.analysis.pricing.model_fit import layer_check
@@ -102,13 +101,17 @@ def test_split_kv_forward_combine_and_a_setup_kernel_are_80_layers():
     """Bug: Llama-70B on vLLM, "161 attention kernels don't fit 80 layers", for 80 split-KV forward
     kernels, 80 combine kernels and one setup kernel per step."""
     llama70 = load_model("llama-3.1-70b-instruct")
-    step = {"void flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false>, true>(Flash_fwd_params)": 80,
-            "void flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false>, 4, 16>"
-            "(Flash_fwd_params)": 80,
-            "void flash::prepare_varlen_num_blocks_kernel(int, int, int const*)": 1}
+    step = {
+        "void flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false>, true>(Flash_fwd_params)": 80,
+        "void flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false>, 4, 16>"
+        "(Flash_fwd_params)": 80,
+        "void flash::prepare_varlen_num_blocks_kernel(int, int, int const*)": 1,
+    }
     assert layer_check(llama70, *_steps_of([step] * 5)) is None
-    for forward, combine in (("paged_attention_v2_kernel<c10::BFloat16, 128>", "paged_attention_v2_reduce_kernel<c10::BFloat16, 128>"),
-                             ("flashinfer::BatchDecodeWithPagedKVCacheKernel<true>", "flashinfer::MergeStatesKernel<8>")):
+    for forward, combine in (
+        ("paged_attention_v2_kernel<c10::BFloat16, 128>", "paged_attention_v2_reduce_kernel<c10::BFloat16, 128>"),
+        ("flashinfer::BatchDecodeWithPagedKVCacheKernel<true>", "flashinfer::MergeStatesKernel<8>"),
+    ):
         assert layer_check(llama70, *_steps_of([{forward: 80, combine: 80, "plan_kernel": 1}] * 3)) is None
     # The same steps do not fit a model of 32 layers...
     problem = layer_check(load_model("llama-3.1-8b-instruct"), *_steps_of([step] * 5))
@@ -127,8 +130,12 @@ def test_gpt_oss_segments_reduce_and_capture_duplicates_fit_24_layers():
     assert layer_check(oss, *_steps_of([{"kernel_unified_attention_3d": 24, "reduce_segments": 24}] * 4)) is None
     assert layer_check(oss, *_steps_of([{"kernel_unified_attention_2d": 48, "_metadata_kernel": 2}] * 4)) is None
     # A model of other layers still does not fit.
-    assert layer_check(load_model("gpt-oss-120b"), *_steps_of([{"kernel_unified_attention_3d": 24,
-                                                                "reduce_segments": 12}] * 4)) is not None
+    assert (
+        layer_check(
+            load_model("gpt-oss-120b"), *_steps_of([{"kernel_unified_attention_3d": 24, "reduce_segments": 12}] * 4)
+        )
+        is not None
+    )
 
 
 def test_layers_not_kernels_on_a_shared_trace():

@@ -43,8 +43,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tracekit.models import load_model, registry_entries  # noqa: E402
 from tracekit.models import costs as mc  # noqa: E402
+from tracekit.models import load_model, registry_entries  # noqa: E402
 from tracekit.models.config import LINEAR, MOE, SLIDING  # noqa: E402
 
 KEYS = [e["key"] for e in registry_entries()]
@@ -56,7 +56,7 @@ LEFT_OUT = {
     "bias": "biases are vectors added after the GEMM, not multiply-adds",
     "sinks": "gpt-oss attention sinks: one scalar per head per layer",
     "linear_attention_state": "gated DeltaNet's depthwise conv1d, dt_bias and A_log: not GEMMs "
-                              "(priced inside linear_attention)",
+    "(priced inside linear_attention)",
     "shared_expert_gate": "a hidden x 1 sigmoid gate per MoE layer (Qwen3-Next, Qwen3.5-MoE)",
 }
 COVERED = ("embedding", "lm_head", "attention", "linear_attention", "mlp", "router", "experts", "shared_experts")
@@ -125,8 +125,12 @@ def _hf(key: str) -> dict:
             module = m.group(2).removesuffix(".weight")
             layer["gemms"][module] = (g, p.shape[1], p.shape[0])  # nn.Linear weight: (out N, in K)
     layer_types = getattr(cfg, "layer_types", None)
-    return {"groups": groups, "layers": [layers[i] for i in sorted(layers)], "layer_types": layer_types,
-            "model": type(model).__name__}
+    return {
+        "groups": groups,
+        "layers": [layers[i] for i in sorted(layers)],
+        "layer_types": layer_types,
+        "model": type(model).__name__,
+    }
 
 
 def _hf_gemm_shapes(layer: dict) -> Counter:

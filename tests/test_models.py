@@ -10,14 +10,14 @@ import math
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
 from conftest import read_real, real_trace_path
+
 from tracekit.analysis import analyze
 from tracekit.analysis.pricing import op_args, op_costs
 from tracekit.cli import main
 from tracekit.errors import TracekitError
-from tracekit.models import from_config, load_model, registry_entries, with_weights
 from tracekit.models import costs as mc
+from tracekit.models import from_config, load_model, registry_entries, with_weights
 from tracekit.models.config import FULL, LINEAR, MLA, MOE, SLIDING, expected_experts
 
 # --- the registry and config reading ------------------------------------------------------
@@ -30,8 +30,18 @@ def test_every_registry_entry_reads_and_has_a_source():
         keys.add(e["key"])
         m = from_config(e["config"], e["key"], e["source"])
         assert m.n_layers > 0 and m.hidden > 0 and mc.parameters(m) > 0
-    for wanted in ("llama-3.1-8b-instruct", "qwen3-8b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3",
-                   "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b-instruct-v0.1", "gemma-3-27b-it", "qwen3.5-27b"):
+    for wanted in (
+        "llama-3.1-8b-instruct",
+        "qwen3-8b",
+        "qwen3-30b-a3b",
+        "qwen3-235b-a22b",
+        "deepseek-v3",
+        "gpt-oss-120b",
+        "gpt-oss-20b",
+        "mixtral-8x7b-instruct-v0.1",
+        "gemma-3-27b-it",
+        "qwen3.5-27b",
+    ):
         assert wanted in keys
 
 
@@ -75,9 +85,17 @@ def test_layer_kinds_experts_and_precision_are_read():
 
 
 def test_a_local_config_json_or_checkpoint_folder(tmp_path):
-    cfg = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
-           "num_key_value_heads": 2, "intermediate_size": 1024, "vocab_size": 1000, "torch_dtype": "bfloat16",
-           "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 1024,
+        "vocab_size": 1000,
+        "torch_dtype": "bfloat16",
+        "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128},
+    }
     folder = tmp_path / "my-checkpoint"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(cfg))
@@ -92,12 +110,41 @@ def test_a_local_config_json_or_checkpoint_folder(tmp_path):
     [
         ({"model_type": "t5", "is_encoder_decoder": True, "hidden_size": 8}, "encoder-decoder"),
         ({"model_type": "llama", "num_hidden_layers": 2}, "hidden_size"),
-        ({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-          "vocab_size": 10, "intermediate_size": 64, "quantization_config": {"quant_method": "hqq"}}, "'hqq'"),
-        ({"model_type": "x", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 10,
-          "intermediate_size": 64, "layer_types": ["mamba", "full_attention"]}, "'mamba'"),
-        ({"model_type": "x", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 10,
-          "num_local_experts": 8}, "num_experts_per_tok"),
+        (
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "vocab_size": 10,
+                "intermediate_size": 64,
+                "quantization_config": {"quant_method": "hqq"},
+            },
+            "'hqq'",
+        ),
+        (
+            {
+                "model_type": "x",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "vocab_size": 10,
+                "intermediate_size": 64,
+                "layer_types": ["mamba", "full_attention"],
+            },
+            "'mamba'",
+        ),
+        (
+            {
+                "model_type": "x",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "vocab_size": 10,
+                "num_local_experts": 8,
+            },
+            "num_experts_per_tok",
+        ),
     ],
 )
 def test_configs_tracekit_does_not_understand_are_one_sentence(config, message):
@@ -149,7 +196,8 @@ def test_tensor_parallel_splits_the_work_per_rank():
     assert eight["attention"].flops == pytest.approx(one["attention"].flops / 8, rel=0.01)
     # Two all-reduces per layer plus the embedding's, each moving 2 (N-1)/N of T x hidden per rank.
     assert eight["communication"].bytes == pytest.approx(
-        (2 * 80 + 1) * 2 * 7 / 8 * 512 * 8192 * 2 + 7 / 8 * 128256 * 2, rel=0.01)
+        (2 * 80 + 1) * 2 * 7 / 8 * 512 * 8192 * 2 + 7 / 8 * 128256 * 2, rel=0.01
+    )
     assert "communication" not in one
 
 
@@ -174,8 +222,14 @@ def test_sliding_windows_cap_pairs_and_keys():
 
 # A small Llama with long sequences, where attention is most of the work: 2 layers, hidden 128,
 # 4 query heads and 2 KV heads of 32 dims, MLP 256, vocabulary 1000.
-_LLAMA = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, vocab_size=1000)
+_LLAMA = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=1000,
+)
 _LONG = 2048
 
 
@@ -194,8 +248,11 @@ def _flop_counter_runs():
     model = transformers.LlamaForCausalLM(cfg).eval()
     # On the CPU, SDPA runs _scaled_dot_product_flash_attention_for_cpu, which FlopCounterMode
     # has no formula for; give it the counter's own SDPA formula (full, non-causal attention).
-    sdpa = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
-            lambda q, k, v, *a, out_shape=None, **kw: flop_counter.sdpa_flop_count(q, k, v)}
+    sdpa = {
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: lambda q, k, v, *a, out_shape=None, **kw: (
+            flop_counter.sdpa_flop_count(q, k, v)
+        )
+    }
     params = inspect.signature(model.forward).parameters
     logits_kw = "logits_to_keep" if "logits_to_keep" in params else "num_logits_to_keep"
     cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -207,13 +264,21 @@ def _flop_counter_runs():
             model(ids, use_cache=False, **{logits_kw: 1})
         full = layers * 2 * hq * _LONG * _LONG * (d + d)  # SDPA counted as every query x every key
         yield "prefill 2048", counter.get_total_flops(), full, mc.Side(1, _LONG, _LONG, _LONG * (_LONG + 1) / 2, 1)
-        cache = transformers.DynamicCache(config=cfg) if "config" in inspect.signature(
-            transformers.DynamicCache).parameters else transformers.DynamicCache()
+        cache = (
+            transformers.DynamicCache(config=cfg)
+            if "config" in inspect.signature(transformers.DynamicCache).parameters
+            else transformers.DynamicCache()
+        )
         model(ids, use_cache=True, **{cache_kw: cache})
         with flop_counter.FlopCounterMode(display=False, custom_mapping=sdpa) as counter:
             model(step, use_cache=True, **{cache_kw: copy.deepcopy(cache)})
         keys = _LONG + 1  # the new token attends to the 2048 cached keys and itself
-        yield "decode, 2048 KV", counter.get_total_flops(), layers * 2 * hq * keys * (d + d), mc.Side(1, 1, keys, keys, 1)
+        yield (
+            "decode, 2048 KV",
+            counter.get_total_flops(),
+            layers * 2 * hq * keys * (d + d),
+            mc.Side(1, 1, keys, keys, 1),
+        )
 
 
 def test_analytic_flops_match_flop_counter_on_long_sequences():
@@ -309,16 +374,26 @@ def test_a_collected_run_is_priced_by_its_recorded_model_and_agrees_with_its_sha
     from tracekit import read_trace
     from tracekit.collect import CollectOptions, collect
 
-    result = collect(CollectOptions(preset="tiny", batch_size=2, prompt_len=32, new_tokens=3,
-                                    output=str(tmp_path / "run"), progress=False, threads=1, calibrate=False,
-                                    seed=0, force=True))
+    result = collect(
+        CollectOptions(
+            preset="tiny",
+            batch_size=2,
+            prompt_len=32,
+            new_tokens=3,
+            output=str(tmp_path / "run"),
+            progress=False,
+            threads=1,
+            calibrate=False,
+            seed=0,
+            force=True,
+        )
+    )
     trace = read_trace(result.trace_path)
     shapes, by_model = analyze(trace, costs="shapes"), analyze(trace, costs="model")
     assert by_model.model["chosen_by"].startswith("the config tracekit collect recorded")
     for step in range(len(shapes.steps)):
         s, m = shapes.work, by_model.work
-        both = ((s["step"] == step) & s["flops"].notna() & m["flops"].notna()
-                & (s["unit"] == "matrix")).to_numpy()
+        both = ((s["step"] == step) & s["flops"].notna() & m["flops"].notna() & (s["unit"] == "matrix")).to_numpy()
         assert both.any()
         assert m["flops"][both].sum() == pytest.approx(s["flops"][both].sum(), rel=0.05), step
         assert m["bytes"][both].sum() == pytest.approx(s["bytes"][both].sum(), rel=0.25), step
@@ -354,7 +429,9 @@ def test_mixed_steps_split_by_the_model():
     tokenwise = ~attention & ~linear_attention
     assert attention.sum() == 16 and tokenwise.sum() > 1000
     off = share[tokenwise][np.abs(share[tokenwise] - by_tokens) > 1e-12]
-    assert not len(off), f"token-proportional work given prefill shares {sorted({float(round(x, 6)) for x in off})}, not 512/516"
+    assert not len(off), (
+        f"token-proportional work given prefill shares {sorted({float(round(x, 6)) for x in off})}, not 512/516"
+    )
     assert np.abs(share[attention] - by_attention).max() < 1e-6, (share[attention], by_attention)
     # Gated-DeltaNet work: mostly per token (a little more per token when chunked), with one
     # recurrent state per request (1 prefill, 4 decode): prefill's share is near the tokens'.
@@ -425,12 +502,18 @@ def test_vllm_custom_ops_from_shapes():
     assert norm.bytes == 4 * 888 * 2880 * 2 + 2880 * 2
     quant = _price("_C::static_scaled_fp8_quant", [[888, 512], [888, 512], []], ["c10::Float8_e4m3fn", bf, "float"])
     assert quant.bytes == 888 * 512 * 2 + 888 * 512 + 4  # bf16 in, fp8 out, one fp32 scale
-    cache = _price("_C_cache_ops::reshape_and_cache_flash",
-                   [[888, 1, 64], [888, 1, 64], [100, 16, 1, 64], [100, 16, 1, 64], [888], [], [], []],
-                   [bf, bf, "unsigned char", "unsigned char", "long int", "", "float", "float"])
+    cache = _price(
+        "_C_cache_ops::reshape_and_cache_flash",
+        [[888, 1, 64], [888, 1, 64], [100, 16, 1, 64], [100, 16, 1, 64], [888], [], [], []],
+        [bf, bf, "unsigned char", "unsigned char", "long int", "", "float", "float"],
+    )
     assert cache.bytes == 2 * 888 * 64 * 2 + 888 * 8 + 2 * 888 * 64 * 1  # written at the FP8 cache's 1 byte
-    rope = _price("_C::rotary_embedding", [[888], [888, 512], [888, 64], [], [131072, 64], []],
-                  ["long int", bf, bf, "Scalar", bf, "Scalar"], ["", "", "", "64", "", "True"])
+    rope = _price(
+        "_C::rotary_embedding",
+        [[888], [888, 512], [888, 64], [], [131072, 64], []],
+        ["long int", bf, bf, "Scalar", bf, "Scalar"],
+        ["", "", "", "64", "", "True"],
+    )
     assert rope.bytes >= 2 * 888 * (512 + 64) * 2
 
 
@@ -440,12 +523,17 @@ def test_custom_ops_that_need_the_run():
     assert "one rank" in _price("c10d::allreduce_", *ar, ctx=op_args.OpContext(tp=1)).reason
     eight = _price("c10d::allreduce_", *ar, ctx=op_args.OpContext(tp=8))
     assert eight.bytes == pytest.approx(2 * 7 / 8 * 888 * 2880 * 2)
-    attn = [[[888, 8, 64], [888, 1, 64], [888, 1, 64], [888, 8, 64], [], [], []],
-            ["c10::Float8_e4m3fn", bf, bf, bf, "", "", ""]]
+    attn = [
+        [[888, 8, 64], [888, 1, 64], [888, 1, 64], [888, 8, 64], [], [], []],
+        ["c10::Float8_e4m3fn", bf, bf, bf, "", "", ""],
+    ]
     missing = _price("vllm::unified_attention_with_output", *attn, ctx=op_args.OpContext(tp=8))
     assert "pairs" in missing.reason
-    priced = _price("vllm::unified_attention_with_output", *attn,
-                    ctx=op_args.OpContext(tp=8, pairs=394716.0, keys=888.0, kv_bytes=1.0))
+    priced = _price(
+        "vllm::unified_attention_with_output",
+        *attn,
+        ctx=op_args.OpContext(tp=8, pairs=394716.0, keys=888.0, kv_bytes=1.0),
+    )
     assert priced.flops == 2 * 8 * 394716 * 128 and priced.dtype == "fp8"
     moe = [[[888, 3072], [888, 128], []], [bf, bf, ""]]
     assert "--model" in _price("vllm::moe_forward", *moe, ctx=op_args.OpContext(tp=8)).reason
@@ -494,8 +582,12 @@ def test_report_with_a_model_and_bad_model_options(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
     assert data["model"]["name"] == "Qwen3-30B-A3B" and data["model"]["tp_source"] == "--tp"
-    for args, message in ((["--model", "no-such-model"], "registry"), (["--model", "qwen3-8b", "--tp", "0"], "--tp"),
-                          (["--weights", "nvfp4"], "--model"), (["--model", "qwen3-8b", "--weights", "fp3"], "fp3")):
+    for args, message in (
+        (["--model", "no-such-model"], "registry"),
+        (["--model", "qwen3-8b", "--tp", "0"], "--tp"),
+        (["--weights", "nvfp4"], "--model"),
+        (["--model", "qwen3-8b", "--weights", "fp3"], "fp3"),
+    ):
         res = runner.invoke(main, ["report", trace, "-o", str(tmp_path / "x.json"), *args])
         assert res.exit_code == 2 and message in res.output, (args, res.output)
         assert "Traceback" not in res.output
@@ -505,9 +597,20 @@ def test_report_with_a_model_and_bad_model_options(tmp_path):
 def test_compare_prices_both_runs_with_the_model(tmp_path):
     from conftest import real_trace_path
 
-    res = CliRunner().invoke(main, ["compare", str(real_trace_path("b300_qwen3_moe")),
-                                    str(real_trace_path("mi300x_qwen3_moe")), "--model", "qwen3-30b-a3b",
-                                    "-f", "json", "-o", str(tmp_path / "c.json")])
+    res = CliRunner().invoke(
+        main,
+        [
+            "compare",
+            str(real_trace_path("b300_qwen3_moe")),
+            str(real_trace_path("mi300x_qwen3_moe")),
+            "--model",
+            "qwen3-30b-a3b",
+            "-f",
+            "json",
+            "-o",
+            str(tmp_path / "c.json"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     c = json.loads((tmp_path / "c.json").read_text())
     mbu = next(h for h in c["headline"] if h["key"] == "decode_mbu")

@@ -19,8 +19,10 @@ from tracekit.analysis.waiting.intervals import running_end
 
 BF16 = "c10::BFloat16"
 GEMM = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn"
-ELEMENTWISE = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
-               "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
+ELEMENTWISE = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+    "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)"
+)
 
 
 def _decode_step(doc: Doc, ts_us: float, dur_us: float) -> None:
@@ -76,8 +78,9 @@ def test_attention_whose_query_heads_do_not_group_over_kv_heads_is_unpriced():
     bad = _sdpa([1, 6, 16, 64], [1, 4, 16, 64])
     assert op_cost("aten::scaled_dot_product_attention", bad, _SDPA_TYPES, _SDPA_CONCRETE) is None
     assert "Hq % Hkv" in why_no_cost("aten::scaled_dot_product_attention", bad, _SDPA_TYPES, _SDPA_CONCRETE)
-    good = op_cost("aten::scaled_dot_product_attention", _sdpa([1, 8, 16, 64], [1, 4, 16, 64]),
-                   _SDPA_TYPES, _SDPA_CONCRETE)
+    good = op_cost(
+        "aten::scaled_dot_product_attention", _sdpa([1, 8, 16, 64], [1, 4, 16, 64]), _SDPA_TYPES, _SDPA_CONCRETE
+    )
     # q, k, v and out in bf16: 2 bytes x (8 + 4 + 4 + 8) heads x 16 x 64.
     assert good is not None and good.bytes == 2 * (8 + 4 + 4 + 8) * 16 * 64
 
@@ -89,8 +92,12 @@ def test_cast_to_dtype_code_0_is_uint8():
     """catches: c10::ScalarType code 0 (Byte, i.e. uint8: c10/core/ScalarType.h lists Byte
     first) missing from the codes table, so a cast to uint8 goes unpriced or mis-sized.
     _to_copy of fp32 [4, 8] to dtype 0 reads 4 x 32 bytes and writes 1 x 32."""
-    cast = op_cost("aten::_to_copy", [[4, 8], [], [], [], [], [], []],
-                   ["float", "Scalar", "", "", "", "Scalar", ""], ["", "0", "", "", "", "False", ""])
+    cast = op_cost(
+        "aten::_to_copy",
+        [[4, 8], [], [], [], [], [], []],
+        ["float", "Scalar", "", "", "", "Scalar", ""],
+        ["", "0", "", "", "", "False", ""],
+    )
     assert cast is not None
     assert (cast.dtype, cast.bytes, cast.flops) == ("uint8", 4 * 32 + 1 * 32, 0)
 
@@ -124,8 +131,9 @@ def test_tail_idle_is_split_by_what_the_step_thread_did_not_as_a_wait(tmp_path):
     doc.op("aten::multinomial", 1300.0, 600.0)
     p = _phase(doc, tmp_path, "tail.json")
     assert p["gpu_idle_ms"] == pytest.approx(0.8)
-    assert p["idle_by_cause"] == pytest.approx({"sync": 0.0, "launch": 0.0, "host": 0.6, "wait": 0.0,
-                                                "unattributed": 0.2})
+    assert p["idle_by_cause"] == pytest.approx(
+        {"sync": 0.0, "launch": 0.0, "host": 0.6, "wait": 0.0, "unattributed": 0.2}
+    )
 
 
 def test_a_long_non_launch_runtime_call_between_kernels_is_host_time(tmp_path):
@@ -136,13 +144,24 @@ def test_a_long_non_launch_runtime_call_between_kernels_is_host_time(tmp_path):
     doc = Doc()
     _decode_step(doc, 1000.0, 600.0)
     doc.kernel(GEMM, 1000.0, 1000.0, 100.0, launch_dur=0.0)
-    doc.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMalloc", "pid": PID, "tid": TID,
-                       "ts": 1150.0, "dur": 300.0, "args": {"cbid": 20, "correlation": 1}})
+    doc.events.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaMalloc",
+            "pid": PID,
+            "tid": TID,
+            "ts": 1150.0,
+            "dur": 300.0,
+            "args": {"cbid": 20, "correlation": 1},
+        }
+    )
     doc.kernel(ELEMENTWISE, 1500.0, 1500.0, 100.0, launch_dur=0.0)
     p = _phase(doc, tmp_path, "malloc.json")
     assert p["gpu_idle_ms"] == pytest.approx(0.4)
-    assert p["idle_by_cause"] == pytest.approx({"sync": 0.0, "launch": 0.0, "host": 0.3, "wait": 0.0,
-                                                "unattributed": 0.1})
+    assert p["idle_by_cause"] == pytest.approx(
+        {"sync": 0.0, "launch": 0.0, "host": 0.3, "wait": 0.0, "unattributed": 0.1}
+    )
 
 
 # --- intervals: running end per group ----------------------------------------------------

@@ -13,9 +13,8 @@ from kineto import Doc
 
 from tracekit import read_trace
 from tracekit.analysis.analyze import analyze
-from tracekit.analysis.pricing import kernel_names
+from tracekit.analysis.pricing import kernel_names, taxonomy
 from tracekit.analysis.pricing import model_costs as mc
-from tracekit.analysis.pricing import taxonomy
 from tracekit.analysis.pricing.attribution import attribute
 from tracekit.analysis.pricing.roofline import limiter
 from tracekit.analysis.steps import segment as seg
@@ -24,8 +23,8 @@ from tracekit.specs import lookup
 from tracekit.specs.lookup import SpecMatch
 from tracekit.whatif.project import project
 
-
 # --- segment: the leaf CPU ops of a CPU-only trace ------------------------------------------
+
 
 def test_cpu_only_trace_work_is_every_leaf_op_including_the_last_top_level_one(tmp_path):
     """catches: a top-level op's missing parent (-1) taken as a row index while walking up the op
@@ -45,6 +44,7 @@ def test_cpu_only_trace_work_is_every_leaf_op_including_the_last_top_level_one(t
 
 
 # --- project: the per-phase busy time with latency-limited kernels kept as measured -------
+
 
 def test_latency_kept_busy_on_the_same_gpu_is_the_measured_busy_split_by_phase():
     """catches: each step's busy time combined with its phase weight by anything but a product
@@ -67,6 +67,7 @@ def test_latency_kept_busy_on_the_same_gpu_is_the_measured_busy_split_by_phase()
 
 
 # --- model costs: which of two same-width layers a GEMM is, from the kernel before it ----------
+
 
 def test_a_window_opening_on_attention_still_tells_o_proj_from_down_proj():
     """catches: the kernel before a GEMM searched from the one just before it down to, but not
@@ -133,8 +134,9 @@ def test_work_exactly_at_the_ridge_is_compute_bound(tmp_path):
     """catches: the bound taking compute only strictly above the ridge; the module's rule is
     compute-bound at or above it (FLOPs / peak FLOP/s >= bytes / bandwidth)."""
     # A spec whose bf16 matrix peak equals its bandwidth in number: the ridge is 1 FLOP/byte.
-    t = _one_mm(tmp_path, 3, 3, 3, [1.0],
-                spec_change=lambda s: {"matrix_flops": {**s.matrix_flops, "bf16": s.peak_bandwidth}})
+    t = _one_mm(
+        tmp_path, 3, 3, 3, [1.0], spec_change=lambda s: {"matrix_flops": {**s.matrix_flops, "bf16": s.peak_bandwidth}}
+    )
     row = t.iloc[0]
     # 2*3*3*3 = 54 FLOPs and 2 x (9 + 9 + 9) = 54 bytes: intensity 1, on the ridge.
     assert (row["flops"], row["bytes"], row["dtype"]) == (54.0, 54.0, "bf16")
@@ -145,6 +147,8 @@ def test_work_exactly_at_the_ridge_is_compute_bound(tmp_path):
 def test_a_unit_exactly_at_the_latency_roof_keeps_its_bound():
     """catches: a unit that reaches LATENCY_ROOF (0.3) of its roof called latency-limited; only
     units below it are (and a NaN fraction, or an unknown bound, is unknown)."""
-    out = limiter(np.array(["memory", "compute", "memory", "compute", "unknown"], dtype=object),
-                  np.array([0.3, 0.3, 0.2999, np.nan, 0.9]))
+    out = limiter(
+        np.array(["memory", "compute", "memory", "compute", "unknown"], dtype=object),
+        np.array([0.3, 0.3, 0.2999, np.nan, 0.9]),
+    )
     assert out.tolist() == ["memory", "compute", "latency", "unknown", "unknown"]

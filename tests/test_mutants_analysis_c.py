@@ -22,6 +22,7 @@ GEMM_KERNEL = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn"
 
 # --- analyze: a roofline point's time -------------------------------------------------------
 
+
 def test_roofline_point_time_is_its_kernels_time_in_ms(tmp_path):
     """catches: a roofline point's time_ms taken as the nanoseconds minus 1e6 (or any unit but
     ms) instead of the nanoseconds over 1e6."""
@@ -43,41 +44,51 @@ def test_roofline_point_time_is_its_kernels_time_in_ms(tmp_path):
 
 # --- costs: dtype arguments given as c10::ScalarType codes ----------------------------------
 
+
 @pytest.mark.parametrize("code", ["23", "24", "25", "26"])
 def test_cast_to_an_fp8_scalar_type_code_writes_one_byte_per_element(code):
     """catches: an FP8 ScalarType code (23 Float8_e5m2, 24 Float8_e4m3fn, 25 Float8_e5m2fnuz,
     26 Float8_e4m3fnuz: all one byte per element) priced at another element size, which
     misstates the bytes of a cast to FP8 (e.g. 0 bytes: only the fp32 input counted)."""
-    cast = op_cost("aten::_to_copy", [[1, 559, 64], [], [], [], [], [], []],
-                   ["float", "Scalar", "", "", "", "Scalar", ""], ["", code, "", "", "", "False", ""])
+    cast = op_cost(
+        "aten::_to_copy",
+        [[1, 559, 64], [], [], [], [], [], []],
+        ["float", "Scalar", "", "", "", "Scalar", ""],
+        ["", code, "", "", "", "False", ""],
+    )
     # fp32 input read (4 bytes) and fp8 output written (1 byte) per element.
     assert (cast.dtype, cast.bytes) == ("fp8", (4 + 1) * 559 * 64)
 
 
 # --- evidence: a thread whose ops are not in start order ------------------------------------
 
+
 def _ops(rows):
     names = [r[0] for r in rows]
-    return pd.DataFrame({
-        "name": pd.Categorical(names),
-        "tid": [r[1] for r in rows],
-        "start_ns": [r[2] for r in rows],
-        "input_dims": [json.dumps(r[3]) if r[3] is not None else None for r in rows],
-    })
+    return pd.DataFrame(
+        {
+            "name": pd.Categorical(names),
+            "tid": [r[1] for r in rows],
+            "start_ns": [r[2] for r in rows],
+            "input_dims": [json.dumps(r[3]) if r[3] is not None else None for r in rows],
+        }
+    )
 
 
 def test_shape_evidence_of_a_thread_out_of_start_order():
     """catches: the plain filter used for a thread whose ops are out of start order combining
     its conditions with anything but a logical and (a division of boolean columns raises),
     so such a thread's passes are not classified."""
-    ops = _ops([
-        # Thread 1, out of start order: the decode pass's embedding is listed before the prefill one's.
-        ("aten::embedding", 1, 5_000, [[32000, 4096], [8, 1]]),
-        ("aten::embedding", 1, 1_000, [[32000, 4096], [2, 7]]),
-        ("aten::linear", 1, 1_500, [[2, 7, 4096], [4096, 4096]]),
-        # Thread 2, in order, starting inside both passes' windows: not theirs.
-        ("aten::embedding", 2, 1_200, [[32000, 4096], [4, 3]]),
-    ])
+    ops = _ops(
+        [
+            # Thread 1, out of start order: the decode pass's embedding is listed before the prefill one's.
+            ("aten::embedding", 1, 5_000, [[32000, 4096], [8, 1]]),
+            ("aten::embedding", 1, 1_000, [[32000, 4096], [2, 7]]),
+            ("aten::linear", 1, 1_500, [[2, 7, 4096], [4096, 4096]]),
+            # Thread 2, in order, starting inside both passes' windows: not theirs.
+            ("aten::embedding", 2, 1_200, [[32000, 4096], [4, 3]]),
+        ]
+    )
     got = evidence.shape_evidence_many(ops, [(0, 4_000, 1), (4_000, 9_000, 1), (0, 9_000, 3)])
     # Pass 1: token ids [2, 7] -> 7 tokens per sequence, 14 tokens in 2 sequences: prefill.
     assert got[0][0] == "prefill" and got[0][2:] == (14.0, 2.0)
@@ -88,6 +99,7 @@ def test_shape_evidence_of_a_thread_out_of_start_order():
 
 
 # --- segment: how many malformed step annotations the notes list ----------------------------
+
 
 def _malformed_steps(tmp_path, n):
     """``n`` SGLang-style step ranges, each of a distinct malformed name, each launching one kernel."""
@@ -112,6 +124,7 @@ def test_notes_list_five_malformed_annotations_and_count_the_rest(tmp_path):
 
 
 # --- advice: host-bound only from HOST_SHARE of the phase's time ----------------------------
+
 
 def _host_gap_step(tmp_path, host_us):
     """One vLLM decode step: a 500 us kernel, ``host_us`` of host work (aten::sort) before the

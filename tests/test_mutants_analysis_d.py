@@ -24,11 +24,13 @@ from tracekit.whatif.fit import one_off_idle
 
 def _steady_run(step_ms: float, steps: int = 4) -> Analysis:
     """A request-level run whose decode steps all take ``step_ms``: no spread within the run."""
-    return bare_analysis({"tpot_series_ms": [step_ms] * steps,
-                          "tpot_ms": {"mean": step_ms, "p50": step_ms, "p90": step_ms}})
+    return bare_analysis(
+        {"tpot_series_ms": [step_ms] * steps, "tpot_ms": {"mean": step_ms, "p50": step_ms, "p90": step_ms}}
+    )
 
 
 # --- spread: the Student-t interval of several runs a side ------------------------------------
+
 
 def test_several_steady_runs_a_side_widen_the_interval_to_the_student_t_one():
     """catches: the t half-width's standard error sqrt(s^2 (1/Rb + 1/Ra)) built wrongly (e.g.
@@ -48,6 +50,7 @@ def test_several_steady_runs_a_side_widen_the_interval_to_the_student_t_one():
 
 
 # --- spread/compare: idle shares by key -------------------------------------------------------
+
 
 def test_idle_share_figures_are_the_runs_phase_idle_shares():
     """catches: the phase name cut wrongly from ``<phase>_idle_share`` (e.g. one character too
@@ -69,8 +72,10 @@ def test_idle_labels_say_cpu_only_when_both_runs_are_cpu_runs():
     gpu = {"name": "GPU A", "type": "gpu", "spec": "A"}
 
     def label(dev_before, dev_after) -> str:
-        runs = [bare_analysis({"idle_share": {"decode": share}}, device=dev) for share, dev in
-                ((0.2, dev_before), (0.3, dev_after))]
+        runs = [
+            bare_analysis({"idle_share": {"decode": share}}, device=dev)
+            for share, dev in ((0.2, dev_before), (0.3, dev_after))
+        ]
         return next(h for h in compare(*runs).headline if h["key"] == "decode_idle_share")["label"]
 
     assert label(cpu, cpu) == "decode CPU idle"
@@ -90,7 +95,7 @@ def test_merged_top_kernel_limiter_follows_its_time_weighted_roof_fraction(tmp_p
     time is almost all one slow call reads compute-bound though it runs at 2 % of its roof."""
     d = Doc()  # A100-SXM4-80GB: 312 dense bf16 TFLOP/s (datasheet)
     n = 4096
-    flops = 2 * n ** 3  # 137.4 GFLOP per call: 440 us at the peak
+    flops = 2 * n**3  # 137.4 GFLOP per call: 440 us at the peak
     roof_us = flops / 312e12 * 1e6
     durs = [1000.0, 1000.0, 1000.0, 100_000.0]  # three calls at 44 % of the roof, one at 0.44 %
     ts = 1000.0

@@ -35,6 +35,7 @@ def _gemm_run(path, n: int, dur_us: float, steps: int = 3):
 
 # --- analyze: a roofline point's shapes -------------------------------------------------------
 
+
 def test_a_shape_priced_roofline_point_names_its_ops_input_shapes(tmp_path):
     """catches: a roofline point's shapes dropped when the op table is there (e.g. the test
     ``ops is not None`` negated), so the chart's hover shows no shapes for any point."""
@@ -57,18 +58,18 @@ def test_a_shape_priced_roofline_point_names_its_ops_input_shapes(tmp_path):
 
 # --- compare: roof notes need a spec row on both sides ----------------------------------------
 
+
 def test_roof_notes_are_left_out_when_one_side_has_no_spec_row(tmp_path):
     """catches: the roof notes written when only one run has a spec row (``not db or not da``
     turned into ``and``), e.g. "at 44% of None's roof (was 22% of A100's)": a side without a
     spec row (a GPU trace cut before its kernels) has no roof to name."""
     n = 4096
-    roof_us = 2 * n ** 3 / 312e12 * 1e6  # 440.5 us at the A100's 312 TFLOP/s (datasheet)
+    roof_us = 2 * n**3 / 312e12 * 1e6  # 440.5 us at the A100's 312 TFLOP/s (datasheet)
     before = _gemm_run(tmp_path / "before.json", n, 2000.0)
     after = _gemm_run(tmp_path / "after.json", n, 1000.0)
     # Both sides priced: the note is there, 2x faster, at 44 % of the roof (was 22 %).
     both = compare(before, after).phases["decode"]["explanation"]
-    expected = (f"aten::mm (gemm): 2x faster per call, at {roof_us / 1000:.0%} of the roof "
-                f"(was {roof_us / 2000:.0%}).")
+    expected = f"aten::mm (gemm): 2x faster per call, at {roof_us / 1000:.0%} of the roof (was {roof_us / 2000:.0%})."
     assert expected in both
     for side in ("before", "after"):
         runs = {"before": before, "after": after}
@@ -79,6 +80,7 @@ def test_roof_notes_are_left_out_when_one_side_has_no_spec_row(tmp_path):
 
 
 # --- findings: the graph-replay finding of a model-priced run ----------------------------------
+
 
 def test_graph_replay_finding_says_the_model_priced_the_replayed_kernels():
     """catches: the graph-replay finding's test of "the model prices at least half of the
@@ -97,6 +99,7 @@ def test_graph_replay_finding_says_the_model_priced_the_replayed_kernels():
 
 
 # --- launches: steps from the launch pattern --------------------------------------------------
+
 
 def test_launch_pattern_cuts_every_step_of_an_even_number_of_occurrences(tmp_path):
     """catches: the groups of equal launch tokens split one launch early (the edges ``+ 1``

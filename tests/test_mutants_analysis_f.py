@@ -12,28 +12,33 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
-from tracekit import read_trace
-from tracekit.analysis.pricing import taxonomy
-from tracekit.analysis.pricing import model_costs as mcosts
-from tracekit.analysis.pricing import model_fit
+from conftest import SAMPLE_TRACES, bare_analysis
 from kineto import STREAM, Doc
 
+from tracekit import read_trace
 from tracekit.analysis.model import Analysis
+from tracekit.analysis.pricing import model_costs as mcosts
+from tracekit.analysis.pricing import model_fit, taxonomy
 from tracekit.analysis.steps.segment import segment
 from tracekit.analysis.windows import _StepRows
 from tracekit.compare.comparison import compare
 from tracekit.models import costs as mc
 from tracekit.models import load_model
-from conftest import SAMPLE_TRACES, bare_analysis
 
 
 def _run(series) -> Analysis:
     """A request-level run whose decode steps (TPOT) are ``series`` ms; everything else empty."""
     s = np.asarray(series, dtype=float)
-    return bare_analysis({"tpot_series_ms": list(s),
-                          "tpot_ms": {"mean": float(s.mean()), "p50": float(np.percentile(s, 50)),
-                                      "p90": float(np.percentile(s, 90))}})
+    return bare_analysis(
+        {
+            "tpot_series_ms": list(s),
+            "tpot_ms": {
+                "mean": float(s.mean()),
+                "p50": float(np.percentile(s, 50)),
+                "p90": float(np.percentile(s, 90)),
+            },
+        }
+    )
 
 
 # --- spread: the bases of a one-run side beside a several-runs side -------------------------------
@@ -53,13 +58,19 @@ def test_a_one_run_side_says_one_run_beside_a_side_of_two():
 
 # --- model_costs: a MoE model with dense layers prices activations at the dense width ------------
 
+
 def _one_step_of(names_and_categories, tokens: int):
     """A work table of one decode step of ``tokens`` tokens holding the given kernels (1 us each,
     no grids), with its category array and the step's sides as the cost model takes them."""
     names = [n for n, _ in names_and_categories]
-    work = pd.DataFrame({"name": pd.Categorical(names), "step": np.zeros(len(names), np.int64),
-                         "dur_ns": np.full(len(names), 1000, np.int64),
-                         "start_ns": np.arange(len(names), dtype=np.int64) * 2000})
+    work = pd.DataFrame(
+        {
+            "name": pd.Categorical(names),
+            "step": np.zeros(len(names), np.int64),
+            "dur_ns": np.full(len(names), 1000, np.int64),
+            "start_ns": np.arange(len(names), dtype=np.int64) * 2000,
+        }
+    )
     category = np.array([c for _, c in names_and_categories], dtype=object)
     steps = pd.DataFrame({"step": [0], "phase": ["decode"], "tokens": [float(tokens)], "batch": [float(tokens)]})
     sides = [{"decode": mc.Side(float(tokens), float(tokens), None, None, float(tokens))}]
@@ -87,6 +98,7 @@ def test_an_activation_kernel_of_a_model_with_dense_layers_is_priced_at_the_dens
 
 # --- model_costs: attention kernels of a kind the model has no layers of ------------------------
 
+
 def test_linear_attention_kernels_on_a_model_without_linear_layers_are_named():
     """catches: the "has no such layers" test inverted (``sel.any() and want``), so a trace running
     linear-attention (gated DeltaNet) kernels under --model Llama-3.1-8B (32 full-attention layers,
@@ -106,6 +118,7 @@ def test_linear_attention_kernels_on_a_model_without_linear_layers_are_named():
 
 # --- segment: a CPU-only trace's work table has no grid -------------------------------------------
 
+
 def test_a_cpu_only_traces_work_table_says_no_grid_as_minus_one():
     """catches: the grid and block columns of a CPU-only trace's work table (its leaf ops, which
     launch nothing) filled with False (0, a zero-sized grid) instead of the trace model's -1 for
@@ -122,6 +135,7 @@ def test_a_cpu_only_traces_work_table_says_no_grid_as_minus_one():
 
 # --- merge: the step-relevant rows keep the ProfilerStep ranges only ------------------------------
 
+
 def test_the_step_rows_of_a_window_keep_only_its_cpu_side_profiler_steps(tmp_path):
     """catches: the ProfilerStep filter of ``_StepRows.add`` joined with ``+`` (logical or) instead
     of ``&``, so the light trace gathered over every window (meant to hold a row per launch and the
@@ -133,8 +147,18 @@ def test_the_step_rows_of_a_window_keep_only_its_cpu_side_profiler_steps(tmp_pat
     d.annotation("decoder_layer", 10.0, 20.0)
     ext = d.op("aten::mm", 12.0, 5.0)
     d.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", 13.0, 30.0, 10.0, ext=ext)
-    d.events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#1", "pid": 0, "tid": STREAM,
-                     "ts": 30.0, "dur": 10.0, "args": {}})
+    d.events.append(
+        {
+            "ph": "X",
+            "cat": "gpu_user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 0,
+            "tid": STREAM,
+            "ts": 30.0,
+            "dur": 10.0,
+            "args": {},
+        }
+    )
     t = read_trace(str(d.write(tmp_path / "w.json")))
     assert len(t.annotations) == 3  # the trace holds all three ranges
     rows = _StepRows()

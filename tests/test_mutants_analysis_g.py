@@ -6,7 +6,6 @@ docstrings' stated conventions."""
 
 from __future__ import annotations
 
-import json
 from importlib import metadata
 
 import numpy as np
@@ -35,16 +34,21 @@ needs_hta = pytest.mark.skipif(HTA_DIST is None, reason="HTA is not installed: p
 
 # --- costs: reshape_and_cache's note ------------------------------------------------------------
 
+
 def test_reshape_and_cache_note_counts_keys_plus_values():
     """catches: the note of the KV-cache write counting the new elements as anything but keys +
     values (e.g. ``key.numel & value.numel``: 96 & 96 = 96, half the 192 really written)."""
     kv = [6, 2, 8]  # 96 elements each
-    cost = price("_C_cache_ops::reshape_and_cache_flash", [kv, kv, [50, 16, 2, 8], [50, 16, 2, 8], [6], [], [], []],
-                 [BF16, BF16, FP8, FP8, I64, "", F32, F32])
+    cost = price(
+        "_C_cache_ops::reshape_and_cache_flash",
+        [kv, kv, [50, 16, 2, 8], [50, 16, 2, 8], [6], [], [], []],
+        [BF16, BF16, FP8, FP8, I64, "", F32, F32],
+    )
     assert cost.note.startswith("192 new key/value elements written at 1 byte(s) each")
 
 
 # --- hta: files read as fewer ranks -----------------------------------------------------------
+
 
 def _one_kernel_trace(path):
     d = Doc()  # no distributedInfo: HTA takes the file as rank 0
@@ -69,6 +73,7 @@ def test_hta_notes_two_files_read_as_one_rank_and_only_then(tmp_path):
 
 # --- intervals: the wide path -----------------------------------------------------------------
 
+
 def test_running_end_per_group_when_ends_are_too_wide_to_key():
     """catches: running_end's one-group-at-a-time path (ends spanning more than 2^62 / groups, so
     they cannot be keyed apart in int64) skipped, leaving its output uninitialised."""
@@ -79,6 +84,7 @@ def test_running_end_per_group_when_ends_are_too_wide_to_key():
 
 
 # --- launches: where a step ends --------------------------------------------------------------
+
 
 def test_launch_pattern_step_ends_one_ns_before_the_next_begins(tmp_path):
     """catches: a launch-pattern step's end computed as anything but the next step's first launch
@@ -103,6 +109,7 @@ def test_launch_pattern_step_ends_one_ns_before_the_next_begins(tmp_path):
 
 
 # --- model_costs: which bytes are a lower bound ------------------------------------------------
+
 
 def test_only_attention_bytes_of_an_unstated_prefix_prefill_are_a_lower_bound():
     """catches: the lower-bound mark of a prefill whose cached keys are not stated given to other

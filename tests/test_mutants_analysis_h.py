@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import real_trace_path
+
 from tracekit import read_trace
 from tracekit.analysis import truncation
 from tracekit.analysis.model import Analysis
@@ -34,7 +34,11 @@ def _decode(series) -> Analysis:
         phases={},
         metrics={
             "tpot_series_ms": list(s),
-            "tpot_ms": {"mean": float(s.mean()), "p50": float(np.percentile(s, 50)), "p90": float(np.percentile(s, 90))},
+            "tpot_ms": {
+                "mean": float(s.mean()),
+                "p50": float(np.percentile(s, 50)),
+                "p90": float(np.percentile(s, 90)),
+            },
             "decode_tokens_per_s": 8 * 1e3 / float(s.mean()),
         },
         findings=[],

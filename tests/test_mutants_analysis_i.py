@@ -34,8 +34,10 @@ def test_ballot_text_sums_each_sides_own_votes():
     phase, confidence, text = b.verdict()
     assert phase == frameworks.PREFILL
     # prefill 2 + 0.5 = 2.5, decode 1; the decode evidence is outweighed
-    assert text == ("phase votes: prefill 2.5 (prefill reason a; prefill reason b), decode 1 (decode reason); "
-                    "the decode evidence is outweighed")
+    assert text == (
+        "phase votes: prefill 2.5 (prefill reason a; prefill reason b), decode 1 (decode reason); "
+        "the decode evidence is outweighed"
+    )
 
 
 def test_a_step_is_heavy_in_tokens_only_at_twice_the_median():
@@ -158,8 +160,14 @@ def test_work_goes_to_its_own_threads_step_before_anothers():
 def _beating(flops_per_s: float, bytes_per_s: float):
     """Two 1 ms kernels: a bf16 GEMM at ``flops_per_s`` and a copy of 1 GB at ``bytes_per_s``."""
     work = pd.DataFrame({"dur_ns": [1_000_000, 1_000_000]})
-    table = pd.DataFrame({"flops": [flops_per_s * 1e-3, 0.0], "bytes": [1.0, bytes_per_s * 1e-3],
-                          "dtype": ["bf16", "bf16"], "unit": ["matrix", "vector"]})
+    table = pd.DataFrame(
+        {
+            "flops": [flops_per_s * 1e-3, 0.0],
+            "bytes": [1.0, bytes_per_s * 1e-3],
+            "dtype": ["bf16", "bf16"],
+            "unit": ["matrix", "vector"],
+        }
+    )
     return work, table
 
 
@@ -171,8 +179,16 @@ def test_a_gpus_measured_ceilings_stand_within_2_percent_and_fall_beyond():
     from tracekit.specs import SpecMatch, spec_by_name, with_calibration
 
     assert TOLERANCE == 0.02
-    cal = {"calibration": {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "dtype": "bf16",
-                           "matmul_flops": {"bf16": 1e14}, "copy_bandwidth": 1e12, "method": "test"}}
+    cal = {
+        "calibration": {
+            "device": "cuda",
+            "device_name": "NVIDIA H100 80GB HBM3",
+            "dtype": "bf16",
+            "matmul_flops": {"bf16": 1e14},
+            "copy_bandwidth": 1e12,
+            "method": "test",
+        }
+    }
     match = SpecMatch(with_calibration(spec_by_name("h100-sxm"), cal), "name", "")
     assert match.spec.measured_matmul_flops == {"bf16": 1e14}
     # 1% above either measured ceiling: timing noise, the ceilings stand.
@@ -198,8 +214,13 @@ def test_an_eager_step_is_heavy_from_1_3_times_the_median_kernels():
     assert HEAVY_EAGER_KERNELS == 1.3
     # Four decode steps replaying graphs (10 kernels each), then two eager steps of 15 and 12
     # kernels: median 10, so 1.5x (heavy) and 1.2x (not).
-    features = pd.DataFrame({"gemm_blocks": [np.nan] * 6, "kernels": [10, 10, 10, 10, 15, 12],
-                             "graph_share": [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]})
+    features = pd.DataFrame(
+        {
+            "gemm_blocks": [np.nan] * 6,
+            "kernels": [10, 10, 10, 10, 15, 12],
+            "graph_share": [1.0, 1.0, 1.0, 1.0, 0.0, 0.0],
+        }
+    )
     out = structural_phases(features, np.arange(6), np.ones(6, dtype=bool))
     assert out[4][0] == frameworks.PREFILL and "runs eager with 1.5x the kernels" in out[4][1]
     assert out[5][0] == frameworks.DECODE and out[5][1].startswith("a light step")
@@ -280,11 +301,26 @@ def test_the_three_innermost_user_frames_around_an_instant_outermost_first(tmp_p
     d = Doc()
     d.kernel("k", 1000.0, 1005.0, 10.0)
     # Five nested frames around t = 1,500 us, outermost first; the torch one is a library frame.
-    frames = ["/srv/app/serve.py(10): main", "/srv/app/engine.py(20): step", "/srv/app/runner.py(30): run",
-              "torch/nn/modules/module.py(1500): _call_impl", "/srv/app/model.py(40): forward"]
+    frames = [
+        "/srv/app/serve.py(10): main",
+        "/srv/app/engine.py(20): step",
+        "/srv/app/runner.py(30): run",
+        "torch/nn/modules/module.py(1500): _call_impl",
+        "/srv/app/model.py(40): forward",
+    ]
     for depth, name in enumerate(frames):
-        d.events.append({"ph": "X", "cat": "python_function", "name": name, "pid": PID, "tid": TID,
-                         "ts": 1000.0 + depth, "dur": 1000.0 - 2 * depth, "args": {}})
+        d.events.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": name,
+                "pid": PID,
+                "tid": TID,
+                "ts": 1000.0 + depth,
+                "dur": 1000.0 - 2 * depth,
+                "args": {},
+            }
+        )
     host = HostThread(read_trace(d.write(tmp_path / "t.json")), TID)
     # The innermost three user frames, skipping torch's, outermost first, by file name.
     assert host.frames_at(1_500_000) == ["engine.py(20): step", "runner.py(30): run", "model.py(40): forward"]

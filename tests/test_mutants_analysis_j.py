@@ -68,8 +68,13 @@ def test_an_unissued_gaps_rest_after_sync_is_unattributed():
     """catches: the unattributed time of a gap whose next kernel's issue is unknown computed as
     ``(b - a) ** sync`` rather than ``(b - a) - sync``."""
     none = NO_TIME  # no issue, no launching op in the trace (-1 would be a time: clocks run below zero)
-    g = {"start_ns": np.array([0]), "end_ns": np.array([1_000]), "issue_ns": np.array([none]),
-         "op_start_ns": np.array([none]), "op_end_ns": np.array([none])}
+    g = {
+        "start_ns": np.array([0]),
+        "end_ns": np.array([1_000]),
+        "issue_ns": np.array([none]),
+        "op_start_ns": np.array([none]),
+        "op_end_ns": np.array([none]),
+    }
     sync = (np.array([100]), np.array([300]))  # 200 ns of sync inside the 1,000 ns gap
     cov = Coverage({"sync": sync, "launch": sync, "busy": sync})
     out = idle._split(g, cov)
@@ -85,9 +90,21 @@ def test_an_unissued_gaps_rest_after_sync_is_unattributed():
 
 def _matrix_work(flops: float) -> pd.DataFrame:
     """One model-priced BF16 GEMM unit of 1 ms and 1 MB with the given FLOPs."""
-    return pd.DataFrame({"flops": [flops], "bytes": [1e6], "dur_ns": [1e6], "bound": ["compute"], "pricing_op": [-1],
-                         "cost_source": ["model"], "component": ["mlp"], "category": ["gemm"], "dtype": ["bf16"],
-                         "unit": ["matrix"], "name": ["ampere_bf16_s16816gemm_bf16_128x128"]})
+    return pd.DataFrame(
+        {
+            "flops": [flops],
+            "bytes": [1e6],
+            "dur_ns": [1e6],
+            "bound": ["compute"],
+            "pricing_op": [-1],
+            "cost_source": ["model"],
+            "component": ["mlp"],
+            "category": ["gemm"],
+            "dtype": ["bf16"],
+            "unit": ["matrix"],
+            "name": ["ampere_bf16_s16816gemm_bf16_128x128"],
+        }
+    )
 
 
 A100_BF16 = 312e12  # A100 SXM BF16 dense tensor-core peak, NVIDIA's datasheet: 312 TFLOP/s

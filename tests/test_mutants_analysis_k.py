@@ -53,10 +53,12 @@ def test_work_table_achieved_flops_and_bandwidth_are_work_over_duration(extend_q
     secs = w["dur_ns"].to_numpy(dtype=float) / 1e9
     priced = (secs > 0) & w["flops"].notna().to_numpy()
     assert priced.sum() > 100
-    np.testing.assert_allclose(w["achieved_flops"].to_numpy()[priced], w["flops"].to_numpy()[priced] / secs[priced],
-                               rtol=1e-12)
-    np.testing.assert_allclose(w["achieved_bw"].to_numpy()[priced], w["bytes"].to_numpy()[priced] / secs[priced],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        w["achieved_flops"].to_numpy()[priced], w["flops"].to_numpy()[priced] / secs[priced], rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        w["achieved_bw"].to_numpy()[priced], w["bytes"].to_numpy()[priced] / secs[priced], rtol=1e-12
+    )
     assert np.isnan(w["achieved_flops"].to_numpy()[secs == 0]).all()
 
 

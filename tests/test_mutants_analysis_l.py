@@ -21,9 +21,16 @@ def test_a_steps_bytes_are_its_priced_kernels_and_unknown_when_none_is_priced():
     priced part, 1,000 B), step 1 one kernel of unknown cost, step 2 one kernel of 7,000 B: at a
     7 GB/s peak, 7,000 B in 1 us is 7 GB/s, an MBU of 1."""
     steps = pd.DataFrame({"step": [0, 1, 2], "duration_ns": [1000, 1000, 1000]})
-    work = pd.DataFrame({"step": [0, 0, 1, 2], "dur_ns": [100, 200, 300, 400],
-                         "flops": [1e6, 2e6, np.nan, 5e6], "bytes": [1e3, np.nan, np.nan, 7e3],
-                         "bound": ["compute", "memory", "memory", "memory"], "category": "gemm"})
+    work = pd.DataFrame(
+        {
+            "step": [0, 0, 1, 2],
+            "dur_ns": [100, 200, 300, 400],
+            "flops": [1e6, 2e6, np.nan, 5e6],
+            "bytes": [1e3, np.nan, np.nan, 7e3],
+            "bound": ["compute", "memory", "memory", "memory"],
+            "category": "gemm",
+        }
+    )
     out = _steps_with_attribution(steps, work, types.SimpleNamespace(peak_bandwidth=7e9))
     assert out["bytes"].iloc[0] == 1000.0 and np.isnan(out["bytes"].iloc[1]) and out["bytes"].iloc[2] == 7000.0
     assert np.isnan(out["flops"].iloc[1]) and out["flops"].iloc[2] == 5e6
@@ -43,12 +50,24 @@ def test_attention_per_layer_sums_the_sides_and_averages_over_the_layers_windows
     from tracekit.models import costs as mc
     from tracekit.models.config import DENSE, FULL, SLIDING, Layer, ModelSpec
 
-    sides = {"prefill": mc.Side(requests=2, tokens=10, kv_tokens=10, pairs=30, logit_tokens=2),
-             "decode": mc.Side(requests=1, tokens=1, kv_tokens=100, pairs=100, logit_tokens=1)}
+    sides = {
+        "prefill": mc.Side(requests=2, tokens=10, kv_tokens=10, pairs=30, logit_tokens=2),
+        "decode": mc.Side(requests=1, tokens=1, kv_tokens=100, pairs=100, logit_tokens=1),
+    }
     assert attention_per_layer(None, sides) == (130.0, 110.0, "")
-    m = ModelSpec(name="tiny", source="hand-built", model_type="test", hidden=64, vocab=100, heads=4, kv_heads=4,
-                  head_dim=16, v_head_dim=16, intermediate=128,
-                  layers=(Layer(FULL, DENSE),) + (Layer(SLIDING, DENSE, window=10),) * 3)
+    m = ModelSpec(
+        name="tiny",
+        source="hand-built",
+        model_type="test",
+        hidden=64,
+        vocab=100,
+        heads=4,
+        kv_heads=4,
+        head_dim=16,
+        v_head_dim=16,
+        intermediate=128,
+        layers=(Layer(FULL, DENSE),) + (Layer(SLIDING, DENSE, window=10),) * 3,
+    )
     pairs, keys, note = attention_per_layer(m, sides)
     assert (pairs, keys) == (pytest.approx(62.5), pytest.approx(42.5))
     assert note == " (averaged over the model's 4 layers, sliding windows [10])"
@@ -65,11 +84,17 @@ def test_a_launch_bound_graph_replay_names_its_largest_launch():
 
     a = bare_analysis()
     a.steps = pd.DataFrame({"phase": ["decode"] * 4, "graph_replay": [True] * 4, "kernels": [100] * 4})
-    a.phases = {"decode": {
-        "time_ms": 10.0, "steps": 4,
-        "idle_by_cause": {"sync": 0.0, "launch": 6.0, "host": 1.0, "wait": 0.5, "unattributed": 0.0},
-        "idle_top": [{"cause": "host", "call": "cudaMemcpyAsync", "op": "aten::copy_", "ms": 1.0, "share": 0.1},
-                     {"cause": "launch", "call": "cudaLaunchKernel", "op": "aten::mm", "ms": 6.0, "share": 0.6}]}}
+    a.phases = {
+        "decode": {
+            "time_ms": 10.0,
+            "steps": 4,
+            "idle_by_cause": {"sync": 0.0, "launch": 6.0, "host": 1.0, "wait": 0.5, "unattributed": 0.0},
+            "idle_top": [
+                {"cause": "host", "call": "cudaMemcpyAsync", "op": "aten::copy_", "ms": 1.0, "share": 0.1},
+                {"cause": "launch", "call": "cudaLaunchKernel", "op": "aten::mm", "ms": 6.0, "share": 0.6},
+            ],
+        }
+    }
     found = [f for f in advice._idle(a, "decode", a.phases["decode"]) if f.id == "launch-bound"]
     assert len(found) == 1
     assert "although the steps replay a graph" in found[0].text

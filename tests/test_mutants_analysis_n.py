@@ -39,8 +39,9 @@ def test_launch_overhead_of_decode_is_its_steps_launch_gaps(key):
     assert held and sum(gaps) > 0
     m = d["metrics"]
     assert m["launch_overhead_ms_per_decode_step"] == pytest.approx(np.mean(gaps), rel=1e-9)
-    assert m["launch_overhead_share_of_decode"] == pytest.approx(sum(gaps) / sum(s["duration_ms"] for s in held),
-                                                                 rel=1e-9)
+    assert m["launch_overhead_share_of_decode"] == pytest.approx(
+        sum(gaps) / sum(s["duration_ms"] for s in held), rel=1e-9
+    )
 
 
 def test_a_step_timeline_starts_at_a_kernel_the_gpu_clock_puts_before_the_step(tmp_path):
@@ -88,9 +89,9 @@ def test_a_top_kernels_achieved_rates_are_its_work_over_its_time(tmp_path):
     ext = doc.op("aten::mm", 5.0, 200.0, dims=[[1024, 1024], [1024, 1024]], types=["c10::BFloat16"] * 2)
     doc.kernel(GEMM, 10.0, 20.0, 100.0, ext=ext)
     (row,) = analyze(read_trace(doc.write(tmp_path / "mm.json"))).to_dict()["top_kernels"]["prefill"]
-    assert row["achieved_tflops"] == pytest.approx(2 * 1024 ** 3 / 1e-4 / 1e12, rel=1e-9)
-    assert row["achieved_gbps"] == pytest.approx(3 * 1024 ** 2 * 2 / 1e-4 / 1e9, rel=1e-9)
-    assert row["roof_fraction"] == pytest.approx(2 * 1024 ** 3 / 1e-4 / 312e12, rel=1e-6)
+    assert row["achieved_tflops"] == pytest.approx(2 * 1024**3 / 1e-4 / 1e12, rel=1e-9)
+    assert row["achieved_gbps"] == pytest.approx(3 * 1024**2 * 2 / 1e-4 / 1e9, rel=1e-9)
+    assert row["roof_fraction"] == pytest.approx(2 * 1024**3 / 1e-4 / 312e12, rel=1e-6)
     assert row["bound"] == "compute"
 
 
@@ -102,8 +103,10 @@ def test_the_fusion_advice_states_its_time_in_seconds_past_one_second():
 
     p = {"kernel_ms": 3000.0, "by_category": {"elementwise": 1500.0, "gemm": 1500.0}}
     (f,) = fusion_finding("prefill", p, 40.0, 2, 5)
-    assert f.text.startswith("Elementwise, normalization, activation and RoPE kernels are 50% of prefill kernel "
-                             "time (1.5 s); 5 of them run back to back in 2 chains"), f.text
+    assert f.text.startswith(
+        "Elementwise, normalization, activation and RoPE kernels are 50% of prefill kernel "
+        "time (1.5 s); 5 of them run back to back in 2 chains"
+    ), f.text
     assert f.at_stake_ms == 40.0 and f.phase == "prefill"
     assert fusion_finding("prefill", p, 0.0, 0, 0) == []
     assert fusion_finding("prefill", {**p, "by_category": {"elementwise": 100.0}}, 40.0, 2, 5) == []  # 3% fusible
@@ -152,8 +155,11 @@ def test_idle_waiting_on_a_launch_names_the_launch_call_and_its_op(tmp_path):
     d = analyze(read_trace(doc.write(tmp_path / "launch.json"))).to_dict()
     groups = {r["cause"]: r for r in d["phases"]["decode"]["idle_top"]}
     for cause in ("launch", "wait"):
-        assert (groups[cause]["call"], groups[cause]["op"], groups[cause]["stack"]) == \
-            ("cudaLaunchKernel", "aten::mm", ["aten::mm"]), groups[cause]
+        assert (groups[cause]["call"], groups[cause]["op"], groups[cause]["stack"]) == (
+            "cudaLaunchKernel",
+            "aten::mm",
+            ["aten::mm"],
+        ), groups[cause]
 
 
 def test_the_host_ops_lane_holds_only_ops_inside_the_window(tmp_path):
@@ -205,7 +211,7 @@ def test_the_decode_batch_advice_stakes_the_time_its_gemms_spend_beyond_their_fl
     a = analyze(read_trace(doc.write(tmp_path / "batch.json")))
     (peak,) = a.work["achievable_flops"].tolist()
     f = next(f for f in a.findings if f.id == "decode-batch")
-    assert f.sum_ms == pytest.approx(0.1 - 2 * 8 * 4096 ** 2 / peak * 1e3, rel=1e-12)
+    assert f.sum_ms == pytest.approx(0.1 - 2 * 8 * 4096**2 / peak * 1e3, rel=1e-12)
     assert "memory-bound at 7.97 FLOP/byte" in f.text
 
 
@@ -223,11 +229,12 @@ def test_a_phases_mfu_and_mbu_against_hand_arithmetic(tmp_path):
     doc.kernel(GEMM, 10.0, 20.0, 100.0, ext=ext)
     p = analyze(read_trace(doc.write(tmp_path / "mm.json"))).to_dict()["phases"]["prefill"]
     assert p["time_ms"] == pytest.approx(1.0)
-    assert p["mfu"] == pytest.approx(2 * 1024 ** 3 / 1e-3 / 312e12, rel=1e-9)
-    assert p["mfu_achievable"] == pytest.approx(2 * 1024 ** 3 / 1e-3 / (0.86 * 312e12), rel=1e-9)
-    assert p["mbu"] == pytest.approx(3 * 1024 ** 2 * 2 / 1e-3 / 2039e9, rel=1e-9)
-    assert p["mfu_basis"].startswith("bf16 matrix peak of A100 80GB SXM: 312.0 TFLOP/s (datasheet peak); "
-                                     "achievable 268.3 TFLOP/s (0.86 x peak"), p["mfu_basis"]
+    assert p["mfu"] == pytest.approx(2 * 1024**3 / 1e-3 / 312e12, rel=1e-9)
+    assert p["mfu_achievable"] == pytest.approx(2 * 1024**3 / 1e-3 / (0.86 * 312e12), rel=1e-9)
+    assert p["mbu"] == pytest.approx(3 * 1024**2 * 2 / 1e-3 / 2039e9, rel=1e-9)
+    assert p["mfu_basis"].startswith(
+        "bf16 matrix peak of A100 80GB SXM: 312.0 TFLOP/s (datasheet peak); achievable 268.3 TFLOP/s (0.86 x peak"
+    ), p["mfu_basis"]
     assert p["mfu_basis"].endswith("; FLOPs from recorded shapes 100%")
     assert p["mbu_basis"].endswith("; bytes from recorded shapes 100%")
 

@@ -40,15 +40,24 @@ def test_a_bandwidth_ceiling_is_judged_on_kernels_moving_512_mb_or_more():
     from tracekit.specs import SpecMatch, spec_by_name, with_calibration
 
     assert CACHE_PROOF_BYTES == 512e6
-    cal = {"calibration": {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "dtype": "bf16",
-                           "matmul_flops": {"bf16": 1e14}, "copy_bandwidth": 1e12, "method": "test"}}
+    cal = {
+        "calibration": {
+            "device": "cuda",
+            "device_name": "NVIDIA H100 80GB HBM3",
+            "dtype": "bf16",
+            "matmul_flops": {"bf16": 1e14},
+            "copy_bandwidth": 1e12,
+            "method": "test",
+        }
+    }
     match = SpecMatch(with_calibration(spec_by_name("h100-sxm"), cal), "name", "")
 
     def copy_of(nbytes: float, ms: float):
         # A matmul well under its ceiling (so only bandwidth can be beaten) and the copy.
         work = pd.DataFrame({"dur_ns": [1_000_000, ms * 1e6]})
-        table = pd.DataFrame({"flops": [1e10, 0.0], "bytes": [1.0, nbytes], "dtype": ["bf16", "bf16"],
-                              "unit": ["matrix", "vector"]})
+        table = pd.DataFrame(
+            {"flops": [1e10, 0.0], "bytes": [1.0, nbytes], "dtype": ["bf16", "bf16"], "unit": ["matrix", "vector"]}
+        )
         return work, table
 
     # 512e6 bytes in 0.497 ms = 1.03 TB/s; 511,999,999 bytes in the same time, the same speed.
@@ -61,9 +70,11 @@ def test_a_kv_cache_write_reads_its_values_at_their_own_shape():
     whose value head is narrower than its key head (here 4 vs 8) has its write over-counted.
     Keys [6, 2, 8] bf16 (96 elements, 192 B), values [6, 2, 4] bf16 (48, 96 B), 6 int64 slots
     (48 B); written into an fp8 cache at 1 byte an element: 96 + 48 = 144 B."""
-    cost = price("_C_cache_ops::reshape_and_cache_flash",
-                 [[6, 2, 8], [6, 2, 4], [50, 16, 2, 8], [50, 16, 2, 4], [6], [], [], []],
-                 [BF16, BF16, FP8, FP8, I64, "", F32, F32])
+    cost = price(
+        "_C_cache_ops::reshape_and_cache_flash",
+        [[6, 2, 8], [6, 2, 4], [50, 16, 2, 8], [50, 16, 2, 4], [6], [], [], []],
+        [BF16, BF16, FP8, FP8, I64, "", F32, F32],
+    )
     assert cost.flops == 0
     assert cost.bytes == 192 + 96 + 48 + 144
     assert cost.note.startswith("144 new key/value elements written at 1 byte(s) each")
@@ -99,8 +110,9 @@ def test_an_lm_head_not_told_apart_joins_the_linear_work_and_no_other():
     after, _, _ = flops(dataclasses.replace(trace, kernels=k))
     assert "lm_head" not in after
     assert after["linear"] == pytest.approx(before["linear"] + before["lm_head"], rel=1e-12)
-    assert {c: f for c, f in after.items() if c != "linear"} == \
-        {c: f for c, f in before.items() if c not in ("linear", "lm_head")}
+    assert {c: f for c, f in after.items() if c != "linear"} == {
+        c: f for c, f in before.items() if c not in ("linear", "lm_head")
+    }
 
 
 def test_a_launch_pattern_is_regular_only_when_most_spacings_equal_its_median():
@@ -127,10 +139,11 @@ def test_shape_evidence_of_ops_in_any_row_order_is_that_of_the_ops_in_start_orde
     earlier ops). The collected tiny-bs8 trace's 17 marker steps (a prefill of [8, 64] token ids,
     then decodes of [8, 1]) with the op table shuffled: every step's evidence is the sorted
     table's, which names its own embedding."""
+    from conftest import SAMPLE_TRACES
+
     from tracekit import read_trace
     from tracekit.analysis.steps import evidence
     from tracekit.analysis.steps.segment import segment
-    from conftest import SAMPLE_TRACES
 
     trace = read_trace(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz")
     steps = segment(trace).steps
@@ -140,4 +153,3 @@ def test_shape_evidence_of_ops_in_any_row_order_is_that_of_the_ops_in_start_orde
     assert want[0][2:] == (512.0, 8.0) and all(w[2:] == (8.0, 8.0) for w in want[1:])
     shuffled = trace.cpu_ops.iloc[np.random.default_rng(40).permutation(len(trace.cpu_ops))].reset_index(drop=True)
     assert evidence.shape_evidence_many(shuffled, bounds) == want
-

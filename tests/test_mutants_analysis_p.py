@@ -13,8 +13,8 @@ from tracekit.analysis.pricing import taxonomy
 from tracekit.models import costs as mc
 from tracekit.models import load_model
 
-
 # --- model_costs: a sampler with no recorded shapes, priced by the model ------------------------
+
 
 def test_a_sampler_without_shapes_reads_every_logit_token_in_fp32():
     """catches: the sampler's logit bytes ``* 4.0`` (fp32) turned into ``// 4.0``, so a sampler
@@ -25,8 +25,14 @@ def test_a_sampler_without_shapes_reads_every_logit_token_in_fp32():
     model = load_model("llama-3.1-8b-instruct")
     assert model.vocab == 128256
     names = ["void at::native::reduce_kernel<512, 1, ArgMaxOps<float>>"]
-    work = pd.DataFrame({"name": pd.Categorical(names), "step": np.zeros(1, np.int64),
-                         "dur_ns": np.full(1, 5000, np.int64), "start_ns": np.zeros(1, np.int64)})
+    work = pd.DataFrame(
+        {
+            "name": pd.Categorical(names),
+            "step": np.zeros(1, np.int64),
+            "dur_ns": np.full(1, 5000, np.int64),
+            "start_ns": np.zeros(1, np.int64),
+        }
+    )
     category = np.array([taxonomy.SAMPLING], dtype=object)
     steps = pd.DataFrame({"step": [0], "phase": ["decode"], "tokens": [8.0], "batch": [8.0]})
     sides = [{"decode": mc.Side(8.0, 8.0, None, None, 8.0)}]

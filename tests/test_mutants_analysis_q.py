@@ -8,8 +8,8 @@ import pytest
 
 from tracekit.analysis.steps.evidence import Ballot
 
-
 # --- evidence: the vote's text -------------------------------------------------------------------
+
 
 def test_only_a_won_vote_of_both_sides_says_the_other_side_was_outweighed():
     """catches: ``winner is not None and len(parts) == 2`` turned into ``or``, so a vote of one
@@ -27,10 +27,15 @@ def test_only_a_won_vote_of_both_sides_says_the_other_side_was_outweighed():
     won.cast("prefill", 3.0, "a")
     won.cast("decode", 1.0, "b")
     # 3 of 4 for prefill, fully sure (total 4 >= 3): 0.75.
-    assert won.verdict() == ("prefill", 0.75, "phase votes: prefill 3 (a), decode 1 (b); the decode evidence is outweighed")
+    assert won.verdict() == (
+        "prefill",
+        0.75,
+        "phase votes: prefill 3 (a), decode 1 (b); the decode evidence is outweighed",
+    )
 
 
 # --- tables: roofline points of model-priced work ------------------------------------------------
+
 
 def test_a_model_priced_point_shows_no_single_ops_shapes():
     """catches: ``(pricing_all >= 0) & ~model_all`` turned into ``** ~model_all`` (numpy's
@@ -40,6 +45,7 @@ def test_a_model_priced_point_shows_no_single_ops_shapes():
     collected tiny-bs8 trace priced by the model (``costs="model"``): its model-priced units have a
     linked op with recorded shapes (663 model-priced units here), so the shapes are there to be (wrongly) shown."""
     from conftest import SAMPLE_TRACES
+
     from tracekit import read_trace
     from tracekit.analysis import analyze
 
@@ -54,6 +60,7 @@ def test_a_model_priced_point_shows_no_single_ops_shapes():
 
 
 # --- mixed steps that cannot be split --------------------------------------------------------------
+
 
 def test_phase_weights_of_each_phase_by_hand():
     """catches: the ``mixed`` phase taking a split mixed step's units (they count in prefill and
@@ -82,6 +89,7 @@ def test_an_sglang_mixed_step_stays_whole_in_a_mixed_phase():
     import dataclasses
 
     from conftest import read_real
+
     from tracekit.analysis import analyze
 
     trace = read_real("mi300x_extend")
@@ -101,6 +109,7 @@ def test_an_sglang_mixed_step_stays_whole_in_a_mixed_phase():
 
 # --- figures: an MBU above the bandwidth roof is not a fact ----------------------------------------
 
+
 def test_an_mbu_above_the_peak_bandwidth_is_refused_with_its_percentage():
     """catches: the MBU's above-the-roof refusal dropped or its threshold moved (150% of the peak
     reported as an MBU of 1.5), or the sentence's percentage misstated. The A100 80GB SXM's
@@ -113,14 +122,17 @@ def test_an_mbu_above_the_peak_bandwidth_is_refused_with_its_percentage():
     assert spec.peak_bandwidth == 2039e9
     mbu, ach, basis, why = figures._mbu(1.5 * 2039e9 * 1e-3, 1.0, spec, 0.0, 1.0)
     assert (mbu, ach, basis) == (None, None, None)
-    assert why == ("the bytes counted would move at 150% of the peak bandwidth: above 100% is not a fact "
-                   "(data served from caches, or bytes counted twice)")
+    assert why == (
+        "the bytes counted would move at 150% of the peak bandwidth: above 100% is not a fact "
+        "(data served from caches, or bytes counted twice)"
+    )
     mbu, _, basis, why = figures._mbu(0.5 * 2039e9 * 1e-3, 1.0, spec, 0.0, 1.0)
     assert mbu == 0.5 and why is None and basis.startswith("peak bandwidth of A100 80GB SXM: 2,039 GB/s")
     assert figures._mbu(1.01 * 2039e9 * 1e-3, 1.0, spec, 0.0, 1.0)[0] == 1.01
 
 
 # --- findings: the decode attention finding names the context the run decoded at -----------------
+
 
 def test_the_decode_attention_finding_names_the_context_of_a_collected_run():
     """catches: the context range of the decode-attention finding misstated or dropped: a run
@@ -131,6 +143,7 @@ def test_the_decode_attention_finding_names_the_context_of_a_collected_run():
     import copy
 
     from conftest import SAMPLE_TRACES
+
     from tracekit import read_trace
     from tracekit.analysis import analyze
     from tracekit.analysis.findings import rules
@@ -144,8 +157,10 @@ def test_the_decode_attention_finding_names_the_context_of_a_collected_run():
         [text] = [f.text for f in rules.findings(analysis) if f.id == "decode-attention-share"]
         return text
 
-    assert attention_finding(a) == ("Attention is 50% of decode kernel time at 64-80 tokens of context: "
-                                    "the KV cache read dominates as context grows.")
+    assert attention_finding(a) == (
+        "Attention is 50% of decode kernel time at 64-80 tokens of context: "
+        "the KV cache read dominates as context grows."
+    )
     no_new = copy.copy(a)
     no_new.workload = {**a.workload, "workload": {**a.workload["workload"], "new_tokens": None}}
     assert " at 64 tokens of context:" in attention_finding(no_new)
@@ -155,6 +170,7 @@ def test_the_decode_attention_finding_names_the_context_of_a_collected_run():
 
 
 # --- ceilings: a CPU's bandwidth raised to what its copies achieved --------------------------------
+
 
 def test_a_cpu_bandwidth_ceiling_its_copies_beat_is_raised_to_the_fastest_copy():
     """catches: the CPU's raised bandwidth not applied or misstated in the sentence (GB/s off by a
@@ -171,8 +187,9 @@ def test_a_cpu_bandwidth_ceiling_its_copies_beat_is_raised_to_the_fastest_copy()
 
     def copy_in(ms: float):
         work = pd.DataFrame({"dur_ns": [1_000_000, ms * 1e6]})
-        table = pd.DataFrame({"flops": [1e7, 0.0], "bytes": [1.0, 1e9], "dtype": ["fp32", "fp32"],
-                              "unit": ["matrix", "vector"]})
+        table = pd.DataFrame(
+            {"flops": [1e7, 0.0], "bytes": [1.0, 1e9], "dtype": ["fp32", "fp32"], "unit": ["matrix", "vector"]}
+        )
         return work, table
 
     new, why = check_ceilings(*copy_in(50.0), match)
@@ -183,6 +200,7 @@ def test_a_cpu_bandwidth_ceiling_its_copies_beat_is_raised_to_the_fastest_copy()
 
 
 # --- windows: a folder of two splits' windows ------------------------------------------------------
+
 
 def test_a_folder_holding_two_splits_windows_is_refused_naming_both(tmp_path):
     """catches: the windows of two different splits (other stems, or another window count) merged
@@ -199,14 +217,23 @@ def test_a_folder_holding_two_splits_windows_is_refused_naming_both(tmp_path):
             window_paths(str(folder))
         return e.value.message
 
-    two = refusal(tmp_path / "one", ["a.window-1-of-2.json.gz", "a.window-2-of-2.json.gz",
-                                   "b.window-1-of-3.json.gz", "b.window-2-of-3.json.gz", "b.window-3-of-3.json.gz"])
+    two = refusal(
+        tmp_path / "one",
+        [
+            "a.window-1-of-2.json.gz",
+            "a.window-2-of-2.json.gz",
+            "b.window-1-of-3.json.gz",
+            "b.window-2-of-3.json.gz",
+            "b.window-3-of-3.json.gz",
+        ],
+    )
     assert two.endswith("holds the windows of 2 splits (a, b): put each split in a folder of its own")
     counts = refusal(tmp_path / "two", ["a.window-1-of-2.json.gz", "a.window-1-of-3.json.gz"])
     assert "holds the windows of 2 splits (a, a)" in counts
 
 
 # --- ranges: step-like names no grammar reads ------------------------------------------------------
+
 
 def test_unread_step_names_are_said_five_at_a_time_and_the_rest_counted(tmp_path):
     """catches: the count of unread step-like names beyond the five quoted misstated (7 names:
@@ -238,6 +265,7 @@ def test_unread_step_names_are_said_five_at_a_time_and_the_rest_counted(tmp_path
 
 # --- gemm_layers: the kernel before a GEMM tells layers of one width apart -------------------------
 
+
 def test_the_kernel_before_a_gemm_tells_layers_of_one_width_apart():
     """catches: the neighbour rule reading the wrong kernel or none: after attention a GEMM of
     width 4096 is the output projection; after the activation, the down projection (K = the MLP
@@ -267,6 +295,7 @@ def test_the_kernel_before_a_gemm_tells_layers_of_one_width_apart():
 
 # --- figures: no MFU against a peak the device does not have --------------------------------------
 
+
 def test_no_mfu_when_a_matrix_dtype_has_no_peak_on_the_device_and_it_says_so():
     """catches: the MFU computed (or left silent) when part of the phase's matrix work is of a
     dtype the device has no matrix peak for, nor a wider one to run at: a CPU measured for fp32
@@ -276,15 +305,29 @@ def test_no_mfu_when_a_matrix_dtype_has_no_peak_on_the_device_and_it_says_so():
     from tracekit.specs.measured import measured_spec
 
     spec = measured_spec("test CPU", {"fp32": 1e13}, 1e10)
-    w = pd.DataFrame({"flops": [1e9, 1e9], "bytes": [1e6, 1e6], "dur_ns": [1e6, 1e6], "unit": ["matrix"] * 2,
-                      "dtype": ["fp32", "fp64"], "cost_source": ["shapes"] * 2})
-    assert figures._mfu(w, 2.0, spec) == (None, None, None, "no matrix fp64 rate for test CPU (measured on this machine)")
+    w = pd.DataFrame(
+        {
+            "flops": [1e9, 1e9],
+            "bytes": [1e6, 1e6],
+            "dur_ns": [1e6, 1e6],
+            "unit": ["matrix"] * 2,
+            "dtype": ["fp32", "fp64"],
+            "cost_source": ["shapes"] * 2,
+        }
+    )
+    assert figures._mfu(w, 2.0, spec) == (
+        None,
+        None,
+        None,
+        "no matrix fp64 rate for test CPU (measured on this machine)",
+    )
     mfu, ach, basis, why = figures._mfu(w.assign(dtype="fp32"), 2.0, spec)
     assert mfu == pytest.approx(0.1) and ach == pytest.approx(0.1) and why is None
     assert basis.startswith("fp32 matrix peak of test CPU: 10.0 TFLOP/s")
 
 
 # --- tables: a kernel's display name -----------------------------------------------------------------
+
 
 def test_a_display_name_collapses_nested_template_arguments_and_parameters():
     """Found while writing this test: nested template arguments never collapsed past the innermost
@@ -295,12 +338,16 @@ def test_a_display_name_collapses_nested_template_arguments_and_parameters():
     name over the width is cut with an ellipsis, to exactly the width."""
     from tracekit.analysis.tables import short_name
 
-    pytorch = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
-               "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
+    pytorch = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+        "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)"
+    )
     assert short_name(pytorch) == "at::native::vectorized_elementwise_kernel<>()"
     assert short_name("a<b<c<d<e<f<g<h<i>>>>>>>>(x)") == "a<>()"
-    assert short_name("void (anonymous namespace)::softmax_warp_forward<float, 10>(float*, int)") == \
-        "softmax_warp_forward<>()"
+    assert (
+        short_name("void (anonymous namespace)::softmax_warp_forward<float, 10>(float*, int)")
+        == "softmax_warp_forward<>()"
+    )
     assert short_name("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD (Device -> Device)"
     assert short_name("g<a>(b) const") == "g<>(b) const"
     long = "k" * 100
@@ -308,6 +355,7 @@ def test_a_display_name_collapses_nested_template_arguments_and_parameters():
 
 
 # --- segment: step ranges that launched nothing ---------------------------------------------------
+
 
 def test_step_ranges_without_gpu_work_are_dropped_and_counted_in_the_right_number(tmp_path):
     """catches: the note on dropped ranges in the wrong number ("2 step range ... is"), or the
@@ -337,6 +385,7 @@ def test_step_ranges_without_gpu_work_are_dropped_and_counted_in_the_right_numbe
 
 # --- ranges: the last inferred pass runs to the thread's last instant, inclusive -------------------
 
+
 def test_the_last_inferred_pass_ends_at_the_threads_last_instant_and_holds_work_issued_then(tmp_path):
     """catches: the last inferred pass ending 1 ns after the thread's last recorded instant (it
     did, ``hi + 1``: a step's CPU time 1 ns longer than anything the thread did), or before it, so
@@ -365,6 +414,7 @@ def test_the_last_inferred_pass_ends_at_the_threads_last_instant_and_holds_work_
 
 # --- ranges: malformed step annotations ---------------------------------------------------------------
 
+
 def test_malformed_step_annotations_are_said_five_at_a_time_with_their_counts(tmp_path):
     """catches: the "N more malformed step annotations" note written when there are five or fewer
     problems (it would read "-3 more"), its count wrong, or a problem's range count left out or
@@ -387,9 +437,11 @@ def test_malformed_step_annotations_are_said_five_at_a_time_with_their_counts(tm
 
     two = notes(2)
     said = [n for n in two if n.startswith("SGLang step annotation")]
-    assert said == ["SGLang step annotation 'step[FOO0 bs=1]' is not step[EXTEND|DECODE|MIXED ...] (3 ranges): "
-                    "that part is ignored",
-                    "SGLang step annotation 'step[FOO1 bs=1]' is not step[EXTEND|DECODE|MIXED ...]: that part is ignored"]
+    assert said == [
+        "SGLang step annotation 'step[FOO0 bs=1]' is not step[EXTEND|DECODE|MIXED ...] (3 ranges): "
+        "that part is ignored",
+        "SGLang step annotation 'step[FOO1 bs=1]' is not step[EXTEND|DECODE|MIXED ...]: that part is ignored",
+    ]
     assert not any("more malformed" in n for n in two + notes(5))
     seven = notes(7)
     assert len([n for n in seven if n.startswith("SGLang step annotation")]) == 5
@@ -397,6 +449,7 @@ def test_malformed_step_annotations_are_said_five_at_a_time_with_their_counts(tm
 
 
 # --- grid_shapes: a cluster of nothing ---------------------------------------------------------------
+
 
 def test_a_gemm_name_stating_a_zero_cluster_reads_as_cluster_one():
     """Found by a seed-45 survivor (``cluster_n == 1`` read as ``<= 1``, which differs only for a
@@ -414,13 +467,17 @@ def test_a_gemm_name_stating_a_zero_cluster_reads_as_cluster_one():
         want = grid_shapes.derive(one, (32, 1, 1), (384, 1, 1), m=8, n_candidates=(4096,))
         assert (got.n_lo, got.n_hi, got.n_how, got.n_fits) == (want.n_lo, want.n_hi, want.n_how, want.n_fits)
     # A tile 0 wide divided by zero too: such a name states no tile, and no shape is read from it.
-    for name in ("nvjet_sm90_tst_0x0_64x4_1x1_v_bz_coopA_NNT", "cutlass_80_tensorop_bf16_s16816gemm_bf16_0x64_32x3_nn",
-                 "Cijk_Ailk_Bljk_BBS_BH_MT0x64x16_MI16x16x1_SN_WG16_16_1"):
+    for name in (
+        "nvjet_sm90_tst_0x0_64x4_1x1_v_bz_coopA_NNT",
+        "cutlass_80_tensorop_bf16_s16816gemm_bf16_0x64_32x3_nn",
+        "Cijk_Ailk_Bljk_BBS_BH_MT0x64x16_MI16x16x1_SN_WG16_16_1",
+    ):
         assert grid_shapes.tile_of(name) is None
         assert grid_shapes.derive(name, (32, 1, 1), (384, 1, 1), m=8, n_candidates=(4096,)) is None
 
 
 # --- idle: a launching thread numbered 0 -------------------------------------------------------------
+
 
 def test_idle_gaps_of_a_launching_thread_numbered_zero_are_attributed(tmp_path):
     """catches: thread id 0 taken for "no thread" (``tid != 0`` for ``tid >= 0``), so every gap
@@ -446,6 +503,7 @@ def test_idle_gaps_of_a_launching_thread_numbered_zero_are_attributed(tmp_path):
 
 # --- figures: MFU and MBU withheld only where most work was the withheld model's --------------------
 
+
 def test_a_phase_keeps_its_mfu_unless_half_its_kernel_time_was_withheld_from_the_model():
     """catches: every phase losing its MFU and MBU once the model is withheld (``<`` read as
     ``is``), or the half-way rule moved. Phases of 10 ms of kernel time whose units the withheld
@@ -457,8 +515,17 @@ def test_a_phase_keeps_its_mfu_unless_half_its_kernel_time_was_withheld_from_the
     by_phase, phases = {}, {}
     for p, ms in (("prefill", 4.0), ("decode", 5.0), ("mixed", 6.0)):
         by_phase[p] = pd.DataFrame({"cost_reason": [why, None], "dur_ns": [ms * 1e6, (10.0 - ms) * 1e6]})
-        phases[p] = {"kernel_ms": 10.0, "mfu": 0.3, "mfu_achievable": 0.4, "mfu_basis": "b", "mfu_reason": None,
-                     "mbu": 0.5, "mbu_achievable": 0.6, "mbu_basis": "b", "mbu_reason": None}
+        phases[p] = {
+            "kernel_ms": 10.0,
+            "mfu": 0.3,
+            "mfu_achievable": 0.4,
+            "mfu_basis": "b",
+            "mfu_reason": None,
+            "mbu": 0.5,
+            "mbu_achievable": 0.6,
+            "mbu_basis": "b",
+            "mbu_reason": None,
+        }
     figures.withhold(phases, by_phase, why)
     assert (phases["prefill"]["mfu"], phases["prefill"]["mbu"]) == (0.3, 0.5)
     for p in ("decode", "mixed"):
@@ -466,6 +533,7 @@ def test_a_phase_keeps_its_mfu_unless_half_its_kernel_time_was_withheld_from_the
 
 
 # --- ranges: tracekit's markers are the whole truth where present ------------------------------------
+
 
 def test_tracekits_markers_win_over_engine_annotations_in_the_same_trace(tmp_path):
     """catches: the markers and an engine's annotations sorted into each other's lists (``==``

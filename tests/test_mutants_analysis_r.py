@@ -12,8 +12,8 @@ from conftest import bare_analysis
 from tracekit import read_trace
 from tracekit.analysis import analyze
 
-
 # --- findings: the cost-sources line ------------------------------------------------------------
+
 
 def _priced(sources: dict[str, float]):
     """An analysis with a model whose kernel time was priced by ``sources`` (source -> ms)."""
@@ -36,10 +36,12 @@ def test_the_cost_sources_line_appears_only_when_the_model_priced_at_least_1_per
     one = _model_findings(_priced({"shapes": 99.0, "model": 1.0}))  # exactly 1%: shown
     assert [f.text for f in one if f.id == "cost-sources"] == [
         "Kernel time was priced 99% by recorded shapes, 1% by the model; the model is m (TP 1: default; "
-        "weights: config)."]
+        "weights: config)."
+    ]
 
 
 # --- attribution: a generic kernel inside the first module -----------------------------------------
+
 
 def _module_run(tmp_path, with_module: bool):
     from kineto import PID, TID, Doc
@@ -47,13 +49,29 @@ def _module_run(tmp_path, with_module: bool):
     d = Doc()
     d.annotation("tracekit::decode", 90.0, 100.0)
     if with_module:  # the trace's only nn.Module span: row 0 of the module table
-        d.events.append({"ph": "X", "cat": "python_function", "name": "nn.Module: LlamaRMSNorm_0", "pid": PID,
-                         "tid": TID, "ts": 100.0, "dur": 50.0, "args": {}})
+        d.events.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": "nn.Module: LlamaRMSNorm_0",
+                "pid": PID,
+                "tid": TID,
+                "ts": 100.0,
+                "dur": 50.0,
+                "args": {},
+            }
+        )
     ext = d.op("aten::mul", 105.0, 10.0)
-    d.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
-             "at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 2> >(int, "
-             "at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, "
-             "at::detail::Array<char*, 2>)", 106.0, 120.0, 5.0, ext=ext)
+    d.kernel(
+        "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
+        "at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 2> >(int, "
+        "at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, "
+        "at::detail::Array<char*, 2>)",
+        106.0,
+        120.0,
+        5.0,
+        ext=ext,
+    )
     return analyze(read_trace(d.write(tmp_path / f"m{int(with_module)}.json")))
 
 
@@ -67,6 +85,7 @@ def test_a_generic_kernel_launched_in_the_first_module_takes_its_job(tmp_path):
 
 # --- evidence: many passes at once agree with one pass at a time ----------------------------------
 
+
 def test_a_nameless_op_is_no_attention_evidence_in_the_many_pass_search():
     """catches: the name-missing slot of the attention mask set True, so an op the trace names not
     at all (a NaN name) with a 4-d first input reads as attention, and its [2, 8, 1, 64] as
@@ -74,21 +93,34 @@ def test_a_nameless_op_is_no_attention_evidence_in_the_many_pass_search():
     where a nameless op matches nothing."""
     from tracekit.analysis.steps.evidence import shape_evidence, shape_evidence_many
 
-    names = pd.Categorical([None, "aten::scaled_dot_product_attention", "aten::mm"],
-                           categories=["aten::mm", "aten::scaled_dot_product_attention"])
-    ops = pd.DataFrame({"tid": [1, 2, 2], "start_ns": [10, 10, 20], "name": names,
-                        "input_dims": ["[[2, 8, 1, 64]]", "[[2, 8, 5, 64]]", "[[3, 4], [4, 5]]"]})
+    names = pd.Categorical(
+        [None, "aten::scaled_dot_product_attention", "aten::mm"],
+        categories=["aten::mm", "aten::scaled_dot_product_attention"],
+    )
+    ops = pd.DataFrame(
+        {
+            "tid": [1, 2, 2],
+            "start_ns": [10, 10, 20],
+            "name": names,
+            "input_dims": ["[[2, 8, 1, 64]]", "[[2, 8, 5, 64]]", "[[3, 4], [4, 5]]"],
+        }
+    )
     passes = [(0, 100, 1), (0, 100, 2)]
     many = shape_evidence_many(ops, passes)
-    one = [shape_evidence(ops[(ops["tid"] == t) & (ops["start_ns"] >= lo) & (ops["start_ns"] < hi)])
-           for lo, hi, t in passes]
+    one = [
+        shape_evidence(ops[(ops["tid"] == t) & (ops["start_ns"] >= lo) & (ops["start_ns"] < hi)])
+        for lo, hi, t in passes
+    ]
     assert many == one
     assert many[0][0] == "unknown" and many[0][1] == "op shapes do not show tokens per sequence"
-    assert many[1][:2] == ("prefill", "5 tokens per sequence: query of shape [2, 8, 5, 64] in "
-                                      "aten::scaled_dot_product_attention")
+    assert many[1][:2] == (
+        "prefill",
+        "5 tokens per sequence: query of shape [2, 8, 5, 64] in aten::scaled_dot_product_attention",
+    )
 
 
 # --- model above the roof: a component priced on its own ------------------------------------------
+
 
 def test_a_non_pooled_model_unit_above_the_roof_is_left_unpriced():
     """catches: the per-launch test ``took > 0`` written ``took == 0``, so no unpooled component
@@ -99,11 +131,24 @@ def test_a_non_pooled_model_unit_above_the_roof_is_left_unpriced():
 
     assert ABOVE_ROOF == 1.02
     n = 3
-    table = pd.DataFrame({
-        "cost_source": ["model"] * n, "roof_fraction": [3.0, 1.01, 0.5], "roof_fraction_achievable": [3.0, 1.01, 0.5],
-        "component": ["norm"] * n, "flops": [1e9] * n, "bytes": [1e6] * n, "cost_reason": [""] * n,
-        "estimate": [None] * n, "intensity": [1e3] * n, "achieved_bw": [1e9] * n, "achieved_flops": [1e12] * n,
-        "bound": ["memory"] * n, "bound_reason": [""] * n, "model_check": [""] * n})
+    table = pd.DataFrame(
+        {
+            "cost_source": ["model"] * n,
+            "roof_fraction": [3.0, 1.01, 0.5],
+            "roof_fraction_achievable": [3.0, 1.01, 0.5],
+            "component": ["norm"] * n,
+            "flops": [1e9] * n,
+            "bytes": [1e6] * n,
+            "cost_reason": [""] * n,
+            "estimate": [None] * n,
+            "intensity": [1e3] * n,
+            "achieved_bw": [1e9] * n,
+            "achieved_flops": [1e12] * n,
+            "bound": ["memory"] * n,
+            "bound_reason": [""] * n,
+            "model_check": [""] * n,
+        }
+    )
     model_above_roof(table, np.zeros(n, dtype=np.int64), np.full(n, 1e-3), None, None, None, None)
     assert np.isnan(table.loc[0, "flops"]) and np.isnan(table.loc[0, "bytes"])
     assert table.loc[0, "cost_source"] == "none" and table.loc[0, "bound"] == "unknown"
@@ -112,6 +157,7 @@ def test_a_non_pooled_model_unit_above_the_roof_is_left_unpriced():
 
 
 # --- steps table: a stated batch is certain -------------------------------------------------------
+
 
 def test_a_batch_the_step_annotation_states_has_confidence_1():
     """catches: the confidence of a stated batch written 2.0: a confidence is a probability, and a
@@ -126,6 +172,7 @@ def test_a_batch_the_step_annotation_states_has_confidence_1():
 
 
 # --- timeline lanes: top-level host ops, the longest idle gaps ------------------------------------
+
 
 def test_of_two_host_ops_starting_together_the_outer_is_the_top_level_one(tmp_path):
     """catches: ops of one start ordered shortest first (the duration's minus sign dropped), so an
@@ -171,6 +218,7 @@ def test_an_idle_lane_of_too_many_gaps_keeps_the_longest():
 
 # --- seed 49 --------------------------------------------------------------------------------------
 
+
 def test_a_step_of_one_gemm_launch_has_that_launchs_blocks_per_launch():
     """catches: GEMM blocks per launch left unknown unless a step launched two GEMMs or more
     (``launches > 1``): a step of one 128-CTA GEMM launch has 128 blocks per launch; a step of
@@ -178,8 +226,14 @@ def test_a_step_of_one_gemm_launch_has_that_launchs_blocks_per_launch():
     from tracekit.analysis.steps.evidence import step_features
 
     gemm = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn"
-    work = pd.DataFrame({"step": [0, 1, 1, 2], "name": [gemm, gemm, gemm, "vectorized_elementwise_kernel"],
-                         "ctas": [128, 64, 192, 40], "graph": [False] * 4})
+    work = pd.DataFrame(
+        {
+            "step": [0, 1, 1, 2],
+            "name": [gemm, gemm, gemm, "vectorized_elementwise_kernel"],
+            "ctas": [128, 64, 192, 40],
+            "graph": [False] * 4,
+        }
+    )
     f = step_features(work, 3)
     assert f["gemm_launches"].tolist() == [1, 2, 0]
     assert f["gemm_blocks"].tolist()[:2] == [128.0, 128.0] and np.isnan(f["gemm_blocks"].iloc[2])
@@ -228,8 +282,18 @@ def test_a_host_thread_of_a_trace_without_runtime_calls_still_names_its_ops(tmp_
 
     d = Doc()
     d.op("aten::mm", 10.0, 20.0)
-    d.events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": PID, "tid": STREAM, "ts": 20.0, "dur": 5.0,
-                     "args": {"device": 0, "stream": STREAM, "correlation": 1, "grid": [1, 1, 1], "block": [128, 1, 1]}})
+    d.events.append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": PID,
+            "tid": STREAM,
+            "ts": 20.0,
+            "dur": 5.0,
+            "args": {"device": 0, "stream": STREAM, "correlation": 1, "grid": [1, 1, 1], "block": [128, 1, 1]},
+        }
+    )
     t = read_trace(d.write(tmp_path / "no_runtime.json"))
     assert len(t.runtime) == 0 and len(t.cpu_ops) == 1
     th = HostThread(t, TID)
@@ -256,4 +320,7 @@ def test_a_tail_gaps_idle_is_grouped_under_the_op_at_its_middle(tmp_path):
     d.op("aten::item", 330.0, 65.0)
     rows = analyze(read_trace(d.write(tmp_path / "tail.json"))).phases["decode"]["idle_top"]
     tail = [(r["cause"], r["op"], r["ms"]) for r in rows if r["op"] == "aten::item"]
-    assert sorted(tail) == [("sync", "aten::item", pytest.approx(0.065)), ("unattributed", "aten::item", pytest.approx(0.010))]
+    assert sorted(tail) == [
+        ("sync", "aten::item", pytest.approx(0.065)),
+        ("unattributed", "aten::item", pytest.approx(0.010)),
+    ]

@@ -9,8 +9,8 @@ repeated experiments."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import pandas as pd
+import pytest
 from conftest import SAMPLE_TRACES, bare_analysis
 from test_mutants_analysis_h import _decode
 
@@ -53,11 +53,28 @@ def _one_kernel_run(spec: str, gemm_ms: float):
     """A run on GPU ``spec``: 4 decode steps, 100 ms, GEMM ``gemm_ms`` and norm 10 ms; one GEMM
     kernel of 1 ms at half its roof."""
     a = bare_analysis(device={"name": f"GPU {spec}", "type": "gpu", "spec": spec})
-    a.work = pd.DataFrame({"phase": ["decode"], "category": ["gemm"], "op_name": ["aten::mm"], "name": ["k"],
-                           "dur_ns": [1_000_000], "roof_fraction": [0.5], "unit": ["matrix"], "dtype": ["bf16"],
-                           "flops": [1e12], "bound": ["compute"]})
-    a.phases = {"decode": {"steps": 4, "time_ms": 100.0, "by_bound": {"compute": 60.0, "idle": 40.0},
-                           "by_category": {"gemm": gemm_ms, "norm": 10.0}}}
+    a.work = pd.DataFrame(
+        {
+            "phase": ["decode"],
+            "category": ["gemm"],
+            "op_name": ["aten::mm"],
+            "name": ["k"],
+            "dur_ns": [1_000_000],
+            "roof_fraction": [0.5],
+            "unit": ["matrix"],
+            "dtype": ["bf16"],
+            "flops": [1e12],
+            "bound": ["compute"],
+        }
+    )
+    a.phases = {
+        "decode": {
+            "steps": 4,
+            "time_ms": 100.0,
+            "by_bound": {"compute": 60.0, "idle": 40.0},
+            "by_category": {"gemm": gemm_ms, "norm": 10.0},
+        }
+    }
     return a
 
 
@@ -93,7 +110,7 @@ def test_each_block_resample_holds_as_many_steps_as_the_run():
         # Each row is runs of consecutive steps (circularly): blocks of ceil(sqrt(n)).
         length = int(np.ceil(np.sqrt(n)))
         for start in range(0, n, length):
-            block = idx[0, start:start + length]
+            block = idx[0, start : start + length]
             assert ((np.diff(block) % n) == 1 % n).all() or n == 1, (n, block)
 
 
@@ -112,8 +129,14 @@ def test_vanished_kernels_are_listed_biggest_first():
     from tracekit.compare.movers import kernel_movers
 
     cols = ["category", "op_name", "name", "dur_ns", "roof_fraction"]
-    before = pd.DataFrame([("gemm", "aten::bmm", "k1", 1_000_000, None), ("gemm", "aten::mm", "k2", 3_000_000, None),
-                           ("norm", "aten::rms", "n", 1_000_000, None)], columns=cols)
+    before = pd.DataFrame(
+        [
+            ("gemm", "aten::bmm", "k1", 1_000_000, None),
+            ("gemm", "aten::mm", "k2", 3_000_000, None),
+            ("norm", "aten::rms", "n", 1_000_000, None),
+        ],
+        columns=cols,
+    )
     after = pd.DataFrame([("norm", "aten::rms", "n", 1_000_000, None)], columns=cols)
     gone = kernel_movers(before, after)["vanished"]
     assert [(r["key"], r["before_ms"]) for r in gone] == [("gemm | aten::mm", 3.0), ("gemm | aten::bmm", 1.0)]
@@ -151,10 +174,12 @@ def test_an_efficiency_disagreement_names_the_work_that_changed():
     b, a = bare_analysis(), bare_analysis()
     b.phases = {"prefill": {"flops": 1e12}, "decode": {"bytes": 1e9}}
     a.phases = {"prefill": {"flops": 2e12}, "decode": {"bytes": 3e9}}
-    headline = [{"key": "prefill_mfu", "label": "Prefill MFU", "verdict": "better"},
-                {"key": "ttft_ms", "label": "TTFT", "verdict": "worse"},
-                {"key": "decode_mbu", "label": "Decode MBU", "verdict": "better"},
-                {"key": "tpot_p50", "label": "TPOT p50", "verdict": "worse"}]
+    headline = [
+        {"key": "prefill_mfu", "label": "Prefill MFU", "verdict": "better"},
+        {"key": "ttft_ms", "label": "TTFT", "verdict": "worse"},
+        {"key": "decode_mbu", "label": "Decode MBU", "verdict": "better"},
+        {"key": "tpot_p50", "label": "TPOT p50", "verdict": "worse"},
+    ]
     explain_disagreements(headline, b, a)
     assert "the FLOPs counted in the phase changed 2x" in headline[0]["disagreement"]
     assert "the bytes counted in the phase changed 3x" in headline[2]["disagreement"]
@@ -215,7 +240,7 @@ def test_a_mangled_kernel_name_cut_short_names_only_its_whole_parts():
     whole = "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bEEvPT_"
     assert kernel_family(whole) == "aiter::add_rmsnorm_quant_kernel"
     # Cut inside the second part (24 characters announced, 7 left): only "aiter" is whole.
-    assert kernel_family(whole[:len("_ZN5aiter24add_rms")]) == "aiter"
+    assert kernel_family(whole[: len("_ZN5aiter24add_rms")]) == "aiter"
 
 
 def test_the_bootstraps_percentile_is_numpys_linear_percentile():
@@ -326,10 +351,12 @@ def test_an_efficiency_disagreement_names_the_peak_only_when_it_changed():
         return r
 
     def said(b, a):
-        headline = [{"key": "prefill_mfu", "label": "Prefill MFU", "verdict": "better"},
-                    {"key": "ttft_ms", "label": "TTFT", "verdict": "worse"},
-                    {"key": "decode_mbu", "label": "Decode MBU", "verdict": "better"},
-                    {"key": "tpot_p50", "label": "TPOT p50", "verdict": "worse"}]
+        headline = [
+            {"key": "prefill_mfu", "label": "Prefill MFU", "verdict": "better"},
+            {"key": "ttft_ms", "label": "TTFT", "verdict": "worse"},
+            {"key": "decode_mbu", "label": "Decode MBU", "verdict": "better"},
+            {"key": "tpot_p50", "label": "TPOT p50", "verdict": "worse"},
+        ]
         explain_disagreements(headline, b, a)
         return headline[0]["disagreement"], headline[2]["disagreement"]
 
@@ -385,8 +412,10 @@ def _steps_run(series) -> object:
     s = np.asarray(series, dtype=float)
     a = _decode(s)
     a.metrics["decode_step_series_ms"] = list(s)
-    a.metrics["decode_step_ms"] = {"mean": float(s.mean()), **{k: float(np.percentile(s, q))
-                                                             for k, q in spread.PERCENTILES.items()}}
+    a.metrics["decode_step_ms"] = {
+        "mean": float(s.mean()),
+        **{k: float(np.percentile(s, q)) for k, q in spread.PERCENTILES.items()},
+    }
     return a
 
 
@@ -414,7 +443,9 @@ def test_runs_without_run_to_run_spread_keep_the_bootstrap_interval_unwidened():
     assert "widened" not in same["basis"], same["basis"]
     shifted = [a, _decode(np.linspace(12.0, 13.0, 40))]
     apart = spread.change_interval("tpot_p50", shifted, [b, _decode(np.linspace(8.0, 9.0, 40))])
-    assert "widened to the Student-t interval of the per-run figures (2 degrees of freedom)" in apart["basis"], apart["basis"]
+    assert "widened to the Student-t interval of the per-run figures (2 degrees of freedom)" in apart["basis"], apart[
+        "basis"
+    ]
 
 
 def test_several_runs_on_one_side_only_are_widened_to_the_t_interval_too():
@@ -426,11 +457,15 @@ def test_several_runs_on_one_side_only_are_widened_to_the_t_interval_too():
     a, b = _decode(np.linspace(10.0, 11.0, 40)), _decode(np.linspace(10.5, 11.5, 40))
     shifted = [a, _decode(np.linspace(12.0, 13.0, 40))]
     got = spread.change_interval("tpot_p50", shifted, b)
-    assert "widened to the Student-t interval of the per-run figures (1 degree of freedom)" in got["basis"], got["basis"]
+    assert "widened to the Student-t interval of the per-run figures (1 degree of freedom)" in got["basis"], got[
+        "basis"
+    ]
     sd = np.std([10.5, 12.5], ddof=1)  # the before-runs' medians; the after side has one run
     half = 12.706 * sd * np.sqrt(1 / 2 + 1)
     mid = 11.0 - 11.5  # the pooled medians: after 11.0, before 11.5 (steps 10..11 and 12..13 pooled)
-    assert got["delta"][0] == pytest.approx(mid - half, abs=0.01) and got["delta"][1] == pytest.approx(mid + half, abs=0.01)
+    assert got["delta"][0] == pytest.approx(mid - half, abs=0.01) and got["delta"][1] == pytest.approx(
+        mid + half, abs=0.01
+    )
 
 
 def test_a_several_run_mean_step_replicate_is_the_pooled_mean_of_the_drawn_runs():
@@ -493,6 +528,7 @@ def test_gemm_flops_per_token_of_a_one_token_prefill(tmp_path):
     guard ``tokens > 0`` read as ``> 1``). One bf16 aten::mm [1, 4096] x [4096, 4096] in a
     prefill of one token: 2 x 1 x 4096 x 4096 = 33,554,432 FLOPs, all of them that token's."""
     from kineto import Doc
+
     from tracekit.compare.context import workload_of
 
     doc = Doc()
@@ -511,6 +547,7 @@ def test_two_runs_without_steps_compare_their_kernels_over_the_whole_trace(tmp_p
     GEMMs (before 10 + 10 us, after 30 + 10 us) and one 3 us elementwise kernel, no annotation:
     whole trace 0.023 -> 0.043 ms, GEMM 0.020 -> 0.040 ms, elementwise unchanged."""
     from kineto import Doc
+
     from tracekit.report.compare import render_comparison
 
     def run(durs, name):
@@ -641,15 +678,32 @@ def test_a_phases_roof_by_category_is_its_own_units_time_weighted():
     in neither."""
     import dataclasses
 
-    rows = [("decode", "gemm", 0.5, 2e6), ("decode", "gemm", 0.25, 6e6), ("decode", "attention", 0.1, 1e6),
-            ("decode", "gemm", np.nan, 5e6), ("prefill", "gemm", 0.9, 4e6)]
-    work = pd.DataFrame({"phase": [r[0] for r in rows], "category": [r[1] for r in rows],
-                         "roof_fraction": [r[2] for r in rows], "dur_ns": [r[3] for r in rows],
-                         "name": [f"{r[1]}_kernel" for r in rows], "op_name": ["aten::mm"] * len(rows),
-                         "unit": ["matrix"] * len(rows), "dtype": ["bf16"] * len(rows), "flops": [1e9] * len(rows),
-                         "bound": ["compute"] * len(rows)})
-    a = dataclasses.replace(bare_analysis(), work=work, phases={"decode": {"steps": 1, "time_ms": 14.0},
-                                                                 "prefill": {"steps": 1, "time_ms": 4.0}})
+    rows = [
+        ("decode", "gemm", 0.5, 2e6),
+        ("decode", "gemm", 0.25, 6e6),
+        ("decode", "attention", 0.1, 1e6),
+        ("decode", "gemm", np.nan, 5e6),
+        ("prefill", "gemm", 0.9, 4e6),
+    ]
+    work = pd.DataFrame(
+        {
+            "phase": [r[0] for r in rows],
+            "category": [r[1] for r in rows],
+            "roof_fraction": [r[2] for r in rows],
+            "dur_ns": [r[3] for r in rows],
+            "name": [f"{r[1]}_kernel" for r in rows],
+            "op_name": ["aten::mm"] * len(rows),
+            "unit": ["matrix"] * len(rows),
+            "dtype": ["bf16"] * len(rows),
+            "flops": [1e9] * len(rows),
+            "bound": ["compute"] * len(rows),
+        }
+    )
+    a = dataclasses.replace(
+        bare_analysis(),
+        work=work,
+        phases={"decode": {"steps": 1, "time_ms": 14.0}, "prefill": {"steps": 1, "time_ms": 4.0}},
+    )
     c = compare(a, a)
     assert c.phases["decode"]["roof"]["before"] == pytest.approx({"gemm": 0.3125, "attention": 0.1})
     assert c.phases["prefill"]["roof"]["after"] == pytest.approx({"gemm": 0.9})
@@ -684,6 +738,7 @@ def test_the_measured_ceilings_difference_shows_both_ceilings():
 
 # Seed-47 survivors: the JSON's step counts per side, a category's relative change, and the verb
 # of an idle change. Expectations are the fixture's own numbers (4 steps, 50 -> 52 ms, 40 -> 30 ms).
+
 
 def test_each_sides_json_states_its_phases_step_counts():
     """catches: a side's step count written as ``steps and 0`` (0 for every phase), so the JSON of

@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import pytest
 import pandas as pd
-
+import pytest
 from conftest import read_real
+
 from tracekit import frameworks
 from tracekit.analysis.steps import segment as seg
 from tracekit.analysis.steps import step_tokens as st
@@ -32,13 +32,17 @@ HTOD = "Memcpy HtoD (Pinned -> Device)"
 
 def one_step(rows: list[tuple[str, str, tuple[int, int, int], int]]) -> pd.DataFrame:
     """A kernel table of one step: (kind, name, grid, bytes) per row, as the reader lays it out."""
-    return pd.DataFrame({
-        "name": pd.Categorical([r[1] for r in rows]),
-        "kind": [r[0] for r in rows],
-        "start_ns": np.arange(len(rows), dtype=np.int64) * 1000,
-        "grid_x": [r[2][0] for r in rows], "grid_y": [r[2][1] for r in rows], "grid_z": [r[2][2] for r in rows],
-        "bytes": [r[3] for r in rows],
-    })
+    return pd.DataFrame(
+        {
+            "name": pd.Categorical([r[1] for r in rows]),
+            "kind": [r[0] for r in rows],
+            "start_ns": np.arange(len(rows), dtype=np.int64) * 1000,
+            "grid_x": [r[2][0] for r in rows],
+            "grid_y": [r[2][1] for r in rows],
+            "grid_z": [r[2][2] for r in rows],
+            "bytes": [r[3] for r in rows],
+        }
+    )
 
 
 def counts(rows, source=VLLM_FRAMES) -> st.StepCounts:
@@ -98,13 +102,25 @@ def test_sglang_store_kvcache_counts_tokens_only_from_a_one_dimensional_grid():
     otherwise, so the step's tokens come from its 40-token input copies (160 and 320 bytes)."""
     assert frameworks.kv_write_tokens(STORE_KV, (100, 1, 1)) == (100, "SGLang")
     assert frameworks.kv_write_tokens(STORE_KV, (100, 8, 1)) is None
-    c = counts([("kernel", STORE_KV, (100, 8, 1), 0),
-                ("memcpy", HTOD, (0, 0, 0), 4 * 40), ("memcpy", HTOD, (0, 0, 0), 8 * 40)], SGLANG_FRAMES)
+    c = counts(
+        [
+            ("kernel", STORE_KV, (100, 8, 1), 0),
+            ("memcpy", HTOD, (0, 0, 0), 4 * 40),
+            ("memcpy", HTOD, (0, 0, 0), 8 * 40),
+        ],
+        SGLANG_FRAMES,
+    )
     assert c.tokens.value == 40 and "input-id/position copies" in c.tokens.source
     assert "store_kvcache" not in (c.tokens.note or "")
     # The 1-D launch does count, and outweighs the copies (weight 3 against 2).
-    c = counts([("kernel", STORE_KV, (100, 1, 1), 0),
-                ("memcpy", HTOD, (0, 0, 0), 4 * 40), ("memcpy", HTOD, (0, 0, 0), 8 * 40)], SGLANG_FRAMES)
+    c = counts(
+        [
+            ("kernel", STORE_KV, (100, 1, 1), 0),
+            ("memcpy", HTOD, (0, 0, 0), 4 * 40),
+            ("memcpy", HTOD, (0, 0, 0), 8 * 40),
+        ],
+        SGLANG_FRAMES,
+    )
     assert c.tokens.value == 100 and "store_kvcache grid x = 100" in c.tokens.source
 
 
@@ -204,12 +220,18 @@ def test_vllm_new_cached_step_with_one_new_request_gets_its_prefill_tokens_from_
 # --- seed 29 (r3fw) -----------------------------------------------------------------------
 
 RESHAPE_CACHE = "void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>"
-PAGED_V1 = ("void vllm::paged_attention_v1_kernel<unsigned short, unsigned short, 128, 16, 128, "
-            "(vllm::Fp8KVCacheDataType)0, false>(unsigned short*, unsigned short const*)")
-PAGED_V2 = ("void vllm::paged_attention_v2_kernel<unsigned short, unsigned short, 128, 16, 128, "
-            "(vllm::Fp8KVCacheDataType)0, false, 512>(float*, float*, unsigned short*)")
-PAGED_LL4MI = ("void paged_attention_ll4mi_QKV_mfma16_kernel<__hip_bfloat16, __hip_bfloat16, "
-               "(vllm::Fp8KVCacheDataType)0, 16, 128, 256, true, 4>(__hip_bfloat16 const*)")
+PAGED_V1 = (
+    "void vllm::paged_attention_v1_kernel<unsigned short, unsigned short, 128, 16, 128, "
+    "(vllm::Fp8KVCacheDataType)0, false>(unsigned short*, unsigned short const*)"
+)
+PAGED_V2 = (
+    "void vllm::paged_attention_v2_kernel<unsigned short, unsigned short, 128, 16, 128, "
+    "(vllm::Fp8KVCacheDataType)0, false, 512>(float*, float*, unsigned short*)"
+)
+PAGED_LL4MI = (
+    "void paged_attention_ll4mi_QKV_mfma16_kernel<__hip_bfloat16, __hip_bfloat16, "
+    "(vllm::Fp8KVCacheDataType)0, 16, 128, 256, true, 4>(__hip_bfloat16 const*)"
+)
 
 
 def test_vllm_step_whose_stated_total_is_below_its_parts_is_reported():
@@ -235,8 +257,13 @@ def test_vllm_kv_write_counts_tokens_only_from_a_one_dimensional_grid():
     so the step's tokens come from its 40-token input copies (160 and 320 bytes)."""
     assert frameworks.kv_write_tokens(RESHAPE_CACHE, (100, 1, 1)) == (100, "vLLM")
     assert frameworks.kv_write_tokens(RESHAPE_CACHE, (100, 1, 2)) is None
-    c = counts([("kernel", RESHAPE_CACHE, (100, 1, 2), 0),
-                ("memcpy", HTOD, (0, 0, 0), 4 * 40), ("memcpy", HTOD, (0, 0, 0), 8 * 40)])
+    c = counts(
+        [
+            ("kernel", RESHAPE_CACHE, (100, 1, 2), 0),
+            ("memcpy", HTOD, (0, 0, 0), 4 * 40),
+            ("memcpy", HTOD, (0, 0, 0), 8 * 40),
+        ]
+    )
     assert c.tokens.value == 40 and "input-id/position copies" in c.tokens.source
 
 

@@ -13,15 +13,36 @@ from tracekit.models.config import DENSE, FULL, LINEAR, MLA, MOE, SLIDING, Layer
 
 
 def _spec(**kw) -> ModelSpec:
-    base = dict(name="tiny", source="hand-built", model_type="test", hidden=64, vocab=100, heads=4, kv_heads=4,
-                head_dim=16, v_head_dim=16, intermediate=128, layers=(Layer(FULL, DENSE),))
+    base = dict(
+        name="tiny",
+        source="hand-built",
+        model_type="test",
+        hidden=64,
+        vocab=100,
+        heads=4,
+        kv_heads=4,
+        head_dim=16,
+        v_head_dim=16,
+        intermediate=128,
+        layers=(Layer(FULL, DENSE),),
+    )
     return ModelSpec(**{**base, **kw})
 
 
 def test_gpt2_parameters_match_the_published_count():
     """Fails if an ungated MLP (GPT-2's fc/proj) is counted as gated (two up-projections)."""
-    m = _spec(hidden=768, vocab=50257, heads=12, kv_heads=12, head_dim=64, v_head_dim=64, intermediate=3072,
-              layers=(Layer(FULL, DENSE),) * 12, gated_mlp=False, tied_embeddings=True)
+    m = _spec(
+        hidden=768,
+        vocab=50257,
+        heads=12,
+        kv_heads=12,
+        head_dim=64,
+        v_head_dim=64,
+        intermediate=3072,
+        layers=(Layer(FULL, DENSE),) * 12,
+        gated_mlp=False,
+        tied_embeddings=True,
+    )
     # GPT-2 small: 124,439,808 parameters, less its 1024 x 768 position embeddings and the
     # 121,344 biases and norm weights that tracekit does not price.
     assert mc.parameters(m) == 124_439_808 - 1024 * 768 - 121_344
@@ -35,8 +56,16 @@ def test_kv_cache_bytes_per_token_of_llama_3_8b():
 
 def test_mla_prefill_attention_flops_and_bytes():
     """Fails if MLA's prefill (non-absorbed) attention FLOPs or its query/output bytes are mispriced."""
-    m = _spec(heads=4, kv_heads=4, head_dim=24, v_head_dim=16, kv_lora_rank=32, qk_rope_dim=8, qk_nope_dim=16,
-              layers=(Layer(MLA, DENSE),) * 2)
+    m = _spec(
+        heads=4,
+        kv_heads=4,
+        head_dim=24,
+        v_head_dim=16,
+        kv_lora_rank=32,
+        qk_rope_dim=8,
+        qk_nope_dim=16,
+        layers=(Layer(MLA, DENSE),) * 2,
+    )
     side = mc.Side(requests=1, tokens=16, kv_tokens=16, pairs=16 * 17 / 2, logit_tokens=1)
     w = mc.step_costs(m, side)["attention"]
     # 2 layers x 2 x 4 heads x 136 pairs x (24 + 16) dims
@@ -47,8 +76,15 @@ def test_mla_prefill_attention_flops_and_bytes():
 
 def test_gated_deltanet_prefill_flops_and_bytes():
     """Fails if the chunked intra-chunk term, the state, conv-state or q/k/v traffic are mispriced."""
-    m = _spec(layers=(Layer(LINEAR, DENSE),), linear_key_heads=2, linear_value_heads=4, linear_key_dim=8,
-              linear_value_dim=16, linear_conv_kernel=4, linear_state_bytes=4)
+    m = _spec(
+        layers=(Layer(LINEAR, DENSE),),
+        linear_key_heads=2,
+        linear_value_heads=4,
+        linear_key_dim=8,
+        linear_value_dim=16,
+        linear_conv_kernel=4,
+        linear_state_bytes=4,
+    )
     side = mc.Side(requests=1, tokens=200, kv_tokens=200, pairs=200 * 201 / 2, logit_tokens=1)
     w = mc.step_costs(m, side)["linear_attention"]
     # per token and value head: 8 x 8 x 16 + 2 x 64 x (8 + 16) = 4096; channels 2x2x8 + 4x16 = 96
@@ -70,10 +106,18 @@ def test_moe_expert_bytes_on_two_ranks():
 
 def test_int8_weights_with_16_bit_activations_carry_a_scale_per_128():
     """Fails if compressed-tensors W8A16 int8 weights are not 1 byte plus a 2-byte scale per 128."""
-    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
-           "vocab_size": 100, "intermediate_size": 128,
-           "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
-               "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "vocab_size": 100,
+        "intermediate_size": 128,
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}},
+        },
+    }
     m = from_config(cfg, "w8a16", "hand-written config")
     assert m.weight("mlp").name == "int8-w8a16"
     assert m.weight("mlp").bytes_per_param == pytest.approx(1 + 2 / 128)
@@ -89,8 +133,15 @@ def test_full_attention_bytes_scale_queries_and_outputs_by_the_activation_size(a
     assert w.bytes == expected
 
 
-_SMALL_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
-                "vocab_size": 100, "intermediate_size": 128, "torch_dtype": "bfloat16"}
+_SMALL_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "vocab_size": 100,
+    "intermediate_size": 128,
+    "torch_dtype": "bfloat16",
+}
 
 
 def test_sidecar_dtype_overrides_an_unquantised_config():
@@ -107,8 +158,13 @@ def test_sidecar_dtype_leaves_a_quantised_configs_weights_alone():
     """catches: collect's run dtype overriding the stored precision a quantization_config states."""
     from tracekit.models.registry import from_sidecar
 
-    cfg = {**_SMALL_LLAMA, "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
-        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}}
+    cfg = {
+        **_SMALL_LLAMA,
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}},
+        },
+    }
     m = from_sidecar({"workload": {"model_config": cfg, "preset": "q", "dtype": "fp32"}})
     assert m.dtype == "bf16"
     assert m.weight("mlp").name == "int8-w8a16"
@@ -118,18 +174,30 @@ def _small_config(quantization_config: dict) -> dict:
     return {**_SMALL_LLAMA, "quantization_config": quantization_config}
 
 
-@pytest.mark.parametrize("activations,name,compute", [
-    ({"num_bits": 4, "type": "float", "group_size": 16}, "nvfp4", "fp4"),  # W4A4: FP4 GEMMs
-    (None, "nvfp4-w4a16", "bf16"),  # no input_activations: weight-only, 16-bit GEMMs
-])
+@pytest.mark.parametrize(
+    "activations,name,compute",
+    [
+        ({"num_bits": 4, "type": "float", "group_size": 16}, "nvfp4", "fp4"),  # W4A4: FP4 GEMMs
+        (None, "nvfp4-w4a16", "bf16"),  # no input_activations: weight-only, 16-bit GEMMs
+    ],
+)
 def test_compressed_tensors_nvfp4_group_runs_at_fp4_only_with_4_bit_activations(activations, name, compute):
     """catches: a compressed-tensors NVFP4 group whose input activations are 4-bit (W4A4, as
     nvfp4-pack-quantized checkpoints state) priced at the 16-bit peak as if weight-only."""
     group = {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float", "group_size": 16}}
     if activations:
         group["input_activations"] = activations
-    m = from_config(_small_config({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
-                                   "config_groups": {"group_0": group}}), "nvfp4", "hand-written config")
+    m = from_config(
+        _small_config(
+            {
+                "quant_method": "compressed-tensors",
+                "format": "nvfp4-pack-quantized",
+                "config_groups": {"group_0": group},
+            }
+        ),
+        "nvfp4",
+        "hand-written config",
+    )
     assert (m.weight("mlp").name, m.weight("mlp").compute) == (name, compute)
     # e2m1 values (4 bits) + one fp8 scale byte per 16
     assert m.weight("mlp").bytes_per_param == pytest.approx(0.5 + 1 / 16)
@@ -138,17 +206,23 @@ def test_compressed_tensors_nvfp4_group_runs_at_fp4_only_with_4_bit_activations(
 def test_bitsandbytes_nf4_weights_carry_an_fp32_absmax_per_64():
     """catches: bitsandbytes 4-bit (NF4) weights not priced as half a byte plus one 4-byte fp32
     absmax per block of 64 (bitsandbytes' default blocksize for 4-bit weights)."""
-    m = from_config(_small_config({"quant_method": "bitsandbytes", "load_in_4bit": True,
-                                   "bnb_4bit_quant_type": "nf4"}), "nf4", "hand-written config")
+    m = from_config(
+        _small_config({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}),
+        "nf4",
+        "hand-written config",
+    )
     assert m.weight("mlp").name == "nf4"
     assert m.weight("mlp").bytes_per_param == pytest.approx(0.5 + 4 / 64)
 
 
-@pytest.mark.parametrize("out_bytes,fused_add,expected", [
-    (1.0, False, 64 * (2 + 1)),  # read 2-byte input, write 1-byte FP8 output
-    (1.0, True, 64 * (2 + 1) + 2 * 64 * 2),  # + the residual read and written at 2 bytes
-    (4.0, False, 64 * (2 + 4)),
-])
+@pytest.mark.parametrize(
+    "out_bytes,fused_add,expected",
+    [
+        (1.0, False, 64 * (2 + 1)),  # read 2-byte input, write 1-byte FP8 output
+        (1.0, True, 64 * (2 + 1) + 2 * 64 * 2),  # + the residual read and written at 2 bytes
+        (4.0, False, 64 * (2 + 4)),
+    ],
+)
 def test_norm_bytes_per_token_add_the_input_and_output_element_sizes(out_bytes, fused_add, expected):
     """catches: a norm fused with a quantisation priced as input size times output size
     (equal only when both are 2 bytes) instead of one read plus one write per element."""
@@ -160,12 +234,24 @@ def test_norm_bytes_per_token_add_the_input_and_output_element_sizes(out_bytes, 
 def test_qwen2_sliding_window_starts_at_max_window_layers():
     """catches: Qwen2's max_window_layers read backwards: transformers' Qwen2Config gives layers
     i >= max_window_layers sliding-window attention and the bottom max_window_layers full."""
-    cfg = {"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-           "vocab_size": 100, "intermediate_size": 128, "use_sliding_window": True, "sliding_window": 1024,
-           "max_window_layers": 2}
+    cfg = {
+        "model_type": "qwen2",
+        "hidden_size": 64,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "vocab_size": 100,
+        "intermediate_size": 128,
+        "use_sliding_window": True,
+        "sliding_window": 1024,
+        "max_window_layers": 2,
+    }
     m = from_config(cfg, "qwen2-swa", "hand-written config")
     assert [(layer.attention, layer.window) for layer in m.layers] == [
-        (FULL, None), (FULL, None), (SLIDING, 1024), (SLIDING, 1024)]
+        (FULL, None),
+        (FULL, None),
+        (SLIDING, 1024),
+        (SLIDING, 1024),
+    ]
 
 
 def test_kv_cache_bytes_per_token_of_deepseek_v3():
@@ -187,8 +273,14 @@ def test_qwen3_next_has_one_full_attention_layer_in_every_four():
 
 def test_gated_deltanet_projection_parameters():
     """catches: the beta/decay projection (in_proj_ba: hidden -> 2 x value heads) sized wrongly."""
-    m = _spec(layers=(Layer(LINEAR, DENSE),), linear_key_heads=2, linear_value_heads=4, linear_key_dim=8,
-              linear_value_dim=16, linear_conv_kernel=4)
+    m = _spec(
+        layers=(Layer(LINEAR, DENSE),),
+        linear_key_heads=2,
+        linear_value_heads=4,
+        linear_key_dim=8,
+        linear_value_dim=16,
+        linear_conv_kernel=4,
+    )
     # Qwen3NextGatedDeltaNet: in_proj_qkvz 64 x (2 x 2 x 8 + 2 x 4 x 16) = 10240, in_proj_ba 64 x (2 x 4) = 512,
     # out_proj (4 x 16) x 64 = 4096
     assert mc.parameter_counts(m)["linear_attention"] == 10240 + 512 + 4096
@@ -222,8 +314,16 @@ def test_int4_w4a16_group_scales(group_size, expected):
     weights = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group"}
     if group_size:
         weights["group_size"] = group_size
-    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
-        "group_0": {"targets": ["Linear"], "weights": weights}}}), "w4a16", "hand-written config")
+    m = from_config(
+        _small_config(
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+            }
+        ),
+        "w4a16",
+        "hand-written config",
+    )
     assert m.weight("mlp").name == "int4"
     assert m.weight("mlp").bytes_per_param == pytest.approx(expected)
 
@@ -283,16 +383,29 @@ def test_fused_qkv_projection_width():
 def test_mla_kv_a_projection_with_overlapping_bit_widths():
     """catches: kv_a_proj_with_mqa's width (kv_lora_rank + qk_rope_head_dim) computed so that it
     only comes out right when the two share no bits (DeepSeek's 512 and 64 do; 24 and 8 do not)."""
-    m = _spec(heads=4, kv_heads=4, head_dim=24, v_head_dim=16, kv_lora_rank=24, qk_rope_dim=8, qk_nope_dim=16,
-              layers=(Layer(MLA, DENSE),))
+    m = _spec(
+        heads=4,
+        kv_heads=4,
+        head_dim=24,
+        v_head_dim=16,
+        kv_lora_rank=24,
+        qk_rope_dim=8,
+        qk_nope_dim=16,
+        layers=(Layer(MLA, DENSE),),
+    )
     # q_proj 64 x 4 x 24, kv_a_proj_with_mqa 64 x (24 + 8), kv_b_proj 24 x 4 x (16 + 16), o_proj (4 x 16) x 64
     assert mc.parameter_counts(m)["attention"] == 6144 + 2048 + 3072 + 4096
 
 
 def test_fp8_block_scaled_weights_bytes_per_param():
     """catches: FP8 128x128-block weights not priced at one byte plus one fp32 scale per 16384 weights."""
-    m = from_config(_small_config({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                   "weight_block_size": [128, 128]}), "fp8", "hand-written config")
+    m = from_config(
+        _small_config(
+            {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+        ),
+        "fp8",
+        "hand-written config",
+    )
     assert m.weight("mlp").name == "fp8"
     assert m.weight("mlp").bytes_per_param == pytest.approx(1 + 4 / 16384, rel=1e-12)
 
@@ -300,8 +413,11 @@ def test_fp8_block_scaled_weights_bytes_per_param():
 def test_config_groups_without_a_quant_method_are_read_as_compressed_tensors():
     """catches: a quantization_config that states config_groups but no quant_method rejected as
     an unknown method instead of read group by group."""
-    m = from_config(_small_config({"config_groups": {
-        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}), "w8", "hand-written config")
+    m = from_config(
+        _small_config({"config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}),
+        "w8",
+        "hand-written config",
+    )
     assert m.weight("mlp").name == "int8-w8a16"
 
 
@@ -317,9 +433,19 @@ def test_compressed_tensors_without_config_groups_says_so():
 def test_a_non_object_config_group_is_skipped_not_the_end():
     """catches: the groups after a malformed (non-object) config group ignored, leaving their
     targets at 16 bits."""
-    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
-        "junk": "not a group", "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}),
-        "w8", "hand-written config")
+    m = from_config(
+        _small_config(
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "junk": "not a group",
+                    "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}},
+                },
+            }
+        ),
+        "w8",
+        "hand-written config",
+    )
     assert m.weight("mlp").name == "int8-w8a16"
 
 
@@ -329,8 +455,9 @@ def test_a_non_object_config_group_is_skipped_not_the_end():
 def test_fp8_per_channel_weights_bytes_per_param():
     """catches: FP8 weights without weight_block_size (per-channel scales) not priced at one byte
     plus one fp32 scale per 4096-wide channel (e.g. the scale term computed as a shift: a TypeError)."""
-    m = from_config(_small_config({"quant_method": "fp8", "activation_scheme": "dynamic"}), "fp8",
-                    "hand-written config")
+    m = from_config(
+        _small_config({"quant_method": "fp8", "activation_scheme": "dynamic"}), "fp8", "hand-written config"
+    )
     assert m.weight("mlp").bytes_per_param == pytest.approx(1 + 4 / 4096, rel=1e-12)
     assert "per-channel" in m.weight("mlp").note
 
@@ -387,8 +514,14 @@ def test_full_attention_beside_gated_deltanet_counts_only_its_own_layers():
     """catches: the layers of each attention kind counted by ordering the kind names (`>=` for
     `==`): Qwen3-Next-style models put full-attention layers beside gated-DeltaNet ('linear')
     ones, which also have no window and sort after 'full', so they were priced as full attention."""
-    m = _spec(layers=(Layer(LINEAR, DENSE),) * 3 + (Layer(FULL, DENSE),), linear_key_heads=2,
-              linear_value_heads=4, linear_key_dim=8, linear_value_dim=16, linear_conv_kernel=4)
+    m = _spec(
+        layers=(Layer(LINEAR, DENSE),) * 3 + (Layer(FULL, DENSE),),
+        linear_key_heads=2,
+        linear_value_heads=4,
+        linear_key_dim=8,
+        linear_value_dim=16,
+        linear_conv_kernel=4,
+    )
     side = mc.Side(requests=1, tokens=8, kv_tokens=8, pairs=8 * 9 / 2, logit_tokens=1)
     w = mc.step_costs(m, side)["attention"]
     # 1 full layer x 2 x 4 heads x 36 pairs x (16 + 16) dims
@@ -430,21 +563,50 @@ def test_int8_weights_with_8_bit_activations_run_at_the_int8_peak():
     """catches: a compressed-tensors int8 group with 8-bit input activations (W8A8, as
     llm-compressor's W8A8 checkpoints state) read as weight-only W8A16, its GEMMs priced at the
     16-bit peak instead of as int8 GEMMs (8-bit weights times 8-bit activations)."""
-    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
-        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"},
-              "input_activations": {"num_bits": 8, "type": "int"}}}}), "w8a8", "hand-written config")
+    m = from_config(
+        _small_config(
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {
+                        "targets": ["Linear"],
+                        "weights": {"num_bits": 8, "type": "int"},
+                        "input_activations": {"num_bits": 8, "type": "int"},
+                    }
+                },
+            }
+        ),
+        "w8a8",
+        "hand-written config",
+    )
     assert (m.weight("mlp").name, m.weight("mlp").compute) == ("int8", "int8")
     # The same group without input_activations is weight-only: 16-bit GEMMs.
-    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
-        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}}}), "w8a16", "hand-written config")
+    m = from_config(
+        _small_config(
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"}}},
+            }
+        ),
+        "w8a16",
+        "hand-written config",
+    )
     assert (m.weight("mlp").name, m.weight("mlp").compute) == ("int8-w8a16", "bf16")
 
 
 def test_kv_cache_bytes_per_token_of_mla_with_overlapping_bit_widths():
     """catches: MLA's cached width (latent + rope key) computed so that it only comes out right
     when the two share no bits (DeepSeek's 512 and 64 do, 512 ^ 64 = 576; 24 and 8 do not: 16)."""
-    m = _spec(heads=4, kv_heads=4, head_dim=24, v_head_dim=16, kv_lora_rank=24, qk_rope_dim=8, qk_nope_dim=16,
-              layers=(Layer(MLA, DENSE),) * 2)
+    m = _spec(
+        heads=4,
+        kv_heads=4,
+        head_dim=24,
+        v_head_dim=16,
+        kv_lora_rank=24,
+        qk_rope_dim=8,
+        qk_nope_dim=16,
+        layers=(Layer(MLA, DENSE),) * 2,
+    )
     # 2 MLA layers x (24 latent + 8 rope key) x 2 bytes
     assert mc.kv_bytes_per_token(m) == 2 * 32 * 2
     # fp8 cache: one byte each
@@ -478,9 +640,22 @@ def test_compressed_tensors_group_naming_the_router_leaves_it_at_the_checkpoint_
     head (`cls != "lm_head"` for `==`), so a group whose targets match the MoE router (mlp.gate)
     priced the router's GEMM as quantised; engines build the router unquantised (vLLM's MoE
     gates are ReplicatedLinear with quant_config=None), as with_weights also leaves it."""
-    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
-        "g": {"targets": ["Linear", "re:.*mlp.gate$"], "weights": {"num_bits": 8, "type": "float"},
-              "input_activations": {"num_bits": 8, "type": "float"}}}}), "fp8-router", "hand-written config")
+    m = from_config(
+        _small_config(
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {
+                        "targets": ["Linear", "re:.*mlp.gate$"],
+                        "weights": {"num_bits": 8, "type": "float"},
+                        "input_activations": {"num_bits": 8, "type": "float"},
+                    }
+                },
+            }
+        ),
+        "fp8-router",
+        "hand-written config",
+    )
     assert m.weight("mlp").name == "fp8"
     assert "router" not in m.precision and m.weight("router").name == "bf16"
 
@@ -498,8 +673,15 @@ def test_model_from_a_config_file_is_named_after_its_folder(tmp_path):
 
 
 def _deltanet(**kw) -> ModelSpec:
-    return _spec(layers=(Layer(LINEAR, DENSE),), linear_key_heads=2, linear_value_heads=4, linear_key_dim=8,
-                 linear_value_dim=16, linear_conv_kernel=4, **kw)
+    return _spec(
+        layers=(Layer(LINEAR, DENSE),),
+        linear_key_heads=2,
+        linear_value_heads=4,
+        linear_key_dim=8,
+        linear_value_dim=16,
+        linear_conv_kernel=4,
+        **kw,
+    )
 
 
 def test_gated_deltanet_decode_of_one_token_per_request_is_not_chunked():
@@ -575,9 +757,22 @@ def test_int8_w8a8_weights_are_a_byte_each_plus_a_scale_per_128():
     """catches: the int8 row's bytes multiplied out (`1 * 4 / 128` for `1 + 4 / 128`): W8A8 int8
     weights were priced at 0.03 bytes each, a 32nd of the byte each one takes. By hand: one byte
     a weight and one fp32 scale (4 bytes) per 128 weights, 1.03125 bytes."""
-    m = from_config(_small_config({"quant_method": "compressed-tensors", "config_groups": {
-        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"},
-              "input_activations": {"num_bits": 8, "type": "int"}}}}), "w8a8", "hand-written config")
+    m = from_config(
+        _small_config(
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {
+                        "targets": ["Linear"],
+                        "weights": {"num_bits": 8, "type": "int"},
+                        "input_activations": {"num_bits": 8, "type": "int"},
+                    }
+                },
+            }
+        ),
+        "w8a8",
+        "hand-written config",
+    )
     assert m.weight("mlp").name == "int8"
     assert m.weight("mlp").bytes_per_param == pytest.approx(1.03125, rel=1e-12)
 

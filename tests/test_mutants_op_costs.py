@@ -22,8 +22,13 @@ def _whole(cost) -> tuple:
 
 
 def _ctx(op, dims, types, concrete=None, **ctx):
-    return price_in_context(op, json.dumps(dims), json.dumps(types),
-                            json.dumps(concrete) if concrete is not None else None, OpContext(**ctx))
+    return price_in_context(
+        op,
+        json.dumps(dims),
+        json.dumps(types),
+        json.dumps(concrete) if concrete is not None else None,
+        OpContext(**ctx),
+    )
 
 
 # --- serving engines' custom ops ---------------------------------------------------------------
@@ -52,16 +57,28 @@ def test_rotary_embedding_whole_cost_full_and_partial():
     # 10 tokens, 4 query heads and 1 key head of 16: q 640, k 160 elements (bf16).
     q, k = [10, 64], [10, 16]
     moved = 2 * (640 + 160)
-    full = price("sgl_kernel::rotary_embedding", [[10], q, k, [], [4096, 16], []],
-                 [I64, BF16, BF16, "Scalar", BF16, "Scalar"], ["", "", "", "16", "", "True"])
+    full = price(
+        "sgl_kernel::rotary_embedding",
+        [[10], q, k, [], [4096, 16], []],
+        [I64, BF16, BF16, "Scalar", BF16, "Scalar"],
+        ["", "", "", "16", "", "True"],
+    )
     assert _whole(full) == (3 * 800, moved + 10 * 16 * 2 + 10 * 8 + moved, "bf16", VECTOR)
     # A cache of 8 rotary dims of 16: half of each head turns.
-    partial = price("_C::rotary_embedding", [[10], q, k, [], [4096, 8], []],
-                    [I64, BF16, BF16, "Scalar", BF16, "Scalar"], ["", "", "", "16", "", "True"])
+    partial = price(
+        "_C::rotary_embedding",
+        [[10], q, k, [], [4096, 8], []],
+        [I64, BF16, BF16, "Scalar", BF16, "Scalar"],
+        ["", "", "", "16", "", "True"],
+    )
     assert _whole(partial) == (3 * 400, moved + 10 * 8 * 2 + 10 * 8 + moved, "bf16", VECTOR)
     # No key tensor (None): only the query turns.
-    q_only = price("_C::rotary_embedding", [[10], q, [], [], [4096, 16], []],
-                   [I64, BF16, "", "Scalar", BF16, "Scalar"], ["", "", "", "16", "", "True"])
+    q_only = price(
+        "_C::rotary_embedding",
+        [[10], q, [], [], [4096, 16], []],
+        [I64, BF16, "", "Scalar", BF16, "Scalar"],
+        ["", "", "", "16", "", "True"],
+    )
     assert _whole(q_only) == (3 * 640, 1280 + 320 + 80 + 1280, "bf16", VECTOR)
 
 
@@ -83,8 +100,11 @@ def test_reshape_and_cache_whole_cost():
     dims = [kv, kv, [50, 16, 2, 8], [50, 16, 2, 8], [6], [], [], []]
     fp8 = price("_C_cache_ops::reshape_and_cache_flash", dims, [BF16, BF16, FP8, FP8, I64, "", F32, F32])
     assert _whole(fp8) == (0, 2 * 96 * 2 + 6 * 8 + 2 * 96 * 1, "bf16", VECTOR)
-    same = price("_C_cache_ops::reshape_and_cache", [kv, kv, [50, 16, 2, 8], [50, 16, 2, 8], [], [], [], []],
-                 [BF16, BF16, BF16, BF16, "", "", F32, F32])
+    same = price(
+        "_C_cache_ops::reshape_and_cache",
+        [kv, kv, [50, 16, 2, 8], [50, 16, 2, 8], [], [], [], []],
+        [BF16, BF16, BF16, BF16, "", "", F32, F32],
+    )
     assert _whole(same) == (0, 2 * 96 * 2 + 2 * 96 * 2, "bf16", VECTOR)
 
 
@@ -114,11 +134,11 @@ def test_unified_attention_whole_cost():
     fp8_cache = _ctx("vllm::unified_attention", dims, types, pairs=15.0, keys=5.0, kv_bytes=1.0)
     assert _whole(fp8_cache) == (1920, 5 * 2 * 16 * 1 + 320 + 320, "bf16", MATRIX)
     # A value head of 4 (Dv != D): output is [5, 4, 4].
-    narrow_v = _ctx("vllm::unified_attention", [q, kv, [5, 2, 4], [5, 4, 4], [], []], types,
-                    pairs=15.0, keys=5.0)
+    narrow_v = _ctx("vllm::unified_attention", [q, kv, [5, 2, 4], [5, 4, 4], [], []], types, pairs=15.0, keys=5.0)
     assert _whole(narrow_v) == (2 * 4 * 15 * 12, 5 * 2 * 12 * 2 + 320 + 5 * 4 * 4 * 2, "bf16", MATRIX)
-    assert isinstance(_ctx("vllm::unified_attention", [[5, 32], kv, kv, [5, 32], [], []], types,
-                           pairs=15.0, keys=5.0), NoCost)
+    assert isinstance(
+        _ctx("vllm::unified_attention", [[5, 32], kv, kv, [5, 32], [], []], types, pairs=15.0, keys=5.0), NoCost
+    )
     assert isinstance(_ctx("vllm::unified_attention", dims, types, keys=5.0), NoCost)  # pairs unknown
 
 
@@ -138,8 +158,12 @@ def test_context_pricing_of_an_ordinary_op_and_of_unrecorded_shapes():
 
 def _flash(q, k, v, causal, qt=BF16, kt=BF16):
     """_flash_attention_forward as the profiler records it: [B, L, H, D], is_causal at 8."""
-    return price("aten::_flash_attention_forward", [q, k, v] + [[]] * 12, [qt, kt, kt] + [""] * 12,
-                 None if causal is None else ["", "", "", "", "", "", "", "0.", causal, "False", "", "", "", "", ""])
+    return price(
+        "aten::_flash_attention_forward",
+        [q, k, v] + [[]] * 12,
+        [qt, kt, kt] + [""] * 12,
+        None if causal is None else ["", "", "", "", "", "", "", "0.", causal, "False", "", "", "", "", ""],
+    )
 
 
 def test_attention_mask_and_alignment_variants():
@@ -149,8 +173,12 @@ def test_attention_mask_and_alignment_variants():
     Geometry: B=1, Hq=Hkv=2, Lq=4, Lk=6, D=Dv=8; q+k+v+out = 2*4*16 + 2*6*16 = 320 bf16 elements."""
     qkv = 2 * 320
     sdpa_dims = [[1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], [1, 1, 4, 6], [], [], []]
-    masked = price("aten::scaled_dot_product_attention", sdpa_dims, [BF16] * 3 + ["bool", "", "Scalar", "Scalar"],
-                   ["", "", "", "", "0.", "True", ""])
+    masked = price(
+        "aten::scaled_dot_product_attention",
+        sdpa_dims,
+        [BF16] * 3 + ["bool", "", "Scalar", "Scalar"],
+        ["", "", "", "", "0.", "True", ""],
+    )
     assert _whole(masked) == (2 * 2 * 24 * 16, qkv + 24, "bf16", MATRIX)  # all 24 pairs; 24 mask bytes
     eff_dims = [[1, 4, 2, 8], [1, 6, 2, 8], [1, 6, 2, 8]] + [[]] * 9
     eff_types = [BF16] * 3 + [""] * 9
@@ -177,8 +205,12 @@ def test_attention_kv_in_its_own_dtype_and_decode_without_flags():
     assert _whole(fp8_kv) == (2 * 2 * 24 * 16, 2 * (64 + 64) + 96 + 96, "bf16", MATRIX)
     decode = _flash([3, 1, 4, 16], [3, 50, 2, 16], [3, 50, 2, 16], None)  # no Concrete Inputs at all
     assert _whole(decode) == (2 * 3 * 4 * 50 * 32, 2 * 3 * (4 * 1 * 32 + 2 * 50 * 32), "bf16", MATRIX)
-    one_row = price("aten::scaled_dot_product_attention", [[1, 2, 1, 8], [1, 2, 6, 8], [1, 2, 6, 8], [], [], [], []],
-                    [F32] * 3 + ["", "", "Scalar", "Scalar"], ["", "", "", "", "0.", "True", ""])
+    one_row = price(
+        "aten::scaled_dot_product_attention",
+        [[1, 2, 1, 8], [1, 2, 6, 8], [1, 2, 6, 8], [], [], [], []],
+        [F32] * 3 + ["", "", "Scalar", "Scalar"],
+        ["", "", "", "", "0.", "True", ""],
+    )
     assert _whole(one_row) == (2 * 2 * 1 * 16, 4 * (2 * 1 * 16 + 2 * 6 * 16), "fp32", MATRIX)
 
 
@@ -186,18 +218,34 @@ def test_attention_value_head_and_low_rank_layouts():
     """catches: a value head dim unlike the query's (MLA-style Dv) not used for flops, output and V
     bytes, 3-D [H, L, D] and 2-D [L, D] SDPA operands given the wrong heads or batch, and 1-D
     operands accepted."""
-    dv4 = price("aten::_scaled_dot_product_flash_attention", [[1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 4]] + [[]] * 4,
-                [BF16] * 3 + ["Scalar", "Scalar", "Scalar", ""], ["", "", "", "0.", "False", "False", ""])
+    dv4 = price(
+        "aten::_scaled_dot_product_flash_attention",
+        [[1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 4]] + [[]] * 4,
+        [BF16] * 3 + ["Scalar", "Scalar", "Scalar", ""],
+        ["", "", "", "0.", "False", "False", ""],
+    )
     # q 64 + k 96 + v 48 + out 2*4*4 = 32 -> 240 elements.
     assert _whole(dv4) == (2 * 2 * 24 * 12, 2 * 240, "bf16", MATRIX)
-    three_d = price("aten::scaled_dot_product_attention", [[3, 5, 8], [3, 5, 8], [3, 5, 8], [], [], [], []],
-                    [F16] * 3 + ["", "", "Scalar", "Scalar"], ["", "", "", "", "0.", "False", ""])
+    three_d = price(
+        "aten::scaled_dot_product_attention",
+        [[3, 5, 8], [3, 5, 8], [3, 5, 8], [], [], [], []],
+        [F16] * 3 + ["", "", "Scalar", "Scalar"],
+        ["", "", "", "", "0.", "False", ""],
+    )
     assert _whole(three_d) == (2 * 3 * 25 * 16, 2 * 4 * 3 * 5 * 8, "fp16", MATRIX)  # 3 heads, batch 1
-    two_d = price("aten::scaled_dot_product_attention", [[5, 8], [5, 8], [5, 8], [], [], [], []],
-                  [F16] * 3 + ["", "", "Scalar", "Scalar"], ["", "", "", "", "0.", "True", ""])
+    two_d = price(
+        "aten::scaled_dot_product_attention",
+        [[5, 8], [5, 8], [5, 8], [], [], [], []],
+        [F16] * 3 + ["", "", "Scalar", "Scalar"],
+        ["", "", "", "", "0.", "True", ""],
+    )
     assert _whole(two_d) == (2 * 15 * 16, 2 * 4 * 5 * 8, "fp16", MATRIX)  # 1 head, causal: 15 pairs
-    flat = price("aten::scaled_dot_product_attention", [[8], [8], [8], [], [], [], []],
-                 [F16] * 3 + ["", "", "Scalar", "Scalar"], ["", "", "", "", "0.", "False", ""])
+    flat = price(
+        "aten::scaled_dot_product_attention",
+        [[8], [8], [8], [], [], [], []],
+        [F16] * 3 + ["", "", "Scalar", "Scalar"],
+        ["", "", "", "", "0.", "False", ""],
+    )
     assert isinstance(flat, NoCost)
 
 
@@ -247,20 +295,34 @@ def test_norms_whole_cost():
     per-row statistics written at >= 4 bytes (fp64 at 8) by the schemas that return them
     (native_layer_norm: mean and rstd; _fused_rms_norm: rstd) and by no other, and a missing
     normalized_shape priced."""
-    ln = price("aten::layer_norm", [[3, 8], [], [8], [8], [], []], [BF16, "ScalarList", BF16, BF16, "Scalar", "Scalar"],
-               ["", "[8]", "", "", "1e-05", "True"])
+    ln = price(
+        "aten::layer_norm",
+        [[3, 8], [], [8], [8], [], []],
+        [BF16, "ScalarList", BF16, BF16, "Scalar", "Scalar"],
+        ["", "[8]", "", "", "1e-05", "True"],
+    )
     assert _whole(ln) == (8 * 24, 48 + 16 + 16 + 48, "bf16", VECTOR)
-    bare = price("aten::layer_norm", [[3, 8], [], [], [], [], []], [BF16, "ScalarList", "", "", "Scalar", "Scalar"],
-                 ["", "[8]", "", "", "1e-05", "True"])
+    bare = price(
+        "aten::layer_norm",
+        [[3, 8], [], [], [], [], []],
+        [BF16, "ScalarList", "", "", "Scalar", "Scalar"],
+        ["", "[8]", "", "", "1e-05", "True"],
+    )
     assert _whole(bare) == (6 * 24, 48 + 48, "bf16", VECTOR)
-    fused = price("aten::_fused_rms_norm", [[3, 8], [], [8], []], [BF16, "ScalarList", BF16, "Scalar"],
-                  ["", "[8]", "", "1e-06"])
+    fused = price(
+        "aten::_fused_rms_norm", [[3, 8], [], [8], []], [BF16, "ScalarList", BF16, "Scalar"], ["", "[8]", "", "1e-06"]
+    )
     assert _whole(fused) == (4 * 24, 48 + 16 + 48 + 3 * 4, "bf16", VECTOR)  # one fp32 rstd per row
-    f64 = price("aten::native_layer_norm", [[2, 4], [], [4], [4], []], [F64, "ScalarList", F64, F64, "Scalar"],
-                ["", "[4]", "", "", "1e-05"])
+    f64 = price(
+        "aten::native_layer_norm",
+        [[2, 4], [], [4], [4], []],
+        [F64, "ScalarList", F64, F64, "Scalar"],
+        ["", "[4]", "", "", "1e-05"],
+    )
     assert _whole(f64) == (8 * 8, 64 + 32 + 32 + 64 + 2 * 2 * 8, "fp64", VECTOR)
-    assert isinstance(price("aten::native_layer_norm", [[2, 4], [], [4], [4], []],
-                            [F64, "ScalarList", F64, F64, "Scalar"]), NoCost)
+    assert isinstance(
+        price("aten::native_layer_norm", [[2, 4], [], [4], [4], []], [F64, "ScalarList", F64, F64, "Scalar"]), NoCost
+    )
 
 
 def test_softmax_output_types():
@@ -286,14 +348,23 @@ def test_casts_copies_and_gathers_whole_cost():
     x = [4, 4]  # fp32: 64 bytes
     other = price("aten::to", [x, [2], [], [], []], [F32, F16, "Scalar", "Scalar", ""], ["", "", "False", "False", ""])
     assert _whole(other) == (0, 64 + 32, "fp16", VECTOR)
-    dtype = price("aten::to", [x, [], [], [], []], [F32, "ScalarType", "Scalar", "Scalar", ""],
-                  ["", "5", "False", "False", ""])
+    dtype = price(
+        "aten::to", [x, [], [], [], []], [F32, "ScalarType", "Scalar", "Scalar", ""], ["", "5", "False", "False", ""]
+    )
     assert _whole(dtype) == (0, 64 + 32, "fp16", VECTOR)
-    device = price("aten::to", [x, [], [], [], [], []], [F32, "Device", "ScalarType", "Scalar", "Scalar", ""],
-                   ["", "cuda:0", "15", "False", "False", ""])
+    device = price(
+        "aten::to",
+        [x, [], [], [], [], []],
+        [F32, "Device", "ScalarType", "Scalar", "Scalar", ""],
+        ["", "cuda:0", "15", "False", "False", ""],
+    )
     assert _whole(device) == (0, 64 + 32, "bf16", VECTOR)
-    keep = price("aten::_to_copy", [x, [], [], [], [], [], []], [F32, "", "", "", "", "Scalar", ""],
-                 ["", "", "", "", "", "False", ""])
+    keep = price(
+        "aten::_to_copy",
+        [x, [], [], [], [], [], []],
+        [F32, "", "", "", "", "Scalar", ""],
+        ["", "", "", "", "", "False", ""],
+    )
     assert _whole(keep) == (0, 128, "fp32", VECTOR)
     assert _whole(price("aten::contiguous", [[3, 5], []], [F16, ""])) == (0, 60, "fp16", VECTOR)
     assert _whole(price("aten::clone", [[3, 5], []], [I64, ""])) == (0, 240, "int64", VECTOR)
@@ -311,13 +382,29 @@ def test_casts_copies_and_gathers_whole_cost():
 # Bytes per element of each profiler ``Input type`` string (C++ type sizes on LP64 Linux;
 # Float4_e2m1fn_x2 packs two fp4 values in one byte).
 TYPE_SIZES = [
-    ("c10::BFloat16", "bf16", 2), ("c10::Half", "fp16", 2), ("float", "fp32", 4), ("double", "fp64", 8),
-    ("c10::Float8_e4m3fn", "fp8", 1), ("c10::Float8_e5m2", "fp8", 1), ("c10::Float8_e4m3fnuz", "fp8", 1),
-    ("c10::Float8_e5m2fnuz", "fp8", 1), ("c10::Float8_e8m0fnu", "fp8", 1), ("c10::Float4_e2m1fn_x2", "fp4", 1),
-    ("long int", "int64", 8), ("long", "int64", 8), ("int", "int32", 4), ("short int", "int16", 2),
-    ("short", "int16", 2), ("signed char", "int8", 1), ("unsigned char", "uint8", 1), ("bool", "bool", 1),
-    ("short unsigned int", "uint16", 2), ("unsigned int", "uint32", 4), ("long unsigned int", "uint64", 8),
-    ("c10::complex<c10::Half>", "complex32", 4), ("c10::complex<float>", "complex64", 8),
+    ("c10::BFloat16", "bf16", 2),
+    ("c10::Half", "fp16", 2),
+    ("float", "fp32", 4),
+    ("double", "fp64", 8),
+    ("c10::Float8_e4m3fn", "fp8", 1),
+    ("c10::Float8_e5m2", "fp8", 1),
+    ("c10::Float8_e4m3fnuz", "fp8", 1),
+    ("c10::Float8_e5m2fnuz", "fp8", 1),
+    ("c10::Float8_e8m0fnu", "fp8", 1),
+    ("c10::Float4_e2m1fn_x2", "fp4", 1),
+    ("long int", "int64", 8),
+    ("long", "int64", 8),
+    ("int", "int32", 4),
+    ("short int", "int16", 2),
+    ("short", "int16", 2),
+    ("signed char", "int8", 1),
+    ("unsigned char", "uint8", 1),
+    ("bool", "bool", 1),
+    ("short unsigned int", "uint16", 2),
+    ("unsigned int", "uint32", 4),
+    ("long unsigned int", "uint64", 8),
+    ("c10::complex<c10::Half>", "complex32", 4),
+    ("c10::complex<float>", "complex64", 8),
     ("c10::complex<double>", "complex128", 16),
 ]
 
@@ -334,10 +421,28 @@ def test_each_profiler_type_string_has_its_element_size(type_name, dtype, size):
 # Float8_e5m2 23, Float8_e4m3fn 24, Float8_e5m2fnuz 25, Float8_e4m3fnuz 26, UInt16 27, UInt32 28,
 # UInt64 29, ..., Float8_e8m0fnu 44, Float4_e2m1fn_x2 45.
 SCALAR_TYPES = [
-    (0, "uint8", 1), (1, "int8", 1), (2, "int16", 2), (3, "int32", 4), (4, "int64", 8), (5, "fp16", 2),
-    (6, "fp32", 4), (7, "fp64", 8), (8, "complex32", 4), (9, "complex64", 8), (10, "complex128", 16),
-    (11, "bool", 1), (15, "bf16", 2), (23, "fp8", 1), (24, "fp8", 1), (25, "fp8", 1), (26, "fp8", 1),
-    (27, "uint16", 2), (28, "uint32", 4), (29, "uint64", 8), (44, "fp8", 1), (45, "fp4", 1),
+    (0, "uint8", 1),
+    (1, "int8", 1),
+    (2, "int16", 2),
+    (3, "int32", 4),
+    (4, "int64", 8),
+    (5, "fp16", 2),
+    (6, "fp32", 4),
+    (7, "fp64", 8),
+    (8, "complex32", 4),
+    (9, "complex64", 8),
+    (10, "complex128", 16),
+    (11, "bool", 1),
+    (15, "bf16", 2),
+    (23, "fp8", 1),
+    (24, "fp8", 1),
+    (25, "fp8", 1),
+    (26, "fp8", 1),
+    (27, "uint16", 2),
+    (28, "uint32", 4),
+    (29, "uint64", 8),
+    (44, "fp8", 1),
+    (45, "fp4", 1),
 ]
 
 
@@ -345,16 +450,24 @@ SCALAR_TYPES = [
 def test_each_scalar_type_code_has_its_element_size(code, dtype, size):
     """catches: a c10::ScalarType code (as Concrete Inputs write a dtype argument) mapped to the
     wrong dtype or size: a cast of 15 fp32 elements reads 60 bytes and writes 15 at the target size."""
-    cast = price("aten::_to_copy", [[3, 5], [], [], [], [], [], []], [F32, "ScalarType", "", "", "", "Scalar", ""],
-                 ["", str(code), "", "", "", "False", ""])
+    cast = price(
+        "aten::_to_copy",
+        [[3, 5], [], [], [], [], [], []],
+        [F32, "ScalarType", "", "", "", "Scalar", ""],
+        ["", str(code), "", "", "", "False", ""],
+    )
     assert _whole(cast) == (0, 60 + 15 * size, dtype, VECTOR)
 
 
 @pytest.mark.parametrize("code", ["12", "16", "46", "bf16"])
 def test_unknown_scalar_type_codes_are_unpriced(code):
     """catches: a quantised / unknown ScalarType code or a non-number given some element size."""
-    cast = price("aten::_to_copy", [[3, 5], [], [], [], [], [], []], [F32, "ScalarType", "", "", "", "Scalar", ""],
-                 ["", code, "", "", "", "False", ""])
+    cast = price(
+        "aten::_to_copy",
+        [[3, 5], [], [], [], [], [], []],
+        [F32, "ScalarType", "", "", "", "Scalar", ""],
+        ["", code, "", "", "", "False", ""],
+    )
     assert isinstance(cast, NoCost) and "dtype code" in cast.reason
 
 
@@ -368,11 +481,19 @@ def test_gemm_family_whole_cost_and_refusals():
     from tracekit.analysis.pricing.matrix_ops import gemm_cost
 
     # fp8 [16, 32] @ [32, 8], per-row scale_a [16, 1], scale_b [1, 8] fp32, bf16 bias [8], fp32 out.
-    scaled = price("aten::_scaled_mm", [[16, 32], [32, 8], [16, 1], [1, 8], [8], [], [], []],
-                   [FP8, FP8, F32, F32, BF16, "", "ScalarType", "Scalar"], ["", "", "", "", "", "", "6", "False"])
+    scaled = price(
+        "aten::_scaled_mm",
+        [[16, 32], [32, 8], [16, 1], [1, 8], [8], [], [], []],
+        [FP8, FP8, F32, F32, BF16, "", "ScalarType", "Scalar"],
+        ["", "", "", "", "", "", "6", "False"],
+    )
     assert _whole(scaled) == (2 * 16 * 8 * 32, 512 + 256 + 64 + 32 + 16 + 16 * 8 * 4, "fp8", MATRIX)
-    default_out = price("aten::_scaled_mm", [[16, 32], [32, 8], [], [], [], [], [], []],
-                        [FP8, FP8, F32, F32, "", "", "", "Scalar"], ["", "", "", "", "", "", "", "False"])
+    default_out = price(
+        "aten::_scaled_mm",
+        [[16, 32], [32, 8], [], [], [], [], [], []],
+        [FP8, FP8, F32, F32, "", "", "", "Scalar"],
+        ["", "", "", "", "", "", "", "False"],
+    )
     assert _whole(default_out) == (2 * 16 * 8 * 32, 512 + 256 + 4 + 4 + 128, "fp8", MATRIX)  # out at 1 byte
     assert isinstance(price("aten::bmm", [[2, 3, 4], [3, 4, 5]], [F32, F32]), NoCost)
     assert isinstance(price("aten::matmul", [[], [4, 5]], [F32, F32]), NoCost)
@@ -426,8 +547,9 @@ def test_recorded_argument_forms():
     # An add whose alpha sits past the recorded Concrete Inputs (a short list): a plain add.
     assert _whole(price("aten::add", [[4], [4]], [F32, F32], ["", ""])) == (4, 48, "fp32", VECTOR)
     assert _whole(price("aten::add", [[4], [4]], [F32, F32], [""])) == (4, 48, "fp32", VECTOR)
-    short = price("aten::_efficient_attention_forward", [[1, 4, 2, 8]] * 3 + [[]] * 9, [BF16] * 3 + [""] * 9,
-                  ["", "", ""])
+    short = price(
+        "aten::_efficient_attention_forward", [[1, 4, 2, 8]] * 3 + [[]] * 9, [BF16] * 3 + [""] * 9, ["", "", ""]
+    )
     assert isinstance(short, NoCost) and "custom_mask_type" in short.reason
 
 
@@ -450,8 +572,12 @@ def test_rotary_embedding_without_a_recorded_cache_turns_every_element():
     not recorded (rot unknown, 0: ``head_size or rot``), pricing the rotation at 0 flops."""
     # 10 tokens, q 640 and k 160 bf16 elements, head_size 16, the cache argument without a shape:
     # every element of q and k turns (3 flops each); q and k read and written, positions read.
-    cost = price("_C::rotary_embedding", [[10], [10, 64], [10, 16], [], [], []],
-                 [I64, BF16, BF16, "Scalar", "", "Scalar"], ["", "", "", "16", "", "True"])
+    cost = price(
+        "_C::rotary_embedding",
+        [[10], [10, 64], [10, 16], [], [], []],
+        [I64, BF16, BF16, "Scalar", "", "Scalar"],
+        ["", "", "", "16", "", "True"],
+    )
     assert _whole(cost) == (3 * 800, 2 * 1600 + 10 * 8, "bf16", VECTOR)
 
 

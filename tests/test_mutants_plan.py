@@ -93,8 +93,10 @@ def test_memory_bounds_the_decode_capacity_and_the_batch():
     full = evaluate("disaggregated", c, Demand(5.0, 1000, 100), Slo(10.0, 0.03), 1, 1, None)
     assert full.batch == pytest.approx(500 * 0.01 / 0.475, rel=1e-7)
     assert not full.meets_slo
-    assert full.reasons == ["the KV cache of 10.5 requests x 1100 tokens per decode replica does not fit beside "
-                            "the weights in 90% of its memory"], full.reasons
+    assert full.reasons == [
+        "the KV cache of 10.5 requests x 1100 tokens per decode replica does not fit beside "
+        "the weights in 90% of its memory"
+    ], full.reasons
 
 
 def test_over_capacity_and_over_slo_reasons():
@@ -104,7 +106,9 @@ def test_over_capacity_and_over_slo_reasons():
     # Colocated at 10 req/s: rho = 1 exactly, over capacity: no TTFT, no TPOT.
     o = evaluate("colocated", c, Demand(10.0, 1000, 100), Slo(1.0, 0.03), 1, 1, None)
     assert o.ttft_s is None and o.tpot_s is None and not o.meets_slo
-    assert o.reasons and o.reasons[0].startswith("prefill is over capacity: 10.0 requests/s per replica, each taking 100 ms")
+    assert o.reasons and o.reasons[0].startswith(
+        "prefill is over capacity: 10.0 requests/s per replica, each taking 100 ms"
+    )
     # Disaggregated decode at 10 req/s on one replica: 1.05e-3 x 1000 > 1, no steady state.
     d = evaluate("disaggregated", c, Demand(10.0, 1000, 100), Slo(1.0, 0.03), 2, 1, None)
     assert d.tpot_s is None and "decode is over capacity" in d.reasons
@@ -154,8 +158,10 @@ def test_plan_recommends_the_fewest_gpus_and_reports_both():
     assert co.goodput_per_gpu == pytest.approx((2 / 3) / 0.205 * 100, rel=1e-5)
     assert dis.goodput_per_gpu == pytest.approx((2 / 3) / 0.105 * 100 / 2, rel=1e-5)
     assert p.recommended == "colocated"
-    assert p.why == ("Colocated on 2 GPUs meets both SLOs (TTFT 119 ms, TPOT 16.9 ms) with the fewest GPUs; "
-                     "disaggregated needs as many, with less goodput per GPU (317 against 325 output tokens/s).")
+    assert p.why == (
+        "Colocated on 2 GPUs meets both SLOs (TTFT 119 ms, TPOT 16.9 ms) with the fewest GPUs; "
+        "disaggregated needs as many, with less goodput per GPU (317 against 325 output tokens/s)."
+    )
     d = p.to_dict()
     assert d["demand"] == {"requests_per_s": 4.0, "prefill_tokens_per_s": 4000.0, "decode_tokens_per_s": 400.0}
     assert d["inputs"]["ttft_slo_ms"] == pytest.approx(1000.0) and d["inputs"]["tpot_slo_ms"] == pytest.approx(30.0)
@@ -169,6 +175,7 @@ def test_plan_recommends_the_fewest_gpus_and_reports_both():
 def test_a_one_off_needs_both_thresholds_and_at_most_half_the_steps():
     """catches: the one-off test taking either threshold alone (half the GPU busy, 1 ms), or the
     share rule letting through more than half of the steps."""
+
     def step(sync, busy=10.0):
         return {"gpu_busy_ms": busy, "duration_ms": busy + sync, "idle_by_cause": {"sync": sync}}
 
@@ -193,8 +200,12 @@ class _Run:
 
     def __init__(self, steps, phases=None, model=None, device=None, workload=None):
         self._view = {"steps": steps, "phases": phases or {}}
-        self.device = device or {"name": "Test GPU", "spec": "Test GPU", "peak_flops": {"matrix": {"bf16": 1e15}},
-                                 "peak_bandwidth": 1e12}
+        self.device = device or {
+            "name": "Test GPU",
+            "spec": "Test GPU",
+            "peak_flops": {"matrix": {"bf16": 1e15}},
+            "peak_bandwidth": 1e12,
+        }
         self.model = model
         self.workload = workload
 
@@ -203,16 +214,26 @@ class _Run:
 
 
 def _step(phase, busy, duration, idle=None, **kw):
-    return {"phase": phase, "kernels": 5, "gpu_busy_ms": busy, "duration_ms": duration,
-            "gpu_idle_ms": duration - busy, "idle_by_cause": idle or {"launch": duration - busy}, **kw}
+    return {
+        "phase": phase,
+        "kernels": 5,
+        "gpu_busy_ms": busy,
+        "duration_ms": duration,
+        "gpu_idle_ms": duration - busy,
+        "idle_by_cause": idle or {"launch": duration - busy},
+        **kw,
+    }
 
 
 def _measured():
     """Two prefills (1000 tokens in 20 ms busy of 25, 500 in 10 of 13) and two decodes (batch 4:
     4 TFLOP, 2 GB in 8 ms busy of 10; batch 8: 8 TFLOP, 2 GB in 16 of 19), on a 1 PFLOP/s, 1 TB/s GPU."""
-    return [_step("prefill", 20.0, 25.0, tokens=1000), _step("prefill", 10.0, 13.0, tokens=500),
-            _step("decode", 8.0, 10.0, batch=4, tokens=4, flops=4e12, bytes=2e9),
-            _step("decode", 16.0, 19.0, batch=8, tokens=8, flops=8e12, bytes=2e9)]
+    return [
+        _step("prefill", 20.0, 25.0, tokens=1000),
+        _step("prefill", 10.0, 13.0, tokens=500),
+        _step("decode", 8.0, 10.0, batch=4, tokens=4, flops=4e12, bytes=2e9),
+        _step("decode", 16.0, 19.0, batch=8, tokens=8, flops=8e12, bytes=2e9),
+    ]
 
 
 def test_fit_without_a_model_scales_the_measured_steps():
@@ -252,8 +273,10 @@ def test_when_nothing_meets_the_closest_split_is_shown_and_the_missing_says_why(
     assert co.total_gpus == 3 and co.tpot_s == pytest.approx(0.01 / 0.18, rel=1e-7)
     assert p.recommended is None and p.why == "No option meets both SLOs within --max-gpus 3."
     assert co.goodput_per_gpu == 0.0 and dis.goodput_per_gpu == 0.0
-    assert p.missing == ["the demand (12.0 requests/s) needs more than --max-gpus 3: colocated: TPOT 55.6 ms is "
-                         "over the SLO of 20.0 ms; disaggregated: decode is over capacity"]
+    assert p.missing == [
+        "the demand (12.0 requests/s) needs more than --max-gpus 3: colocated: TPOT 55.6 ms is "
+        "over the SLO of 20.0 ms; disaggregated: decode is over capacity"
+    ]
 
 
 def test_missing_names_a_step_over_its_slo_and_weights_with_no_room():
@@ -264,9 +287,11 @@ def test_missing_names_a_step_over_its_slo_and_weights_with_no_room():
     c = _costs(kv_bytes_per_token=1e6, weights_bytes=10e9, memory_bytes=10e9)
     p = plan(c, D, Slo(1.0, 0.01), max_gpus=2)
     assert p.recommended is None
-    assert p.missing == ["a decode step of one request at 1,050 tokens of context takes 11.1 ms on test GPU, over "
-                         "the TPOT SLO of 10.0 ms",
-                         "the weights leave no room for one request's KV cache on a replica"]
+    assert p.missing == [
+        "a decode step of one request at 1,050 tokens of context takes 11.1 ms on test GPU, over "
+        "the TPOT SLO of 10.0 ms",
+        "the weights leave no room for one request's KV cache on a replica",
+    ]
     # A single request's step already over the SLO: a decode replica gives one token per 11.05 ms
     # (the colocated option shown at 2 replicas: twice that).
     assert p.options[0].decode_replicas == 2
@@ -277,11 +302,22 @@ def _mixed_run():
     """One mixed step: 20 ms of GPU work in 40 ms (8 ms launch, 12 ms sync idle), split 15 ms
     prefill (300 tokens of 2 requests) and 5 ms decode (4 requests). The sync's largest interval
     is a cudaMemcpy under aten::copy_."""
-    s = _step("mixed", 20.0, 40.0, idle={"launch": 8.0, "sync": 12.0}, tokens=304, batch=6,
-              split={"prefill": {"gpu_ms": 15.0, "tokens": 300, "requests": 2},
-                     "decode": {"gpu_ms": 5.0, "requests": 4}})
-    top = {"cause": "sync", "ms": 9.0, "call": "cudaMemcpy", "op": "aten::copy_",
-           "stack": ["serve.py(10): step", "model.py(42): forward", "<built-in method copy_>"]}
+    s = _step(
+        "mixed",
+        20.0,
+        40.0,
+        idle={"launch": 8.0, "sync": 12.0},
+        tokens=304,
+        batch=6,
+        split={"prefill": {"gpu_ms": 15.0, "tokens": 300, "requests": 2}, "decode": {"gpu_ms": 5.0, "requests": 4}},
+    )
+    top = {
+        "cause": "sync",
+        "ms": 9.0,
+        "call": "cudaMemcpy",
+        "op": "aten::copy_",
+        "stack": ["serve.py(10): step", "model.py(42): forward", "<built-in method copy_>"],
+    }
     small = {"cause": "sync", "ms": 1.0, "call": "cudaStreamSynchronize", "op": None, "stack": []}
     return _Run([s], phases={"prefill": {"idle_top": [small, top, {"cause": "launch", "ms": 50.0}]}})
 
@@ -300,15 +336,20 @@ def test_a_mixed_step_splits_into_parts_and_their_one_off_sync_is_left_out():
     # without FLOPs (a part's are the whole step's) the step is its measured 5 ms at any batch.
     assert c.basis["decode_overhead_ms"] == pytest.approx(2.0)
     assert c.decode_s(1, 100) == pytest.approx(0.007, rel=1e-9) and c.decode_s(64, 100) == pytest.approx(0.007)
-    assert c.notes[0] == ("2 parts of mixed steps counted by their split (each side's share of the step's GPU time, "
-                          "duration and idle)")
-    pre = ("the prefill step's 9.00 ms of GPU idle blocked in cudaMemcpy (aten::copy_, model.py(42): forward) "
-           "(idle cause sync) is left out of the prefill cost as a one-off: the GPU ran none of the 15.0 ms of "
-           "kernels of the step meanwhile, and a synchronous copy of a step's inputs blocks for microseconds, so "
-           "it waited on something else; the run holds one prefill step, so nothing shows it recurring; "
-           "--keep-idle keeps it")
-    dec = ("the decode step's 3.00 ms of GPU idle blocked in a synchronising call (idle cause sync) is left out "
-           "of the decode cost as a one-off")
+    assert c.notes[0] == (
+        "2 parts of mixed steps counted by their split (each side's share of the step's GPU time, duration and idle)"
+    )
+    pre = (
+        "the prefill step's 9.00 ms of GPU idle blocked in cudaMemcpy (aten::copy_, model.py(42): forward) "
+        "(idle cause sync) is left out of the prefill cost as a one-off: the GPU ran none of the 15.0 ms of "
+        "kernels of the step meanwhile, and a synchronous copy of a step's inputs blocks for microseconds, so "
+        "it waited on something else; the run holds one prefill step, so nothing shows it recurring; "
+        "--keep-idle keeps it"
+    )
+    dec = (
+        "the decode step's 3.00 ms of GPU idle blocked in a synchronising call (idle cause sync) is left out "
+        "of the decode cost as a one-off"
+    )
     assert pre in c.notes, c.notes
     assert any(n.startswith(dec) for n in c.notes), c.notes
     rows = {r["phase"]: r for r in c.basis["one_off_idle"]}
@@ -324,8 +365,11 @@ def test_a_mixed_step_splits_into_parts_and_their_one_off_sync_is_left_out():
     assert kept.basis["prefill_overhead_ms"] == pytest.approx(15.0)
     assert kept.basis["decode_overhead_ms"] == pytest.approx(5.0)
     assert kept.basis["keep_idle"] is True
-    assert any(n.startswith("the prefill step's 9.00 ms") and "is kept in the prefill cost (--keep-idle), though it "
-               "looks a one-off: the GPU ran none" in n for n in kept.notes), kept.notes
+    assert any(
+        n.startswith("the prefill step's 9.00 ms")
+        and "is kept in the prefill cost (--keep-idle), though it looks a one-off: the GPU ran none" in n
+        for n in kept.notes
+    ), kept.notes
     assert not any("outside GPU work" in n for n in kept.notes)
 
 
@@ -345,8 +389,10 @@ def test_steps_mostly_outside_gpu_work_are_noted_with_their_top_cause():
     slow = _step("prefill", 10.0, 40.0, idle={"host": 20.0, "launch": 10.0}, tokens=1000)
     c = fit_costs([_Run([slow] + _measured()[2:])], None)
     # 30 ms outside GPU work beside 10 ms busy; decode 2.5 ms beside 12 ms: only prefill is noted.
-    assert ("the measured prefill steps spend 30.0 ms each outside GPU work (10.0 ms busy), mostly GPU idle caused "
-            "by host; the plan keeps it (tracekit report names what it is)") in c.notes, c.notes
+    assert (
+        "the measured prefill steps spend 30.0 ms each outside GPU work (10.0 ms busy), mostly GPU idle caused "
+        "by host; the plan keeps it (tracekit report names what it is)"
+    ) in c.notes, c.notes
     assert not any("measured decode steps spend" in n for n in c.notes)
 
 
@@ -360,9 +406,13 @@ def qwen3_8b():
 def _one_each(model=None):
     """One prefill of one 1024-token request (40 ms busy of 46 ms) and one decode step of 8
     requests at 1000 tokens of context each (12 ms busy of 15 ms)."""
-    return _Run([_step("prefill", 40.0, 46.0, tokens=1024, batch=1),
-                 _step("decode", 12.0, 15.0, tokens=8, batch=8, decode={"requests": 8, "kv_tokens": 8000})],
-                model=model)
+    return _Run(
+        [
+            _step("prefill", 40.0, 46.0, tokens=1024, batch=1),
+            _step("decode", 12.0, 15.0, tokens=8, batch=8, decode={"requests": 8, "kv_tokens": 8000}),
+        ],
+        model=model,
+    )
 
 
 def test_fit_with_a_model_reproduces_the_measured_steps_and_sizes_the_kv_cache(qwen3_8b):
@@ -413,17 +463,21 @@ def test_the_why_names_what_the_other_option_needs():
     # Rate 2 (D): one colocated replica meets (TTFT 119 ms, TPOT 1/59 s); disaggregated 1 + 1 meets
     # too (TPOT 0.01 / 0.79) but on two GPUs.
     p = plan(_costs(), D, Slo(1.0, 0.03), max_gpus=4)
-    assert p.why == ("Colocated on 1 GPU meets both SLOs (TTFT 119 ms, TPOT 16.9 ms) with the fewest GPUs; "
-                     "disaggregated needs 2 (prefill and decode each need their own replicas).")
+    assert p.why == (
+        "Colocated on 1 GPU meets both SLOs (TTFT 119 ms, TPOT 16.9 ms) with the fewest GPUs; "
+        "disaggregated needs 2 (prefill and decode each need their own replicas)."
+    )
     # Prefill 0.2 s a 1000-token prompt, decode 20 ms + 0.2 ms a request, 4 req/s, within 2 GPUs:
     # colocated on 2: rho 0.4, TPOT t = (0.02 + 0.04 t) / 0.6 = 35.7 ms (over 30 ms); disaggregated 1 + 1:
     # TTFT 0.2 + 0.8 x 0.2 / 0.4 = 600 ms, TPOT 0.02 / 0.92 = 21.7 ms.
     c = PhaseCosts(lambda n: 2e-4 * n, lambda b, ctx: 0.02 + 2e-4 * b, device="test GPU")
     q = plan(c, Demand(4.0, 1000, 100), Slo(1.0, 0.03), max_gpus=2)
     assert q.recommended == "disaggregated"
-    assert q.why == ("Disaggregated on 2 GPUs (1 prefill + 1 decode) meets both SLOs (TTFT 600 ms, TPOT 21.7 ms) "
-                     "with the fewest GPUs; colocated does not meet them within --max-gpus 2 (TPOT 35.7 ms is over "
-                     "the SLO of 30.0 ms).")
+    assert q.why == (
+        "Disaggregated on 2 GPUs (1 prefill + 1 decode) meets both SLOs (TTFT 600 ms, TPOT 21.7 ms) "
+        "with the fewest GPUs; colocated does not meet them within --max-gpus 2 (TPOT 35.7 ms is over "
+        "the SLO of 30.0 ms)."
+    )
     assert q.missing == []
 
 

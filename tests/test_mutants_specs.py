@@ -10,20 +10,29 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import read_real
+
 from tracekit.errors import TracekitError
-from tracekit.specs import (cpu_entry, cpu_lookup, load_spec_file, lookup, measured_spec, spec_by_name,
-                            with_calibration)
+from tracekit.specs import cpu_entry, cpu_lookup, load_spec_file, lookup, measured_spec, spec_by_name, with_calibration
 from tracekit.specs.identify import architecture, identify
 from tracekit.specs.measured import MEASURED
 
 GIB = 1 << 30
 # The H100 SXM as a trace's deviceProperties carry it (h100_hf in ../shared/traces).
-H100 = {"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "numSms": 132,
-        "totalGlobalMem": 85018279936}
-SPEC = {"name": "My Accelerator", "vendor": "Acme", "memory_bandwidth_GBps": 1000,
-        "matrix_tflops": {"bf16": 200}, "vector_tflops": {"fp32": 20}}
+H100 = {
+    "name": "NVIDIA H100 80GB HBM3",
+    "computeMajor": 9,
+    "computeMinor": 0,
+    "numSms": 132,
+    "totalGlobalMem": 85018279936,
+}
+SPEC = {
+    "name": "My Accelerator",
+    "vendor": "Acme",
+    "memory_bandwidth_GBps": 1000,
+    "matrix_tflops": {"bf16": 200},
+    "vector_tflops": {"fp32": 20},
+}
 
 
 # --- user spec files --------------------------------------------------------------------------
@@ -42,8 +51,10 @@ def test_zero_peak_in_a_spec_file_is_rejected(tmp_path, unit):
 # --- garbled deviceProperties fields ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field,garbled", [("computeMajor", "9"), ("computeMinor", 0.5), ("numSms", "132"),
-                                           ("totalGlobalMem", "85018279936")])
+@pytest.mark.parametrize(
+    "field,garbled",
+    [("computeMajor", "9"), ("computeMinor", 0.5), ("numSms", "132"), ("totalGlobalMem", "85018279936")],
+)
 def test_non_integer_property_counts_as_absent_and_the_name_decides(field, garbled):
     """catches: deviceProperties values that are not whole numbers (strings, floats) taken as
     identifying fields, which makes an H100 'disagree' with its own row or crashes the lookup."""
@@ -74,28 +85,41 @@ def test_zero_num_sms_beside_a_good_multiprocessor_count_lets_that_count_stand()
 def test_mig_slice_with_more_memory_than_its_parent_is_not_trusted():
     """catches: a loose 'slice fits its parent' memory check: a MIG slice of an 80 GB H100 that
     claims 160 GiB is no slice of that part."""
-    dev = {"name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb", "computeMajor": 9, "computeMinor": 0,
-           "numSms": 60, "totalGlobalMem": 160 * GIB}
+    dev = {
+        "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "numSms": 60,
+        "totalGlobalMem": 160 * GIB,
+    }
     match = lookup(dev)
     assert match.spec is None and "160.0 GiB of memory" in match.reason
 
 
 def test_mig_slice_a_little_over_its_parent_memory_within_driver_tolerance_fits():
     """catches: the slice memory check losing its driver tolerance (reported memory varies ~2%)."""
-    dev = {"name": "NVIDIA H100 80GB HBM3 MIG 7g.80gb", "computeMajor": 9, "computeMinor": 0,
-           "numSms": 132, "totalGlobalMem": int(85018279936 * 1.02)}
+    dev = {
+        "name": "NVIDIA H100 80GB HBM3 MIG 7g.80gb",
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "numSms": 132,
+        "totalGlobalMem": int(85018279936 * 1.02),
+    }
     assert lookup(dev).spec.key == "h100-sxm-mig-7g.80gb"
 
 
 # --- architecture tags in kernel names ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("names,expected", [
-    (["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"], ("NVIDIA", "sm_90", (9, 0))),
-    (["cutlass_80_tensorop_s16816gemm_bf16_128x128_32x4_nn_align8"], ("NVIDIA", "sm_80", (8, 0))),
-    (["nvjet_sm100_tst_128x8", "sm90_xmma_gemm"], ("NVIDIA", "sm_100", (10, 0))),
-    (["kernel_sm_20_legacy"], None),  # below any architecture tracekit knows: unrelated digits
-])
+@pytest.mark.parametrize(
+    "names,expected",
+    [
+        (["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"], ("NVIDIA", "sm_90", (9, 0))),
+        (["cutlass_80_tensorop_s16816gemm_bf16_128x128_32x4_nn_align8"], ("NVIDIA", "sm_80", (8, 0))),
+        (["nvjet_sm100_tst_128x8", "sm90_xmma_gemm"], ("NVIDIA", "sm_100", (10, 0))),
+        (["kernel_sm_20_legacy"], None),  # below any architecture tracekit knows: unrelated digits
+    ],
+)
 def test_architecture_tags(names, expected):
     """catches: NVIDIA sm/cutlass tags of real architectures skipped (or tiny numbers read as one)."""
     assert architecture(names) == expected
@@ -113,8 +137,13 @@ def test_unidentified_h100_trace_is_narrowed_by_its_kernels_architecture():
     assert "--gpu a100-sxm4-80gb" not in match.reason  # an Ampere part cannot run sm90 code
 
 
-@pytest.mark.parametrize("kernel,key", [("sm75_xmma_gemm_f16f16_f16f32_f32_tn_n", "t4"),  # Turing 7.5: T4
-                                        ("nvjet_sm121_tst_64x8_kernel", "gb10")])  # DGX Spark's GB10 is 12.1
+@pytest.mark.parametrize(
+    "kernel,key",
+    [
+        ("sm75_xmma_gemm_f16f16_f16f32_f32_tn_n", "t4"),  # Turing 7.5: T4
+        ("nvjet_sm121_tst_64x8_kernel", "gb10"),
+    ],
+)  # DGX Spark's GB10 is 12.1
 def test_generic_name_is_identified_by_the_only_part_of_its_architecture(kernel, key):
     """catches: the kernel-name fallback dead for NVIDIA: an architecture with one database row is that row."""
     match = identify({"name": ""}, None, [kernel])
@@ -161,10 +190,10 @@ def test_measured_matmul_rate_is_no_ceiling_for_vector_work(tmp_path):
     of vector (elementwise) work too, which runs on other units at another peak; the label
     would still say '0.5 x peak' while the figure is the measured matmul rate."""
     path = tmp_path / "acc.json"
-    path.write_text(json.dumps({**SPEC, "matrix_tflops": {"bf16": 200, "fp32": 40},
-                                "achievable": {"compute": 0.5}}))
-    sidecar = {"calibration": {"matmul_flops": {"fp32": 15e12, "bf16": 150e12}, "copy_bandwidth": 8e11,
-                               "device": "cuda:0"}}
+    path.write_text(json.dumps({**SPEC, "matrix_tflops": {"bf16": 200, "fp32": 40}, "achievable": {"compute": 0.5}}))
+    sidecar = {
+        "calibration": {"matmul_flops": {"fp32": 15e12, "bf16": 150e12}, "copy_bandwidth": 8e11, "device": "cuda:0"}
+    }
     spec = with_calibration(load_spec_file(path), sidecar)
     # Matrix work: the measured rates.
     assert spec.achievable_flops("bf16") == pytest.approx(150e12)
@@ -177,12 +206,15 @@ def test_measured_matmul_rate_is_no_ceiling_for_vector_work(tmp_path):
 # --- --gpu NAME suggestions -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,suggested", [
-    # "sxm4" is in these rows' keys (a100-sxm4-40gb, ...), not in their display names.
-    ("sxm4", "did you mean 'A100 40GB SXM', 'A100 80GB SXM', 'A800 80GB SXM'?"),
-    # "DGX Spark" is in the GB10's display name, not in its key (gb10).
-    ("DGX Spark", "did you mean 'GB10 (DGX Spark)'?"),
-])
+@pytest.mark.parametrize(
+    "name,suggested",
+    [
+        # "sxm4" is in these rows' keys (a100-sxm4-40gb, ...), not in their display names.
+        ("sxm4", "did you mean 'A100 40GB SXM', 'A100 80GB SXM', 'A800 80GB SXM'?"),
+        # "DGX Spark" is in the GB10's display name, not in its key (gb10).
+        ("DGX Spark", "did you mean 'GB10 (DGX Spark)'?"),
+    ],
+)
 def test_unknown_gpu_option_suggests_rows_matching_key_or_name(name, suggested):
     """catches: --gpu suggestions requiring the text in both a row's key and its display name,
     so a key fragment (sxm4) or a name fragment (DGX Spark) suggests nothing."""
@@ -201,10 +233,13 @@ def _load_error(path) -> str:
     return e.value.message
 
 
-@pytest.mark.parametrize("keys,opening", [
-    (["bandwith"], "unknown key 'bandwith'"),
-    (["bandwith", "clock"], "unknown keys 'bandwith'"),
-])
+@pytest.mark.parametrize(
+    "keys,opening",
+    [
+        (["bandwith"], "unknown key 'bandwith'"),
+        (["bandwith", "clock"], "unknown keys 'bandwith'"),
+    ],
+)
 def test_unknown_keys_are_counted_in_the_sentence(tmp_path, keys, opening):
     """catches: the error sentence saying 'unknown key' of two unknown keys (or 'keys' of one)."""
     path = tmp_path / "typos.json"
@@ -264,10 +299,13 @@ def test_a100_fp8_and_fp4_work_carries_the_wider_peak_it_was_priced_at(dtype, us
 # --- architecture tags: boundaries and vendors ---------------------------------------------------
 
 
-@pytest.mark.parametrize("names,expected", [
-    (["gemm_kernel_sm_29_x"], None),  # no GPU is compute capability 2.9 (Fermi ended at 2.1)
-    (["gemm_kernel_sm_30_x"], ("NVIDIA", "sm_30", (3, 0))),  # Kepler GK104 is 3.0
-])
+@pytest.mark.parametrize(
+    "names,expected",
+    [
+        (["gemm_kernel_sm_29_x"], None),  # no GPU is compute capability 2.9 (Fermi ended at 2.1)
+        (["gemm_kernel_sm_30_x"], ("NVIDIA", "sm_30", (3, 0))),  # Kepler GK104 is 3.0
+    ],
+)
 def test_architecture_tag_boundary(names, expected):
     """catches: the lower bound of NVIDIA tags moved, so sm_29 digits read as an architecture."""
     assert architecture(names) == expected
@@ -475,8 +513,10 @@ def test_an_unknown_dtype_in_a_spec_file_is_answered_with_the_nearest_known_one(
     path.write_text(json.dumps({"name": "Mine", "memory_bandwidth_GBps": 1000, "peak_flops.matrix.bf61": 1e15}))
     with pytest.raises(TracekitError) as e:
         load_spec_file(path)
-    assert e.value.message.endswith("key 'peak_flops.matrix.bf61' has unknown dtype 'bf61' (known: fp64, tf32, "
-                                    "fp32, fp16, bf16, fp8, int8, fp4); did you mean 'bf16'?"), e.value.message
+    assert e.value.message.endswith(
+        "key 'peak_flops.matrix.bf61' has unknown dtype 'bf61' (known: fp64, tf32, "
+        "fp32, fp16, bf16, fp8, int8, fp4); did you mean 'bf16'?"
+    ), e.value.message
 
 
 @pytest.mark.parametrize("low", [0, -0.2])

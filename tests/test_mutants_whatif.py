@@ -54,10 +54,19 @@ def test_collectives_with_known_bytes_move_with_the_interconnect_and_unknown_one
     from tracekit.whatif.reprice import reprice
 
     src, tgt = spec_by_name("h100-sxm"), spec_by_name("b200")  # NVLink 450 GB/s and 900 GB/s a direction
-    work = pd.DataFrame({"dur_ns": [1_000_000, 1_000_000], "flops": [0.0, np.nan], "bytes": [64e6, np.nan],
-                         "dtype": ["bf16", "bf16"], "unit": ["vector", "vector"], "bound": [INTERCONNECT] * 2,
-                         "limiter": [INTERCONNECT] * 2, "kind": ["kernel", "kernel"],
-                         "category": ["communication", "communication"]})
+    work = pd.DataFrame(
+        {
+            "dur_ns": [1_000_000, 1_000_000],
+            "flops": [0.0, np.nan],
+            "bytes": [64e6, np.nan],
+            "dtype": ["bf16", "bf16"],
+            "unit": ["vector", "vector"],
+            "bound": [INTERCONNECT] * 2,
+            "limiter": [INTERCONNECT] * 2,
+            "kind": ["kernel", "kernel"],
+            "category": ["communication", "communication"],
+        }
+    )
     rp = reprice(work, src, tgt, ranks=8)
     assert rp.moved.tolist() == [True, False] and rp.unknown.tolist() == [False, True]
     # Issue 49: the efficiency transfers. Ring all-reduce over 8 ranks, both through NVSwitch: the
@@ -83,9 +92,19 @@ def test_kernels_of_a_dtype_the_target_lacks_are_counted_in_its_note():
     src, tgt = spec_by_name("b200"), spec_by_name("h100-sxm")  # Blackwell has FP4 matmul peaks, Hopper none
     assert not tgt.peak_flops("fp4", "matrix") and src.peak_flops("fp4", "matrix")
     # Two FP4 GEMMs of 0.25 and 0.5 ms: 0.75 ms of FP4 work that H100 runs at another dtype's rate.
-    work = pd.DataFrame({"dur_ns": [250_000, 500_000], "flops": [1e12, 2e12], "bytes": [1e8, 2e8],
-                         "dtype": ["fp4", "fp4"], "unit": ["matrix", "matrix"], "bound": ["compute", "compute"],
-                         "limiter": ["compute", "compute"], "kind": ["kernel", "kernel"], "category": ["gemm", "gemm"]})
+    work = pd.DataFrame(
+        {
+            "dur_ns": [250_000, 500_000],
+            "flops": [1e12, 2e12],
+            "bytes": [1e8, 2e8],
+            "dtype": ["fp4", "fp4"],
+            "unit": ["matrix", "matrix"],
+            "bound": ["compute", "compute"],
+            "limiter": ["compute", "compute"],
+            "kind": ["kernel", "kernel"],
+            "category": ["gemm", "gemm"],
+        }
+    )
     notes = [n for n in reprice(work, src, tgt).notes if "has no fp4 matrix peak" in n]
     assert len(notes) == 1 and ": 0.75 ms of fp4 kernels are projected at its " in notes[0], notes
 

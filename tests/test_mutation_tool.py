@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 mutation = pytest.importorskip("mutation")
 
-SOURCE = '''import math
+SOURCE = """import math
 
 @staticmethod
 def f(a, b=2):
@@ -32,18 +32,21 @@ def f(a, b=2):
     return 0
 
 K = 5
-'''
+"""
 
 
-@pytest.mark.parametrize("pos, lines", [
-    ((5, 10), [5, 6]),       # the condition's first line: the if header, both of its lines, not the body
-    ((6, 7), [5, 6]),        # its continuation line: the same header
-    ((8, 16), [7, 8]),       # inside a two-line return: the whole statement
-    ((9, 9), [9]),           # an elif is its own header
-    ((3, 1), list(range(3, 12))),  # a decorator runs at import: the tests that call the body see it
-    ((4, 11), list(range(3, 12))),  # so does a default
-    ((13, 4), [13]),         # a module-level constant: its own line
-])
+@pytest.mark.parametrize(
+    "pos, lines",
+    [
+        ((5, 10), [5, 6]),  # the condition's first line: the if header, both of its lines, not the body
+        ((6, 7), [5, 6]),  # its continuation line: the same header
+        ((8, 16), [7, 8]),  # inside a two-line return: the whole statement
+        ((9, 9), [9]),  # an elif is its own header
+        ((3, 1), list(range(3, 12))),  # a decorator runs at import: the tests that call the body see it
+        ((4, 11), list(range(3, 12))),  # so does a default
+        ((13, 4), [13]),  # a module-level constant: its own line
+    ],
+)
 def test_statement_lines_are_the_innermost_statement_or_its_header(pos, lines):
     # Bug caught: taking the mutant's own line misses a statement whose execution coverage records
     # on its first line; taking a whole if (body included) is right too, but a decorator's own
@@ -54,12 +57,16 @@ def test_statement_lines_are_the_innermost_statement_or_its_header(pos, lines):
 def test_covering_tests_skip_failures_and_listed_files_and_keep_to_the_budget():
     # Bug caught: a failing test in the selection "kills" every mutant; a listed file run twice
     # doubles a survivor's cost; a budget overrun makes a sample take hours.
-    data = {"tests": [{"id": "tests/a.py::slow", "outcome": "passed", "seconds": 50.0},
-                      {"id": "tests/a.py::quick", "outcome": "passed", "seconds": 1.0},
-                      {"id": "tests/b.py::broken", "outcome": "failed", "seconds": 0.5},
-                      {"id": "tests/c.py::listed", "outcome": "passed", "seconds": 0.1},
-                      {"id": "tests/a.py::middle", "outcome": "passed", "seconds": 9.0}],
-            "lines": {"pkg/m.py": {"2": [0, 1, 2, 3, 4], "3": [1]}}}
+    data = {
+        "tests": [
+            {"id": "tests/a.py::slow", "outcome": "passed", "seconds": 50.0},
+            {"id": "tests/a.py::quick", "outcome": "passed", "seconds": 1.0},
+            {"id": "tests/b.py::broken", "outcome": "failed", "seconds": 0.5},
+            {"id": "tests/c.py::listed", "outcome": "passed", "seconds": 0.1},
+            {"id": "tests/a.py::middle", "outcome": "passed", "seconds": 9.0},
+        ],
+        "lines": {"pkg/m.py": {"2": [0, 1, 2, 3, 4], "3": [1]}},
+    }
 
     cmap = mutation.CoverageMap(data, Path("/nonexistent"))
     cmap.sources["pkg/m.py"] = "x = 1\ny = 2\nz = 3\n"
@@ -78,24 +85,36 @@ def test_the_coverage_plugin_maps_each_line_to_the_tests_that_ran_it(tmp_path):
     (tmp_path / "toy").mkdir()
     (tmp_path / "toy" / "__init__.py").write_text("")
     (tmp_path / "toy" / "mod.py").write_text(
-        "def sign(x):\n"          # 1
-        "    if x > 0:\n"         # 2
+        "def sign(x):\n"  # 1
+        "    if x > 0:\n"  # 2
         "        return 'pos'\n"  # 3
-        "    return 'neg'\n"      # 4
+        "    return 'neg'\n"  # 4
         "\n"
-        "def other():\n"          # 6
-        "    return 1\n")         # 7
+        "def other():\n"  # 6
+        "    return 1\n"
+    )  # 7
     (tmp_path / "test_toy.py").write_text(
         "from toy.mod import sign, other\n"
         "def test_pos():\n    assert sign(1) == 'pos'\n"
         "def test_neg():\n    assert sign(-1) == 'neg'\n"
-        "def test_other_fails():\n    assert other() == 2\n")
+        "def test_other_fails():\n    assert other() == 2\n"
+    )
     out = tmp_path / "map.json"
-    env = {**os.environ, "TRACEKIT_COVERAGE_MAP": str(out), "TRACEKIT_COVERAGE_SOURCE": "toy",
-           "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'benchmarks'}"}
+    env = {
+        **os.environ,
+        "TRACEKIT_COVERAGE_MAP": str(out),
+        "TRACEKIT_COVERAGE_SOURCE": "toy",
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'benchmarks'}",
+    }
     pytest.importorskip("coverage")
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "coverage_map", "-p", "no:cacheprovider",
-                    "test_toy.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "coverage_map", "-p", "no:cacheprovider", "test_toy.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     d = json.loads(out.read_text())
     names = [t["id"].split("::")[1] for t in d["tests"]]
     assert names == ["test_pos", "test_neg", "test_other_fails"]
@@ -168,20 +187,27 @@ def test_a_constant_run_at_import_meets_the_tests_that_read_it(tmp_path):
     (tmp_path / "tracekit").mkdir()
     (tmp_path / "tracekit" / "tables.py").write_text(
         "SIZES = {'fp16': 2,\n         'fp32': 4}\n\n\nclass Tile:\n    depth: int = 1\n\n"
-        "    def area(self):\n        return 2\n\n\ndef size(d):\n    return SIZES[d]\n")
+        "    def area(self):\n        return 2\n\n\ndef size(d):\n    return SIZES[d]\n"
+    )
     (tmp_path / "tracekit" / "user.py").write_text(
         "from tracekit import tables\n\n\ndef bytes_of(d, n):\n    return tables.SIZES[d] * n\n\n\n"
-        "def tile():\n    return tables.Tile()\n")
-    data = {"tests": [{"id": "tests/t.py::reads_here", "outcome": "passed", "seconds": 1.0},
-                      {"id": "tests/t.py::reads_there", "outcome": "passed", "seconds": 1.0},
-                      {"id": "tests/t.py::other", "outcome": "passed", "seconds": 1.0},
-                      {"id": "tests/t.py::makes_tiles", "outcome": "passed", "seconds": 1.0}],
-            "lines": {"tracekit/tables.py": {"13": [0], "9": [2]},
-                      "tracekit/user.py": {"5": [1], "9": [3]}}}
+        "def tile():\n    return tables.Tile()\n"
+    )
+    data = {
+        "tests": [
+            {"id": "tests/t.py::reads_here", "outcome": "passed", "seconds": 1.0},
+            {"id": "tests/t.py::reads_there", "outcome": "passed", "seconds": 1.0},
+            {"id": "tests/t.py::other", "outcome": "passed", "seconds": 1.0},
+            {"id": "tests/t.py::makes_tiles", "outcome": "passed", "seconds": 1.0},
+        ],
+        "lines": {"tracekit/tables.py": {"13": [0], "9": [2]}, "tracekit/user.py": {"5": [1], "9": [3]}},
+    }
     cmap = mutation.CoverageMap(data, tmp_path)
     in_table = mutation.Mutant("tracekit/tables.py", "core/NumberReplacer", 1, 2, 17, "", "'fp32': 4}")
-    assert {t["id"] for t in cmap.covering(in_table, set(), 100.0)[0]} == {"tests/t.py::reads_here",
-                                                                             "tests/t.py::reads_there"}
+    assert {t["id"] for t in cmap.covering(in_table, set(), 100.0)[0]} == {
+        "tests/t.py::reads_here",
+        "tests/t.py::reads_there",
+    }
     default = mutation.Mutant("tracekit/tables.py", "core/NumberReplacer", 2, 6, 17, "Tile", "depth: int = 1")
     assert [t["id"] for t in cmap.covering(default, set(), 100.0)[0]] == ["tests/t.py::makes_tiles"]
     # A method's body is in the map as itself: its own tests, not every user of the class.
@@ -196,10 +222,15 @@ def test_a_table_read_only_by_another_table_meets_the_readers_of_that_one(tmp_pa
     (tmp_path / "tracekit").mkdir()
     (tmp_path / "tracekit" / "parts.py").write_text("SIZES = {'fp16': 2}\n")
     (tmp_path / "tracekit" / "merged.py").write_text(
-        "from tracekit import parts\n\nALL = {**parts.SIZES,\n       'x': 1}\n\n\ndef size(d):\n    return ALL[d]\n")
-    data = {"tests": [{"id": "tests/t.py::sizes", "outcome": "passed", "seconds": 1.0},
-                      {"id": "tests/t.py::other", "outcome": "passed", "seconds": 1.0}],
-            "lines": {"tracekit/merged.py": {"8": [0]}, "tracekit/parts.py": {}}}
+        "from tracekit import parts\n\nALL = {**parts.SIZES,\n       'x': 1}\n\n\ndef size(d):\n    return ALL[d]\n"
+    )
+    data = {
+        "tests": [
+            {"id": "tests/t.py::sizes", "outcome": "passed", "seconds": 1.0},
+            {"id": "tests/t.py::other", "outcome": "passed", "seconds": 1.0},
+        ],
+        "lines": {"tracekit/merged.py": {"8": [0]}, "tracekit/parts.py": {}},
+    }
     cmap = mutation.CoverageMap(data, tmp_path)
     m = mutation.Mutant("tracekit/parts.py", "core/NumberReplacer", 0, 1, 18, "", "SIZES = {'fp16': 2}")
     assert [t["id"] for t in cmap.covering(m, set(), 100.0)[0]] == ["tests/t.py::sizes"]

@@ -14,9 +14,9 @@ import re
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import SAMPLE_TRACES, real_trace_path
 from test_reader_truncated import event_ends
+
 from tracekit.cli import main
 
 B300 = "b300_qwen3_moe"
@@ -98,7 +98,7 @@ def test_b300_cut_in_half_says_so_in_the_report_headline(tmp_path):
     page = html.read_text()
     banner = page.index('id="truncated"')
     assert banner < page.index('id="headline"')  # above every figure
-    assert "Truncated trace: the file was cut mid-write" in page[banner:banner + 600]
+    assert "Truncated trace: the file was cut mid-write" in page[banner : banner + 600]
     assert "partial: the trace was cut before its GPU events" in page
     md = tmp_path / "r.md"
     assert CliRunner().invoke(main, ["report", str(path), "-o", str(md)]).exit_code == 0
@@ -146,8 +146,15 @@ def _with_device(tmp_path, key: str, props: dict):
 
 
 # An RTP-LLM A800 trace's record: numSms holds sharedMemPerMultiprocessor's value (a writer's slip).
-A800_GARBLED = {"name": "NVIDIA A800-SXM4-80GB", "computeMajor": 8, "computeMinor": 0, "totalGlobalMem": 85095874560,
-                "multiProcessorCount": 108, "numSms": 167936, "sharedMemPerMultiprocessor": 167936}
+A800_GARBLED = {
+    "name": "NVIDIA A800-SXM4-80GB",
+    "computeMajor": 8,
+    "computeMinor": 0,
+    "totalGlobalMem": 85095874560,
+    "multiProcessorCount": 108,
+    "numSms": 167936,
+    "sharedMemPerMultiprocessor": 167936,
+}
 
 
 def test_a_garbled_sm_count_is_ignored_with_a_note_and_the_name_decides(tmp_path):
@@ -201,8 +208,10 @@ def test_demo_report_mfu_basis_has_no_zero_peak():
 def test_decode_caption_names_the_dashed_line_only_when_the_chart_draws_it(tmp_path):
     """Bug: a CPU trace's decode-over-time caption named a dashed launch-gap line the chart does not draw."""
     cpu = tmp_path / "cpu.html"
-    assert CliRunner().invoke(main, ["report", str(SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"),
-                                     "-o", str(cpu)]).exit_code == 0
+    assert (
+        CliRunner().invoke(main, ["report", str(SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"), "-o", str(cpu)]).exit_code
+        == 0
+    )
     page = cpu.read_text()
     assert "tk-chart-decode" in page and "the dashed line is the idle time" not in page
     gpu = tmp_path / "gpu.html"
@@ -224,13 +233,16 @@ def test_project_of_an_unnamed_gpu_says_an_unknown_gpu(tmp_path):
     assert "on an unknown GPU" in r.stdout and "an unknown GPU → " in page
 
 
-@pytest.mark.parametrize("command", [
-    ["summary", "{t}", "--gpu", "h1000"],
-    ["report", "{t}", "--gpu", "h1000", "-o", "{out}"],
-    ["project", "{t}", "--to", "b200", "--gpu", "h1000", "-o", "{out}"],
-    ["compare", "{t}", "{t}", "--gpu-after", "h1000", "-o", "{out}"],
-    ["summary", "{t}", "--spec-file", "{bad}"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["summary", "{t}", "--gpu", "h1000"],
+        ["report", "{t}", "--gpu", "h1000", "-o", "{out}"],
+        ["project", "{t}", "--to", "b200", "--gpu", "h1000", "-o", "{out}"],
+        ["compare", "{t}", "{t}", "--gpu-after", "h1000", "-o", "{out}"],
+        ["summary", "{t}", "--spec-file", "{bad}"],
+    ],
+)
 def test_a_bad_gpu_option_fails_before_anything_is_printed(tmp_path, command):
     """Bug: `summary --gpu h1000` printed half the summary (device, kernels) before its error."""
     bad = tmp_path / "bad.csv"
@@ -292,9 +304,15 @@ def test_annotate_writes_a_clock_below_zero_back_on_its_own_clock(tmp_path):
         r = CliRunner().invoke(main, ["annotate", str(path), "-o", str(out)])
         assert r.exit_code == 0, r.output
         doc = json.loads(gzip.decompress(out.read_bytes()))
-        return sorted((e["args"]["step"], e["ts"], e["dur"]) for e in doc["traceEvents"]
-                      if e.get("cat") == "tracekit" and e["ph"] == "X" and "step" in e["args"] and "cause" not in e["args"]
-                          and "kind" not in e["args"])  # not the critical-path track's slices
+        return sorted(
+            (e["args"]["step"], e["ts"], e["dur"])
+            for e in doc["traceEvents"]
+            if e.get("cat") == "tracekit"
+            and e["ph"] == "X"
+            and "step" in e["args"]
+            and "cause" not in e["args"]
+            and "kind" not in e["args"]
+        )  # not the critical-path track's slices
 
     want, got = step_slices(src, tmp_path / "a.json.gz"), step_slices(below, tmp_path / "b.json.gz")
     assert len(want) == 10 and [s for s, _, _ in got] == [s for s, _, _ in want]

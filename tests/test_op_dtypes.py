@@ -19,12 +19,28 @@ torch = pytest.importorskip("torch", reason="the collect extra (torch) writes th
 
 # tracekit's name of each dtype (the spec table's and the cost models' vocabulary).
 NAMES = {
-    "float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
-    "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8",
-    "float8_e8m0fnu": "fp8", "float4_e2m1fn_x2": "fp4",
-    "int64": "int64", "int32": "int32", "int16": "int16", "int8": "int8", "uint8": "uint8", "bool": "bool",
-    "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
-    "complex32": "complex32", "complex64": "complex64", "complex128": "complex128",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float32": "fp32",
+    "float64": "fp64",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "float8_e4m3fnuz": "fp8",
+    "float8_e5m2fnuz": "fp8",
+    "float8_e8m0fnu": "fp8",
+    "float4_e2m1fn_x2": "fp4",
+    "int64": "int64",
+    "int32": "int32",
+    "int16": "int16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "bool": "bool",
+    "uint16": "uint16",
+    "uint32": "uint32",
+    "uint64": "uint64",
+    "complex32": "complex32",
+    "complex64": "complex64",
+    "complex128": "complex128",
 }
 
 

@@ -17,8 +17,9 @@ def _never(*_a, **_k):
     raise AssertionError("the trace was read before the output path was checked")
 
 
-@pytest.mark.parametrize("command, target", [("report", "/proc/x.html"), ("compare", "/sys/c.html"),
-                                             ("project", "/proc/p.html")])
+@pytest.mark.parametrize(
+    "command, target", [("report", "/proc/x.html"), ("compare", "/sys/c.html"), ("project", "/proc/p.html")]
+)
 def test_unwritable_outputs_fail_before_reading(command, target, monkeypatch):
     import tracekit.cli.compare as cmp_cli
     import tracekit.cli.project as prj_cli
@@ -44,8 +45,11 @@ def test_missing_parent_and_folder_targets(tmp_path):
 
 def test_dev_null_and_stdout_work():
     path = str(real_trace_path(SMALL))
-    for args in (["report", path, "-o", "/dev/null"], ["report", path, "-o", "/dev/null", "-f", "json"],
-                 ["compare", path, path, "-o", "/dev/null"]):
+    for args in (
+        ["report", path, "-o", "/dev/null"],
+        ["report", path, "-o", "/dev/null", "-f", "json"],
+        ["compare", path, path, "-o", "/dev/null"],
+    ):
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 0, r.output
         assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")  # still the device
@@ -102,8 +106,19 @@ def test_collect_keeps_the_trace_when_the_last_move_fails(tmp_path, monkeypatch)
 
     monkeypatch.setattr(os, "replace", failing)
     with pytest.raises(TracekitError) as e:
-        collect(CollectOptions(preset="tiny", batch_size=1, prompt_len=8, new_tokens=2, output=str(tmp_path / "t"),
-                               progress=False, threads=1, calibrate=False, warmup=0))
+        collect(
+            CollectOptions(
+                preset="tiny",
+                batch_size=1,
+                prompt_len=8,
+                new_tokens=2,
+                output=str(tmp_path / "t"),
+                progress=False,
+                threads=1,
+                calibrate=False,
+                warmup=0,
+            )
+        )
     kept = str(e.value).rsplit("it is kept at ", 1)[1]
     assert "No space left" in str(e.value) and os.path.exists(kept)
     assert len(read_trace(kept).cpu_ops) > 0

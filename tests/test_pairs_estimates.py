@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from test_grid_over_stated import relabelled
+
 from tracekit import read_trace
 from tracekit.analysis.analyze import measure
-from tracekit.analysis.pricing import taxonomy
-from tracekit.analysis.pricing import model_costs
+from tracekit.analysis.pricing import model_costs, taxonomy
 from tracekit.frameworks import BatchSide
 from tracekit.models import load_model
 
@@ -46,20 +45,23 @@ def test_a_vllm_new_cached_mixed_steps_attention_is_split_by_estimated_pairs():
     assert "estimate" in parts.split.by_step[i]["basis"] and "(Σq)²/n" in parts.split.by_step[i]["basis"]
 
 
-@pytest.mark.parametrize("side, prefill, pairs", [
-    # No keys stated: a prefill of no cached prefix, ((Σq)²/n + Σq)/2 = (100/2 + 10)/2.
-    (BatchSide(requests=2, tokens=10), True, 30.0),
-    # Keys stated, no sums: 15 requests of 1,024 tokens over 2,048 keys each score
-    # 1024·2048 - 1024·1023/2 = 1,573,376 pairs: 23,600,640 in all.
-    (BatchSide(requests=15, tokens=15360, kv_tokens=30720), True, 23600640.0),
-    # Keys and Σqk stated: Σqk - ((Σq)²/n - Σq)/2 = 40 - (18 - 6)/2 = 34.
-    (BatchSide(requests=2, tokens=6, kv_tokens=12, sum_qk=40), True, 34.0),
-    # A decode side of 4 requests verifying 4 tokens each over 40 keys each: 160 x 16/4 - (64 - 16)/2.
-    (BatchSide(requests=4, tokens=16, kv_tokens=160), False, 616.0),
-    # A decode side without keys: its context is unknown; stated pairs need no estimate.
-    (BatchSide(requests=4, tokens=16), False, None),
-    (BatchSide(requests=2, tokens=12, kv_tokens=20, sum_q2=80, sum_qk=120), True, None),
-])
+@pytest.mark.parametrize(
+    "side, prefill, pairs",
+    [
+        # No keys stated: a prefill of no cached prefix, ((Σq)²/n + Σq)/2 = (100/2 + 10)/2.
+        (BatchSide(requests=2, tokens=10), True, 30.0),
+        # Keys stated, no sums: 15 requests of 1,024 tokens over 2,048 keys each score
+        # 1024·2048 - 1024·1023/2 = 1,573,376 pairs: 23,600,640 in all.
+        (BatchSide(requests=15, tokens=15360, kv_tokens=30720), True, 23600640.0),
+        # Keys and Σqk stated: Σqk - ((Σq)²/n - Σq)/2 = 40 - (18 - 6)/2 = 34.
+        (BatchSide(requests=2, tokens=6, kv_tokens=12, sum_qk=40), True, 34.0),
+        # A decode side of 4 requests verifying 4 tokens each over 40 keys each: 160 x 16/4 - (64 - 16)/2.
+        (BatchSide(requests=4, tokens=16, kv_tokens=160), False, 616.0),
+        # A decode side without keys: its context is unknown; stated pairs need no estimate.
+        (BatchSide(requests=4, tokens=16), False, None),
+        (BatchSide(requests=2, tokens=12, kv_tokens=20, sum_q2=80, sum_qk=120), True, None),
+    ],
+)
 def test_estimated_pairs_hand_arithmetic(side, prefill, pairs):
     """Bug caught: no estimate existed for a side that states its keys but not Σq² (the model
     left its attention unpriced) or for either side of a mixed split."""
@@ -82,8 +84,9 @@ def test_a_side_with_keys_but_no_square_sums_gets_the_equal_length_estimate_labe
     view's estimates say how. Bug caught: a side that stated its keys but not Σq² got no attention
     cost at all (the model said the keys were missing)."""
     estimated, view = _attention_flops("step[EXTEND bs=15 toks=15360 c_sk=30720]")
-    stated, _ = _attention_flops(f"step[EXTEND bs=15 toks=15360 c_sq=15360 c_sqsq={15 * 1024 ** 2} "
-                                 f"c_sqsk={15 * 1024 * 2048} c_sk=30720]")
+    stated, _ = _attention_flops(
+        f"step[EXTEND bs=15 toks=15360 c_sq=15360 c_sqsq={15 * 1024**2} c_sqsk={15 * 1024 * 2048} c_sk=30720]"
+    )
     assert estimated == pytest.approx(PER_PAIR * 23600640, rel=1e-9)
     assert estimated == pytest.approx(stated, rel=1e-9)
     assert model_costs.PAIRS_ESTIMATE_BASIS in view["estimates"]["attention"]

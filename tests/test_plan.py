@@ -16,8 +16,9 @@ from tracekit.whatif.plan import Demand, Slo, plan
 def _linear(prefill_per_token: float, decode_base: float, decode_per_request: float, **kw) -> PhaseCosts:
     """A replica whose prefill takes prefill_per_token x n and whose decode step takes
     decode_base + decode_per_request x batch: answers can be worked out by hand."""
-    return PhaseCosts(lambda n: prefill_per_token * n, lambda b, ctx: decode_base + decode_per_request * b,
-                      device="test GPU", **kw)
+    return PhaseCosts(
+        lambda n: prefill_per_token * n, lambda b, ctx: decode_base + decode_per_request * b, device="test GPU", **kw
+    )
 
 
 def _by_name(p):
@@ -83,7 +84,8 @@ def test_transfer_time_counts_in_disaggregated_ttft():
     fast = plan(c, Demand(1.0, 1000, 100), Slo(5.0, 0.05), kv_link=1e12)
     # 1000 tokens x 100 kB over 1 GB/s: 0.1 s more.
     assert _by_name(slow)["disaggregated"].ttft_s - _by_name(fast)["disaggregated"].ttft_s == pytest.approx(
-        0.1 - 1e-4, rel=1e-3)
+        0.1 - 1e-4, rel=1e-3
+    )
 
 
 def test_plan_on_the_sample_trace(tmp_path):
@@ -91,15 +93,42 @@ def test_plan_on_the_sample_trace(tmp_path):
     if not path.exists():
         pytest.skip(f"{path} is absent")
     out = tmp_path / "plan.json"
-    r = CliRunner().invoke(main, ["plan", str(path), "--isl", "64", "--osl", "16", "--rate", "5", "--ttft-slo",
-                                  "100ms", "--tpot-slo", "20ms", "-o", str(out)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "plan",
+            str(path),
+            "--isl",
+            "64",
+            "--osl",
+            "16",
+            "--rate",
+            "5",
+            "--ttft-slo",
+            "100ms",
+            "--tpot-slo",
+            "20ms",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
     assert d["kind"] == "tracekit.plan" and d["recommended"] in ("colocated", "disaggregated")
     assert {"prefill_tokens_per_s", "decode_tokens_per_s"} <= set(d["demand"])
     for o in d["options"]:
-        assert {"name", "prefill_gpus", "decode_gpus", "total_gpus", "prefill_capacity_tokens_per_s",
-                "decode_capacity_tokens_per_s", "ttft_ms", "tpot_ms", "meets_slo", "goodput_per_gpu"} <= set(o)
+        assert {
+            "name",
+            "prefill_gpus",
+            "decode_gpus",
+            "total_gpus",
+            "prefill_capacity_tokens_per_s",
+            "decode_capacity_tokens_per_s",
+            "ttft_ms",
+            "tpot_ms",
+            "meets_slo",
+            "goodput_per_gpu",
+        } <= set(o)
     # Fitted from the run: the decode step of one request is near the measured one.
     assert d["costs"]["decode_step_ms_batch1"] > 0 and d["costs"]["decode_steps"] == 16
 
@@ -108,8 +137,25 @@ def test_plan_on_a_serving_pair_and_its_pages(tmp_path):
     # A pair whose steps hold a one-off blocking copy (``unheld``: as recorded, the copies waited on
     # the previous batch, which is no part of the steps and no idle, so nothing is left out).
     pre, dec = (str(unheld_trace_path(k, tmp_path)) for k in ("mi300x_extend", "mi300x_decode"))
-    args = ["plan", pre, dec, "--model", "qwen3-8b", "--isl", "2048", "--osl", "256", "--rate", "2",
-            "--ttft-slo", "2s", "--tpot-slo", "1s", "--kv-link", "50"]
+    args = [
+        "plan",
+        pre,
+        dec,
+        "--model",
+        "qwen3-8b",
+        "--isl",
+        "2048",
+        "--osl",
+        "256",
+        "--rate",
+        "2",
+        "--ttft-slo",
+        "2s",
+        "--tpot-slo",
+        "1s",
+        "--kv-link",
+        "50",
+    ]
     for ext in ("html", "md", "txt"):
         r = CliRunner().invoke(main, [*args, "-o", str(tmp_path / f"p.{ext}")])
         assert r.exit_code == 0, r.output
@@ -128,21 +174,70 @@ def test_plan_on_a_serving_pair_and_its_pages(tmp_path):
 @pytest.mark.parametrize("bad, message", [("500", "needs a unit"), ("-5ms", "needs a unit"), ("0ms", "positive")])
 def test_plan_refuses_unitless_slos(bad, message, tmp_path):
     path = str(real_trace_path("mi300x_decode"))
-    r = CliRunner().invoke(main, ["plan", path, "--isl", "8", "--osl", "8", "--rate", "1", "--ttft-slo", bad,
-                                  "--tpot-slo", "50ms", "-o", str(tmp_path / "x.html")])
+    r = CliRunner().invoke(
+        main,
+        [
+            "plan",
+            path,
+            "--isl",
+            "8",
+            "--osl",
+            "8",
+            "--rate",
+            "1",
+            "--ttft-slo",
+            bad,
+            "--tpot-slo",
+            "50ms",
+            "-o",
+            str(tmp_path / "x.html"),
+        ],
+    )
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
 
 
 def test_plan_needs_both_phases(tmp_path):
-    r = CliRunner().invoke(main, ["plan", str(real_trace_path("mi300x_decode")), "--isl", "8", "--osl", "8", "--rate",
-                                  "1", "--ttft-slo", "1s", "--tpot-slo", "50ms", "-o", str(tmp_path / "x.html")])
+    r = CliRunner().invoke(
+        main,
+        [
+            "plan",
+            str(real_trace_path("mi300x_decode")),
+            "--isl",
+            "8",
+            "--osl",
+            "8",
+            "--rate",
+            "1",
+            "--ttft-slo",
+            "1s",
+            "--tpot-slo",
+            "50ms",
+            "-o",
+            str(tmp_path / "x.html"),
+        ],
+    )
     assert r.exit_code == 2 and "no prefill step" in r.output
 
 
 def test_plan_for_another_gpu_goes_through_project(tmp_path):
     pre, dec = str(real_trace_path("mi300x_extend")), str(real_trace_path("mi300x_decode"))
-    base = ["plan", pre, dec, "--model", "qwen3-8b", "--isl", "2048", "--osl", "256", "--rate", "2",
-            "--ttft-slo", "2s", "--tpot-slo", "1s"]
+    base = [
+        "plan",
+        pre,
+        dec,
+        "--model",
+        "qwen3-8b",
+        "--isl",
+        "2048",
+        "--osl",
+        "256",
+        "--rate",
+        "2",
+        "--ttft-slo",
+        "2s",
+        "--tpot-slo",
+        "1s",
+    ]
     here, there = tmp_path / "mi300x.json", tmp_path / "b300.json"
     assert CliRunner().invoke(main, [*base, "-o", str(here)]).exit_code == 0
     r = CliRunner().invoke(main, [*base, "--gpu", "b300", "-o", str(there)])

@@ -67,8 +67,23 @@ def test_the_note_and_json_name_the_left_out_idle(serving_pair, tmp_path):
     how large it is, its cause and call, and that --keep-idle keeps it."""
     s = _only(serving_pair[1][1], "decode")
     pre, dec = (str(unheld_trace_path(k, tmp_path)) for k in ("mi300x_extend", "mi300x_decode"))
-    args = ["plan", pre, dec, "--model", "qwen3-8b", "--isl", "2048", "--osl", "256", "--rate", "2",
-            "--ttft-slo", "2s", "--tpot-slo", "50ms"]
+    args = [
+        "plan",
+        pre,
+        dec,
+        "--model",
+        "qwen3-8b",
+        "--isl",
+        "2048",
+        "--osl",
+        "256",
+        "--rate",
+        "2",
+        "--ttft-slo",
+        "2s",
+        "--tpot-slo",
+        "50ms",
+    ]
     out = {}
     for name, extra in (("default", []), ("kept", ["--keep-idle"])):
         for ext in ("json", "txt", "md", "html"):
@@ -112,8 +127,25 @@ def test_missing_prints_plain_figures(tmp_path):
     """Bug: figures of four digits print as "1.74e+03 ms" (the :.3g format) in the missing lines:
     a 32,768-token prompt's prefill (1.7 s) against a 1 s TTFT SLO."""
     pre, dec = str(real_trace_path("mi300x_extend")), str(real_trace_path("mi300x_decode"))
-    args = ["plan", pre, dec, "--model", "qwen3-8b", "--isl", "32768", "--osl", "256", "--rate", "1",
-            "--ttft-slo", "1s", "--tpot-slo", "50ms", "-o", str(tmp_path / "p.txt")]
+    args = [
+        "plan",
+        pre,
+        dec,
+        "--model",
+        "qwen3-8b",
+        "--isl",
+        "32768",
+        "--osl",
+        "256",
+        "--rate",
+        "1",
+        "--ttft-slo",
+        "1s",
+        "--tpot-slo",
+        "50ms",
+        "-o",
+        str(tmp_path / "p.txt"),
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     text = (tmp_path / "p.txt").read_text()
@@ -138,13 +170,33 @@ def test_the_html_method_section_is_text_not_markup(serving_pair, tmp_path):
     as literal characters in paragraphs."""
     pre, dec = str(real_trace_path("mi300x_extend")), str(real_trace_path("mi300x_decode"))
     path = tmp_path / "p.html"
-    r = CliRunner().invoke(main, ["plan", pre, dec, "--model", "qwen3-8b", "--isl", "2048", "--osl", "256",
-                                  "--rate", "2", "--ttft-slo", "2s", "--tpot-slo", "50ms", "-o", str(path)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "plan",
+            pre,
+            dec,
+            "--model",
+            "qwen3-8b",
+            "--isl",
+            "2048",
+            "--osl",
+            "256",
+            "--rate",
+            "2",
+            "--ttft-slo",
+            "2s",
+            "--tpot-slo",
+            "50ms",
+            "-o",
+            str(path),
+        ],
+    )
     assert r.exit_code == 0, r.output
     html = path.read_text()
-    method = html[html.index("<h2>Method</h2>"):]
-    method = method[:method.index("</section>")]
-    for raw in ("&lt;", "``", "**", "<p class=\"note\">- "):
+    method = html[html.index("<h2>Method</h2>") :]
+    method = method[: method.index("</section>")]
+    for raw in ("&lt;", "``", "**", '<p class="note">- '):
         assert raw not in method, raw
     assert "<ul" in method and "<li><code>prefill_s(n)</code>" in method and "<strong>Phase costs</strong>" in method
 
@@ -199,10 +251,10 @@ def test_a_trace_of_mixed_steps_alone_plans_from_their_split(mixed_only):
     for side in ("prefill", "decode"):
         frac = sp[side]["gpu_ms"] / s["gpu_busy_ms"]
         assert costs.basis[f"{side}_overhead_ms"] == pytest.approx(idle * frac, rel=1e-6)
-    assert costs.prefill_s(10) * 1e3 == pytest.approx(
-        sp["prefill"]["gpu_ms"] * (1 + idle / s["gpu_busy_ms"]), rel=1e-6)
-    assert costs.decode_s(2, 100) * 1e3 == pytest.approx(sp["decode"]["gpu_ms"] * (1 + idle / s["gpu_busy_ms"]),
-                                                         rel=1e-6)
+    assert costs.prefill_s(10) * 1e3 == pytest.approx(sp["prefill"]["gpu_ms"] * (1 + idle / s["gpu_busy_ms"]), rel=1e-6)
+    assert costs.decode_s(2, 100) * 1e3 == pytest.approx(
+        sp["decode"]["gpu_ms"] * (1 + idle / s["gpu_busy_ms"]), rel=1e-6
+    )
     p = plan(costs, Demand(1.0, 512, 64), Slo(1.0, 0.05), max_gpus=4)
     assert p.recommended in ("colocated", "disaggregated")
     # With the model the CLI would pass, the split parts plan too.

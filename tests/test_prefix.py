@@ -18,10 +18,10 @@ import gzip
 import json
 
 import pytest
-
 from conftest import real_trace_path
 from json_paths import same
 from test_repeat import repeat
+
 from tracekit import read_trace
 from tracekit.analysis import analyze
 from tracekit.analysis.steps.segment import segment
@@ -39,13 +39,15 @@ def _cut_after(src, dst, doc_path, k: int) -> None:
     first = min(e["ts"] for e in doc["traceEvents"] if e.get("cat") == "kernel")
     origin = int(trace.kernels["start_ns"].min()) - round(first * 1000)
     cut_us = (end_ns + 1 - origin) / 1000
-    doc["traceEvents"] = [e for e in doc["traceEvents"] if not isinstance(e.get("ts"), (int, float))
-                          or e["ts"] < cut_us]
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if not isinstance(e.get("ts"), (int, float)) or e["ts"] < cut_us
+    ]
     dst.write_text(json.dumps(doc))
 
 
-@pytest.mark.parametrize("key,copies", [("gb10_vllm", 1), ("rtx3090_vllm", 1), ("mi300x_decode", 6),
-                                        ("b300_qwen3_moe", 4)])
+@pytest.mark.parametrize(
+    "key,copies", [("gb10_vllm", 1), ("rtx3090_vllm", 1), ("mi300x_decode", 6), ("b300_qwen3_moe", 4)]
+)
 def test_cutting_a_trace_after_a_step_leaves_the_steps_before_it_as_they_were(key, copies, tmp_path):
     src = real_trace_path(key)  # skips where ../shared/traces is absent
     if copies > 1:  # a one-step trace repeated into several steps, each its own (test_repeat)
@@ -58,8 +60,13 @@ def test_cutting_a_trace_after_a_step_leaves_the_steps_before_it_as_they_were(ke
         cut = analyze(read_trace(tmp_path / "cut.json")).to_dict()["steps"]
         assert len(cut) >= k
         for i in range(k):
-            differ = [(f, whole[i][f], cut[i].get(f, "<absent>")) for f in whole[i]
-                      if not same(whole[i][f], cut[i].get(f, "<absent>"), 1e-9, 1e-6)
-                      and not (isinstance(whole[i][f], dict) and all(
-                          same(v, (cut[i].get(f) or {}).get(c), 1e-9, 1e-6) for c, v in whole[i][f].items()))]
+            differ = [
+                (f, whole[i][f], cut[i].get(f, "<absent>"))
+                for f in whole[i]
+                if not same(whole[i][f], cut[i].get(f, "<absent>"), 1e-9, 1e-6)
+                and not (
+                    isinstance(whole[i][f], dict)
+                    and all(same(v, (cut[i].get(f) or {}).get(c), 1e-9, 1e-6) for c, v in whole[i][f].items())
+                )
+            ]
             assert not differ, (k, i, differ[:5])

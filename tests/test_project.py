@@ -18,8 +18,9 @@ from tracekit.whatif.project import project
 MOE = "qwen3-30b-a3b"
 
 
-@pytest.mark.parametrize("src, dst, gpu", [("b300_qwen3_moe", "mi300x_qwen3_moe", "mi300x"),
-                                           ("mi300x_qwen3_moe", "b300_qwen3_moe", "b300")])
+@pytest.mark.parametrize(
+    "src, dst, gpu", [("b300_qwen3_moe", "mi300x_qwen3_moe", "mi300x"), ("mi300x_qwen3_moe", "b300_qwen3_moe", "b300")]
+)
 def test_projection_lands_near_the_run_measured_there(src, dst, gpu):
     # The same SGLang Qwen3-30B-A3B decode step (batch 16) was recorded on both GPUs.
     pj = project(read_real(src), gpu, model=MOE)
@@ -45,8 +46,12 @@ def test_projecting_onto_the_same_gpu_changes_nothing():
 def test_compute_limited_work_moves_with_flops_and_memory_limited_with_bandwidth():
     trace = read_real("h100_hf")
     h100 = spec_by_name("h100-sxm")
-    fast = dataclasses.replace(h100, key="h100-2x-flops", name="H100 with twice the FLOPs",
-                               matrix_flops={k: 2 * v for k, v in h100.matrix_flops.items()})
+    fast = dataclasses.replace(
+        h100,
+        key="h100-2x-flops",
+        name="H100 with twice the FLOPs",
+        matrix_flops={k: 2 * v for k, v in h100.matrix_flops.items()},
+    )
     pj = project(trace, fast)
     src, dst = pj.source.work, pj.projected["central"].work
     # GEMMs far enough above the ridge stay compute-bound with twice the FLOPs: half the time.
@@ -93,8 +98,15 @@ def test_projection_json_and_renderers():
     d = json.loads(render_projection(pj, "json"))
     assert d["kind"] == "tracekit.projection" and d["target"]["spec_key"] == "mi300x"
     dec = d["phases"]["decode"]
-    assert {"projected_gpu_busy_ms", "projected_step_ms", "projected_range", "latency_kept_gpu_busy_ms",
-            "projected_gpu_busy_ms_range", "by_category_ms", "unknown_share"} <= set(dec)
+    assert {
+        "projected_gpu_busy_ms",
+        "projected_step_ms",
+        "projected_range",
+        "latency_kept_gpu_busy_ms",
+        "projected_gpu_busy_ms_range",
+        "by_category_ms",
+        "unknown_share",
+    } <= set(dec)
     # The range is an interval around the central (issue 25), not two bases on one side of it.
     lo, hi = dec["projected_gpu_busy_ms_range"]
     assert lo < dec["projected_gpu_busy_ms"] < hi
@@ -143,6 +155,7 @@ def test_compare_takes_a_projection_as_one_side(tmp_path):
     assert step["before"] == pytest.approx(step["after"], rel=0.30)
     # Item 4: the side is the projection's central estimate, and the summary says its range.
     from tracekit.whatif.project import project
+
     pj = project(read_real("mi300x_qwen3_moe"), "b300", model=MOE)
     assert d["before"]["device"]["name"] == pj.projected["central"].device["name"]
     low, high = pj.phases["decode"]["projected_gpu_busy_ms_range"]
@@ -154,17 +167,41 @@ def test_plan_onto_another_gpu_says_the_projections_range(tmp_path):
     """Item 4: plan --gpu sizes from the same projection as compare, and says its range. Bug:
     plan silently using one basis of the projection (the range lost), or another projection."""
     from tracekit.whatif.project import project
+
     pre, dec = str(real_trace_path("mi300x_extend")), str(real_trace_path("mi300x_decode"))
     out = tmp_path / "b300.json"
-    r = CliRunner().invoke(main, ["plan", pre, dec, "--model", "qwen3-8b", "--isl", "2048", "--osl", "256",
-                                  "--rate", "2", "--ttft-slo", "2s", "--tpot-slo", "1s", "--gpu", "b300",
-                                  "-o", str(out)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "plan",
+            pre,
+            dec,
+            "--model",
+            "qwen3-8b",
+            "--isl",
+            "2048",
+            "--osl",
+            "256",
+            "--rate",
+            "2",
+            "--ttft-slo",
+            "2s",
+            "--tpot-slo",
+            "1s",
+            "--gpu",
+            "b300",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     notes = json.loads(out.read_text())["notes"]
     pj = project(read_real("mi300x_decode"), "b300", model="qwen3-8b")
     low, high = pj.phases["decode"]["projected_gpu_busy_ms_range"]
-    assert any(f"decode GPU busy {pj.phases['decode']['projected_gpu_busy_ms']:.4g} ms (range {low:.4g} to "
-               f"{high:.4g} ms)" in n for n in notes), notes
+    assert any(
+        f"decode GPU busy {pj.phases['decode']['projected_gpu_busy_ms']:.4g} ms (range {low:.4g} to {high:.4g} ms)" in n
+        for n in notes
+    ), notes
 
 
 def test_project_needs_the_measured_gpus_peaks():
@@ -200,20 +237,22 @@ def test_reprice_keeps_each_category_fraction_of_its_roof_by_hand():
     elementwise would move by 3350 x 0.91 / (5300 x 0.76) and the GEMM by 0.80/0.54 alone), or
     ignores the category table."""
     h100, mi300x = spec_by_name("h100-sxm"), spec_by_name("mi300x")
-    work = _work([
-        # Memory-bound elementwise: 1 GB, 1.2 ms on H100.
-        ("elementwise", "kernel", 1.2e6, 1e6, 1e9, "bf16", "vector", "memory", "memory"),
-        # Compute-bound BF16 GEMM: 1 TFLOP, 2 ms on H100.
-        ("gemm", "kernel", 2.0e6, 1e12, 1e6, "bf16", "matrix", "compute", "compute"),
-        # Unknown cost: no FLOPs or bytes.
-        ("other", "kernel", 1.0e6, np.nan, np.nan, None, None, "unknown", "unknown"),
-    ])
+    work = _work(
+        [
+            # Memory-bound elementwise: 1 GB, 1.2 ms on H100.
+            ("elementwise", "kernel", 1.2e6, 1e6, 1e9, "bf16", "vector", "memory", "memory"),
+            # Compute-bound BF16 GEMM: 1 TFLOP, 2 ms on H100.
+            ("gemm", "kernel", 2.0e6, 1e12, 1e6, "bf16", "matrix", "compute", "compute"),
+            # Unknown cost: no FLOPs or bytes.
+            ("other", "kernel", 1.0e6, np.nan, np.nan, None, None, "unknown", "unknown"),
+        ]
+    )
     rp = reprice(work, h100, mi300x)
     # Elementwise, memory side: H100 3350 GB/s x 0.90, MI300X 5300 GB/s x 0.74 (the table's centrals).
     ew = 1.2e6 * (3350 * 0.90) / (5300 * 0.74)
     # GEMM, compute side: H100 989.4 TF x 0.80, MI300X 1307.4 TF x 0.54 (the rows' measured GEMM fractions).
     gemm = 2.0e6 * (989.4 * 0.80) / (1307.4 * 0.54)
-    assert rp.central[0] == pytest.approx(ew, rel=1e-9)   # 0.9225 ms
+    assert rp.central[0] == pytest.approx(ew, rel=1e-9)  # 0.9225 ms
     assert rp.central[1] == pytest.approx(gemm, rel=1e-9)  # 2.2423 ms
     assert rp.central[2] == 1.0e6 and rp.unknown.tolist() == [False, False, True]
     # The elementwise range: the two sides' log-widths combined (root sum of squares).
@@ -252,11 +291,19 @@ def test_the_range_widens_with_the_unknown_share():
 def test_vendor_classes_and_factor_sources():
     """Fails if a GPU lands in the wrong vendor class (e.g. the RTX 5090's Blackwell GB202 priced
     as a datacenter Blackwell) or a figure has no stated source."""
-    expect = {"h100-sxm": "nvidia-hopper-blackwell", "b300": "nvidia-hopper-blackwell",
-              "gb200": "nvidia-hopper-blackwell", "a100-sxm4-80gb": "nvidia-ampere-ada-datacenter",
-              "l4": "nvidia-ampere-ada-datacenter", "rtx-5090": "nvidia-consumer", "gb10": "nvidia-consumer",
-              "rtx-4090": "nvidia-consumer", "mi300x": "amd-cdna3-cdna4", "mi355x": "amd-cdna3-cdna4",
-              "mi250-gcd": "amd-cdna2"}
+    expect = {
+        "h100-sxm": "nvidia-hopper-blackwell",
+        "b300": "nvidia-hopper-blackwell",
+        "gb200": "nvidia-hopper-blackwell",
+        "a100-sxm4-80gb": "nvidia-ampere-ada-datacenter",
+        "l4": "nvidia-ampere-ada-datacenter",
+        "rtx-5090": "nvidia-consumer",
+        "gb10": "nvidia-consumer",
+        "rtx-4090": "nvidia-consumer",
+        "mi300x": "amd-cdna3-cdna4",
+        "mi355x": "amd-cdna3-cdna4",
+        "mi250-gcd": "amd-cdna2",
+    }
     assert {k: factors.vendor_class(spec_by_name(k)).key for k in expect} == expect
     for cls in factors.table().classes:
         assert set(cls.factors) == set(factors.FACTOR_CATEGORIES)
@@ -269,8 +316,9 @@ def test_vendor_classes_and_factor_sources():
     assert factors.factor_category("rope") == "elementwise" and factors.factor_category("no-such") == "other"
 
 
-@pytest.mark.parametrize("src, dst, gpu", [("b300_qwen3_moe", "mi300x_qwen3_moe", "mi300x"),
-                                           ("mi300x_qwen3_moe", "b300_qwen3_moe", "b300")])
+@pytest.mark.parametrize(
+    "src, dst, gpu", [("b300_qwen3_moe", "mi300x_qwen3_moe", "mi300x"), ("mi300x_qwen3_moe", "b300_qwen3_moe", "b300")]
+)
 def test_shared_pair_interval_contains_the_measured_and_central_within_10pct(src, dst, gpu):
     """Fails on the old two-basis range (B300 -> MI300X: 8.12-9.61 ms against 10.61 measured, the
     range never contained it). Issue 49: the central's error on this pair is no longer asserted

@@ -75,28 +75,61 @@ def test_check_cli_json_text_markdown_html(tmp_path):
     assert d["error"] == pytest.approx(d["projected_ms"] / d["measured_ms"] - 1)
     assert d["projected_ms"] == pytest.approx(data["phases"]["decode"]["projected_gpu_busy_ms"])
     assert "check:" in r.output and data["check"]["headline"] in r.output
-    for fmt, needle in (("text", "kernel time by category"), ("md", "kernel time by category"),
-                        ("html", 'id="check"')):
-        res = CliRunner().invoke(main, ["project", src, "--to", "mi300x", "--model", MOE, "--check", dst, "-f", fmt,
-                                        "-o", str(tmp_path / f"c.{fmt}")])
+    for fmt, needle in (("text", "kernel time by category"), ("md", "kernel time by category"), ("html", 'id="check"')):
+        res = CliRunner().invoke(
+            main,
+            [
+                "project",
+                src,
+                "--to",
+                "mi300x",
+                "--model",
+                MOE,
+                "--check",
+                dst,
+                "-f",
+                fmt,
+                "-o",
+                str(tmp_path / f"c.{fmt}"),
+            ],
+        )
         assert res.exit_code == 0, res.output
         text = (tmp_path / f"c.{fmt}").read_text()
         assert needle in text and data["check"]["headline"].split(";")[0] in text, fmt
 
 
-@pytest.mark.parametrize("other, said", [
-    # Qwen3-8B decode at batch 32, not Qwen3-30B-A3B at batch 16.
-    ("mi300x_decode", "decode step 1 of 1 has different batch (requests) (16 in the source, 32 in the target trace)"),
-    # The source's own GPU: nothing was measured on the target.
-    ("b300_qwen3_moe", "the device the source was measured on"),
-    # A prefill (extend) step against a decode step.
-    ("mi300x_extend", "different phases (decode in the source, prefill in the target trace)"),
-])
+@pytest.mark.parametrize(
+    "other, said",
+    [
+        # Qwen3-8B decode at batch 32, not Qwen3-30B-A3B at batch 16.
+        (
+            "mi300x_decode",
+            "decode step 1 of 1 has different batch (requests) (16 in the source, 32 in the target trace)",
+        ),
+        # The source's own GPU: nothing was measured on the target.
+        ("b300_qwen3_moe", "the device the source was measured on"),
+        # A prefill (extend) step against a decode step.
+        ("mi300x_extend", "different phases (decode in the source, prefill in the target trace)"),
+    ],
+)
 def test_check_refuses_other_work_naming_the_figure(other, said):
     """Fails if --check compares runs of different work (batch, phases) or the source's own GPU
     instead of refusing with one sentence that names the differing figure and its values."""
-    r = CliRunner().invoke(main, ["project", str(real_trace_path("b300_qwen3_moe")), "--to", "mi300x",
-                                  "--check", str(real_trace_path(other)), "-f", "json", "-o", "-"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "project",
+            str(real_trace_path("b300_qwen3_moe")),
+            "--to",
+            "mi300x",
+            "--check",
+            str(real_trace_path(other)),
+            "-f",
+            "json",
+            "-o",
+            "-",
+        ],
+    )
     assert r.exit_code == 2, r.output
     assert said in r.output and "Traceback" not in r.output and r.output.count("\n") == 1
 
@@ -121,8 +154,27 @@ def cpu_pair(tmp_path_factory):
     runs = {}
     for threads in (1, 2):
         name = tmp / f"t{threads}"
-        r = CliRunner().invoke(main, ["collect", "--preset", "tiny", "-b", "1", "-p", "16", "-n", "3", "--warmup", "1",
-                                      "--threads", str(threads), "--no-progress", "-o", str(name)])
+        r = CliRunner().invoke(
+            main,
+            [
+                "collect",
+                "--preset",
+                "tiny",
+                "-b",
+                "1",
+                "-p",
+                "16",
+                "-n",
+                "3",
+                "--warmup",
+                "1",
+                "--threads",
+                str(threads),
+                "--no-progress",
+                "-o",
+                str(name),
+            ],
+        )
         assert r.exit_code == 0, r.output
         cal = json.loads((tmp / f"t{threads}.tracekit.json").read_text())["calibration"]
         spec = tmp / f"cpu{threads}.json"
@@ -153,6 +205,7 @@ def test_check_on_a_recorded_cpu_pair(cpu_pair, tmp_path):
     # CPU ops keep their names on both runs: the per-name table is full.
     assert "aten::mm" in {k["name"] for k in data["check"]["kernels"]["decode"]}
     # The same spec file on both sides is the same device: refused.
-    same = CliRunner().invoke(main, ["project", t1, "--spec-file", spec2, "--to", spec2, "--check", t2, "-f", "json",
-                                     "-o", "-"])
+    same = CliRunner().invoke(
+        main, ["project", t1, "--spec-file", spec2, "--to", spec2, "--check", t2, "-f", "json", "-o", "-"]
+    )
     assert same.exit_code == 2 and "the device the source was measured on" in same.output

@@ -38,8 +38,12 @@ def test_analyze_is_the_pipeline_the_command_line_runs(analysis, tmp_path):
     # Caught: tracekit.analyze bound to another function (merge's, a stage's) than the one
     # `tracekit report` runs: the two documents would differ.
     out = tmp_path / "r.json"
-    subprocess.run([sys.executable, "-m", "tracekit", "report", str(SAMPLE), "--format", "json", "-o", str(out)],
-                   check=True, capture_output=True, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-m", "tracekit", "report", str(SAMPLE), "--format", "json", "-o", str(out)],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
     assert json.loads(json.dumps(analysis.to_dict(), default=str)) == json.loads(out.read_text())
 
 

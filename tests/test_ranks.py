@@ -57,9 +57,16 @@ def _oracle(doc: dict) -> dict:
     overlapped = 0.0
     for c in coll:
         a, b = c["ts"], c["ts"] + c["dur"]
-        others = _union_us([(max(a, e["ts"]), min(b, e["ts"] + e["dur"])) for e in kernels
-                            if not _NCCL.search(e["name"]) and e["args"].get("stream") != c["args"].get("stream")
-                            and e["ts"] < b and e["ts"] + e["dur"] > a])
+        others = _union_us(
+            [
+                (max(a, e["ts"]), min(b, e["ts"] + e["dur"]))
+                for e in kernels
+                if not _NCCL.search(e["name"])
+                and e["args"].get("stream") != c["args"].get("stream")
+                and e["ts"] < b
+                and e["ts"] + e["dur"] > a
+            ]
+        )
         overlapped += sum(e - s for s, e in others)
     return {
         "span_ms": (max(e for _, e in iv) - min(s for s, _ in iv)) / 1e3,
@@ -124,8 +131,19 @@ def test_two_gpu_ranks_name_the_straggler_and_the_loss(nccl_run):
     assert all(r["steps"] == [] for r in a.ranks)
     d = a.to_dict()
     assert [r["rank"] for r in d["ranks"]] == [0, 1] and d["rank_summary"]["straggler"] == 0
-    for key in ("rank", "world_size", "device", "steps", "gpu_busy_ms", "collective_ms", "collective_wait_ms",
-                "overlap_share", "span_ms", "idle_ms", "kernel_ms"):
+    for key in (
+        "rank",
+        "world_size",
+        "device",
+        "steps",
+        "gpu_busy_ms",
+        "collective_ms",
+        "collective_wait_ms",
+        "overlap_share",
+        "span_ms",
+        "idle_ms",
+        "kernel_ms",
+    ):
         assert key in d["ranks"][0], key
     # 21 x 50 us against a span of ~1 s is not material: no straggler finding.
     material = s["lost_share"] >= 0.05
@@ -187,8 +205,15 @@ def gloo_run(tmp_path_factory):
     script.write_text(_GLOO)
     store = str(folder.parent / "store")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), store, str(folder)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), store, str(folder)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for r in (0, 1)
+    ]
     for p in procs:
         out, _ = p.communicate(timeout=120)
         assert p.returncode == 0, out.decode(errors="replace")[-2000:]
@@ -237,7 +262,7 @@ def test_ranks_rendered_in_every_format(nccl_run):
     d = a.to_dict()
     d["ranks"][1]["device"] = "<script>alert(1)</script>|*x*"
     html = HtmlRenderer(include_js=False).render_data(d)
-    section = html[html.index('<section id="ranks">'):]
+    section = html[html.index('<section id="ranks">') :]
     section = section[: section.index("</section>")]
     assert "straggler: rank 0" in section and 'data-rank="1"' in section
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "<script>alert" not in html
@@ -268,8 +293,9 @@ def test_collected_tp2_run_has_both_ranks_and_their_collectives(tp2_run):
         assert r["collective_ms"] > 0 and r["collectives"] > 0 and r["steps"]
         assert r["collective_wait_ms"] is not None
     assert s["wait_method"] is not None and s["lost_ms"] is not None
-    assert s["lost_ms"] == pytest.approx(sum(r["collective_wait_ms"] for r in by_rank.values()
-                                             if r["rank"] != s["straggler"]))
+    assert s["lost_ms"] == pytest.approx(
+        sum(r["collective_wait_ms"] for r in by_rank.values() if r["rank"] != s["straggler"])
+    )
 
 
 # --- hand-built ranks: the skew known by construction -----------------------------------------

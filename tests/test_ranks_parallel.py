@@ -84,8 +84,11 @@ def test_report_json_is_the_same_read_one_by_one_or_in_parallel(fixture, jobs, r
 
 def test_summary_compare_and_project_take_jobs(serving_ranks):
     folder = str(serving_ranks)
-    for args in (["summary", folder], ["compare", folder, folder, "-f", "json", "-o", "-"],
-                 ["project", folder, "--to", "h100-sxm", "-f", "json", "-o", "-"]):
+    for args in (
+        ["summary", folder],
+        ["compare", folder, folder, "-f", "json", "-o", "-"],
+        ["project", folder, "--to", "h100-sxm", "-f", "json", "-o", "-"],
+    ):
         one = CliRunner().invoke(main, [*args, "--jobs", "1"])
         two = CliRunner().invoke(main, [*args, "--jobs", "2"])
         assert one.exit_code == 0 == two.exit_code, (args, one.output, two.output)
@@ -114,9 +117,12 @@ def _spoil(folder, *names):
 
 def _errors(folder, jobs: str) -> tuple[int, str]:
     """(exit status, stderr) of ``tracekit report FOLDER --jobs N`` in a process of its own."""
-    proc = subprocess.run([sys.executable, "-m", "tracekit", "report", str(folder), "-f", "json", "-o", os.devnull,
-                           "--jobs", jobs], capture_output=True, text=True,
-                          env={**os.environ, "TRACEKIT_NO_CACHE": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "tracekit", "report", str(folder), "-f", "json", "-o", os.devnull, "--jobs", jobs],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRACEKIT_NO_CACHE": "1"},
+    )
     return proc.returncode, proc.stderr
 
 

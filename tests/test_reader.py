@@ -20,14 +20,20 @@ import msgspec
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import REAL, read_real, real_trace_path
+
 from tracekit import Trace, TracekitError, read_trace
 
 ALL = sorted(REAL)
 
 # Category (lower-cased) -> table, as PROVENANCE.md describes the schema eras.
-KERNEL_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset"}
+KERNEL_CATS = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+}
 RUNTIME_CATS = {"cuda_runtime", "runtime", "cuda_driver"}
 OP_CATS = {"cpu_op", "operator"}
 ANNOTATION_CATS = {"user_annotation", "gpu_user_annotation"}
@@ -155,9 +161,7 @@ def test_kernel_rows_match_the_json_exactly(key):
     """Names, integer-ns start and duration, and correlation of every kernel, as a multiset."""
     f = facts(key)
     k = _kernel_only(read_real(key))
-    got = Counter(
-        zip(k["name"].astype(str), k["start_ns"].tolist(), k["dur_ns"].tolist(), k["correlation"].tolist())
-    )
+    got = Counter(zip(k["name"].astype(str), k["start_ns"].tolist(), k["dur_ns"].tolist(), k["correlation"].tolist()))
     assert got == f["kernel_rows"]
     assert Counter(read_real(key).cpu_ops["start_ns"].tolist()) == f["op_starts"]
     assert Counter(read_real(key).runtime["start_ns"].tolist()) == f["runtime_starts"]
@@ -169,9 +173,7 @@ def test_kernels_link_to_their_launch_by_correlation(key):
     t = read_real(key)
     k, rt = t.kernels, t.runtime
     # Independent count: GPU activities whose correlation a runtime call in the JSON carries.
-    expected = sum(
-        n for (_, _, _, corr), n in f["kernel_rows"].items() if corr in f["runtime_by_corr"]
-    )
+    expected = sum(n for (_, _, _, corr), n in f["kernel_rows"].items() if corr in f["runtime_by_corr"])
     kern = _kernel_only(t)
     assert int((kern["launch"] >= 0).sum()) == expected
     assert expected > 0
@@ -254,7 +256,10 @@ def test_graph_replay_kernels_hang_off_one_hipgraphlaunch():
     graph_corrs = [c for c, raws in f["runtime_by_corr"].items() if any(n == "hipGraphLaunch" for n, _, _ in raws)]
     assert len(graph_corrs) == 1
     replayed = Counter(
-        (name, start) for (name, start, _, corr), n in f["kernel_rows"].items() for _ in range(n) if corr == graph_corrs[0]
+        (name, start)
+        for (name, start, _, corr), n in f["kernel_rows"].items()
+        for _ in range(n)
+        if corr == graph_corrs[0]
     )
     assert sum(replayed.values()) == 544
     g = kern[kern["graph"]]
@@ -328,9 +333,11 @@ def test_ns_timestamps_from_the_raw_text():
     picked = pat.findall(text)[::97][:200]
     assert len(picked) > 50
     t = read_real("v100_ns")
-    tables = {"kernel": set(zip(t.kernels["name"].astype(str), t.kernels["start_ns"])),
-              "cpu_op": set(zip(t.cpu_ops["name"].astype(str), t.cpu_ops["start_ns"])),
-              "cuda_runtime": set(zip(t.runtime["name"].astype(str), t.runtime["start_ns"]))}
+    tables = {
+        "kernel": set(zip(t.kernels["name"].astype(str), t.kernels["start_ns"])),
+        "cpu_op": set(zip(t.cpu_ops["name"].astype(str), t.cpu_ops["start_ns"])),
+        "cuda_runtime": set(zip(t.runtime["name"].astype(str), t.runtime["start_ns"])),
+    }
     naive_wrong = 0
     for cat, name, ts in picked:
         exact = int(Decimal(ts) * 1000)
@@ -401,7 +408,9 @@ def test_shapes_of_a_linear_op():
     ops = t.cpu_ops
     assert int(ops["input_dims"].notna().sum()) == facts("h100_hf")["ops_with_dims"]
     for e in raw[:: max(1, len(raw) // 20)]:
-        rows = np.flatnonzero((ops["name"] == e["name"]).to_numpy() & (ops["start_ns"] == _ns(e["ts"], base)).to_numpy())
+        rows = np.flatnonzero(
+            (ops["name"] == e["name"]).to_numpy() & (ops["start_ns"] == _ns(e["ts"], base)).to_numpy()
+        )
         assert len(rows) == 1
         dims, types = t.shapes(int(rows[0]))
         assert dims == e["args"]["Input Dims"]
@@ -614,19 +623,78 @@ def test_runtime_to_op_trusts_external_id_only_when_the_op_encloses_the_call(tmp
     such a link must fall back to the innermost op that encloses the call on its thread."""
     events = [
         # Thread 1: an outer op with a nested child; the launch happens inside the child.
-        {"ph": "X", "cat": "cpu_op", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": 100, "args": {"External id": 1}},
-        {"ph": "X", "cat": "cpu_op", "name": "inner", "pid": 1, "tid": 1, "ts": 5, "dur": 50, "args": {"External id": 2}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "outer",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+            "args": {"External id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "inner",
+            "pid": 1,
+            "tid": 1,
+            "ts": 5,
+            "dur": 50,
+            "args": {"External id": 2},
+        },
         # Thread 2: an unrelated op whose External id happens to equal the launch's.
-        {"ph": "X", "cat": "cpu_op", "name": "unrelated", "pid": 1, "tid": 2, "ts": 200, "dur": 50, "args": {"External id": 77}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
-         "args": {"External id": 77, "correlation": 77}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "unrelated",
+            "pid": 1,
+            "tid": 2,
+            "ts": 200,
+            "dur": 50,
+            "args": {"External id": 77},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 5,
+            "args": {"External id": 77, "correlation": 77},
+        },
         # A launch whose External id names its enclosing op directly.
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 60, "dur": 5,
-         "args": {"External id": 1, "correlation": 78}},
-        {"ph": "X", "cat": "kernel", "name": "k77", "pid": 0, "tid": 7, "ts": 20, "dur": 3,
-         "args": {"device": 0, "stream": 7, "correlation": 77, "External id": 77}},
-        {"ph": "X", "cat": "kernel", "name": "k78", "pid": 0, "tid": 7, "ts": 70, "dur": 3,
-         "args": {"device": 0, "stream": 7, "correlation": 78, "External id": 1}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 60,
+            "dur": 5,
+            "args": {"External id": 1, "correlation": 78},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k77",
+            "pid": 0,
+            "tid": 7,
+            "ts": 20,
+            "dur": 3,
+            "args": {"device": 0, "stream": 7, "correlation": 77, "External id": 77},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k78",
+            "pid": 0,
+            "tid": 7,
+            "ts": 70,
+            "dur": 3,
+            "args": {"device": 0, "stream": 7, "correlation": 78, "External id": 1},
+        },
     ]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))

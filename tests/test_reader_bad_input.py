@@ -13,10 +13,10 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from conftest import REAL, SHARED_TRACES, real_trace_path
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conftest import SHARED_TRACES, REAL, real_trace_path
 from tracekit import Trace, TracekitError, read_trace
 from tracekit.cli import main
 
@@ -113,7 +113,9 @@ CASES = {
     "gzip_then_garbage": (_gzip_then_garbage, r"corrupt gzip"),
     "corrupt_json_mid_file": (_corrupt_json_mid_file, r"not valid JSON"),
     "invalid_utf8_json": (
-        lambda tmp: _write(tmp / "t.json", b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "\xff\xfe", "ts": 1, "dur": 1}]}'),
+        lambda tmp: _write(
+            tmp / "t.json", b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "\xff\xfe", "ts": 1, "dur": 1}]}'
+        ),
         r"not valid JSON",
     ),
     "empty": (lambda tmp: _write(tmp / "t.json", b""), r"empty"),
@@ -121,7 +123,10 @@ CASES = {
     "json_not_a_trace": (lambda tmp: _write(tmp / "config.json", b'{"model": "qwen", "batch": 8}'), r"not a .*trace"),
     "json_list_not_events": (lambda tmp: _write(tmp / "t.json", b"[1, 2, 3]"), r"not a valid trace"),
     "trace_events_not_a_list": (lambda tmp: _write(tmp / "t.json", b'{"traceEvents": {"a": 1}}'), r"not a valid trace"),
-    "no_events": (lambda tmp: _write(tmp / "t.json", b'{"traceEvents": [], "schemaVersion": 1}'), r"no profiler events"),
+    "no_events": (
+        lambda tmp: _write(tmp / "t.json", b'{"traceEvents": [], "schemaVersion": 1}'),
+        r"no profiler events",
+    ),
     "only_metadata_events": (
         lambda tmp: _write(
             tmp / "t.json",

@@ -18,8 +18,8 @@ import zlib
 
 import pandas as pd
 import pytest
-
 from conftest import SAMPLE_TRACES, all_real_traces, real_trace_path
+
 from tracekit import read_trace
 from tracekit.trace import inflate, reader, stream
 
@@ -28,6 +28,7 @@ TABLES = ("kernels", "runtime", "cpu_ops", "annotations", "python")
 
 def _whole_document(monkeypatch, path, **kw):
     """The trace as the whole-document path reads it."""
+
     def refuse(*a, **k):
         raise stream.NotStreamable
 
@@ -38,6 +39,7 @@ def _whole_document(monkeypatch, path, **kw):
 
 def _streamed(monkeypatch, path, **kw):
     """The trace as the stream reads it; fails if the reader fell back to the whole document."""
+
     def no_fallback(*a, **k):
         raise AssertionError("the reader fell back to the whole-document path")
 
@@ -77,12 +79,17 @@ def test_stream_matches_a_plain_json_loads_construction(monkeypatch):
     doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=decimal.Decimal)
     base = doc.get("baseTimeNanoseconds", 0)
     t = _streamed(monkeypatch, path, chunk_bytes=64 << 10)
-    cats = {"kernels": {"kernel", "gpu_memcpy", "gpu_memset"}, "runtime": {"cuda_runtime", "cuda_driver"},
-            "cpu_ops": {"cpu_op"}, "python": {"python_function"}}
+    cats = {
+        "kernels": {"kernel", "gpu_memcpy", "gpu_memset"},
+        "runtime": {"cuda_runtime", "cuda_driver"},
+        "cpu_ops": {"cpu_op"},
+        "python": {"python_function"},
+    }
     for table, wanted in cats.items():
         rows = sorted(
             (e["name"], base + int((e["ts"] * 1000).to_integral_value()), int((e["dur"] * 1000).to_integral_value()))
-            for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in wanted
+            for e in doc["traceEvents"]
+            if e.get("ph") == "X" and e.get("cat") in wanted
         )
         df = getattr(t, table)
         got = sorted(zip(df["name"].astype(str), df["start_ns"].tolist(), df["dur_ns"].tolist()))
@@ -96,7 +103,7 @@ def test_stream_matches_a_plain_json_loads_construction(monkeypatch):
 
 _NASTY = [
     'a}, {"ph": "X"}',  # an event separator inside a string
-    '},\n{',  # ... spelt as JSON would write it on its own lines (escaped here)
+    "},\n{",  # ... spelt as JSON would write it on its own lines (escaped here)
     'quote \\" then }, {',  # an escaped quote before braces
     'slashes \\\\" }',  # an even run of backslashes: the quote closes the string
     '[{"nested": [1, 2]}]',
@@ -108,14 +115,43 @@ def _nasty_doc(n: int = 400) -> dict:
     events = []
     for i in range(n):
         name = _NASTY[i % len(_NASTY)] + f" #{i}"
-        events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5,
-                       "args": {"External id": i, "Input Dims": [[i, 2], []], "note": {"x": [{"y": name}]}}})
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                       "ts": 10 * i + 1, "dur": 2, "args": {"External id": i, "correlation": i}})
-        events.append({"ph": "X", "cat": "kernel", "name": f"k{i % 7}", "pid": 0, "tid": 7, "ts": 10 * i + 3,
-                       "dur": 4.25, "args": {"device": 0, "stream": 7, "correlation": i, "grid": [i % 5 + 1, 1, 1]}})
-    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
-            "traceEvents": events}
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": 10 * i,
+                "dur": 5,
+                "args": {"External id": i, "Input Dims": [[i, 2], []], "note": {"x": [{"y": name}]}},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 10 * i + 1,
+                "dur": 2,
+                "args": {"External id": i, "correlation": i},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"k{i % 7}",
+                "pid": 0,
+                "tid": 7,
+                "ts": 10 * i + 3,
+                "dur": 4.25,
+                "args": {"device": 0, "stream": 7, "correlation": i, "grid": [i % 5 + 1, 1, 1]},
+            }
+        )
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": events}
 
 
 @pytest.mark.parametrize("indent", [None, 2])
@@ -134,10 +170,15 @@ def test_top_level_keys_after_the_events_are_read(tmp_path, monkeypatch):
     events = doc.pop("traceEvents")
     # Keys after the events, as Kineto writes baseTimeNanoseconds and traceName; the list of
     # objects after the array looks like more events to a careless cut.
-    doc = {"schemaVersion": 1, "traceEvents": events, "deviceProperties": doc["deviceProperties"],
-           "distributedInfo": {"backend": "nccl", "rank": 3, "world_size": 8},
-           "traceName": "x }, {", "baseTimeNanoseconds": 1_700_000_000_000_000_000,
-           "extra": [{"a": 1}, {"b": [2]}]}
+    doc = {
+        "schemaVersion": 1,
+        "traceEvents": events,
+        "deviceProperties": doc["deviceProperties"],
+        "distributedInfo": {"backend": "nccl", "rank": 3, "world_size": 8},
+        "traceName": "x }, {",
+        "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+        "extra": [{"a": 1}, {"b": [2]}],
+    }
     path = tmp_path / "keys_after.json.gz"
     path.write_bytes(gzip.compress(json.dumps(doc, indent=1).encode()))
     t = _streamed(monkeypatch, path, chunk_bytes=512)
@@ -171,17 +212,58 @@ def test_a_cut_in_the_middle_of_the_stream_salvages_the_same_events(tmp_path, mo
 
 def _big_trace(path, steps: int) -> int:
     """A gzip trace of ``steps`` op/launch/kernel triples with Kineto-sized kernel args; its JSON size."""
-    args = {"queued": 0, "device": 0, "context": 1, "stream": 7, "registers per thread": 168,
-            "shared memory": 147456, "blocks per SM": 0.25, "warps per SM": 2.0, "grid": [32, 1, 1],
-            "block": [384, 1, 1], "est. achieved occupancy %": 0, "notes": "x" * 1500}
+    args = {
+        "queued": 0,
+        "device": 0,
+        "context": 1,
+        "stream": 7,
+        "registers per thread": 168,
+        "shared memory": 147456,
+        "blocks per SM": 0.25,
+        "warps per SM": 2.0,
+        "grid": [32, 1, 1],
+        "block": [384, 1, 1],
+        "est. achieved occupancy %": 0,
+        "notes": "x" * 1500,
+    }
     events = []
     for i in range(steps):
-        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 30 * i, "dur": 8,
-                       "args": {"External id": i, "notes": "y" * 1000}})
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                       "ts": 30 * i + 1, "dur": 4, "args": {"External id": i, "correlation": i}})
-        events.append({"ph": "X", "cat": "kernel", "name": f"gemm_{i % 50}", "pid": 0, "tid": 7, "ts": 30 * i + 10,
-                       "dur": 20, "args": {**args, "correlation": i}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 1,
+                "tid": 1,
+                "ts": 30 * i,
+                "dur": 8,
+                "args": {"External id": i, "notes": "y" * 1000},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 30 * i + 1,
+                "dur": 4,
+                "args": {"External id": i, "correlation": i},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"gemm_{i % 50}",
+                "pid": 0,
+                "tid": 7,
+                "ts": 30 * i + 10,
+                "dur": 20,
+                "args": {**args, "correlation": i},
+            }
+        )
     raw = json.dumps({"schemaVersion": 1, "traceEvents": events}, indent=1).encode()
     path.write_bytes(gzip.compress(raw, compresslevel=1))
     return len(raw)

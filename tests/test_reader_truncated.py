@@ -17,8 +17,8 @@ import zlib
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import real_trace_path
+
 from tracekit import TracekitError, read_trace
 from tracekit.analysis import analyze
 from tracekit.cli import main
@@ -85,8 +85,11 @@ def keys_around_events(key: str) -> tuple[list[str], list[str]]:
 def _check_salvaged(path, expected_events: int, how: str, bytes_read: int, key: str):
     t = read_trace(path)
     cut = t.metadata["truncated"]
-    assert {k: cut[k] for k in ("events_recovered", "bytes_read", "how")} == \
-        {"events_recovered": expected_events, "bytes_read": bytes_read, "how": how}
+    assert {k: cut[k] for k in ("events_recovered", "bytes_read", "how")} == {
+        "events_recovered": expected_events,
+        "bytes_read": bytes_read,
+        "how": how,
+    }
     # The share recovered: bytes up to the end of the last complete event (the walk's offsets)
     # over the decompressed bytes the cut file holds.
     parsed = max(e for e in ends_of(key) if e <= bytes_read)
@@ -98,8 +101,11 @@ def _check_salvaged(path, expected_events: int, how: str, bytes_read: int, key: 
     assert "truncated" in t.lacks and f"{expected_events:,} complete events were recovered" in t.lacks["truncated"]
     # Top-level keys before the events survive; those after them are lost with the tail.
     before, after = keys_around_events(key)
-    kept = set(t.metadata) | ({"deviceProperties"} if t.devices else set()) | \
-        ({"distributedInfo"} if t.distributed and not t.distributed.get("source") else set())
+    kept = (
+        set(t.metadata)
+        | ({"deviceProperties"} if t.devices else set())
+        | ({"distributedInfo"} if t.distributed and not t.distributed.get("source") else set())
+    )
     assert set(before) <= kept
     assert not set(after) & kept
     _check_links(t)
@@ -200,8 +206,11 @@ def test_gzip_cut_in_its_trailer_has_every_event(tmp_path):
     t = read_trace(path)
     cut = t.metadata["truncated"]
     assert {k: cut[k] for k in ("events_recovered", "bytes_read", "how", "bytes_parsed", "recovered_share")} == {
-        "events_recovered": len(ends_of("h100_hf")), "bytes_read": len(raw), "how": "gzip stream ended early",
-        "bytes_parsed": len(raw), "recovered_share": 1.0,
+        "events_recovered": len(ends_of("h100_hf")),
+        "bytes_read": len(raw),
+        "how": "gzip stream ended early",
+        "bytes_parsed": len(raw),
+        "recovered_share": 1.0,
     }
     assert cut["gpu_events_lost"] is False
     assert "JSON inside is complete" in t.lacks["truncated"]
@@ -264,8 +273,14 @@ TRICKY_NAMES = ['a},{"ph": "X"}', "{{{", "]}]}", 'quote \\" }', "back\\\\", "Ã©ð
 def _events(n: int) -> list[dict]:
     return [
         {
-            "ph": "X", "cat": "cpu_op", "name": TRICKY_NAMES[i % len(TRICKY_NAMES)] + f" {i}", "pid": 1, "tid": 1,
-            "ts": 1000 + 10 * i, "dur": 5, "args": {"External id": i, "Input Dims": [[1, 2], []], "s": "}],{"},
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": TRICKY_NAMES[i % len(TRICKY_NAMES)] + f" {i}",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000 + 10 * i,
+            "dur": 5,
+            "args": {"External id": i, "Input Dims": [[1, 2], []], "s": "}],{"},
         }
         for i in range(n)
     ]
@@ -324,12 +339,36 @@ def test_cut_in_metadata_after_the_events_keeps_all_events(tmp_path):
 def test_kernel_whose_launch_is_lost_has_no_link(tmp_path):
     # The kernel is written before its launch call, and the cut falls between them.
     events = [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 100,
-         "args": {"External id": 1}},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 50, "dur": 10,
-         "args": {"device": 0, "stream": 7, "correlation": 9, "External id": 1}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
-         "args": {"correlation": 9, "External id": 1}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+            "args": {"External id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": 50,
+            "dur": 10,
+            "args": {"device": 0, "stream": 7, "correlation": 9, "External id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 5,
+            "args": {"correlation": 9, "External id": 1},
+        },
     ]
     raw = _doc(events)
     cut = event_ends(raw)[1] + 10

@@ -26,57 +26,68 @@ import re
 import shutil
 
 import pytest
-
 from conftest import SAMPLE_TRACES, real_trace_path
 from json_paths import leaves, same
+
 from tracekit import read_trace
-from tracekit.markers import sidecar_path_for
 from tracekit.analysis import analyze
+from tracekit.markers import sidecar_path_for
 
 IDS = ("correlation", "External id", "Python id", "Python parent id")
 
 # Paths (list indices written []) whose figure is a total over the run's steps or work.
-DOUBLED = [re.compile(p) for p in (
-    r"^\.phases\.\w+\.(steps|mixed_steps|time_ms|gpu_time_ms|gpu_busy_ms|gpu_idle_ms|previous_ms|unrecorded_ms|next_ms"
-    r"|kernel_ms|kernels|flops|bytes|bytes_estimate)$",
-    r"^\.phases\.\w+\.(by_bound|by_limiter|by_category|cost_source_ms|idle_by_cause)\.[^.]+$",
-    r"^\.phases\.\w+\.by_category_bound\.[^.]+\.[^.]+$",
-    r"^\.phases\.\w+\.idle_top\[\]\.(ms|count)$",
-    r"^\.overall\.(kernel_ms|kernels)$",
-    r"^\.overall\.by_category\.[^.]+$",
-    r"^\.(overall\.)?top_kernels(\.\w+)?\[\]\.(calls|total_ms)$",
-    r"^\.roofline\.\w+\.points\[\]\.(calls|time_ms)$",
-    r"^\.provenance\.outside_steps\.(units|ms)$",
-    r"^\.provenance\.unknown_bound_ms_by_reason\..+$",
-    r"^\.findings\[\]\.sum_ms$",
-    # The replay (issue 48): its sample counts and every time over the steps double.
-    r"^\.replay\.books\.(samples\.\w+\.\w+|unexplained_ms)$",
-    r"^\.replay\.critical_path\.\w+\.(\w+|kernel_by_category\.[^.]+)$",
-    r"^\.replay\.(what_would_help\[\]\.figures|together\.phases\.\w+)\.(steps|measured_ms)$",
-    r"^\.source\.events$",
-    r"^\.ranks\[\]\.(step_time_ms|gpu_busy_ms|kernel_ms|collectives|collective_ms|collective_wait_ms)$",
-    r"^\.rank_summary\.(step_counts\..+|aligned_steps)$",
-)]
+DOUBLED = [
+    re.compile(p)
+    for p in (
+        r"^\.phases\.\w+\.(steps|mixed_steps|time_ms|gpu_time_ms|gpu_busy_ms|gpu_idle_ms|previous_ms|unrecorded_ms|next_ms"
+        r"|kernel_ms|kernels|flops|bytes|bytes_estimate)$",
+        r"^\.phases\.\w+\.(by_bound|by_limiter|by_category|cost_source_ms|idle_by_cause)\.[^.]+$",
+        r"^\.phases\.\w+\.by_category_bound\.[^.]+\.[^.]+$",
+        r"^\.phases\.\w+\.idle_top\[\]\.(ms|count)$",
+        r"^\.overall\.(kernel_ms|kernels)$",
+        r"^\.overall\.by_category\.[^.]+$",
+        r"^\.(overall\.)?top_kernels(\.\w+)?\[\]\.(calls|total_ms)$",
+        r"^\.roofline\.\w+\.points\[\]\.(calls|time_ms)$",
+        r"^\.provenance\.outside_steps\.(units|ms)$",
+        r"^\.provenance\.unknown_bound_ms_by_reason\..+$",
+        r"^\.findings\[\]\.sum_ms$",
+        # The replay (issue 48): its sample counts and every time over the steps double.
+        r"^\.replay\.books\.(samples\.\w+\.\w+|unexplained_ms)$",
+        r"^\.replay\.critical_path\.\w+\.(\w+|kernel_by_category\.[^.]+)$",
+        r"^\.replay\.(what_would_help\[\]\.figures|together\.phases\.\w+)\.(steps|measured_ms)$",
+        r"^\.source\.events$",
+        r"^\.ranks\[\]\.(step_time_ms|gpu_busy_ms|kernel_ms|collectives|collective_ms|collective_wait_ms)$",
+        r"^\.rank_summary\.(step_counts\..+|aligned_steps)$",
+    )
+]
 # Replayed savings: doubled within 1%. The copies meet once, where a what-if that cuts host time
 # also cuts the host time between them (the one coupling a repeat adds).
-REPLAYED_DOUBLED = [re.compile(p) for p in (
-    r"^\.findings\[\]\.at_stake_ms$",
-    r"^\.replay\.what_would_help\[\]\.(saving_ms|figures\.(replayed_ms|saving_ms))$",
-    r"^\.replay\.together\.(phases\.\w+\.(replayed_ms|saving_ms)|sum_of_parts_ms\.\w+)$",
-)]
+REPLAYED_DOUBLED = [
+    re.compile(p)
+    for p in (
+        r"^\.findings\[\]\.at_stake_ms$",
+        r"^\.replay\.what_would_help\[\]\.(saving_ms|figures\.(replayed_ms|saving_ms))$",
+        r"^\.replay\.together\.(phases\.\w+\.(replayed_ms|saving_ms)|sum_of_parts_ms\.\w+)$",
+    )
+]
 REPLAYED_EQUAL = [re.compile(r"^\.replay\.(what_would_help\[\]\.figures|together\.phases\.\w+)\.\w+\.replayed$")]
-NOT_COMPARED = [re.compile(p) for p in (
-    r"\.p9[09]$",  # percentiles of a sample repeated twice
-    r"^\.metrics\.tpot_(slope_ms_per_step|growth)$",  # a trend over a sawtooth
-    r"^\.metrics\.(decode_step|tpot)_series_ms\[\]$",  # checked whole below
-    r"^\.source\.(path|name|files\[\]|bytes)$",
-    r"^\.steps\[\]\.",  # checked step by step below
-    r"^\.replay\.books\.steps\[\]\.",  # one entry per step: twice as many
-    r"^\.ranks\[\]\.(steps\[\]\.|span_ms$|idle_ms$)",  # likewise
-)]
+NOT_COMPARED = [
+    re.compile(p)
+    for p in (
+        r"\.p9[09]$",  # percentiles of a sample repeated twice
+        r"^\.metrics\.tpot_(slope_ms_per_step|growth)$",  # a trend over a sawtooth
+        r"^\.metrics\.(decode_step|tpot)_series_ms\[\]$",  # checked whole below
+        r"^\.source\.(path|name|files\[\]|bytes)$",
+        r"^\.steps\[\]\.",  # checked step by step below
+        r"^\.replay\.books\.steps\[\]\.",  # one entry per step: twice as many
+        r"^\.ranks\[\]\.(steps\[\]\.|span_ms$|idle_ms$)",  # likewise
+    )
+]
 # Texts that quote counts and times: compared number by number.
-QUOTING = [re.compile(p) for p in (r"^\.provenance\.(lacks|reasons)\..+$", r"^\.provenance\.notes\[\]$",
-                                   r"^\.findings\[\]\.text$")]
+QUOTING = [
+    re.compile(p)
+    for p in (r"^\.provenance\.(lacks|reasons)\..+$", r"^\.provenance\.notes\[\]$", r"^\.findings\[\]\.text$")
+]
 STEP_TIMES = ("cpu_start_ms", "cpu_end_ms", "gpu_start_ms", "gpu_end_ms")
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
@@ -97,8 +108,19 @@ def repeat(src, dst, copies: int) -> float:
     t0 = min(e["ts"] for e in timed)
     t1 = max(e["ts"] + (e.get("dur") or 0) for e in timed)
     shift_us = (math.ceil((t1 - t0) / 1000) + 1) * 1000
-    top = max([e["args"][k] for e in events if isinstance(e.get("args"), dict) for k in IDS
-               if isinstance(e["args"].get(k), int)] + [0]) + 1
+    top = (
+        max(
+            [
+                e["args"][k]
+                for e in events
+                if isinstance(e.get("args"), dict)
+                for k in IDS
+                if isinstance(e["args"].get(k), int)
+            ]
+            + [0]
+        )
+        + 1
+    )
     for n in range(1, copies):
         for e in timed:
             c = copy.deepcopy(e)
@@ -115,8 +137,13 @@ def repeat(src, dst, copies: int) -> float:
 
 def _kind(path):
     g = re.sub(r"\[\d+\]", "[]", path)
-    for kind, patterns in (("skip", NOT_COMPARED), ("replayed_doubled", REPLAYED_DOUBLED),
-                           ("replayed_equal", REPLAYED_EQUAL), ("doubled", DOUBLED), ("quoting", QUOTING)):
+    for kind, patterns in (
+        ("skip", NOT_COMPARED),
+        ("replayed_doubled", REPLAYED_DOUBLED),
+        ("replayed_equal", REPLAYED_EQUAL),
+        ("doubled", DOUBLED),
+        ("quoting", QUOTING),
+    ):
         if any(p.search(g) for p in patterns):
             return kind
     return "equal"
@@ -139,8 +166,11 @@ def _compare(want: dict, got: dict):
             ok = same((2 if kind == "replayed_doubled" else 1) * a, b, 0.01, 1e-3)
         elif kind == "quoting" and isinstance(a, str) and isinstance(b, str):
             na, nb = _numbers(a), _numbers(b)
-            ok = NUMBER.sub("#", a) == NUMBER.sub("#", b) and len(na) == len(nb) and all(
-                same(x, y, 1e-9, 0) or same(2 * x, y, 0.01, 0) for x, y in zip(na, nb))  # 3 digits shown
+            ok = (
+                NUMBER.sub("#", a) == NUMBER.sub("#", b)
+                and len(na) == len(nb)
+                and all(same(x, y, 1e-9, 0) or same(2 * x, y, 0.01, 0) for x, y in zip(na, nb))
+            )  # 3 digits shown
         elif kind == "skip":
             ok = True
         else:
@@ -150,8 +180,10 @@ def _compare(want: dict, got: dict):
     return bad
 
 
-@pytest.mark.parametrize("key", ["gb10_vllm", "rtx3090_vllm", "mi300x_extend", "mi300x_decode",
-                                 "b300_qwen3_moe", "mi300x_qwen3_moe", "b200_vllm"])
+@pytest.mark.parametrize(
+    "key",
+    ["gb10_vllm", "rtx3090_vllm", "mi300x_extend", "mi300x_decode", "b300_qwen3_moe", "mi300x_qwen3_moe", "b200_vllm"],
+)
 def test_a_real_trace_recorded_twice_is_twice_the_run(key, tmp_path):
     src = real_trace_path(key)  # skips where ../shared/traces is absent
     shift_ms = _twice(src, tmp_path / "twice.json")
@@ -164,8 +196,16 @@ def test_a_real_trace_recorded_twice_is_twice_the_run(key, tmp_path):
     assert n and len(got["steps"]) == 2 * n
     for i, s in enumerate(want["steps"]):
         for copy_, moved in ((got["steps"][i], 0.0), (got["steps"][n + i], shift_ms)):
-            differ = [f for f in s if f != "index" and not (
-                same(s[f] + moved, copy_[f], 1e-12, 1e-6) if f in STEP_TIMES and s[f] is not None else s[f] == copy_[f])]
+            differ = [
+                f
+                for f in s
+                if f != "index"
+                and not (
+                    same(s[f] + moved, copy_[f], 1e-12, 1e-6)
+                    if f in STEP_TIMES and s[f] is not None
+                    else s[f] == copy_[f]
+                )
+            ]
             assert not differ and copy_["index"] == s["index"] + (n if moved else 0), (i, differ)
     series = want["metrics"]["decode_step_series_ms"]
     assert got["metrics"]["decode_step_series_ms"] == series + series

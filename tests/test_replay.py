@@ -12,10 +12,10 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLE_TRACES, real_trace_path
 from kineto import Doc
 from test_repeat import repeat
+
 from tracekit import read_trace
 from tracekit.analysis import analyze
 from tracekit.analysis.replay import changes as ch
@@ -86,10 +86,12 @@ def test_two_streams_joined_by_an_event(tmp_path):
     kb = int(np.flatnonzero(a.work["stream"].to_numpy() == 9)[0])
     ka = int(np.flatnonzero(a.work["stream"].to_numpy() == 7)[0])
     assert g.k_cross[kb] == ka and g.k_residual[kb] == 2 * US
-    assert _saving_us(r, [ch.Change(ch.DURATIONS, rows=np.array([ka]), durations=np.array([50 * US]))]) == \
-        pytest.approx(50, abs=0.01)
-    assert _saving_us(r, [ch.Change(ch.DURATIONS, rows=np.array([kb]), durations=np.array([25 * US]))]) == \
-        pytest.approx(25, abs=0.01)
+    assert _saving_us(
+        r, [ch.Change(ch.DURATIONS, rows=np.array([ka]), durations=np.array([50 * US]))]
+    ) == pytest.approx(50, abs=0.01)
+    assert _saving_us(
+        r, [ch.Change(ch.DURATIONS, rows=np.array([kb]), durations=np.array([25 * US]))]
+    ) == pytest.approx(25, abs=0.01)
 
 
 def test_a_graph_replay_behind_host_work(tmp_path):
@@ -134,8 +136,18 @@ def test_a_launch_bound_step(tmp_path):
 
 # --- real traces --------------------------------------------------------------------
 
-SERVING = ("gb10_vllm", "rtx3090_vllm", "mi300x_extend", "mi300x_decode", "b300_qwen3_moe", "mi300x_qwen3_moe",
-           "b200_vllm", "rtx4080_nanovllm", "h100_hf", "mi300x_hf")
+SERVING = (
+    "gb10_vllm",
+    "rtx3090_vllm",
+    "mi300x_extend",
+    "mi300x_decode",
+    "b300_qwen3_moe",
+    "mi300x_qwen3_moe",
+    "b200_vllm",
+    "rtx4080_nanovllm",
+    "h100_hf",
+    "mi300x_hf",
+)
 
 
 def _check_books(path, label):
@@ -243,10 +255,30 @@ def test_a_projection_frees_a_host_blocked_on_the_gpu(tmp_path):
     d.kernel("ampere_bf16_s16816gemm_bf16_256x128_ldg8_f2f_stages_64x3_nn", 10, 15, 1000, ext=ext)
     d._corr += 1
     c = d._corr
-    d.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 100, "tid": 100, "ts": 20,
-                     "dur": 1000, "args": {"cbid": 41, "correlation": c}})
-    d.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": 7,
-                     "ts": 1015, "dur": 3, "args": {"device": 0, "stream": 7, "correlation": c, "bytes": 4096}})
+    d.events.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaMemcpyAsync",
+            "pid": 100,
+            "tid": 100,
+            "ts": 20,
+            "dur": 1000,
+            "args": {"cbid": 41, "correlation": c},
+        }
+    )
+    d.events.append(
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy DtoH (Device -> Pageable)",
+            "pid": 0,
+            "tid": 7,
+            "ts": 1015,
+            "dur": 3,
+            "args": {"device": 0, "stream": 7, "correlation": c, "bytes": 4096},
+        }
+    )
     path = d.write(tmp_path / "blocked.json")
     a, r = _replay(path)
     assert r.graph.h_waits[r.graph.h_name == "cudaMemcpyAsync"][0] >= 0  # the copy call waited
@@ -284,7 +316,8 @@ def test_speed_and_overlap_what_ifs(tmp_path):
     assert _saving_us(r, [ch.Change(ch.OVERLAP_COMM)]) == pytest.approx(200, abs=0.01)
     # A kernel name part names kernels too; a word naming nothing changes nothing.
     assert _saving_us(r, [ch.Change(ch.SPEED, name="s16816gemm", value=0.5)]) == pytest.approx(
-        max(1000 - roof_us / 0.5, 0), abs=0.01)
+        max(1000 - roof_us / 0.5, 0), abs=0.01
+    )
     assert _saving_us(r, [ch.Change(ch.SPEED, name="no_such_kernel", value=0.5)]) == 0
 
 
@@ -300,8 +333,13 @@ def _two_ranks(folder, gemm_us=(100, 300), shift_us=(0, 0)):
         d.annotation("prefill", t0, 40, tid=tid)
         d.kernel("ampere_sgemm_128x64_nn", t0 + 10, t0 + 15, gemm_us[r], tid=tid)
         start = t0 + 15 + gemm_us[r]
-        d.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", t0 + 20, start,
-                 end + t0 - start, tid=tid)
+        d.kernel(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+            t0 + 20,
+            start,
+            end + t0 - start,
+            tid=tid,
+        )
         d.write(folder / f"rank{r}.json")
     return folder
 

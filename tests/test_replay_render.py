@@ -13,7 +13,6 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from replay_material import EVIL, FIRST_US, LAUNCH_US, STEP_US, STEPS, TAIL_US, launch_bound
 
 from tracekit.analysis import analyze
@@ -42,8 +41,8 @@ def test_html_section_shows_the_findings_replayed_saving(analysis):
     launch-bound finding's what-if saves the launches, 202 us per step, 0.808 ms over 4 steps."""
     html = _html(analysis.to_dict())
     assert 'id="replayed"' in html and "What would help, replayed" in html
-    row = html[html.index('data-finding="launch-bound"'):]
-    row = row[:row.index("</tr>")]
+    row = html[html.index('data-finding="launch-bound"') :]
+    row = row[: row.index("</tr>")]
     assert f"{STEPS * LAUNCH_US / 1e3:.3f} ms" in row  # 0.808 ms
     assert "1.20 ms → 0.392 ms" in row
     assert "Replayed unchanged, the replay reproduced each of the 4 steps within 0%" in html
@@ -58,7 +57,7 @@ def test_html_escapes_trace_strings_everywhere(analysis):
     data["replay"]["what_would_help"][0]["whatif"] = [f"synchronising call {EVIL} removed"]
     html = _html(data)
     assert "<script>alert(1)" not in html
-    section = html[html.index('id="replayed"'):html.index("</section>", html.index('id="replayed"'))]
+    section = html[html.index('id="replayed"') : html.index("</section>", html.index('id="replayed"'))]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section
 
 
@@ -90,8 +89,11 @@ def test_timeline_has_the_critical_path_lane(analysis):
         lane = next(x for x in tl["lanes"] if x["kind"] == "critical")
         assert lane["name"] == "critical path"
         got = [(round(a * 1e3, 3), round(b * 1e3, 3), tl["keys"][k]) for a, b, k, _, _ in lane["segments"]]
-        assert got == [(0.0, FIRST_US, "host"), (FIRST_US, FIRST_US + LAUNCH_US, "launch"),
-                       (FIRST_US + LAUNCH_US, STEP_US, "host")]
+        assert got == [
+            (0.0, FIRST_US, "host"),
+            (FIRST_US, FIRST_US + LAUNCH_US, "launch"),
+            (FIRST_US + LAUNCH_US, STEP_US, "host"),
+        ]
         assert TAIL_US == STEP_US - FIRST_US - LAUNCH_US
 
 
@@ -113,8 +115,11 @@ def test_annotate_writes_the_critical_path_track(trace_path, tmp_path):
     assert r.exit_code == 0, r.output
     assert f"{STEPS * 11} critical-path segments" in r.output
     events = json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
-    named = [e for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
-             and e["args"]["name"] == "critical path"]
+    named = [
+        e
+        for e in events
+        if e.get("ph") == "M" and e.get("name") == "thread_name" and e["args"]["name"] == "critical path"
+    ]
     assert len(named) == 1
     pid, tid = named[0]["pid"], named[0]["tid"]
     slices = [e for e in events if e.get("ph") == "X" and e.get("pid") == pid and e.get("tid") == tid]

@@ -20,8 +20,7 @@ from conftest import SAMPLE_TRACES, SHARED_TRACES, all_real_traces, read_real, w
 from tracekit import formatting as fmt
 from tracekit.cli import main
 from tracekit.errors import TracekitError
-from tracekit.report import choose, default_output, render, report_stem, write_atomic
-from tracekit.report import headline_view
+from tracekit.report import choose, default_output, headline_view, render, report_stem, write_atomic
 from tracekit.report.render_html import HtmlRenderer
 from tracekit.report.templating import md_code, md_text, script_json, template_dirs
 
@@ -54,7 +53,15 @@ def _analysis(key: str):
 
 @pytest.mark.parametrize(
     "x, text",
-    [(35.0026, "35.0"), (9.119, "9.12"), (0.412, "0.412"), (255524.01, "255,524"), (0, "0"), (None, "—"), (1.0, "1.00")],
+    [
+        (35.0026, "35.0"),
+        (9.119, "9.12"),
+        (0.412, "0.412"),
+        (255524.01, "255,524"),
+        (0, "0"),
+        (None, "—"),
+        (1.0, "1.00"),
+    ],
 )
 def test_num(x, text):
     assert fmt.num(x) == text
@@ -90,8 +97,17 @@ def test_templates_are_found():
 
 @pytest.mark.parametrize(
     "fmt_, path, name",
-    [(None, "x.html", "html"), (None, "x.HTM", "html"), (None, "x.json", "json"), (None, "a/b.md", "md"),
-     (None, "x.txt", "text"), ("json", "x.html", "json"), (None, None, "html"), ("md", "-", "md"), (None, "-", "html")],
+    [
+        (None, "x.html", "html"),
+        (None, "x.HTM", "html"),
+        (None, "x.json", "json"),
+        (None, "a/b.md", "md"),
+        (None, "x.txt", "text"),
+        ("json", "x.html", "json"),
+        (None, None, "html"),
+        ("md", "-", "md"),
+        (None, "-", "html"),
+    ],
 )
 def test_choose_renderer(fmt_, path, name):
     assert choose(fmt_, path).name == name
@@ -132,8 +148,16 @@ def test_headline_view_model_cpu_sample():
     a = _analysis("tiny-bs1")
     d = a.to_dict()
     figs = {f["key"]: f for f in headline_view.headline(d)}
-    assert set(figs) >= {"ttft_ms", "tpot_p50", "tpot_p90", "decode_tokens_per_s", "prefill_mfu", "decode_mbu",
-                         "idle_share.prefill", "idle_share.decode"}
+    assert set(figs) >= {
+        "ttft_ms",
+        "tpot_p50",
+        "tpot_p90",
+        "decode_tokens_per_s",
+        "prefill_mfu",
+        "decode_mbu",
+        "idle_share.prefill",
+        "idle_share.decode",
+    }
     assert figs["ttft_ms"]["value"] == fmt.ms(d["metrics"]["ttft_ms"])
     assert figs["tpot_p50"]["value"] == fmt.ms(d["metrics"]["tpot_ms"]["p50"])
     assert figs["prefill_mfu"]["raw"] == d["metrics"]["prefill_mfu"]
@@ -161,7 +185,18 @@ def test_html_view_model_sections():
     assert len(vm["chart_items"]) == 5
     assert [t["phase"] for t in vm["top_kernels"]] == ["prefill", "decode"]
     row = vm["top_kernels"][0]["rows"][0]
-    assert set(row) >= {"name", "short_name", "category", "calls", "total", "mean", "share", "bound", "achieved", "roof"}
+    assert set(row) >= {
+        "name",
+        "short_name",
+        "category",
+        "calls",
+        "total",
+        "mean",
+        "share",
+        "bound",
+        "achieved",
+        "roof",
+    }
     q = vm["quality"]
     assert q["formulas"] and q["thresholds"] and q["peaks"]
     assert any(lack["key"] == "gpu" and lack["effect"] for lack in q["lacks"])
@@ -320,7 +355,9 @@ def test_cli_report_default_path_force_and_formats(tmp_path, monkeypatch):
     assert (tmp_path / "s.md").stat().st_mtime_ns == before
     assert runner.invoke(main, ["report", trace, "-o", "s.md", "--force"]).exit_code == 0
     res = runner.invoke(main, ["report", trace, "--format", "json"])
-    assert res.exit_code == 0 and json.loads((tmp_path / "reports" / "tiny-bs1.json").read_text())["schema_version"] == 1
+    assert (
+        res.exit_code == 0 and json.loads((tmp_path / "reports" / "tiny-bs1.json").read_text())["schema_version"] == 1
+    )
     res = runner.invoke(main, ["report", trace, "-f", "json", "-o", "-"])
     assert res.exit_code == 0 and json.loads(res.output)["schema_version"] == 1
     res = runner.invoke(main, ["report", trace, "-o", "x.pdf"])
@@ -399,8 +436,14 @@ def test_templates_are_found_in_an_installed_layout(tmp_path):
         "print(t.template_dirs()[0]);"
         "print(r.get_renderer('md').render_data.__name__)"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(tmp_path)}, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        check=True,
+    ).stdout
     assert out.splitlines()[0] == str(tmp_path / "tracekit" / "templates")
 
 

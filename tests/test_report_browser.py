@@ -93,14 +93,21 @@ _ALL_ELEMENTS = r"""
   }
 """
 
-_TOOLTIP_PROBE = "(() => {\n" + _ALL_ELEMENTS + r"""  const els = all(document);
+_TOOLTIP_PROBE = (
+    "(() => {\n"
+    + _ALL_ELEMENTS
+    + r"""  const els = all(document);
   const tips = els.filter(e => typeof e.className === "string" && e.className.includes("bk-tooltip-content")
                                && e.getBoundingClientRect().width > 0);
   return tips.map(t => t.textContent).join(" | ");
 })()
 """
+)
 
-FORBIDDEN_PROBE = "(() => {\n" + _ALL_ELEMENTS + r"""  const els = all(document);
+FORBIDDEN_PROBE = (
+    "(() => {\n"
+    + _ALL_ELEMENTS
+    + r"""  const els = all(document);
   return {
     pwned: window.__tkPwned === undefined ? null : window.__tkPwned,
     ids: els.filter(e => e.id && e.id.startsWith("tk-pwned")).map(e => e.tagName + "#" + e.id),
@@ -108,6 +115,7 @@ FORBIDDEN_PROBE = "(() => {\n" + _ALL_ELEMENTS + r"""  const els = all(document)
   };
 })()
 """
+)
 
 
 @dataclass
@@ -147,16 +155,31 @@ class Chromium:
         cmd_r, cmd_w = _high_pipe()  # we write commands, Chromium reads them on fd 3
         ev_r, ev_w = _high_pipe()  # Chromium writes replies and events on fd 4
         args = [
-            exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-extensions", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
-            f"--user-data-dir={self.profile}", "--remote-debugging-pipe", "about:blank",
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            "--mute-audio",
+            f"--user-data-dir={self.profile}",
+            "--remote-debugging-pipe",
+            "about:blank",
         ]
         # bash moves our pipe ends to fds 3 and 4, which is where Chromium expects them.
         shell = f'exec "$@" 3<&{cmd_r} 4>&{ev_w} {cmd_r}<&- {ev_w}>&-'
         self.proc = subprocess.Popen(
             ["bash", "-c", shell, "chromium", *args],
-            pass_fds=(cmd_r, ev_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            pass_fds=(cmd_r, ev_w),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         os.close(cmd_r)
         os.close(ev_w)
@@ -218,9 +241,17 @@ class Chromium:
                 return
             self._events.append(m)
 
-    def open(self, path: str | Path, screenshot: str | Path | None = None, width: int = 1400,
-             wait_s: float = 20.0, evaluate: dict[str, str] | None = None, hover: str | None = None,
-             element_shots: dict[str, str | Path] | None = None, hover_y: tuple = (0.75, 0.55)) -> PageRun:
+    def open(
+        self,
+        path: str | Path,
+        screenshot: str | Path | None = None,
+        width: int = 1400,
+        wait_s: float = 20.0,
+        evaluate: dict[str, str] | None = None,
+        hover: str | None = None,
+        element_shots: dict[str, str | Path] | None = None,
+        hover_y: tuple = (0.75, 0.55),
+    ) -> PageRun:
         """Load a page, wait for its charts, optionally hover over chart ``hover`` (an
         element id) and record the tooltips' text, evaluate expressions, screenshot the page
         and, per ``element_shots`` entry {element id: path}, that element alone."""
@@ -231,15 +262,21 @@ class Chromium:
         first_event = len(self._events)
         for domain in ("Page", "Runtime", "Network", "Log"):
             self.send(f"{domain}.enable", session=sid)
-        self.send("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": 1000, "deviceScaleFactor": 1, "mobile": False}, session=sid)
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 1000, "deviceScaleFactor": 1, "mobile": False},
+            session=sid,
+        )
         self.send("Page.navigate", {"url": url}, session=sid)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             self.pump(0.2)
             self._handle_dialogs(sid, first_event, run)
-            state = self._eval(sid, "[document.readyState, document.body && document.body.dataset.chartsRendered,"
-                                    " document.body && document.body.dataset.chartsError]")
+            state = self._eval(
+                sid,
+                "[document.readyState, document.body && document.body.dataset.chartsRendered,"
+                " document.body && document.body.dataset.chartsError]",
+            )
             if state and state[0] == "complete" and (state[1] is not None or state[2] is not None):
                 run.charts_rendered, run.charts_error = state[1], state[2]
                 break
@@ -253,20 +290,27 @@ class Chromium:
         if screenshot:
             metrics = self.send("Page.getLayoutMetrics", session=sid)
             height = int(min((metrics.get("cssContentSize") or metrics["contentSize"])["height"], 12000))
-            self.send("Emulation.setDeviceMetricsOverride",
-                      {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=sid)
+            self.send(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+                session=sid,
+            )
             self.pump(0.5)
             shot = self.send("Page.captureScreenshot", {"format": "png"}, session=sid)
             Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
         for element_id, out in (element_shots or {}).items():
-            rect = self._eval(sid, "(() => { const e = document.getElementById(" + json.dumps(element_id) + ");"
-                                   " if (!e) return null; const r = e.getBoundingClientRect();"
-                                   " return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height]; })()")
+            rect = self._eval(
+                sid,
+                "(() => { const e = document.getElementById(" + json.dumps(element_id) + ");"
+                " if (!e) return null; const r = e.getBoundingClientRect();"
+                " return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height]; })()",
+            )
             if not rect or not rect[2] or not rect[3]:
                 continue
             clip = {"x": rect[0], "y": rect[1], "width": rect[2], "height": rect[3], "scale": 1}
-            shot = self.send("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True},
-                             session=sid)
+            shot = self.send(
+                "Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True}, session=sid
+            )
             Path(out).write_bytes(base64.b64decode(shot["data"]))
             run.element_shots[element_id] = str(out)
         self.pump(0.2)
@@ -278,9 +322,12 @@ class Chromium:
     def _hover(self, sid: str, element_id: str, hover_y: tuple = (0.75, 0.55)) -> list[str]:
         """Move the mouse across a chart at heights ``hover_y`` (fractions from the top);
         return the tooltip texts seen."""
-        rect = self._eval(sid, "(() => { const e = document.getElementById(" + json.dumps(element_id) + ");"
-                               " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
-                               " return [r.left, r.top, r.width, r.height]; })()")
+        rect = self._eval(
+            sid,
+            "(() => { const e = document.getElementById(" + json.dumps(element_id) + ");"
+            " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
+            " return [r.left, r.top, r.width, r.height]; })()",
+        )
         if not rect:
             return []
         self.pump(0.3)
@@ -288,8 +335,11 @@ class Chromium:
         seen = []
         for frac in (0.2, 0.35, 0.5, 0.65, 0.8):
             for yfrac in hover_y:
-                self.send("Input.dispatchMouseEvent",
-                          {"type": "mouseMoved", "x": left + w * frac, "y": top + h * yfrac}, session=sid)
+                self.send(
+                    "Input.dispatchMouseEvent",
+                    {"type": "mouseMoved", "x": left + w * frac, "y": top + h * yfrac},
+                    session=sid,
+                )
                 self.pump(0.15)
                 text = self._eval(sid, _TOOLTIP_PROBE)
                 if text:
@@ -302,7 +352,11 @@ class Chromium:
 
     def _handle_dialogs(self, sid: str, first: int, run: PageRun) -> None:
         for e in self._events[first:]:
-            if e.get("sessionId") == sid and e.get("method") == "Page.javascriptDialogOpening" and not e.get("_handled"):
+            if (
+                e.get("sessionId") == sid
+                and e.get("method") == "Page.javascriptDialogOpening"
+                and not e.get("_handled")
+            ):
                 e["_handled"] = True
                 run.dialogs.append(e["params"].get("message", ""))
                 self.send("Page.handleJavaScriptDialog", {"accept": True}, session=sid)
@@ -322,12 +376,14 @@ class Chromium:
                 run.exceptions.append((d.get("exception") or {}).get("description") or d.get("text", ""))
             elif method == "Log.entryAdded":
                 entry = p.get("entry", {})
-                run.log_entries.append({"level": entry.get("level"), "source": entry.get("source"), "text": entry.get("text")})
+                run.log_entries.append(
+                    {"level": entry.get("level"), "source": entry.get("source"), "text": entry.get("text")}
+                )
 
     def close(self) -> None:
         try:
             self.send("Browser.close", timeout=5)
-        except Exception:
+        except Exception:  # noqa: BLE001 - the browser may already be gone; it is killed below
             pass
         try:
             self.proc.wait(timeout=10)
@@ -366,8 +422,12 @@ needs_browser = pytest.mark.skipif(
 def chromium_path() -> str:
     """The Chromium to drive; fails the test (CI only reaches here without one) with the reason."""
     if CHROMIUM is None:
-        pytest.fail("CI=true but no Chromium was found (looked for " + ", ".join(CHROMIUM_CANDIDATES)
-                    + "): the browser tests must run in CI", pytrace=False)
+        pytest.fail(
+            "CI=true but no Chromium was found (looked for "
+            + ", ".join(CHROMIUM_CANDIDATES)
+            + "): the browser tests must run in CI",
+            pytrace=False,
+        )
     return CHROMIUM
 
 
@@ -455,8 +515,9 @@ def test_step_timeline_in_chromium(browser, tmp_path, key):
     folder = _shots(tmp_path)
     shots = {i: folder / f"{key}-{i}.png" for i in ids}
     # The lanes fill the chart's top part; the legend sits below them.
-    run = browser.open(page, screenshot=folder / f"{key}-page.png", element_shots=shots, hover=ids[0],
-                       hover_y=(0.15, 0.25, 0.35))
+    run = browser.open(
+        page, screenshot=folder / f"{key}-page.png", element_shots=shots, hover=ids[0], hover_y=(0.15, 0.25, 0.35)
+    )
     _check_page(run, len(HtmlRenderer().view_model(d)["chart_items"]))
     drawn = {c["id"]: c for c in run.charts}
     for i, path in shots.items():
@@ -469,8 +530,8 @@ def test_step_timeline_in_chromium(browser, tmp_path, key):
 @needs_browser
 def test_projection_page_in_chromium(browser, tmp_path):
     """tracekit project's page: both GPUs' breakdowns and both rooflines draw, nothing fetched."""
-    from tracekit.whatif.project import project
     from tracekit.report.project import ProjectHtml
+    from tracekit.whatif.project import project
 
     pj = project(read_real("b300_qwen3_moe"), "mi300x", model="qwen3-30b-a3b")
     page = tmp_path / "projection.html"
@@ -483,9 +544,9 @@ def test_projection_page_in_chromium(browser, tmp_path):
 
 @needs_browser
 def test_plan_page_in_chromium(browser, tmp_path):
+    from tracekit.report.plan import PlanHtml
     from tracekit.whatif.fit import PhaseCosts
     from tracekit.whatif.plan import Demand, Slo, plan
-    from tracekit.report.plan import PlanHtml
 
     costs = PhaseCosts(lambda n: 2e-4 * n, lambda b, ctx: 0.02 + 2e-4 * b, device="a test GPU")
     page = tmp_path / "plan.html"
@@ -509,6 +570,7 @@ def test_decode_chart_hover_shows_step_figures(browser, tmp_path):
 @needs_browser
 def test_hostile_report_is_inert_in_chromium(browser, tmp_path):
     from test_report_hostile import HOSTILE, hostile_analysis
+
     from tracekit.report import render
     from tracekit.report.render_html import HtmlRenderer
 
@@ -554,17 +616,22 @@ if __name__ == "__main__":
 def test_compare_op_column_holds_one_line(browser, tmp_path):
     """Bug: the compare page's "Op" column wrapped a graph-replayed kernel family (190
     characters) into ~12 lines; each op is one line now, the whole name on hover."""
-    from conftest import real_trace_path
     from click.testing import CliRunner
+    from conftest import real_trace_path
+
     from tracekit.cli import main
 
     page = tmp_path / "compare.html"
-    r = CliRunner().invoke(main, ["compare", str(real_trace_path("b300_qwen3_moe")),
-                                  str(real_trace_path("mi300x_qwen3_moe")), "-o", str(page)])
+    r = CliRunner().invoke(
+        main,
+        ["compare", str(real_trace_path("b300_qwen3_moe")), str(real_trace_path("mi300x_qwen3_moe")), "-o", str(page)],
+    )
     assert r.exit_code == 0, r.output
     # The name's own height (the row's grows with the kernel columns beside it), against one line.
-    probe = ("Array.from(document.querySelectorAll('td.op')).map(td => [td.querySelector('code')"
-             ".getBoundingClientRect().height, parseFloat(getComputedStyle(td).lineHeight), td.title.length])")
+    probe = (
+        "Array.from(document.querySelectorAll('td.op')).map(td => [td.querySelector('code')"
+        ".getBoundingClientRect().height, parseFloat(getComputedStyle(td).lineHeight), td.title.length])"
+    )
     run = browser.open(page, screenshot=_shots(tmp_path) / "compare-ops.png", evaluate={"ops": probe})
     ops = run.evaluated["ops"]
     assert ops and all(height < 1.5 * line for height, line, _ in ops), ops
@@ -575,15 +642,20 @@ def test_compare_op_column_holds_one_line(browser, tmp_path):
 def test_fleet_table_fits_a_1400_px_window(browser, tmp_path):
     """Bug: the fleet table was 2,076 px wide in a 1,314 px box at a 1,400 px window, its right
     columns (tokens/s, MFU, MBU, idle, the top finding) cut off behind a scrollbar below the rows."""
-    from conftest import real_trace_path
     from click.testing import CliRunner
+    from conftest import real_trace_path
+
     from tracekit.cli import main
 
     bad = tmp_path / "notes.txt"
     bad.write_text("not a trace")
     page = tmp_path / "fleet.html"
-    paths = [str(SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"), str(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz"),
-             *(str(real_trace_path(k)) for k in ("b300_moe", "mi300x_decode", "rtx4080_nanovllm")), str(bad)]
+    paths = [
+        str(SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"),
+        str(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz"),
+        *(str(real_trace_path(k)) for k in ("b300_moe", "mi300x_decode", "rtx4080_nanovllm")),
+        str(bad),
+    ]
     r = CliRunner().invoke(main, ["batch", *paths, "-j", "1", "-o", str(page)])
     assert r.exit_code == 1, r.output  # the row of notes.txt is an error, and the table is written
     probe = "(() => { const t = document.getElementById('tk-fleet'); return [t.scrollWidth, t.parentElement.clientWidth]; })()"

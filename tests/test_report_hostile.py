@@ -22,7 +22,7 @@ from conftest import SAMPLE_TRACES
 # Each payload carries a marker that must never appear as live markup.
 HOSTILE = (
     "</script><script>window.__tkPwned=1;alert(1)</script>",
-    "\"'><img src=x onerror=\"window.__tkPwned=2\" id=tk-pwned-img>",
+    '"\'><img src=x onerror="window.__tkPwned=2" id=tk-pwned-img>',
     "</div></td></table><b id=tk-pwned-b>x</b><!--",
     "\u2028\u2029`${alert(3)}`",
 )

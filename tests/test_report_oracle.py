@@ -22,7 +22,6 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-
 from conftest import read_real, real_trace_path
 
 TRACES = ["rtx3090_vllm", "gb10_vllm", "b300_qwen3_moe", "mi300x_extend", "rtx4080_nanovllm"]
@@ -37,8 +36,11 @@ class Raw:
     def __init__(self, key: str):
         with gzip.open(real_trace_path(key), "rt") as f:
             events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-        launch = {e["args"]["correlation"]: e["ts"] for e in events
-                  if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {})}
+        launch = {
+            e["args"]["correlation"]: e["ts"]
+            for e in events
+            if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {})
+        }
         self.device = [e for e in events if e.get("cat") in DEVICE_CATS]
         self.launched = np.array([launch.get((e.get("args") or {}).get("correlation"), np.nan) for e in self.device])
         self.start = np.array([e["ts"] for e in self.device], dtype=float)
@@ -115,7 +117,10 @@ def test_overall_counts_and_times_every_device_event(key):
         by_name[n][0] += 1
         by_name[n][1] += (e - s) / 1e3
     for row in o["top_kernels"]:
-        assert (row["calls"], row["total_ms"]) == (by_name[row["name"]][0], pytest.approx(by_name[row["name"]][1], abs=MS))
+        assert (row["calls"], row["total_ms"]) == (
+            by_name[row["name"]][0],
+            pytest.approx(by_name[row["name"]][1], abs=MS),
+        )
     largest = sorted((v[1] for v in by_name.values()), reverse=True)[: len(o["top_kernels"])]
     assert [r["total_ms"] for r in o["top_kernels"]] == pytest.approx(largest, abs=MS)
 
@@ -159,7 +164,9 @@ def test_phase_totals_are_the_sums_of_their_steps(key):
     phases = d["phases"]
     if "mixed" in by_phase:  # split mixed steps count in both phases by their parts: check the whole run
         steps = d["steps"]
-        assert sum(p["gpu_busy_ms"] for p in phases.values()) == pytest.approx(sum(s["gpu_busy_ms"] for s in steps), abs=MS)
+        assert sum(p["gpu_busy_ms"] for p in phases.values()) == pytest.approx(
+            sum(s["gpu_busy_ms"] for s in steps), abs=MS
+        )
         assert sum(p["time_ms"] for p in phases.values()) == pytest.approx(sum(s["duration_ms"] for s in steps), abs=MS)
         return
     assert set(phases) == set(by_phase) - {"unknown"}

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from conftest import read_real
 from test_engine_sums import _relabelled
+
 from tracekit.analysis import analyze
 
 
 def _hint(analysis) -> tuple[str | None, list[str]]:
-    return (analysis.provenance.get("richer_trace"),
-            [f.text for f in analysis.findings if f.id == "richer-trace"])
+    return (analysis.provenance.get("richer_trace"), [f.text for f in analysis.findings if f.id == "richer-trace"])
 
 
 def test_sglang_labels_without_roofline_fields_name_the_option():
@@ -27,8 +27,8 @@ def test_sglang_labels_without_roofline_fields_name_the_option():
 def test_sglang_labels_with_roofline_fields_need_nothing_more():
     """Bug: the hint fires although the label states every sum (it must look at the fields)."""
     # 15 requests of 1,024 new tokens, no prefix: Σq² = 15·1024², Σqk the same, keys = tokens.
-    label = ("step[EXTEND bs=15 toks=15360 c_sq=15360 c_sk=15360 c_sqsq=15728640 c_sqsk=15728640]")
-    assert 15 * 1024 ** 2 == 15728640
+    label = "step[EXTEND bs=15 toks=15360 c_sq=15360 c_sk=15360 c_sqsq=15728640 c_sqsk=15728640]"
+    assert 15 * 1024**2 == 15728640
     text, found = _hint(analyze(_relabelled("mi300x_extend", label)))
     assert text is None and not found
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import read_real, with_device_name
+
 from tracekit.analysis import analyze
 from tracekit.analysis.pricing.attribution import attribute
 from tracekit.analysis.steps.segment import segment
@@ -216,6 +216,7 @@ def test_cpu_trace_peaks_come_from_the_sidecar_or_options(tmp_path):
     import shutil
 
     from conftest import SAMPLE_TRACES
+
     from tracekit import read_trace
 
     sample = SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"
@@ -232,11 +233,14 @@ def test_cpu_trace_peaks_come_from_the_sidecar_or_options(tmp_path):
     given = analyze(read_trace(alone), cpu_matmul_flops=1e11, cpu_bandwidth=2e10)
     assert given.device["how"] == "peaks given as options"
     flops = given.phases["prefill"]["flops"]
-    assert given.metrics["prefill_mfu"] == pytest.approx(flops / (given.phases["prefill"]["time_ms"] / 1e3) / 1e11, rel=0.05)
+    assert given.metrics["prefill_mfu"] == pytest.approx(
+        flops / (given.phases["prefill"]["time_ms"] / 1e3) / 1e11, rel=0.05
+    )
 
 
 def test_per_step_attribution_adds_up_to_the_phase():
     from conftest import SAMPLE_TRACES
+
     from tracekit import read_trace
 
     a = analyze(read_trace(SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"))
@@ -270,6 +274,7 @@ def _hand_gemms(tmp_path, device, gemms, name="hand.json"):
     """A trace of ``gemms``: (M, N, K, torch dtype, kernel name, duration us), one after another;
     returns the attributed table (rows in the order given)."""
     from kineto import Doc
+
     from tracekit import read_trace
 
     doc = Doc(device=device)
@@ -304,9 +309,11 @@ def test_roofline_bound_and_fraction_of_hand_built_gemms(tmp_path):
         (128, 4096, 4096, 40.0, "memory"),
         (16, 4096, 4096, 50.0, "memory"),
     ]
-    t = _hand_gemms(tmp_path, "NVIDIA A100-SXM4-80GB",
-                    [(m, n, k, bf, "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", d)
-                     for m, n, k, d, _ in cases])
+    t = _hand_gemms(
+        tmp_path,
+        "NVIDIA A100-SXM4-80GB",
+        [(m, n, k, bf, "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", d) for m, n, k, d, _ in cases],
+    )
     ridge = A100_BF16 / A100_BW
     assert ridge == pytest.approx(153.016, rel=1e-4)
     for i, (m, n, k, dur_us, bound) in enumerate(cases):
@@ -332,25 +339,50 @@ def test_roofline_bound_and_fraction_of_hand_built_gemms(tmp_path):
     "device, torch_dtype, size, kernel, priced_as, peak, bw",
     [
         # FP32 GEMMs on TF32 tensor cores say so in the kernel name: TF32 rate, not FP32.
-        ("NVIDIA A100-SXM4-80GB", "float", 4,
-         "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8_kernel",
-         "tf32", A100_TF32, A100_BW),
+        (
+            "NVIDIA A100-SXM4-80GB",
+            "float",
+            4,
+            "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8_kernel",
+            "tf32",
+            A100_TF32,
+            A100_BW,
+        ),
         ("NVIDIA A100-SXM4-80GB", "float", 4, "ampere_sgemm_128x64_nn", "fp32", A100_FP32, A100_BW),
         # An FP8 GEMM (e4m3 operands) under an op whose recorded inputs are bf16: the FP8 rate.
-        ("NVIDIA H100 80GB HBM3", "c10::BFloat16", 2,
-         "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_warpgroupsize1x1x1_execute_segment_k_off_kernel",
-         "fp8", H100_FP8, H100_BW),
-        ("NVIDIA H100 80GB HBM3", "c10::BFloat16", 2,
-         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
-         "bf16", H100_BF16, H100_BW),
+        (
+            "NVIDIA H100 80GB HBM3",
+            "c10::BFloat16",
+            2,
+            "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+            "fp8",
+            H100_FP8,
+            H100_BW,
+        ),
+        (
+            "NVIDIA H100 80GB HBM3",
+            "c10::BFloat16",
+            2,
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+            "bf16",
+            H100_BF16,
+            H100_BW,
+        ),
         # An NVFP4 GEMM (e2m1 operands) on a B200: the FP4 rate.
-        ("NVIDIA B200", "c10::BFloat16", 2,
-         "void cutlass::device_kernel<cutlass3x_sm100_bstensorop_s128x128x256gemm_e2m1_e2m1_f32_bf16_bf16_128x128x256_1x1x1_0_tnt_align32_o_vs16_2sm>",
-         "fp4", B200_FP4, 8000e9),
+        (
+            "NVIDIA B200",
+            "c10::BFloat16",
+            2,
+            "void cutlass::device_kernel<cutlass3x_sm100_bstensorop_s128x128x256gemm_e2m1_e2m1_f32_bf16_bf16_128x128x256_1x1x1_0_tnt_align32_o_vs16_2sm>",
+            "fp4",
+            B200_FP4,
+            8000e9,
+        ),
     ],
 )
-def test_dtype_refinement_prices_each_precision_at_its_own_peak(tmp_path, device, torch_dtype, size, kernel,
-                                                                priced_as, peak, bw):
+def test_dtype_refinement_prices_each_precision_at_its_own_peak(
+    tmp_path, device, torch_dtype, size, kernel, priced_as, peak, bw
+):
     """A compute-bound GEMM (M=N=K=8192) whose kernel name states its precision is priced at that
     precision's datasheet peak: the roof fraction is 2*8192^3 / peak / duration. Fails if TF32 work
     is priced as FP32 (8x too high a fraction), if FP8 or FP4 kernels under a bf16 op are priced at

@@ -17,8 +17,8 @@ import re
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-
 from conftest import SAMPLE_TRACES, bare_analysis
+
 from tracekit.analysis.pricing.roofline import ROOF_TOLERANCE
 from tracekit.cli import main
 
@@ -40,8 +40,27 @@ def demo_trace(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     out = tmp_path_factory.mktemp("demo") / "demo"
-    r = CliRunner().invoke(main, ["collect", "--preset", "tiny", "-b", "1", "-p", "16", "-n", "3", "--warmup", "1",
-                                  "--threads", "1", "--no-progress", "-o", str(out)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "collect",
+            "--preset",
+            "tiny",
+            "-b",
+            "1",
+            "-p",
+            "16",
+            "-n",
+            "3",
+            "--warmup",
+            "1",
+            "--threads",
+            "1",
+            "--no-progress",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     return str(out) + ".pt.trace.json.gz"
 
@@ -134,7 +153,7 @@ def _check_roofline_charts(html: str, bw: float, flops: float) -> None:
             keys = dict((e[0], e[1]) for e in o if isinstance(e[0], str))
             if isinstance(keys.get("achieved"), list) and isinstance(keys.get("intensity"), list):
                 yield keys  # a data source's columns (the hover tool's list names them as strings)
-        for v in (o.values() if isinstance(o, dict) else o if isinstance(o, list) else []):
+        for v in o.values() if isinstance(o, dict) else o if isinstance(o, list) else []:
             yield from sources(v)
 
     for item in items:
@@ -159,16 +178,23 @@ def _check_report_pages(path: str, tmp_path) -> None:
         _check_kernel_cells(cells[8], cells[9], bw, flops, f"html {cells[0]}")
     _check_roofline_charts(html, bw, flops)
     md = _render("report", [path], "md", tmp_path)
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines()
-            if line.startswith("| `") and line.count("|") == 10]
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in md.splitlines()
+        if line.startswith("| `") and line.count("|") == 10
+    ]
     assert rows
     for cells in rows:  # Kernel, Category, Calls, Total, Share, Bound, Limiter, Achieved, Of roof
         _check_kernel_cells(cells[7], cells[8], bw, flops, f"md {cells[0]}")
     for text in (_render("report", [path], "text", tmp_path), _run("summary", path)):
         # The phase table's MFU and MBU columns (the last two of each phase's row) and the headline's.
         lines = text.splitlines()
-        head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["phase"] and line.rstrip().endswith("MBU"))
-        table = [line for line in lines[head + 1:head + 5] if line.split()[:1] in (["Prefill"], ["Decode"], ["Mixed"])]
+        head = next(
+            i for i, line in enumerate(lines) if line.split()[:1] == ["phase"] and line.rstrip().endswith("MBU")
+        )
+        table = [
+            line for line in lines[head + 1 : head + 5] if line.split()[:1] in (["Prefill"], ["Decode"], ["Mixed"])
+        ]
         assert table
         shown = [x for line in table for x in _pcts(" ".join(line.split()[-2:]))]
         shown += [x for line in text.splitlines() if re.search(r"\b(MFU|MBU)\b", line) for x in _pcts(line)[:1]]
@@ -243,13 +269,22 @@ def _pairs(o):
 def _moe_analysis(mbu: float, estimate: str | None, routing_roof: float):
     """A decode run whose MoE category is a routed-experts kernel capped at the roof (9 ms) and a
     routing kernel at ``routing_roof`` of it (1 ms), and whose decode MBU is ``mbu`` (``estimate``)."""
-    work = pd.DataFrame({
-        "phase": ["decode", "decode"], "category": ["moe", "moe"], "op_name": ["moe::experts", "moe::experts"],
-        "name": ["fused_moe_kernel", "moe_align_block_size"], "dur_ns": [9e6, 1e6],
-        "roof_fraction": [float("nan"), routing_roof], "unit": ["matrix", "vector"], "dtype": ["bf16", "bf16"],
-        "flops": [1e9, 1e6], "bytes": [9e-3 * 3.35e12, 1e3], "bound": ["memory", "memory"],
-        "model_check": ["capped", None],
-    })
+    work = pd.DataFrame(
+        {
+            "phase": ["decode", "decode"],
+            "category": ["moe", "moe"],
+            "op_name": ["moe::experts", "moe::experts"],
+            "name": ["fused_moe_kernel", "moe_align_block_size"],
+            "dur_ns": [9e6, 1e6],
+            "roof_fraction": [float("nan"), routing_roof],
+            "unit": ["matrix", "vector"],
+            "dtype": ["bf16", "bf16"],
+            "flops": [1e9, 1e6],
+            "bytes": [9e-3 * 3.35e12, 1e3],
+            "bound": ["memory", "memory"],
+            "model_check": ["capped", None],
+        }
+    )
     a = bare_analysis({"decode_mbu": mbu}, {"name": "GPU A", "type": "gpu", "spec": "A"})
     a.work = work
     a.phases = {"decode": {"steps": 1, "mbu": mbu, "mbu_estimate": estimate}}

@@ -19,8 +19,12 @@ NV, AMD = "nvidia-hopper-blackwell", "amd-cdna3-cdna4"
 
 
 def _pair(src, tgt, projected, measured):
-    return {"source": {"class": src}, "target": {"class": tgt}, "fractions": {},
-            "categories": {"gemm": {"projected_ms": projected, "measured_ms": measured}}}
+    return {
+        "source": {"class": src},
+        "target": {"class": tgt},
+        "fractions": {},
+        "categories": {"gemm": {"projected_ms": projected, "measured_ms": measured}},
+    }
 
 
 def test_correction_is_measured_over_projected_and_inverts_for_the_other_direction():
@@ -35,13 +39,19 @@ def test_correction_is_measured_over_projected_and_inverts_for_the_other_directi
     assert list(lt.scale(NV, AMD, np.array(["gemm", "moe", "communication"]))) == [1.5, 1.0, 1.0]
 
 
-@pytest.mark.parametrize("content, says", [
-    ("not json", "is not JSON"),
-    ('{"format": "other", "version": 1}', "is not a tracekit factors file"),
-    ('{"format": "tracekit-learnt-factors", "version": 1, "pairs": []}', "holds no pairs"),
-    ('{"format": "tracekit-learnt-factors", "version": 1, "pairs": [{"source": {}, "target": {}, '
-     '"fractions": {"no-such-class": {}}}]}', "unknown vendor class"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("not json", "is not JSON"),
+        ('{"format": "other", "version": 1}', "is not a tracekit factors file"),
+        ('{"format": "tracekit-learnt-factors", "version": 1, "pairs": []}', "holds no pairs"),
+        (
+            '{"format": "tracekit-learnt-factors", "version": 1, "pairs": [{"source": {}, "target": {}, '
+            '"fractions": {"no-such-class": {}}}]}',
+            "unknown vendor class",
+        ),
+    ],
+)
 def test_bad_factors_files_get_one_sentence(tmp_path, content, says):
     # Bug: a KeyError traceback from a hand-edited or foreign file.
     path = tmp_path / "f.json"
@@ -55,8 +65,10 @@ def test_bad_factors_files_get_one_sentence(tmp_path, content, says):
 
 
 def test_save_factors_needs_check(tmp_path):
-    r = CliRunner().invoke(main, ["project", str(tmp_path / "t.json"), "--to", "mi300x", "--save-factors",
-                                  str(tmp_path / "f.json"), "-o", "-"])
+    r = CliRunner().invoke(
+        main,
+        ["project", str(tmp_path / "t.json"), "--to", "mi300x", "--save-factors", str(tmp_path / "f.json"), "-o", "-"],
+    )
     assert r.exit_code != 0 and "--save-factors needs --check" in r.output and "Traceback" not in r.output
 
 
@@ -81,8 +93,9 @@ def test_save_then_use(tmp_path):
     again = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "b.json")])
     assert again.exit_code != 0 and "--force" in again.output
     # Used the other way round, the report says it learnt from the pair.
-    used = CliRunner().invoke(main, ["project", dst, "--to", "h100-sxm", "--factors", str(out), "-f", "json",
-                                     "-o", str(tmp_path / "c.json")])
+    used = CliRunner().invoke(
+        main, ["project", dst, "--to", "h100-sxm", "--factors", str(out), "-f", "json", "-o", str(tmp_path / "c.json")]
+    )
     assert used.exit_code == 0, used.output
     doc = json.loads((tmp_path / "c.json").read_text())
     assert "learnt from 1 checked pair" in doc["factors"]["learnt"]

@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import all_real_traces, read_real
+
 from tracekit import frameworks, markers
 from tracekit.analysis.steps import segment as seg
 from tracekit.analysis.steps import table
@@ -179,7 +179,9 @@ def test_framework_annotation_names(name, phase, tokens, batch):
     assert parsed.tokens == tokens and parsed.batch == batch
 
 
-@pytest.mark.parametrize("name", ["ProfilerStep#3", "capture_32_DECODE", "decoder_layer", "nccl:all_reduce", "step[IDLE]"])
+@pytest.mark.parametrize(
+    "name", ["ProfilerStep#3", "capture_32_DECODE", "decoder_layer", "nccl:all_reduce", "step[IDLE]"]
+)
 def test_names_that_are_not_steps(name):
     assert frameworks.parse_annotation(name) is None
 
@@ -299,6 +301,7 @@ def test_launches_on_a_steps_first_and_last_instant_belong_to_it(tmp_path):
     launch, ends included; the gap's belongs to none. Fails on an off-by-one at the range edges
     (a searchsorted side that drops or shifts launches at a step's start or end)."""
     from kineto import Doc
+
     from tracekit import read_trace
 
     doc = Doc()

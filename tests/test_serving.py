@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import read_real, real_trace_path
+
 from tracekit import read_trace
 from tracekit.analysis import analyze
 from tracekit.analysis.steps import segment as seg
@@ -139,12 +139,14 @@ def test_a_prefill_among_decodes_is_found_from_structure():
 
 def test_structural_evidence_on_hand_built_steps():
     # Nine graph-replayed steps and one eager step whose GEMMs launch 20x the blocks.
-    f = pd.DataFrame({
-        "kernels": [700] * 9 + [1300],
-        "graph_share": [0.95] * 9 + [0.0],
-        "gemm_launches": [300] * 10,
-        "gemm_blocks": [40.0] * 9 + [800.0],
-    })
+    f = pd.DataFrame(
+        {
+            "kernels": [700] * 9 + [1300],
+            "graph_share": [0.95] * 9 + [0.0],
+            "gemm_launches": [300] * 10,
+            "gemm_blocks": [40.0] * 9 + [800.0],
+        }
+    )
     engine = np.ones(10, dtype=bool)
     out = structural_phases(f, np.arange(10), engine)
     assert [out[i][0] for i in range(10)] == ["decode"] * 9 + ["prefill"]
@@ -191,11 +193,13 @@ def test_a_mixed_step_is_split_between_its_phases():
     # ... and decode is the nine decode steps plus the decode part.
     nine = sum(s["gpu_busy_ms"] for i, s in enumerate(d["steps"]) if i != 3)
     assert dec["gpu_busy_ms"] == pytest.approx(nine + split["decode"]["gpu_ms"])
-    assert pre["kernel_ms"] + dec["kernel_ms"] == pytest.approx(sum(
-        p["kernel_ms"] for p in _data(base)["phases"].values()))
+    assert pre["kernel_ms"] + dec["kernel_ms"] == pytest.approx(
+        sum(p["kernel_ms"] for p in _data(base)["phases"].values())
+    )
     # Decode step time counts the mixed step whole: decoding requests waited for all of it.
     assert d["metrics"]["decode_step_ms"]["p50"] == pytest.approx(
-        float(np.percentile([s["duration_ms"] for s in d["steps"]], 50)))
+        float(np.percentile([s["duration_ms"] for s in d["steps"]], 50))
+    )
     # Tokens/s over the step's whole duration: its 512 prompt tokens (and 4 decode tokens)
     # exist only when the whole step has run. Dividing by the phase's share of the step's
     # GPU time instead (the old figure) inflates decode tokens/s about a hundredfold here.

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from test_grid_over_stated import relabelled
+
 from tracekit import frameworks
 from tracekit.analysis.analyze import measure
 from tracekit.analysis.steps.segment import segment
@@ -25,19 +25,34 @@ QWEN3_8B = load_model("qwen3-8b")
 PER_PAIR = 4 * QWEN3_8B.heads * QWEN3_8B.head_dim * QWEN3_8B.n_layers
 
 
-@pytest.mark.parametrize("name, phase, decode, prefill, tokens, batch", [
-    # 2 requests verifying 4 draft tokens each over 15 keys each: Σq = 8, Σq² = 2 x 16, Σqk = 2 x 4 x 15.
-    ("step[TARGET_VERIFY bs=2 g_sq=8 g_sqsq=32 g_sqsk=120 g_sk=30]", "decode",
-     BatchSide(2, 8, 30, 32, 120), None, 8, 2),
-    ("step[TARGET_VERIFY bs=4 toks=16]", "decode", BatchSide(4, 16), None, 16, 4),
-    # Without a count, the tokens are open: several a request, not one.
-    ("step[TARGET_VERIFY bs=4]", "decode", BatchSide(4), None, None, 4),
-    # The draft model over the accepted tokens: extend-shaped c_ fields, requests already decoding.
-    ("step[DRAFT_EXTEND_V2 bs=2 c_sq=8 c_sqsq=32 c_sqsk=120 c_sk=30]", "decode",
-     BatchSide(2, 8, 30, 32, 120), None, 8, 2),
-    ("step[DRAFT_EXTEND bs=3]", "decode", BatchSide(3), None, None, 3),
-    ("step[SPLIT_PREFILL bs=3 toks=96]", "prefill", None, BatchSide(3, 96), 96, 3),
-])
+@pytest.mark.parametrize(
+    "name, phase, decode, prefill, tokens, batch",
+    [
+        # 2 requests verifying 4 draft tokens each over 15 keys each: Σq = 8, Σq² = 2 x 16, Σqk = 2 x 4 x 15.
+        (
+            "step[TARGET_VERIFY bs=2 g_sq=8 g_sqsq=32 g_sqsk=120 g_sk=30]",
+            "decode",
+            BatchSide(2, 8, 30, 32, 120),
+            None,
+            8,
+            2,
+        ),
+        ("step[TARGET_VERIFY bs=4 toks=16]", "decode", BatchSide(4, 16), None, 16, 4),
+        # Without a count, the tokens are open: several a request, not one.
+        ("step[TARGET_VERIFY bs=4]", "decode", BatchSide(4), None, None, 4),
+        # The draft model over the accepted tokens: extend-shaped c_ fields, requests already decoding.
+        (
+            "step[DRAFT_EXTEND_V2 bs=2 c_sq=8 c_sqsq=32 c_sqsk=120 c_sk=30]",
+            "decode",
+            BatchSide(2, 8, 30, 32, 120),
+            None,
+            8,
+            2,
+        ),
+        ("step[DRAFT_EXTEND bs=3]", "decode", BatchSide(3), None, None, 3),
+        ("step[SPLIT_PREFILL bs=3 toks=96]", "prefill", None, BatchSide(3, 96), 96, 3),
+    ],
+)
 def test_speculative_forward_modes_are_read(name, phase, decode, prefill, tokens, batch):
     """Bug caught: these modes were read as a malformed annotation (phase unknown, counts lost)."""
     a = frameworks.parse_annotation(name)

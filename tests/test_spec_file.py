@@ -8,11 +8,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import real_trace_path
+
 from tracekit.cli import main
 from tracekit.errors import TracekitError
-from tracekit.specs import all_specs, load_spec_file, spec_by_name
+from tracekit.specs import load_spec_file, spec_by_name
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +138,10 @@ def test_csv_from_printed_row_round_trips(tmp_path, printed_rows, key_value):
 
 def test_small_csv_in_entry_units(tmp_path):
     path = tmp_path / "mine.csv"
-    path.write_text("name,memory_bandwidth_GBps,matrix_tflops.bf16,vector_tflops.fp32,achievable.compute,num_sms,tdp_w\n"
-                    "My Accelerator,1000,200,20,0.7,132,\n")
+    path.write_text(
+        "name,memory_bandwidth_GBps,matrix_tflops.bf16,vector_tflops.fp32,achievable.compute,num_sms,tdp_w\n"
+        "My Accelerator,1000,200,20,0.7,132,\n"
+    )
     spec = load_spec_file(path)
     assert spec.name == "My Accelerator" and spec.peak_bandwidth == 1e12 and spec.num_sms == 132
     assert spec.peak_flops("bf16") == 200e12 and spec.peak_flops("fp32", "vector") == 20e12

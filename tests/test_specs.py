@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import ROOT, real_trace_path
+
 from tracekit.errors import TracekitError
 from tracekit.specs import (
     all_specs,
@@ -118,8 +118,13 @@ def test_real_trace_devices_not_in_database_are_unknown_with_reason(trace, why):
 
 def test_laptop_gpu_is_not_mapped_to_a_datacenter_part():
     # RTX 4080 Laptop: (8.9, 58 SMs) like an L4, but 11.6 GiB: its own row, never the L4's.
-    dev = {"name": "NVIDIA GeForce RTX 4080 Laptop GPU", "computeMajor": 8, "computeMinor": 9,
-           "numSms": 58, "totalGlobalMem": 12450922496}
+    dev = {
+        "name": "NVIDIA GeForce RTX 4080 Laptop GPU",
+        "computeMajor": 8,
+        "computeMinor": 9,
+        "numSms": 58,
+        "totalGlobalMem": 12450922496,
+    }
     assert lookup(dev).spec.key == "rtx-4080-laptop"
     # A laptop part the database lacks stays unknown, even where its properties resemble a row.
     other = {**dev, "name": "NVIDIA GeForce RTX 4070 Laptop GPU", "numSms": 36, "totalGlobalMem": 8585216000}
@@ -129,8 +134,13 @@ def test_laptop_gpu_is_not_mapped_to_a_datacenter_part():
 
 
 def test_mi250_die_with_generic_name_is_ambiguous_not_mi210():
-    dev = {"name": "AMD Radeon Graphics", "computeMajor": 9, "computeMinor": 0, "numSms": 104,
-           "totalGlobalMem": 68702699520}
+    dev = {
+        "name": "AMD Radeon Graphics",
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "numSms": 104,
+        "totalGlobalMem": 68702699520,
+    }
     match = lookup(dev)
     assert match.spec is None
     assert "'MI210'" in match.reason and "'MI250 (per GCD)'" in match.reason
@@ -182,8 +192,13 @@ def test_gh200_names_map_to_gh200_not_h100():
 
 def test_mig_slice_matches_parent_and_scales_compute_and_bandwidth():
     parent = spec("a100-sxm4-80gb")
-    dev = {"name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb", "computeMajor": 8, "computeMinor": 0,
-           "numSms": 42, "totalGlobalMem": 42144366592}
+    dev = {
+        "name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+        "computeMajor": 8,
+        "computeMinor": 0,
+        "numSms": 42,
+        "totalGlobalMem": 42144366592,
+    }
     match = lookup(dev)
     s = match.spec
     assert "MIG slice 3g.40gb" in match.how and "42/108 SMs" in match.how
@@ -194,8 +209,13 @@ def test_mig_slice_matches_parent_and_scales_compute_and_bandwidth():
 
 
 def test_h100_mig_slice():
-    dev = {"name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "computeMajor": 9, "computeMinor": 0,
-           "numSms": 16, "totalGlobalMem": 10 * GIB}
+    dev = {
+        "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "numSms": 16,
+        "totalGlobalMem": 10 * GIB,
+    }
     s = lookup(dev).spec
     assert s.peak_flops("c10::BFloat16") == pytest.approx(989.4 * T * 16 / 132)
 
@@ -343,10 +363,22 @@ def test_v100_has_no_bf16_and_says_why():
 
 @pytest.mark.parametrize(
     "spelling,dtype",
-    [("c10::BFloat16", "bf16"), ("c10::Half", "fp16"), ("float", "fp32"), ("double", "fp64"),
-     ("Double", "fp64"), ("c10::Float8_e4m3fn", "fp8"), ("c10::Float8_e5m2", "fp8"),
-     ("signed char", "int8"), ("torch.bfloat16", "bf16"), ("float32", "fp32"),
-     ("long int", None), ("unsigned char", None), ("Scalar", None), ("", None)],
+    [
+        ("c10::BFloat16", "bf16"),
+        ("c10::Half", "fp16"),
+        ("float", "fp32"),
+        ("double", "fp64"),
+        ("Double", "fp64"),
+        ("c10::Float8_e4m3fn", "fp8"),
+        ("c10::Float8_e5m2", "fp8"),
+        ("signed char", "int8"),
+        ("torch.bfloat16", "bf16"),
+        ("float32", "fp32"),
+        ("long int", None),
+        ("unsigned char", None),
+        ("Scalar", None),
+        ("", None),
+    ],
 )
 def test_dtype_spellings(spelling, dtype):
     assert normalise_dtype(spelling) == dtype
@@ -385,10 +417,15 @@ def test_ridge_point_and_achievable_ceilings():
 # --- agreement with the research table -----------------------------------------------------------
 
 PEAK_COLUMNS = {
-    ("matrix", "fp64"): "fp64_tensor_tflops", ("matrix", "tf32"): "tf32_tflops",
-    ("matrix", "fp16"): "fp16_tflops", ("matrix", "bf16"): "bf16_tflops",
-    ("matrix", "fp8"): "fp8_tflops", ("matrix", "int8"): "int8_tops", ("matrix", "fp4"): "fp4_tflops",
-    ("vector", "fp64"): "fp64_tflops", ("vector", "fp32"): "fp32_tflops",
+    ("matrix", "fp64"): "fp64_tensor_tflops",
+    ("matrix", "tf32"): "tf32_tflops",
+    ("matrix", "fp16"): "fp16_tflops",
+    ("matrix", "bf16"): "bf16_tflops",
+    ("matrix", "fp8"): "fp8_tflops",
+    ("matrix", "int8"): "int8_tops",
+    ("matrix", "fp4"): "fp4_tflops",
+    ("vector", "fp64"): "fp64_tflops",
+    ("vector", "fp32"): "fp32_tflops",
 }
 
 

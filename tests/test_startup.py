@@ -35,9 +35,19 @@ ALLOWED_GPUS = {"click", "tracekit", "msgspec", "typing_extensions"}
 # summary: pandas and whatever `import pandas` brings on this machine (numpy, pyarrow, dateutil
 # ... measured), plus these.
 ALLOWED_SUMMARY = {"click", "tracekit", "msgspec", "typing_extensions", "jinja2", "markupsafe", "isal", "zstandard"}
-SUMMARY_MUST_NOT = ("tracekit.report.render_html", "tracekit.report.render_md", "tracekit.report.charts",
-                    "tracekit.report.compare", "tracekit.collect", "tracekit.compare", "tracekit.whatif",
-                    "tracekit.batch", "tracekit.serve", "tracekit.analysis.hta", "tracekit.cli.report")
+SUMMARY_MUST_NOT = (
+    "tracekit.report.render_html",
+    "tracekit.report.render_md",
+    "tracekit.report.charts",
+    "tracekit.report.compare",
+    "tracekit.collect",
+    "tracekit.compare",
+    "tracekit.whatif",
+    "tracekit.batch",
+    "tracekit.serve",
+    "tracekit.analysis.hta",
+    "tracekit.cli.report",
+)
 
 # CPU time per command over a bare `import pandas` (median of RUNS, interleaved). Measured where
 # they were set (2 cores, benchmarks/bench_startup.py): --help 0.13x (1.09x when it imported
@@ -68,7 +78,7 @@ def _imported(argv: list[str]) -> set[str]:
     names = set()
     for line in _run(["-X", "importtime", *argv]).stderr.splitlines():
         if line.startswith("import time:"):
-            own, _, name = line[len("import time:"):].split("|")
+            own, _, name = line[len("import time:") :].split("|")
             if own.strip().isdigit():
                 names.add(name.strip())
     assert "encodings" in names, "no -X importtime lines read"
@@ -105,8 +115,11 @@ def baseline() -> set[str]:
 def _third_party(names: set[str], baseline: set[str]) -> set[str]:
     # -X importtime also lists imports that failed (pickle tries Jython's `org`): a name that
     # cannot be found here was not loaded there.
-    return {t for t in _tops(names) - baseline
-            if t not in sys.stdlib_module_names and not t.startswith("_") and importlib.util.find_spec(t)}
+    return {
+        t
+        for t in _tops(names) - baseline
+        if t not in sys.stdlib_module_names and not t.startswith("_") and importlib.util.find_spec(t)
+    }
 
 
 def test_help_lists_every_command_without_importing_one(baseline):
@@ -155,8 +168,12 @@ def _cpu_seconds(argv: list[str]) -> float:
 
 @pytest.mark.slow
 def test_start_up_stays_within_its_budget_of_a_bare_pandas_import(small_trace):
-    cases = {"pandas": ["-c", "import pandas"], "help": ["-m", "tracekit", "--help"],
-             "gpus": ["-m", "tracekit", "gpus"], "summary": ["-m", "tracekit", "summary", small_trace]}
+    cases = {
+        "pandas": ["-c", "import pandas"],
+        "help": ["-m", "tracekit", "--help"],
+        "gpus": ["-m", "tracekit", "gpus"],
+        "summary": ["-m", "tracekit", "summary", small_trace],
+    }
     for argv in cases.values():  # warm-up: bytecode written, files in the page cache
         _run(argv)
     times: dict[str, list[float]] = {k: [] for k in cases}
@@ -178,8 +195,9 @@ def test_listed_sentence_is_the_commands_own(name):
     # copy would list stale help.
     command = importlib.import_module(f"tracekit.cli.{name}").command
     assert command.name == name
-    assert COMMANDS[name] == command.get_short_help_str(limit=10**6), \
+    assert COMMANDS[name] == command.get_short_help_str(limit=10**6), (
         f"copy {name}'s first sentence into COMMANDS (tracekit/cli/__init__.py)"
+    )
     assert not command.hidden and not command.deprecated and command.short_help is None
 
 
@@ -195,4 +213,3 @@ def test_group_help_reads_as_if_it_had_imported_every_command():
         assert CliRunner().invoke(fresh, ["--help"], terminal_width=width).output.split("Commands:")[1] == expected
         assert CliRunner().invoke(main, ["--help"], terminal_width=width).output.split("Commands:")[1] == expected
     assert not fresh.commands, "listing loaded a command"
-

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-
 from conftest import read_real
+
 from tracekit import frameworks
 from tracekit.analysis.steps import evidence
 from tracekit.analysis.steps import segment as seg
@@ -112,13 +112,26 @@ def test_logits_rows_count_requests_only_when_fewer_than_the_tokens():
     """Bug: a forward that computes every token's logits (M = tokens) read as that many requests,
     or the rows read from the wrong Input Dims entry of addmm (its bias comes first)."""
     from tracekit.analysis.steps import step_tokens as st
-    kernels = pd.DataFrame({"name": pd.Categorical(["ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn",
-                                                    "void vllm::reshape_and_cache_kernel<x>(...)"]),
-                            "kind": ["kernel", "kernel"], "start_ns": [10, 5], "grid_x": [4, 6], "grid_y": [1, 1],
-                            "grid_z": [1, 1], "op": [0, -1]})
+
+    kernels = pd.DataFrame(
+        {
+            "name": pd.Categorical(
+                ["ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn", "void vllm::reshape_and_cache_kernel<x>(...)"]
+            ),
+            "kind": ["kernel", "kernel"],
+            "start_ns": [10, 5],
+            "grid_x": [4, 6],
+            "grid_y": [1, 1],
+            "grid_z": [1, 1],
+            "op": [0, -1],
+        }
+    )
     step_of = np.array([0, 0])
-    for op, dims, rows in (("aten::mm", [[2, 64], [64, 1000]], 2), ("aten::addmm", [[1000], [3, 64], [64, 1000]], 3),
-                           ("aten::linear", [[1, 2, 64], [1000, 64]], 2)):
+    for op, dims, rows in (
+        ("aten::mm", [[2, 64], [64, 1000]], 2),
+        ("aten::addmm", [[1000], [3, 64], [64, 1000]], 3),
+        ("aten::linear", [[1, 2, 64], [1000, 64]], 2),
+    ):
         ops = pd.DataFrame({"name": [op]})
         got = st.last_gemm_rows(kernels, step_of, ops, lambda _o, d=dims: (d, None))
         assert got == {0: (rows, op)}
@@ -160,9 +173,11 @@ def test_stripped_mi300x_qwen3_moe_decode_counts_its_16_requests():
 def test_sampler_and_per_request_rules_read_only_their_kernels():
     """Bug: the argmax / per-request rules read a grid axis that is not the request count (a
     2-D launch of the per-request kernel, a name that merely contains the word)."""
-    argmax = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, "
-              "unsigned int, long, 4, 4> >(at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, "
-              "long, 4, 4>)")
+    argmax = (
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>, "
+        "unsigned int, long, 4, 4> >(at::native::ReduceOp<float, at::native::ArgMaxOps<float>, unsigned int, "
+        "long, 4, 4>)"
+    )
     assert frameworks.sampler_rows(argmax, (16, 19, 1)) == (16, "argmax")  # grid y splits the vocabulary
     assert frameworks.sampler_rows(argmax.replace("ArgMaxOps", "SumOps"), (16, 1, 1)) is None
     assert frameworks.per_request_kernel("create_flashinfer_kv_indices_triton", (15, 1, 1)) == (15, "SGLang")
@@ -195,10 +210,20 @@ def test_a_new_request_beside_carried_ones_is_mixed_only_in_vllm():
     """Bug: the carried-requests rule applied to SGLang, whose extend batches run apart from its
     running batch (a 1-request extend after a 4-request decode is prefill, not mixed), or to a
     step whose requests all ran before (a chunked prefill continuing)."""
-    steps = pd.DataFrame({"tid": [1, 1, 1], "cpu_start_ns": [0, 10, 20], "phase": ["decode", "prefill", "prefill"],
-                          "tokens": [4.0, 20.0, 30.0], "batch": [4.0, 5.0, 5.0], "evidence": ["", "", ""],
-                          "phase_confidence": [np.nan] * 3, "prefill_side": [None] * 3, "decode_side": [None] * 3,
-                          "source": [frameworks.SOURCE_VLLM_FRAMES] * 3})
+    steps = pd.DataFrame(
+        {
+            "tid": [1, 1, 1],
+            "cpu_start_ns": [0, 10, 20],
+            "phase": ["decode", "prefill", "prefill"],
+            "tokens": [4.0, 20.0, 30.0],
+            "batch": [4.0, 5.0, 5.0],
+            "evidence": ["", "", ""],
+            "phase_confidence": [np.nan] * 3,
+            "prefill_side": [None] * 3,
+            "decode_side": [None] * 3,
+            "source": [frameworks.SOURCE_VLLM_FRAMES] * 3,
+        }
+    )
     inferred = np.array([True, True, True])
     vllm = steps.copy()
     seg._carried_requests(vllm, inferred)
@@ -284,6 +309,7 @@ def test_stripped_decode_attention_of_unknown_keys_is_memory_bound_with_an_upper
     priced 74% of it; its intensity does not depend on the keys, so it is memory-bound, with
     bytes an upper bound (capped at the roof) that holds against the annotation's stated keys."""
     from tracekit.analysis import analyze
+
     trace = read_real("mi300x_decode")
     stripped = analyze(strip_annotations(trace), model="qwen3-8b").work
     stated = analyze(trace, model="qwen3-8b").work
@@ -301,9 +327,15 @@ def test_stripped_decode_attention_of_unknown_keys_is_memory_bound_with_an_upper
 
 
 # The shared serving traces and the registry model each ran (PROVENANCE.md).
-SERVING_MODELS = [("b200_vllm", "gpt-oss-120b"), ("gb10_vllm", "qwen3.5-27b"), ("b300_qwen3_moe", "qwen3-30b-a3b"),
-                  ("mi300x_qwen3_moe", "qwen3-30b-a3b"), ("mi300x_decode", "qwen3-8b"),
-                  ("mi300x_extend", "qwen3-8b"), ("rtx3090_vllm", "gpt-oss-20b")]
+SERVING_MODELS = [
+    ("b200_vllm", "gpt-oss-120b"),
+    ("gb10_vllm", "qwen3.5-27b"),
+    ("b300_qwen3_moe", "qwen3-30b-a3b"),
+    ("mi300x_qwen3_moe", "qwen3-30b-a3b"),
+    ("mi300x_decode", "qwen3-8b"),
+    ("mi300x_extend", "qwen3-8b"),
+    ("rtx3090_vllm", "gpt-oss-20b"),
+]
 
 
 @pytest.mark.parametrize("key,model", SERVING_MODELS)
@@ -314,6 +346,7 @@ def test_stripped_serving_trace_reads_as_annotated_and_the_model_alone_prices_it
     Bugs: any evidence rule lost (a step's tokens or batch None, a mixed step read as prefill),
     or a quantised checkpoint's GEMMs priced by the registry's 16-bit weights (gb10: 15%)."""
     from tracekit.analysis import analyze
+
     trace = read_real(key)
     annotated = seg.segment(trace).steps
     a = analyze(strip_annotations(trace), model=model)

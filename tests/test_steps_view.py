@@ -6,9 +6,9 @@ import copy
 import re
 
 import pytest
-
 from conftest import read_real
 from test_step_tokens import strip_annotations
+
 from tracekit.analysis import analyze
 from tracekit.report import get_renderer
 

@@ -12,7 +12,9 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "tracekit"
-MAX_LINES = 500
+# 500 lines as the code was first written; x1.25 since it was formatted (issue 51): ruff format
+# spread the same code over a median 12% (90th percentile 27%) more lines per module.
+MAX_LINES = 625
 
 
 def _modules() -> dict[str, Path]:
@@ -102,8 +104,13 @@ def test_no_private_name_crosses_a_module():
             elif _private(name) and target != module:
                 crossings.append(f"{module} imports {target}.{name}")
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
-                    and node.value.id in bound_modules and bound_modules[node.value.id] != module):
+            if (
+                isinstance(node, ast.Attribute)
+                and _private(node.attr)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound_modules
+                and bound_modules[node.value.id] != module
+            ):
                 crossings.append(f"{module} reads {bound_modules[node.value.id]}.{node.attr}")
     assert not sorted(set(crossings)), "private names used across modules:\n" + "\n".join(sorted(set(crossings)))
 
@@ -117,7 +124,7 @@ def test_the_private_check_sees_what_it_should():
     assert [a.name for a in node.names if _private(a.name)] == ["_Coverage"]
 
 
-def test_no_module_is_over_500_lines():
+def test_no_module_is_over_the_line_limit():
     # Modules of one job: a file past 500 lines has always turned out to hold two.
     long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
@@ -199,15 +206,18 @@ def test_the_pipeline_arrows_run_one_way():
     wrong = []
     for module, targets in graph.items():
         for target in targets:
-            if module.startswith("tracekit.analysis") and target.startswith(("tracekit.compare", "tracekit.whatif",
-                                                                              "tracekit.cli", "tracekit.report")):
+            if module.startswith("tracekit.analysis") and target.startswith(
+                ("tracekit.compare", "tracekit.whatif", "tracekit.cli", "tracekit.report")
+            ):
                 wrong.append(f"{module} -> {target}")
             # Comparing and projecting build documents that the renderers and the CLI show.
-            if module.startswith(("tracekit.compare", "tracekit.whatif")) and target.startswith(("tracekit.cli",
-                                                                                                "tracekit.report")):
+            if module.startswith(("tracekit.compare", "tracekit.whatif")) and target.startswith(
+                ("tracekit.cli", "tracekit.report")
+            ):
                 wrong.append(f"{module} -> {target}")
-            if module.startswith(("tracekit.trace", "tracekit.frameworks", "tracekit.models", "tracekit.specs")) \
-                    and target.startswith(("tracekit.analysis", "tracekit.compare", "tracekit.whatif", "tracekit.cli")):
+            if module.startswith(
+                ("tracekit.trace", "tracekit.frameworks", "tracekit.models", "tracekit.specs")
+            ) and target.startswith(("tracekit.analysis", "tracekit.compare", "tracekit.whatif", "tracekit.cli")):
                 wrong.append(f"{module} -> {target}")
     assert not wrong, "arrows against the pipeline:\n" + "\n".join(sorted(wrong))
 

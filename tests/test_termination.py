@@ -46,8 +46,9 @@ def _analyse(path, limit_s: float = LIMIT_S) -> dict:
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=limit_s,
-                              env=env, cwd=str(ROOT))
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=limit_s, env=env, cwd=str(ROOT)
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"analysing {os.path.basename(str(path))} did not finish within {limit_s} s")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -60,8 +61,8 @@ def test_alternating_kinds_on_one_stream_finish_within_the_cap(tmp_path):
     cannot get the lane under MAX_SEGMENTS. Fails on the bug where ``_segments`` then raised
     its tolerance forever (the test times out), and if the coarsened lane loses intervals,
     goes over the cap or is keyed by the lesser kind."""
-    from tracekit.analysis.steps import timeline
     from tracekit.analysis.pricing.taxonomy import categorize
+    from tracekit.analysis.steps import timeline
 
     doc = growth.load(str(real_trace_path("mi300x_decode")))
     grown = growth.alternate_categories(doc, 10_000)

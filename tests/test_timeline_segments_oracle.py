@@ -85,8 +85,13 @@ def _slices(s, e, run_end, key, label, ms):
             busy[key[i]] = busy.get(key[i], 0) + max(e[i] - s[i], 0)
         best = min(busy, key=lambda k: (-busy[k], seen.index(k)))
         c, kinds = len(rows), len(busy)
-        text = str(label[rows[0]]) if c == 1 else f"{c} × {best}" if kinds == 1 else \
-            f"{c} intervals of {kinds} kinds, mostly {best}"
+        text = (
+            str(label[rows[0]])
+            if c == 1
+            else f"{c} × {best}"
+            if kinds == 1
+            else f"{c} intervals of {kinds} kinds, mostly {best}"
+        )
         a.append(ms(s[rows[0]]))
         b.append(ms(run_end[rows[-1]]))
         keys.append(str(best))
@@ -104,9 +109,19 @@ def _lane(rng, n: int, kinds: int, spread: float):
     return s.astype(np.int64), e.astype(np.int64), key, label
 
 
-@pytest.mark.parametrize("n, kinds, merge", [(1, 1, True), (7, 2, True), (7, 2, False), (300, 3, True),
-                                             (2_000, 1, True), (4_000, 2, True), (3_500, 6, True),
-                                             (2_500, 4, False)])
+@pytest.mark.parametrize(
+    "n, kinds, merge",
+    [
+        (1, 1, True),
+        (7, 2, True),
+        (7, 2, False),
+        (300, 3, True),
+        (2_000, 1, True),
+        (4_000, 2, True),
+        (3_500, 6, True),
+        (2_500, 4, False),
+    ],
+)
 def test_segments_follow_their_rules(n, kinds, merge):
     rng = np.random.default_rng(n * 31 + kinds)
     for spread in (1e5, 5e7):

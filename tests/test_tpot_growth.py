@@ -40,7 +40,9 @@ def test_growing_attention_is_named_as_the_kv_cache_read(tmp_path):
     assert a.metrics["tpot_growth"] == pytest.approx(910 / 430 - 1, rel=1e-6)
     assert len(found) == 1, found
     assert "median step from 0.43 to 0.91 ms" in found[0], found
-    assert found[0].endswith("per step the growth is in attention (+0.48 ms): attention reads the growing KV cache."), found
+    assert found[0].endswith("per step the growth is in attention (+0.48 ms): attention reads the growing KV cache."), (
+        found
+    )
 
 
 def test_one_stalled_step_is_no_trend(tmp_path):
@@ -59,8 +61,7 @@ def test_growth_in_gemm_and_idle_is_not_called_the_kv_cache(tmp_path):
     attention stays at 110 us. First quarter's medians: GEMM 360, idle 35 us; last: 840, 155 us.
     So per step the growth is in gemm (+0.48 ms) and idle time (+0.12 ms), and attention, which
     did not grow, is not blamed."""
-    a, found = _run(tmp_path, [300.0 + 40 * i for i in range(STEPS)], [110.0] * STEPS,
-                    [10.0 * i for i in range(STEPS)])
+    a, found = _run(tmp_path, [300.0 + 40 * i for i in range(STEPS)], [110.0] * STEPS, [10.0 * i for i in range(STEPS)])
     assert len(found) == 1, found
     assert "per step the growth is in gemm (+0.48 ms) and idle time (+0.12 ms)." in found[0], found
     assert "KV cache" not in found[0] and "attention" not in found[0], found

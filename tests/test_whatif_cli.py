@@ -11,7 +11,6 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import real_trace_path
 from replay_material import CALL_US, EVERY_US, KERNELS, LAUNCH_US, STEP_US, STEPS, launch_bound
 
@@ -69,8 +68,10 @@ def test_text_prints_phase_table_and_books(tiny):
     assert "unexplained wait 0 ms" in r.stdout
 
 
-@pytest.mark.parametrize("fmt,marker", [("text", "Decode"), ("md", "| Decode |"), ("html", 'id="phases"'),
-                                        ("json", '"kind": "tracekit.whatif"')])
+@pytest.mark.parametrize(
+    "fmt,marker",
+    [("text", "Decode"), ("md", "| Decode |"), ("html", 'id="phases"'), ("json", '"kind": "tracekit.whatif"')],
+)
 def test_every_format_on_a_shared_trace(rtx, fmt, marker):
     """Fails if a format cannot render a real vLLM trace's replay, or its measured phase time is not
     the report's (the replay's books must start from the report's own step times)."""
@@ -103,13 +104,16 @@ def test_b300_savings_stay_within_what_the_steps_could_lose():
         assert -1e-6 <= fig["saving_ms"] <= fig["measured_ms"] - kernel_ms + 1e-6, p
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--remove", "lunch"], "--remove takes launch, sync, overlap-comm"),
-    (["--speed", "gemm=1.5"], "--speed takes TARGET=FRACTION"),
-    (["--speed", "gemm"], "--speed takes TARGET=FRACTION"),
-    (["--host-floor", "-3"], "--host-floor takes microseconds >= 0"),
-    ([], "nothing to replay"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--remove", "lunch"], "--remove takes launch, sync, overlap-comm"),
+        (["--speed", "gemm=1.5"], "--speed takes TARGET=FRACTION"),
+        (["--speed", "gemm"], "--speed takes TARGET=FRACTION"),
+        (["--host-floor", "-3"], "--host-floor takes microseconds >= 0"),
+        ([], "nothing to replay"),
+    ],
+)
 def test_bad_words_are_one_sentence_before_the_read(tmp_path, args, words):
     """Fails if a bad --remove/--speed/--host-floor reaches the slow read (the trace here does not
     exist: the message must be about the option, not the file) or escapes as a traceback."""

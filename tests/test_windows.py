@@ -51,7 +51,9 @@ def test_windows_hold_every_row_once_and_every_kernel_with_its_launch(key, tmp_p
     assert sum(_linked(p) for p in parts) == _linked(whole)
     assert sum(_ops_linked(p) for p in parts) == _ops_linked(whole)
     # The same kernels, by name and duration.
-    got = pd.concat([p.kernels[["name", "dur_ns"]].astype({"name": str}) for p in parts]).sort_values(["name", "dur_ns"])
+    got = pd.concat([p.kernels[["name", "dur_ns"]].astype({"name": str}) for p in parts]).sort_values(
+        ["name", "dur_ns"]
+    )
     want = whole.kernels[["name", "dur_ns"]].astype({"name": str}).sort_values(["name", "dur_ns"])
     np.testing.assert_array_equal(got.to_numpy(), want.to_numpy())
     for p in parts:
@@ -73,8 +75,9 @@ def test_windows_follow_time_and_end_at_step_starts(tmp_path):
     assert len(got) == len(steps) == 10
     # Every step whole in one window: its kernels, GPU span and busy time as in the whole trace.
     cols = ["cpu_start_ns", "gpu_start_ns", "gpu_end_ns", "kernels", "gpu_busy_ns"]
-    np.testing.assert_array_equal(got[cols].sort_values("cpu_start_ns").to_numpy(),
-                                  steps[cols].sort_values("cpu_start_ns").to_numpy())
+    np.testing.assert_array_equal(
+        got[cols].sort_values("cpu_start_ns").to_numpy(), steps[cols].sort_values("cpu_start_ns").to_numpy()
+    )
 
 
 def test_one_window_reads_as_the_whole_trace(tmp_path):
@@ -84,7 +87,9 @@ def test_one_window_reads_as_the_whole_trace(tmp_path):
     t = read_trace(only)
     for table in TABLES:
         pd.testing.assert_frame_equal(getattr(t, table), getattr(whole, table), check_categorical=False)
-    assert t.devices == whole.devices and t.metadata.get("baseTimeNanoseconds") == whole.metadata.get("baseTimeNanoseconds")
+    assert t.devices == whole.devices and t.metadata.get("baseTimeNanoseconds") == whole.metadata.get(
+        "baseTimeNanoseconds"
+    )
 
 
 def test_split_cli_collected_trace_windows_keep_the_sidecar_and_batch_reads_them(tmp_path):
@@ -100,8 +105,9 @@ def test_split_cli_collected_trace_windows_keep_the_sidecar_and_batch_reads_them
             assert a.read() == b.read()
         # tracekit's own phase markers survive: each window has its prefill or decode steps.
         assert analyze(read_trace(str(out / f))).phase_source == frameworks.SOURCE_MARKERS
-    r = CliRunner().invoke(main, ["batch", str(out), "-o", str(tmp_path / "fleet.csv"), "-j", "1"],
-                           catch_exceptions=False)
+    r = CliRunner().invoke(
+        main, ["batch", str(out), "-o", str(tmp_path / "fleet.csv"), "-j", "1"], catch_exceptions=False
+    )
     assert r.exit_code == 0, r.output
     rows = pd.read_csv(tmp_path / "fleet.csv")
     assert len(rows) == len(files) and (rows["status"] == "ok").all()
@@ -131,12 +137,15 @@ _EVENT = b'{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1, "pid": 1
 
 # A file that is not a trace gets the reader's sentence (issue 44: "tracekit report reads it
 # whole" sent its user to a second refusal).
-@pytest.mark.parametrize("content, words", [
-    (b"not json at all", "is not JSON"),
-    (b'{"traceEvents": 5}', "is not a valid trace"),
-    # Found by the fuzz campaign: a flipped byte in a top-level key's value.
-    (b'{"traceName": "\xff\xfe", "traceEvents": [' + _EVENT + b"]}", "is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (b"not json at all", "is not JSON"),
+        (b'{"traceEvents": 5}', "is not a valid trace"),
+        # Found by the fuzz campaign: a flipped byte in a top-level key's value.
+        (b'{"traceName": "\xff\xfe", "traceEvents": [' + _EVENT + b"]}", "is not valid JSON"),
+    ],
+)
 def test_split_bad_input_is_one_sentence(tmp_path, content, words):
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(gzip.compress(content))
@@ -174,7 +183,9 @@ def test_gpu_annotations_go_with_their_cpu_annotation(tmp_path, monkeypatch):
     assert len(parts) == 2
     for p in parts:
         sides = p.annotations["side"].astype(str)
-        assert set(p.annotations.loc[sides == "gpu", "external_id"]) == set(p.annotations.loc[sides == "cpu", "external_id"])
+        assert set(p.annotations.loc[sides == "gpu", "external_id"]) == set(
+            p.annotations.loc[sides == "cpu", "external_id"]
+        )
     assert [len(analyze(p).steps) for p in parts] == [5, 5]
     assert sum(_linked(p) for p in parts) == _linked(whole)
 
@@ -298,8 +309,18 @@ def _assert_same_report(whole, merged):
     assert sorted(f.id for f in merged.findings) == sorted(f.id for f in whole.findings)
 
 
-@pytest.mark.parametrize("name", ["gb10_vllm", RTX3090_VLLM, "sample:tiny-bs8.pt.trace.json.gz",
-                                  "b200_vllm", "mi300x_extend", "b300_qwen3_moe", "h100_hf"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gb10_vllm",
+        RTX3090_VLLM,
+        "sample:tiny-bs8.pt.trace.json.gz",
+        "b200_vllm",
+        "mi300x_extend",
+        "b300_qwen3_moe",
+        "h100_hf",
+    ],
+)
 def test_merged_report_of_the_windows_is_the_whole_traces(name, tmp_path):
     """Steps named by the engine (vLLM annotations, execute_model frames, SGLang step ranges,
     tracekit markers) are never cut, and the merged report of the windows is the whole
@@ -323,8 +344,9 @@ def _strip_annotations(src, dest):
     import json
 
     doc = json.loads(gzip.decompress(src.read_bytes()))
-    doc["traceEvents"] = [e for e in doc["traceEvents"]
-                          if e.get("cat") not in ("user_annotation", "gpu_user_annotation")]
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if e.get("cat") not in ("user_annotation", "gpu_user_annotation")
+    ]
     dest.write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
     return dest
 
@@ -417,8 +439,9 @@ def test_split_of_a_trace_with_inferred_steps_merges_to_the_whole_traces_report(
     assert whole.phase_source == frameworks.SOURCE_LAUNCHES and len(whole.steps) in (11, 3)
     n = sum(len(getattr(read_real(name), t)) for t in TABLES)
     out = tmp_path / "w"
-    r = CliRunner().invoke(main, ["split", str(src), "-o", str(out), "--events", str(n // parts)],
-                           catch_exceptions=False)
+    r = CliRunner().invoke(
+        main, ["split", str(src), "-o", str(out), "--events", str(n // parts)], catch_exceptions=False
+    )
     assert r.exit_code == 0, r.output
     paths = window_paths(str(out))
     assert len(paths) >= 3
@@ -442,11 +465,15 @@ def test_windows_cut_inside_an_inferred_step_say_the_merge_is_not_the_whole_trac
 
 
 # What each of the merge's stated approximations (provenance.windows) covers in the JSON.
-_STATED = {"roofline": (".roofline.",), "timelines": (".timelines",), "idle_top": (".idle_top",),
-           "unknown_bound_ms_by_reason": (".provenance.unknown_bound_ms_by_reason",),
-           "ranks": (".ranks", ".rank_summary"),
-           # Without a replay the findings' time at stake is their summed time (and orders them).
-           "replay": (".replay", ".findings[")}
+_STATED = {
+    "roofline": (".roofline.",),
+    "timelines": (".timelines",),
+    "idle_top": (".idle_top",),
+    "unknown_bound_ms_by_reason": (".provenance.unknown_bound_ms_by_reason",),
+    "ranks": (".ranks", ".rank_summary"),
+    # Without a replay the findings' time at stake is their summed time (and orders them).
+    "replay": (".replay", ".findings["),
+}
 
 
 @pytest.mark.parametrize("name", ["sample:tiny-bs8.pt.trace.json.gz", "gb10_vllm", "h100_hf", "b200_vllm"])
@@ -467,39 +494,50 @@ def test_the_merged_json_is_the_whole_traces_but_for_what_it_says(name, tmp_path
     for key in list(said.get("merged_approximately") or {}) + list(said.get("not_merged") or {}):
         allowed += _STATED[key]
     fw, fm = dict(leaves(whole)), dict(leaves(merged))
-    differ = [k for k in sorted(set(fw) | set(fm)) if not same(fw.get(k, "<absent>"), fm.get(k, "<absent>"), 1e-6, 1e-9)
-              and not any(k.startswith(a) or a in k for a in allowed)]
+    differ = [
+        k
+        for k in sorted(set(fw) | set(fm))
+        if not same(fw.get(k, "<absent>"), fm.get(k, "<absent>"), 1e-6, 1e-9)
+        and not any(k.startswith(a) or a in k for a in allowed)
+    ]
     assert not differ, [(k, fw.get(k, "<absent>"), fm.get(k, "<absent>")) for k in differ[:10]]
+
     # The findings, in whatever order their time at stake puts them: the same ones, saying the
     # same, with the same summed time (the merge's time at stake is that sum: no replay).
     def claims(d):
         return sorted((f["id"], f["phase"], f["text"], f["action"]) for f in d["findings"])
+
     assert claims(whole) == claims(merged)
     sums = {(f["id"], f["phase"]): f["sum_ms"] for f in whole["findings"]}
     for f in merged["findings"]:
         assert f["at_stake_basis"] in (None, "sum")
         assert same(f["at_stake_ms"], sums[(f["id"], f["phase"])], 1e-6, 1e-9), f
+
     # Tables keyed by name keep their order too (largest first where the schema says so).
     def free(path):  # a path none of the allowances covers
         return not any((path + ".").startswith(a) or a in path for a in allowed)
 
     ow, om = dict(key_orders(whole)), dict(key_orders(merged))
-    misordered = [k for k in ow if k in om and free(k)
-                  and [c for c in ow[k] if free(f"{k}.{c}")] != [c for c in om[k] if free(f"{k}.{c}")]]
+    misordered = [
+        k
+        for k in ow
+        if k in om and free(k) and [c for c in ow[k] if free(f"{k}.{c}")] != [c for c in om[k] if free(f"{k}.{c}")]
+    ]
     assert not misordered, [(k, ow[k], om[k]) for k in misordered[:5]]
     # The stated approximation of the idle groups: each merged group is at most the whole trace's
     # (a window can miss part of a group, never add to it), and they stay largest first.
     for p, v in merged["phases"].items():
         ms = [r["ms"] for r in v["idle_top"]]
         assert ms == sorted(ms, reverse=True), p
-        whole_ms = {(r["cause"], r["call"], r["op"], tuple(r["stack"])): r["ms"] for r in whole["phases"][p]["idle_top"]}
+        whole_ms = {
+            (r["cause"], r["call"], r["op"], tuple(r["stack"])): r["ms"] for r in whole["phases"][p]["idle_top"]
+        }
         for r in v["idle_top"]:
             key = (r["cause"], r["call"], r["op"], tuple(r["stack"]))
             if key in whole_ms:
                 assert r["ms"] <= whole_ms[key] + 1e-6, (p, key)
     if whole.get("ranks"):
         assert "ranks" in said["not_merged"]
-
 
 
 @pytest.mark.parametrize("name", ["h100_hf"])
@@ -519,7 +557,9 @@ def test_a_merged_idle_groups_count_is_its_windows_counts_summed(name, tmp_path)
     checked = 0
     for p, v in merged["phases"].items():
         for r in v["idle_top"]:
-            counts = [w["count"] for a in own for w in (a["phases"].get(p) or {}).get("idle_top") or [] if key(w) == key(r)]
+            counts = [
+                w["count"] for a in own for w in (a["phases"].get(p) or {}).get("idle_top") or [] if key(w) == key(r)
+            ]
             assert counts and r["count"] == sum(counts), (p, key(r), r["count"], counts)
             checked += 1
     assert checked >= 3, checked

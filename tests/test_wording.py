@@ -35,7 +35,7 @@ def test_report_header_words():
 
 
 def _hue(color: str) -> float:
-    r, g, b = (int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    r, g, b = (int(color[i : i + 2], 16) / 255 for i in (1, 3, 5))
     return colorsys.rgb_to_hsv(r, g, b)[0] * 360
 
 

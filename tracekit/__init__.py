@@ -6,8 +6,18 @@ __version__ = "0.1.0"
 
 from tracekit.errors import TracekitError
 
-__all__ = ["Trace", "TracekitError", "read_trace", "analyze", "project", "fit_costs", "plan", "__version__", "phase",
-           "decode_step"]
+__all__ = [
+    "Trace",
+    "TracekitError",
+    "read_trace",
+    "analyze",
+    "project",
+    "fit_costs",
+    "plan",
+    "__version__",
+    "phase",
+    "decode_step",
+]
 
 # Where each public name lives: the pipeline's stages, then what builds on whole analyses.
 # (``compare`` is not here: ``tracekit.compare`` is the comparing package, whose own

@@ -100,8 +100,11 @@ def _digest(path: str, st: os.stat_result) -> str:
             return "sha256:" + h.hexdigest()
         h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
         step = (st.st_size - 2 * _EDGE) // (_BLOCKS + 1)
-        for offset, n in [(0, _EDGE), *(((i + 1) * step + _EDGE, _BLOCK) for i in range(_BLOCKS)),
-                          (st.st_size - _EDGE, _EDGE)]:
+        for offset, n in [
+            (0, _EDGE),
+            *(((i + 1) * step + _EDGE, _BLOCK) for i in range(_BLOCKS)),
+            (st.st_size - _EDGE, _EDGE),
+        ]:
             f.seek(offset)
             h.update(f.read(n))
     return "sampled:" + h.hexdigest()
@@ -133,10 +136,15 @@ def path_identity(path: str) -> list:
     side = sidecar_path_for(path)
     # What the reader takes from the file's name and its neighbours' (a per-rank file's rank and
     # world size), not the neighbours themselves: a report written beside the trace changes nothing.
-    siblings = sorted(n for n in os.listdir(os.path.dirname(path))
-                      if n.endswith(TRACE_EXTENSIONS) and not n.endswith(SIDECAR_SUFFIX))
-    return ["file", _file_identity(path), _file_identity(side) if os.path.isfile(side) else None,
-            rank_from_path(path, siblings)]
+    siblings = sorted(
+        n for n in os.listdir(os.path.dirname(path)) if n.endswith(TRACE_EXTENSIONS) and not n.endswith(SIDECAR_SUFFIX)
+    )
+    return [
+        "file",
+        _file_identity(path),
+        _file_identity(side) if os.path.isfile(side) else None,
+        rank_from_path(path, siblings),
+    ]
 
 
 @functools.lru_cache(maxsize=1)
@@ -166,8 +174,9 @@ def code_identity() -> str:
             st = os.stat(spec.origin) if spec and spec.origin else None
         except (ImportError, ValueError, OSError):
             st = None
-        h.update(f"{dep} {spec.origin if st else None} {st.st_size if st else 0} {st.st_mtime_ns if st else 0}\n"
-                 .encode())
+        h.update(
+            f"{dep} {spec.origin if st else None} {st.st_size if st else 0} {st.st_mtime_ns if st else 0}\n".encode()
+        )
     return h.hexdigest()
 
 
@@ -179,8 +188,11 @@ def make_key(kind: str, *parts: Any) -> str:
 
 def env_settings() -> dict[str, str]:
     """The TRACEKIT_* variables that can change a result (all but the cache's own)."""
-    return {k: v for k, v in sorted(os.environ.items())
-            if k.startswith("TRACEKIT_") and k not in (DIR_ENV, OFF_ENV, MAX_ENV)}
+    return {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith("TRACEKIT_") and k not in (DIR_ENV, OFF_ENV, MAX_ENV)
+    }
 
 
 # --- entries ---------------------------------------------------------------------------------
@@ -216,8 +228,11 @@ def _verified(folder: str, kind: str, key: str) -> dict | None:
         with open(os.path.join(folder, MANIFEST), "rb") as f:
             manifest = json.loads(f.read(2**20))
         files = manifest["files"]
-        if (manifest.get("format"), manifest.get("kind"), manifest.get("key")) != (FORMAT, kind, key) \
-                or not isinstance(files, dict) or set(os.listdir(folder)) != {MANIFEST, *files}:
+        if (
+            (manifest.get("format"), manifest.get("kind"), manifest.get("key")) != (FORMAT, kind, key)
+            or not isinstance(files, dict)
+            or set(os.listdir(folder)) != {MANIFEST, *files}
+        ):
             return None
         for name, want in files.items():
             p = os.path.join(folder, name)
@@ -259,13 +274,22 @@ def store(kind: str, key: str, writers: dict[str, Callable[[str], None]], info: 
         os.makedirs(tmp)
         for name, write in writers.items():
             write(os.path.join(tmp, name))
-        files = {n: {"bytes": os.path.getsize(os.path.join(tmp, n)), "sha256": _sha256(os.path.join(tmp, n))}
-                 for n in writers}
+        files = {
+            n: {"bytes": os.path.getsize(os.path.join(tmp, n)), "sha256": _sha256(os.path.join(tmp, n))}
+            for n in writers
+        }
         if sum(f["bytes"] for f in files.values()) > max_bytes():
             discard(tmp)
             return False
-        manifest = {"format": FORMAT, "kind": kind, "key": key, "files": files, "info": info or {},
-                    "tracekit": __version__, "created": time.time()}
+        manifest = {
+            "format": FORMAT,
+            "kind": kind,
+            "key": key,
+            "files": files,
+            "info": info or {},
+            "tracekit": __version__,
+            "created": time.time(),
+        }
         with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
             json.dump(manifest, f)
         final = _folder(kind, key)

@@ -32,8 +32,9 @@ def close_matches(typed: str, candidates, n: int = 4) -> list[str]:
     if not typed:
         return []
     pairs = list(candidates)
-    ranked = ([label for text, label in pairs if text.startswith(typed)]
-              + [label for text, label in pairs if typed in text])
+    ranked = [label for text, label in pairs if text.startswith(typed)] + [
+        label for text, label in pairs if typed in text
+    ]
     if not ranked:
         near = difflib.get_close_matches(typed, list(dict.fromkeys(t for t, _ in pairs)), n=n, cutoff=0.6)
         ranked = [label for text in near for t, label in pairs if t == text]

@@ -44,8 +44,7 @@ def prefill_name(batch: int | None = None, tokens: int | None = None, kv_tokens:
     return _with_fields(PREFILL, batch, tokens, kv_tokens)
 
 
-def decode_name(index: int, batch: int | None = None, tokens: int | None = None,
-                kv_tokens: int | None = None) -> str:
+def decode_name(index: int, batch: int | None = None, tokens: int | None = None, kv_tokens: int | None = None) -> str:
     return _with_fields(f"{DECODE}#{int(index)}", batch, tokens, kv_tokens)
 
 

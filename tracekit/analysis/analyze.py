@@ -34,8 +34,14 @@ from tracekit.analysis.steps.segment import DECODE, Segmentation, segment
 from tracekit.analysis.steps.timeline import add_critical_path, timelines
 from tracekit.analysis.tables import TOP_KERNELS, kernel_table, overall_of, phase_work, roofline_points, short_name
 from tracekit.analysis.waiting.idle import IdleCauses, idle_causes
-from tracekit.analysis.workload import (choose_model, choose_tp, describe_device, describe_model, describe_workload,
-                                        device_spec)
+from tracekit.analysis.workload import (
+    choose_model,
+    choose_tp,
+    describe_device,
+    describe_model,
+    describe_workload,
+    device_spec,
+)
 from tracekit.models import ModelSpec
 from tracekit.models.config import with_weights
 from tracekit.specs import SpecMatch
@@ -87,15 +93,38 @@ def analyze(
     contradicts (another number of attention layers) prices nothing, with the reason, unless
     ``model_force``. ``stated`` gives the tokens and batch of each phase's steps where the user
     knows them (``{"tokens": {"prefill": 1049}, "batch": {"decode": 1}}``, phase ``"all"`` for every step)."""
-    parts, match = measure(trace, gpu=gpu, spec_file=spec_file, cpu_matmul_flops=cpu_matmul_flops,
-                           cpu_bandwidth=cpu_bandwidth, capture=capture, model=model, tp=tp, costs=costs,
-                           weights=weights, model_force=model_force, stated=stated)
+    parts, match = measure(
+        trace,
+        gpu=gpu,
+        spec_file=spec_file,
+        cpu_matmul_flops=cpu_matmul_flops,
+        cpu_bandwidth=cpu_bandwidth,
+        capture=capture,
+        model=model,
+        tp=tp,
+        costs=costs,
+        weights=weights,
+        model_force=model_force,
+        stated=stated,
+    )
     return assemble(trace, parts, match)
 
 
-def measure(trace: Trace, *, gpu=None, spec_file=None, cpu_matmul_flops=None, cpu_bandwidth=None, capture=None,
-            model=None, tp=None, costs="auto", weights=None, model_force=False,
-            stated=None) -> tuple[Parts, SpecMatch]:
+def measure(
+    trace: Trace,
+    *,
+    gpu=None,
+    spec_file=None,
+    cpu_matmul_flops=None,
+    cpu_bandwidth=None,
+    capture=None,
+    model=None,
+    tp=None,
+    costs="auto",
+    weights=None,
+    model_force=False,
+    stated=None,
+) -> tuple[Parts, SpecMatch]:
     """Segment, price and split the trace's work against its device (``analyze``'s options)."""
     seg = segment(trace, stated=stated)
     match = device_spec(trace, gpu, spec_file, cpu_matmul_flops, cpu_bandwidth)
@@ -108,30 +137,35 @@ def measure(trace: Trace, *, gpu=None, spec_file=None, cpu_matmul_flops=None, cp
         if said is not None:
             spec_model = with_weights(spec_model, said.precision, said.sentence(spec_model.dtype))
     tp_value, tp_how = choose_tp(trace, tp)
-    attr = attribute(trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs,
-                     model_force=model_force)
+    attr = attribute(
+        trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs, model_force=model_force
+    )
     checked = check_ceilings(seg.work, attr.table, match, (trace.sidecar or {}).get("calibration"))
     ceilings_note = None
     if checked is not None:  # the measured ceilings were wrong: price again against corrected ones
         match, ceilings_note = checked
-        attr = attribute(trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs,
-                         model_force=model_force)
+        attr = attribute(
+            trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs, model_force=model_force
+        )
     work = pd.concat([seg.work.reset_index(drop=True), attr.table.reset_index(drop=True)], axis=1)
     priced = attr.model_costs is not None and not attr.model_costs.withheld
-    split = split_mixed(seg.steps, work, work["category"].to_numpy(),
-                        attr.model_costs.prefill_share if priced else None, attr.alone)
+    split = split_mixed(
+        seg.steps, work, work["category"].to_numpy(), attr.model_costs.prefill_share if priced else None, attr.alone
+    )
     work["prefill_share"] = split.prefill_share
     model_view = describe_model(spec_model, model_how, tp_value, tp_how, costs, attr.model_costs, model)
     if model_view is not None:
         model_view["forced"] = bool(model_force)
         if said is not None:
             model_view["weights_from_kernels"] = said.precision
-    return Parts(seg, work, split, idle_causes(trace, seg), attr.ops, model_view, attr.capture_note,
-                 ceilings_note), match
+    return Parts(
+        seg, work, split, idle_causes(trace, seg), attr.ops, model_view, attr.capture_note, ceilings_note
+    ), match
 
 
-def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str | None = None,
-             with_timelines: bool = True) -> Analysis:
+def assemble(
+    trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str | None = None, with_timelines: bool = True
+) -> Analysis:
     """Every figure, table and finding of ``parts`` priced against ``match``'s spec row.
     ``device_name`` replaces the trace's device (a projection onto another GPU)."""
     seg, work, split, idle = parts.seg, parts.work, parts.split, parts.idle
@@ -143,10 +177,12 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
     spec = match.spec
     by_phase = {p: phase_work(work, p) for p in PHASE_ORDER if p in lat.phases}
     weights = step_weights(seg.steps, split.step_prefill_fraction)
-    passengers = passenger_view(seg.steps.assign(split=[split.by_step.get(i) for i in range(len(seg.steps))]),
-                                weights[DECODE])
-    phases = {p: figures_of(p, w, lat.phases[p], spec, passengers if p == DECODE else None)
-              for p, w in by_phase.items()}
+    passengers = passenger_view(
+        seg.steps.assign(split=[split.by_step.get(i) for i in range(len(seg.steps))]), weights[DECODE]
+    )
+    phases = {
+        p: figures_of(p, w, lat.phases[p], spec, passengers if p == DECODE else None) for p, w in by_phase.items()
+    }
     for p, v in phases.items():
         v["idle_by_cause"] = idle.phase_causes(weights[p])
         v["idle_top"] = idle.top(weights[p], v["time_ms"], work)
@@ -156,9 +192,11 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
     outside_ms = float(work["dur_ns"].to_numpy()[work["step"].to_numpy() < 0].sum()) / 1e6
     top_kernels = {p: kernel_table(w, TOP_KERNELS, spec) for p, w in by_phase.items()}
     roofline = {p: roofline_points(w, spec, phases[p], parts.ops) for p, w in by_phase.items()}
-    books_notes = books.enforce(books.check(seg.steps, idle.by_step, weights, phases, split.by_step, seg.device_type)
-                                + books.check_figures(phases, steps, overall, outside_ms, seg.device_type)
-                                + books.check_roofs(phases, steps, top_kernels, roofline, spec))
+    books_notes = books.enforce(
+        books.check(seg.steps, idle.by_step, weights, phases, split.by_step, seg.device_type)
+        + books.check_figures(phases, steps, overall, outside_ms, seg.device_type)
+        + books.check_roofs(phases, steps, top_kernels, roofline, spec)
+    )
     withhold(phases, by_phase, (parts.model_view or {}).get("withheld"))
     metrics = metrics_of(lat, phases)
     metrics["unprofiled"] = unprofiled(trace, metrics)
@@ -200,7 +238,8 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
         overall=overall,
         model=parts.model_view,
         timelines=timelines(trace, seg.steps, work, idle, lambda n: short_name(n, 70), seg.device_type)
-        if with_timelines else [],
+        if with_timelines
+        else [],
         truncated=truncation.view(trace),
         measurement=measurement.quality(trace.sidecar, parts.ceilings_note),
     )
@@ -219,18 +258,26 @@ def assemble(trace: Trace, parts: Parts, match: SpecMatch, *, device_name: str |
     return analysis
 
 
-def _steps_with_attribution(steps: pd.DataFrame, work: pd.DataFrame, spec, split: dict | None = None,
-                            idle=None) -> pd.DataFrame:
+def _steps_with_attribution(
+    steps: pd.DataFrame, work: pd.DataFrame, spec, split: dict | None = None, idle=None
+) -> pd.DataFrame:
     """The steps table plus, per step, kernel time by bound, FLOPs, bytes and MBU, idle time by
     cause, and the prefill/decode split of mixed steps."""
     if not len(steps):
         # No rows, but the columns of a run with steps: a merge of windows stacks the windows'
         # tables, and a window may hold no step (a CPU-only stretch cut at idle instants).
-        none = {c: pd.Series(dtype="float64") for c in [f"{b}_ms" for b in BOUNDS] + ["unknown_cost_ms", "flops",
-                                                                                      "bytes", "mbu"]}
-        return steps.assign(**none, mbu_estimate=pd.Series(dtype=object), split=pd.Series(dtype=object),
-                            idle_by_cause=pd.Series(dtype=object), launch_gap_ns=pd.Series(dtype="int64"),
-                            category_ns=pd.Series(dtype=object))
+        none = {
+            c: pd.Series(dtype="float64")
+            for c in [f"{b}_ms" for b in BOUNDS] + ["unknown_cost_ms", "flops", "bytes", "mbu"]
+        }
+        return steps.assign(
+            **none,
+            mbu_estimate=pd.Series(dtype=object),
+            split=pd.Series(dtype=object),
+            idle_by_cause=pd.Series(dtype=object),
+            launch_gap_ns=pd.Series(dtype="int64"),
+            category_ns=pd.Series(dtype=object),
+        )
     sel = work["step"].to_numpy() >= 0
     step = work["step"].to_numpy()[sel]
     dur = work["dur_ns"].to_numpy()[sel].astype(np.float64)  # whole ns: exact float sums

@@ -49,8 +49,14 @@ class BooksError(RuntimeError):
     ``TracekitError`` (the fuzz campaign counts it as a crash)."""
 
 
-def check(steps: pd.DataFrame, idle_by_step: np.ndarray | None, weights: dict[str, np.ndarray],
-          phases: dict[str, dict], split_by_step: dict[int, dict], device_type: str) -> list[str]:
+def check(
+    steps: pd.DataFrame,
+    idle_by_step: np.ndarray | None,
+    weights: dict[str, np.ndarray],
+    phases: dict[str, dict],
+    split_by_step: dict[int, dict],
+    device_type: str,
+) -> list[str]:
     """The violated identities, one sentence each (empty when the books balance)."""
     out: list[str] = []
     if not len(steps):
@@ -66,8 +72,12 @@ def check(steps: pd.DataFrame, idle_by_step: np.ndarray | None, weights: dict[st
         terms = [steps[c].to_numpy() for c in ("previous_ns", "unrecorded_ns", "next_ns")]
         span = steps["end_ns"].to_numpy() - steps["cpu_start_ns"].to_numpy()
         _rows(out, np.any([t < 0 for t in terms], axis=0), steps, "negative time on other work")
-        _rows(out, span != dur + sum(terms), steps,
-              "CPU start to end is not duration + the previous step's, unrecorded and the next step's work")
+        _rows(
+            out,
+            span != dur + sum(terms),
+            steps,
+            "CPU start to end is not duration + the previous step's, unrecorded and the next step's work",
+        )
     if device_type == "gpu" and idle_by_step is not None and len(idle_by_step) == len(steps):
         _rows(out, idle_by_step.sum(axis=1) != idle, steps, "idle causes do not sum to the idle time")
     total_w = np.sum([w for w in weights.values()], axis=0) if weights else np.zeros(len(steps))
@@ -88,21 +98,25 @@ def check(steps: pd.DataFrame, idle_by_step: np.ndarray | None, weights: dict[st
     return out
 
 
-def check_figures(phases: dict[str, dict], steps: pd.DataFrame, overall: dict, outside_ms: float,
-                  device_type: str) -> list[str]:
+def check_figures(
+    phases: dict[str, dict], steps: pd.DataFrame, overall: dict, outside_ms: float, device_type: str
+) -> list[str]:
     """The violated identities among a run's phase figures, its steps table and its overall figures."""
     from tracekit.analysis.pricing.roofline import BOUNDS, LIMITERS
 
     out: list[str] = []
     for p, v in phases.items():
         k = float(v["kernel_ms"])
-        for what, parts in (("bound", [v["by_bound"][b] for b in BOUNDS]),
-                            ("limiter", [v["by_limiter"][m] for m in LIMITERS]),
-                            ("category", list(v["by_category"].values())),
-                            ("cost source", list(v["cost_source_ms"].values()))):
+        for what, parts in (
+            ("bound", [v["by_bound"][b] for b in BOUNDS]),
+            ("limiter", [v["by_limiter"][m] for m in LIMITERS]),
+            ("category", list(v["by_category"].values())),
+            ("cost source", list(v["cost_source_ms"].values())),
+        ):
             if not _close(float(sum(parts)), k):
-                out.append(f"phase {p}: its kernel time by {what} sums to {sum(parts):.6g} ms, not its "
-                           f"kernel time {k:.6g} ms")
+                out.append(
+                    f"phase {p}: its kernel time by {what} sums to {sum(parts):.6g} ms, not its kernel time {k:.6g} ms"
+                )
         cells = v["by_category_bound"]
         for c, row in cells.items():
             if not _close(float(sum(row.values())), float(v["by_category"].get(c, 0.0))):
@@ -117,8 +131,11 @@ def check_figures(phases: dict[str, dict], steps: pd.DataFrame, overall: dict, o
         busy, idle = float(v["gpu_busy_ms"]), float(v["gpu_idle_ms"])
         if not _close(float(v["gpu_time_ms"]), busy + idle):
             out.append(f"phase {p}: gpu_time_ms {v['gpu_time_ms']:.6g} is not busy {busy:.6g} + idle {idle:.6g} ms")
-        if device_type == "gpu" and v.get("idle_by_cause") is not None \
-                and not _close(float(sum(v["idle_by_cause"].values())), idle):
+        if (
+            device_type == "gpu"
+            and v.get("idle_by_cause") is not None
+            and not _close(float(sum(v["idle_by_cause"].values())), idle)
+        ):
             out.append(f"phase {p}: its idle causes do not sum to its idle time {idle:.6g} ms")
         top = float(sum(r["ms"] for r in v.get("idle_top") or []))
         if top > idle and not _close(top, idle):
@@ -137,13 +154,16 @@ def check_figures(phases: dict[str, dict], steps: pd.DataFrame, overall: dict, o
         out.append(f"the trace's kernel time by category does not sum to its kernel time {k_all:.6g} ms")
     inside = float(sum(v["kernel_ms"] for v in phases.values()))
     if len(steps) and not _close(inside + outside_ms, k_all):
-        out.append(f"the trace's kernel time {k_all:.6g} ms is not the phases' {inside:.6g} ms plus the "
-                   f"{outside_ms:.6g} ms outside steps")
+        out.append(
+            f"the trace's kernel time {k_all:.6g} ms is not the phases' {inside:.6g} ms plus the "
+            f"{outside_ms:.6g} ms outside steps"
+        )
     return out
 
 
-def check_roofs(phases: dict[str, dict], steps: pd.DataFrame, top_kernels: dict[str, list],
-                roofline: dict[str, dict], spec=None) -> list[str]:
+def check_roofs(
+    phases: dict[str, dict], steps: pd.DataFrame, top_kernels: dict[str, list], roofline: dict[str, dict], spec=None
+) -> list[str]:
     """Figures shown above their roof (a phase's MFU or MBU, a step's MBU, a top kernel's roof
     fraction or achieved FLOP/s or bytes/s over the device's peaks, a roofline point's fraction
     or achieved FLOP/s over its roof): physically impossible, so never shown as fact; each is
@@ -163,15 +183,19 @@ def check_roofs(phases: dict[str, dict], steps: pd.DataFrame, top_kernels: dict[
             out.append(f"phase {p}: a top kernel's roof fraction is above its roof")
         if bw and any(above_roof(r["achieved_gbps"] * 1e9 / bw) for r in rows if r.get("achieved_gbps") is not None):
             out.append(f"phase {p}: a top kernel's achieved bandwidth is above the peak bandwidth")
-        if peaks and any(above_roof(r["achieved_tflops"] * 1e12 / max(peaks)) for r in rows
-                         if r.get("achieved_tflops") is not None):
+        if peaks and any(
+            above_roof(r["achieved_tflops"] * 1e12 / max(peaks)) for r in rows if r.get("achieved_tflops") is not None
+        ):
             out.append(f"phase {p}: a top kernel's achieved FLOP/s is above every compute peak")
     for p, r in roofline.items():
         points = r.get("points") or []
         if any(above_roof(x.get("roof_fraction")) for x in points):
             out.append(f"phase {p}: a roofline point's fraction is above its roof")
-        if any(above_roof(x["achieved_flops"] / x["roof_flops"]) for x in points
-               if x.get("achieved_flops") is not None and x.get("roof_flops")):
+        if any(
+            above_roof(x["achieved_flops"] / x["roof_flops"])
+            for x in points
+            if x.get("achieved_flops") is not None and x.get("roof_flops")
+        ):
             out.append(f"phase {p}: a roofline point is drawn above its roof")
     return out
 
@@ -185,8 +209,12 @@ def check_compare_roofs(phases: dict[str, dict], kernels: dict[str, dict]) -> li
             if side in ("before", "after") and any(above_roof(x) for x in shares.values()):
                 out.append(f"phase {p}: a category's fraction of the {side} run's roof is above it")
     for p, k in kernels.items():
-        rows = [*k.get("movers", []), *k.get("new", []), *k.get("vanished", []),
-                *(r for c in k.get("categories", []) for r in c.get("top", []))]
+        rows = [
+            *k.get("movers", []),
+            *k.get("new", []),
+            *k.get("vanished", []),
+            *(r for c in k.get("categories", []) for r in c.get("top", [])),
+        ]
         if any(above_roof(r.get(f"{side}_roof")) for r in rows for side in ("before", "after")):
             out.append(f"phase {p}: a kernel group's fraction of its run's roof is above it")
     return out

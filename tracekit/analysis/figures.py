@@ -20,8 +20,18 @@ from tracekit.analysis import categorical
 from tracekit.analysis.findings import rules as find
 from tracekit.analysis.findings.advice import THRESHOLDS as advice_thresholds
 from tracekit.analysis.pricing.above_roof import ABOVE_ROOF
-from tracekit.analysis.pricing.roofline import (BOUNDS, CAPTURE, COST_SOURCES, KERNEL_LATENCY_NS, LATENCY_ROOF,
-                                                LIMITERS, MODEL, SHAPES, above_roof, combined_estimate)
+from tracekit.analysis.pricing.roofline import (
+    BOUNDS,
+    CAPTURE,
+    COST_SOURCES,
+    KERNEL_LATENCY_NS,
+    LATENCY_ROOF,
+    LIMITERS,
+    MODEL,
+    SHAPES,
+    above_roof,
+    combined_estimate,
+)
 from tracekit.analysis.steps.held import HELD_MIN_NS
 from tracekit.analysis.steps.mixed import PASSENGER_REASON, PASSENGER_SHARE
 from tracekit.analysis.steps.segment import DECODE, MIXED, PREFILL, UNKNOWN
@@ -70,8 +80,7 @@ def figures_of(phase: str, w: pd.DataFrame, lat: dict, spec, passengers: dict | 
     time_ms = float(lat.get("time_ms", 0.0))
     # MFU and MBU of the phase's own work: a passenger decode part rides on kernels whose
     # bound its prefill chunk sets (steps.mixed), so neither its work nor its time counts.
-    riding = (w["passenger"].to_numpy(dtype=bool) if passengers and "passenger" in w
-              else np.zeros(len(w), dtype=bool))
+    riding = w["passenger"].to_numpy(dtype=bool) if passengers and "passenger" in w else np.zeros(len(w), dtype=bool)
     own, own_ms = (w[~riding], time_ms - passengers["time_ms"]) if riding.any() else (w, time_ms)
     if riding.all():
         mfu, mfu_ach, mfu_basis, mfu_reason = None, None, None, PASSENGER_REASON
@@ -80,20 +89,24 @@ def figures_of(phase: str, w: pd.DataFrame, lat: dict, spec, passengers: dict | 
         own_kernel = float(own["dur_ns"].sum()) / 1e6
         own_unknown = float(own["dur_ns"].to_numpy()[np.isnan(own["flops"].to_numpy())].sum()) / 1e6
         mfu, mfu_ach, mfu_basis, mfu_reason = _mfu(own, own_ms, spec)
-        mbu, mbu_ach, mbu_basis, mbu_reason = _mbu(float(np.nansum(own["bytes"].to_numpy())), own_ms, spec,
-                                                   own_unknown, own_kernel)
+        mbu, mbu_ach, mbu_basis, mbu_reason = _mbu(
+            float(np.nansum(own["bytes"].to_numpy())), own_ms, spec, own_unknown, own_kernel
+        )
     if mbu_basis:
         mbu_basis += "; " + _sources_text(own, "bytes")
     if riding.any() and not riding.all():
         n = passengers["mixed_steps"]
-        left_out = (f"; without the decode part{'s' if n != 1 else ''} of {n} mixed step{'s' if n != 1 else ''}, "
-                    f"passenger{'s' if n != 1 else ''} of {'their prefill chunks' if n != 1 else 'its prefill chunk'}")
+        left_out = (
+            f"; without the decode part{'s' if n != 1 else ''} of {n} mixed step{'s' if n != 1 else ''}, "
+            f"passenger{'s' if n != 1 else ''} of {'their prefill chunks' if n != 1 else 'its prefill chunk'}"
+        )
         mfu_basis = mfu_basis and mfu_basis + left_out
         mbu_basis = mbu_basis and mbu_basis + left_out
     bytes_estimate, estimate_share, estimate_components = _bytes_estimates(w)
     # What the MBU's bytes are: the phase's own work's (its passengers aside).
-    mbu_kind, mbu_share, mbu_components = (_bytes_estimates(own) if riding.any()
-                                           else (bytes_estimate, estimate_share, estimate_components))
+    mbu_kind, mbu_share, mbu_components = (
+        _bytes_estimates(own) if riding.any() else (bytes_estimate, estimate_share, estimate_components)
+    )
     if mbu_basis and mbu_kind:
         mbu_basis += "; " + _estimates_text(mbu_share, mbu_components, mbu_kind)
     src = categorical.Values(w["cost_source"])
@@ -152,9 +165,14 @@ def figures_of(phase: str, w: pd.DataFrame, lat: dict, spec, passengers: dict | 
         # The decode parts of mixed steps bound by their prefill chunks: in the figures above
         # but MFU and MBU; their kernel time by the bound the chunk sets, and what their decode
         # tokens added (steps.mixed.passenger_view). None without such parts.
-        "passenger": None if not riding.any() else {
-            **passengers, "kernel_ms": float(ms[riding].sum()), "whole_phase": bool(riding.all()),
-            "by_bound": {b: float(ms[riding & bound.eq(b)].sum()) for b in BOUNDS}},
+        "passenger": None
+        if not riding.any()
+        else {
+            **passengers,
+            "kernel_ms": float(ms[riding].sum()),
+            "whole_phase": bool(riding.all()),
+            "by_bound": {b: float(ms[riding & bound.eq(b)].sum()) for b in BOUNDS},
+        },
     }
 
 
@@ -162,9 +180,9 @@ _ESTIMATE_WORDS = {"upper": "upper bounds", "lower": "lower bounds", "model": "t
 # Why a component's bytes are of an estimate kind (model_costs._bytes_estimate, pricing.above_roof).
 ESTIMATE_REASONS = {
     ("upper", "experts"): "routed experts' bytes capped at the bandwidth roof: uniform routing's expected experts "
-                          "would need more",
+    "would need more",
     ("upper", "attention"): "decode attention's bytes capped at the bandwidth roof: the keys it reads are not in "
-                            "the trace",
+    "the trace",
     ("lower", "attention"): "a prefill's KV read without a stated cached prefix",
     ("model", "experts"): "distinct experts expected under uniform routing, E*(1-(1-k/E)^B)",
 }
@@ -172,8 +190,7 @@ ESTIMATE_REASONS = {
 
 def estimate_reasons(kind: str, components) -> str:
     """Why the bytes of ``components`` are of estimate ``kind``, one clause per component."""
-    return "; ".join(ESTIMATE_REASONS.get((kind, c), f"{str(c).replace('_', ' ')}'s bytes")
-                     for c in components)
+    return "; ".join(ESTIMATE_REASONS.get((kind, c), f"{str(c).replace('_', ' ')}'s bytes") for c in components)
 
 
 def _bytes_estimates(w: pd.DataFrame) -> tuple[str | None, dict[str, float], dict[str, list[str]]]:
@@ -192,11 +209,17 @@ def _bytes_estimates(w: pd.DataFrame) -> tuple[str | None, dict[str, float], dic
 
 
 def _estimates_text(share: dict[str, float], components: dict[str, list[str]], kind: str) -> str:
-    parts = [f"{v:.0%} of the bytes are {_ESTIMATE_WORDS[k]}"
-             + (f" ({estimate_reasons(k, components[k])})" if components.get(k) else "")
-             for k, v in share.items() if v > 0]
-    whole = {"upper": "the MBU is an upper bound", "lower": "the MBU is a lower bound",
-             "model": "the MBU is an estimate"}[kind]
+    parts = [
+        f"{v:.0%} of the bytes are {_ESTIMATE_WORDS[k]}"
+        + (f" ({estimate_reasons(k, components[k])})" if components.get(k) else "")
+        for k, v in share.items()
+        if v > 0
+    ]
+    whole = {
+        "upper": "the MBU is an upper bound",
+        "lower": "the MBU is a lower bound",
+        "model": "the MBU is an estimate",
+    }[kind]
     return ", ".join(parts) + f": {whole}"
 
 
@@ -235,8 +258,15 @@ def _mfu(w: pd.DataFrame, time_ms: float, spec) -> tuple:
     secs = time_ms / 1e3
     basis = "; ".join(parts) + "; " + _sources_text(matrix, "flops")
     if above_roof(need / secs):
-        return None, None, None, (f"the matrix FLOPs counted would be {need / secs:.0%} of the peak: above 100% is "
-                                  "not a fact, so the FLOPs or the peak are wrong")
+        return (
+            None,
+            None,
+            None,
+            (
+                f"the matrix FLOPs counted would be {need / secs:.0%} of the peak: above 100% is "
+                "not a fact, so the FLOPs or the peak are wrong"
+            ),
+        )
     return need / secs, need_ach / secs, basis, None
 
 
@@ -274,8 +304,15 @@ def _mbu(nbytes: float, time_ms: float, spec, unknown_ms: float, kernel_ms: floa
     peak = spec.peak_bandwidth
     ach = spec.achievable_bandwidth
     if above_roof(rate / peak):
-        return None, None, None, (f"the bytes counted would move at {rate / peak:.0%} of the peak bandwidth: above "
-                                  "100% is not a fact (data served from caches, or bytes counted twice)")
+        return (
+            None,
+            None,
+            None,
+            (
+                f"the bytes counted would move at {rate / peak:.0%} of the peak bandwidth: above "
+                "100% is not a fact (data served from caches, or bytes counted twice)"
+            ),
+        )
     basis = f"peak bandwidth of {spec.name}: {peak / 1e9:,.0f} GB/s ({spec.peak_basis})"
     if ach:
         basis += f"; achievable {ach / 1e9:,.0f} GB/s ({spec.achievable_bandwidth_basis})"
@@ -323,9 +360,11 @@ def profiler_ratios(unprof: dict[str, Any] | None, metrics: dict[str, Any]) -> d
     if unprof is None:
         return None
     ttft, p50 = metrics.get("ttft_ms"), (metrics.get("tpot_ms") or {}).get("p50")
-    return {**unprof,
-            "ttft_profiler_ratio": ttft / unprof["ttft_ms"] if ttft and unprof.get("ttft_ms") else None,
-            "tpot_p50_profiler_ratio": p50 / unprof["tpot_p50_ms"] if p50 and unprof.get("tpot_p50_ms") else None}
+    return {
+        **unprof,
+        "ttft_profiler_ratio": ttft / unprof["ttft_ms"] if ttft and unprof.get("ttft_ms") else None,
+        "tpot_p50_profiler_ratio": p50 / unprof["tpot_p50_ms"] if p50 and unprof.get("tpot_p50_ms") else None,
+    }
 
 
 def unprofiled_timing(timing: dict[str, Any]) -> dict[str, Any] | None:
@@ -348,7 +387,7 @@ def unprofiled_timing(timing: dict[str, Any]) -> dict[str, Any] | None:
 
 FORMULAS = {
     "step_duration": f"from the step's CPU start (or the end of the previous step's work, when the GPU runs behind: previous_ms) to the later of its CPU end and its last GPU work's end, less the time the GPU spent meanwhile on work the trace did not record that the step's work waited on (unrecorded_ms: a kernel started over "
-                     f"{HELD_MIN_NS / 1e6:g} ms after its launch while no recorded work ran) and on the next step's work alone (next_ms), so the step is measured from the point its own work could start",
+    f"{HELD_MIN_NS / 1e6:g} ms after its launch while no recorded work ran) and on the next step's work alone (next_ms), so the step is measured from the point its own work could start",
     "ttft": "duration of the first prefill step: its CPU start to the end of the GPU work that produced the first token (request-level runs only)",
     "tpot": "durations of the decode steps (mean and percentiles over steps; request-level runs only)",
     "prefill_step_time": "durations of the steps holding prefill work, mixed steps included whole",
@@ -434,11 +473,11 @@ def provenance_of(trace: Trace, seg, lat, match: SpecMatch, phases, work) -> dic
             "cost-sources": f"the model priced >= {find.COST_SOURCES_SHARE:.0%} of the trace's kernel time",
             "experts-concentrated": "routed experts' bytes under uniform routing exceed peak bandwidth x their time",
             "attention-keys-unknown": "decode attention whose keys the trace does not state: bytes capped at peak "
-                                      "bandwidth x its time",
+            "bandwidth x its time",
             "attention-bound-unknown": "decode attention whose keys the trace does not state, its intensity not "
-                                       "below the ridge at any key count",
+            "below the ridge at any key count",
             "cache-resident": f"a kernel of just-written activations whose bytes fit in the L2 cache needs > "
-                              f"{ABOVE_ROOF:.0%} of its time at the DRAM roof",
+            f"{ABOVE_ROOF:.0%} of its time at the DRAM roof",
             "model-undescribed": f"a model component needs > {ABOVE_ROOF:.0%} of its kernels' time at the roofline",
         },
     }
@@ -465,15 +504,17 @@ def richer_trace(source: str, steps: pd.DataFrame) -> str | None:
 # --- for merging windows (analysis.merge) ----------------------------------------------
 
 
-def phase_figures(work: pd.DataFrame, lat, spec, withheld: str | None = None,
-                  passengers: dict | None = None) -> dict[str, dict[str, Any]]:
+def phase_figures(
+    work: pd.DataFrame, lat, spec, withheld: str | None = None, passengers: dict | None = None
+) -> dict[str, dict[str, Any]]:
     """Per phase, its figures from (weighted) units of work and the latency aggregates, as
     ``assemble`` computes them (idle causes aside): ``analysis.merge`` gives it the windows'
     units summed by kind, whose sums are the whole run's. ``passengers``: the decode phase's
     (``figures_of``)."""
     by_phase = {p: phase_work(work, p) for p in PHASE_ORDER if p in lat.phases}
-    phases = {p: figures_of(p, w, lat.phases[p], spec, passengers if p == DECODE else None)
-              for p, w in by_phase.items()}
+    phases = {
+        p: figures_of(p, w, lat.phases[p], spec, passengers if p == DECODE else None) for p, w in by_phase.items()
+    }
     withhold(phases, by_phase, withheld)
     return phases
 

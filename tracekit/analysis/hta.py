@@ -91,14 +91,22 @@ def run_hta(files: list[str] | str) -> dict[str, Any]:
     a failure is ``status: "failed"`` with its reason, per analysis or for the whole run."""
     TraceAnalysis = require()
     files = [os.fspath(files)] if isinstance(files, (str, os.PathLike)) else [os.fspath(f) for f in files]
-    out: dict[str, Any] = {**(version() or {"package": None, "version": None}),
-                           "files": [os.path.basename(f) for f in files], "ranks": [],
-                           "status": "ok", "reason": None, "adjustments": [], "notes": []}
+    out: dict[str, Any] = {
+        **(version() or {"package": None, "version": None}),
+        "files": [os.path.basename(f) for f in files],
+        "ranks": [],
+        "status": "ok",
+        "reason": None,
+        "adjustments": [],
+        "notes": [],
+    }
     readable = [f for f in files if f.lower().endswith(READABLE)]
     skipped = [os.path.basename(f) for f in files if f not in readable]
     if skipped:
-        out["notes"].append(f"HTA reads only .json and .json.gz files, so {', '.join(skipped)} "
-                            f"{'was' if len(skipped) == 1 else 'were'} left out")
+        out["notes"].append(
+            f"HTA reads only .json and .json.gz files, so {', '.join(skipped)} "
+            f"{'was' if len(skipped) == 1 else 'were'} left out"
+        )
     if not readable:
         return _failed(out, "HTA cannot read any of the trace files (it reads only .json and .json.gz)")
     with tempfile.TemporaryDirectory(prefix="tracekit-hta-") as folder:
@@ -114,18 +122,25 @@ def run_hta(files: list[str] | str) -> dict[str, Any]:
     traces = ta.t.traces
     out["ranks"] = sorted(int(r) for r in traces)
     if len(traces) < len(readable):
-        out["notes"].append(f"HTA read {len(readable)} files as {len(traces)} rank(s): it takes each file's rank "
-                            "from its distributedInfo and keeps one file per rank (a file without one is rank 0)")
+        out["notes"].append(
+            f"HTA read {len(readable)} files as {len(traces)} rank(s): it takes each file's rank "
+            "from its distributedInfo and keeps one file per rank (a file without one is rank 0)"
+        )
     moved = _cpu_events_off_streams(ta)
-    out["adjustments"].append("timestamps kept at the trace's resolution (HTA_DISABLE_NS_ROUNDING): HTA's default "
-                              "rounding to whole microseconds shortens every kernel by up to 1 µs")
+    out["adjustments"].append(
+        "timestamps kept at the trace's resolution (HTA_DISABLE_NS_ROUNDING): HTA's default "
+        "rounding to whole microseconds shortens every kernel by up to 1 µs"
+    )
     if moved:
-        out["adjustments"].append(f"{moved} CPU-side events that carry a stream number (Triton's launcher ops) were "
-                                  "not counted as GPU work")
+        out["adjustments"].append(
+            f"{moved} CPU-side events that carry a stream number (Triton's launcher ops) were not counted as GPU work"
+        )
     gpu_ranks = [r for r in out["ranks"] if _gpu_events(ta, r)]
     if not gpu_ranks:
-        out["notes"].append("the trace has no GPU kernels, memcpy or memset (a CPU-only run): HTA's analyses are "
-                            "about GPU streams, so it has nothing to say here")
+        out["notes"].append(
+            "the trace has no GPU kernels, memcpy or memset (a CPU-only run): HTA's analyses are "
+            "about GPU streams, so it has nothing to say here"
+        )
         for key in ANALYSES:
             out[key] = {"status": "empty", "reason": "no GPU activity in the trace"}
         return out
@@ -134,8 +149,13 @@ def run_hta(files: list[str] | str) -> dict[str, Any]:
         out["notes"].append(f"rank(s) {', '.join(map(str, idle_ranks))} have no GPU activity and are left out")
     sub = {r: traces[r] for r in gpu_ranks}
     ta.t.traces = sub  # the analyses iterate over every rank: only those with GPU work
-    for key, fn in (("temporal_breakdown", _temporal), ("idle_breakdown", _idle), ("comm_comp_overlap", _overlap),
-                    ("kernel_launch", _launch), ("kernel_types", _kernel_types)):
+    for key, fn in (
+        ("temporal_breakdown", _temporal),
+        ("idle_breakdown", _idle),
+        ("comm_comp_overlap", _overlap),
+        ("kernel_launch", _launch),
+        ("kernel_types", _kernel_types),
+    ):
         out[key] = _attempt(ANALYSES[key], lambda fn=fn: fn(ta, gpu_ranks))
     return out
 
@@ -151,27 +171,35 @@ def _temporal(ta, ranks) -> dict[str, Any]:
         idle = float(r[df.columns.get_loc("idle_time(us)")])
         compute = float(r[df.columns.get_loc("compute_time(us)")])
         non_compute = float(r[df.columns.get_loc("non_compute_time(us)")])
-        rows.append({
-            "rank": int(r.rank),
-            # HTA calls this "kernel_time": first GPU event's start to the last one's end.
-            "span_ms": span / 1e3,
-            "busy_ms": (span - idle) / 1e3,
-            "idle_ms": idle / 1e3,
-            "compute_ms": compute / 1e3,
-            "non_compute_ms": non_compute / 1e3,
-            "idle_share": idle / span if span else None,
-            "compute_share": compute / span if span else None,
-            "non_compute_share": non_compute / span if span else None,
-        })
+        rows.append(
+            {
+                "rank": int(r.rank),
+                # HTA calls this "kernel_time": first GPU event's start to the last one's end.
+                "span_ms": span / 1e3,
+                "busy_ms": (span - idle) / 1e3,
+                "idle_ms": idle / 1e3,
+                "compute_ms": compute / 1e3,
+                "non_compute_ms": non_compute / 1e3,
+                "idle_share": idle / span if span else None,
+                "compute_share": compute / span if span else None,
+                "non_compute_share": non_compute / span if span else None,
+            }
+        )
     return {"ranks": rows}
 
 
 def _idle(ta, ranks) -> dict[str, Any]:
     df, _ = ta.get_idle_time_breakdown(ranks=list(ranks), visualize=False)
-    rows = [{"rank": int(r.rank), "stream": int(r.stream), "cause": str(r.idle_category),
-             "idle_ms": float(r.idle_time) / 1e3,
-             "share": None if r.idle_time_ratio != r.idle_time_ratio else float(r.idle_time_ratio)}
-            for r in df.itertuples(index=False)]
+    rows = [
+        {
+            "rank": int(r.rank),
+            "stream": int(r.stream),
+            "cause": str(r.idle_category),
+            "idle_ms": float(r.idle_time) / 1e3,
+            "share": None if r.idle_time_ratio != r.idle_time_ratio else float(r.idle_time_ratio),
+        }
+        for r in df.itertuples(index=False)
+    ]
     return {"rows": rows, "kernel_wait_below_us": 30}
 
 
@@ -180,30 +208,40 @@ def _overlap(ta, ranks) -> dict[str, Any]:
     rows = []
     for r in df.itertuples(index=False):
         v = float(r.comp_comm_overlap_pctg)
-        rows.append({"rank": int(r.rank), "overlap_share": v / 100 if v == v else None,
-                     **({} if v == v else {"reason": "no communication kernels on this rank"})})
+        rows.append(
+            {
+                "rank": int(r.rank),
+                "overlap_share": v / 100 if v == v else None,
+                **({} if v == v else {"reason": "no communication kernels on this rank"}),
+            }
+        )
     return {"ranks": rows}
 
 
 def _launch(ta, ranks) -> dict[str, Any]:
-    stats = ta.get_cuda_kernel_launch_stats(ranks=list(ranks), runtime_cutoff=RUNTIME_CUTOFF_US,
-                                            launch_delay_cutoff=LAUNCH_DELAY_CUTOFF_US, visualize=False)
+    stats = ta.get_cuda_kernel_launch_stats(
+        ranks=list(ranks), runtime_cutoff=RUNTIME_CUTOFF_US, launch_delay_cutoff=LAUNCH_DELAY_CUTOFF_US, visualize=False
+    )
     rows = []
     for rank, df in sorted(stats.items()):
         n = int(len(df))
         row: dict[str, Any] = {"rank": int(rank), "launches": n}
         if n:
-            row.update({
-                "gpu_shorter_than_launch": int((df["gpu_duration"] < df["cpu_duration"]).sum()),
-                "long_launches": int((df["cpu_duration"] > RUNTIME_CUTOFF_US).sum()),
-                "long_launch_delays": int((df["launch_delay"] > LAUNCH_DELAY_CUTOFF_US).sum()),
-                "median_launch_us": float(df["cpu_duration"].median()),
-                "median_launch_delay_us": float(df["launch_delay"].median()),
-                "max_launch_delay_us": float(df["launch_delay"].max()),
-            })
+            row.update(
+                {
+                    "gpu_shorter_than_launch": int((df["gpu_duration"] < df["cpu_duration"]).sum()),
+                    "long_launches": int((df["cpu_duration"] > RUNTIME_CUTOFF_US).sum()),
+                    "long_launch_delays": int((df["launch_delay"] > LAUNCH_DELAY_CUTOFF_US).sum()),
+                    "median_launch_us": float(df["cpu_duration"].median()),
+                    "median_launch_delay_us": float(df["launch_delay"].median()),
+                    "max_launch_delay_us": float(df["launch_delay"].max()),
+                }
+            )
         else:
-            row["reason"] = ("no cudaLaunchKernel/cudaMemcpyAsync/cudaMemsetAsync call matched a GPU event (HTA "
-                             "does not count graph launches or HIP's hipLaunchKernel)")
+            row["reason"] = (
+                "no cudaLaunchKernel/cudaMemcpyAsync/cudaMemsetAsync call matched a GPU event (HTA "
+                "does not count graph launches or HIP's hipLaunchKernel)"
+            )
         rows.append(row)
     return {"ranks": rows, "runtime_cutoff_us": RUNTIME_CUTOFF_US, "launch_delay_cutoff_us": LAUNCH_DELAY_CUTOFF_US}
 
@@ -214,9 +252,14 @@ def _kernel_types(ta, ranks) -> dict[str, Any]:
     rows = []
     for rank in ranks:
         by = {str(k).lower(): float(v) / 1e3 for (r, k), v in sums.items() if int(r) == int(rank)}
-        rows.append({"rank": int(rank), "by_type_ms": by,
-                     # Kernels proper: memcpy and memset are HTA's MEMORY type.
-                     "kernel_ms": by.get("computation", 0.0) + by.get("communication", 0.0)})
+        rows.append(
+            {
+                "rank": int(rank),
+                "by_type_ms": by,
+                # Kernels proper: memcpy and memset are HTA's MEMORY type.
+                "kernel_ms": by.get("computation", 0.0) + by.get("communication", 0.0),
+            }
+        )
     return {"ranks": rows}
 
 
@@ -275,13 +318,17 @@ def _contained():
     disables every existing logger) put back as it was. Timestamps are kept unrounded."""
     root = logging.getLogger()
     saved_level, saved_handlers = root.level, list(root.handlers)
-    saved_disabled = {name: lg.disabled for name, lg in logging.Logger.manager.loggerDict.items()
-                      if isinstance(lg, logging.Logger)}
+    saved_disabled = {
+        name: lg.disabled for name, lg in logging.Logger.manager.loggerDict.items() if isinstance(lg, logging.Logger)
+    }
     saved_disable = logging.root.manager.disable
     options = saved_rounding = None
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             warnings.simplefilter("ignore")
             logging.disable(logging.CRITICAL)
             with contextlib.suppress(ImportError):  # HTA's singleton of its HTA_* environment options

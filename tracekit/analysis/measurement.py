@@ -17,8 +17,9 @@ from typing import Any
 # Older sidecars carry only the 1-minute load average: this run's own threads count in it, so
 # only a load of most of the cores says another process competed.
 BUSY_LOAD_PER_CORE = 0.75
-WHAT_TO_DO = ("collect again on an idle machine, or pass --threads 1, which does not stall when "
-              "other processes share the cores")
+WHAT_TO_DO = (
+    "collect again on an idle machine, or pass --threads 1, which does not stall when other processes share the cores"
+)
 
 
 def busy_sentence(device: dict[str, Any] | None) -> str | None:
@@ -29,13 +30,17 @@ def busy_sentence(device: dict[str, Any] | None) -> str | None:
     if isinstance(seen, dict) and seen.get("other_cores") is not None:
         if not seen.get("busy"):
             return None
-        return (f"the machine was busy: other processes kept {seen['other_cores']:.2g} of its {cores} cores busy "
-                f"while tracekit collect ran; CPU timings include waiting for them, so every time and rate of "
-                f"this run is slower than the machine is. To fix it: {_hint(device)}")
+        return (
+            f"the machine was busy: other processes kept {seen['other_cores']:.2g} of its {cores} cores busy "
+            f"while tracekit collect ran; CPU timings include waiting for them, so every time and rate of "
+            f"this run is slower than the machine is. To fix it: {_hint(device)}"
+        )
     load = device.get("load_average_1m")
     if load is not None and load >= BUSY_LOAD_PER_CORE * cores:
-        return (f"the machine was busy (load average {load:.1f} on {cores} cores): CPU timings include waiting "
-                f"for other processes. To fix it: {_hint(device)}")
+        return (
+            f"the machine was busy (load average {load:.1f} on {cores} cores): CPU timings include waiting "
+            f"for other processes. To fix it: {_hint(device)}"
+        )
     return None
 
 
@@ -64,16 +69,27 @@ def quality(sidecar: dict[str, Any] | None, ceilings_note: str | None = None) ->
         rounds = checks.get("attempts")
         said = f" ({'; '.join(checks['problems'])})" if checks.get("problems") else ""
         if reliable is False:
-            notes.append(f"The measured ceilings are unreliable{said}: MFU, MBU and roof fractions in this report are "
-                         f"against them, not the machine's own. To fix it: {_hint(device)}.")
+            notes.append(
+                f"The measured ceilings are unreliable{said}: MFU, MBU and roof fractions in this report are "
+                f"against them, not the machine's own. To fix it: {_hint(device)}."
+            )
         elif busy and not ceilings_note:  # (that note is a finding of its own: ceilings-implausible)
-            notes.append("The ceilings were measured on the busy machine"
-                         + (f" ({rounds} round{'s' if rounds != 1 else ''})" if rounds else "")
-                         + ": MFU, MBU and roof fractions in this report are against them, not the machine's own.")
+            notes.append(
+                "The ceilings were measured on the busy machine"
+                + (f" ({rounds} round{'s' if rounds != 1 else ''})" if rounds else "")
+                + ": MFU, MBU and roof fractions in this report are against them, not the machine's own."
+            )
     reliable = not notes and ceilings_reliable is not False
-    return {"reliable": reliable, "busy": bool(busy), "ceilings_reliable": ceilings_reliable, "notes": notes,
-            "advice": None if reliable else _hint(device), "spread": spread, "contention": device.get("contention"),
-            "load_average_1m": device.get("load_average_1m")}
+    return {
+        "reliable": reliable,
+        "busy": bool(busy),
+        "ceilings_reliable": ceilings_reliable,
+        "notes": notes,
+        "advice": None if reliable else _hint(device),
+        "spread": spread,
+        "contention": device.get("contention"),
+        "load_average_1m": device.get("load_average_1m"),
+    }
 
 
 def at_stake_note(measurement: dict[str, Any] | None) -> str | None:

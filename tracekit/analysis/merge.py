@@ -51,9 +51,23 @@ from tracekit.frameworks import DECODE, SOURCE_NONE, SOURCE_ORDER
 
 _SUMS = ("dur_ns", "flops", "bytes", "units", "roof_x_dur", "known_dur")
 # Per-unit figures that are not sums: left out of the compact table (its rows are groups).
-_PER_UNIT = {"start_ns", "end_ns", "op", "launch", "stream", "ctas", "issue_ns", "issue_tid", "step",
-             "pricing_op", "intensity", "achieved_flops", "achieved_bw", "roof_fraction",
-             "roof_fraction_achievable"}
+_PER_UNIT = {
+    "start_ns",
+    "end_ns",
+    "op",
+    "launch",
+    "stream",
+    "ctas",
+    "issue_ns",
+    "issue_tid",
+    "step",
+    "pricing_op",
+    "intensity",
+    "achieved_flops",
+    "achieved_bw",
+    "roof_fraction",
+    "roof_fraction_achievable",
+}
 # (The peaks a unit was priced against, ``peak_flops`` and the like, are its dtype's: they stay
 # as keys, few distinct.)
 
@@ -73,11 +87,22 @@ def compact(work: pd.DataFrame) -> pd.DataFrame:
         "flops_known": ~np.isnan(work["flops"].to_numpy(dtype=float)),
         "bytes_known": ~np.isnan(work["bytes"].to_numpy(dtype=float)),
     }
-    frame = pd.DataFrame({**{c: work[c].to_numpy() if pd.api.types.is_numeric_dtype(work[c]) or
-                             pd.api.types.is_bool_dtype(work[c]) else work[c].to_numpy(dtype=object)
-                             for c in keys}, **extra})
-    frame["dur_ns"], frame["flops"], frame["bytes"] = dur, work["flops"].to_numpy(dtype=float), \
-        work["bytes"].to_numpy(dtype=float)
+    frame = pd.DataFrame(
+        {
+            **{
+                c: work[c].to_numpy()
+                if pd.api.types.is_numeric_dtype(work[c]) or pd.api.types.is_bool_dtype(work[c])
+                else work[c].to_numpy(dtype=object)
+                for c in keys
+            },
+            **extra,
+        }
+    )
+    frame["dur_ns"], frame["flops"], frame["bytes"] = (
+        dur,
+        work["flops"].to_numpy(dtype=float),
+        work["bytes"].to_numpy(dtype=float),
+    )
     frame["units"] = 1.0
     frame["roof_x_dur"] = np.where(known, roof * dur, 0.0)
     frame["known_dur"] = np.where(known, dur, 0.0)
@@ -122,11 +147,13 @@ def _top_kernels(w: pd.DataFrame, weight: np.ndarray | None = None, spec=None) -
     bound, limiter, cost source and peak note its most common, by units)."""
     if weight is not None:
         keep = weight > 0
-        w = w[keep].assign(dur_ns=w["dur_ns"].to_numpy()[keep] * weight[keep],
-                           flops=w["flops"].to_numpy()[keep] * weight[keep],
-                           bytes=w["bytes"].to_numpy()[keep] * weight[keep],
-                           roof_x_dur=w["roof_x_dur"].to_numpy()[keep] * weight[keep],
-                           known_dur=w["known_dur"].to_numpy()[keep] * weight[keep])
+        w = w[keep].assign(
+            dur_ns=w["dur_ns"].to_numpy()[keep] * weight[keep],
+            flops=w["flops"].to_numpy()[keep] * weight[keep],
+            bytes=w["bytes"].to_numpy()[keep] * weight[keep],
+            roof_x_dur=w["roof_x_dur"].to_numpy()[keep] * weight[keep],
+            known_dur=w["known_dur"].to_numpy()[keep] * weight[keep],
+        )
     if not len(w):
         return []
     w = w.assign(name=w["name"].astype(str))
@@ -135,27 +162,36 @@ def _top_kernels(w: pd.DataFrame, weight: np.ndarray | None = None, spec=None) -
     # A compact row's units all have a roof fraction or none (``has_roof`` is a key), so its
     # ``roof_fraction`` x ``dur_ns`` is its ``roof_x_dur``: the units' sums, as ``analyze`` takes them.
     sums = {k: pd.Series(v, index=w.index).groupby(w["name"]).sum() for k, v in roof_sums(w).items()}
-    table = pd.DataFrame({
-        "calls": g["units"].sum(),
-        "total_ns": g["dur_ns"].sum(),
-        "flops": g["flops"].sum(min_count=1),
-        "bytes": g["bytes"].sum(min_count=1),
-        "category": _mode(w, "category"),
-        "bound": _mode(w, "bound"),
-        "limiter": _mode(w, "limiter"),
-        "cost_source": _mode(w, "cost_source"),
-        "peak_note": _mode(w, "peak_note") if "peak_note" in w else None,
-        "estimate": estimates_by_name(w),  # compact rows keep the estimate as a key, bytes summed
-        **sums,
-    }).sort_values("total_ns", ascending=False, kind="stable").head(TOP_KERNELS)
+    table = (
+        pd.DataFrame(
+            {
+                "calls": g["units"].sum(),
+                "total_ns": g["dur_ns"].sum(),
+                "flops": g["flops"].sum(min_count=1),
+                "bytes": g["bytes"].sum(min_count=1),
+                "category": _mode(w, "category"),
+                "bound": _mode(w, "bound"),
+                "limiter": _mode(w, "limiter"),
+                "cost_source": _mode(w, "cost_source"),
+                "peak_note": _mode(w, "peak_note") if "peak_note" in w else None,
+                "estimate": estimates_by_name(w),  # compact rows keep the estimate as a key, bytes summed
+                **sums,
+            }
+        )
+        .sort_values("total_ns", ascending=False, kind="stable")
+        .head(TOP_KERNELS)
+    )
     return [kernel_row(name, r, total, spec) for name, r in table.iterrows()]
 
 
 def _mode(w: pd.DataFrame, col: str) -> pd.Series:
     """Per name, the value of ``col`` most units have; on a tie the one that sorts first."""
     values = w[col].astype(object).where(w[col].notna(), None)
-    counts = pd.DataFrame({"name": w["name"], "v": values.fillna("\0none"), "n": w["units"]}) \
-        .groupby(["name", "v"])["n"].sum()
+    counts = (
+        pd.DataFrame({"name": w["name"], "v": values.fillna("\0none"), "n": w["units"]})
+        .groupby(["name", "v"])["n"]
+        .sum()
+    )
     best = counts.groupby(level=0).idxmax().map(lambda key: key[1])
     return best.where(best != "\0none", None)
 
@@ -210,8 +246,7 @@ def _fold(acc: _Acc, a: Analysis, i: int) -> None:
     acc.steps.append(s)
     frac = np.full(n, np.nan)
     causes = np.zeros((n, len(CAUSES)), dtype=np.int64)
-    for j, (split, c, busy, phase) in enumerate(zip(s["split"], s["idle_by_cause"], s["gpu_busy_ns"],
-                                                    s["phase"])):
+    for j, (split, c) in enumerate(zip(s["split"], s["idle_by_cause"])):
         if split:
             frac[j] = split_fraction(split)
         if c:
@@ -292,17 +327,22 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
     split_by_step = {int(k): sp for k, sp in zip(steps["step"], steps["split"]) if sp} if len(steps) else {}
     overall_ms = float(work["dur_ns"].sum() / 1e6)
     by_cat = work.groupby(work["category"].astype(str))["dur_ns"].sum().sort_values(ascending=False) / 1e6
-    overall = {"kernel_ms": overall_ms, "kernels": int(round(units.sum())),
-               "by_category": {str(k): float(v) for k, v in by_cat.items()},
-               "by_category_share": {str(k): (float(v) / overall_ms if overall_ms else None) for k, v in by_cat.items()},
-               "top_kernels": _top_kernels(work, spec=spec)}
+    overall = {
+        "kernel_ms": overall_ms,
+        "kernels": int(round(units.sum())),
+        "by_category": {str(k): float(v) for k, v in by_cat.items()},
+        "by_category_share": {str(k): (float(v) / overall_ms if overall_ms else None) for k, v in by_cat.items()},
+        "top_kernels": _top_kernels(work, spec=spec),
+    }
     w_phase = work["phase"].to_numpy()
     w_share = work["prefill_share"].to_numpy(dtype=float)
     top = {p: _top_kernels(work, phase_weights(w_phase, w_share, p), spec) for p in phases}
-    notes = books.enforce(books.check(steps, by_step, weights, phases, split_by_step, device_type)
-                          + books.check_figures(phases, steps, overall, acc.outside["ms"], device_type)
-                          # the merged roofline's points are a window's own, checked in its analysis
-                          + books.check_roofs(phases, steps, top, {}, spec))
+    notes = books.enforce(
+        books.check(steps, by_step, weights, phases, split_by_step, device_type)
+        + books.check_figures(phases, steps, overall, acc.outside["ms"], device_type)
+        # the merged roofline's points are a window's own, checked in its analysis
+        + books.check_roofs(phases, steps, top, {}, spec)
+    )
     metrics = metrics_of(lat, phases)
     metrics["unprofiled"] = profiler_ratios(a0.metrics.get("unprofiled"), metrics)
     k = len(acc.windows)
@@ -315,60 +355,96 @@ def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
     for tl in timelines:
         taken[f"timeline.{tl['why']}"] = int(tl.get("window") or 0)
     prov = dict(a0.provenance)
-    reasons = {k2: v for k2, v in (prov.get("reasons") or {}).items()
-               if not (k2.endswith("_mfu") or k2.endswith("_mbu") or k2 in lat.__dict__)}
+    reasons = {
+        k2: v
+        for k2, v in (prov.get("reasons") or {}).items()
+        if not (k2.endswith("_mfu") or k2.endswith("_mbu") or k2 in lat.__dict__)
+    }
     reasons.update(lat.reasons)
     reasons.update(phase_reasons(phases))
     why_unknown = dict(sorted(acc.why_unknown.items(), key=lambda kv: -kv[1])[:8])
     cut = next((w["window"].get("cut") for w in acc.windows if isinstance(w["window"], dict)), None)
-    merged_note = (f"merged from {k} windows of one trace (tracekit split{', cut ' + cut if cut else ''}): steps, "
-                   "phases, kernel aggregates and percentiles are the whole run's; the roofline points and timelines "
-                   "are taken from single windows and the largest idle intervals summed from each window's largest "
-                   "(provenance.windows says which); a window's first step may read a few microseconds of host "
-                   "idle as unattributed, where the Python frames that covered it began in an earlier window")
-    prov.update({
-        "notes": [merged_note] + acc.notes + notes, "lacks": acc.lacks, "reasons": reasons, "outside_steps": acc.outside,
-        "unknown_bound_ms_by_reason": why_unknown, "unmatched_kernels": acc.unmatched[:50],
-        "windows": {
-            "count": k,
-            "files": [w["file"] for w in acc.windows],
-            "steps_per_window": [w["steps"] for w in acc.windows],
-            "cut": cut,
-            # Figures that are not sums over the windows, and the window each was taken from.
-            "taken_from_window": taken,
-            "merged_approximately": {
-                "idle_top": "each window's largest idle groups, summed: a group below a window's top rows is missed there",
-                "unknown_bound_ms_by_reason": "each window's largest reasons, summed",
-                "roofline": "each phase's points from the window holding its slowest step",
-                "timelines": "the slowest step's from its window; the typical step's from the window whose own "
-                             "typical step is nearest the run's median",
+    merged_note = (
+        f"merged from {k} windows of one trace (tracekit split{', cut ' + cut if cut else ''}): steps, "
+        "phases, kernel aggregates and percentiles are the whole run's; the roofline points and timelines "
+        "are taken from single windows and the largest idle intervals summed from each window's largest "
+        "(provenance.windows says which); a window's first step may read a few microseconds of host "
+        "idle as unattributed, where the Python frames that covered it began in an earlier window"
+    )
+    prov.update(
+        {
+            "notes": [merged_note] + acc.notes + notes,
+            "lacks": acc.lacks,
+            "reasons": reasons,
+            "outside_steps": acc.outside,
+            "unknown_bound_ms_by_reason": why_unknown,
+            "unmatched_kernels": acc.unmatched[:50],
+            "windows": {
+                "count": k,
+                "files": [w["file"] for w in acc.windows],
+                "steps_per_window": [w["steps"] for w in acc.windows],
+                "cut": cut,
+                # Figures that are not sums over the windows, and the window each was taken from.
+                "taken_from_window": taken,
+                "merged_approximately": {
+                    "idle_top": "each window's largest idle groups, summed: a group below a window's top rows is missed there",
+                    "unknown_bound_ms_by_reason": "each window's largest reasons, summed",
+                    "roofline": "each phase's points from the window holding its slowest step",
+                    "timelines": "the slowest step's from its window; the typical step's from the window whose own "
+                    "typical step is nearest the run's median",
+                },
             },
-        },
-    })
+        }
+    )
     # The step replay runs on one trace's dependencies; the windows' graphs are not joined.
-    not_merged = {"replay": "the step replay (what would help, replayed; the critical path) is not merged across "
-                            "windows: the findings' time at stake is the time their cause involves, summed "
-                            "(at_stake_basis \"sum\"); report a window, or the whole trace, for replayed savings"}
+    not_merged = {
+        "replay": "the step replay (what would help, replayed; the critical path) is not merged across "
+        "windows: the findings' time at stake is the time their cause involves, summed "
+        '(at_stake_basis "sum"); report a window, or the whole trace, for replayed savings'
+    }
     if acc.had_ranks:
         # Per-rank figures (waits, skew, the straggler) need every rank's whole steps at once.
-        why = ("the per-rank view (ranks, their waits and the missing ranks) is not merged across windows: "
-               "report the whole trace, or the folder of per-rank traces, for it")
+        why = (
+            "the per-rank view (ranks, their waits and the missing ranks) is not merged across windows: "
+            "report the whole trace, or the folder of per-rank traces, for it"
+        )
         not_merged["ranks"] = why
         prov["notes"].append(why)
     prov["windows"]["not_merged"] = not_merged
-    for key, value in (("graph_capture", acc.graph_capture), ("ceilings", acc.ceilings),
-                       ("richer_trace", acc.richer_trace)):
+    for key, value in (
+        ("graph_capture", acc.graph_capture),
+        ("ceilings", acc.ceilings),
+        ("richer_trace", acc.richer_trace),
+    ):
         if value:
             prov[key] = value
     name = os.path.basename(os.path.normpath(folder)) if folder else a0.source.get("name")
     merged = Analysis(
-        source={**{k2: v for k2, v in a0.source.items() if k2 != "window"}, "path": folder or a0.source.get("path"),
-                "files": [w["file"] for w in acc.windows], "name": name, "events": acc.events, "bytes": acc.bytes},
-        device=a0.device, workload=a0.workload, run_kind=run_kind, phase_source=source, steps=steps,
-        work=work, phases=phases, metrics=metrics, findings=[], provenance={k2: v for k2, v in prov.items()
-                                                                          if k2 != "phase_source"},
-        top_kernels=top, roofline=roofline, overall=overall, model=a0.model, timelines=timelines,
-        truncated=acc.truncated, measurement=a0.measurement,
+        source={
+            **{k2: v for k2, v in a0.source.items() if k2 != "window"},
+            "path": folder or a0.source.get("path"),
+            "files": [w["file"] for w in acc.windows],
+            "name": name,
+            "events": acc.events,
+            "bytes": acc.bytes,
+        },
+        device=a0.device,
+        workload=a0.workload,
+        run_kind=run_kind,
+        phase_source=source,
+        steps=steps,
+        work=work,
+        phases=phases,
+        metrics=metrics,
+        findings=[],
+        provenance={k2: v for k2, v in prov.items() if k2 != "phase_source"},
+        top_kernels=top,
+        roofline=roofline,
+        overall=overall,
+        model=a0.model,
+        timelines=timelines,
+        truncated=acc.truncated,
+        measurement=a0.measurement,
     )
     # The fusion advice reads the units' order, which the sums do not keep (each compact row is
     # its own step, so ``advice`` finds no chain in them): from the windows' chains instead.
@@ -421,8 +497,10 @@ def _fusion(merged: Analysis, acc: _Acc) -> list[Finding]:
         saved, runs, count = acc.fusion[phase]  # every window's phases have their chains (_fold)
         if saved < MIN_AT_STAKE * (p.get("time_ms") or 0.0):
             continue
-        w = merged.work[phase_weights(merged.work["phase"].to_numpy(),
-                                      merged.work["prefill_share"].to_numpy(dtype=float), phase) > 0]
+        w = merged.work[
+            phase_weights(merged.work["phase"].to_numpy(), merged.work["prefill_share"].to_numpy(dtype=float), phase)
+            > 0
+        ]
         if not compiled(merged, w):
             out += fusion_finding(phase, p, saved, runs, count)
     return out

@@ -36,10 +36,18 @@ class Finding:
     sum_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "text": self.text, "severity": self.severity, "phase": self.phase,
-                "action": self.action, "at_stake_ms": self.at_stake_ms, "at_stake_note": self.at_stake_note,
-                "at_stake_basis": self.at_stake_basis, "sum_ms": self.sum_ms,
-                "whatif": [c.describe() for c in self.whatif] if self.whatif else None}
+        return {
+            "id": self.id,
+            "text": self.text,
+            "severity": self.severity,
+            "phase": self.phase,
+            "action": self.action,
+            "at_stake_ms": self.at_stake_ms,
+            "at_stake_note": self.at_stake_note,
+            "at_stake_basis": self.at_stake_basis,
+            "sum_ms": self.sum_ms,
+            "whatif": [c.describe() for c in self.whatif] if self.whatif else None,
+        }
 
 
 @dataclass

@@ -41,7 +41,6 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import categorical
-
 from tracekit.analysis.pricing import taxonomy
 from tracekit.analysis.steps.segment import Segmentation, segment
 from tracekit.analysis.waiting.host import union_intervals
@@ -115,8 +114,12 @@ def _world_size(trace: Trace) -> int | None:
 
 def _rank_trace(trace: Trace, rank: int) -> Trace:
     """The rows of one rank, with the link columns (row positions) renumbered to match."""
-    keep = {n: (getattr(trace, n)["rank"] == rank).to_numpy() if "rank" in getattr(trace, n)
-            else np.ones(len(getattr(trace, n)), bool) for n in _TABLES}
+    keep = {
+        n: (getattr(trace, n)["rank"] == rank).to_numpy()
+        if "rank" in getattr(trace, n)
+        else np.ones(len(getattr(trace, n)), bool)
+        for n in _TABLES
+    }
     new_pos = {}
     for n in ("runtime", "cpu_ops"):
         # One slot more, read by the -1 links (no launch, no op): an empty table is then still indexable.
@@ -175,8 +178,9 @@ def _measure(trace: Trace, seg: Segmentation, rank: int, category: np.ndarray | 
             coll = (start[comm], end[comm], lane[comm], step[comm])
             source = "collective CPU ops (c10d::*, record_param_comms)" if comm.any() else None
     order = np.argsort(coll[0], kind="stable")
-    return _Rank(rank, device, dev_id, seg.device_type, start, end, lane, kernel, comm,
-                 *(c[order] for c in coll), steps, source)
+    return _Rank(
+        rank, device, dev_id, seg.device_type, start, end, lane, kernel, comm, *(c[order] for c in coll), steps, source
+    )
 
 
 def _collective_ranges(trace: Trace) -> pd.DataFrame:
@@ -185,8 +189,11 @@ def _collective_ranges(trace: Trace) -> pd.DataFrame:
     if not len(ann):
         return ann
     cpu = ann[(ann["side"] == "cpu").to_numpy()]
-    return cpu[categorical.mask(cpu["name"], lambda n: n.lower().startswith("gloo:")
-                            or taxonomy.categorize("", n) == taxonomy.COMMUNICATION)]
+    return cpu[
+        categorical.mask(
+            cpu["name"], lambda n: n.lower().startswith("gloo:") or taxonomy.categorize("", n) == taxonomy.COMMUNICATION
+        )
+    ]
 
 
 def _step_of(t: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
@@ -237,8 +244,11 @@ def _compare(ranks: list[_Rank], world: int | None) -> dict[str, Any]:
     counts = {r.rank: len(r.steps) for r in ranks}
     aligned = min(counts.values()) if counts else 0
     if len(set(counts.values())) > 1:
-        notes.append("the ranks have different step counts (" + ", ".join(f"rank {k}: {v}" for k, v in counts.items())
-                     + f"): steps are aligned by index and only the first {aligned} are compared")
+        notes.append(
+            "the ranks have different step counts ("
+            + ", ".join(f"rank {k}: {v}" for k, v in counts.items())
+            + f"): steps are aligned by index and only the first {aligned} are compared"
+        )
     silent = [r.rank for r in ranks if not len(r.coll_start)]
     if silent:
         notes.append(f"rank{'s' if len(silent) > 1 else ''} {_list(silent)} ran no collectives")
@@ -251,8 +261,16 @@ def _compare(ranks: list[_Rank], world: int | None) -> dict[str, Any]:
 def _waits(ranks: list[_Rank], aligned: int) -> tuple[dict, dict, str | None, str | None]:
     """(total wait ns per rank, wait ns per step index per rank, method, why there is none)."""
     if len(ranks) < 2:
-        return {}, {}, None, ("only one rank of the run is in the trace: waiting for other ranks cannot be measured"
-                              if len(ranks) == 1 else "no rank ran a collective")
+        return (
+            {},
+            {},
+            None,
+            (
+                "only one rank of the run is in the trace: waiting for other ranks cannot be measured"
+                if len(ranks) == 1
+                else "no rank ran a collective"
+            ),
+        )
     # The ranks' profilers start at different moments (a rank that starts recording early waits
     # in its first collective for a peer that is not recording yet): only time inside the window
     # every rank records counts, so a collective is clipped to start no earlier than the latest
@@ -268,15 +286,20 @@ def _waits(ranks: list[_Rank], aligned: int) -> tuple[dict, dict, str | None, st
         per_step = {}
         for i, r in enumerate(ranks):
             inside = r.coll_step >= 0
-            per_step[r.rank] = np.bincount(r.coll_step[inside], weights=wait[i][inside],
-                                           minlength=len(r.steps)).astype(np.int64)
+            per_step[r.rank] = np.bincount(r.coll_step[inside], weights=wait[i][inside], minlength=len(r.steps)).astype(
+                np.int64
+            )
         return totals, per_step, METHOD_COLLECTIVE, None
     if aligned:
         per = np.stack([_step_collective(r, clipped[r.rank])[:aligned] for r in ranks])
         wait = per - per.min(axis=0)
         wait = np.where(wait < NOISE_NS, 0, wait)
-        return ({r.rank: int(wait[i].sum()) for i, r in enumerate(ranks)},
-                {r.rank: wait[i] for i, r in enumerate(ranks)}, METHOD_STEP, None)
+        return (
+            {r.rank: int(wait[i].sum()) for i, r in enumerate(ranks)},
+            {r.rank: wait[i] for i, r in enumerate(ranks)},
+            METHOD_STEP,
+            None,
+        )
     tot = np.array([int(clipped[r.rank].sum()) for r in ranks])
     wait = tot - tot.min()
     return {r.rank: int(w if w >= NOISE_NS else 0) for r, w in zip(ranks, wait)}, {}, METHOD_TRACE, None
@@ -305,14 +328,16 @@ def _entry(r: _Rank, world: int | None, wait_ns: int | None, step_wait: np.ndarr
     steps = []
     for i, s in enumerate(r.steps.itertuples(index=False)):
         w = step_wait[i] if step_wait is not None and i < len(step_wait) else None
-        steps.append({
-            "index": int(s.step),
-            "phase": s.phase,
-            "time_ms": s.duration_ns / 1e6,
-            "busy_ms": s.gpu_busy_ns / 1e6,
-            "collective_ms": float(step_coll[i]) / 1e6 if i < len(step_coll) else 0.0,
-            "wait_ms": float(w) / 1e6 if w is not None else None,
-        })
+        steps.append(
+            {
+                "index": int(s.step),
+                "phase": s.phase,
+                "time_ms": s.duration_ns / 1e6,
+                "busy_ms": s.gpu_busy_ns / 1e6,
+                "collective_ms": float(step_coll[i]) / 1e6 if i < len(step_coll) else 0.0,
+                "wait_ms": float(w) / 1e6 if w is not None else None,
+            }
+        )
     return {
         "rank": r.rank,
         "world_size": world,
@@ -352,8 +377,10 @@ def _summary(entries, ranks, world, method, reason, aligned, counts, notes) -> d
         "notes": notes,
     }
     if missing:
-        notes.append(f"rank{'s' if len(missing) > 1 else ''} {_list(missing)} of the world of {world} "
-                     f"{'are' if len(missing) > 1 else 'is'} not in the trace")
+        notes.append(
+            f"rank{'s' if len(missing) > 1 else ''} {_list(missing)} of the world of {world} "
+            f"{'are' if len(missing) > 1 else 'is'} not in the trace"
+        )
     if not world:
         notes.append("the world size is unknown (no distributedInfo): missing ranks cannot be named")
     measured = [e for e in entries if e["collective_wait_ms"] is not None]
@@ -367,8 +394,12 @@ def _summary(entries, ranks, world, method, reason, aligned, counts, notes) -> d
     lost = sum(e["collective_wait_ms"] for e in others)
     span = sum(e["span_ms"] for e in others)
     coll = sum(e["collective_ms"] for e in others)
-    out.update(straggler=straggler["rank"], lost_ms=lost, lost_share=lost / span if span else None,
-               lost_share_of_collective=lost / coll if coll else None)
+    out.update(
+        straggler=straggler["rank"],
+        lost_ms=lost,
+        lost_share=lost / span if span else None,
+        lost_share_of_collective=lost / coll if coll else None,
+    )
     return out
 
 

@@ -88,8 +88,10 @@ def kernel_table(w: pd.DataFrame, top: int | None = None, spec=None) -> list[dic
 ROOF_SUMS = ("roof_x_dur", "known_dur", "compute_ns", "memory_ns", "capped_dur")
 # Routed experts (or decode attention) whose bytes pricing.above_roof capped at the roof.
 CAPPED = "capped"
-CAPPED_REASON = ("its bytes are capped at what peak bandwidth moves in its time (the model's would need more): an "
-                 "upper bound, so the fraction of the roof it reached is not measured")
+CAPPED_REASON = (
+    "its bytes are capped at what peak bandwidth moves in its time (the model's would need more): an "
+    "upper bound, so the fraction of the roof it reached is not measured"
+)
 
 
 def roof_sums(w: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -104,17 +106,23 @@ def roof_sums(w: pd.DataFrame) -> dict[str, np.ndarray]:
         if peak not in w:
             return np.zeros(len(w))
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.nan_to_num(w[what].to_numpy(dtype=float) / w[peak].to_numpy(dtype=float) * 1e9,
-                                 nan=0.0, posinf=0.0)
+            return np.nan_to_num(
+                w[what].to_numpy(dtype=float) / w[peak].to_numpy(dtype=float) * 1e9, nan=0.0, posinf=0.0
+            )
 
     capped = (w["model_check"].to_numpy(dtype=object) == CAPPED) if "model_check" in w else np.zeros(len(w), bool)
-    return {"roof_x_dur": np.where(known, roof * dur, 0.0), "known_dur": np.where(known, dur, 0.0),
-            "compute_ns": at_peak("flops", "peak_flops"), "memory_ns": at_peak("bytes", "peak_bw"),
-            "capped_dur": np.where(capped, dur, 0.0)}
+    return {
+        "roof_x_dur": np.where(known, roof * dur, 0.0),
+        "known_dur": np.where(known, dur, 0.0),
+        "compute_ns": at_peak("flops", "peak_flops"),
+        "memory_ns": at_peak("bytes", "peak_bw"),
+        "capped_dur": np.where(capped, dur, 0.0),
+    }
 
 
-def group_roof(sums, total_ns: float, nbytes: float | None, calls: float, spec=None,
-               device: dict | None = None) -> tuple[float | None, dict | None]:
+def group_roof(
+    sums, total_ns: float, nbytes: float | None, calls: float, spec=None, device: dict | None = None
+) -> tuple[float | None, dict | None]:
     """A group of units' time-weighted roof fraction as shown, or None with why it is withheld
     (``{"why": "above" | "capped", "reason": sentence}``): the rule of ``roofline.roof_withheld``
     on its roof fraction and on its achieved FLOP/s and bytes/s over the peaks. ``sums``: the
@@ -126,9 +134,14 @@ def group_roof(sums, total_ns: float, nbytes: float | None, calls: float, spec=N
     else:
         cache, basis = (device or {}).get("l2_cache_mb"), (device or {}).get("peak_basis")
     per_call = nbytes / calls if calls and nbytes is not None and pd.notna(nbytes) else None
-    why = roof_withheld(sums["compute_ns"] / total_ns if total_ns else None,
-                        sums["memory_ns"] / total_ns if total_ns else None, roof,
-                        bytes_per_call=per_call, cache_mb=cache, peak_basis=basis)
+    why = roof_withheld(
+        sums["compute_ns"] / total_ns if total_ns else None,
+        sums["memory_ns"] / total_ns if total_ns else None,
+        roof,
+        bytes_per_call=per_call,
+        cache_mb=cache,
+        peak_basis=basis,
+    )
     if why:
         return None, {"why": "above", "reason": why}
     if sums["capped_dur"] > 0:
@@ -146,8 +159,9 @@ def kernel_row(name: str, r, total: float, spec=None) -> dict[str, Any]:
     above = withheld is not None and withheld["why"] == "above"
     # The row's limiter follows its time-weighted roof fraction, as shown beside it; a
     # kernel without one (experts capped at the roof) keeps its units' limiter.
-    row_limiter = (str(limiter([r["bound"]], [roof], fits=[r["limiter"] != BELOW_ROOF])[0]) if roof is not None
-                   else r["limiter"])
+    row_limiter = (
+        str(limiter([r["bound"]], [roof], fits=[r["limiter"] != BELOW_ROOF])[0]) if roof is not None else r["limiter"]
+    )
     return {
         "name": str(name),
         "short_name": short_name(str(name)),
@@ -210,7 +224,9 @@ def estimates_by_name(w: pd.DataFrame) -> pd.Series | None:
     out = {}
     for name in pd.unique(names[has]):
         mine = (names == name).to_numpy()
-        out[name] = combined_estimate(w["estimate"].to_numpy(dtype=object)[mine], w["bytes"].to_numpy(dtype=float)[mine])
+        out[name] = combined_estimate(
+            w["estimate"].to_numpy(dtype=object)[mine], w["bytes"].to_numpy(dtype=float)[mine]
+        )
     return pd.Series(out, dtype=object)
 
 
@@ -286,7 +302,9 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
     point per model component (x dtype, unit), the grain the model prices at."""
     flops_all, bytes_all, dur_all = (w[c].to_numpy(dtype=float) for c in ("flops", "bytes", "dur_ns"))
     with np.errstate(invalid="ignore"):
-        usable = ~np.isnan(flops_all) & (bytes_all > 0) & (dur_all > 0) & ~categorical.Values(w["bound"]).eq("interconnect")
+        usable = (
+            ~np.isnan(flops_all) & (bytes_all > 0) & (dur_all > 0) & ~categorical.Values(w["bound"]).eq("interconnect")
+        )
     out: dict[str, Any] = {"points": [], "roofs": None, "reason": None}
     if spec is None:
         out["reason"] = "device peaks unknown: no roofline"
@@ -304,14 +322,19 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
     p = np.maximum(pricing_all[rows_in], 0)
     has_ops = ops is not None and len(ops) > 0
     comp_codes, comp_uniques = pd.factorize(w["component"].to_numpy(dtype=object)[rows_in], use_na_sentinel=False)
-    comp_label = np.array(["model: " + str(c if c is not None else "").replace("_", " ") for c in comp_uniques],
-                          dtype=object)
+    comp_label = np.array(
+        ["model: " + str(c if c is not None else "").replace("_", " ") for c in comp_uniques], dtype=object
+    )
     if has_ops:
         op_name_of = categorical.category_strings(ops["name"])
         op_code = categorical.codes(ops["name"])[p]
         dims_code = pd.factorize(ops["input_dims"].to_numpy(dtype=object)[p], use_na_sentinel=False)[0]
     else:
-        op_name_of, op_code, dims_code = np.array([""], dtype=object), np.zeros(len(p), np.int64), np.zeros(len(p), np.int64)
+        op_name_of, op_code, dims_code = (
+            np.array([""], dtype=object),
+            np.zeros(len(p), np.int64),
+            np.zeros(len(p), np.int64),
+        )
     # Group keys: a shape-priced unit by its op's name and input dims, a model-priced one by
     # its component; each with category, dtype and unit. Aggregated with factorised codes
     # (np.bincount), not a pandas groupby per key: this runs for every phase of every report.
@@ -325,8 +348,10 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
         codes, uniques = pd.factorize(col, use_na_sentinel=False)
         gid = gid * (len(uniques) + 1) + codes
     groups, first, inverse = np.unique(gid, return_index=True, return_inverse=True)
-    sums = {c: np.bincount(inverse, weights=v[rows_in], minlength=len(groups))
-            for c, v in (("flops", flops_all), ("bytes", bytes_all), ("dur_ns", dur_all))}
+    sums = {
+        c: np.bincount(inverse, weights=v[rows_in], minlength=len(groups))
+        for c, v in (("flops", flops_all), ("bytes", bytes_all), ("dur_ns", dur_all))
+    }
     calls = np.bincount(inverse, minlength=len(groups))
     order = np.argsort(-sums["dur_ns"], kind="stable")[:ROOFLINE_POINTS]
     est_all = w["estimate"].to_numpy(dtype=object) if "estimate" in w else None
@@ -336,13 +361,23 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
         i = first[g]
         r = int(rows_in[i])
         label = comp_label[comp_codes[i]] if model_rows[i] else op_name_of[op_code[i]] if has_ops else ""
-        rows.append(((label, None, text_cols[0][i], text_cols[1][i], text_cols[2][i]),
-                     {"flops": sums["flops"][g], "bytes": sums["bytes"][g], "dur_ns": sums["dur_ns"][g],
-                      "calls": calls[g], "kernel": str(w["name"].iat[r]),
-                      "estimate": combined_estimate(est_all[rows_in[inverse == g]], bytes_all[rows_in[inverse == g]])
-                      if any_est else None,
-                      "source": w["cost_source"].iat[r],
-                      "op": int(pricing_all[r]) if shaped_rows[i] else -1}))
+        rows.append(
+            (
+                (label, None, text_cols[0][i], text_cols[1][i], text_cols[2][i]),
+                {
+                    "flops": sums["flops"][g],
+                    "bytes": sums["bytes"][g],
+                    "dur_ns": sums["dur_ns"][g],
+                    "calls": calls[g],
+                    "kernel": str(w["name"].iat[r]),
+                    "estimate": combined_estimate(est_all[rows_in[inverse == g]], bytes_all[rows_in[inverse == g]])
+                    if any_est
+                    else None,
+                    "source": w["cost_source"].iat[r],
+                    "op": int(pricing_all[r]) if shaped_rows[i] else -1,
+                },
+            )
+        )
     for (lab, _, cat, dtype, unit), r in rows:
         secs = r["dur_ns"] / 1e9
         used = spec.runs_as(dtype, unit)  # as the units' bounds: a dtype without a peak runs at the next wider one
@@ -352,9 +387,13 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
         fraction = max(r["flops"] / peak, r["bytes"] / bw) / secs if peak and bw else None
         bound = ("compute" if r["flops"] / peak >= r["bytes"] / bw else "memory") if peak and bw else "unknown"
         # Above its roof a point is not drawn as achieved: it is listed with why.
-        above = roof_withheld(r["flops"] / peak / secs if peak else None, r["bytes"] / bw / secs if bw else None,
-                              bytes_per_call=r["bytes"] / r["calls"], cache_mb=spec.l2_cache_mb,
-                              peak_basis=spec.peak_basis)
+        above = roof_withheld(
+            r["flops"] / peak / secs if peak else None,
+            r["bytes"] / bw / secs if bw else None,
+            bytes_per_call=r["bytes"] / r["calls"],
+            cache_mb=spec.l2_cache_mb,
+            peak_basis=spec.peak_basis,
+        )
         out["points"].append(
             {
                 "label": str(lab),
@@ -385,7 +424,12 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
         "bandwidth": spec.peak_bandwidth,
         "achievable_bandwidth": spec.achievable_bandwidth,
         "compute": [
-            {"dtype": d, "unit": u, "peak_flops": spec.peak_flops(d, u), "achievable_flops": spec.achievable_flops(d, u)}
+            {
+                "dtype": d,
+                "unit": u,
+                "peak_flops": spec.peak_flops(d, u),
+                "achievable_flops": spec.achievable_flops(d, u),
+            }
             for d, u in sorted(dtypes)
             if spec.peak_flops(d, u)
         ],

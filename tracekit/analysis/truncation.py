@@ -18,8 +18,12 @@ from tracekit.trace.reader import cut_device_text
 # The figures a step's time feeds: marked partial on a cut trace.
 LATENCY_FIGURES = ("prefill_step_ms", "decode_step_ms", "ttft_ms", "tpot_ms")
 # The figures that need the GPU's work: withheld when the cut took every kernel.
-GPU_FIGURES = ("decode_tokens_per_s", "prefill_tokens_per_s", "launch_overhead_ms_per_decode_step",
-               "launch_overhead_share_of_decode")
+GPU_FIGURES = (
+    "decode_tokens_per_s",
+    "prefill_tokens_per_s",
+    "launch_overhead_ms_per_decode_step",
+    "launch_overhead_share_of_decode",
+)
 
 
 def gpu_events_lost(trace: Trace) -> bool:
@@ -29,8 +33,10 @@ def gpu_events_lost(trace: Trace) -> bool:
 
 def device_unknown_reason(trace: Trace) -> str:
     """Why the device of a GPU trace cut before its kernels is unknown, for the device's reason."""
-    return cut_device_text((trace.metadata.get("truncated") or {}).get("gpu_evidence") or []) + \
-        ": there is no GPU work to price"
+    return (
+        cut_device_text((trace.metadata.get("truncated") or {}).get("gpu_evidence") or [])
+        + ": there is no GPU work to price"
+    )
 
 
 def partial_reason(trace: Trace) -> str | None:
@@ -39,8 +45,10 @@ def partial_reason(trace: Trace) -> str | None:
     if not cut or cut.get("bytes_parsed") == cut.get("bytes_read") and not cut.get("gpu_events_lost"):
         return None  # only a compressed stream's trailer was cut: every event is there
     if cut.get("gpu_events_lost"):
-        return ("partial: the trace was cut before its GPU events, so the step times are CPU-side only and lack "
-                "the GPU work the cut removed")
+        return (
+            "partial: the trace was cut before its GPU events, so the step times are CPU-side only and lack "
+            "the GPU work the cut removed"
+        )
     return "partial: the trace was cut mid-write, so the steps cover only the part of the run written before the cut"
 
 
@@ -52,12 +60,16 @@ def view(trace: Trace) -> dict[str, Any] | None:
     share = cut.get("recovered_share")
     events = f"{cut.get('events_recovered', 0):,} complete events"
     if cut.get("bytes_parsed") == cut.get("bytes_read") and not cut.get("gpu_events_lost"):
-        text = (f"Truncated trace: the {str(cut.get('how', '')).split()[0]} stream ends before its end marker; the "
-                f"JSON inside is complete ({events}), but its checksum could not be verified.")
+        text = (
+            f"Truncated trace: the {str(cut.get('how', '')).split()[0]} stream ends before its end marker; the "
+            f"JSON inside is complete ({events}), but its checksum could not be verified."
+        )
     else:
         share_text = "an unknown share" if share is None else _pct(share)
-        text = (f"Truncated trace: the file was cut mid-write ({cut.get('how')}); {events} recovered, {share_text} of "
-                "the decompressed text it holds (its original length is unknown).")
+        text = (
+            f"Truncated trace: the file was cut mid-write ({cut.get('how')}); {events} recovered, {share_text} of "
+            "the decompressed text it holds (its original length is unknown)."
+        )
         if cut.get("gpu_events_lost"):
             text += " The cut came before its GPU events: the device is unknown and the step times lack the GPU work."
         else:
@@ -65,8 +77,9 @@ def view(trace: Trace) -> dict[str, Any] | None:
     return {**cut, "partial": partial_reason(trace), "text": text}
 
 
-def mark_partial(trace: Trace, metrics: dict[str, Any], phases: dict[str, dict[str, Any]],
-                 reasons: dict[str, str]) -> None:
+def mark_partial(
+    trace: Trace, metrics: dict[str, Any], phases: dict[str, dict[str, Any]], reasons: dict[str, str]
+) -> None:
     """Mark the step figures of a cut trace partial; withhold those that need the GPU work the cut took."""
     why = partial_reason(trace)
     if why is None:

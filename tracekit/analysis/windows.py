@@ -26,8 +26,12 @@ from tracekit.analysis.analyze import assemble, measure
 from tracekit.analysis.merge import merge
 from tracekit.analysis.model import Analysis
 from tracekit.analysis.steps.ranges import GIVEN_STEPS, inferred_bounds, is_training
-from tracekit.analysis.steps.segment import (PREVIOUS_DEVICE_END, PREVIOUS_KV_HISTORY, PREVIOUS_STEP_BATCH,
-                                             PREVIOUS_STEP_END)
+from tracekit.analysis.steps.segment import (
+    PREVIOUS_DEVICE_END,
+    PREVIOUS_KV_HISTORY,
+    PREVIOUS_STEP_BATCH,
+    PREVIOUS_STEP_END,
+)
 from tracekit.errors import TracekitError
 from tracekit.trace import windows as win
 from tracekit.trace.model import Trace
@@ -46,14 +50,18 @@ def window_paths(folder: str) -> list[str] | None:
         return None
     runs = {(os.path.basename(f)[: m.start()], m.group(2)) for m, f in found}
     if len(runs) > 1:
-        raise TracekitError(f"{folder} holds the windows of {len(runs)} splits ({', '.join(sorted(r[0] for r in runs))}): "
-                            "put each split in a folder of its own")
+        raise TracekitError(
+            f"{folder} holds the windows of {len(runs)} splits ({', '.join(sorted(r[0] for r in runs))}): "
+            "put each split in a folder of its own"
+        )
     k = int(next(iter(runs))[1])
     have = sorted(int(m.group(1)) for m, _ in found)
     if have != list(range(1, k + 1)):
         missing = sorted(set(range(1, k + 1)) - set(have))
-        raise TracekitError(f"{folder} lacks window{'s' if len(missing) > 1 else ''} "
-                            f"{', '.join(map(str, missing[:5]))} of {k}: a merged report needs every window")
+        raise TracekitError(
+            f"{folder} lacks window{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(map(str, missing[:5]))} of {k}: a merged report needs every window"
+        )
     return [f for _, f in sorted(found, key=lambda mf: int(mf[0].group(1)))]
 
 
@@ -127,7 +135,7 @@ class Windows:
             if history:
                 t.metadata[PREVIOUS_KV_HISTORY] = dict(history)
             k = t.kernels
-            for dev, end in (k.groupby("device")["end_ns"].max().items() if len(k) else ()):
+            for dev, end in k.groupby("device")["end_ns"].max().items() if len(k) else ():
                 device_end[int(dev)] = max(device_end.get(int(dev), int(end)), int(end))
             parts, match = measure(t, **self.options)
             history = dict(parts.seg.history)
@@ -155,8 +163,9 @@ class _StepRows:
     A row per launch, not per kernel or event."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, list[pd.DataFrame]] = {t: [] for t in ("kernels", "runtime", "cpu_ops", "python",
-                                                                       "annotations")}
+        self.tables: dict[str, list[pd.DataFrame]] = {
+            t: [] for t in ("kernels", "runtime", "cpu_ops", "python", "annotations")
+        }
         self.launch_window: list[np.ndarray] = []  # the window of each launch kept, in runtime order
         self.n_runtime = 0
         self.path = ""
@@ -247,12 +256,17 @@ def _given_steps(paths: list[str], read: Callable[[str], Any]) -> tuple[list[dic
     for i, (start, end, t_id, label) in enumerate(bounds):
         held = np.unique(in_window[(tid == t_id) & (issue >= start) & (issue <= end)])
         if len(held) > 1:
-            return None, (f"the trace names no steps and its inferred step {i + 1} ({label}) spans windows "
-                          f"{held[0] + 1} and {held[-1] + 1}: each window's steps were inferred on their own, so the "
-                          "steps, phases and per-phase figures may differ from the whole trace's (split it again "
-                          "with tracekit split, which cuts between the whole trace's inferred steps)")
-        at = int(held[0]) if len(held) else int(np.clip(np.searchsorted(spans, start, side="right") - 1,
-                                                        0, len(paths) - 1))
+            return None, (
+                f"the trace names no steps and its inferred step {i + 1} ({label}) spans windows "
+                f"{held[0] + 1} and {held[-1] + 1}: each window's steps were inferred on their own, so the "
+                "steps, phases and per-phase figures may differ from the whole trace's (split it again "
+                "with tracekit split, which cuts between the whole trace's inferred steps)"
+            )
+        at = (
+            int(held[0])
+            if len(held)
+            else int(np.clip(np.searchsorted(spans, start, side="right") - 1, 0, len(paths) - 1))
+        )
         mine[at].append([int(start), int(end), int(t_id), str(label)])
     return [{"bounds": b, "source": source, "notes": notes} for b in mine], None
 
@@ -292,6 +306,11 @@ def split_keeping_steps(path: str, out_dir: str, read: Callable[[str], Any], **o
     for a, b, t_id, _ in bounds:
         mine = (tid == t_id) & (issue >= a) & (issue <= b)
         if mine.any():
-            steps.append(((a - base - 0.5) / 1e3, (int(issue[mine].min()) - base - 0.5) / 1e3,
-                          (int(end[mine].max()) - base) / 1e3))
+            steps.append(
+                (
+                    (a - base - 0.5) / 1e3,
+                    (int(issue[mine].min()) - base - 0.5) / 1e3,
+                    (int(end[mine].max()) - base) / 1e3,
+                )
+            )
     return win.split(path, out_dir, **{**options, "force": True, "steps": np.array(steps, dtype=np.float64)})

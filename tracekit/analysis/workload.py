@@ -19,7 +19,6 @@ from tracekit.specs import SpecMatch, cpu_lookup, with_calibration
 from tracekit.specs.identify import identify
 from tracekit.trace.model import Trace
 
-
 # --- model ---------------------------------------------------------------------------
 
 
@@ -58,8 +57,9 @@ def choose_tp(trace: Trace, tp: int | None) -> tuple[int, str]:
     return 1, "assumed 1: the trace has no distributedInfo (pass --tp)"
 
 
-def describe_model(spec: ModelSpec | None, how: str | None, tp: int, tp_how: str, costs: str, mcosts,
-                asked) -> dict[str, Any] | None:
+def describe_model(
+    spec: ModelSpec | None, how: str | None, tp: int, tp_how: str, costs: str, mcosts, asked
+) -> dict[str, Any] | None:
     """What the report says about the model that priced the kernels (``Analysis.model``)."""
     if spec is None:
         return None
@@ -71,8 +71,11 @@ def describe_model(spec: ModelSpec | None, how: str | None, tp: int, tp_how: str
         "parameters": parameters(spec),
         "tp": tp,
         "tp_source": tp_how,
-        "precision": {c: spec.weight(c).name for c in ("attention", "linear_attention", "mlp", "experts",
-                                                        "shared_experts", "lm_head") if _has(spec, c)},
+        "precision": {
+            c: spec.weight(c).name
+            for c in ("attention", "linear_attention", "mlp", "experts", "shared_experts", "lm_head")
+            if _has(spec, c)
+        },
         "precision_source": spec.precision_source,
         "costs": costs,
     }
@@ -90,8 +93,12 @@ def describe_model(spec: ModelSpec | None, how: str | None, tp: int, tp_how: str
 def _has(spec: ModelSpec, cls: str) -> bool:
     from tracekit.models.config import DENSE, LINEAR, MOE
 
-    return {"linear_attention": spec.count(attention=LINEAR) > 0, "mlp": spec.count(mlp=DENSE) > 0,
-            "experts": spec.count(mlp=MOE) > 0, "shared_experts": bool(spec.shared_intermediate)}.get(cls, True)
+    return {
+        "linear_attention": spec.count(attention=LINEAR) > 0,
+        "mlp": spec.count(mlp=DENSE) > 0,
+        "experts": spec.count(mlp=MOE) > 0,
+        "shared_experts": bool(spec.shared_intermediate),
+    }.get(cls, True)
 
 
 # --- device --------------------------------------------------------------------------
@@ -115,7 +122,11 @@ def device_spec(trace: Trace, gpu, spec_file, cpu_flops, cpu_bw) -> SpecMatch:
 def describe_device(trace: Trace, device_type: str, match: SpecMatch) -> dict[str, Any]:
     """What the report says about the device and the spec row that priced it (``Analysis.device``)."""
     spec = match.spec
-    name = trace.device_name() if device_type == "gpu" else ((trace.sidecar or {}).get("device") or {}).get("name") or "CPU"
+    name = (
+        trace.device_name()
+        if device_type == "gpu"
+        else ((trace.sidecar or {}).get("device") or {}).get("name") or "CPU"
+    )
     reason = match.reason
     if device_type == "cpu" and truncation.gpu_events_lost(trace):
         # A GPU trace cut before its kernels is not a CPU trace: its device's work is unknown.

@@ -11,18 +11,47 @@ from __future__ import annotations
 import time
 
 from tracekit.batch.executors import default_jobs, executor
-from tracekit.batch.fleet import (OUTLIER_METRICS, OUTLIER_RULE, Fleet, Interrupted, default_timeout, mark_outliers,
-                                  run_batch)
+from tracekit.batch.fleet import (
+    OUTLIER_METRICS,
+    OUTLIER_RULE,
+    Fleet,
+    Interrupted,
+    default_timeout,
+    mark_outliers,
+    run_batch,
+)
 from tracekit.batch.inputs import Item, expand
 from tracekit.batch.rows import COLUMNS, analyse_path, row_from_analysis
 
-__all__ = ["COLUMNS", "OUTLIER_METRICS", "OUTLIER_RULE", "Fleet", "Interrupted", "Item", "analyse_items", "analyse_many",
-           "analyse_path", "default_jobs", "default_timeout", "executor", "expand", "mark_outliers", "row_from_analysis",
-           "run_batch"]
+__all__ = [
+    "COLUMNS",
+    "OUTLIER_METRICS",
+    "OUTLIER_RULE",
+    "Fleet",
+    "Interrupted",
+    "Item",
+    "analyse_items",
+    "analyse_many",
+    "analyse_path",
+    "default_jobs",
+    "default_timeout",
+    "executor",
+    "expand",
+    "mark_outliers",
+    "row_from_analysis",
+    "run_batch",
+]
 
 
-def analyse_many(paths: list[str], *, jobs: int | None = None, dask: str | None = None, progress=None,
-                 timeout: float | None = None, on_row=None) -> Fleet:
+def analyse_many(
+    paths: list[str],
+    *,
+    jobs: int | None = None,
+    dask: str | None = None,
+    progress=None,
+    timeout: float | None = None,
+    on_row=None,
+) -> Fleet:
     """Analyse every trace in ``paths`` (files, folders, globs) into a ``Fleet``: on ``jobs``
     local processes, or on a Dask cluster (``dask``: ``"local"`` or a scheduler address).
     ``timeout``: seconds per trace (None: ``default_timeout`` of its size; 0: none);
@@ -31,8 +60,15 @@ def analyse_many(paths: list[str], *, jobs: int | None = None, dask: str | None 
     return analyse_items(expand(paths), jobs=jobs, dask=dask, progress=progress, timeout=timeout, on_row=on_row)
 
 
-def analyse_items(items: list[Item], *, jobs: int | None = None, dask: str | None = None, progress=None,
-                  timeout: float | None = None, on_row=None) -> Fleet:
+def analyse_items(
+    items: list[Item],
+    *,
+    jobs: int | None = None,
+    dask: str | None = None,
+    progress=None,
+    timeout: float | None = None,
+    on_row=None,
+) -> Fleet:
     """``analyse_many`` of inputs already expanded (``expand``)."""
     # No more workers than traces to analyse (a folder's files count one each).
     jobs = min(jobs or default_jobs(), max(1, sum(len(i.files) or 1 for i in items)))

@@ -157,8 +157,10 @@ class LocalProcesses:
     @staticmethod
     def died(exc: BaseException) -> str | None:
         if isinstance(exc, WorkerDied):
-            return (f"internal error: the worker process analysing this trace died without a result ({exc}): "
-                    "killed, e.g. out of memory, or crashed")
+            return (
+                f"internal error: the worker process analysing this trace died without a result ({exc}): "
+                "killed, e.g. out of memory, or crashed"
+            )
         return None
 
     def close(self) -> None:
@@ -210,8 +212,13 @@ class DaskCluster:
                 with warnings.catch_warnings():
                     # No dashboard; its HTTP server falls back to a free port when 8787 is taken.
                     warnings.filterwarnings("ignore", message="Port .* is already in use")
-                    self._cluster = distributed.LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                                                             dashboard_address=None, silence_logs=logging.ERROR)
+                    self._cluster = distributed.LocalCluster(
+                        n_workers=jobs,
+                        threads_per_worker=1,
+                        processes=True,
+                        dashboard_address=None,
+                        silence_logs=logging.ERROR,
+                    )
                 self.client = distributed.Client(self._cluster)
                 self.description = f"a local Dask cluster of {jobs} worker process{'es' if jobs != 1 else ''}"
             else:

@@ -24,17 +24,19 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tracekit import __version__
-from tracekit.batch.inputs import Item
 from tracekit.batch.executors import TimedOut
+from tracekit.batch.inputs import Item
 from tracekit.batch.rows import COLUMNS, ERROR, OK, TIMEOUT, analyse_path, error_row
 from tracekit.errors import TracekitError
 
 OUTLIER_METRICS = ("prefill_step_p50_ms", "decode_step_p50_ms", "prefill_tokens_per_s", "decode_tokens_per_s")
 MIN_FOR_OUTLIERS = 4
 IQR_FENCE = 1.5
-OUTLIER_RULE = (f"beyond {IQR_FENCE} interquartile ranges outside the quartiles (Tukey's fences) of the column's "
-                f"values over the analysed traces, on a log scale; columns with fewer than {MIN_FOR_OUTLIERS} values "
-                "mark none")
+OUTLIER_RULE = (
+    f"beyond {IQR_FENCE} interquartile ranges outside the quartiles (Tukey's fences) of the column's "
+    f"values over the analysed traces, on a log scale; columns with fewer than {MIN_FOR_OUTLIERS} values "
+    "mark none"
+)
 
 
 @dataclass
@@ -82,8 +84,11 @@ def mark_outliers(rows: list[dict[str, Any]]) -> None:
     (comma-separated, "" for none; ``None`` on error rows)."""
     flagged: dict[int, list[str]] = {i: [] for i, r in enumerate(rows) if r["status"] == OK}
     for col in OUTLIER_METRICS:
-        vals = [(i, math.log10(v)) for i, r in enumerate(rows)
-                if r["status"] == OK and isinstance(v := r.get(col), (int, float)) and v > 0 and math.isfinite(v)]
+        vals = [
+            (i, math.log10(v))
+            for i, r in enumerate(rows)
+            if r["status"] == OK and isinstance(v := r.get(col), (int, float)) and v > 0 and math.isfinite(v)
+        ]
         if len(vals) < MIN_FOR_OUTLIERS:
             continue
         q1, q3 = _quartiles(sorted(v for _, v in vals))
@@ -97,10 +102,12 @@ def mark_outliers(rows: list[dict[str, Any]]) -> None:
 
 def _quartiles(s: list[float]) -> tuple[float, float]:
     """First and third quartiles, linear interpolation (numpy's default)."""
+
     def q(p: float) -> float:
         x = p * (len(s) - 1)
         lo = math.floor(x)
         return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (x - lo)
+
     return q(0.25), q(0.75)
 
 
@@ -132,9 +139,14 @@ class Interrupted(Exception):
         self.fleet: Fleet | None = None  # the rows as a Fleet (complete=False), set by analyse_items
 
 
-def run_batch(items: list[Item], executor, progress: Callable[[int, int], None] | None = None, *,
-              timeout: float | None = None, on_row: Callable[[dict[str, Any]], None] | None = None
-              ) -> list[dict[str, Any]]:
+def run_batch(
+    items: list[Item],
+    executor,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    timeout: float | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
     """Rows for ``items`` (``tracekit.batch.inputs.expand``), in their order, analysed on
     ``executor`` (``tracekit.batch.executors``). ``progress(done, total)`` is called as rows
     complete (``total`` shrinks when a folder turns out to be one run), ``on_row(row)`` with each
@@ -202,9 +214,16 @@ def run_batch(items: list[Item], executor, progress: Callable[[int, int], None] 
                         if verdict is None:  # the ranks of one run: analysed again, together, as one trace
                             total -= len(g["item"].files) - 1
                             g["whole"] = True
-                            queue.insert(0, ((group, 0), g["item"].path,
-                                             f"the ranks of one run: {len(g['item'].files)} files", None,
-                                             g["item"].files))
+                            queue.insert(
+                                0,
+                                (
+                                    (group, 0),
+                                    g["item"].path,
+                                    f"the ranks of one run: {len(g['item'].files)} files",
+                                    None,
+                                    g["item"].files,
+                                ),
+                            )
                         else:
                             for s, r in g["rows"].items():
                                 r["note"] = verdict
@@ -245,8 +264,10 @@ def _one_run(group: dict, check) -> str | None:
     folder = group["item"].path
     unread = [r["name"] for r in group["rows"].values() if r["status"] != OK]
     if unread:
-        return (f"analysed file by file, not as one run: {', '.join(unread[:3])}{' and others' if len(unread) > 3 else ''} "
-                f"in {folder} could not be analysed")
+        return (
+            f"analysed file by file, not as one run: {', '.join(unread[:3])}{' and others' if len(unread) > 3 else ''} "
+            f"in {folder} could not be analysed"
+        )
     try:
         check(folder, [group["keys"][s] for s in sorted(group["keys"])])
     except TracekitError as e:

@@ -34,7 +34,9 @@ def expand(paths: list[str]) -> list[Item]:
     items: list[Item] = []
     seen: set[str] = set()
     for arg in paths:
-        matches = [arg] if os.path.exists(arg) else sorted(glob.glob(arg, recursive=True)) if glob.has_magic(arg) else []
+        matches = (
+            [arg] if os.path.exists(arg) else sorted(glob.glob(arg, recursive=True)) if glob.has_magic(arg) else []
+        )
         if not matches:
             what = "matches no file or folder" if glob.has_magic(arg) else "no such file or folder"
             raise TracekitError(f"{arg}: {what}")

@@ -19,14 +19,41 @@ from tracekit.errors import TracekitError
 # The table's columns, in order (documented in docs/batch.md).
 PHASES = ("prefill", "decode", "mixed", "unknown")
 COLUMNS = (
-    "file", "name", "files", "status", "error", "note",
-    "recorded_at", "device", "device_type", "spec", "model", "run_kind", "phase_source",
+    "file",
+    "name",
+    "files",
+    "status",
+    "error",
+    "note",
+    "recorded_at",
+    "device",
+    "device_type",
+    "spec",
+    "model",
+    "run_kind",
+    "phase_source",
     *(f"{p}_steps" for p in PHASES),
-    "prefill_step_p50_ms", "prefill_step_p90_ms", "decode_step_p50_ms", "decode_step_p90_ms",
-    "ttft_ms", "tpot_p50_ms",
-    "prefill_tokens_per_s", "decode_tokens_per_s", "prefill_mfu", "decode_mbu",
-    "prefill_idle_share", "decode_idle_share", "idle_top_cause", "idle_top_cause_ms",
-    "kernel_ms", "kernels", "findings", "top_finding_id", "top_finding", "seconds", "outliers",
+    "prefill_step_p50_ms",
+    "prefill_step_p90_ms",
+    "decode_step_p50_ms",
+    "decode_step_p90_ms",
+    "ttft_ms",
+    "tpot_p50_ms",
+    "prefill_tokens_per_s",
+    "decode_tokens_per_s",
+    "prefill_mfu",
+    "decode_mbu",
+    "prefill_idle_share",
+    "decode_idle_share",
+    "idle_top_cause",
+    "idle_top_cause_ms",
+    "kernel_ms",
+    "kernels",
+    "findings",
+    "top_finding_id",
+    "top_finding",
+    "seconds",
+    "outliers",
 )
 # A row's status: analysed, failed (its ``error`` says why), or stopped at its time limit.
 OK, ERROR, TIMEOUT = "ok", "error", "timeout"
@@ -55,12 +82,21 @@ class RunKey:
     def of(cls, t) -> RunKey:
         dist = t.distributed
         small = {k: dist.get(k) for k in ("rank", "world_size") if k in dist} if isinstance(dist, dict) else None
-        return cls(str(t.path), int(t.n_bytes), int(t.n_events), int(t.start_ns), int(t.end_ns), small,
-                   bool(t.has_gpu), t.device_name() if t.has_gpu else None)
+        return cls(
+            str(t.path),
+            int(t.n_bytes),
+            int(t.n_events),
+            int(t.start_ns),
+            int(t.end_ns),
+            small,
+            bool(t.has_gpu),
+            t.device_name() if t.has_gpu else None,
+        )
 
 
-def error_row(path: str, message: str, *, note: str | None = None, seconds: float | None = None,
-              status: str = ERROR) -> dict[str, Any]:
+def error_row(
+    path: str, message: str, *, note: str | None = None, seconds: float | None = None, status: str = ERROR
+) -> dict[str, Any]:
     """The row of a trace that has no figures: ``status`` ``error`` (or ``timeout``) and why."""
     row = dict.fromkeys(COLUMNS)
     row.update(file=str(path), name=_name(path), status=status, error=message, note=note, seconds=seconds)
@@ -101,10 +137,16 @@ def row_from_analysis(path: str, data: dict[str, Any], recorded_ns: int | None =
     m, phases, dev = data.get("metrics") or {}, data.get("phases") or {}, data.get("device") or {}
     row = dict.fromkeys(COLUMNS)
     row.update(
-        file=str(path), name=_name(path), files=len((data.get("source") or {}).get("files") or [path]),
-        status=OK, recorded_at=_iso(recorded_ns),
-        device=dev.get("name"), device_type=dev.get("type"), spec=dev.get("spec"),
-        model=_model_name(data), run_kind=data.get("run_kind"),
+        file=str(path),
+        name=_name(path),
+        files=len((data.get("source") or {}).get("files") or [path]),
+        status=OK,
+        recorded_at=_iso(recorded_ns),
+        device=dev.get("name"),
+        device_type=dev.get("type"),
+        spec=dev.get("spec"),
+        model=_model_name(data),
+        run_kind=data.get("run_kind"),
         phase_source=(data.get("provenance") or {}).get("phase_source"),
     )
     for p in PHASES:

@@ -39,8 +39,9 @@ def analyse_limited(path: str, note: str | None, limit_s: float):
     """``tracekit.batch.rows.analyse_path(path, note)`` in this thread's child: its value, or ``Late``."""
     proc = getattr(_mine, "proc", None)
     if proc is None or proc.poll() is not None:
-        proc = _mine.proc = subprocess.Popen([sys.executable, "-m", "tracekit.batch.worker"], stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, bufsize=0)
+        proc = _mine.proc = subprocess.Popen(
+            [sys.executable, "-m", "tracekit.batch.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        )
         if _frame(proc.stdout.fileno(), time.monotonic() + STARTUP_WAIT_S) != READY:
             _drop(proc)
             return Late(limit_s)
@@ -56,8 +57,9 @@ def analyse_limited(path: str, note: str | None, limit_s: float):
     if out is None:
         code = proc.poll()
         _drop(proc)
-        raise RuntimeError(f"the analysis process on the Dask worker died (exit status {code}: killed, e.g. out of "
-                           "memory, or crashed)")
+        raise RuntimeError(
+            f"the analysis process on the Dask worker died (exit status {code}: killed, e.g. out of memory, or crashed)"
+        )
     return pickle.loads(out)
 
 

@@ -17,7 +17,6 @@ import click
 from tracekit import __version__
 from tracekit.errors import TracekitError
 
-
 # When the process ends, the interpreter's teardown runs the cyclic garbage collector over
 # every object pandas, numpy and an analysis left (~0.2 s of CPU after a `tracekit summary`
 # of a large trace). Nothing is left for it to do by then: atexit handlers (temporary
@@ -34,35 +33,35 @@ atexit.register(gc.freeze)
 COMMANDS = {
     "collect": "Profile an LLM inference run and write a trace plus a metadata sidecar.",
     "report": "Write a report of TRACE: a self-contained HTML page with charts (opens offline), the whole analysis "
-              "as JSON for scripts and CI, or a Markdown summary for pull requests.",
+    "as JSON for scripts and CI, or a Markdown summary for pull requests.",
     "compare": "Compare two runs: BEFORE (the baseline) and AFTER (the change), each a trace file or a folder of "
-               "per-rank traces.",
+    "per-rank traces.",
     "summary": "Print what a trace holds (device, event counts, top kernels), then its headline figures (TTFT, TPOT, "
-               "tokens/s, MFU, MBU, idle) and the prefill/decode phase table.",
+    "tokens/s, MFU, MBU, idle) and the prefill/decode phase table.",
     "batch": "Analyse every trace in PATHS (files, folders, globs) into one table, one row per trace: device, model, "
-             "run kind, steps and step times per phase, tokens/s, MFU/MBU, idle share and its top cause, the top "
-             "finding, and a status with the error of traces that failed.",
+    "run kind, steps and step times per phase, tokens/s, MFU/MBU, idle share and its top cause, the top "
+    "finding, and a status with the error of traces that failed.",
     "split": "Cut TRACE into windows of its time, each a trace file of its own, in two streamed passes whose memory "
-             "does not grow with the trace: for traces too large to analyse whole.",
-    "annotate": "Write TRACE again with tracekit's analysis added as extra tracks: a \"tracekit\" process whose tracks "
-                "hold each step (phase, tokens, batch, duration, GPU busy and idle) and each GPU-idle gap named by "
-                "its cause and call, and tracekit_* args (category, bound, limiter, FLOPs, bytes, roof fraction, "
-                "cost source) on every kernel.",
+    "does not grow with the trace: for traces too large to analyse whole.",
+    "annotate": 'Write TRACE again with tracekit\'s analysis added as extra tracks: a "tracekit" process whose tracks '
+    "hold each step (phase, tokens, batch, duration, GPU busy and idle) and each GPU-idle gap named by "
+    "its cause and call, and tracekit_* args (category, bound, limiter, FLOPs, bytes, roof fraction, "
+    "cost source) on every kernel.",
     "project": "Project TRACE onto another GPU: every kernel re-priced on the target's roofline at the fraction of "
-               "the roof it reached where it was measured (compute-limited work with the peak FLOP/s for its "
-               "dtype, memory-limited work with bandwidth, collectives with the interconnect), host and idle time "
-               "as measured.",
+    "the roof it reached where it was measured (compute-limited work with the peak FLOP/s for its "
+    "dtype, memory-limited work with bandwidth, collectives with the interconnect), host and idle time "
+    "as measured.",
     "whatif": "Replay TRACE's steps on their own dependencies with causes removed or kernels sped up, all together: "
-              "per phase the measured and replayed step time, TTFT/TPOT p50, tokens/s and the saving, and how "
-              "closely the unchanged replay reproduced the trace.",
+    "per phase the measured and replayed step time, TTFT/TPOT p50, tokens/s and the saving, and how "
+    "closely the unchanged replay reproduced the trace.",
     "plan": "Size a colocated and a disaggregated (prefill and decode on separate GPUs) deployment from the phase "
-            "costs measured in TRACE(s): prefill time as a function of prompt tokens and decode step time as a "
-            "function of batch and context, fitted from the run's steps and the model's roofline.",
+    "costs measured in TRACE(s): prefill time as a function of prompt tokens and decode step time as a "
+    "function of batch and context, fitted from the run's steps and the model's roofline.",
     "gpus": "List the GPU spec database: dense peaks, bandwidth, ridge point and device names.",
     "models": "List the model architectures `--model` knows (each from a checkpoint's config.json, source given), "
-              "or show what one name, config.json or checkpoint folder resolves to.",
+    "or show what one name, config.json or checkpoint folder resolves to.",
     "mcp": "Serve tracekit over the Model Context Protocol on stdin/stdout, for a coding agent to start (Claude "
-           "Code: claude mcp add tracekit -- tracekit mcp --allow ./traces).",
+    "Code: claude mcp add tracekit -- tracekit mcp --allow ./traces).",
 }
 
 

@@ -7,17 +7,28 @@ import os
 
 import click
 
-from tracekit.cli.common import (device_options, device_settings, human_size, model_options, model_settings,
-                                 read_with_progress, trace_argument)
+from tracekit.cli.common import (
+    device_options,
+    device_settings,
+    human_size,
+    model_options,
+    model_settings,
+    read_with_progress,
+    trace_argument,
+)
 from tracekit.errors import TracekitError
 
 
 @click.command("annotate")
 @trace_argument
-@click.option("-o", "--output", metavar="FILE|DIR",
-              help="Where to write: a .json or .json.gz file (gzip by its suffix); for a folder of traces "
-                   "(ranks, split windows), a folder (default: reports/<trace name>.tracekit.json.gz, or "
-                   "reports/<folder name>-annotated/).")
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE|DIR",
+    help="Where to write: a .json or .json.gz file (gzip by its suffix); for a folder of traces "
+    "(ranks, split windows), a folder (default: reports/<trace name>.tracekit.json.gz, or "
+    "reports/<folder name>-annotated/).",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @device_options()
 @model_options
@@ -72,7 +83,7 @@ def command(trace: str, output: str | None, force: bool, **options) -> None:
     _refuse_input(trace, path)
     replacing = check_output(path, force=force, ours=output is None)
     _one(trace, path, options, replacing, make_parent=output is None, force=force)
-    click.echo(f"next: open {path} in https://ui.perfetto.dev (tracks under the process \"tracekit\")", err=True)
+    click.echo(f'next: open {path} in https://ui.perfetto.dev (tracks under the process "tracekit")', err=True)
 
 
 def _one(src: str, dst: str, options: dict, replacing: bool, make_parent: bool = False, force: bool = False) -> None:
@@ -82,15 +93,19 @@ def _one(src: str, dst: str, options: dict, replacing: bool, make_parent: bool =
     _write(src, dst, doc, counts, replacing, make_parent, force)
 
 
-def _write(src: str, dst: str, doc, counts: dict, replacing: bool, make_parent: bool = False, force: bool = False) -> None:
+def _write(
+    src: str, dst: str, doc, counts: dict, replacing: bool, make_parent: bool = False, force: bool = False
+) -> None:
     from tracekit import markers
     from tracekit.report import write_atomic
     from tracekit.report.annotate import dump_document
 
     size = write_atomic(dst, dump_document(doc, dst), make_parent=make_parent)
-    click.echo(f"{'replaced' if replacing else 'wrote'} {dst} ({human_size(size)}): {counts['steps']} steps, "
-               f"{counts['idle']:,} idle gaps, {counts.get('critical', 0):,} critical-path segments, tracekit args on "
-               f"{counts['kernels']:,} kernels")
+    click.echo(
+        f"{'replaced' if replacing else 'wrote'} {dst} ({human_size(size)}): {counts['steps']} steps, "
+        f"{counts['idle']:,} idle gaps, {counts.get('critical', 0):,} critical-path segments, tracekit args on "
+        f"{counts['kernels']:,} kernels"
+    )
     # tracekit collect's sidecar (device, calibration, workload) goes along, so that the
     # annotated copy reads back with the analysis of the original.
     side, copy = markers.sidecar_path_for(src), markers.sidecar_path_for(dst)

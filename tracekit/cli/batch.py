@@ -18,22 +18,48 @@ STREAM_FORMATS = ("csv", "json")
 
 @click.command("batch")
 @click.argument("paths", nargs=-1, required=True, metavar="PATHS...")
-@click.option("-o", "--output", "outputs", multiple=True, metavar="FILE",
-              help=f"Where to write, by extension: .csv, .parquet, .json or .html (the fleet page); repeat for "
-                   f"several (default: {DEFAULT}); '-' writes CSV (or --format json) to stdout.")
+@click.option(
+    "-o",
+    "--output",
+    "outputs",
+    multiple=True,
+    metavar="FILE",
+    help=f"Where to write, by extension: .csv, .parquet, .json or .html (the fleet page); repeat for "
+    f"several (default: {DEFAULT}); '-' writes CSV (or --format json) to stdout.",
+)
 @click.option("-f", "--format", "fmt", type=click.Choice(STREAM_FORMATS), help="The format of '-o -' (default csv).")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), metavar="N",
-              help="Worker processes (default: the CPUs, at most 8); on --dask local, the cluster's workers.")
-@click.option("--dask", metavar="local|ADDRESS",
-              help="Run on a Dask cluster: 'local' starts one on this machine, tcp://HOST:PORT uses a running "
-                   "scheduler whose workers have tracekit installed (needs tracekit[batch]).")
-@click.option("--timeout", type=click.FloatRange(min=0), metavar="SECONDS",
-              help="Seconds one trace may take; past it its worker is stopped and its row says timeout (default: "
-                   "600 s plus 10 s per MB of trace file, compressed; 0: no limit).")
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Worker processes (default: the CPUs, at most 8); on --dask local, the cluster's workers.",
+)
+@click.option(
+    "--dask",
+    metavar="local|ADDRESS",
+    help="Run on a Dask cluster: 'local' starts one on this machine, tcp://HOST:PORT uses a running "
+    "scheduler whose workers have tracekit installed (needs tracekit[batch]).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Seconds one trace may take; past it its worker is stopped and its row says timeout (default: "
+    "600 s plus 10 s per MB of trace file, compressed; 0: no limit).",
+)
 @click.pass_context
-def command(ctx: click.Context, paths: tuple[str, ...], outputs: tuple[str, ...], fmt: str | None, force: bool,
-            jobs: int | None, dask: str | None, timeout: float | None) -> None:
+def command(
+    ctx: click.Context,
+    paths: tuple[str, ...],
+    outputs: tuple[str, ...],
+    fmt: str | None,
+    force: bool,
+    jobs: int | None,
+    dask: str | None,
+    timeout: float | None,
+) -> None:
     """Analyse every trace in PATHS (files, folders, globs) into one table, one row per trace:
     device, model, run kind, steps and step times per phase, tokens/s, MFU/MBU, idle share and
     its top cause, the top finding, and a status with the error of traces that failed.
@@ -59,8 +85,14 @@ def command(ctx: click.Context, paths: tuple[str, ...], outputs: tuple[str, ...]
     stopped_by: list[int] = []
     previous = _on_sigterm(stopped_by)
     try:
-        fleet = analyse_items(items, jobs=jobs, dask=dask, progress=bar.update if bar else None, timeout=timeout,
-                              on_row=lambda row: [j.add(row) for j in journals])
+        fleet = analyse_items(
+            items,
+            jobs=jobs,
+            dask=dask,
+            progress=bar.update if bar else None,
+            timeout=timeout,
+            on_row=lambda row: [j.add(row) for j in journals],
+        )
     except Interrupted as e:
         if bar:
             bar.close()
@@ -84,11 +116,15 @@ def command(ctx: click.Context, paths: tuple[str, ...], outputs: tuple[str, ...]
         os.remove(scratch)
     ok = len(fleet.rows) - fleet.errors - fleet.timeouts
     late = f", {fleet.timeouts} timed out" if fleet.timeouts else ""
-    say(f"{len(fleet.rows)} trace(s) on {fleet.executor} in {fleet.seconds} s: {ok} analysed, {fleet.errors} "
-        f"error(s){late}{' (see the status and error columns)' if fleet.errors or fleet.timeouts else ''}")
+    say(
+        f"{len(fleet.rows)} trace(s) on {fleet.executor} in {fleet.seconds} s: {ok} analysed, {fleet.errors} "
+        f"error(s){late}{' (see the status and error columns)' if fleet.errors or fleet.timeouts else ''}"
+    )
     if pages:
-        say(f"next: open {shlex.quote(pages[0])} in a browser (it works offline); every column: "
-            f"tracekit batch ... -o fleet.csv")
+        say(
+            f"next: open {shlex.quote(pages[0])} in a browser (it works offline); every column: "
+            f"tracekit batch ... -o fleet.csv"
+        )
     if fleet.errors or fleet.timeouts:
         ctx.exit(1)
 
@@ -105,7 +141,9 @@ def _journals(targets, make_parent: bool):
     if make_parent and files:
         os.makedirs(os.path.dirname(os.path.abspath(files[0][1])), exist_ok=True)
     head = {"schema_version": 1, "kind": "tracekit.fleet", "tracekit_version": __version__}
-    journals = [CsvJournal(p) if name == "csv" else JsonJournal(p, head) for name, p in files if name in ("csv", "json")]
+    journals = [
+        CsvJournal(p) if name == "csv" else JsonJournal(p, head) for name, p in files if name in ("csv", "json")
+    ]
     if journals or not files:
         return journals, None
     scratch = journal_path(files[0][1])
@@ -115,6 +153,7 @@ def _journals(targets, make_parent: bool):
 def _on_sigterm(stopped_by: list[int]):
     """SIGTERM (a scheduler's or CI's stop) as Ctrl-C is: the batch stops and keeps its rows.
     Returns the handler it replaced (None when signals cannot be set here: not the main thread)."""
+
     def stop(signum, _frame):
         stopped_by.append(signum)
         raise KeyboardInterrupt
@@ -140,8 +179,10 @@ def _interrupted(e, targets, journals, scratch, say) -> None:
     skipped = [p if p is not None else "standard output" for r, p, _ in targets if p not in kept]
     rows = len(e.fleet.rows)
     where = f": {'their rows are' if rows != 1 else 'its row is'} in {', '.join(kept)}" if kept and rows else ""
-    say(f"interrupted after {rows} of {e.total} trace(s){where}"
-        f"{'; not written: ' + ', '.join(skipped) + ' (a batch that finishes writes them)' if skipped else ''}")
+    say(
+        f"interrupted after {rows} of {e.total} trace(s){where}"
+        f"{'; not written: ' + ', '.join(skipped) + ' (a batch that finishes writes them)' if skipped else ''}"
+    )
 
 
 class _Bar:

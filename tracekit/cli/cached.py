@@ -22,9 +22,14 @@ _OFF = "tracekit.no_cache"
 
 def no_cache_option(f):
     """``--no-cache``: neither read from the cache nor write to it, for this run."""
-    return click.option("--no-cache", is_flag=True, expose_value=False, callback=_no_cache,
-                        help="Neither use nor fill the cache of read traces and analyses (also: "
-                             "TRACEKIT_NO_CACHE=1; where it lives: TRACEKIT_CACHE_DIR).")(f)
+    return click.option(
+        "--no-cache",
+        is_flag=True,
+        expose_value=False,
+        callback=_no_cache,
+        help="Neither use nor fill the cache of read traces and analyses (also: "
+        "TRACEKIT_NO_CACHE=1; where it lives: TRACEKIT_CACHE_DIR).",
+    )(f)
 
 
 def _no_cache(ctx, param, value):

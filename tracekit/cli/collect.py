@@ -24,28 +24,70 @@ _PRESET_HELP = "tiny (CPU, seconds), 1b (Llama-3.2-1B shapes), 8b (Llama-3-8B sh
         "  tracekit collect -- python serve_bench.py --requests 8   # your own code, marked with tracekit.phase"
     ),
 )
-@click.option("--preset", metavar="NAME", default=None, help=f"Built-in model, random weights [default: tiny]: {_PRESET_HELP}.")
+@click.option(
+    "--preset", metavar="NAME", default=None, help=f"Built-in model, random weights [default: tiny]: {_PRESET_HELP}."
+)
 @click.option("--model", "model_path", metavar="PATH", default=None, help="A Hugging Face checkpoint folder on disk.")
-@click.option("--script", metavar="FILE", default=None, help="Run this Python file under the profiler (arguments after --).")
+@click.option(
+    "--script", metavar="FILE", default=None, help="Run this Python file under the profiler (arguments after --)."
+)
 @click.option("-b", "--batch-size", type=int, default=None, help="Sequences per batch [default: the preset's].")
 @click.option("-p", "--prompt-len", type=int, default=None, help="Prompt tokens per sequence [default: the preset's].")
-@click.option("-n", "--new-tokens", type=int, default=None, help="Decode steps, one token per sequence each [default: the preset's].")
-@click.option("--dtype", default="auto", show_default=True, help="auto (bf16 on a GPU, fp32 on the CPU), fp32, bf16 or fp16.")
-@click.option("--device", default="auto", show_default=True, help="auto (CUDA/ROCm GPU if present, else CPU), cpu, cuda or cuda:N.")
+@click.option(
+    "-n",
+    "--new-tokens",
+    type=int,
+    default=None,
+    help="Decode steps, one token per sequence each [default: the preset's].",
+)
+@click.option(
+    "--dtype", default="auto", show_default=True, help="auto (bf16 on a GPU, fp32 on the CPU), fp32, bf16 or fp16."
+)
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="auto (CUDA/ROCm GPU if present, else CPU), cpu, cuda or cuda:N.",
+)
 @click.option("--warmup", type=int, default=1, show_default=True, help="Unprofiled warm-up generations first.")
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the decode step (static KV cache).")
 @click.option("--cuda-graphs", is_flag=True, help="Replay decode as CUDA graphs (torch.compile mode reduce-overhead).")
-@click.option("--skip-steps", type=int, default=0, show_default=True, help="Decode steps to run before recording starts (long runs).")
+@click.option(
+    "--skip-steps",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Decode steps to run before recording starts (long runs).",
+)
 @click.option("--record-steps", type=int, default=None, help="Decode steps to record [default: all].")
-@click.option("--profiler-warmup", type=int, default=1, show_default=True, help="Profiler warm-up steps before recording (with --skip-steps).")
-@click.option("--tp", type=int, default=None, metavar="N",
-              help="Run the preset tensor-parallel over N processes (gloo on the CPU, NCCL on N GPUs); "
-                   "-o is then a folder that gets one trace and sidecar per rank.")
+@click.option(
+    "--profiler-warmup",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Profiler warm-up steps before recording (with --skip-steps).",
+)
+@click.option(
+    "--tp",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Run the preset tensor-parallel over N processes (gloo on the CPU, NCCL on N GPUs); "
+    "-o is then a folder that gets one trace and sidecar per rank.",
+)
 @click.option("--layers", type=int, default=None, help="Override a preset's layer count (smaller runs of big shapes).")
-@click.option("--threads", type=int, default=None, help="CPU threads for torch (torch.set_num_threads) [default: torch's].")
+@click.option(
+    "--threads", type=int, default=None, help="CPU threads for torch (torch.set_num_threads) [default: torch's]."
+)
 @click.option("--no-calibrate", is_flag=True, help="Skip measuring this device's matmul FLOP/s and copy bandwidth.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the random weights and prompts.")
-@click.option("-o", "--output", metavar="PATH", default=None, help="Trace file or folder [default: ./tracekit-traces/<unique name>].")
+@click.option(
+    "-o",
+    "--output",
+    metavar="PATH",
+    default=None,
+    help="Trace file or folder [default: ./tracekit-traces/<unique name>].",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing trace.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr [default: when it is a terminal].")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- python SCRIPT [ARGS]...]")
@@ -141,14 +183,17 @@ def _collect_tp(opts, tp: int) -> None:
         click.echo(line)
     tpi = (first.get("workload") or {}).get("tensor_parallel") or {}
     shard = tpi.get("shard") or {}
-    click.echo(f"tensor-parallel: {tp} rank{'s' if tp != 1 else ''} over {result.backend}, each with "
-               f"{shard.get('num_attention_heads')} heads, {shard.get('num_key_value_heads')} KV heads and MLP width "
-               f"{shard.get('intermediate_size')}; {tpi.get('all_reduces_per_step')} all-reduces per forward pass")
+    click.echo(
+        f"tensor-parallel: {tp} rank{'s' if tp != 1 else ''} over {result.backend}, each with "
+        f"{shard.get('num_attention_heads')} heads, {shard.get('num_key_value_heads')} KV heads and MLP width "
+        f"{shard.get('intermediate_size')}; {tpi.get('all_reduces_per_step')} all-reduces per forward pass"
+    )
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
     folder = _display(result.folder)
     names = f"{os.path.basename(result.trace_paths[0])}" + (
-        f" .. {os.path.basename(result.trace_paths[-1])}" if tp > 1 else "")
+        f" .. {os.path.basename(result.trace_paths[-1])}" if tp > 1 else ""
+    )
     click.echo(f"wrote {tp} rank trace{'s' if tp != 1 else ''} to {folder} ({names}, each with its sidecar)")
     click.echo(f"next:    tracekit report {shlex.quote(folder)}")
 
@@ -186,15 +231,22 @@ def summary_lines(sc: dict) -> list[str]:
         # The same computation `summary` and `report` show (one value per figure).
         figs = unprofiled_timing(t) or {}
         if figs.get("ttft_ms") is not None and figs.get("tpot_p50_ms") is not None:
-            lines.append(f"TTFT {fmt.ms(figs['ttft_ms'])}, TPOT p50 {fmt.ms(figs['tpot_p50_ms'])}, without the profiler")
+            lines.append(
+                f"TTFT {fmt.ms(figs['ttft_ms'])}, TPOT p50 {fmt.ms(figs['tpot_p50_ms'])}, without the profiler"
+            )
         ratio = t.get("profiler_overhead_ratio")
         if ratio is not None and busy_sentence(dev if dev.get("type") == "cpu" else {}):
-            lines.append(f"profiler overhead: not measurable on a busy machine (profiled / unprofiled {ratio:.2f} "
-                         "is the other processes' noise as much as the profiler's cost)")
+            lines.append(
+                f"profiler overhead: not measurable on a busy machine (profiled / unprofiled {ratio:.2f} "
+                "is the other processes' noise as much as the profiler's cost)"
+            )
         elif ratio is not None:
-            lines.append(f"profiler overhead: {ratio:.2f}x the unprofiled time of the recorded run" if ratio >= 1 else
-                         f"profiler overhead: none measurable (profiled / unprofiled {ratio:.2f}: below 1 is "
-                         "measurement noise)")
+            lines.append(
+                f"profiler overhead: {ratio:.2f}x the unprofiled time of the recorded run"
+                if ratio >= 1
+                else f"profiler overhead: none measurable (profiled / unprofiled {ratio:.2f}: below 1 is "
+                "measurement noise)"
+            )
     cal = sc.get("calibration")
     if cal:
         flops = next(iter(cal.get("matmul_flops", {}).values()), None)
@@ -202,18 +254,31 @@ def summary_lines(sc: dict) -> list[str]:
         checks = cal.get("checks") or {}
         if flops and bw:
             spread = checks.get("spread") or {}
-            how = (f" (best of {checks['attempts']} rounds; spread {spread['matmul_flops']:.0%} and "
-                   f"{spread['copy_bandwidth']:.0%})" if spread and checks.get("attempts") else "")
-            lines.append(f"measured ceilings: {flops / 1e12:.3g} TFLOP/s matmul ({cal.get('dtype')}), "
-                         f"{bw / 1e9:.3g} GB/s copy{how}")
+            how = (
+                f" (best of {checks['attempts']} rounds; spread {spread['matmul_flops']:.0%} and "
+                f"{spread['copy_bandwidth']:.0%})"
+                if spread and checks.get("attempts")
+                else ""
+            )
+            lines.append(
+                f"measured ceilings: {flops / 1e12:.3g} TFLOP/s matmul ({cal.get('dtype')}), "
+                f"{bw / 1e9:.3g} GB/s copy{how}"
+            )
         if checks.get("plausible") is False:
-            lines.append(f"the ceilings stayed implausible after {checks.get('attempts')} measurements "
-                         f"({'; '.join(checks.get('problems') or [])}): the machine is busy; "
-                         + ("the report will raise them to what the run achieved" if cal.get("device") == "cpu"
-                            else "the report will use the datasheet row instead"))
+            lines.append(
+                f"the ceilings stayed implausible after {checks.get('attempts')} measurements "
+                f"({'; '.join(checks.get('problems') or [])}): the machine is busy; "
+                + (
+                    "the report will raise them to what the run achieved"
+                    if cal.get("device") == "cpu"
+                    else "the report will use the datasheet row instead"
+                )
+            )
         elif checks.get("stable") is False:
-            lines.append(f"the ceilings did not settle in {checks.get('attempts')} rounds "
-                         f"({'; '.join(checks.get('problems') or [])}): the report marks them unreliable")
+            lines.append(
+                f"the ceilings did not settle in {checks.get('attempts')} rounds "
+                f"({'; '.join(checks.get('problems') or [])}): the report marks them unreliable"
+            )
     return lines
 
 

@@ -58,8 +58,9 @@ def _size(path: str) -> int:
         return 0
 
 
-def check_device_options(gpu: str | None = None, spec_file: str | None = None, option: str = "--gpu",
-                         spec_option: str = "--spec-file") -> None:
+def check_device_options(
+    gpu: str | None = None, spec_file: str | None = None, option: str = "--gpu", spec_option: str = "--spec-file"
+) -> None:
     """A bad ``--gpu`` (not in the database) or ``--spec-file`` (unreadable, malformed), or both
     given, fails in one sentence that names the options as typed (``option``, ``spec_option``:
     compare's ``--gpu-before`` ...), before the slow read and before anything is printed."""
@@ -98,23 +99,41 @@ def device_options(side: str | None = None):
     cpu = f"CPU traces ({side} run)" if side else "CPU traces"
 
     def wrap(f):
-        f = click.option(f"--cpu-bandwidth{end}", type=click.FloatRange(min=0, min_open=True), metavar="BYTES/S",
-                         help=f"{cpu}: the memory bandwidth to price against, when the trace has no collect "
-                              "calibration.")(f)
-        f = click.option(f"--cpu-flops{end}", type=click.FloatRange(min=0, min_open=True), metavar="FLOP/S",
-                         help=f"{cpu}: the matmul peak to price against, when the trace has no collect "
-                              "calibration.")(f)
-        f = click.option(f"--graph-capture{end}", type=click.Path(exists=True), metavar="TRACE|DIR", multiple=True,
-                         help="The trace recorded while the CUDA/HIP graphs were captured: its ops give the shapes "
-                              f"of {kernels} replayed from the graphs (ROCm traces name the kernels needed to "
-                              "match them). Repeatable; a folder gives all its trace files (vLLM's and ATOM's "
-                              "capture folders: one file per graph size, each replay priced from its own size's).")(f)
-        f = click.option(f"--spec-file{end}", type=click.Path(exists=True, dir_okay=False), metavar="PATH",
-                         help=f"Price {kernels} against the device peaks in a JSON, CSV or TOML file (a "
-                              "`tracekit gpus --json` row works as is).")(f)
-        return click.option(f"--gpu{end}", metavar="NAME",
-                            help=f"Price {kernels} against this GPU's spec row, not the one the trace names "
-                                 "(see `tracekit gpus`).")(f)
+        f = click.option(
+            f"--cpu-bandwidth{end}",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="BYTES/S",
+            help=f"{cpu}: the memory bandwidth to price against, when the trace has no collect calibration.",
+        )(f)
+        f = click.option(
+            f"--cpu-flops{end}",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="FLOP/S",
+            help=f"{cpu}: the matmul peak to price against, when the trace has no collect calibration.",
+        )(f)
+        f = click.option(
+            f"--graph-capture{end}",
+            type=click.Path(exists=True),
+            metavar="TRACE|DIR",
+            multiple=True,
+            help="The trace recorded while the CUDA/HIP graphs were captured: its ops give the shapes "
+            f"of {kernels} replayed from the graphs (ROCm traces name the kernels needed to "
+            "match them). Repeatable; a folder gives all its trace files (vLLM's and ATOM's "
+            "capture folders: one file per graph size, each replay priced from its own size's).",
+        )(f)
+        f = click.option(
+            f"--spec-file{end}",
+            type=click.Path(exists=True, dir_okay=False),
+            metavar="PATH",
+            help=f"Price {kernels} against the device peaks in a JSON, CSV or TOML file (a "
+            "`tracekit gpus --json` row works as is).",
+        )(f)
+        return click.option(
+            f"--gpu{end}",
+            metavar="NAME",
+            help=f"Price {kernels} against this GPU's spec row, not the one the trace names (see `tracekit gpus`).",
+        )(f)
+
     return wrap
 
 
@@ -127,8 +146,13 @@ def device_settings(values: dict, side: str | None = None) -> dict:
     gpu, spec_file = values[f"gpu{key}"], values[f"spec_file{key}"]
     check_device_options(gpu, spec_file, option=f"--gpu{end}", spec_option=f"--spec-file{end}")
     captures = read_captures(values[f"graph_capture{key}"], f"--graph-capture{end}")
-    return dict(gpu=gpu, spec_file=spec_file, capture=captures or None,
-                cpu_matmul_flops=values[f"cpu_flops{key}"], cpu_bandwidth=values[f"cpu_bandwidth{key}"])
+    return dict(
+        gpu=gpu,
+        spec_file=spec_file,
+        capture=captures or None,
+        cpu_matmul_flops=values[f"cpu_flops{key}"],
+        cpu_bandwidth=values[f"cpu_bandwidth{key}"],
+    )
 
 
 def read_captures(paths, option: str = "--graph-capture") -> list[Trace]:
@@ -142,8 +166,7 @@ def read_captures(paths, option: str = "--graph-capture") -> list[Trace]:
         if os.path.isdir(path):
             found = list_trace_files(path)
             if not found:
-                raise TracekitError(f"{option} {path}: the folder holds no trace files (*.json, *.json.gz, "
-                                    "*.json.zst)")
+                raise TracekitError(f"{option} {path}: the folder holds no trace files (*.json, *.json.gz, *.json.zst)")
             files += found
         else:
             files.append(path)
@@ -164,8 +187,14 @@ def model_settings(values: dict) -> dict:
     before the slow read; ``--weights`` goes to the model when there is one, else to the trace's
     own (sidecar) model."""
     spec_model = load_model_option(values["model"], values["weights"])
-    return dict(model=spec_model, tp=values["tp"], costs=values["costs"], model_force=values["model_force"],
-                weights=values["weights"] if spec_model is None else None, stated=stated_figures())
+    return dict(
+        model=spec_model,
+        tp=values["tp"],
+        costs=values["costs"],
+        model_force=values["model_force"],
+        weights=values["weights"] if spec_model is None else None,
+        stated=stated_figures(),
+    )
 
 
 # --- the model-based cost options, shared by report, summary and compare ----------------
@@ -182,39 +211,71 @@ def model_options(f):
     f = no_cache_option(f)
     f = jobs_option(f)
 
-    f = click.option("--model-force", is_flag=True,
-                     help="Price by --model even where the trace contradicts it (another number of attention "
-                          "layers); without it those figures are withheld, with the reason.")(f)
-    f = click.option("--costs", type=click.Choice(COSTS), default="auto", show_default=True,
-                     help="Where FLOPs and bytes come from: recorded shapes where present and the model "
-                          "elsewhere, or one of them only (--costs model cross-checks the model).")(f)
-    f = click.option("--weights", type=click.Choice(WEIGHT_CHOICES), metavar="PRECISION",
-                     help="How the model's linear layers are stored when its config does not say "
-                          f"({', '.join(WEIGHT_CHOICES)}); LM head and embeddings stay at the config's dtype.")(f)
-    f = click.option("--tp", type=click.IntRange(min=1), metavar="N",
-                     help="Tensor-parallel degree of the run (default: distributedInfo's world size).")(f)
+    f = click.option(
+        "--model-force",
+        is_flag=True,
+        help="Price by --model even where the trace contradicts it (another number of attention "
+        "layers); without it those figures are withheld, with the reason.",
+    )(f)
+    f = click.option(
+        "--costs",
+        type=click.Choice(COSTS),
+        default="auto",
+        show_default=True,
+        help="Where FLOPs and bytes come from: recorded shapes where present and the model "
+        "elsewhere, or one of them only (--costs model cross-checks the model).",
+    )(f)
+    f = click.option(
+        "--weights",
+        type=click.Choice(WEIGHT_CHOICES),
+        metavar="PRECISION",
+        help="How the model's linear layers are stored when its config does not say "
+        f"({', '.join(WEIGHT_CHOICES)}); LM head and embeddings stay at the config's dtype.",
+    )(f)
+    f = click.option(
+        "--tp",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="Tensor-parallel degree of the run (default: distributedInfo's world size).",
+    )(f)
     # Each example is what that option counts: a prefill step of one 2,048-token prompt; a decode
     # step of 16 requests, which computes 16 tokens.
-    for what, noun, example in (("batch", "requests", "--batch prefill=1 --batch decode=16"),
-                                ("tokens", "tokens", "--tokens prefill=2048 --tokens decode=16")):
-        f = click.option(f"--{what}", multiple=True, metavar="[PHASE=]N", callback=_stated_callback,
-                         expose_value=False,
-                         help=f"The {noun} of each step of a phase (prefill, decode, mixed; no PHASE: every step), "
-                              f"when the trace does not state them; repeatable, e.g. {example}. Replaces what the "
-                              "trace's evidence says.")(f)
-    f = click.option("--model", metavar="NAME|PATH",
-                     help="The model that ran: a name from `tracekit models`, a config.json, or a checkpoint "
-                          "folder holding one. Prices the kernels that have no recorded shapes.")(f)
+    for what, noun, example in (
+        ("batch", "requests", "--batch prefill=1 --batch decode=16"),
+        ("tokens", "tokens", "--tokens prefill=2048 --tokens decode=16"),
+    ):
+        f = click.option(
+            f"--{what}",
+            multiple=True,
+            metavar="[PHASE=]N",
+            callback=_stated_callback,
+            expose_value=False,
+            help=f"The {noun} of each step of a phase (prefill, decode, mixed; no PHASE: every step), "
+            f"when the trace does not state them; repeatable, e.g. {example}. Replaces what the "
+            "trace's evidence says.",
+        )(f)
+    f = click.option(
+        "--model",
+        metavar="NAME|PATH",
+        help="The model that ran: a name from `tracekit models`, a config.json, or a checkpoint "
+        "folder holding one. Prices the kernels that have no recorded shapes.",
+    )(f)
     return f
 
 
 def jobs_option(f):
     """``--jobs N``: how many processes read a folder of per-rank traces at once
     (``tracekit.trace.parallel``), for this run."""
-    return click.option("--jobs", type=click.IntRange(min=1), metavar="N", expose_value=False, callback=_jobs_callback,
-                        help="Processes that read a folder of per-rank traces at once (default: one per CPU for a "
-                             "large folder; also TRACEKIT_JOBS); 1 reads the files one by one. The report is the "
-                             "same either way.")(f)
+    return click.option(
+        "--jobs",
+        type=click.IntRange(min=1),
+        metavar="N",
+        expose_value=False,
+        callback=_jobs_callback,
+        help="Processes that read a folder of per-rank traces at once (default: one per CPU for a "
+        "large folder; also TRACEKIT_JOBS); 1 reads the files one by one. The report is the "
+        "same either way.",
+    )(f)
 
 
 def _jobs_callback(ctx, param, value):
@@ -248,8 +309,10 @@ def _stated_callback(ctx, param, values):
         phase, _, number = text.rpartition("=")
         phase = phase.strip().lower() or "all"
         if phase not in _PHASES or not number.strip().isdigit() or int(number) < 1:
-            raise click.BadParameter(f"{text!r} is not [PHASE=]N with PHASE one of prefill, decode, mixed and N a "
-                                     "whole number above 0", param_hint=f"--{param.name}")
+            raise click.BadParameter(
+                f"{text!r} is not [PHASE=]N with PHASE one of prefill, decode, mixed and N a whole number above 0",
+                param_hint=f"--{param.name}",
+            )
         table[phase] = int(number)
     ctx.meta.setdefault(_STATED_KEY, {})[param.name] = table
     return None
@@ -268,13 +331,20 @@ def stated_figures() -> dict | None:
 
 def output_options(default: str, formats=("html", "json", "md", "text")):
     """``-o/--output``, ``-f/--format`` and ``--force``; ``default`` says where it goes without -o."""
+
     def wrap(f):
         f = click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")(f)
-        f = click.option("-f", "--format", "fmt", type=click.Choice(formats),
-                         help="Output format (default: from FILE's extension, else html). text without -o prints "
-                              "to the terminal.")(f)
-        return click.option("-o", "--output", metavar="FILE",
-                            help=f"Where to write (default: {default}); '-' writes to stdout.")(f)
+        f = click.option(
+            "-f",
+            "--format",
+            "fmt",
+            type=click.Choice(formats),
+            help="Output format (default: from FILE's extension, else html). text without -o prints to the terminal.",
+        )(f)
+        return click.option(
+            "-o", "--output", metavar="FILE", help=f"Where to write (default: {default}); '-' writes to stdout."
+        )(f)
+
     return wrap
 
 

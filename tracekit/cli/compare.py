@@ -10,7 +10,16 @@ import sys
 
 import click
 
-from tracekit.cli.common import deliver, device_options, device_settings, model_options, model_settings, output_options, output_target, read_with_progress
+from tracekit.cli.common import (
+    deliver,
+    device_options,
+    device_settings,
+    model_options,
+    model_settings,
+    output_options,
+    output_target,
+    read_with_progress,
+)
 from tracekit.errors import TracekitError
 
 SUMMARY_LINES = 6  # sentences printed after writing a report file
@@ -20,29 +29,62 @@ SUMMARY_LINES = 6  # sentences printed after writing a report file
 @click.argument("before", type=click.Path(dir_okay=True, file_okay=True, path_type=str))
 @click.argument("after", type=click.Path(dir_okay=True, file_okay=True, path_type=str))
 @output_options("reports/compare-<before>-vs-<after>.<format>")
-@click.option("--fail-if", "gates", multiple=True, metavar="EXPR",
-              help="Exit with status 1 when the after run crosses a threshold, e.g. 'tpot_p50>+5%', "
-                   "'decode_step_p50>+5%' (engine traces), 'decode_tokens_per_s<-3%', 'ttft_ms>+2ms', "
-                   "'decode_mbu<-2pp'. May repeat; a gate on a figure a run lacks exits 2.")
-@click.option("--before-run", "before_runs", multiple=True, metavar="PATH",
-              type=click.Path(dir_okay=True, file_okay=True, path_type=str),
-              help="Another run of the baseline (the same workload as BEFORE, collected the same way). May repeat: "
-                   "with several runs a side, each change's interval includes the run-to-run spread.")
-@click.option("--after-run", "after_runs", multiple=True, metavar="PATH",
-              type=click.Path(dir_okay=True, file_okay=True, path_type=str),
-              help="Another run of the change (the same workload as AFTER). May repeat.")
-@click.option("--junit", "junit", metavar="FILE", type=click.Path(dir_okay=False, path_type=str),
-              help="Also write the gates' verdicts as JUnit XML (one testcase per gate) for CI to show, "
-                   "even when gates fail.")
-@click.option("--project-before", metavar="GPU",
-              help="Compare the before run as projected onto GPU (see `tracekit project`), not as measured.")
+@click.option(
+    "--fail-if",
+    "gates",
+    multiple=True,
+    metavar="EXPR",
+    help="Exit with status 1 when the after run crosses a threshold, e.g. 'tpot_p50>+5%', "
+    "'decode_step_p50>+5%' (engine traces), 'decode_tokens_per_s<-3%', 'ttft_ms>+2ms', "
+    "'decode_mbu<-2pp'. May repeat; a gate on a figure a run lacks exits 2.",
+)
+@click.option(
+    "--before-run",
+    "before_runs",
+    multiple=True,
+    metavar="PATH",
+    type=click.Path(dir_okay=True, file_okay=True, path_type=str),
+    help="Another run of the baseline (the same workload as BEFORE, collected the same way). May repeat: "
+    "with several runs a side, each change's interval includes the run-to-run spread.",
+)
+@click.option(
+    "--after-run",
+    "after_runs",
+    multiple=True,
+    metavar="PATH",
+    type=click.Path(dir_okay=True, file_okay=True, path_type=str),
+    help="Another run of the change (the same workload as AFTER). May repeat.",
+)
+@click.option(
+    "--junit",
+    "junit",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="Also write the gates' verdicts as JUnit XML (one testcase per gate) for CI to show, even when gates fail.",
+)
+@click.option(
+    "--project-before",
+    metavar="GPU",
+    help="Compare the before run as projected onto GPU (see `tracekit project`), not as measured.",
+)
 @click.option("--project-after", metavar="GPU", help="Compare the after run as projected onto GPU.")
 @device_options("before")
 @device_options("after")
 @model_options
-def command(before: str, after: str, output: str | None, fmt: str | None, force: bool, gates: tuple[str, ...],
-            before_runs: tuple[str, ...], after_runs: tuple[str, ...], junit: str | None,
-            project_before: str | None, project_after: str | None, **options) -> None:
+def command(
+    before: str,
+    after: str,
+    output: str | None,
+    fmt: str | None,
+    force: bool,
+    gates: tuple[str, ...],
+    before_runs: tuple[str, ...],
+    after_runs: tuple[str, ...],
+    junit: str | None,
+    project_before: str | None,
+    project_after: str | None,
+    **options,
+) -> None:
     """Compare two runs: BEFORE (the baseline) and AFTER (the change), each a trace file or a
     folder of per-rank traces. Shows context differences that make the comparison unfair
     first, then headline deltas with a verdict per figure (better, worse, within noise),
@@ -53,7 +95,6 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     --before-run/--after-run add repeated runs of a side: the headline figures then pool every
     run's steps, and the intervals resample runs as well as steps, so a shift of a whole run
     counts as noise; phases and kernels are shown for BEFORE and AFTER."""
-    from tracekit.analysis import analyze
     from tracekit.compare.comparison import compare, context_sentence
     from tracekit.compare.gates import parse_gate, suggested_gate
     from tracekit.report.compare import choose
@@ -69,11 +110,17 @@ def command(before: str, after: str, output: str | None, fmt: str | None, force:
     _check_inputs(sides)
     from tracekit.specs.lookup import spec_by_name
 
-    targets = {side: spec_by_name(g, option=f"--project-{side}") if g else None
-               for side, g in (("before", project_before), ("after", project_after))}
+    targets = {
+        side: spec_by_name(g, option=f"--project-{side}") if g else None
+        for side, g in (("before", project_before), ("after", project_after))
+    }
     renderer, path, replacing = output_target(
-        output, fmt, choose,
-        lambda ext: os.path.join(DEFAULT_DIR, f"compare-{report_stem(before)}-vs-{report_stem(after)}{ext}"), force)
+        output,
+        fmt,
+        choose,
+        lambda ext: os.path.join(DEFAULT_DIR, f"compare-{report_stem(before)}-vs-{report_stem(after)}{ext}"),
+        force,
+    )
     if path is not None and any(os.path.abspath(path) == os.path.abspath(p) for p in inputs):
         raise TracekitError(f"{path}: that is one of compare's input traces; name another output file")
     settings = model_settings(options)  # the same model prices both runs
@@ -136,7 +183,9 @@ def _check_inputs(sides: dict[str, list[str]]) -> None:
                 raise TracekitError(f"{name}: no such file or folder")
             key = os.path.realpath(p)
             if key in seen:
-                raise TracekitError(f"{name}: the same trace as {seen[key]}; the runs of one side must be separate runs")
+                raise TracekitError(
+                    f"{name}: the same trace as {seen[key]}; the runs of one side must be separate runs"
+                )
             seen[key] = name
 
 

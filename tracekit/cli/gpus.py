@@ -9,8 +9,20 @@ import click
 from tracekit.specs import GpuSpec, SpecMatch, all_specs, match_device
 
 COLUMNS = (
-    "GPU", "key", "vendor", "memory GB", "bandwidth TB/s", "bf16 TFLOP/s", "fp16 TFLOP/s", "fp8 TFLOP/s",
-    "fp4 TFLOP/s", "fp32 vector TFLOP/s", "ridge bf16 FLOP/B", "link GB/s", "achievable compute/bw", "device names",
+    "GPU",
+    "key",
+    "vendor",
+    "memory GB",
+    "bandwidth TB/s",
+    "bf16 TFLOP/s",
+    "fp16 TFLOP/s",
+    "fp8 TFLOP/s",
+    "fp4 TFLOP/s",
+    "fp32 vector TFLOP/s",
+    "ridge bf16 FLOP/B",
+    "link GB/s",
+    "achievable compute/bw",
+    "device names",
 )
 FOOTER = (
     "Matrix rates are dense (no 2:4 sparsity) with FP32 accumulate; the ridge point is bf16 matrix "

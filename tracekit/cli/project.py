@@ -7,30 +7,65 @@ import shlex
 
 import click
 
-from tracekit.cli.common import deliver, device_options, device_settings, model_options, model_settings, output_options, output_target, read_with_progress, trace_argument
+from tracekit.cli.common import (
+    deliver,
+    device_options,
+    device_settings,
+    model_options,
+    model_settings,
+    output_options,
+    output_target,
+    read_with_progress,
+    trace_argument,
+)
 from tracekit.errors import TracekitError
-
 
 
 @click.command("project")
 @trace_argument
-@click.option("--to", "to", required=True, metavar="GPU",
-              help="The GPU to project onto: a name or key from `tracekit gpus` (e.g. mi300x, h100-sxm, b200), or a "
-                   "spec file (JSON, CSV or TOML, as for --spec-file; vendor CPU for a CPU trace).")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    metavar="GPU",
+    help="The GPU to project onto: a name or key from `tracekit gpus` (e.g. mi300x, h100-sxm, b200), or a "
+    "spec file (JSON, CSV or TOML, as for --spec-file; vendor CPU for a CPU trace).",
+)
 @output_options("reports/<trace name>-on-<gpu>.<format>")
-@click.option("--check", "check_trace", metavar="TARGET_TRACE",
-              help="A trace of the same workload measured on the target GPU: show projected beside measured, per "
-                   "phase, kernel category and kernel name, with the error (refused when the work differs).")
-@click.option("--save-factors", "save_factors", metavar="FILE",
-              help="With --check: write the per-category fractions of the roof and the collectives' efficiencies "
-                   "both GPUs measured, with the pair they came from (JSON), for --factors.")
-@click.option("--factors", "factors_file", metavar="FILE",
-              help="Use the fractions and efficiencies a --save-factors file measured (where it measured both GPUs' "
-                   "vendor classes) instead of the published table's; the report says so.")
+@click.option(
+    "--check",
+    "check_trace",
+    metavar="TARGET_TRACE",
+    help="A trace of the same workload measured on the target GPU: show projected beside measured, per "
+    "phase, kernel category and kernel name, with the error (refused when the work differs).",
+)
+@click.option(
+    "--save-factors",
+    "save_factors",
+    metavar="FILE",
+    help="With --check: write the per-category fractions of the roof and the collectives' efficiencies "
+    "both GPUs measured, with the pair they came from (JSON), for --factors.",
+)
+@click.option(
+    "--factors",
+    "factors_file",
+    metavar="FILE",
+    help="Use the fractions and efficiencies a --save-factors file measured (where it measured both GPUs' "
+    "vendor classes) instead of the published table's; the report says so.",
+)
 @device_options()
 @model_options
-def command(trace: str, to: str, output: str | None, fmt: str | None, force: bool, check_trace: str | None,
-            save_factors: str | None, factors_file: str | None, **options) -> None:
+def command(
+    trace: str,
+    to: str,
+    output: str | None,
+    fmt: str | None,
+    force: bool,
+    check_trace: str | None,
+    save_factors: str | None,
+    factors_file: str | None,
+    **options,
+) -> None:
     """Project TRACE onto another GPU: every kernel re-priced on the target's roofline at the
     fraction of the roof it reached where it was measured (compute-limited work with the
     peak FLOP/s for its dtype, memory-limited work with bandwidth, collectives with the
@@ -43,11 +78,11 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
       tracekit project b300_decode.json.gz --to mi300x --model qwen3-30b-a3b
       tracekit project b300_decode.json.gz --to mi300x --check mi300x_decode.json.gz
     """
-    from tracekit.whatif.project import project
     from tracekit.report.output import DEFAULT_DIR, report_stem
     from tracekit.report.project import choose, confidence_lines
     from tracekit.specs import load_spec_file
     from tracekit.specs.lookup import spec_by_name
+    from tracekit.whatif.project import project
 
     # A bad --to fails before the slow read; a path that exists is a spec file.
     to_file = to if os.path.isfile(to) else None
@@ -62,7 +97,8 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
         check_output(save_factors, force=force, ours=False)  # refused before the slow work, as -o is
     learnt = learnt_mod.load(factors_file) if factors_file is not None else None
     renderer, path, replacing = output_target(
-        output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-on-{target.key}{ext}"), force)
+        output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-on-{target.key}{ext}"), force
+    )
     for path_ in (trace, check_trace):
         if path_ is not None and not os.path.exists(path_):
             raise TracekitError(f"{path_}: no such file or folder")
@@ -87,8 +123,10 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
             from tracekit.report import write_atomic
 
             write_atomic(save_factors, learnt_mod.dumps(learnt_mod.from_check(projection, on_target, ranks)))
-            click.echo(f"wrote {save_factors} (use it with: tracekit project TRACE --to GPU --factors "
-                       f"{shlex.quote(save_factors)})")
+            click.echo(
+                f"wrote {save_factors} (use it with: tracekit project TRACE --to GPU --factors "
+                f"{shlex.quote(save_factors)})"
+            )
     deliver(renderer.render(document), path, output is None, replacing)
     to_terminal = path is None
     if to_terminal:
@@ -99,6 +137,12 @@ def command(trace: str, to: str, output: str | None, fmt: str | None, force: boo
         click.echo(f"  check: {document.check.headline}")
     q = shlex.quote
     # compare's --project-before takes a GPU from the database, not a spec file: offered only then.
-    there = "" if to_file else (f", or compare with a run measured there: tracekit compare {q(trace)} OTHER_TRACE "
-                                f"--project-before {q(target.key)}")
+    there = (
+        ""
+        if to_file
+        else (
+            f", or compare with a run measured there: tracekit compare {q(trace)} OTHER_TRACE "
+            f"--project-before {q(target.key)}"
+        )
+    )
     click.echo(f"next: open {q(path)} in a browser{there}")

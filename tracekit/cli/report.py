@@ -9,7 +9,15 @@ import sys
 
 import click
 
-from tracekit.cli.common import device_options, device_settings, human_size, model_options, model_settings, read_with_progress, trace_argument
+from tracekit.cli.common import (
+    device_options,
+    device_settings,
+    human_size,
+    model_options,
+    model_settings,
+    read_with_progress,
+    trace_argument,
+)
 from tracekit.errors import TracekitError
 
 FORMATS = ("html", "json", "md", "text")
@@ -17,14 +25,26 @@ FORMATS = ("html", "json", "md", "text")
 
 @click.command("report")
 @trace_argument
-@click.option("-o", "--output", metavar="FILE",
-              help="Where to write (default: reports/<trace name>.<format>); '-' writes to stdout.")
-@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS),
-              help="Output format (default: from FILE's extension .html/.json/.md/.txt, else html).")
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    help="Where to write (default: reports/<trace name>.<format>); '-' writes to stdout.",
+)
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    help="Output format (default: from FILE's extension .html/.json/.md/.txt, else html).",
+)
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-@click.option("--with-hta", is_flag=True,
-              help="Also run HolisticTraceAnalysis on the same files and add its temporal and idle-time breakdowns, "
-                   "communication/computation overlap and kernel-launch statistics (needs: pip install 'tracekit[hta]').")
+@click.option(
+    "--with-hta",
+    is_flag=True,
+    help="Also run HolisticTraceAnalysis on the same files and add its temporal and idle-time breakdowns, "
+    "communication/computation overlap and kernel-launch statistics (needs: pip install 'tracekit[hta]').",
+)
 @device_options()
 @model_options
 def command(trace: str, output: str | None, fmt: str | None, force: bool, with_hta: bool, **options) -> None:

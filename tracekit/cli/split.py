@@ -12,11 +12,21 @@ from tracekit.cli.common import human_size
 
 @click.command("split")
 @click.argument("trace", type=click.Path(dir_okay=False, path_type=str))
-@click.option("-o", "--output", "out_dir", metavar="DIR",
-              help="The folder to write the windows into (default: reports/<trace name>-windows).")
-@click.option("--events", "max_events", type=click.IntRange(min=1), metavar="N",
-              help="About how many CPU-side events (ops, runtime calls, annotations, Python frames) a window "
-                   "holds; its kernels come with them (default: 2,000,000, about 0.5-1 GB of JSON).")
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    metavar="DIR",
+    help="The folder to write the windows into (default: reports/<trace name>-windows).",
+)
+@click.option(
+    "--events",
+    "max_events",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="About how many CPU-side events (ops, runtime calls, annotations, Python frames) a window "
+    "holds; its kernels come with them (default: 2,000,000, about 0.5-1 GB of JSON).",
+)
 @click.option("--force", is_flag=True, help="Replace the windows an earlier split wrote into DIR.")
 def command(trace: str, out_dir: str | None, max_events: int | None, force: bool) -> None:
     """Cut TRACE into windows of its time, each a trace file of its own, in two streamed passes
@@ -37,15 +47,26 @@ def command(trace: str, out_dir: str | None, max_events: int | None, force: bool
     notes: list[str] = []
     with _Progress() as progress:
         # (A trace that names no steps is split twice: again between the steps inferred from its windows.)
-        written = split_keeping_steps(trace, out_dir, read_trace, max_events=max_events or windows.DEFAULT_EVENTS,
-                                      force=force, progress=progress, notes=notes)
+        written = split_keeping_steps(
+            trace,
+            out_dir,
+            read_trace,
+            max_events=max_events or windows.DEFAULT_EVENTS,
+            force=force,
+            progress=progress,
+            notes=notes,
+        )
     size = sum(os.path.getsize(p) for p in written)
-    click.echo(f"wrote {len(written)} window{'s' if len(written) != 1 else ''} of {trace} to {out_dir} "
-               f"({human_size(size)})")
+    click.echo(
+        f"wrote {len(written)} window{'s' if len(written) != 1 else ''} of {trace} to {out_dir} ({human_size(size)})"
+    )
     for note in notes:
         click.echo(f"note: {note}", err=True)
-    click.echo(f"next: tracekit report {out_dir} (one merged report of the run), or tracekit batch {out_dir} "
-               "(a row per window)", err=True)
+    click.echo(
+        f"next: tracekit report {out_dir} (one merged report of the run), or tracekit batch {out_dir} "
+        "(a row per window)",
+        err=True,
+    )
 
 
 class _Progress:

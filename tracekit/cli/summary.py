@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli.common import device_options, device_settings, model_options, model_settings, read_with_progress, trace_argument
+from tracekit.cli.common import (
+    device_options,
+    device_settings,
+    model_options,
+    model_settings,
+    read_with_progress,
+    trace_argument,
+)
 
 
 @click.command("summary")

@@ -8,28 +8,53 @@ import shlex
 
 import click
 
-from tracekit.cli.common import (deliver, device_options, device_settings, model_options, model_settings,
-                                 output_options, output_target, read_with_progress, trace_argument)
+from tracekit.cli.common import (
+    deliver,
+    device_options,
+    device_settings,
+    model_options,
+    model_settings,
+    output_options,
+    output_target,
+    read_with_progress,
+    trace_argument,
+)
 from tracekit.errors import TracekitError
 
 
 @click.command("whatif")
 @trace_argument
-@click.option("--remove", metavar="CAUSES",
-              help="Causes to remove, comma-separated: launch (launch overhead: the step as one graph), sync "
-                   "(every synchronising call) or sync:NAME (calls whose name contains NAME), overlap-comm "
-                   "(communication hidden under compute).")
-@click.option("--speed", metavar="TARGET=F,...",
-              help="Kernels of a category (gemm, attention, moe, ...) or whose name contains TARGET, run at "
-                   "fraction F of their roof where they ran slower, e.g. gemm=0.8,attention=0.7.")
-@click.option("--host-floor", type=float, metavar="US",
-              help="Host work between two calls cut to at most US microseconds.")
-@output_options("the terminal; with -f html/md/json, reports/<trace name>-whatif.<format>",
-                formats=("text", "md", "html", "json"))
+@click.option(
+    "--remove",
+    metavar="CAUSES",
+    help="Causes to remove, comma-separated: launch (launch overhead: the step as one graph), sync "
+    "(every synchronising call) or sync:NAME (calls whose name contains NAME), overlap-comm "
+    "(communication hidden under compute).",
+)
+@click.option(
+    "--speed",
+    metavar="TARGET=F,...",
+    help="Kernels of a category (gemm, attention, moe, ...) or whose name contains TARGET, run at "
+    "fraction F of their roof where they ran slower, e.g. gemm=0.8,attention=0.7.",
+)
+@click.option(
+    "--host-floor", type=float, metavar="US", help="Host work between two calls cut to at most US microseconds."
+)
+@output_options(
+    "the terminal; with -f html/md/json, reports/<trace name>-whatif.<format>", formats=("text", "md", "html", "json")
+)
 @device_options()
 @model_options
-def command(trace: str, remove: str | None, speed: str | None, host_floor: float | None, output: str | None,
-            fmt: str | None, force: bool, **options) -> None:
+def command(
+    trace: str,
+    remove: str | None,
+    speed: str | None,
+    host_floor: float | None,
+    output: str | None,
+    fmt: str | None,
+    force: bool,
+    **options,
+) -> None:
     """Replay TRACE's steps on their own dependencies with causes removed or kernels sped up, all
     together: per phase the measured and replayed step time, TTFT/TPOT p50, tokens/s and the
     saving, and how closely the unchanged replay reproduced the trace.
@@ -50,7 +75,8 @@ def command(trace: str, remove: str | None, speed: str | None, host_floor: float
     if output is None and fmt is None:
         fmt = "text"  # a what-if is read at the terminal unless a file is asked for
     renderer, path, replacing = output_target(
-        output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-whatif{ext}"), force)
+        output, fmt, choose, lambda ext: os.path.join(DEFAULT_DIR, f"{report_stem(trace)}-whatif{ext}"), force
+    )
     if not os.path.exists(trace):
         raise TracekitError(f"{trace}: no such file or folder")
     settings = model_settings(options)

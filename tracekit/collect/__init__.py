@@ -29,7 +29,8 @@ __all__ = ["CollectOptions", "CollectResult", "ParallelResult", "collect", "coll
 
 def collect(options: "CollectOptions | None" = None, **kwargs: Any) -> "CollectResult":
     """Collect a trace; pass a ``CollectOptions`` or its fields as keywords."""
-    from tracekit.collect.collector import CollectOptions, collect as _collect
+    from tracekit.collect.collector import CollectOptions
+    from tracekit.collect.collector import collect as _collect
 
     if options is None:
         options = CollectOptions(**kwargs)

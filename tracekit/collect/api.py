@@ -68,8 +68,13 @@ class _Marker(contextlib.ContextDecorator):
         return False
 
 
-def phase(name: str, batch: int | None = None, tokens: int | None = None, index: int | None = None,
-          kv_tokens: int | None = None) -> _Marker:
+def phase(
+    name: str,
+    batch: int | None = None,
+    tokens: int | None = None,
+    index: int | None = None,
+    kv_tokens: int | None = None,
+) -> _Marker:
     """Mark one phase of an inference run: ``"prefill"``, ``"decode"`` or ``"generate"``.
 
     ``batch`` is the number of sequences; ``tokens`` the tokens processed (for prefill,

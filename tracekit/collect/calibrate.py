@@ -172,8 +172,15 @@ def settled(rounds: list[float]) -> bool:
     return b > 0 and a >= (1 - STABLE) * b
 
 
-def problems(device_type: str, dtype: str, flops: float, bandwidth: float, threads: int | None,
-             spec=None, cpu_peak: float | None = None) -> list[str]:
+def problems(
+    device_type: str,
+    dtype: str,
+    flops: float,
+    bandwidth: float,
+    threads: int | None,
+    spec=None,
+    cpu_peak: float | None = None,
+) -> list[str]:
     """Why a measurement cannot be right, as sentences (empty: plausible). ``cpu_peak`` stands in
     for the CPU's own upper bound (``cpu_peak_flops``; 0 skips that check)."""
     out = []
@@ -181,25 +188,35 @@ def problems(device_type: str, dtype: str, flops: float, bandwidth: float, threa
         n = threads or 1
         floor = CPU_FLOOR_FLOPS.get(dtype, 0.1e9) * n
         if flops < floor:
-            out.append(f"{flops / 1e9:.3g} GFLOP/s {dtype} matmul is below the floor of {floor / 1e9:.3g} GFLOP/s "
-                       f"for {n} thread{'s' if n != 1 else ''}")
+            out.append(
+                f"{flops / 1e9:.3g} GFLOP/s {dtype} matmul is below the floor of {floor / 1e9:.3g} GFLOP/s "
+                f"for {n} thread{'s' if n != 1 else ''}"
+            )
         if bandwidth < CPU_FLOOR_BANDWIDTH * n:
-            out.append(f"{bandwidth / 1e9:.3g} GB/s copy is below the floor of {CPU_FLOOR_BANDWIDTH * n / 1e9:.3g} GB/s")
+            out.append(
+                f"{bandwidth / 1e9:.3g} GB/s copy is below the floor of {CPU_FLOOR_BANDWIDTH * n / 1e9:.3g} GB/s"
+            )
         peak = cpu_peak_flops(dtype, n) if cpu_peak is None else cpu_peak
         if peak and flops >= floor and flops < FAR_BELOW * peak:
-            out.append(f"{flops / 1e9:.3g} GFLOP/s {dtype} matmul is under {FAR_BELOW:.0%} of the {peak / 1e9:.3g} "
-                       f"GFLOP/s the CPU's vector units allow on {n} thread{'s' if n != 1 else ''}")
+            out.append(
+                f"{flops / 1e9:.3g} GFLOP/s {dtype} matmul is under {FAR_BELOW:.0%} of the {peak / 1e9:.3g} "
+                f"GFLOP/s the CPU's vector units allow on {n} thread{'s' if n != 1 else ''}"
+            )
         return out
     if spec is None:
         return out
     peak = spec.peak_flops(dtype, "matrix")
     if peak and not GPU_PLAUSIBLE * peak <= flops <= PEAK_TOLERANCE * peak:
-        out.append(f"{flops / 1e12:.3g} TFLOP/s {dtype} matmul is outside {GPU_PLAUSIBLE:.0%}-{PEAK_TOLERANCE:.0%} of "
-                   f"{spec.name}'s {peak / 1e12:.3g} TFLOP/s")
+        out.append(
+            f"{flops / 1e12:.3g} TFLOP/s {dtype} matmul is outside {GPU_PLAUSIBLE:.0%}-{PEAK_TOLERANCE:.0%} of "
+            f"{spec.name}'s {peak / 1e12:.3g} TFLOP/s"
+        )
     bw = spec.peak_bandwidth
     if bw and not GPU_PLAUSIBLE * bw <= bandwidth <= PEAK_TOLERANCE * bw:
-        out.append(f"{bandwidth / 1e9:.3g} GB/s copy is outside {GPU_PLAUSIBLE:.0%}-{PEAK_TOLERANCE:.0%} of "
-                   f"{spec.name}'s {bw / 1e9:.3g} GB/s")
+        out.append(
+            f"{bandwidth / 1e9:.3g} GB/s copy is outside {GPU_PLAUSIBLE:.0%}-{PEAK_TOLERANCE:.0%} of "
+            f"{spec.name}'s {bw / 1e9:.3g} GB/s"
+        )
     return out
 
 
@@ -245,9 +262,14 @@ def calibrate(device: str, dtype, device_name: str | None = None, budget_s: floa
             break
     flops, bw = max(flop_rounds), max(bw_rounds)
     stable = settled(flop_rounds) and settled(bw_rounds)
-    unsettled = [] if stable else [
-        f"the {len(flop_rounds)} rounds did not settle: their best two differ by more than {STABLE:.0%} "
-        f"(matmul spread {spread(flop_rounds):.0%}, copy spread {spread(bw_rounds):.0%})"]
+    unsettled = (
+        []
+        if stable
+        else [
+            f"the {len(flop_rounds)} rounds did not settle: their best two differ by more than {STABLE:.0%} "
+            f"(matmul spread {spread(flop_rounds):.0%}, copy spread {spread(bw_rounds):.0%})"
+        ]
+    )
     return {
         "device": dev.type,
         "device_name": device_name,
@@ -274,10 +296,16 @@ def calibrate(device: str, dtype, device_name: str | None = None, budget_s: floa
             "rounds": {"matmul_flops": flop_rounds, "copy_bandwidth": bw_rounds},
             "spread": {"matmul_flops": round(spread(flop_rounds), 4), "copy_bandwidth": round(spread(bw_rounds), 4)},
             "cpu_peak_flops": cpu_peak_flops(short_dtype(dtype), threads) if dev.type == "cpu" and threads else None,
-            "against": (f"{spec.name}'s datasheet row" if spec is not None else
-                        ("the per-thread floors of tracekit.collect.calibrate and the FMA peak the CPU's flags and "
-                         "clock allow (cpu_peak_flops)" if dev.type == "cpu"
-                         else "nothing: the GPU is not in tracekit's database")),
+            "against": (
+                f"{spec.name}'s datasheet row"
+                if spec is not None
+                else (
+                    "the per-thread floors of tracekit.collect.calibrate and the FMA peak the CPU's flags and "
+                    "clock allow (cpu_peak_flops)"
+                    if dev.type == "cpu"
+                    else "nothing: the GPU is not in tracekit's database"
+                )
+            ),
             "load_average_1m": _load(),
         },
     }

@@ -66,7 +66,7 @@ class CollectResult:
 
 def require_torch():
     try:
-        import torch  # noqa: F401
+        import torch  # only whether it imports
     except ImportError:
         raise TracekitError(TORCH_MISSING) from None
     return torch
@@ -257,8 +257,14 @@ def workload_info(wl, opts: CollectOptions, plan: GenerationPlan, device: str, d
     return info
 
 
-def measure(gen, opts: CollectOptions, progress: Progress, tmp: str, trace_meta: dict[str, str],
-            agree: Callable[[bool], bool] | None = None):
+def measure(
+    gen,
+    opts: CollectOptions,
+    progress: Progress,
+    tmp: str,
+    trace_meta: dict[str, str],
+    agree: Callable[[bool], bool] | None = None,
+):
     """Warm up, time unprofiled runs, then profile one run into ``tmp``.
 
     Returns (median plain run, number of plain runs, profiled run, schedule). ``agree`` turns
@@ -281,8 +287,10 @@ def measure(gen, opts: CollectOptions, progress: Progress, tmp: str, trace_meta:
         while True:
             plain_runs.append(gen.run(mark=True, on_step=progress.step if not plain_runs else None))
             fastest = min(r.wall_ms for r in plain_runs) / 1e3
-            more = not (len(plain_runs) >= 5 or
-                        ((len(plain_runs) >= 3 or fastest > 0.25) and time.perf_counter() + fastest > t_budget))
+            more = not (
+                len(plain_runs) >= 5
+                or ((len(plain_runs) >= 3 or fastest > 0.25) and time.perf_counter() + fastest > t_budget)
+            )
             if agree is not None:
                 more = agree(more)
             if not more:
@@ -301,7 +309,9 @@ def measure(gen, opts: CollectOptions, progress: Progress, tmp: str, trace_meta:
     return plain, len(plain_runs), prof, schedule
 
 
-def timing_info(plain, n_plain: int, prof, schedule, opts: CollectOptions, device: str, new_tokens: int) -> dict[str, Any]:
+def timing_info(
+    plain, n_plain: int, prof, schedule, opts: CollectOptions, device: str, new_tokens: int
+) -> dict[str, Any]:
     """The sidecar's ``timing`` entry."""
     from tracekit.collect import runner
 
@@ -445,7 +455,12 @@ def _collect_script(opts: CollectOptions) -> CollectResult:
         "profiler_overhead_ratio": None,
         "method": "the script ran once, under the profiler; TTFT/TPOT come from its markers in the trace",
     }
-    schedule = {"skip_decode_steps": 0, "profiler_warmup_steps": 0, "record_decode_steps": None, "prefill_recorded": True}
+    schedule = {
+        "skip_decode_steps": 0,
+        "profiler_warmup_steps": 0,
+        "record_decode_steps": None,
+        "prefill_recorded": True,
+    }
     data = sidecar.build(workload_info, dev_info, timing, calibration, schedule)
     finish(tmp, trace_path, data, opts.force)
     return CollectResult(trace_path, markers.sidecar_path_for(trace_path), data, [])
@@ -458,11 +473,27 @@ def trace_metadata(workload: dict[str, Any], trace_path: str) -> dict[str, str]:
     """A small summary stored inside the trace itself (top-level key ``tracekit``)."""
     from tracekit import __version__
 
-    keep = ("kind", "preset", "model_path", "architecture", "parameters", "dtype", "batch_size", "prompt_len", "new_tokens", "device", "script")
+    keep = (
+        "kind",
+        "preset",
+        "model_path",
+        "architecture",
+        "parameters",
+        "dtype",
+        "batch_size",
+        "prompt_len",
+        "new_tokens",
+        "device",
+        "script",
+    )
     summary = {k: workload.get(k) for k in keep if k in workload}
     return {
         "tracekit": json.dumps(
-            {"version": __version__, "sidecar": os.path.basename(markers.sidecar_path_for(trace_path)), "workload": summary}
+            {
+                "version": __version__,
+                "sidecar": os.path.basename(markers.sidecar_path_for(trace_path)),
+                "workload": summary,
+            }
         )
     }
 
@@ -478,8 +509,9 @@ def finish(tmp: str, trace_path: str, data: dict[str, Any], force: bool) -> None
         os.replace(tmp, trace_path)
     except OSError as e:
         # The run is done and recorded: never lose it to a failing last step.
-        raise TracekitError(f"could not move the recorded trace to {trace_path} ({e.strerror or e}); it is kept at "
-                            f"{tmp}") from None
+        raise TracekitError(
+            f"could not move the recorded trace to {trace_path} ({e.strerror or e}); it is kept at {tmp}"
+        ) from None
 
 
 def _remove(path: str) -> None:

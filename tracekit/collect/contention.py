@@ -57,8 +57,7 @@ class Window:
         if self.busy0 is None or busy1 is None or wall <= 0:
             return None
         others = max(0.0, (busy1 - self.busy0) - (_own_seconds() - self.own0)) / wall
-        return {"other_cores": round(others, 3), "seconds": round(wall, 3),
-                "busy": busy(others, threads, cores)}
+        return {"other_cores": round(others, 3), "seconds": round(wall, 3), "busy": busy(others, threads, cores)}
 
 
 def busy(other_cores: float, threads: int | None, cores: int | None) -> bool:

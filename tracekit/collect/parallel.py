@@ -57,9 +57,9 @@ _GRACE_S = 1.0
 _TERM_WAIT_S = 5.0
 _UNSUPPORTED = {
     "script": "--tp runs the built-in presets; a script that starts its own ranks is profiled per rank by the "
-              "script itself (torch.profiler in each rank), not with --tp",
+    "script itself (torch.profiler in each rank), not with --tp",
     "model": "--tp shards the built-in presets only; sharding a checkpoint from --model is not supported "
-             "(use --preset with --layers to match its shapes)",
+    "(use --preset with --layers to match its shapes)",
     "compile": "--tp does not support --compile or --cuda-graphs yet: the all-reduce hooks run eagerly",
 }
 
@@ -112,14 +112,23 @@ def shard_sizes(cfg, tp: int) -> dict[str, int]:
     kv = int(get("num_key_value_heads") or heads)
     inter = int(get("intermediate_size"))
     head_dim = int(get("head_dim") or int(get("hidden_size")) // heads)
-    bad = [f"{what} ({n})" for what, n in (("attention heads", heads), ("KV heads", kv),
-                                           ("intermediate size", inter)) if n % tp]
+    bad = [
+        f"{what} ({n})"
+        for what, n in (("attention heads", heads), ("KV heads", kv), ("intermediate size", inter))
+        if n % tp
+    ]
     if bad:
         listed = bad[0] if len(bad) == 1 else f"{', '.join(bad[:-1])} or {bad[-1]}"
-        raise TracekitError(f"--tp {tp} does not divide the model's {listed}: choose a --tp that divides "
-                            f"{heads} heads, {kv} KV heads and intermediate size {inter}")
-    return {"num_attention_heads": heads // tp, "num_key_value_heads": kv // tp, "intermediate_size": inter // tp,
-            "head_dim": head_dim}
+        raise TracekitError(
+            f"--tp {tp} does not divide the model's {listed}: choose a --tp that divides "
+            f"{heads} heads, {kv} KV heads and intermediate size {inter}"
+        )
+    return {
+        "num_attention_heads": heads // tp,
+        "num_key_value_heads": kv // tp,
+        "intermediate_size": inter // tp,
+        "head_dim": head_dim,
+    }
 
 
 def resolve_folder(output: str | None, stem: str, force: bool, tp: int) -> tuple[str, bool]:
@@ -142,8 +151,9 @@ def resolve_folder(output: str | None, stem: str, force: bool, tp: int) -> tuple
     else:
         folder = output.rstrip("/" + os.sep) or output
         if folder.endswith((".json", ".json.gz", ".json.zst")):
-            raise TracekitError(f"with --tp, -o names a folder for the {tp} rank traces, not a trace file "
-                                f"({output}): give a folder")
+            raise TracekitError(
+                f"with --tp, -o names a folder for the {tp} rank traces, not a trace file ({output}): give a folder"
+            )
         if os.path.exists(folder) and not os.path.isdir(folder):
             raise TracekitError(f"-o {output} is a file; with --tp, -o names a folder for the rank traces")
     created = not os.path.exists(folder)
@@ -153,13 +163,17 @@ def resolve_folder(output: str | None, stem: str, force: bool, tp: int) -> tuple
         present = [os.path.basename(p) for p in list_trace_files(folder)]
         others = [n for n in present if n not in ours]
         if others:
-            raise TracekitError(f"{folder} already holds other traces ({', '.join(others[:3])}"
-                                f"{' and more' if len(others) > 3 else ''}), which would be read as part of this "
-                                "run: choose a new or empty -o folder")
+            raise TracekitError(
+                f"{folder} already holds other traces ({', '.join(others[:3])}"
+                f"{' and more' if len(others) > 3 else ''}), which would be read as part of this "
+                "run: choose a new or empty -o folder"
+            )
         clash = sorted(set(present) | (ours_side & set(os.listdir(folder))))
         if clash and not force:
-            raise TracekitError(f"{folder} already holds {', '.join(clash[:2])}{' and more' if len(clash) > 2 else ''}: "
-                                "pass --force to overwrite them, or choose another -o folder")
+            raise TracekitError(
+                f"{folder} already holds {', '.join(clash[:2])}{' and more' if len(clash) > 2 else ''}: "
+                "pass --force to overwrite them, or choose another -o folder"
+            )
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
@@ -201,8 +215,10 @@ def collect_tp(opts, tp: int, announce: Callable[[str], None] | None = None) -> 
             raise TracekitError(f"with --tp, rank r runs on cuda:r: pass --device cuda, not --device {device}")
         n_gpus = torch.cuda.device_count()
         if n_gpus < tp:
-            raise TracekitError(f"--tp {tp} needs {tp} GPUs (one per rank) and this machine has {n_gpus}: "
-                                f"use --tp {n_gpus} or less, or --device cpu")
+            raise TracekitError(
+                f"--tp {tp} needs {tp} GPUs (one per rank) and this machine has {n_gpus}: "
+                f"use --tp {n_gpus} or less, or --device cpu"
+            )
         if not dist.is_nccl_available():
             raise TracekitError("--tp on GPUs needs NCCL (RCCL on ROCm), which this torch build lacks")
         backend = "nccl"
@@ -218,11 +234,19 @@ def collect_tp(opts, tp: int, announce: Callable[[str], None] | None = None) -> 
     folder, created = resolve_folder(opts.output, stem, opts.force, tp)
     scratch = os.path.abspath(os.path.join(folder, f"{_SCRATCH_PREFIX}{os.getpid()}"))
     os.makedirs(scratch, exist_ok=True)
-    job = {"options": {**dataclasses.asdict(opts), "threads": threads, "progress": False, "output": None},
-           "tp": tp, "backend": backend, "device": device, "folder": folder, "parent": os.getpid()}
+    job = {
+        "options": {**dataclasses.asdict(opts), "threads": threads, "progress": False, "output": None},
+        "tp": tp,
+        "backend": backend,
+        "device": device,
+        "folder": folder,
+        "parent": os.getpid(),
+    }
     if announce is not None:
-        announce(f"starting {tp} tensor-parallel rank{'s' if tp != 1 else ''} of the {plan.preset.name} preset "
-                 f"({backend} on {device}{f', {threads} thread(s) each' if backend == 'gloo' else ''}) into {folder}")
+        announce(
+            f"starting {tp} tensor-parallel rank{'s' if tp != 1 else ''} of the {plan.preset.name} preset "
+            f"({backend} on {device}{f', {threads} thread(s) each' if backend == 'gloo' else ''}) into {folder}"
+        )
     try:
         results = _run_ranks(scratch, job, tp)
         out = _write_folder(folder, scratch, results, opts)
@@ -235,8 +259,7 @@ def collect_tp(opts, tp: int, announce: Callable[[str], None] | None = None) -> 
                 pass
         raise
     shutil.rmtree(scratch, ignore_errors=True)
-    return ParallelResult(folder=folder, ranks=out, backend=backend,
-                          notes=sorted({n for r in out for n in r.notes}))
+    return ParallelResult(folder=folder, ranks=out, backend=backend, notes=sorted({n for r in out for n in r.notes}))
 
 
 def _run_ranks(scratch: str, job: dict[str, Any], tp: int, attempts: int = 3) -> list[dict[str, Any]]:
@@ -246,8 +269,9 @@ def _run_ranks(scratch: str, job: dict[str, Any], tp: int, attempts: int = 3) ->
             return _start_and_wait(scratch, job, tp)
         except _PortTaken:
             if attempt == attempts - 1:
-                raise TracekitError("could not start the ranks: the free localhost port tracekit picked was taken "
-                                    "each time; try again") from None
+                raise TracekitError(
+                    "could not start the ranks: the free localhost port tracekit picked was taken each time; try again"
+                ) from None
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -279,10 +303,15 @@ def _start_and_wait(scratch: str, job: dict[str, Any], tp: int) -> list[dict[str
         for r in range(tp):
             log = open(os.path.join(scratch, f"rank{r}.log"), "wb")
             logs.append(log)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tracekit.collect.parallel_rank", scratch, str(r)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "tracekit.collect.parallel_rank", scratch, str(r)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
+            )
         failed_at = None
         while True:
             codes = [p.poll() for p in procs]

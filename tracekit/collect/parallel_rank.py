@@ -81,8 +81,13 @@ def _rank_run(job: dict[str, Any], rank: int, scratch: str) -> dict[str, Any]:
     if device.startswith("cuda"):
         device = f"cuda:{rank}"
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{job['port']}", rank=rank, world_size=tp,
-                            timeout=datetime.timedelta(seconds=_INIT_TIMEOUT_S))
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{job['port']}",
+        rank=rank,
+        world_size=tp,
+        timeout=datetime.timedelta(seconds=_INIT_TIMEOUT_S),
+    )
     try:
         plan = collector.plan_generation(opts)
         dtype = workloads.resolve_dtype(opts.dtype, device)
@@ -95,20 +100,22 @@ def _rank_run(job: dict[str, Any], rank: int, scratch: str) -> dict[str, Any]:
         info = collector.workload_info(wl, opts, plan, device, dtype)
         full_params = workloads.count_parameters(workloads.build_from_config(full_cfg, "meta", dtype))
         n_layers = int(full_cfg.num_hidden_layers)
-        info.update({
-            "model_config": workloads.config_dict(full_cfg),  # the whole model: analysis divides by the TP degree
-            "parameters": full_params,
-            "tensor_parallel": {
-                "world_size": tp,
-                "rank": rank,
-                "backend": backend,
-                "shard": shard,
-                "parameters_per_rank": wl.parameters,
-                "all_reduces_per_step": 2 * n_layers,
-                "scheme": "q/k/v and gate/up column-parallel, o_proj and down_proj row-parallel, each followed by "
-                          "an all-reduce (sum); embeddings, norms and lm_head replicated",
-            },
-        })
+        info.update(
+            {
+                "model_config": workloads.config_dict(full_cfg),  # the whole model: analysis divides by the TP degree
+                "parameters": full_params,
+                "tensor_parallel": {
+                    "world_size": tp,
+                    "rank": rank,
+                    "backend": backend,
+                    "shard": shard,
+                    "parameters_per_rank": wl.parameters,
+                    "all_reduces_per_step": 2 * n_layers,
+                    "scheme": "q/k/v and gate/up column-parallel, o_proj and down_proj row-parallel, each followed by "
+                    "an all-reduce (sum); embeddings, norms and lm_head replicated",
+                },
+            }
+        )
         final_path = os.path.join(job["folder"], rank_trace_name(rank))
         tmp = os.path.join(scratch, rank_trace_name(rank))
         comm_device = torch.device(device) if backend == "nccl" else torch.device("cpu")
@@ -120,7 +127,8 @@ def _rank_run(job: dict[str, Any], rank: int, scratch: str) -> dict[str, Any]:
 
         progress = collector.Progress(False, 0)
         plain, n_plain, prof, schedule = collector.measure(
-            gen, opts, progress, tmp, collector.trace_metadata(info, final_path), agree=agree)
+            gen, opts, progress, tmp, collector.trace_metadata(info, final_path), agree=agree
+        )
         # Every rank's trace is written: the cores are free for calibration.
         if backend == "nccl":
             dist.barrier(device_ids=[rank])
@@ -155,8 +163,16 @@ def _load_shard(preset, tp: int, device: str, dtype, layers: int | None, seed: i
     cfg.architectures = ["LlamaForCausalLM"]
     model = workloads.build_from_config(cfg, device, dtype, seed=seed)
     wl = workloads.Workload(
-        model=model, config=cfg, kind="preset", preset=preset.name, model_path=None, device=device, dtype=dtype,
-        parameters=workloads.count_parameters(model), architecture="LlamaForCausalLM", vocab_size=int(cfg.vocab_size),
+        model=model,
+        config=cfg,
+        kind="preset",
+        preset=preset.name,
+        model_path=None,
+        device=device,
+        dtype=dtype,
+        parameters=workloads.count_parameters(model),
+        architecture="LlamaForCausalLM",
+        vocab_size=int(cfg.vocab_size),
         info={"layers_override": layers, "tensor_parallel": tp},
     )
     return wl, full, shard
@@ -185,8 +201,10 @@ def _add_all_reduces(model, fail_here: bool = False) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m tracekit.collect.parallel_rank SCRATCH_FOLDER RANK (started by tracekit collect --tp)",
-              file=sys.stderr)
+        print(
+            "usage: python -m tracekit.collect.parallel_rank SCRATCH_FOLDER RANK (started by tracekit collect --tp)",
+            file=sys.stderr,
+        )
         return 2
     return rank_main(argv[0], int(argv[1]))
 

@@ -63,7 +63,9 @@ class Schedule:
         prefill, first, n = self.window(new_tokens)
         return {
             "skip_decode_steps": self.skip_steps,
-            "profiler_warmup_steps": self.torch_schedule_args(new_tokens)["warmup"] if not self.records_everything else 0,
+            "profiler_warmup_steps": self.torch_schedule_args(new_tokens)["warmup"]
+            if not self.records_everything
+            else 0,
             "record_decode_steps": self.record_steps,
             "prefill_recorded": prefill,
             "recorded_decode_steps": [first, first + n - 1] if n else [],
@@ -107,8 +109,7 @@ class Generator:
         limit = getattr(workload.config, "max_position_embeddings", None)
         if limit and prompt_len + new_tokens + 1 > limit:
             raise TracekitError(
-                f"prompt length {prompt_len} plus {new_tokens} new tokens exceeds the model's "
-                f"{limit} positions"
+                f"prompt length {prompt_len} plus {new_tokens} new tokens exceeds the model's {limit} positions"
             )
         self.torch = torch
         self.workload = workload
@@ -209,7 +210,9 @@ class Generator:
             with rf(markers.GENERATE) if mark_generate else contextlib.nullcontext():
                 t0 = clock()
                 with rf(markers.prefill_name(B, B * P, B * P)):
-                    tok, cache = self._forward(self.model.forward, self.prompt, cache, self._prefill_pos, self._prefill_cpos, True)
+                    tok, cache = self._forward(
+                        self.model.forward, self.prompt, cache, self._prefill_pos, self._prefill_cpos, True
+                    )
                     self.sync()
                 t1 = clock()
                 steps.append(t1 - t0)

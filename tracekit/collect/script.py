@@ -52,7 +52,9 @@ def parse_command(command: list[str] | tuple[str, ...]) -> ScriptTarget:
         return ScriptTarget(argv=(words[1], *words[2:]), module=words[1])
     path = words[0]
     if not os.path.isfile(path):
-        raise TracekitError(f"script {path} does not exist (tracekit collect runs a Python file: -- python my_script.py)")
+        raise TracekitError(
+            f"script {path} does not exist (tracekit collect runs a Python file: -- python my_script.py)"
+        )
     if not path.endswith(".py") and not os.access(path, os.R_OK):
         raise TracekitError(f"script {path} is not a readable Python file")
     return ScriptTarget(argv=(path, *words[1:]), path=os.path.abspath(path))

@@ -77,7 +77,12 @@ def device_info(device: str) -> dict[str, Any]:
     dev = torch.device(device)
     if dev.type == "cuda":
         index = dev.index if dev.index is not None else torch.cuda.current_device()
-        return {"type": "cuda", "name": torch.cuda.get_device_name(index), "count": torch.cuda.device_count(), "index": index}
+        return {
+            "type": "cuda",
+            "name": torch.cuda.get_device_name(index),
+            "count": torch.cuda.device_count(),
+            "index": index,
+        }
     info = {"type": "cpu", "name": cpu_name(), "count": 1, "threads": torch.get_num_threads(), "cores": os.cpu_count()}
     try:
         info["load_average_1m"] = round(os.getloadavg()[0], 2)  # other work inflates CPU timings

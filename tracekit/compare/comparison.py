@@ -94,17 +94,21 @@ class Comparison:
                     "flat_threshold": FLAT_THRESHOLD,
                     "flat_points": FLAT_POINTS,
                     "bootstrap_resamples": BOOTSTRAP,
-                    "interval": (f"{INTERVAL:.0%} bootstrap interval of each change (seeded): with one run per side, "
-                                 "circular blocks of each run's steps (the spread within the run; a shift of a whole "
-                                 "run is not in it); with several runs on a side, hierarchical: the side's runs drawn "
-                                 "with replacement, then blocks of steps within each (run-to-run spread included); "
-                                 "none for figures measured once per run"),
+                    "interval": (
+                        f"{INTERVAL:.0%} bootstrap interval of each change (seeded): with one run per side, "
+                        "circular blocks of each run's steps (the spread within the run; a shift of a whole "
+                        "run is not in it); with several runs on a side, hierarchical: the side's runs drawn "
+                        "with replacement, then blocks of steps within each (run-to-run spread included); "
+                        "none for figures measured once per run"
+                    ),
                     "runs": RUNS_RULE,
                     "detail": DETAIL_RULE if several else None,
                     "gate_rule": GATE_RULE,
-                    "kernel_match": ("by phase, category and launching op, or kernel family (the name without template "
-                                     "arguments and tile suffixes) where no op is linked; ranked by |change in ms|, a group "
-                                     "only one run has by its own time"),
+                    "kernel_match": (
+                        "by phase, category and launching op, or kernel family (the name without template "
+                        "arguments and tile suffixes) where no op is linked; ranked by |change in ms|, a group "
+                        "only one run has by its own time"
+                    ),
                     "roof": "each run against its own device's spec row",
                 },
                 "context": self.context,
@@ -119,9 +123,11 @@ class Comparison:
 
 
 # How a side of several runs becomes one figure (``tracekit.compare.spread.side_value``).
-RUNS_RULE = ("with several runs on a side: per-step figures (TPOT, decode step time) over the pooled steps of all "
-             "its runs, decode tokens/s as all tokens over all step time, figures measured once per run (TTFT, MFU, "
-             "MBU, idle) the median of the per-run figures")
+RUNS_RULE = (
+    "with several runs on a side: per-step figures (TPOT, decode step time) over the pooled steps of all "
+    "its runs, decode tokens/s as all tokens over all step time, figures measured once per run (TTFT, MFU, "
+    "MBU, idle) the median of the per-run figures"
+)
 DETAIL_RULE = "phases, kernels and context are from the first run of each side; the headline and gates use every run"
 
 
@@ -129,7 +135,9 @@ def _side(a: Analysis, runs: list[Analysis] | None = None) -> dict[str, Any]:
     src = a.source or {}
     dev = a.device or {}
     return {
-        "source": {k: src.get(k) for k in ("name", "path", "files", "schema_era", "events", "bytes", "tracekit_version")},
+        "source": {
+            k: src.get(k) for k in ("name", "path", "files", "schema_era", "events", "bytes", "tracekit_version")
+        },
         "device": {
             k: dev.get(k)
             for k in ("name", "type", "spec", "spec_key", "how", "reason", "peak_basis", "peak_bandwidth", "peak_flops")
@@ -139,8 +147,14 @@ def _side(a: Analysis, runs: list[Analysis] | None = None) -> dict[str, Any]:
         "workload": workload_of(a),
         "steps": {p: int(v.get("steps") or 0) for p, v in a.phases.items()},
         # Every run of the side (the first is the one above): where each came from and its steps.
-        "runs": [{"name": (r.source or {}).get("name"), "path": (r.source or {}).get("path"),
-                  "steps": {p: int(v.get("steps") or 0) for p, v in r.phases.items()}} for r in (runs or [a])],
+        "runs": [
+            {
+                "name": (r.source or {}).get("name"),
+                "path": (r.source or {}).get("path"),
+                "steps": {p: int(v.get("steps") or 0) for p, v in r.phases.items()},
+            }
+            for r in (runs or [a])
+        ],
     }
 
 
@@ -166,9 +180,16 @@ def compare(before: Analysis | Sequence[Analysis], after: Analysis | Sequence[An
         phases[p]["explanation"] += _roof_notes(kernels[p], before, after)
     # No fraction of a roof shown above it (analysis.books); a violation is a tracekit bug.
     roof_notes = books.enforce(books.check_compare_roofs(phases, kernels))
-    c = Comparison(before, after, context_rows(before, after), headline, phases, kernels,
-                   before_runs=before_runs if len(before_runs) > 1 else [],
-                   after_runs=after_runs if len(after_runs) > 1 else [])
+    c = Comparison(
+        before,
+        after,
+        context_rows(before, after),
+        headline,
+        phases,
+        kernels,
+        before_runs=before_runs if len(before_runs) > 1 else [],
+        after_runs=after_runs if len(after_runs) > 1 else [],
+    )
     c.summary = _summary(c) + roof_notes
     if len(before_runs) > 1 or len(after_runs) > 1:
         c.summary.append(f"Runs: {len(before_runs)} before, {len(after_runs)} after; {DETAIL_RULE}.")
@@ -212,13 +233,22 @@ def _phase_delta(phase: str, before: Analysis, after: Analysis, word: str = "GPU
         rows = []
         for k in sorted(set(b) | set(a)):
             vb, va = float(b.get(k, 0.0) or 0.0) * sb, float(a.get(k, 0.0) or 0.0) * sa
-            rows.append({"name": k, "before_ms": vb, "after_ms": va, "delta_ms": va - vb,
-                         "relative": (va - vb) / vb if vb else None})
+            rows.append(
+                {
+                    "name": k,
+                    "before_ms": vb,
+                    "after_ms": va,
+                    "delta_ms": va - vb,
+                    "relative": (va - vb) / vb if vb else None,
+                }
+            )
         return sorted(rows, key=lambda r: (-abs(r["delta_ms"]), r["name"]))
 
     tb, ta = pb.get("time_ms"), pa.get("time_ms")
     time = {
-        "before": tb, "after": ta, "delta": (ta - tb) if pb and pa and tb is not None and ta is not None else None,
+        "before": tb,
+        "after": ta,
+        "delta": (ta - tb) if pb and pa and tb is not None and ta is not None else None,
         "before_per_step": (tb / nb) if tb is not None and nb else None,
         "after_per_step": (ta / na) if ta is not None and na else None,
     }
@@ -261,13 +291,17 @@ def _explain(phase: str, p: dict[str, Any], word: str) -> list[str]:
         if abs(r["delta_ms"]) <= floor:
             continue
         verb = "grew" if r["delta_ms"] > 0 else "shrank"
-        out.append(f"{r['name']} {verb} by {fmt(abs(r['delta_ms']), 'ms').removesuffix(' ms')} {unit} "
-                   f"({fmt(r['before_ms'], 'ms')} → {fmt(r['after_ms'], 'ms')}).")
+        out.append(
+            f"{r['name']} {verb} by {fmt(abs(r['delta_ms']), 'ms').removesuffix(' ms')} {unit} "
+            f"({fmt(r['before_ms'], 'ms')} → {fmt(r['after_ms'], 'ms')})."
+        )
     idle = next((r for r in p["by_bound"] if r["name"] == "idle"), None)
     if idle and abs(idle["delta_ms"]) > floor:
         verb = "grew" if idle["delta_ms"] > 0 else "shrank"
-        out.append(f"{word} idle time {verb} by {fmt(abs(idle['delta_ms']), 'ms').removesuffix(' ms')} {unit} "
-                   f"({fmt(idle['before_ms'], 'ms')} → {fmt(idle['after_ms'], 'ms')}).")
+        out.append(
+            f"{word} idle time {verb} by {fmt(abs(idle['delta_ms']), 'ms').removesuffix(' ms')} {unit} "
+            f"({fmt(idle['before_ms'], 'ms')} → {fmt(idle['after_ms'], 'ms')})."
+        )
     bound_b = _dominant_bound(p["by_bound"], "before_ms")
     bound_a = _dominant_bound(p["by_bound"], "after_ms")
     if bound_b and bound_a and bound_b != bound_a:
@@ -285,8 +319,13 @@ def _dominant_bound(rows: list[dict[str, Any]], side: str) -> str | None:
 
 
 def _phase_words(phase: str) -> str:
-    return {"prefill": "prefill steps", "decode": "decode steps", "mixed": "mixed steps", "unknown": "unclassified steps",
-            ALL: "kernels"}.get(phase, f"{phase} steps")
+    return {
+        "prefill": "prefill steps",
+        "decode": "decode steps",
+        "mixed": "mixed steps",
+        "unknown": "unclassified steps",
+        ALL: "kernels",
+    }.get(phase, f"{phase} steps")
 
 
 def _roofs_by_category(before: Analysis, after: Analysis, phase: str) -> dict[str, dict]:
@@ -298,11 +337,17 @@ def _roofs_by_category(before: Analysis, after: Analysis, phase: str) -> dict[st
         w = a.work if phase == ALL else a.work[a.work["phase"] == phase]
         if not len(w):
             continue
-        f = pd.DataFrame({"category": w["category"].astype(str).to_numpy(), "ns": w["dur_ns"].to_numpy(dtype=float),
-                          "bytes": w["bytes"].to_numpy(dtype=float) if "bytes" in w else float("nan"),
-                          **roof_sums(w)})
-        g = f.groupby("category").agg(ns=("ns", "sum"), calls=("ns", "size"), bytes=("bytes", "sum"),
-                                      **{k: (k, "sum") for k in ROOF_SUMS})
+        f = pd.DataFrame(
+            {
+                "category": w["category"].astype(str).to_numpy(),
+                "ns": w["dur_ns"].to_numpy(dtype=float),
+                "bytes": w["bytes"].to_numpy(dtype=float) if "bytes" in w else float("nan"),
+                **roof_sums(w),
+            }
+        )
+        g = f.groupby("category").agg(
+            ns=("ns", "sum"), calls=("ns", "size"), bytes=("bytes", "sum"), **{k: (k, "sum") for k in ROOF_SUMS}
+        )
         for cat, r in g.iterrows():
             if not r["known_dur"] and not r["capped_dur"]:
                 continue  # no unit of the category was priced against a roof in this run
@@ -320,14 +365,16 @@ def _roofs_by_category(before: Analysis, after: Analysis, phase: str) -> dict[st
 def _kernel_movers(phase: str, before: Analysis, after: Analysis) -> dict[str, Any]:
     """The phase's kernel movers (``tracekit.compare.movers``), per step when the runs hold
     different numbers of steps in it."""
+
     def work(a: Analysis) -> pd.DataFrame:
         return a.work if phase == ALL else a.work[a.work["phase"] == phase]
 
     def steps(a: Analysis) -> int:
         return 0 if phase == ALL else int((a.phases.get(phase) or {}).get("steps") or 0)
 
-    return kernel_movers(work(before), work(after), (steps(before), steps(after)), TOP_MOVERS,
-                         (before.device, after.device))
+    return kernel_movers(
+        work(before), work(after), (steps(before), steps(after)), TOP_MOVERS, (before.device, after.device)
+    )
 
 
 def _roof_notes(k: dict[str, list[dict[str, Any]]], before: Analysis, after: Analysis) -> list[str]:
@@ -346,8 +393,10 @@ def _roof_notes(k: dict[str, list[dict[str, Any]]], before: Analysis, after: Ana
         speed = f"{s:.2g}x faster" if s >= 1 else f"{1 / s:.2g}x slower"
         where_a = f" of {da}'s roof" if db != da else " of the roof"
         where_b = f" of {db}'s" if db != da else ""
-        out.append(f"{r['op']} ({r['category']}): {speed} per call, at {r['after_roof']:.0%}{where_a} "
-                   f"(was {r['before_roof']:.0%}{where_b}).")
+        out.append(
+            f"{r['op']} ({r['category']}): {speed} per call, at {r['after_roof']:.0%}{where_a} "
+            f"(was {r['before_roof']:.0%}{where_b})."
+        )
         if len(out) == 2:
             break
     return out
@@ -365,8 +414,12 @@ def _summary(c: Comparison) -> list[str]:
         out.extend(_batch_sentence(c, ctx["batch"]["before"], ctx["batch"]["after"]))
     for h in c.headline:
         if h["verdict"] in ("better", "worse"):
-            rel = f" ({'+' if h['relative'] > 0 else ''}{num(h['relative'] * 100)}%)" if h["relative"] is not None else ""
-            out.append(f"{h['label']}: {fmt(h['before'], h['unit'])} → {fmt(h['after'], h['unit'])}{rel}, {h['verdict']}.")
+            rel = (
+                f" ({'+' if h['relative'] > 0 else ''}{num(h['relative'] * 100)}%)" if h["relative"] is not None else ""
+            )
+            out.append(
+                f"{h['label']}: {fmt(h['before'], h['unit'])} → {fmt(h['after'], h['unit'])}{rel}, {h['verdict']}."
+            )
     noise = [h["label"] for h in c.headline if h["verdict"] == "within noise"]
     if noise:
         out.append("Within noise: " + ", ".join(noise) + ".")
@@ -374,7 +427,7 @@ def _summary(c: Comparison) -> list[str]:
 
 
 def context_sentence(c: Comparison | dict[str, Any]) -> str | None:
-    """"Not like for like: batch size 1 vs 8; ..." or None when the runs are alike."""
+    """ "Not like for like: batch size 1 vs 8; ..." or None when the runs are alike."""
     rows = c.context if isinstance(c, Comparison) else (c.get("context") or [])
     if not rows:
         return None
@@ -383,7 +436,7 @@ def context_sentence(c: Comparison | dict[str, Any]) -> str | None:
 
 
 def _batch_sentence(c: Comparison, b: Any, a: Any) -> list[str]:
-    """"Batch 1 → 8: decode produces more tokens per second (...), as a larger batch implies;
+    """ "Batch 1 → 8: decode produces more tokens per second (...), as a larger batch implies;
     each decode step takes longer (...), as expected." Noise-aware: a change within noise is
     said to be one."""
     tps = c.figure("decode_tokens_per_s")

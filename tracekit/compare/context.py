@@ -51,7 +51,8 @@ def check_same_workload(runs: Sequence[Analysis], side: str) -> None:
             diff = "; ".join(f"{r['label']} {plain(r['before'])} vs {plain(r['after'])}" for r in rows)
             raise TracekitError(
                 f"the {side} runs are not repeats of one workload ({_run_name(first)} vs {_run_name(other)}: {diff}); "
-                "give runs of the same workload per side, or compare the two as BEFORE and AFTER")
+                "give runs of the same workload per side, or compare the two as BEFORE and AFTER"
+            )
 
 
 def _run_name(a: Analysis) -> str:
@@ -65,14 +66,28 @@ def context_rows(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
 
     def add(field_: str, b: Any, a: Any, note: str) -> None:
         if b != a:
-            rows.append({"field": field_, "label": CONTEXT_LABELS.get(field_, field_), "before": b, "after": a, "note": note})
+            rows.append(
+                {"field": field_, "label": CONTEXT_LABELS.get(field_, field_), "before": b, "after": a, "note": note}
+            )
 
-    add("device", before.device.get("name"), after.device.get("name"),
-        "different devices: each run is measured against its own roofline")
-    add("spec row", before.device.get("spec"), after.device.get("spec"),
-        "different peaks: MFU, MBU and % of roof are each against their own row")
-    add("phases decided by", before.phase_source, after.phase_source,
-        "phases were decided differently: step boundaries may not line up")
+    add(
+        "device",
+        before.device.get("name"),
+        after.device.get("name"),
+        "different devices: each run is measured against its own roofline",
+    )
+    add(
+        "spec row",
+        before.device.get("spec"),
+        after.device.get("spec"),
+        "different peaks: MFU, MBU and % of roof are each against their own row",
+    )
+    add(
+        "phases decided by",
+        before.phase_source,
+        after.phase_source,
+        "phases were decided differently: step boundaries may not line up",
+    )
     add("run kind", before.run_kind, after.run_kind, "the runs are of different kinds")
     wb, wa = workload_of(before), workload_of(after)
     for key, note in (
@@ -91,10 +106,15 @@ def context_rows(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
         rows.append({"field": key, "label": label, "before": note[0], "after": note[1], "note": note[2]})
     fb, fa = wb.get("gemm_flops_per_token"), wa.get("gemm_flops_per_token")
     if fb and fa and abs(fa / fb - 1) > 0.1 and "model" not in {r["field"] for r in rows}:
-        rows.append({
-            "field": "gemm_flops_per_token", "label": CONTEXT_LABELS["gemm_flops_per_token"], "before": fb, "after": fa,
-            "note": f"{fa / fb:.2g}x the GEMM work per token: most likely a different model (size) or shapes",
-        })
+        rows.append(
+            {
+                "field": "gemm_flops_per_token",
+                "label": CONTEXT_LABELS["gemm_flops_per_token"],
+                "before": fb,
+                "after": fa,
+                "note": f"{fa / fb:.2g}x the GEMM work per token: most likely a different model (size) or shapes",
+            }
+        )
     return rows
 
 
@@ -109,24 +129,50 @@ def _collect_settings(before: Analysis, after: Analysis) -> list[tuple[str, str,
     sb, sa = before.workload or {}, after.workload or {}
     out = []
     cb, ca = sb.get("calibration") or {}, sa.get("calibration") or {}
-    for what, get, unit in (("matmul", lambda c: next(iter((c.get("matmul_flops") or {}).values()), None), 1e12),
-                            ("copy bandwidth", lambda c: c.get("copy_bandwidth"), 1e9)):
+    for what, get, unit in (
+        ("matmul", lambda c: next(iter((c.get("matmul_flops") or {}).values()), None), 1e12),
+        ("copy bandwidth", lambda c: c.get("copy_bandwidth"), 1e9),
+    ):
         vb, va = get(cb), get(ca)
         if vb and va and max(vb, va) / min(vb, va) > 1 + CEILING_GAP:
             u = "TFLOP/s" if unit == 1e12 else "GB/s"
-            out.append((f"ceiling_{what}", f"measured {what} ceiling", (
-                f"{vb / unit:.3g} {u}", f"{va / unit:.3g} {u}",
-                f"the measured ceilings differ {max(vb, va) / min(vb, va):.2g}x: MFU, MBU and % of roof are against "
-                "different roofs (a busy machine measures low)")))
+            out.append(
+                (
+                    f"ceiling_{what}",
+                    f"measured {what} ceiling",
+                    (
+                        f"{vb / unit:.3g} {u}",
+                        f"{va / unit:.3g} {u}",
+                        f"the measured ceilings differ {max(vb, va) / min(vb, va):.2g}x: MFU, MBU and % of roof are against "
+                        "different roofs (a busy machine measures low)",
+                    ),
+                )
+            )
     for key, label, get, note in (
-        ("threads", "CPU threads", lambda s: (s.get("device") or {}).get("threads"),
-         "different thread counts: CPU timings are not like for like"),
-        ("compile", "torch.compile", lambda s: (s.get("workload") or {}).get("compile"),
-         "one run was compiled: kernels and their count differ"),
-        ("cuda_graphs", "CUDA graphs", lambda s: (s.get("workload") or {}).get("cuda_graphs"),
-         "one run replays CUDA graphs: launch overhead differs"),
-        ("schedule", "recording schedule", lambda s: _schedule(s),
-         "tracekit collect recorded different steps (warm-up, skipped or recorded decode steps)"),
+        (
+            "threads",
+            "CPU threads",
+            lambda s: (s.get("device") or {}).get("threads"),
+            "different thread counts: CPU timings are not like for like",
+        ),
+        (
+            "compile",
+            "torch.compile",
+            lambda s: (s.get("workload") or {}).get("compile"),
+            "one run was compiled: kernels and their count differ",
+        ),
+        (
+            "cuda_graphs",
+            "CUDA graphs",
+            lambda s: (s.get("workload") or {}).get("cuda_graphs"),
+            "one run replays CUDA graphs: launch overhead differs",
+        ),
+        (
+            "schedule",
+            "recording schedule",
+            lambda s: _schedule(s),
+            "tracekit collect recorded different steps (warm-up, skipped or recorded decode steps)",
+        ),
     ):
         vb, va = get(sb), get(sa)
         if sb and sa and vb != va:

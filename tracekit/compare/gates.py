@@ -17,8 +17,16 @@ if TYPE_CHECKING:
     from tracekit.compare.comparison import Comparison
 
 # Other spellings accepted by --fail-if.
-ALIASES = {"ttft": "ttft_ms", "tpot": "tpot_mean", "tokens_per_s": "decode_tokens_per_s", "mfu": "prefill_mfu",
-           "mbu": "decode_mbu", "itl": "decode_step_mean", "itl_p50": "decode_step_p50", "itl_p90": "decode_step_p90"}
+ALIASES = {
+    "ttft": "ttft_ms",
+    "tpot": "tpot_mean",
+    "tokens_per_s": "decode_tokens_per_s",
+    "mfu": "prefill_mfu",
+    "mbu": "decode_mbu",
+    "itl": "decode_step_mean",
+    "itl_p50": "decode_step_p50",
+    "itl_p90": "decode_step_p90",
+}
 
 _GATE = re.compile(r"^\s*([A-Za-z_0-9]+)\s*(>|<)\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(%|pp|ms|tok/s)?\s*$")
 
@@ -64,10 +72,21 @@ class Gate:
         the figure), with the threshold, the change, its interval and a sentence, as the JSON's
         ``gates[]`` holds them."""
         h = c.figure(self.metric)
-        out: dict[str, Any] = {"expr": self.text, "metric": self.metric, "op": self.op, "threshold": self.threshold,
-                               "relative": self.relative, "unit": "%" if self.relative else HEADLINE[self.metric][1],
-                               "before": None, "after": None, "change": None, "interval": None, "interval_level": None,
-                               "verdict": "missing", "sentence": None}
+        out: dict[str, Any] = {
+            "expr": self.text,
+            "metric": self.metric,
+            "op": self.op,
+            "threshold": self.threshold,
+            "relative": self.relative,
+            "unit": "%" if self.relative else HEADLINE[self.metric][1],
+            "before": None,
+            "after": None,
+            "change": None,
+            "interval": None,
+            "interval_level": None,
+            "verdict": "missing",
+            "sentence": None,
+        }
         absent = self.missing(c)
         if absent or h is None:
             out["sentence"] = absent
@@ -76,7 +95,9 @@ class Gate:
         out.update(before=h["before"], after=h["after"])
         change = h["relative"] if self.relative else h["delta"]
         if change is None:
-            out.update(verdict="fail", sentence=f"{self.text}: the before run's {label} is 0, so there is no relative change")
+            out.update(
+                verdict="fail", sentence=f"{self.text}: the before run's {label} is 0, so there is no relative change"
+            )
             return out
         out["change"] = change
         iv = h.get("interval") or {}
@@ -93,7 +114,9 @@ class Gate:
         limit = show(self.threshold)
         where = "above" if self.op == ">" else "below"
         moved = f"{label} changed {show(change)} ({fmt(h['before'], unit)} -> {fmt(h['after'], unit)})"
-        span = f"{iv.get('level', INTERVAL):.0%} interval {show(interval[0])} to {show(interval[1])}" if interval else None
+        span = (
+            f"{iv.get('level', INTERVAL):.0%} interval {show(interval[0])} to {show(interval[1])}" if interval else None
+        )
         if not beyond(change):
             out["verdict"] = "pass"
             out["sentence"] = f"{self.text}: {moved}{f', {span}' if span else ''}, not {where} {limit}"
@@ -110,22 +133,33 @@ class Gate:
             out["sentence"] = f"{self.text}: {moved}, {where} {limit} but within noise ({h['noise_basis']})"
         else:
             out["verdict"] = "fail"
-            out["sentence"] = (f"{self.text}: {moved}, {where} {limit} (a figure measured once per run: no interval, "
-                               "so the threshold alone decides)")
+            out["sentence"] = (
+                f"{self.text}: {moved}, {where} {limit} (a figure measured once per run: no interval, "
+                "so the threshold alone decides)"
+            )
         return out
 
 
 # The rule every gate follows, stated in the JSON's method and the README.
-GATE_RULE = ("a gate fails when the change is beyond its threshold and so is the near end of the change's "
-             f"{INTERVAL:.0%} interval (the whole interval lies beyond the threshold); beyond the threshold with "
-             "the interval reaching back across it is 'noise' and does not fail; a figure measured once per "
-             "run has no interval, so its threshold alone decides (unless the change is under compare's fixed "
-             "noise threshold)")
+GATE_RULE = (
+    "a gate fails when the change is beyond its threshold and so is the near end of the change's "
+    f"{INTERVAL:.0%} interval (the whole interval lies beyond the threshold); beyond the threshold with "
+    "the interval reaching back across it is 'noise' and does not fail; a figure measured once per "
+    "run has no interval, so its threshold alone decides (unless the change is under compare's fixed "
+    "noise threshold)"
+)
 
 
 # The gate suggested to a user, first figure both runs have: TPOT for request-level runs, the
 # decode (or prefill) step time and tokens/s for engine traces, which have no TPOT.
-SUGGESTED = ("tpot_p50", "decode_step_p50", "decode_tokens_per_s", "prefill_step_p50", "ttft_ms", "prefill_tokens_per_s")
+SUGGESTED = (
+    "tpot_p50",
+    "decode_step_p50",
+    "decode_tokens_per_s",
+    "prefill_step_p50",
+    "ttft_ms",
+    "prefill_tokens_per_s",
+)
 SUGGESTED_CHANGE = 5  # percent
 
 
@@ -160,12 +194,18 @@ def parse_gate(text: str) -> Gate:
         return Gate(metric, op, value / 100, True, text.strip())
     if suffix == "pp":
         if unit != "":
-            raise TracekitError(f"--fail-if {text!r}: pp (percentage points) is for shares such as MFU, MBU or idle; {metric} is in {unit}")
+            raise TracekitError(
+                f"--fail-if {text!r}: pp (percentage points) is for shares such as MFU, MBU or idle; {metric} is in {unit}"
+            )
         value /= 100
     elif suffix and suffix != unit:
-        raise TracekitError(f"--fail-if {text!r}: {metric} is measured in {unit or 'a share (use pp or %)'}, not {suffix}")
+        raise TracekitError(
+            f"--fail-if {text!r}: {metric} is measured in {unit or 'a share (use pp or %)'}, not {suffix}"
+        )
     elif not suffix and unit:  # a share's bare number is its absolute change (0.02 = 2 points)
         example = f"{op}{number}{unit}"
-        raise TracekitError(f"--fail-if {text!r} has no unit: write {metric}{op}{number}% for a relative change or "
-                            f"{metric}{example} for an absolute one")
+        raise TracekitError(
+            f"--fail-if {text!r} has no unit: write {metric}{op}{number}% for a relative change or "
+            f"{metric}{example} for an absolute one"
+        )
     return Gate(metric, op, value, False, text.strip())

@@ -74,7 +74,7 @@ def _demangled_prefix(name: str) -> str | None:
         start = m.end()
         if n <= 0 or start + n > len(name):
             break
-        parts.append(name[start:start + n])
+        parts.append(name[start : start + n])
         i = start + n
         if not name.startswith("_ZN"):
             break
@@ -88,20 +88,31 @@ def _groups(w: pd.DataFrame) -> pd.DataFrame:
     names = w["name"].astype(str)
     families = {n: kernel_family(n) for n in names.unique()}
     label = [o if isinstance(o, str) else f"({families[n]})" for o, n in zip(w["op_name"], names)]
-    f = pd.DataFrame({
-        "category": w["category"].astype(str).to_numpy(), "op_label": label, "name": names.to_numpy(),
-        "ns": w["dur_ns"].to_numpy(dtype=float),
-        "bytes": w["bytes"].to_numpy(dtype=float) if "bytes" in w else np.nan,
-        **roof_sums(w),
-    })
+    f = pd.DataFrame(
+        {
+            "category": w["category"].astype(str).to_numpy(),
+            "op_label": label,
+            "name": names.to_numpy(),
+            "ns": w["dur_ns"].to_numpy(dtype=float),
+            "bytes": w["bytes"].to_numpy(dtype=float) if "bytes" in w else np.nan,
+            **roof_sums(w),
+        }
+    )
     # The example kernel is the group's longest-running name, not whichever came first.
     by_name = f.groupby(["category", "op_label", "name"])["ns"].sum().reset_index()
     top = by_name.sort_values(["ns", "name"], ascending=[False, True]).drop_duplicates(["category", "op_label"])
     g = f.groupby(["category", "op_label"]).agg(
-        ns=("ns", "sum"), calls=("ns", "size"), bytes=("bytes", "sum"), **{k: (k, "sum") for k in ROOF_SUMS},
-        names=("name", "nunique"))
-    g = g.reset_index().merge(top[["category", "op_label", "name"]].rename(columns={"name": "example"}),
-                              on=["category", "op_label"], how="left")
+        ns=("ns", "sum"),
+        calls=("ns", "size"),
+        bytes=("bytes", "sum"),
+        **{k: (k, "sum") for k in ROOF_SUMS},
+        names=("name", "nunique"),
+    )
+    g = g.reset_index().merge(
+        top[["category", "op_label", "name"]].rename(columns={"name": "example"}),
+        on=["category", "op_label"],
+        how="left",
+    )
     return g[cols]
 
 
@@ -115,7 +126,9 @@ def _roof(r: Any, side: str, device: dict | None) -> tuple[float | None, dict | 
     if not ns:
         return None, None
     sums = {k: _val(getattr(r, f"{k}_{side}")) or 0.0 for k in ROOF_SUMS}
-    return group_roof(sums, ns, _val(getattr(r, f"bytes_{side}")), _val(getattr(r, f"calls_{side}")) or 0, device=device)
+    return group_roof(
+        sums, ns, _val(getattr(r, f"bytes_{side}")), _val(getattr(r, f"calls_{side}")) or 0, device=device
+    )
 
 
 def _row(r: Any, sb: float, sa: float, devices: tuple[dict | None, dict | None]) -> dict[str, Any]:
@@ -160,8 +173,13 @@ def _rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (-abs(r["delta_ms"]), r["key"]))
 
 
-def kernel_movers(before: pd.DataFrame, after: pd.DataFrame, steps: tuple[int, int] = (0, 0),
-                  top: int = TOP_MOVERS, devices: tuple[dict | None, dict | None] = (None, None)) -> dict[str, Any]:
+def kernel_movers(
+    before: pd.DataFrame,
+    after: pd.DataFrame,
+    steps: tuple[int, int] = (0, 0),
+    top: int = TOP_MOVERS,
+    devices: tuple[dict | None, dict | None] = (None, None),
+) -> dict[str, Any]:
     """Movers of one phase. ``before``/``after`` are the phase's work rows (category, op_name,
     name, dur_ns, roof_fraction; bytes, the peaks and model_check where priced); ``steps`` the
     phase's step counts in each run (0: no steps); ``devices`` each run's ``Analysis.device``
@@ -195,10 +213,16 @@ def _categories(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for cat, rs in by.items():
         b = sum(r["before_ms"] for r in rs)
         a = sum(r["after_ms"] for r in rs)
-        out.append({
-            "category": cat, "before_ms": b, "after_ms": a, "delta_ms": a - b,
-            "relative": (a - b) / b if b else None,
-            "status": "both" if b and a else ("new" if a else "gone"),
-            "groups": len(rs), "top": _rank(rs)[:TOP_PER_CATEGORY],
-        })
+        out.append(
+            {
+                "category": cat,
+                "before_ms": b,
+                "after_ms": a,
+                "delta_ms": a - b,
+                "relative": (a - b) / b if b else None,
+                "status": "both" if b and a else ("new" if a else "gone"),
+                "groups": len(rs),
+                "top": _rank(rs)[:TOP_PER_CATEGORY],
+            }
+        )
     return sorted(out, key=lambda c: (-abs(c["delta_ms"]), c["category"]))

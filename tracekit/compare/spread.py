@@ -45,7 +45,7 @@ def metric_value(a: Analysis, key: str) -> float | None:
         return (m.get("tpot_ms") or {}).get(key[5:])
     for phase in ("prefill", "decode"):
         if key.startswith(f"{phase}_step_"):
-            return (m.get(f"{phase}_step_ms") or {}).get(key[len(phase) + 6:])
+            return (m.get(f"{phase}_step_ms") or {}).get(key[len(phase) + 6 :])
     if key.endswith("_idle_share"):
         return (m.get("idle_share") or {}).get(key[: -len("_idle_share")])
     return m.get(key)
@@ -110,14 +110,19 @@ def value_basis(runs: Sequence[Analysis], key: str) -> str:
 
 def interval_basis(nb: Sequence[int], na: Sequence[int]) -> str:
     """What an interval resampled, given the step counts of each side's runs."""
+
     def side(n: Sequence[int]) -> str:
         return f"{sum(n)} steps" if len(n) == 1 else f"{len(n)} runs ({sum(n)} steps)"
 
     if len(nb) == 1 and len(na) == 1:
-        return (f"within-run bootstrap of {sum(nb)} and {sum(na)} steps (circular blocks of each run's steps); "
-                "a shift of a whole run is not in it: give several runs per side for that")
-    return (f"hierarchical bootstrap of {side(nb)} and {side(na)}: a side's runs drawn with replacement, "
-            "then blocks of steps within each; run-to-run spread included")
+        return (
+            f"within-run bootstrap of {sum(nb)} and {sum(na)} steps (circular blocks of each run's steps); "
+            "a shift of a whole run is not in it: give several runs per side for that"
+        )
+    return (
+        f"hierarchical bootstrap of {side(nb)} and {side(na)}: a side's runs drawn with replacement, "
+        "then blocks of steps within each; run-to-run spread included"
+    )
 
 
 # --- resampling --------------------------------------------------------------------------
@@ -134,8 +139,9 @@ def block_indices(n: int, rng: np.random.Generator) -> np.ndarray:
     return ((starts + np.arange(length)) % n).reshape(BOOTSTRAP, blocks * length)[:, :n]
 
 
-def _replicates(key: str, runs: Sequence[Analysis], series: list[np.ndarray], resampled: list[np.ndarray],
-                rng: np.random.Generator) -> np.ndarray:
+def _replicates(
+    key: str, runs: Sequence[Analysis], series: list[np.ndarray], resampled: list[np.ndarray], rng: np.random.Generator
+) -> np.ndarray:
     """The side's figure on each of ``BOOTSTRAP`` resamples (``resampled[r]``: run r's block
     resamples, BOOTSTRAP x n_r). One run: row b is resample b. Several: resample b draws the runs
     with replacement and takes, for the j-th draw, its row ``rows[b, j]`` (a random permutation
@@ -186,8 +192,38 @@ def _sorted_percentile(x: np.ndarray, n: np.ndarray, q: float) -> np.ndarray:
 
 # Student's t at 97.5 % (two-sided 95 %) by degrees of freedom; beyond 30, 1.96 + 2.4 / df is
 # within 0.002 of it. Only for INTERVAL = 0.95.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def t975(df: int) -> float:
@@ -239,17 +275,29 @@ def _estimate(key: str, before: Sequence[Analysis], after: Sequence[Analysis]) -
         if rel is not None and vb > 0:
             rel = [min(rel[0], delta[0] / vb), max(rel[1], delta[1] / vb)]
         df = len(before) + len(after) - 2
-        basis += (f"; widened to the Student-t interval of the per-run figures ({df} degree{'s' * (df != 1)} of "
-                  "freedom), which is wider: with few runs a bootstrap understates the run-to-run spread")
+        basis += (
+            f"; widened to the Student-t interval of the per-run figures ({df} degree{'s' * (df != 1)} of "
+            "freedom), which is wider: with few runs a bootstrap understates the run-to-run spread"
+        )
     several = len(before) > 1 or len(after) > 1
     # With several runs, the standard error the verdicts use is the one the interval implies.
     noise = (delta[1] - delta[0]) / (2 * 1.96) if several else None
-    return {"interval": {"level": INTERVAL, "delta": delta, "relative": rel, "basis": basis,
-                         "runs": {"before": len(nb), "after": len(na)}},
-            "noise": noise, "steps": (nb, na)}
+    return {
+        "interval": {
+            "level": INTERVAL,
+            "delta": delta,
+            "relative": rel,
+            "basis": basis,
+            "runs": {"before": len(nb), "after": len(na)},
+        },
+        "noise": noise,
+        "steps": (nb, na),
+    }
 
 
-def change_interval(key: str, before: Analysis | Sequence[Analysis], after: Analysis | Sequence[Analysis]) -> dict[str, Any] | None:
+def change_interval(
+    key: str, before: Analysis | Sequence[Analysis], after: Analysis | Sequence[Analysis]
+) -> dict[str, Any] | None:
     """The ``INTERVAL`` (95 %) bootstrap interval of a per-step figure's change, or None for a
     figure measured once per run (or a side with too few steps).
 
@@ -264,7 +312,9 @@ def change_interval(key: str, before: Analysis | Sequence[Analysis], after: Anal
     return est["interval"] if est else None
 
 
-def step_noise(key: str, before: Analysis | Sequence[Analysis], after: Analysis | Sequence[Analysis]) -> tuple[float | None, str]:
+def step_noise(
+    key: str, before: Analysis | Sequence[Analysis], after: Analysis | Sequence[Analysis]
+) -> tuple[float | None, str]:
     """Standard error of the change from the per-step samples of both sides, and a sentence saying
     what it is based on (or why there is none). One run per side: from the step variance (means,
     tokens/s) or a bootstrap of the steps (percentiles); several runs: the one the change's
@@ -280,8 +330,10 @@ def step_noise(key: str, before: Analysis | Sequence[Analysis], after: Analysis 
         if est is None:
             return None, "a run lacks the figure"
         nb, na = est["steps"]
-        return est["noise"], (f"run-to-run and step-to-step variation of {len(nb)} and {len(na)} runs "
-                              f"({sum(nb)} and {sum(na)} decode steps; from the change's 95% interval)")
+        return est["noise"], (
+            f"run-to-run and step-to-step variation of {len(nb)} and {len(na)} runs "
+            f"({sum(nb)} and {sum(na)} decode steps; from the change's 95% interval)"
+        )
     (s_b,), (s_a,), (run_b,), (run_a,) = sb, sa, before, after  # one run per side from here on
     steps = f"step-to-step variation of {len(s_b)} and {len(s_a)} decode steps"
     if key in ("tpot_mean", "decode_step_mean"):
@@ -297,15 +349,23 @@ def step_noise(key: str, before: Analysis | Sequence[Analysis], after: Analysis 
     return _bootstrap_se(s_b, s_a, q), f"{steps} (bootstrap of the p{q:g})"
 
 
-def change_figures(key: str, before: Sequence[Analysis], after: Sequence[Analysis]) -> tuple[float | None, str, dict[str, Any] | None]:
+def change_figures(
+    key: str, before: Sequence[Analysis], after: Sequence[Analysis]
+) -> tuple[float | None, str, dict[str, Any] | None]:
     """(standard error, its basis, interval) of the change: ``step_noise`` and ``change_interval``
     with the bootstrap run once."""
     if (len(before) > 1 or len(after) > 1) and per_step(key):
         est = _estimate(key, before, after)
         if est is not None:
             nb, na = est["steps"]
-            return est["noise"], (f"run-to-run and step-to-step variation of {len(nb)} and {len(na)} runs "
-                                  f"({sum(nb)} and {sum(na)} decode steps; from the change's 95% interval)"), est["interval"]
+            return (
+                est["noise"],
+                (
+                    f"run-to-run and step-to-step variation of {len(nb)} and {len(na)} runs "
+                    f"({sum(nb)} and {sum(na)} decode steps; from the change's 95% interval)"
+                ),
+                est["interval"],
+            )
     noise, basis = step_noise(key, before, after)
     return noise, basis, change_interval(key, before, after)
 

@@ -43,20 +43,34 @@ HEADLINE = {
 }
 
 
-def headline_figure(key: str, before: Analysis | Sequence[Analysis], after: Analysis | Sequence[Analysis],
-                    word: str = "GPU") -> dict[str, Any]:
+def headline_figure(
+    key: str, before: Analysis | Sequence[Analysis], after: Analysis | Sequence[Analysis], word: str = "GPU"
+) -> dict[str, Any]:
     """One headline figure of the two sides (each one run or several), with its verdict, noise
     and interval."""
     label, unit, better = HEADLINE[key]
     label = label.format(word=word)
     before, after = as_runs(before), as_runs(after)
     b, a = side_value(before, key), side_value(after, key)
-    out = {"key": key, "label": label, "unit": unit, "better": better, "before": b, "after": a,
-           "delta": None, "relative": None, "verdict": "not comparable", "noise": None, "noise_basis": None,
-           "interval": None, "reason": None, "disagreement": None,
-           "basis": {"before": value_basis(before, key), "after": value_basis(after, key)},
-           # What each side's figure is when it rests on bounded bytes ("upper": the MBU is at most it).
-           "estimate": {"before": _estimate(before, key), "after": _estimate(after, key)}}
+    out = {
+        "key": key,
+        "label": label,
+        "unit": unit,
+        "better": better,
+        "before": b,
+        "after": a,
+        "delta": None,
+        "relative": None,
+        "verdict": "not comparable",
+        "noise": None,
+        "noise_basis": None,
+        "interval": None,
+        "reason": None,
+        "disagreement": None,
+        "basis": {"before": value_basis(before, key), "after": value_basis(after, key)},
+        # What each side's figure is when it rests on bounded bytes ("upper": the MBU is at most it).
+        "estimate": {"before": _estimate(before, key), "after": _estimate(after, key)},
+    }
     if len(before) > 1 or len(after) > 1:
         # Each run's own figure, so that a reader sees the run-to-run spread the interval holds.
         out["runs"] = {"before": [metric_value(r, key) for r in before], "after": [metric_value(r, key) for r in after]}
@@ -79,8 +93,10 @@ def headline_figure(key: str, before: Analysis | Sequence[Analysis], after: Anal
             # standard error treats steps as independent; the interval's blocks keep their trend
             # (decode steps grow with the KV cache), so where it reaches 0 the change is not shown.
             meaningful = False
-            out["noise_basis"] += (f"; so does one whose 95% interval ({fmt(lo, unit, delta=True)} to "
-                                   f"{fmt(hi, unit, delta=True)}) reaches 0, as this one's does")
+            out["noise_basis"] += (
+                f"; so does one whose 95% interval ({fmt(lo, unit, delta=True)} to "
+                f"{fmt(hi, unit, delta=True)}) reaches 0, as this one's does"
+            )
     else:
         rel = out["relative"]
         meaningful = rel is None or abs(rel) >= FLAT_THRESHOLD
@@ -112,8 +128,10 @@ def _estimate(runs: Sequence[Analysis], key: str) -> str | None:
 
 
 # An efficiency figure and the latency it should move with: (efficiency, latency, phase, work, peak).
-_PAIRS = (("prefill_mfu", ("ttft_ms", "prefill_step_p50"), "prefill", "flops", "matrix FLOP/s"),
-          ("decode_mbu", ("tpot_p50", "decode_step_p50"), "decode", "bytes", "bandwidth"))
+_PAIRS = (
+    ("prefill_mfu", ("ttft_ms", "prefill_step_p50"), "prefill", "flops", "matrix FLOP/s"),
+    ("decode_mbu", ("tpot_p50", "decode_step_p50"), "decode", "bytes", "bandwidth"),
+)
 
 
 def explain_disagreements(headline: list[dict[str, Any]], before: Analysis, after: Analysis) -> None:
@@ -130,14 +148,19 @@ def explain_disagreements(headline: list[dict[str, Any]], before: Analysis, afte
         parts = []
         wb, wa = pb.get(work), pa.get(work)
         if wb and wa and abs(wa / wb - 1) > FLAT_THRESHOLD:
-            parts.append(f"the {'FLOPs' if work == 'flops' else 'bytes'} counted in the phase changed {wa / wb:.2g}x "
-                         "(different shapes, batch or model)")
+            parts.append(
+                f"the {'FLOPs' if work == 'flops' else 'bytes'} counted in the phase changed {wa / wb:.2g}x "
+                "(different shapes, batch or model)"
+            )
         kb, ka = _peak(before, work), _peak(after, work)
         if kb and ka and abs(ka / kb - 1) > FLAT_THRESHOLD:
-            parts.append(f"the {peak_name} it is measured against changed {ka / kb:.2g}x (different spec rows or "
-                         "measured ceilings)")
-        text = (f"{eff['label']} is {eff['verdict']} while {lat['label']} is {lat['verdict']}: "
-                + ("; ".join(parts) if parts else "the phase's time counts idle and host time its latency does not"))
+            parts.append(
+                f"the {peak_name} it is measured against changed {ka / kb:.2g}x (different spec rows or "
+                "measured ceilings)"
+            )
+        text = f"{eff['label']} is {eff['verdict']} while {lat['label']} is {lat['verdict']}: " + (
+            "; ".join(parts) if parts else "the phase's time counts idle and host time its latency does not"
+        )
         eff["disagreement"] = text
 
 

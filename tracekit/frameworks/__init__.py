@@ -45,13 +45,22 @@ SOURCE_INFERRED = "inferred from the trace (no phase annotations)"
 SOURCE_LAUNCHES = "the repeating launch pattern (no annotations or step frames)"
 SOURCE_NONE = "none"
 SOURCE_ORDER = (
-    SOURCE_MARKERS, SOURCE_SGLANG, SOURCE_VLLM, SOURCE_ATOM, SOURCE_USER, SOURCE_VLLM_FRAMES,
-    SOURCE_SGLANG_FRAMES, SOURCE_INFERRED, SOURCE_LAUNCHES, SOURCE_NONE,
+    SOURCE_MARKERS,
+    SOURCE_SGLANG,
+    SOURCE_VLLM,
+    SOURCE_ATOM,
+    SOURCE_USER,
+    SOURCE_VLLM_FRAMES,
+    SOURCE_SGLANG_FRAMES,
+    SOURCE_INFERRED,
+    SOURCE_LAUNCHES,
+    SOURCE_NONE,
 )
 # Sources whose steps are a serving engine's: continuous batching, so a step's time is
 # not a request's latency (TTFT/TPOT give way to per-phase step times).
-ENGINE_SOURCES = frozenset({SOURCE_SGLANG, SOURCE_VLLM, SOURCE_ATOM, SOURCE_VLLM_FRAMES, SOURCE_SGLANG_FRAMES,
-                            SOURCE_LAUNCHES})
+ENGINE_SOURCES = frozenset(
+    {SOURCE_SGLANG, SOURCE_VLLM, SOURCE_ATOM, SOURCE_VLLM_FRAMES, SOURCE_SGLANG_FRAMES, SOURCE_LAUNCHES}
+)
 
 # Annotation grammars, strongest first.
 _PARSERS = (markers, sglang, vllm, atom, user)
@@ -76,32 +85,48 @@ def unread_step_name(name: str) -> str | None:
     """A sentence naming ``name`` when it looks like an engine's step annotation but no grammar
     reads it (``parse_annotation`` gave None and it is not an engine's empty step); else None."""
     if vllm.is_step_like(name) and not vllm.is_candidate(name):
-        return (f"range {name[:120]!r} looks like a vLLM step annotation but follows no grammar tracekit "
-                "reads (execute_[T_]context_C(...)_generation_G(...), execute_new_N_cached_M)")
+        return (
+            f"range {name[:120]!r} looks like a vLLM step annotation but follows no grammar tracekit "
+            "reads (execute_[T_]context_C(...)_generation_G(...), execute_new_N_cached_M)"
+        )
     if sglang.is_step_like(name) and not sglang.is_candidate(name):
         return f"range {name[:120]!r} looks like an SGLang step annotation but follows no grammar tracekit reads"
     if atom.is_step_like(name) and not atom.is_candidate(name):
-        return (f"range {name[:120]!r} looks like an ATOM step label but follows no grammar tracekit reads "
-                "(prefill[...], decode[...], eager_decode[...])")
+        return (
+            f"range {name[:120]!r} looks like an ATOM step label but follows no grammar tracekit reads "
+            "(prefill[...], decode[...], eager_decode[...])"
+        )
     return None
 
 
 # What each engine's step annotation leaves out without its detailed option, and the option.
 _RICHER = {
-    SOURCE_SGLANG: (sglang, (
-        "SGLang without roofline annotations: attention costs are estimated from the model (its step[...] "
-        "annotations state no keys per request, no sums of q² or q·k); start the profile with roofline "
-        "annotations (POST /start_profile with \"roofline_annotations\": true, \"detailed_annotations\" in later "
-        "SGLang) to make them exact")),
-    SOURCE_VLLM: (vllm, (
-        "vLLM without detailed step annotations: attention costs are estimated from the model (execute_new_N_cached_M "
-        "and execute_context_C(Q)_generation_G(Q) state no keys per request, no sums of q² or q·k); start the "
-        "server with --profiler-config.detailed_trace_annotation True (vLLM pull request 37524) to write "
-        "execute_<T>_context_<C>(sq..sk..sqsq..sqsk..)_generation_<G>(...) and make them exact")),
-    SOURCE_ATOM: (atom, (
-        "ATOM without detailed annotation: attention costs are estimated from the model (its prefill[...]/decode[...] "
-        "labels state no sums of q² or q·k); set ATOM_ENABLE_DETAILED_ANNOTATION=1 while profiling to add "
-        "sqsq/sqsk/sk to them and make them exact")),
+    SOURCE_SGLANG: (
+        sglang,
+        (
+            "SGLang without roofline annotations: attention costs are estimated from the model (its step[...] "
+            "annotations state no keys per request, no sums of q² or q·k); start the profile with roofline "
+            'annotations (POST /start_profile with "roofline_annotations": true, "detailed_annotations" in later '
+            "SGLang) to make them exact"
+        ),
+    ),
+    SOURCE_VLLM: (
+        vllm,
+        (
+            "vLLM without detailed step annotations: attention costs are estimated from the model (execute_new_N_cached_M "
+            "and execute_context_C(Q)_generation_G(Q) state no keys per request, no sums of q² or q·k); start the "
+            "server with --profiler-config.detailed_trace_annotation True (vLLM pull request 37524) to write "
+            "execute_<T>_context_<C>(sq..sk..sqsq..sqsk..)_generation_<G>(...) and make them exact"
+        ),
+    ),
+    SOURCE_ATOM: (
+        atom,
+        (
+            "ATOM without detailed annotation: attention costs are estimated from the model (its prefill[...]/decode[...] "
+            "labels state no sums of q² or q·k); set ATOM_ENABLE_DETAILED_ANNOTATION=1 while profiling to add "
+            "sqsq/sqsk/sk to them and make them exact"
+        ),
+    ),
 }
 
 
@@ -246,9 +271,36 @@ def _rank_and_run(base: str) -> tuple[dict, str] | None:
 
 
 __all__ = [
-    "DECODE", "ENGINE_SOURCES", "MIXED", "PREFILL", "SOURCE_ATOM", "SOURCE_INFERRED", "SOURCE_LAUNCHES", "SOURCE_MARKERS",
-    "SOURCE_NONE", "SOURCE_ORDER", "SOURCE_SGLANG", "SOURCE_SGLANG_FRAMES", "SOURCE_USER", "SOURCE_VLLM",
-    "SOURCE_VLLM_FRAMES", "UNKNOWN", "BatchSide", "StepAnnotation", "capture", "capture_file_batch", "decode_attention_sequences",
-    "input_copy_tokens", "kv_write_tokens", "parse_annotation", "per_request_kernel", "per_token_kernel", "sampler_rows", "rank_from_path", "readback_requests",
-    "richer_trace_hint", "step_frame_source", "unread_step_name",
+    "DECODE",
+    "ENGINE_SOURCES",
+    "MIXED",
+    "PREFILL",
+    "SOURCE_ATOM",
+    "SOURCE_INFERRED",
+    "SOURCE_LAUNCHES",
+    "SOURCE_MARKERS",
+    "SOURCE_NONE",
+    "SOURCE_ORDER",
+    "SOURCE_SGLANG",
+    "SOURCE_SGLANG_FRAMES",
+    "SOURCE_USER",
+    "SOURCE_VLLM",
+    "SOURCE_VLLM_FRAMES",
+    "UNKNOWN",
+    "BatchSide",
+    "StepAnnotation",
+    "capture",
+    "capture_file_batch",
+    "decode_attention_sequences",
+    "input_copy_tokens",
+    "kv_write_tokens",
+    "parse_annotation",
+    "per_request_kernel",
+    "per_token_kernel",
+    "sampler_rows",
+    "rank_from_path",
+    "readback_requests",
+    "richer_trace_hint",
+    "step_frame_source",
+    "unread_step_name",
 ]

@@ -70,8 +70,12 @@ def parse(name: str) -> StepAnnotation | None:
     fields = dict(_KV.findall(m["body"])) if m else {}
     bs = _BS.match(fields.get("bs", ""))
     if m is None or bs is None:
-        return StepAnnotation(UNKNOWN, SOURCE, "malformed ATOM step label",
-                              problem=f"ATOM step label {name[:120]!r} is not prefill|decode[bs=N ...]")
+        return StepAnnotation(
+            UNKNOWN,
+            SOURCE,
+            "malformed ATOM step label",
+            problem=f"ATOM step label {name[:120]!r} is not prefill|decode[bs=N ...]",
+        )
     kind = m["kind"]
     if kind.startswith("dummy_"):
         return None  # a data-parallel sync dummy or warmup forward: no request's work
@@ -108,8 +112,11 @@ def parse(name: str) -> StepAnnotation | None:
         if tokens is not None and tokens != implied:
             problems.append(f"its tok={tokens} is not {implied} (d x (spec + 1))")
         tokens = tokens if tokens is not None else implied
-        decode = consistent(BatchSide(requests=d, tokens=tokens, **(sums or _from_ctx(fields.get("ctx"), d, tokens))),
-                            "decode", problems)
+        decode = consistent(
+            BatchSide(requests=d, tokens=tokens, **(sums or _from_ctx(fields.get("ctx"), d, tokens))),
+            "decode",
+            problems,
+        )
     phase = phase_of(prefill, decode)
     if phase is None:
         return None  # no requests: nothing was computed
@@ -123,7 +130,13 @@ def parse(name: str) -> StepAnnotation | None:
     if notes:
         evidence += " (" + "; ".join(notes) + ")"
     return StepAnnotation(
-        phase, SOURCE, evidence, prefill=prefill, decode=decode, tokens=total, batch=requests,
+        phase,
+        SOURCE,
+        evidence,
+        prefill=prefill,
+        decode=decode,
+        tokens=total,
+        batch=requests,
         problem=f"ATOM step label {name[:120]!r}: " + "; ".join(problems) if problems else None,
     )
 
@@ -158,7 +171,6 @@ def _from_ctx(ctx: str | None, requests: int, tokens: int | None) -> dict[str, i
         squares = sum(k * k for k in lengths)
         return {"kv_tokens": keys, "sum_q2": squares, "sum_qk": squares}
     return {}
-
 
 
 # Graph capture: ATOM's model runner wraps each graph it captures in

@@ -42,8 +42,12 @@ class BatchSide:
             return float(self.sum_qk - (self.sum_q2 - self.tokens) / 2)
         if self.sum_q2 is not None and self.tokens is not None:
             return float((self.sum_q2 + self.tokens) / 2)
-        if self.kv_tokens is not None and self.tokens is not None and self.requests is not None \
-                and self.tokens == self.requests:
+        if (
+            self.kv_tokens is not None
+            and self.tokens is not None
+            and self.requests is not None
+            and self.tokens == self.requests
+        ):
             return float(self.kv_tokens)
         return None
 
@@ -51,8 +55,14 @@ class BatchSide:
         """Fields this side lacks, filled from ``other`` (two annotations of one step)."""
         if other is None:
             return self
-        return replace(self, **{f.name: getattr(other, f.name) for f in fields(self)
-                                if getattr(self, f.name) is None and getattr(other, f.name) is not None})
+        return replace(
+            self,
+            **{
+                f.name: getattr(other, f.name)
+                for f in fields(self)
+                if getattr(self, f.name) is None and getattr(other, f.name) is not None
+            },
+        )
 
     def to_dict(self) -> dict[str, int | None]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

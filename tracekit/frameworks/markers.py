@@ -25,11 +25,19 @@ def parse(name: str) -> StepAnnotation | None:
     if m.phase == PREFILL and m.batch and tokens is not None and tokens % m.batch == 0:
         # tracekit's own prefills hold sequences of one length.
         sum_q2 = m.batch * (tokens // m.batch) ** 2
-    side = BatchSide(requests=m.batch, tokens=tokens, kv_tokens=kv, sum_q2=sum_q2,
-                     sum_qk=sum_q2 if m.phase == PREFILL and kv == tokens else None)
+    side = BatchSide(
+        requests=m.batch,
+        tokens=tokens,
+        kv_tokens=kv,
+        sum_q2=sum_q2,
+        sum_qk=sum_q2 if m.phase == PREFILL and kv == tokens else None,
+    )
     return StepAnnotation(
-        m.phase, SOURCE, f"marker {name!r}",
+        m.phase,
+        SOURCE,
+        f"marker {name!r}",
         prefill=side if m.phase == PREFILL else None,
         decode=side if m.phase == DECODE else None,
-        tokens=tokens, batch=m.batch,
+        tokens=tokens,
+        batch=m.batch,
     )

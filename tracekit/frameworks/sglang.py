@@ -61,7 +61,15 @@ from __future__ import annotations
 import re
 
 from tracekit.frameworks.base import (
-    DECODE, MIXED, PREFILL, UNKNOWN, BatchSide, StepAnnotation, consistent, phase_of, sides_total,
+    DECODE,
+    MIXED,
+    PREFILL,
+    UNKNOWN,
+    BatchSide,
+    StepAnnotation,
+    consistent,
+    phase_of,
+    sides_total,
 )
 
 SOURCE = "SGLang step annotations"
@@ -73,8 +81,16 @@ _STEP_LIKE = re.compile(r"^step\[")
 _PER_REQUEST = re.compile(r"^(?:create_flashinfer_kv_indices_triton|alloc_decode_kernel|alloc_extend_kernel)$")
 _KV = re.compile(r"(\w+)\s*=\s*(\d+)")
 _ROOFLINE = re.compile(r"\b[cg]_sqsq\s*=\s*\d")
-_MODES = {"EXTEND": PREFILL, "PREFILL": PREFILL, "SPLIT_PREFILL": PREFILL, "DECODE": DECODE, "MIXED": MIXED,
-          "TARGET_VERIFY": DECODE, "DRAFT_EXTEND": DECODE, "DRAFT_EXTEND_V2": DECODE}
+_MODES = {
+    "EXTEND": PREFILL,
+    "PREFILL": PREFILL,
+    "SPLIT_PREFILL": PREFILL,
+    "DECODE": DECODE,
+    "MIXED": MIXED,
+    "TARGET_VERIFY": DECODE,
+    "DRAFT_EXTEND": DECODE,
+    "DRAFT_EXTEND_V2": DECODE,
+}
 # Speculative decoding's decode-phase modes (several query tokens per request), and the prefix
 # of the group their detailed fields are written under (the compute shape: ``g_`` for verify,
 # ``c_`` for the extend-shaped draft extend).
@@ -84,7 +100,9 @@ _NO_WORK = ("IDLE", "PREBUILT", "DUMMY_FIRST")
 _FRAME = re.compile(r"(?:^|/)sglang/srt/managers/tp_worker\w*\.py\(\d+\): forward_batch_generation$")
 _RANK_FILE = re.compile(
     r"-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?"
-    r"(?:-(?P<stage>EXTEND|DECODE|PREFILL))?(?:\.pt)?\.trace\.json", re.IGNORECASE)
+    r"(?:-(?P<stage>EXTEND|DECODE|PREFILL))?(?:\.pt)?\.trace\.json",
+    re.IGNORECASE,
+)
 _CAPTURE_FILE = re.compile(r"^bs_(\d+)_rank\d+\.")
 
 
@@ -99,8 +117,12 @@ def parse(name: str) -> StepAnnotation | None:
     m = _STEP.match(name)
     mode = m["mode"].upper() if m else None
     if m is None or (mode not in _MODES and mode not in _NO_WORK):
-        return StepAnnotation(UNKNOWN, SOURCE, "malformed SGLang step annotation",
-                              problem=f"SGLang step annotation {name[:120]!r} is not step[EXTEND|DECODE|MIXED ...]")
+        return StepAnnotation(
+            UNKNOWN,
+            SOURCE,
+            "malformed SGLang step annotation",
+            problem=f"SGLang step annotation {name[:120]!r} is not step[EXTEND|DECODE|MIXED ...]",
+        )
     if mode in _NO_WORK:
         return None
     fields = {k.lower(): int(v) for k, v in _KV.findall(m["args"])}
@@ -133,8 +155,13 @@ def parse(name: str) -> StepAnnotation | None:
         tokens, _ = sides_total(prefill, decode)
     roofline = any(k.startswith(("c_", "g_")) for k in fields)
     return StepAnnotation(
-        phase, SOURCE, f"SGLang forward mode {mode}" + (" with its roofline fields" if roofline else ""),
-        prefill=prefill, decode=decode, tokens=tokens, batch=requests,
+        phase,
+        SOURCE,
+        f"SGLang forward mode {mode}" + (" with its roofline fields" if roofline else ""),
+        prefill=prefill,
+        decode=decode,
+        tokens=tokens,
+        batch=requests,
         problem=f"SGLang step annotation {name[:120]!r}: " + "; ".join(problems) if problems else None,
     )
 
@@ -143,8 +170,14 @@ def parse(name: str) -> StepAnnotation | None:
 _GROUP_FIELDS = {"sq": "tokens", "sk": "kv_tokens", "sqsq": "sum_q2", "sqsk": "sum_qk"}
 
 
-def _group(fields: dict[str, int], prefix: str, requests: int | None, tokens: int | None,
-           problems: list[str], implied: int | None = None) -> BatchSide:
+def _group(
+    fields: dict[str, int],
+    prefix: str,
+    requests: int | None,
+    tokens: int | None,
+    problems: list[str],
+    implied: int | None = None,
+) -> BatchSide:
     """One group's side: its stated ``<prefix>_sq/sk/sqsq/sqsk`` fields; ``tokens`` the base
     label states for it (``toks``), ``implied`` its tokens where nothing states them (a decode
     group: one per request). A base label that contradicts the group's own count voids the group's

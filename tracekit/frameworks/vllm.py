@@ -77,8 +77,9 @@ _RANK_FILE = re.compile(r"(?:^|[-_.])rank[-_]?(\d+)(?=[._-])", re.IGNORECASE)
 
 def is_candidate(name: str) -> bool:
     """Names that claim to be a vLLM step annotation (parsed or reported as malformed)."""
-    return name.startswith("execute") and (("_context_" in name and "_generation_" in name)
-                                           or name.startswith("execute_new_"))
+    return name.startswith("execute") and (
+        ("_context_" in name and "_generation_" in name) or name.startswith("execute_new_")
+    )
 
 
 def is_step_like(name: str) -> bool:
@@ -103,11 +104,14 @@ def parse(name: str) -> StepAnnotation | None:
         return _parse_new_cached(name)
     m = _EXECUTE.match(name.strip())
     if m is None:
-        return StepAnnotation(UNKNOWN, SOURCE, "malformed vLLM execute annotation",
-                              problem=f"vLLM step annotation {name[:120]!r} does not follow "
-                                      "execute_[T_]context_C(...)_generation_G(...)")
+        return StepAnnotation(
+            UNKNOWN,
+            SOURCE,
+            "malformed vLLM execute annotation",
+            problem=f"vLLM step annotation {name[:120]!r} does not follow execute_[T_]context_C(...)_generation_G(...)",
+        )
     problems: list[str] = []
-    rest = name.strip()[m.end():]
+    rest = name.strip()[m.end() :]
     if rest:
         problems.append(f"trailing text {rest[:40]!r} after the generation counts")
     prefill = _side(int(m["ctx"]), m["ctx_args"], "context", problems)
@@ -121,10 +125,17 @@ def parse(name: str) -> StepAnnotation | None:
     phase = phase_of(prefill, decode)
     if phase is None:
         return None  # an empty step (no requests): nothing was computed
-    evidence = (f"vLLM batch: {prefill.requests} context (prefill) and {decode.requests} "
-                "generation (decode) requests")
-    return StepAnnotation(phase, SOURCE, evidence, prefill=prefill, decode=decode, tokens=tokens,
-                          batch=requests, problem="; ".join(problems) or None)
+    evidence = f"vLLM batch: {prefill.requests} context (prefill) and {decode.requests} generation (decode) requests"
+    return StepAnnotation(
+        phase,
+        SOURCE,
+        evidence,
+        prefill=prefill,
+        decode=decode,
+        tokens=tokens,
+        batch=requests,
+        problem="; ".join(problems) or None,
+    )
 
 
 def _parse_new_cached(name: str) -> StepAnnotation | None:
@@ -132,8 +143,12 @@ def _parse_new_cached(name: str) -> StepAnnotation | None:
     request decodes one token). None for an empty step (N = M = 0)."""
     m = _NEW_CACHED.match(name.strip())
     if m is None:
-        return StepAnnotation(UNKNOWN, SOURCE, "malformed vLLM execute annotation",
-                              problem=f"vLLM step annotation {name[:120]!r} does not follow execute_new_N_cached_M")
+        return StepAnnotation(
+            UNKNOWN,
+            SOURCE,
+            "malformed vLLM execute annotation",
+            problem=f"vLLM step annotation {name[:120]!r} does not follow execute_new_N_cached_M",
+        )
     new, cached = int(m[1]), int(m[2])
     prefill = BatchSide(requests=new, tokens=0 if new == 0 else None)
     decode = BatchSide(requests=cached, tokens=cached)
@@ -141,10 +156,10 @@ def _parse_new_cached(name: str) -> StepAnnotation | None:
     if phase is None:
         return None
     tokens = cached if new == 0 else None
-    evidence = (f"vLLM batch: {new} new (prefill) and {cached} running (decode) requests; "
-                "the annotation states no token counts")
-    return StepAnnotation(phase, SOURCE, evidence, prefill=prefill, decode=decode, tokens=tokens,
-                          batch=new + cached)
+    evidence = (
+        f"vLLM batch: {new} new (prefill) and {cached} running (decode) requests; the annotation states no token counts"
+    )
+    return StepAnnotation(phase, SOURCE, evidence, prefill=prefill, decode=decode, tokens=tokens, batch=new + cached)
 
 
 def kv_write_tokens(name: str, grid: tuple[int, int, int]) -> int | None:

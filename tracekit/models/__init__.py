@@ -12,5 +12,13 @@ No torch, no network: a registry name, a local ``config.json`` or a checkpoint f
 from tracekit.models.config import PRECISIONS, WEIGHT_CHOICES, ModelSpec, Precision, from_config, with_weights
 from tracekit.models.registry import load_model, registry_entries
 
-__all__ = ["PRECISIONS", "WEIGHT_CHOICES", "ModelSpec", "Precision", "from_config", "load_model", "registry_entries",
-           "with_weights"]
+__all__ = [
+    "PRECISIONS",
+    "WEIGHT_CHOICES",
+    "ModelSpec",
+    "Precision",
+    "from_config",
+    "load_model",
+    "registry_entries",
+    "with_weights",
+]

@@ -65,8 +65,15 @@ _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32
 # transformers config-class defaults for fields checkpoints omit (multimodal Gemma 3 files
 # carry only a few text_config keys; Qwen3-Next always gates its attention output).
 _DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma3_text": {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
-                    "sliding_window_pattern": 6, "tie_word_embeddings": True, "sliding_window": 4096},
+    "gemma3_text": {
+        "vocab_size": 262208,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "sliding_window_pattern": 6,
+        "tie_word_embeddings": True,
+        "sliding_window": 4096,
+    },
     "gemma2": {"tie_word_embeddings": True},
     "gemma": {"tie_word_embeddings": True},
     "qwen3_next": {"attn_output_gate": True},
@@ -138,21 +145,30 @@ class ModelSpec:
         cache = self.__dict__.setdefault("_counts", {})  # a frozen value: counts never change
         key = (attention, mlp)
         if key not in cache:
-            cache[key] = sum(1 for layer in self.layers
-                             if (attention is None or layer.attention == attention) and (mlp is None or layer.mlp == mlp))
+            cache[key] = sum(
+                1
+                for layer in self.layers
+                if (attention is None or layer.attention == attention) and (mlp is None or layer.mlp == mlp)
+            )
         return cache[key]
 
     def weight(self, cls: str) -> Precision:
         return self.precision.get(cls) or PRECISIONS[self.dtype]
 
     def summary(self) -> str:
-        parts = [f"{self.n_layers} layers", f"hidden {self.hidden}", f"{self.heads}/{self.kv_heads} heads x {self.head_dim}"]
+        parts = [
+            f"{self.n_layers} layers",
+            f"hidden {self.hidden}",
+            f"{self.heads}/{self.kv_heads} heads x {self.head_dim}",
+        ]
         kinds = {k: self.count(attention=k) for k in (FULL, SLIDING, MLA, LINEAR)}
         if sum(1 for v in kinds.values() if v) > 1 or kinds[SLIDING] or kinds[LINEAR] or kinds[MLA]:
             parts.append(", ".join(f"{v} {k}" for k, v in kinds.items() if v) + " attention")
         if self.experts:
-            parts.append(f"{self.experts} experts top-{self.top_k} x {self.expert_intermediate}"
-                         + (f" + shared {self.shared_intermediate}" if self.shared_intermediate else ""))
+            parts.append(
+                f"{self.experts} experts top-{self.top_k} x {self.expert_intermediate}"
+                + (f" + shared {self.shared_intermediate}" if self.shared_intermediate else "")
+            )
         else:
             parts.append(f"MLP {self.intermediate}")
         stored = sorted({p.name for p in self.precision.values()} or {self.dtype})
@@ -175,7 +191,9 @@ def _text(cfg: dict[str, Any]) -> dict[str, Any]:
 def _int(c: dict, key: str, what: str) -> int:
     v = c.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or v != int(v):
-        raise TracekitError(f"{what}: its config has no usable {key!r} (a positive integer), which the cost model needs")
+        raise TracekitError(
+            f"{what}: its config has no usable {key!r} (a positive integer), which the cost model needs"
+        )
     return int(v)
 
 
@@ -206,8 +224,9 @@ def from_config(cfg: dict[str, Any], name: str, source: str, *, weights: str | N
     experts = _opt_int(c, "n_routed_experts") or _opt_int(c, "num_local_experts") or _opt_int(c, "num_experts")
     top_k = _opt_int(c, "num_experts_per_tok") or _opt_int(c, "experts_per_token")
     if experts and not top_k:
-        raise TracekitError(f"{what}: it has {experts} experts but no num_experts_per_tok, so the experts a token "
-                            "visits are unknown")
+        raise TracekitError(
+            f"{what}: it has {experts} experts but no num_experts_per_tok, so the experts a token visits are unknown"
+        )
     intermediate = _opt_int(c, "intermediate_size")
     if not intermediate and not experts:
         raise TracekitError(f"{what}: its config has no intermediate_size for the MLP")
@@ -219,25 +238,42 @@ def from_config(cfg: dict[str, Any], name: str, source: str, *, weights: str | N
     rotary = c.get("partial_rotary_factor") or (c.get("rope_parameters") or {}).get("partial_rotary_factor") or 1.0
     dtype = _TORCH_DTYPES.get(str(c.get("torch_dtype") or c.get("dtype") or "bfloat16").replace("torch.", ""), "bf16")
     spec = ModelSpec(
-        name=name, source=source, model_type=model_type, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads,
+        name=name,
+        source=source,
+        model_type=model_type,
+        hidden=hidden,
+        vocab=vocab,
+        heads=heads,
+        kv_heads=kv_heads,
         head_dim=_opt_int(c, "qk_nope_head_dim") + _opt_int(c, "qk_rope_head_dim") if mla else head_dim,
-        v_head_dim=_opt_int(c, "v_head_dim", head_dim), intermediate=intermediate, layers=layers,
-        gated_mlp=model_type not in _UNGATED, tied_embeddings=bool(c.get("tie_word_embeddings", False)),
-        attn_output_gate=bool(c.get("attn_output_gate", False)), rotary_fraction=float(rotary),
-        experts=experts, top_k=top_k,
+        v_head_dim=_opt_int(c, "v_head_dim", head_dim),
+        intermediate=intermediate,
+        layers=layers,
+        gated_mlp=model_type not in _UNGATED,
+        tied_embeddings=bool(c.get("tie_word_embeddings", False)),
+        attn_output_gate=bool(c.get("attn_output_gate", False)),
+        rotary_fraction=float(rotary),
+        experts=experts,
+        top_k=top_k,
         expert_intermediate=_opt_int(c, "moe_intermediate_size", intermediate) if experts else 0,
         shared_intermediate=shared,
-        q_lora_rank=_opt_int(c, "q_lora_rank"), kv_lora_rank=_opt_int(c, "kv_lora_rank"),
-        qk_rope_dim=_opt_int(c, "qk_rope_head_dim"), qk_nope_dim=_opt_int(c, "qk_nope_head_dim"),
-        linear_key_heads=_opt_int(c, "linear_num_key_heads"), linear_value_heads=_opt_int(c, "linear_num_value_heads"),
-        linear_key_dim=_opt_int(c, "linear_key_head_dim"), linear_value_dim=_opt_int(c, "linear_value_head_dim"),
+        q_lora_rank=_opt_int(c, "q_lora_rank"),
+        kv_lora_rank=_opt_int(c, "kv_lora_rank"),
+        qk_rope_dim=_opt_int(c, "qk_rope_head_dim"),
+        qk_nope_dim=_opt_int(c, "qk_nope_head_dim"),
+        linear_key_heads=_opt_int(c, "linear_num_key_heads"),
+        linear_value_heads=_opt_int(c, "linear_num_value_heads"),
+        linear_key_dim=_opt_int(c, "linear_key_head_dim"),
+        linear_value_dim=_opt_int(c, "linear_value_head_dim"),
         linear_conv_kernel=_opt_int(c, "linear_conv_kernel_dim", 4),
         linear_state_bytes=2 if str(c.get("mamba_ssm_dtype", "float32")) in ("bfloat16", "float16") else 4,
         dtype=dtype,
     )
     if spec.count(attention=LINEAR) and not (spec.linear_key_heads and spec.linear_value_heads and spec.linear_key_dim):
-        raise TracekitError(f"{what}: it has linear-attention layers but no linear_num_key_heads / "
-                            "linear_num_value_heads / linear_key_head_dim")
+        raise TracekitError(
+            f"{what}: it has linear-attention layers but no linear_num_key_heads / "
+            "linear_num_value_heads / linear_key_head_dim"
+        )
     if weights is not None:
         return with_weights(spec, weights)
     qc = c.get("quantization_config")
@@ -250,11 +286,18 @@ def _layer(i: int, c: dict, n_layers: int, experts: int, mla: bool, what: str) -
     window = _opt_int(c, "sliding_window") or None
     if isinstance(types, list) and len(types) == n_layers:
         kind = str(types[i])
-        attention = {"full_attention": FULL, "attention": FULL, "sliding_attention": SLIDING,
-                     "linear_attention": LINEAR, "chunked_attention": SLIDING}.get(kind)
+        attention = {
+            "full_attention": FULL,
+            "attention": FULL,
+            "sliding_attention": SLIDING,
+            "linear_attention": LINEAR,
+            "chunked_attention": SLIDING,
+        }.get(kind)
         if attention is None:
-            raise TracekitError(f"{what}: layer type {kind!r} is not one tracekit's cost model knows "
-                                "(full, sliding or linear attention)")
+            raise TracekitError(
+                f"{what}: layer type {kind!r} is not one tracekit's cost model knows "
+                "(full, sliding or linear attention)"
+            )
     elif _opt_int(c, "full_attention_interval") and c.get("linear_num_key_heads"):
         attention = FULL if (i + 1) % _opt_int(c, "full_attention_interval") == 0 else LINEAR
     elif _opt_int(c, "sliding_window_pattern") and window:
@@ -321,14 +364,23 @@ def _precision(qc: Any, spec: ModelSpec, what: str) -> tuple[dict[str, Precision
     if not isinstance(qc, dict):
         raise TracekitError(f"{what}: its quantization_config is not a JSON object")
     method = str(qc.get("quant_method") or "").lower()
-    stated = _classes_named(qc.get("modules_to_not_convert") or qc.get("ignore") or qc.get("exclude_modules")
-                            or qc.get("ignored_layers") or [])
-    excluded = stated | ({"router", "lm_head", "embedding"} if method in ("fp8", "mxfp4", "modelopt")
-                         else {"lm_head", "embedding"})
+    stated = _classes_named(
+        qc.get("modules_to_not_convert")
+        or qc.get("ignore")
+        or qc.get("exclude_modules")
+        or qc.get("ignored_layers")
+        or []
+    )
+    excluded = stated | (
+        {"router", "lm_head", "embedding"} if method in ("fp8", "mxfp4", "modelopt") else {"lm_head", "embedding"}
+    )
     if method == "fp8":
         block = qc.get("weight_block_size")
-        prec = PRECISIONS["fp8"] if block else replace(PRECISIONS["fp8"], bytes_per_param=1.0 + 4 / 4096,
-                                                       note="FP8 weights with per-channel scales")
+        prec = (
+            PRECISIONS["fp8"]
+            if block
+            else replace(PRECISIONS["fp8"], bytes_per_param=1.0 + 4 / 4096, note="FP8 weights with per-channel scales")
+        )
         how = f"quantization_config fp8{f' (blocks {block})' if block else ''}"
         targets = [c for c in _QUANTISABLE if c not in excluded]
     elif method == "mxfp4":
@@ -345,8 +397,10 @@ def _precision(qc: Any, spec: ModelSpec, what: str) -> tuple[dict[str, Precision
         elif algo == "MIXED_PRECISION":
             return _groups(qc, spec, what, excluded, "quantization_config modelopt mixed precision", stated)
         else:
-            raise TracekitError(f"{what}: modelopt quant_algo {algo or 'missing'!r} is not one tracekit understands "
-                                "(NVFP4, FP8); pass --weights to say how the weights are stored")
+            raise TracekitError(
+                f"{what}: modelopt quant_algo {algo or 'missing'!r} is not one tracekit understands "
+                "(NVFP4, FP8); pass --weights to say how the weights are stored"
+            )
         how = f"quantization_config modelopt {algo}"
         targets = [c for c in _QUANTISABLE if c not in excluded]
     elif method == "compressed-tensors" or "config_groups" in qc:
@@ -358,8 +412,9 @@ def _precision(qc: Any, spec: ModelSpec, what: str) -> tuple[dict[str, Precision
         group = _opt_int(qc, "group_size", 128)
         # Per group of each output column: an fp16 scale and a zero point packed at the weights' width
         # (the checkpoint's scales and qzeros tensors beside qweight).
-        prec = Precision(f"int{bits}", _block(bits, group, 2 + bits / 8), base.compute,
-                         f"{method} int{bits} weights, group {group}")
+        prec = Precision(
+            f"int{bits}", _block(bits, group, 2 + bits / 8), base.compute, f"{method} int{bits} weights, group {group}"
+        )
         how = f"quantization_config {method} int{bits}"
         targets = [c for c in _QUANTISABLE if c not in excluded]
     elif method == "bitsandbytes":
@@ -368,14 +423,17 @@ def _precision(qc: Any, spec: ModelSpec, what: str) -> tuple[dict[str, Precision
         how = "quantization_config bitsandbytes"
         targets = [c for c in _QUANTISABLE if c not in excluded]
     else:
-        raise TracekitError(f"{what}: quantization method {method or 'missing'!r} is not one tracekit understands "
-                            "(fp8, mxfp4, modelopt, compressed-tensors, gptq, awq, bitsandbytes); pass --weights "
-                            "to say how the weights are stored")
+        raise TracekitError(
+            f"{what}: quantization method {method or 'missing'!r} is not one tracekit understands "
+            "(fp8, mxfp4, modelopt, compressed-tensors, gptq, awq, bitsandbytes); pass --weights "
+            "to say how the weights are stored"
+        )
     return {c: prec for c in targets}, how
 
 
-def _groups(qc: dict, spec: ModelSpec, what: str, excluded: set[str], how: str,
-            stated: set[str]) -> tuple[dict[str, Precision], str]:
+def _groups(
+    qc: dict, spec: ModelSpec, what: str, excluded: set[str], how: str, stated: set[str]
+) -> tuple[dict[str, Precision], str]:
     """compressed-tensors / modelopt mixed precision: one precision per config group's targets.
     The LM head is left at the checkpoint's dtype unless a group names it (``Linear`` does not:
     checkpoints keep it wide) and the config's own ignore list does not."""
@@ -413,8 +471,10 @@ def _group_precision(group: dict, what: str) -> Precision:
         return Precision("int4", _block(4, group_size or 128, 2), "bf16", "int4 weights (W4A16)")
     if bits == 8 and kind == "int":
         return PRECISIONS["int8"] if act_bits == 8 else Precision("int8-w8a16", 1 + 2 / 128, "bf16")
-    raise TracekitError(f"{what}: a quantization group of {bits}-bit {kind} weights is not one tracekit understands; "
-                        "pass --weights to say how the weights are stored")
+    raise TracekitError(
+        f"{what}: a quantization group of {bits}-bit {kind} weights is not one tracekit understands; "
+        "pass --weights to say how the weights are stored"
+    )
 
 
 WEIGHT_CHOICES = ("bf16", "fp16", "fp8", "nvfp4", "nvfp4-w4a16", "mxfp4", "int4", "int8")
@@ -427,9 +487,12 @@ def with_weights(spec: ModelSpec, weights: str, how: str | None = None) -> Model
     if weights not in PRECISIONS:
         raise TracekitError(f"--weights {weights!r} is not one of {', '.join(WEIGHT_CHOICES)}")
     prec = PRECISIONS[weights]
-    return replace(spec, precision={c: prec for c in _QUANTISABLE}, precision_stated=how is None,
-                   precision_source=how or f"--weights {weights} (linear layers; LM head, embeddings and router "
-                                           f"{spec.dtype})")
+    return replace(
+        spec,
+        precision={c: prec for c in _QUANTISABLE},
+        precision_stated=how is None,
+        precision_source=how or f"--weights {weights} (linear layers; LM head, embeddings and router {spec.dtype})",
+    )
 
 
 def expected_experts(experts: int, top_k: int, tokens: float) -> float:

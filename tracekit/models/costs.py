@@ -102,16 +102,20 @@ def linear_matrices(m: ModelSpec, tp: int = 1) -> list[tuple[str, int, int, int]
             out += [("attention", h, m.q_lora_rank, n_mla), ("attention", m.q_lora_rank, hq * qk, n_mla)]
         else:
             out += [("attention", h, hq * qk, n_mla)]
-        out += [("attention", h, m.kv_lora_rank + m.qk_rope_dim, n_mla),
-                ("attention", m.kv_lora_rank, hq * (m.qk_nope_dim + dv), n_mla),
-                ("attention", hq * dv, h, n_mla)]
+        out += [
+            ("attention", h, m.kv_lora_rank + m.qk_rope_dim, n_mla),
+            ("attention", m.kv_lora_rank, hq * (m.qk_nope_dim + dv), n_mla),
+            ("attention", hq * dv, h, n_mla),
+        ]
     n_lin = m.count(attention=LINEAR)
     if n_lin:
         nk, nv = _rank(m.linear_key_heads, tp), _rank(m.linear_value_heads, tp)
         dk, dvl = m.linear_key_dim, m.linear_value_dim
-        out += [("linear_attention", h, 2 * nk * dk + 2 * nv * dvl, n_lin),  # q, k, v and the output gate z
-                ("linear_attention", h, 2 * nv, n_lin),  # beta and the decay a
-                ("linear_attention", nv * dvl, h, n_lin)]
+        out += [
+            ("linear_attention", h, 2 * nk * dk + 2 * nv * dvl, n_lin),  # q, k, v and the output gate z
+            ("linear_attention", h, 2 * nv, n_lin),  # beta and the decay a
+            ("linear_attention", nv * dvl, h, n_lin),
+        ]
     n_dense = m.count(mlp=DENSE)
     if n_dense:
         inter = _rank(m.intermediate, tp)
@@ -211,8 +215,9 @@ def attention_geometry(side: Side, window: int | None) -> tuple[float, float] | 
 # --- the step ----------------------------------------------------------------------------
 
 
-def step_costs(m: ModelSpec, side: Side, *, tp: int = 1, act_bytes: float = 2.0, kv_bytes: float = 2.0,
-               act_dtype: str = "bf16") -> dict[str, Work | Missing]:
+def step_costs(
+    m: ModelSpec, side: Side, *, tp: int = 1, act_bytes: float = 2.0, kv_bytes: float = 2.0, act_dtype: str = "bf16"
+) -> dict[str, Work | Missing]:
     """Pooled components of one side of a step on one rank: {component: Work or Missing}."""
     T, L = side.tokens, side.logit_tokens
     out: dict[str, Work | Missing] = {}
@@ -227,14 +232,23 @@ def step_costs(m: ModelSpec, side: Side, *, tp: int = 1, act_bytes: float = 2.0,
         by_dtype[w.compute] = by_dtype.get(w.compute, 0.0) + f + k * n * count
     if flops or nbytes:
         dtype = max(by_dtype, key=by_dtype.get) if by_dtype else act_dtype
-        out["linear"] = Work(flops, nbytes, dtype, MATRIX,
-                             f"2*T*params over {len(linear_matrices(m, tp))} projection shapes, T={T:g}; weights at their "
-                             "stored precision + activations in and out")
+        out["linear"] = Work(
+            flops,
+            nbytes,
+            dtype,
+            MATRIX,
+            f"2*T*params over {len(linear_matrices(m, tp))} projection shapes, T={T:g}; weights at their "
+            "stored precision + activations in and out",
+        )
     vocab_rank = m.vocab / tp
     lm = m.weight("lm_head")
-    out["lm_head"] = Work(2 * L * m.hidden * vocab_rank, vocab_rank * m.hidden * lm.bytes_per_param
-                          + L * (m.hidden + vocab_rank) * act_bytes, lm.compute, MATRIX,
-                          f"2*L*hidden*vocab/tp over L={L:g} logit tokens")
+    out["lm_head"] = Work(
+        2 * L * m.hidden * vocab_rank,
+        vocab_rank * m.hidden * lm.bytes_per_param + L * (m.hidden + vocab_rank) * act_bytes,
+        lm.compute,
+        MATRIX,
+        f"2*L*hidden*vocab/tp over L={L:g} logit tokens",
+    )
     n_moe = m.count(mlp=MOE)
     if n_moe and m.experts:
         e = m.weight("experts")
@@ -242,16 +256,24 @@ def step_costs(m: ModelSpec, side: Side, *, tp: int = 1, act_bytes: float = 2.0,
         pe = expert_parameters(m, tp)
         out["experts"] = Work(
             2 * T * m.top_k * pe * n_moe,
-            n_moe * (touched * pe * e.bytes_per_param
-                     + T * m.top_k * (2 * m.hidden + 3 * m.expert_intermediate / tp) * act_bytes),
-            e.compute, MATRIX,
+            n_moe
+            * (
+                touched * pe * e.bytes_per_param
+                + T * m.top_k * (2 * m.hidden + 3 * m.expert_intermediate / tp) * act_bytes
+            ),
+            e.compute,
+            MATRIX,
             f"{n_moe} MoE layers: 2*T*k*expert params, T={T:g} k={m.top_k}; weights of {touched:.1f} of "
-            f"{m.experts} experts touched (uniform routing)")
+            f"{m.experts} experts touched (uniform routing)",
+        )
         out["routing"] = Work(
             n_moe * (T * m.experts * 5 + 2 * T * m.top_k * m.hidden),
-            n_moe * (T * m.experts * 4 + T * m.top_k * 8 * 2 + T * m.top_k * m.hidden * act_bytes
-                     + T * m.hidden * act_bytes),
-            act_dtype, VECTOR, "router softmax/top-k over the experts, sort, weighted combine of top-k outputs")
+            n_moe
+            * (T * m.experts * 4 + T * m.top_k * 8 * 2 + T * m.top_k * m.hidden * act_bytes + T * m.hidden * act_bytes),
+            act_dtype,
+            VECTOR,
+            "router softmax/top-k over the experts, sort, weighted combine of top-k outputs",
+        )
     out["attention"] = _attention(m, side, tp, act_bytes, kv_bytes, act_dtype)
     if m.count(attention=LINEAR):
         out["linear_attention"] = _linear_attention(m, side, tp, act_bytes, act_dtype)
@@ -260,15 +282,26 @@ def step_costs(m: ModelSpec, side: Side, *, tp: int = 1, act_bytes: float = 2.0,
         per_ar = T * m.hidden * act_bytes
         reduces = 2 * m.n_layers + 1
         gather = (tp - 1) / tp * L * m.vocab * act_bytes
-        out["communication"] = Work((tp - 1) / tp * T * m.hidden * reduces, ring * per_ar * reduces + gather,
-                                    act_dtype, VECTOR,
-                                    f"{reduces} all-reduces of T x hidden (ring: 2(N-1)/N per rank, N={tp}) + the "
-                                    "logits' all-gather")
+        out["communication"] = Work(
+            (tp - 1) / tp * T * m.hidden * reduces,
+            ring * per_ar * reduces + gather,
+            act_dtype,
+            VECTOR,
+            f"{reduces} all-reduces of T x hidden (ring: 2(N-1)/N per rank, N={tp}) + the logits' all-gather",
+        )
     return out
 
 
-def attention_layer(m: ModelSpec, side: Side, kind: str, window: int | None, *, tp: int = 1,
-                    act_bytes: float = 2.0, kv_bytes: float = 2.0) -> tuple[float, float, float, float] | None:
+def attention_layer(
+    m: ModelSpec,
+    side: Side,
+    kind: str,
+    window: int | None,
+    *,
+    tp: int = 1,
+    act_bytes: float = 2.0,
+    kv_bytes: float = 2.0,
+) -> tuple[float, float, float, float] | None:
     """(FLOPs, bytes, pairs, keys) of one softmax-attention layer of ``kind`` (full, sliding or
     MLA) and ``window`` for a side: its own window, not the model's average (issue 47: a 128-token
     sliding layer of a decode step reads 128 keys a request, a full layer the whole context).
@@ -287,8 +320,10 @@ def attention_layer(m: ModelSpec, side: Side, kind: str, window: int | None, *, 
         nbytes = keys * latent * kv_bytes + side.tokens * hq * (m.head_dim + m.v_head_dim) * act_bytes
     else:
         flops = 2 * hq * pairs * (m.head_dim + m.v_head_dim)
-        nbytes = (keys * hkv * (m.head_dim + m.v_head_dim) * kv_bytes
-                  + side.tokens * hq * (m.head_dim + m.v_head_dim) * act_bytes)
+        nbytes = (
+            keys * hkv * (m.head_dim + m.v_head_dim) * kv_bytes
+            + side.tokens * hq * (m.head_dim + m.v_head_dim) * act_bytes
+        )
     return flops, nbytes, pairs, keys
 
 
@@ -316,10 +351,11 @@ def moe_roles(m: ModelSpec, side: Side, *, tp: int = 1, act_bytes: float = 2.0) 
     touched = expected_experts(e, k, T)
     bpp = m.weight("experts").bytes_per_param
     return {
-        GATE_UP: (n_moe * 2 * T * k * h * gate * inter,
-                  n_moe * (touched * gate * h * inter * bpp + T * k * (h + 2 * inter) * act_bytes)),
-        DOWN: (n_moe * 2 * T * k * inter * h,
-               n_moe * (touched * inter * h * bpp + T * k * (inter + h) * act_bytes)),
+        GATE_UP: (
+            n_moe * 2 * T * k * h * gate * inter,
+            n_moe * (touched * gate * h * inter * bpp + T * k * (h + 2 * inter) * act_bytes),
+        ),
+        DOWN: (n_moe * 2 * T * k * inter * h, n_moe * (touched * inter * h * bpp + T * k * (inter + h) * act_bytes)),
         GATING: (n_moe * T * e * 5, n_moe * (T * e * 4 + T * k * 8 * 2)),
         COMBINE: (n_moe * 2 * T * k * h, n_moe * (T * k * h * act_bytes + T * h * act_bytes)),
     }
@@ -332,17 +368,24 @@ def _attention(m: ModelSpec, side: Side, tp: int, act_bytes: float, kv_bytes: fl
         n = sum(1 for layer in m.layers if layer.attention == kind and layer.window == window)
         one = attention_layer(m, side, kind, window, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes)
         if one is None:
-            return Missing("the keys each request attends to are not in the step's annotation "
-                           "(vLLM's detailed execute_... form states them)")
+            return Missing(
+                "the keys each request attends to are not in the step's annotation "
+                "(vLLM's detailed execute_... form states them)"
+            )
         f, b, pairs, keys = one
         flops += n * f
         nbytes += n * b
         notes.append(f"{n} {kind}{f' (window {window})' if window else ''} layers: {pairs:g} pairs, {keys:g} keys")
     if not notes:
         return Work(0.0, 0.0, act_dtype, MATRIX, "no softmax-attention layers")
-    return Work(flops, nbytes, act_dtype, MATRIX,
-                "2*Hq*pairs*(Dqk+Dv) per layer; bytes = keys read x Hkv x (Dqk+Dv) at the KV-cache dtype + "
-                "queries and outputs; " + "; ".join(notes))
+    return Work(
+        flops,
+        nbytes,
+        act_dtype,
+        MATRIX,
+        "2*Hq*pairs*(Dqk+Dv) per layer; bytes = keys read x Hkv x (Dqk+Dv) at the KV-cache dtype + "
+        "queries and outputs; " + "; ".join(notes),
+    )
 
 
 def _linear_attention(m: ModelSpec, side: Side, tp: int, act_bytes: float, act_dtype: str) -> Work:
@@ -357,13 +400,27 @@ def _linear_attention(m: ModelSpec, side: Side, tp: int, act_bytes: float, act_d
     state = R * nv * dk * dv * m.linear_state_bytes * 2  # read and write once per request
     conv_state = R * channels * (m.linear_conv_kernel - 1) * act_bytes * 2
     io = T * (channels + 2 * nv + nv * dv) * act_bytes * 2
-    return Work(flops, n * (state + conv_state + io), "fp32", VECTOR,
-                f"{n} gated-DeltaNet layers: recurrent state {nv}x{dk}x{dv} per request read and written, "
-                f"~{DELTA_FLOPS}*dk*dv FLOPs per token and value head{' + chunked intra-chunk attention' if chunked else ''}")
+    return Work(
+        flops,
+        n * (state + conv_state + io),
+        "fp32",
+        VECTOR,
+        f"{n} gated-DeltaNet layers: recurrent state {nv}x{dk}x{dv} per request read and written, "
+        f"~{DELTA_FLOPS}*dk*dv FLOPs per token and value head{' + chunked intra-chunk attention' if chunked else ''}",
+    )
 
 
-def per_token(m: ModelSpec, component: str, tp: int = 1, *, fused_add: bool = False, moe_layer: bool = False,
-              act_bytes: float = 2.0, kv_bytes: float = 2.0, out_bytes: float | None = None) -> tuple[float, float] | None:
+def per_token(
+    m: ModelSpec,
+    component: str,
+    tp: int = 1,
+    *,
+    fused_add: bool = False,
+    moe_layer: bool = False,
+    act_bytes: float = 2.0,
+    kv_bytes: float = 2.0,
+    out_bytes: float | None = None,
+) -> tuple[float, float] | None:
     """(FLOPs, bytes) per token of one launch of a per-launch kernel; None when not modelled.
     ``out_bytes``: element size of the output when the kernel quantises it (fused norm or
     activation + FP8/FP4 quantisation), else the activation size."""
@@ -399,16 +456,26 @@ def named_linears(m: ModelSpec, tp: int = 1) -> list[tuple[str, str, int, int]]:
     groups: dict[str, list[tuple[int, int]]] = {}
     for cls, k, n, _ in linear_matrices(m, tp):
         groups.setdefault(cls, []).append((k, n))
-    names = {"linear_attention": ("linear_attn_in", "linear_attn_ba", "linear_attn_out"),
-             "mlp": ("gate_up_proj", "down_proj"), "router": ("router",),
-             "shared_experts": ("shared_gate_up_proj", "shared_down_proj")}
+    names = {
+        "linear_attention": ("linear_attn_in", "linear_attn_ba", "linear_attn_out"),
+        "mlp": ("gate_up_proj", "down_proj"),
+        "router": ("router",),
+        "shared_experts": ("shared_gate_up_proj", "shared_down_proj"),
+    }
     for cls, shapes in groups.items():
         if cls == "attention" and m.count(attention=MLA) == 0:
             (h, q), (_, kv), (ko, o) = shapes[:3]
-            out += [("qkv_proj", cls, h, q + kv), ("q_proj", cls, h, q), ("kv_proj", cls, h, kv), ("o_proj", cls, ko, o)]
+            out += [
+                ("qkv_proj", cls, h, q + kv),
+                ("q_proj", cls, h, q),
+                ("kv_proj", cls, h, kv),
+                ("o_proj", cls, ko, o),
+            ]
             continue
         if cls == "attention":
-            out += [(f"mla_proj_{i}" if i < len(shapes) - 1 else "o_proj", cls, k, n) for i, (k, n) in enumerate(shapes)]
+            out += [
+                (f"mla_proj_{i}" if i < len(shapes) - 1 else "o_proj", cls, k, n) for i, (k, n) in enumerate(shapes)
+            ]
             continue
         label = names.get(cls, ())
         out += [(label[i] if i < len(label) else f"{cls}_{i}", cls, k, n) for i, (k, n) in enumerate(shapes)]

@@ -54,8 +54,9 @@ def load_model(name_or_path: str, *, weights: str | None = None, option: str = "
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
         if not os.path.isfile(path):
-            raise TracekitError(f"{option} {name_or_path}: the folder holds no config.json (a Hugging Face "
-                                "checkpoint folder has one)")
+            raise TracekitError(
+                f"{option} {name_or_path}: the folder holds no config.json (a Hugging Face checkpoint folder has one)"
+            )
     if os.path.isfile(path):
         try:
             with open(path, encoding="utf-8") as f:
@@ -66,13 +67,25 @@ def load_model(name_or_path: str, *, weights: str | None = None, option: str = "
         return from_config(cfg, label, f"config.json at {path}", weights=weights)
     entry = find_entry(name_or_path)
     if entry is None:
-        close = close_matches(_fold(name_or_path), ((_fold(n), e["key"]) for e in registry_entries()
-                                                    for n in (e["key"], e.get("name", ""), *e.get("aliases", []))))
+        close = close_matches(
+            _fold(name_or_path),
+            (
+                (_fold(n), e["key"])
+                for e in registry_entries()
+                for n in (e["key"], e.get("name", ""), *e.get("aliases", []))
+            ),
+        )
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise TracekitError(f"{option} {name_or_path!r} is neither a config.json, a folder holding one, nor a model in "
-                            f"tracekit's registry (tracekit models lists it){hint}")
-    return from_config(entry["config"], entry.get("name") or entry["key"],
-                       f"tracekit registry entry {entry['key']} ({entry['source']})", weights=weights)
+        raise TracekitError(
+            f"{option} {name_or_path!r} is neither a config.json, a folder holding one, nor a model in "
+            f"tracekit's registry (tracekit models lists it){hint}"
+        )
+    return from_config(
+        entry["config"],
+        entry.get("name") or entry["key"],
+        f"tracekit registry entry {entry['key']} ({entry['source']})",
+        weights=weights,
+    )
 
 
 def from_sidecar(sidecar: dict[str, Any] | None) -> ModelSpec | None:

@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.waiting.idle import CAUSES
-from tracekit.report.annotate_critical import TITLE as CRITICAL_TITLE, critical_slices, track_metadata
+from tracekit.report.annotate_critical import TITLE as CRITICAL_TITLE
+from tracekit.report.annotate_critical import critical_slices, track_metadata
 from tracekit.trace.model import CLOCK_SHIFT
 from tracekit.trace.windows import WINDOW_KEY
 
@@ -97,7 +98,9 @@ class Document:
 _ENCODER = msgspec.json.Encoder(decimal_format="number")
 
 
-def annotate(doc: Document, trace, parts, analysis, rank_label: str | None = None, first_step: int = 0) -> dict[str, int]:
+def annotate(
+    doc: Document, trace, parts, analysis, rank_label: str | None = None, first_step: int = 0
+) -> dict[str, int]:
     """Add the analysis' tracks and per-kernel args to ``doc`` (the trace's document) in place.
 
     ``trace`` is the ``Trace`` read from that document, ``parts`` and ``analysis`` what
@@ -118,8 +121,13 @@ def annotate(doc: Document, trace, parts, analysis, rank_label: str | None = Non
         added += track_metadata(pid, CATEGORY) + _spread(critical, CRITICAL_TITLE)
     kernels = _kernel_args(doc, trace, parts.work)
     doc.events.extend(msgspec.Raw(_ENCODER.encode(e)) for e in added + step_slices + idle_slices + critical)
-    return {"steps": len(step_slices), "idle": len(idle_slices), "kernels": kernels, "pid": pid,
-            "critical": len(critical)}
+    return {
+        "steps": len(step_slices),
+        "idle": len(idle_slices),
+        "kernels": kernels,
+        "pid": pid,
+        "critical": len(critical),
+    }
 
 
 def _free_pid(heads: list) -> int:
@@ -145,8 +153,10 @@ def _metadata(pid: int, steps_title: str, with_idle: bool) -> list[dict]:
         meta("thread_sort_index", {"sort_index": STEPS_TID}, STEPS_TID),
     ]
     if with_idle:
-        out += [meta("thread_name", {"name": "GPU idle, by cause"}, IDLE_TID),
-                meta("thread_sort_index", {"sort_index": IDLE_TID}, IDLE_TID)]
+        out += [
+            meta("thread_name", {"name": "GPU idle, by cause"}, IDLE_TID),
+            meta("thread_sort_index", {"sort_index": IDLE_TID}, IDLE_TID),
+        ]
     return out
 
 
@@ -175,8 +185,17 @@ def _spread(slices: list[dict], title: str) -> list[dict]:
     if not slices:
         return []
     tid, pid = min(e["tid"] for e in slices), slices[0]["pid"]  # lane 0's tid: every slice is >= it
-    return [{"ph": "M", "cat": CATEGORY, "name": "thread_name", "pid": pid, "tid": tid + LANE_STRIDE * k,
-             "args": {"name": f"{title} (overlapping, lane {k + 1})"}} for k in range(1, lanes)]
+    return [
+        {
+            "ph": "M",
+            "cat": CATEGORY,
+            "name": "thread_name",
+            "pid": pid,
+            "tid": tid + LANE_STRIDE * k,
+            "args": {"name": f"{title} (overlapping, lane {k + 1})"},
+        }
+        for k in range(1, lanes)
+    ]
 
 
 def _us(ns: int, base_ns: int) -> Decimal:
@@ -211,35 +230,43 @@ def _step_slices(steps: pd.DataFrame, pid: int, base_ns: int, first_step: int = 
     for r in steps.itertuples(index=False):
         idle = getattr(r, "idle_by_cause", None)
         index = first_step + int(r.step)
-        out.append({
-            "ph": "X", "cat": CATEGORY, "name": f"{r.phase} step {index}", "pid": pid, "tid": STEPS_TID,
-            "ts": _us(r.begin_ns, base_ns), "dur": _dur_us(r.end_ns - r.begin_ns),
-            "args": {
-                "step": index,
-                "phase": r.phase,
-                "label": _value(r.label),
-                "tokens": _value(r.tokens),
-                "batch": _value(r.batch),
-                "tokens_source": _value(getattr(r, "tokens_source", None)),
-                "batch_source": _value(getattr(r, "batch_source", None)),
-                "phase_source": _value(r.source),
-                "duration_ms": r.duration_ns / 1e6,
-                "busy_ms": r.gpu_busy_ns / 1e6,
-                "idle_ms": r.gpu_idle_ns / 1e6,
-                # The slice is the step's window: its duration plus the GPU's time in it on other work
-                # (no idle slice covers that): unrecorded work the step's waited on, the next step's.
-                "unrecorded_ms": getattr(r, "unrecorded_ns", 0) / 1e6,
-                "next_ms": getattr(r, "next_ns", 0) / 1e6,
-                "previous_ms": getattr(r, "previous_ns", 0) / 1e6,
-                "kernels": int(r.kernels),
-                **({"idle_by_cause_ms": {k: _value(v) for k, v in idle.items()}} if isinstance(idle, dict) else {}),
-            },
-        })
+        out.append(
+            {
+                "ph": "X",
+                "cat": CATEGORY,
+                "name": f"{r.phase} step {index}",
+                "pid": pid,
+                "tid": STEPS_TID,
+                "ts": _us(r.begin_ns, base_ns),
+                "dur": _dur_us(r.end_ns - r.begin_ns),
+                "args": {
+                    "step": index,
+                    "phase": r.phase,
+                    "label": _value(r.label),
+                    "tokens": _value(r.tokens),
+                    "batch": _value(r.batch),
+                    "tokens_source": _value(getattr(r, "tokens_source", None)),
+                    "batch_source": _value(getattr(r, "batch_source", None)),
+                    "phase_source": _value(r.source),
+                    "duration_ms": r.duration_ns / 1e6,
+                    "busy_ms": r.gpu_busy_ns / 1e6,
+                    "idle_ms": r.gpu_idle_ns / 1e6,
+                    # The slice is the step's window: its duration plus the GPU's time in it on other work
+                    # (no idle slice covers that): unrecorded work the step's waited on, the next step's.
+                    "unrecorded_ms": getattr(r, "unrecorded_ns", 0) / 1e6,
+                    "next_ms": getattr(r, "next_ns", 0) / 1e6,
+                    "previous_ms": getattr(r, "previous_ns", 0) / 1e6,
+                    "kernels": int(r.kernels),
+                    **({"idle_by_cause_ms": {k: _value(v) for k, v in idle.items()}} if isinstance(idle, dict) else {}),
+                },
+            }
+        )
     return out
 
 
-def _idle_slices(idle, work: pd.DataFrame, steps: pd.DataFrame, pid: int, base_ns: int,
-                 first_step: int = 0) -> list[dict]:
+def _idle_slices(
+    idle, work: pd.DataFrame, steps: pd.DataFrame, pid: int, base_ns: int, first_step: int = 0
+) -> list[dict]:
     g = idle.gaps
     if not len(g):
         return []
@@ -252,11 +279,13 @@ def _idle_slices(idle, work: pd.DataFrame, steps: pd.DataFrame, pid: int, base_n
     out = []
     for i in range(len(g)):
         cause = CAUSES[int(main[i])]
-        args: dict[str, Any] = {"cause": cause, "step": first_step + int(step[i]),
-                                "phase": phase[step[i]] if 0 <= step[i] < len(phase) else None,
-                                "idle_us": (int(end[i]) - int(start[i])) / 1000,
-                                "by_cause_us": {c: int(parts[i, j]) / 1000 for j, c in enumerate(CAUSES)
-                                                if parts[i, j] > 0}}
+        args: dict[str, Any] = {
+            "cause": cause,
+            "step": first_step + int(step[i]),
+            "phase": phase[step[i]] if 0 <= step[i] < len(phase) else None,
+            "idle_us": (int(end[i]) - int(start[i])) / 1000,
+            "by_cause_us": {c: int(parts[i, j]) / 1000 for j, c in enumerate(CAUSES) if parts[i, j] > 0},
+        }
         name = cause
         if i in described:
             d = described[i]
@@ -265,8 +294,18 @@ def _idle_slices(idle, work: pd.DataFrame, steps: pd.DataFrame, pid: int, base_n
                 name = f"{cause}: {d['call']}"
             elif d["op"]:
                 name = f"{cause}: {d['op']}"
-        out.append({"ph": "X", "cat": CATEGORY, "name": name, "pid": pid, "tid": IDLE_TID,
-                    "ts": _us(start[i], base_ns), "dur": _dur_us(int(end[i]) - int(start[i])), "args": args})
+        out.append(
+            {
+                "ph": "X",
+                "cat": CATEGORY,
+                "name": name,
+                "pid": pid,
+                "tid": IDLE_TID,
+                "ts": _us(start[i], base_ns),
+                "dur": _dur_us(int(end[i]) - int(start[i])),
+                "args": args,
+            }
+        )
     return out
 
 
@@ -399,7 +438,9 @@ def annotate_file(src: str, read, measure_options: dict | None = None) -> tuple[
     return doc, counts
 
 
-def annotate_windows(paths: list[str], read, measure_options: dict | None = None) -> Iterator[tuple[str, Document, dict]]:
+def annotate_windows(
+    paths: list[str], read, measure_options: dict | None = None
+) -> Iterator[tuple[str, Document, dict]]:
     """The windows of one split (in order), each annotated as ``tracekit report DIR`` reads
     them: each window analysed in its run's context (``windows.Windows``: the previous window's
     step ends and batches, the steps inferred once over all windows) and its steps numbered as
@@ -409,8 +450,11 @@ def annotate_windows(paths: list[str], read, measure_options: dict | None = None
     for w in Windows(paths, read, with_timelines=False, **(measure_options or {})):
         doc = load_document(w.path)
         window = w.trace.metadata.get(WINDOW_KEY) or {}
-        label = ", ".join(x for x in (_rank_label(w.trace), f"window {window.get('index')} of {window.get('of')}"
-                                      if window else None) if x)
+        label = ", ".join(
+            x
+            for x in (_rank_label(w.trace), f"window {window.get('index')} of {window.get('of')}" if window else None)
+            if x
+        )
         yield w.path, doc, annotate(doc, w.trace, w.parts, w.analysis, label or None, first_step=w.first_step)
 
 

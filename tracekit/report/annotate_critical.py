@@ -27,16 +27,35 @@ def critical_slices(replayer, pid: int, base_ns: int, first_step: int = 0, categ
         for seg in replayer.critical_path(step):
             if seg.end_ns <= seg.start_ns:
                 continue
-            out.append({"ph": "X", "cat": category, "name": f"{seg.kind}: {seg.label}", "pid": pid,
-                        "tid": CRITICAL_TID, "ts": Decimal(int(seg.start_ns) - base_ns).scaleb(-3),
-                        "dur": Decimal(int(seg.end_ns - seg.start_ns)).scaleb(-3),
-                        "args": {"step": first_step + step, "kind": seg.kind, "what": seg.label,
-                                 "ms": (seg.end_ns - seg.start_ns) / 1e6}})
+            out.append(
+                {
+                    "ph": "X",
+                    "cat": category,
+                    "name": f"{seg.kind}: {seg.label}",
+                    "pid": pid,
+                    "tid": CRITICAL_TID,
+                    "ts": Decimal(int(seg.start_ns) - base_ns).scaleb(-3),
+                    "dur": Decimal(int(seg.end_ns - seg.start_ns)).scaleb(-3),
+                    "args": {
+                        "step": first_step + step,
+                        "kind": seg.kind,
+                        "what": seg.label,
+                        "ms": (seg.end_ns - seg.start_ns) / 1e6,
+                    },
+                }
+            )
     return out
 
 
 def track_metadata(pid: int, category: str = "tracekit") -> list[dict]:
-    return [{"ph": "M", "cat": category, "name": "thread_name", "pid": pid, "tid": CRITICAL_TID,
-             "args": {"name": TITLE}},
-            {"ph": "M", "cat": category, "name": "thread_sort_index", "pid": pid, "tid": CRITICAL_TID,
-             "args": {"sort_index": CRITICAL_TID}}]
+    return [
+        {"ph": "M", "cat": category, "name": "thread_name", "pid": pid, "tid": CRITICAL_TID, "args": {"name": TITLE}},
+        {
+            "ph": "M",
+            "cat": category,
+            "name": "thread_sort_index",
+            "pid": pid,
+            "tid": CRITICAL_TID,
+            "args": {"sort_index": CRITICAL_TID},
+        },
+    ]

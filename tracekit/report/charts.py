@@ -25,8 +25,13 @@ BOKEH_COMPONENTS = ["bokeh"]
 # The decode chart shows at most this many steps (every k-th beyond it, said on the page).
 MAX_STEP_BARS = 2000
 
-BOUND_COLORS = {"compute": "#2f6db5", "memory": "#e07b1f", "interconnect": "#7b52ab", "unknown": "#9a9a9a",
-                "idle": "#e4e4e4"}
+BOUND_COLORS = {
+    "compute": "#2f6db5",
+    "memory": "#e07b1f",
+    "interconnect": "#7b52ab",
+    "unknown": "#9a9a9a",
+    "idle": "#e4e4e4",
+}
 LIMITER_COLORS = {**BOUND_COLORS, "latency": "#c2185b", "below_roof": "#f2a7c3"}
 # Categories avoid the bound colours' exact tones so the two side-by-side charts don't read alike.
 CATEGORY_COLORS = {
@@ -56,7 +61,9 @@ def category_color(cat: str, i: int = 0) -> str:
 # --- phase breakdown ----------------------------------------------------------------------
 
 
-def _stacked_share_bars(title: str, rows: list[dict[str, Any]], x_label: str, chart_id: str, height: int) -> dict[str, Any]:
+def _stacked_share_bars(
+    title: str, rows: list[dict[str, Any]], x_label: str, chart_id: str, height: int
+) -> dict[str, Any]:
     """Horizontal 100 % bars: one per row (``label``), segments ``[(key, label, share, ms, color)]``."""
     from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter
     from bokeh.plotting import figure
@@ -65,7 +72,7 @@ def _stacked_share_bars(title: str, rows: list[dict[str, Any]], x_label: str, ch
     seg: dict[str, list] = {k: [] for k in ("y", "left", "right", "color", "part", "ms", "share", "of")}
     for r in rows:
         left = 0.0
-        for key, label, share, ms, color in r["segments"]:
+        for _key, label, share, ms, color in r["segments"]:
             if not share:
                 continue
             seg["y"].append(r["label"])
@@ -79,12 +86,27 @@ def _stacked_share_bars(title: str, rows: list[dict[str, Any]], x_label: str, ch
             left += share
     src = ColumnDataSource(seg)
     p = figure(
-        title=title, y_range=ys, x_range=(0, 1), height=height, sizing_mode="stretch_width",
-        tools="save", toolbar_location="above",
+        title=title,
+        y_range=ys,
+        x_range=(0, 1),
+        height=height,
+        sizing_mode="stretch_width",
+        tools="save",
+        toolbar_location="above",
     )
-    r = p.hbar(y="y", left="left", right="right", height=0.62, color="color", line_color="#ffffff",
-               legend_field="part", source=src)
-    p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@y"), ("part", "@part"), ("time", "@ms"), ("share", "@share @of")]))
+    r = p.hbar(
+        y="y",
+        left="left",
+        right="right",
+        height=0.62,
+        color="color",
+        line_color="#ffffff",
+        legend_field="part",
+        source=src,
+    )
+    p.add_tools(
+        HoverTool(renderers=[r], tooltips=[("", "@y"), ("part", "@part"), ("time", "@ms"), ("share", "@share @of")])
+    )
     p.xaxis.formatter = NumeralTickFormatter(format="0%")
     p.xaxis.axis_label = x_label
     p.ygrid.grid_line_color = None
@@ -109,7 +131,13 @@ def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
                     "label": f"{phase_label(phase)}: bound",
                     "of": "of the phase's kernel + idle time",
                     "segments": [
-                        (b, BOUND_LABELS[b] if b != "idle" else f"{word} idle", share.get(b), (p.get("by_bound") or {}).get(b), BOUND_COLORS[b])
+                        (
+                            b,
+                            BOUND_LABELS[b] if b != "idle" else f"{word} idle",
+                            share.get(b),
+                            (p.get("by_bound") or {}).get(b),
+                            BOUND_COLORS[b],
+                        )
                         for b in BOUNDS
                     ],
                 }
@@ -122,8 +150,13 @@ def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
                         "label": f"{phase_label(phase)}: limiter",
                         "of": "of the phase's kernel + idle time",
                         "segments": [
-                            (k, f"limited by {labels[k]}" if k != "idle" else f"{word} idle", lshare.get(k),
-                             p["by_limiter"].get(k), LIMITER_COLORS[k])
+                            (
+                                k,
+                                f"limited by {labels[k]}" if k != "idle" else f"{word} idle",
+                                lshare.get(k),
+                                p["by_limiter"].get(k),
+                                LIMITER_COLORS[k],
+                            )
                             for k in LIMITERS
                         ],
                     }
@@ -138,7 +171,8 @@ def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
                     "label": phase_label(phase),
                     "of": "of the phase's kernel time",
                     "segments": [
-                        (c, c, cshare.get(c), (p.get("by_category") or {}).get(c), category_color(c, i)) for i, c in enumerate(cats)
+                        (c, c, cshare.get(c), (p.get("by_category") or {}).get(c), category_color(c, i))
+                        for i, c in enumerate(cats)
                     ],
                 }
             )
@@ -154,7 +188,8 @@ def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
                 "label": "Whole trace",
                 "of": "of the trace's kernel time",
                 "segments": [
-                    (c, c, cshare.get(c), overall["by_category"].get(c), category_color(c, i)) for i, c in enumerate(cats)
+                    (c, c, cshare.get(c), overall["by_category"].get(c), category_color(c, i))
+                    for i, c in enumerate(cats)
                 ],
             }
         ]
@@ -163,10 +198,17 @@ def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"charts": []}
     if bound_rows:
         out["charts"].append(
-            _stacked_share_bars(f"{word} time by bound and by limiter", bound_rows, "share of kernel + idle time",
-                                "tk-chart-bound", height)
+            _stacked_share_bars(
+                f"{word} time by bound and by limiter",
+                bound_rows,
+                "share of kernel + idle time",
+                "tk-chart-bound",
+                height,
+            )
         )
-    out["charts"].append(_stacked_share_bars("Kernel time by category", cat_rows, "share of kernel time", "tk-chart-category", height))
+    out["charts"].append(
+        _stacked_share_bars("Kernel time by category", cat_rows, "share of kernel time", "tk-chart-category", height)
+    )
     return out
 
 
@@ -188,15 +230,18 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
     if len(steps) == 1:
         # One bar on an axis of made-up neighbours says less than its figures in a sentence.
         s = steps[0]
-        return {"reason": f"One {s['phase']} step (step {s['index']}), so nothing changes over time: it took "
-                          f"{fmt.ms(s['duration_ms'])}, {word} busy {fmt.ms(s['gpu_busy_ms'])} and idle "
-                          f"{fmt.ms(s['gpu_idle_ms'])}."}
+        return {
+            "reason": f"One {s['phase']} step (step {s['index']}), so nothing changes over time: it took "
+            f"{fmt.ms(s['duration_ms'])}, {word} busy {fmt.ms(s['gpu_busy_ms'])} and idle "
+            f"{fmt.ms(s['gpu_idle_ms'])}."
+        }
     total = len(steps)
     stride = max(1, math.ceil(total / MAX_STEP_BARS))
     shown = steps[::stride]
     gpu = (data.get("device") or {}).get("type") == "gpu"
     cols: dict[str, list] = {
-        k: [] for k in ("x", "busy", "idle", "duration", "gap", "label", "busy_t", "idle_t", "duration_t", "gap_t", "kernels")
+        k: []
+        for k in ("x", "busy", "idle", "duration", "gap", "label", "busy_t", "idle_t", "duration_t", "gap_t", "kernels")
     }
     for s in shown:
         cols["x"].append(s["index"])
@@ -213,28 +258,47 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
     src = ColumnDataSource(cols)
     p = figure(
         title=f"Decode steps: {word} busy and idle time per step, and step duration",
-        height=330, sizing_mode="stretch_width",
-        tools="xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location="above",
-        x_axis_label="step index", y_axis_label="ms",
+        height=330,
+        sizing_mode="stretch_width",
+        tools="xpan,xwheel_zoom,box_zoom,reset,save",
+        toolbar_location="above",
+        x_axis_label="step index",
+        y_axis_label="ms",
     )
     width = 0.8 * stride
     bars = p.vbar_stack(
-        ["busy", "idle"], x="x", width=width, source=src,
-        color=[BOUND_COLORS["compute"], "#d5d5d5"], line_color=None,
+        ["busy", "idle"],
+        x="x",
+        width=width,
+        source=src,
+        color=[BOUND_COLORS["compute"], "#d5d5d5"],
+        line_color=None,
         legend_label=[f"{word} busy", f"{word} idle (inside the step's {word} window)"],
     )
     p.line("x", "duration", source=src, color="#222222", line_width=2, legend_label="step duration")
     p.scatter("x", "duration", source=src, color="#222222", size=4 if len(shown) < 200 else 2)
     if gpu:
-        p.line("x", "gap", source=src, color="#c0392b", line_width=1.5, line_dash="dashed",
-               legend_label="launch gaps (GPU waiting for the CPU)")
+        p.line(
+            "x",
+            "gap",
+            source=src,
+            color="#c0392b",
+            line_width=1.5,
+            line_dash="dashed",
+            legend_label="launch gaps (GPU waiting for the CPU)",
+        )
     p.add_tools(
         HoverTool(
             # One renderer: in vline mode each hovered renderer would show its own copy.
             renderers=[bars[0]],
             tooltips=[
-                ("step", "@x"), ("annotation", "@label"), ("duration", "@duration_t"), ("busy", "@busy_t"),
-                ("idle", "@idle_t"), ("launch gaps", "@gap_t"), ("kernels", "@kernels"),
+                ("step", "@x"),
+                ("annotation", "@label"),
+                ("duration", "@duration_t"),
+                ("busy", "@busy_t"),
+                ("idle", "@idle_t"),
+                ("launch gaps", "@gap_t"),
+                ("kernels", "@kernels"),
             ],
             mode="vline" if len(shown) > 1 else "mouse",
         )
@@ -263,14 +327,19 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
 
 # --- step timeline --------------------------------------------------------------------------
 
-CAUSE_COLORS = {"sync": "#c0392b", "launch": "#f39c12", "host": "#8e44ad", "wait": "#3498db",
-                "unattributed": "#95a5a6"}
+CAUSE_COLORS = {"sync": "#c0392b", "launch": "#f39c12", "host": "#8e44ad", "wait": "#3498db", "unattributed": "#95a5a6"}
 CALL_COLORS = {"sync": "#c0392b", "launch": "#7f8c8d", "other": "#c8ccd1"}
 HOST_OP_COLOR = "#5d6d7e"
 # The critical path's kinds (analysis.replay.critical.KINDS): the idle causes' colours where they mean
 # the same (a launch, host work, a synchronising call), dark for kernels, grey for what is unexplained.
-CRITICAL_COLORS = {"kernel": "#1d2127", "launch": "#f39c12", "host": "#8e44ad", "sync": "#c0392b",
-                   "queue": "#3498db", "unexplained": "#bdc3c7"}
+CRITICAL_COLORS = {
+    "kernel": "#1d2127",
+    "launch": "#f39c12",
+    "host": "#8e44ad",
+    "sync": "#c0392b",
+    "queue": "#3498db",
+    "unexplained": "#bdc3c7",
+}
 
 
 def step_timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
@@ -312,18 +381,36 @@ def step_timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
             cols["time"].append(f"{fmt.ms(a)} + {fmt.ms(b - a)}")
             cols["count"].append(fmt.count(n))
     word = device_word(data)
-    title = (f"{phase_label(tl['phase'])} step {tl['step']}, the {tl['why']}: {fmt.ms(tl['duration_ms'])}, "
-             f"{fmt.count(tl['kernels'])} kernels")
+    title = (
+        f"{phase_label(tl['phase'])} step {tl['step']}, the {tl['why']}: {fmt.ms(tl['duration_ms'])}, "
+        f"{fmt.count(tl['kernels'])} kernels"
+    )
     p = figure(
-        title=title, y_range=FactorRange(*lanes[::-1]), x_range=(0, tl["span_ms"] * 1.01),
-        height=70 + 34 * len(lanes), sizing_mode="stretch_width",
-        tools="xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location="above",
+        title=title,
+        y_range=FactorRange(*lanes[::-1]),
+        x_range=(0, tl["span_ms"] * 1.01),
+        height=70 + 34 * len(lanes),
+        sizing_mode="stretch_width",
+        tools="xpan,xwheel_zoom,box_zoom,reset,save",
+        toolbar_location="above",
         x_axis_label=f"ms from the step's start ({word} idle coloured by cause)",
     )
-    r = p.hbar(y="y", left="left", right="right", height=0.7, color="color", line_color=None,
-               legend_field="legend", source=ColumnDataSource(cols))
-    p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@y"), ("what", "@what"), ("name", "@label"),
-                                                  ("at", "@time"), ("events", "@count")]))
+    r = p.hbar(
+        y="y",
+        left="left",
+        right="right",
+        height=0.7,
+        color="color",
+        line_color=None,
+        legend_field="legend",
+        source=ColumnDataSource(cols),
+    )
+    p.add_tools(
+        HoverTool(
+            renderers=[r],
+            tooltips=[("", "@y"), ("what", "@what"), ("name", "@label"), ("at", "@time"), ("events", "@count")],
+        )
+    )
     p.ygrid.grid_line_color = None
     style(p)
     # Below, in rows: a right-hand legend of ~20 entries would be taller than the lanes.
@@ -361,24 +448,45 @@ def roofline(data: dict[str, Any], phase: str, index: int) -> dict[str, Any]:
         why = str(roof["reason"]).removesuffix(": no roofline")
         dev_reason = (data.get("device") or {}).get("reason")
         extra = f" ({dev_reason})" if dev_reason and (data.get("device") or {}).get("spec") is None else ""
-        hint = " Pass --gpu NAME or --spec-file PATH to give the peaks." if (data.get("device") or {}).get("spec") is None else ""
+        hint = (
+            " Pass --gpu NAME or --spec-file PATH to give the peaks."
+            if (data.get("device") or {}).get("spec") is None
+            else ""
+        )
         return {"reason": f"No roofline for {label.lower()}: {why}{extra}.{hint}"}
     roofs = roof.get("roofs") or {}
     points = roof.get("points") or []
     # Points above their roof are not drawn as achieved: listed under the chart with why.
-    above = [{"label": str(q["label"]), "kernel": str(q.get("kernel") or ""), "dtype": f"{q['dtype']} {q['unit']}",
-              "time": fmt.ms(q["time_ms"]), "reason": q["above_roof"]} for q in points if q.get("above_roof")]
-    pts = [q for q in points if not q.get("above_roof") and (q.get("intensity") or 0) > 0
-           and (q.get("achieved_flops") or 0) > 0]
+    above = [
+        {
+            "label": str(q["label"]),
+            "kernel": str(q.get("kernel") or ""),
+            "dtype": f"{q['dtype']} {q['unit']}",
+            "time": fmt.ms(q["time_ms"]),
+            "reason": q["above_roof"],
+        }
+        for q in points
+        if q.get("above_roof")
+    ]
+    pts = [
+        q
+        for q in points
+        if not q.get("above_roof") and (q.get("intensity") or 0) > 0 and (q.get("achieved_flops") or 0) > 0
+    ]
     dropped = len(points) - len(pts) - len(above)
     bw = roofs.get("bandwidth")
     computes = [c for c in roofs.get("compute") or [] if c.get("peak_flops")]
     if not pts:
-        return {"reason": f"No roofline for {label.lower()}: no op group with known FLOPs, bytes and time"
-                          f"{' at or below its roof' if above else ''}.", "above": above}
+        return {
+            "reason": f"No roofline for {label.lower()}: no op group with known FLOPs, bytes and time"
+            f"{' at or below its roof' if above else ''}.",
+            "above": above,
+        }
     if not bw or not computes:
-        return {"reason": f"No roofline for {label.lower()}: the device's bandwidth or compute peaks are unknown.",
-                "above": above}
+        return {
+            "reason": f"No roofline for {label.lower()}: the device's bandwidth or compute peaks are unknown.",
+            "above": above,
+        }
     scale, unit = _flops_unit([c["peak_flops"] for c in computes])
     ridges = [c["peak_flops"] / bw for c in computes]
     xs = [q["intensity"] for q in pts]
@@ -389,19 +497,36 @@ def roofline(data: dict[str, Any], phase: str, index: int) -> dict[str, Any]:
     y_hi = max(c["peak_flops"] for c in computes) * 3
     p = figure(
         title=f"{label} roofline: op groups by arithmetic intensity and achieved {unit}",
-        x_axis_type="log", y_axis_type="log", height=430, sizing_mode="stretch_width",
-        x_range=(x_lo, x_hi), y_range=(y_lo / scale, y_hi / scale),
-        tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="above",
-        x_axis_label="arithmetic intensity (FLOP/byte)", y_axis_label=f"achieved {unit}",
+        x_axis_type="log",
+        y_axis_type="log",
+        height=430,
+        sizing_mode="stretch_width",
+        x_range=(x_lo, x_hi),
+        y_range=(y_lo / scale, y_hi / scale),
+        tools="pan,wheel_zoom,box_zoom,reset,save",
+        toolbar_location="above",
+        x_axis_label="arithmetic intensity (FLOP/byte)",
+        y_axis_label=f"achieved {unit}",
     )
     # Roofs: bandwidth up to the last ridge, each compute peak from its ridge on.
     ridge_hi = max(ridges)
-    p.line([x_lo, ridge_hi], [bw * x_lo / scale, bw * ridge_hi / scale], color="#444444", line_width=2,
-           legend_label=f"peak bandwidth {fmt.bandwidth(bw)}")
+    p.line(
+        [x_lo, ridge_hi],
+        [bw * x_lo / scale, bw * ridge_hi / scale],
+        color="#444444",
+        line_width=2,
+        legend_label=f"peak bandwidth {fmt.bandwidth(bw)}",
+    )
     ach_bw = roofs.get("achievable_bandwidth")
     if ach_bw and abs(ach_bw - bw) > 1e-9 * bw:
-        p.line([x_lo, ridge_hi], [ach_bw * x_lo / scale, ach_bw * ridge_hi / scale], color="#444444",
-               line_width=1.5, line_dash="dashed", legend_label=f"achievable bandwidth {fmt.bandwidth(ach_bw)}")
+        p.line(
+            [x_lo, ridge_hi],
+            [ach_bw * x_lo / scale, ach_bw * ridge_hi / scale],
+            color="#444444",
+            line_width=1.5,
+            line_dash="dashed",
+            legend_label=f"achievable bandwidth {fmt.bandwidth(ach_bw)}",
+        )
     roof_colors = ("#1b9e77", "#7570b3", "#d95f02", "#e7298a", "#66a61e")
     # One line per distinct peak: "bf16 vector / fp32 matrix / fp32 vector" often share one rate.
     merged: dict[tuple, list[str]] = {}
@@ -410,11 +535,22 @@ def roofline(data: dict[str, Any], phase: str, index: int) -> dict[str, Any]:
     for i, ((peak, ach), names) in enumerate(sorted(merged.items(), key=lambda kv: -kv[0][0])):
         color = roof_colors[i % len(roof_colors)]
         name = " / ".join(names)
-        p.line([peak / bw, x_hi], [peak / scale] * 2, color=color, line_width=2,
-               legend_label=f"{name} peak {fmt.flops(peak)}")
+        p.line(
+            [peak / bw, x_hi],
+            [peak / scale] * 2,
+            color=color,
+            line_width=2,
+            legend_label=f"{name} peak {fmt.flops(peak)}",
+        )
         if ach and abs(ach - peak) > 1e-9 * peak:
-            p.line([ach / bw, x_hi], [ach / scale] * 2, color=color, line_width=1.5, line_dash="dashed",
-                   legend_label=f"{name} achievable {fmt.flops(ach)}")
+            p.line(
+                [ach / bw, x_hi],
+                [ach / scale] * 2,
+                color=color,
+                line_width=1.5,
+                line_dash="dashed",
+                legend_label=f"{name} achievable {fmt.flops(ach)}",
+            )
     t_max = max(q["time_ms"] for q in pts) or 1.0
     cats = sorted({q["category"] for q in pts})
     color = {c: category_color(c, i) for i, c in enumerate(cats)}
@@ -437,15 +573,31 @@ def roofline(data: dict[str, Any], phase: str, index: int) -> dict[str, Any]:
             "roof": [fmt.pct(q.get("roof_fraction")) for q in pts],
         }
     )
-    r = p.scatter("x", "y", size="size", source=src, fill_color="color", fill_alpha=0.6,
-                  line_color="#333333", line_width=0.6, legend_field="category")
+    r = p.scatter(
+        "x",
+        "y",
+        size="size",
+        source=src,
+        fill_color="color",
+        fill_alpha=0.6,
+        line_color="#333333",
+        line_width=0.6,
+        legend_field="category",
+    )
     p.add_tools(
         HoverTool(
             renderers=[r],
             tooltips=[
-                ("op", "@label"), ("kernel", "@kernel"), ("shapes", "@shapes"), ("dtype", "@dtype"),
-                ("category", "@category"), ("calls", "@calls"), ("time", "@time"), ("intensity", "@intensity"),
-                ("achieved", "@achieved"), ("of roof", "@roof"),
+                ("op", "@label"),
+                ("kernel", "@kernel"),
+                ("shapes", "@shapes"),
+                ("dtype", "@dtype"),
+                ("category", "@category"),
+                ("calls", "@calls"),
+                ("time", "@time"),
+                ("intensity", "@intensity"),
+                ("achieved", "@achieved"),
+                ("of roof", "@roof"),
             ],
         )
     )

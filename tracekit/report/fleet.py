@@ -29,23 +29,39 @@ INSTALL_PYARROW = "writing Parquet needs pyarrow: pip install 'tracekit[batch]' 
 
 # The page's table: (column, heading, formatter). The CSV/Parquet/JSON files hold every column.
 _TABLE = (
-    ("name", "Trace", None), ("status", "Status", None), ("recorded_at", "Recorded (UTC)", None),
-    ("device", "Device", None), ("model", "Model", None), ("run_kind", "Run", None),
-    ("prefill_steps", "Prefill steps", fmt.count), ("decode_steps", "Decode steps", fmt.count),
-    ("prefill_step_p50_ms", "Prefill step p50", fmt.ms), ("prefill_step_p90_ms", "p90", fmt.ms),
-    ("decode_step_p50_ms", "Decode step p50", fmt.ms), ("decode_step_p90_ms", "p90", fmt.ms),
+    ("name", "Trace", None),
+    ("status", "Status", None),
+    ("recorded_at", "Recorded (UTC)", None),
+    ("device", "Device", None),
+    ("model", "Model", None),
+    ("run_kind", "Run", None),
+    ("prefill_steps", "Prefill steps", fmt.count),
+    ("decode_steps", "Decode steps", fmt.count),
+    ("prefill_step_p50_ms", "Prefill step p50", fmt.ms),
+    ("prefill_step_p90_ms", "p90", fmt.ms),
+    ("decode_step_p50_ms", "Decode step p50", fmt.ms),
+    ("decode_step_p90_ms", "p90", fmt.ms),
     ("prefill_tokens_per_s", "Prefill tok/s", lambda v: fmt.num(v)),
     ("decode_tokens_per_s", "Decode tok/s", lambda v: fmt.num(v)),
-    ("prefill_mfu", "Prefill MFU", fmt.pct), ("decode_mbu", "Decode MBU", fmt.pct),
-    ("decode_idle_share", "Decode idle", fmt.pct), ("idle_top_cause", "Top idle cause", None),
-    ("kernel_ms", "Kernel time", fmt.ms), ("top_finding", "Top finding / error", None),
+    ("prefill_mfu", "Prefill MFU", fmt.pct),
+    ("decode_mbu", "Decode MBU", fmt.pct),
+    ("decode_idle_share", "Decode idle", fmt.pct),
+    ("idle_top_cause", "Top idle cause", None),
+    ("kernel_ms", "Kernel time", fmt.ms),
+    ("top_finding", "Top finding / error", None),
 )
 # Figures over recording time: (title, y label, [(column, legend)]).
 _FIGURES = (
-    ("Step time over recording time (p50 per trace)", "ms (log)",
-     [("prefill_step_p50_ms", "prefill step"), ("decode_step_p50_ms", "decode step")]),
-    ("Tokens/s over recording time", "tokens/s (log)",
-     [("prefill_tokens_per_s", "prefill"), ("decode_tokens_per_s", "decode")]),
+    (
+        "Step time over recording time (p50 per trace)",
+        "ms (log)",
+        [("prefill_step_p50_ms", "prefill step"), ("decode_step_p50_ms", "decode step")],
+    ),
+    (
+        "Tokens/s over recording time",
+        "tokens/s (log)",
+        [("prefill_tokens_per_s", "prefill"), ("decode_tokens_per_s", "decode")],
+    ),
 )
 _COLORS = ("#2f6db5", "#e07b1f")
 
@@ -63,15 +79,27 @@ def view_model(data: dict[str, Any]) -> dict[str, Any]:
                 v = r.get("error")
             text = fmt.MISSING if v is None else (f(v) if f else str(v))
             sort = "" if v is None else (repr(float(v)) if f else str(v))
-            cells.append({"text": text, "sort": sort, "numeric": f is not None, "outlier": k in marked,
-                          "title": r.get("file") if k == "name" else (r.get("note") if k == "status" else None)})
+            cells.append(
+                {
+                    "text": text,
+                    "sort": sort,
+                    "numeric": f is not None,
+                    "outlier": k in marked,
+                    "title": r.get("file") if k == "name" else (r.get("note") if k == "status" else None),
+                }
+            )
         body.append({"cells": cells, "error": r.get("status") != "ok", "outlier": bool(marked)})
     return {
         "title": f"{data['traces']} trace{'s' if data['traces'] != 1 else ''}",
-        "traces": data["traces"], "errors": data["errors"] + (data.get("timeouts") or 0), "executor": data.get("executor"),
-        "seconds": data.get("seconds"), "outlier_rule": data.get("outlier_rule"),
+        "traces": data["traces"],
+        "errors": data["errors"] + (data.get("timeouts") or 0),
+        "executor": data.get("executor"),
+        "seconds": data.get("seconds"),
+        "outlier_rule": data.get("outlier_rule"),
         "outliers": sum(bool(r.get("outliers")) for r in rows),
-        "head": head, "rows": body, "tracekit_version": data.get("tracekit_version"),
+        "head": head,
+        "rows": body,
+        "tracekit_version": data.get("tracekit_version"),
     }
 
 
@@ -87,8 +115,14 @@ def figures(data: dict[str, Any]) -> list[dict[str, Any]]:
     for i, (title, ylabel, series) in enumerate(_FIGURES):
         chart_id = f"tk-fleet-{i}"
         undated = 0
-        p = figure(title=title, x_axis_type="datetime", y_axis_type="log", height=300, sizing_mode="stretch_width",
-                   tools="pan,wheel_zoom,box_zoom,reset,save")
+        p = figure(
+            title=title,
+            x_axis_type="datetime",
+            y_axis_type="log",
+            height=300,
+            sizing_mode="stretch_width",
+            tools="pan,wheel_zoom,box_zoom,reset,save",
+        )
         drawn = 0
         for j, (col, legend) in enumerate(series):
             pts = [r for r in rows if _positive(r.get(col))]
@@ -96,32 +130,46 @@ def figures(data: dict[str, Any]) -> list[dict[str, Any]]:
             undated += len(pts) - len(dated)
             if not dated:
                 continue
-            src = ColumnDataSource({
-                "x": [dt.datetime.strptime(r["recorded_at"], "%Y-%m-%dT%H:%M:%SZ") for r in dated],
-                "y": [float(r[col]) for r in dated],
-                "name": [str(r["name"]) for r in dated],
-                "device": [str(r.get("device") or "") for r in dated],
-                "outlier": ["outlier" if col in (r.get("outliers") or "").split(",") else "" for r in dated],
-            })
+            src = ColumnDataSource(
+                {
+                    "x": [dt.datetime.strptime(r["recorded_at"], "%Y-%m-%dT%H:%M:%SZ") for r in dated],
+                    "y": [float(r[col]) for r in dated],
+                    "name": [str(r["name"]) for r in dated],
+                    "device": [str(r.get("device") or "") for r in dated],
+                    "outlier": ["outlier" if col in (r.get("outliers") or "").split(",") else "" for r in dated],
+                }
+            )
             p.scatter("x", "y", source=src, size=8, color=_COLORS[j], alpha=0.8, legend_label=legend)
             mark = [k for k, r in enumerate(dated) if col in (r.get("outliers") or "").split(",")]
             if mark:
-                p.scatter([src.data["x"][k] for k in mark], [src.data["y"][k] for k in mark], size=18,
-                          marker="circle", fill_color=None, line_color="#c62828", line_width=2,
-                          legend_label="outlier")
+                p.scatter(
+                    [src.data["x"][k] for k in mark],
+                    [src.data["y"][k] for k in mark],
+                    size=18,
+                    marker="circle",
+                    fill_color=None,
+                    line_color="#c62828",
+                    line_width=2,
+                    legend_label="outlier",
+                )
             drawn += len(dated)
         if not drawn:
             out.append({"reason": "no analysed trace has both a recording time and these figures"})
             continue
-        p.add_tools(HoverTool(tooltips=[("trace", "@name"), ("device", "@device"), ("value", "@y{0,0.[000]}"),
-                                        ("", "@outlier")], formatters={}))
+        p.add_tools(
+            HoverTool(
+                tooltips=[("trace", "@name"), ("device", "@device"), ("value", "@y{0,0.[000]}"), ("", "@outlier")],
+                formatters={},
+            )
+        )
         p.yaxis.axis_label = ylabel
         p.xaxis.axis_label = "recorded (UTC)"
         p.legend.click_policy = "hide"
         chart_style.style(p)
         chart_style.legend_outside(p)
-        note = (f"{undated} point(s) are not drawn: their traces carry no wall-clock recording time."
-                if undated else None)
+        note = (
+            f"{undated} point(s) are not drawn: their traces carry no wall-clock recording time." if undated else None
+        )
         out.append({"id": chart_id, **chart_style.chart_item(p, chart_id), "note": note})
     return out
 
@@ -150,8 +198,15 @@ class FleetHtml(HtmlPage):
         vm = self.view_model(data)
         js = charts.inline_bokeh_js() if self.include_js and vm.get("chart_items") else None
         loader, sort = loader_js(), _sort_js()
-        return render(html_env(), self.template, vm=vm, bokeh_js=Markup(js) if js else None,
-                      loader_js=Markup(loader), sort_js=Markup(sort), csp=csp([js, loader, sort]))
+        return render(
+            html_env(),
+            self.template,
+            vm=vm,
+            bokeh_js=Markup(js) if js else None,
+            loader_js=Markup(loader),
+            sort_js=Markup(sort),
+            csp=csp([js, loader, sort]),
+        )
 
 
 @FLEETS.register

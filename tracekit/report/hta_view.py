@@ -51,11 +51,20 @@ def _part(hta: dict[str, Any], key: str, rows) -> dict[str, Any]:
 
 
 def _temporal_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"rank": r["rank"], "span": fmt.ms(r.get("span_ms")), "busy": fmt.ms(r.get("busy_ms")),
-             "idle": fmt.ms(r.get("idle_ms")), "compute": fmt.ms(r.get("compute_ms")),
-             "non_compute": fmt.ms(r.get("non_compute_ms")), "idle_share": fmt.pct(r.get("idle_share")),
-             "compute_share": fmt.pct(r.get("compute_share")),
-             "non_compute_share": fmt.pct(r.get("non_compute_share"))} for r in part.get("ranks") or []]
+    return [
+        {
+            "rank": r["rank"],
+            "span": fmt.ms(r.get("span_ms")),
+            "busy": fmt.ms(r.get("busy_ms")),
+            "idle": fmt.ms(r.get("idle_ms")),
+            "compute": fmt.ms(r.get("compute_ms")),
+            "non_compute": fmt.ms(r.get("non_compute_ms")),
+            "idle_share": fmt.pct(r.get("idle_share")),
+            "compute_share": fmt.pct(r.get("compute_share")),
+            "non_compute_share": fmt.pct(r.get("non_compute_share")),
+        }
+        for r in part.get("ranks") or []
+    ]
 
 
 def _idle_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
@@ -68,25 +77,37 @@ def _idle_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _overlap_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"rank": r["rank"], "overlap": fmt.pct(r.get("overlap_share")), "reason": r.get("reason")}
-            for r in part.get("ranks") or []]
+    return [
+        {"rank": r["rank"], "overlap": fmt.pct(r.get("overlap_share")), "reason": r.get("reason")}
+        for r in part.get("ranks") or []
+    ]
 
 
 def _launch_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"rank": r["rank"], "launches": fmt.count(r.get("launches")),
-             "gpu_shorter": fmt.count(r.get("gpu_shorter_than_launch")),
-             "long_launches": fmt.count(r.get("long_launches")),
-             "long_delays": fmt.count(r.get("long_launch_delays")),
-             "median_launch": fmt.us(r.get("median_launch_us")),
-             "median_delay": fmt.us(r.get("median_launch_delay_us")),
-             "max_delay": fmt.us(r.get("max_launch_delay_us")),
-             "reason": r.get("reason")} for r in part.get("ranks") or []]
+    return [
+        {
+            "rank": r["rank"],
+            "launches": fmt.count(r.get("launches")),
+            "gpu_shorter": fmt.count(r.get("gpu_shorter_than_launch")),
+            "long_launches": fmt.count(r.get("long_launches")),
+            "long_delays": fmt.count(r.get("long_launch_delays")),
+            "median_launch": fmt.us(r.get("median_launch_us")),
+            "median_delay": fmt.us(r.get("median_launch_delay_us")),
+            "max_delay": fmt.us(r.get("max_launch_delay_us")),
+            "reason": r.get("reason"),
+        }
+        for r in part.get("ranks") or []
+    ]
 
 
 def _type_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"rank": r["rank"],
-             "parts": [f"{TYPE_LABELS.get(k, k)} {fmt.ms(v)}" for k, v in (r.get("by_type_ms") or {}).items()]}
-            for r in part.get("ranks") or []]
+    return [
+        {
+            "rank": r["rank"],
+            "parts": [f"{TYPE_LABELS.get(k, k)} {fmt.ms(v)}" for k, v in (r.get("by_type_ms") or {}).items()],
+        }
+        for r in part.get("ranks") or []
+    ]
 
 
 def _cutoffs(part: dict[str, Any]) -> dict[str, str]:
@@ -104,8 +125,10 @@ def md_lines(data: dict[str, Any]) -> list[str]:
         return [f"{s['title']}: no figures; {'; '.join(s['notes'])}"]
     lines = []
     for r in s["temporal"]["rows"]:
-        lines.append(f"rank {r['rank']}: span {r['span']}, idle {r['idle']} ({r['idle_share']}), compute "
-                     f"{r['compute']} ({r['compute_share']}), non-compute {r['non_compute']} ({r['non_compute_share']})")
+        lines.append(
+            f"rank {r['rank']}: span {r['span']}, idle {r['idle']} ({r['idle_share']}), compute "
+            f"{r['compute']} ({r['compute_share']}), non-compute {r['non_compute']} ({r['non_compute_share']})"
+        )
     if s["temporal"]["reason"]:
         lines.append(f"temporal breakdown: {s['temporal']['reason']}")
     for r in s["overlap"]["rows"]:
@@ -113,7 +136,9 @@ def md_lines(data: dict[str, Any]) -> list[str]:
             lines.append(f"rank {r['rank']}: {r['overlap']} of communication time overlapped by computation")
     for r in s["launch"]["rows"]:
         if r["reason"] is None:
-            lines.append(f"rank {r['rank']}: {r['launches']} kernel launches, median launch delay {r['median_delay']}, "
-                         f"{r['long_delays']} delays over {s['launch_cutoffs']['delay']}")
+            lines.append(
+                f"rank {r['rank']}: {r['launches']} kernel launches, median launch delay {r['median_delay']}, "
+                f"{r['long_delays']} delays over {s['launch_cutoffs']['delay']}"
+            )
     lines.extend(s["notes"])
     return lines

@@ -23,39 +23,60 @@ def view_model(data: dict[str, Any]) -> dict[str, Any]:
     i, c, d = data["inputs"], data["costs"], data["demand"]
     options = []
     for o in data["options"]:
-        split = (f"{o['total_gpus']} shared" if o["shared"] else f"{o['prefill_gpus']} + {o['decode_gpus']}")
-        options.append({
-            "name": o["name"], "gpus": split, "total": o["total_gpus"],
-            "ttft": fmt.ms(o["ttft_ms"]), "tpot": fmt.ms(o["tpot_ms"]),
-            "batch": fmt.num(o["decode_batch"]) if o["decode_batch"] is not None else fmt.MISSING,
-            "prefill_capacity": fmt.per_s(o["prefill_capacity_tokens_per_s"]),
-            "decode_capacity": fmt.per_s(o["decode_capacity_tokens_per_s"]),
-            "goodput": fmt.per_s(o["goodput_per_gpu"]) if o["meets_slo"] else fmt.MISSING,
-            "meets": "yes" if o["meets_slo"] else "no", "reasons": o["reasons"],
-            "recommended": o["name"] == data["recommended"],
-        })
+        split = f"{o['total_gpus']} shared" if o["shared"] else f"{o['prefill_gpus']} + {o['decode_gpus']}"
+        options.append(
+            {
+                "name": o["name"],
+                "gpus": split,
+                "total": o["total_gpus"],
+                "ttft": fmt.ms(o["ttft_ms"]),
+                "tpot": fmt.ms(o["tpot_ms"]),
+                "batch": fmt.num(o["decode_batch"]) if o["decode_batch"] is not None else fmt.MISSING,
+                "prefill_capacity": fmt.per_s(o["prefill_capacity_tokens_per_s"]),
+                "decode_capacity": fmt.per_s(o["decode_capacity_tokens_per_s"]),
+                "goodput": fmt.per_s(o["goodput_per_gpu"]) if o["meets_slo"] else fmt.MISSING,
+                "meets": "yes" if o["meets_slo"] else "no",
+                "reasons": o["reasons"],
+                "recommended": o["name"] == data["recommended"],
+            }
+        )
     return {
         "title": f"{i.get('name') or 'plan'} on {c['device']}",
         "inputs": [
-            ("traces", ", ".join(i.get("traces") or [])), ("GPU", c["device"]), ("TP per replica", str(c["tp"])),
+            ("traces", ", ".join(i.get("traces") or [])),
+            ("GPU", c["device"]),
+            ("TP per replica", str(c["tp"])),
             ("model", i.get("model") or fmt.MISSING),
             ("requests", f"{fmt.num(i['rate'])}/s of {i['isl']} prompt + {i['osl']} output tokens"),
             ("SLOs", f"TTFT ≤ {fmt.ms(i['ttft_slo_ms'])}, TPOT ≤ {fmt.ms(i['tpot_slo_ms'])}"),
-            ("KV link", f"{fmt.num(i['kv_link_gbps'])} GB/s" if i.get("kv_link_gbps") else "not given (no transfer time)"),
+            (
+                "KV link",
+                f"{fmt.num(i['kv_link_gbps'])} GB/s" if i.get("kv_link_gbps") else "not given (no transfer time)",
+            ),
             ("max GPUs", str(i.get("max_gpus"))),
         ],
         "costs": [
             ("prefill of the prompt", fmt.ms(c["prefill_ms_at_isl"])),
             ("decode step, one request", fmt.ms(c["decode_step_ms_batch1"])),
-            ("fitted from", f"{c.get('prefill_steps')} prefill and {c.get('decode_steps')} decode steps: {c.get('fit')}"),
-            ("KV cache per token", fmt.si(c.get("kv_bytes_per_token"), "B") if c.get("kv_bytes_per_token") else fmt.MISSING),
+            (
+                "fitted from",
+                f"{c.get('prefill_steps')} prefill and {c.get('decode_steps')} decode steps: {c.get('fit')}",
+            ),
+            (
+                "KV cache per token",
+                fmt.si(c.get("kv_bytes_per_token"), "B") if c.get("kv_bytes_per_token") else fmt.MISSING,
+            ),
             ("weights per replica", fmt.si(c.get("weights_bytes"), "B") if c.get("weights_bytes") else fmt.MISSING),
             ("memory per replica", fmt.si(c.get("memory_bytes"), "B") if c.get("memory_bytes") else fmt.MISSING),
             *_one_off_rows(c),
         ],
         "demand": {"prefill": fmt.per_s(d["prefill_tokens_per_s"]), "decode": fmt.per_s(d["decode_tokens_per_s"])},
-        "options": options, "recommended": data["recommended"], "why": data["why"], "missing": data["missing"],
-        "notes": data["notes"], "method": method_blocks(data["method"]),
+        "options": options,
+        "recommended": data["recommended"],
+        "why": data["why"],
+        "missing": data["missing"],
+        "notes": data["notes"],
+        "method": method_blocks(data["method"]),
     }
 
 
@@ -64,7 +85,9 @@ def _one_off_rows(c: dict[str, Any]) -> list[tuple[str, str]]:
     rows = []
     for o in c.get("one_off_idle") or []:
         counted = "kept (--keep-idle)" if c.get("keep_idle") or not o.get("excluded") else "left out"
-        steps = f"{o['steps']} of {o['of_steps']} {o['phase']} steps" if o["of_steps"] != 1 else f"the {o['phase']} step"
+        steps = (
+            f"{o['steps']} of {o['of_steps']} {o['phase']} steps" if o["of_steps"] != 1 else f"the {o['phase']} step"
+        )
         rows.append((f"one-off {o['phase']} idle", f"{fmt.ms(o['ms'])} of {o['cause']} in {steps}: {counted}"))
     return rows
 
@@ -78,7 +101,7 @@ def _inline(text: str) -> list[tuple[str, str]]:
     runs, at = [], 0
     for m in _INLINE.finditer(text):
         if m.start() > at:
-            runs.append(("", text[at:m.start()]))
+            runs.append(("", text[at : m.start()]))
         style = "code" if m.group(1) is not None else "strong" if m.group(2) is not None else "em"
         runs.append((style, m.group(1) or m.group(2) or m.group(3)))
         at = m.end()
@@ -127,9 +150,15 @@ def capacity_chart(data: dict[str, Any]) -> dict[str, Any]:
             rows["color"].append(colors[phase])
             rows["label"].append(phase)
             rows["text"].append(f"{fmt.per_s(cap)} of capacity for {fmt.per_s(need)} of demand")
-    p = figure(title="Capacity over demand, per option and phase", y_range=rows["y"][::-1], height=90 + 34 * len(rows["y"]),
-               sizing_mode="stretch_width", tools="save", toolbar_location="above",
-               x_axis_label="capacity / demand (1 = exactly the demand)")
+    p = figure(
+        title="Capacity over demand, per option and phase",
+        y_range=rows["y"][::-1],
+        height=90 + 34 * len(rows["y"]),
+        sizing_mode="stretch_width",
+        tools="save",
+        toolbar_location="above",
+        x_axis_label="capacity / demand (1 = exactly the demand)",
+    )
     r = p.hbar(y="y", right="value", height=0.6, color="color", legend_field="label", source=ColumnDataSource(rows))
     p.add_layout(Span(location=1.0, dimension="height", line_color="#222222", line_dash="dashed", line_width=1.5))
     p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@y"), ("", "@text")]))
@@ -177,9 +206,26 @@ class PlanText(TextTemplate):
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         vm = view_model(data)
         head = ["option", "GPUs", "TTFT", "TPOT", "batch", "prefill cap.", "decode cap.", "meets SLOs", "goodput/GPU"]
-        vm["table"] = text_table(head, [[term_text(o[k]) for k in (
-            "name", "gpus", "ttft", "tpot", "batch", "prefill_capacity", "decode_capacity", "meets", "goodput")]
-            for o in vm["options"]])
+        vm["table"] = text_table(
+            head,
+            [
+                [
+                    term_text(o[k])
+                    for k in (
+                        "name",
+                        "gpus",
+                        "ttft",
+                        "tpot",
+                        "batch",
+                        "prefill_capacity",
+                        "decode_capacity",
+                        "meets",
+                        "goodput",
+                    )
+                ]
+                for o in vm["options"]
+            ],
+        )
         return vm
 
 

@@ -40,8 +40,10 @@ def priced_instead(model: dict[str, Any] | None, phases: dict[str, Any]) -> dict
     priced = any(((p.get("cost_source_ms") or {}).get("model") or 0) > 0 for p in (phases or {}).values())
     if not (model and priced):
         return {}
-    instead = (f"the model ({model.get('name')}) priced those kernels instead: their FLOPs and bytes come from its "
-               "architecture and each step's tokens")
+    instead = (
+        f"the model ({model.get('name')}) priced those kernels instead: their FLOPs and bytes come from its "
+        "architecture and each step's tokens"
+    )
     return {k: instead for k in _MODEL_PRICES}
 
 
@@ -51,12 +53,22 @@ def cost_sources(data: dict[str, Any]) -> list[dict[str, Any]]:
     for phase, p in (data.get("phases") or {}).items():
         by = p.get("cost_source_ms") or {}
         total = sum(by.values())
-        rows.append({
-            "phase": phase,
-            "label": phase_label(phase),
-            "parts": [{"source": s, "label": COST_SOURCE_LABELS.get(s, s), "time": fmt.ms(v),
-                       "share": fmt.pct(v / total if total else None)} for s, v in by.items() if v > 0],
-        })
+        rows.append(
+            {
+                "phase": phase,
+                "label": phase_label(phase),
+                "parts": [
+                    {
+                        "source": s,
+                        "label": COST_SOURCE_LABELS.get(s, s),
+                        "time": fmt.ms(v),
+                        "share": fmt.pct(v / total if total else None),
+                    }
+                    for s, v in by.items()
+                    if v > 0
+                ],
+            }
+        )
     return rows
 
 
@@ -89,7 +101,13 @@ def data_quality(data: dict[str, Any]) -> dict[str, Any]:
     peaks = []
     if dev.get("spec"):
         peaks.append({"what": "spec row", "value": str(dev["spec"]), "basis": dev.get("peak_basis") or ""})
-        peaks.append({"what": "peak bandwidth", "value": fmt.bandwidth(dev.get("peak_bandwidth")), "basis": dev.get("peak_basis") or ""})
+        peaks.append(
+            {
+                "what": "peak bandwidth",
+                "value": fmt.bandwidth(dev.get("peak_bandwidth")),
+                "basis": dev.get("peak_basis") or "",
+            }
+        )
         peaks.append(
             {
                 "what": "achievable bandwidth",
@@ -99,16 +117,22 @@ def data_quality(data: dict[str, Any]) -> dict[str, Any]:
         )
         for unit, by_dtype in (dev.get("peak_flops") or {}).items():
             for dtype, value in (by_dtype or {}).items():
-                peaks.append({"what": f"{dtype} {unit} peak", "value": fmt.flops(value), "basis": dev.get("peak_basis") or ""})
-    checks = (((data.get("workload") or {}).get("calibration") or {}).get("checks") or {})
+                peaks.append(
+                    {"what": f"{dtype} {unit} peak", "value": fmt.flops(value), "basis": dev.get("peak_basis") or ""}
+                )
+    checks = ((data.get("workload") or {}).get("calibration") or {}).get("checks") or {}
     if checks.get("spread"):
         # How the measured ceilings were taken (collect.calibrate): a reader judges them by this.
         s = checks["spread"]
-        peaks.append({"what": "calibration", "value": f"best of {checks.get('attempts')} rounds",
-                      "basis": f"spread between rounds {fmt.pct(s.get('matmul_flops'))} (matmul), "
-                               f"{fmt.pct(s.get('copy_bandwidth'))} (copy); "
-                               + ("settled: the best two rounds agree" if checks.get("stable") else
-                                  "did not settle: unreliable")})
+        peaks.append(
+            {
+                "what": "calibration",
+                "value": f"best of {checks.get('attempts')} rounds",
+                "basis": f"spread between rounds {fmt.pct(s.get('matmul_flops'))} (matmul), "
+                f"{fmt.pct(s.get('copy_bandwidth'))} (copy); "
+                + ("settled: the best two rounds agree" if checks.get("stable") else "did not settle: unreliable"),
+            }
+        )
     effects = {**LACK_EFFECTS, **priced_instead(data.get("model"), data.get("phases") or {})}
     bases = []
     for phase, p in (data.get("phases") or {}).items():
@@ -119,14 +143,18 @@ def data_quality(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "lacks": [{"key": k, "text": v, "effect": effects.get(k)} for k, v in lacks.items()],
         # The segmentation's "N of M units ... outside any step" note is the outside_steps line below.
-        "notes": [str(n) for n in prov.get("notes") or []
-                  if not (outside.get("units") and str(n).endswith("were issued outside any step"))],
+        "notes": [
+            str(n)
+            for n in prov.get("notes") or []
+            if not (outside.get("units") and str(n).endswith("were issued outside any step"))
+        ],
         "reasons": [{"figure": _figure_name(k), "reason": v} for k, v in (prov.get("reasons") or {}).items()],
         "device_match": prov.get("device_match") or {},
         "device_reason": dev.get("reason"),
         "outside_steps": (
             f"{fmt.count(outside.get('units'))} units of work ({fmt.ms(outside.get('ms'))}) ran outside any step"
-            if outside.get("units") else None
+            if outside.get("units")
+            else None
         ),
         "unknown_bound": [
             {"reason": k, "time": fmt.ms(v)} for k, v in (prov.get("unknown_bound_ms_by_reason") or {}).items()

@@ -20,22 +20,24 @@ def ranks(data: dict[str, Any]) -> dict[str, Any] | None:
     straggler = s.get("straggler")
     rows = []
     for e in entries:
-        rows.append({
-            "rank": e["rank"],
-            "device": str(e.get("device") or fmt.MISSING),
-            "straggler": e["rank"] == straggler,
-            "steps": len(e.get("steps") or []),
-            "step_time": fmt.ms(e.get("step_time_ms")),
-            "span": fmt.ms(e.get("span_ms")),
-            "busy": fmt.ms(e.get("gpu_busy_ms")),
-            "idle": fmt.ms(e.get("idle_ms")),
-            "kernel": fmt.ms(e.get("kernel_ms")),
-            "collectives": fmt.count(e.get("collectives")),
-            "collective": fmt.ms(e.get("collective_ms")),
-            "collective_share": fmt.pct(e.get("collective_share")),
-            "wait": fmt.ms(e.get("collective_wait_ms")),
-            "overlap": fmt.pct(e.get("overlap_share")),
-        })
+        rows.append(
+            {
+                "rank": e["rank"],
+                "device": str(e.get("device") or fmt.MISSING),
+                "straggler": e["rank"] == straggler,
+                "steps": len(e.get("steps") or []),
+                "step_time": fmt.ms(e.get("step_time_ms")),
+                "span": fmt.ms(e.get("span_ms")),
+                "busy": fmt.ms(e.get("gpu_busy_ms")),
+                "idle": fmt.ms(e.get("idle_ms")),
+                "kernel": fmt.ms(e.get("kernel_ms")),
+                "collectives": fmt.count(e.get("collectives")),
+                "collective": fmt.ms(e.get("collective_ms")),
+                "collective_share": fmt.pct(e.get("collective_share")),
+                "wait": fmt.ms(e.get("collective_wait_ms")),
+                "overlap": fmt.pct(e.get("overlap_share")),
+            }
+        )
     return {
         "rows": rows,
         "headline": headline(s),
@@ -53,10 +55,15 @@ def headline(s: dict[str, Any]) -> str:
     if s.get("straggler") is None:
         return f"{have} in the trace; straggler: none ({s.get('reason') or 'not measurable'})."
     share = f", {fmt.pct(s.get('lost_share'))} of their time span" if s.get("lost_share") is not None else ""
-    coll = (f", {fmt.pct(s.get('lost_share_of_collective'))} of their collective time"
-            if s.get("lost_share_of_collective") is not None else "")
-    return (f"{have} in the trace; straggler: rank {s['straggler']}. The others lose {fmt.ms(s.get('lost_ms'))} "
-            f"waiting for it inside collectives{share}{coll} (matched {s.get('wait_method')}).")
+    coll = (
+        f", {fmt.pct(s.get('lost_share_of_collective'))} of their collective time"
+        if s.get("lost_share_of_collective") is not None
+        else ""
+    )
+    return (
+        f"{have} in the trace; straggler: rank {s['straggler']}. The others lose {fmt.ms(s.get('lost_ms'))} "
+        f"waiting for it inside collectives{share}{coll} (matched {s.get('wait_method')})."
+    )
 
 
 def _aligned_steps(entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -67,16 +74,20 @@ def _aligned_steps(entries: list[dict[str, Any]]) -> dict[str, Any]:
         cells = []
         phase = None
         for e in entries:
-            st = (e.get("steps") or [])
+            st = e.get("steps") or []
             if i < len(st):
                 phase = phase or st[i].get("phase")
-                cells.append({"time": fmt.ms(st[i].get("time_ms")), "collective": fmt.ms(st[i].get("collective_ms")),
-                              "wait": fmt.ms(st[i].get("wait_ms"))})
+                cells.append(
+                    {
+                        "time": fmt.ms(st[i].get("time_ms")),
+                        "collective": fmt.ms(st[i].get("collective_ms")),
+                        "wait": fmt.ms(st[i].get("wait_ms")),
+                    }
+                )
             else:
                 cells.append({"time": fmt.MISSING, "collective": fmt.MISSING, "wait": fmt.MISSING})
         rows.append({"index": i, "phase": str(phase or ""), "cells": cells})
-    return {"ranks": [e["rank"] for e in entries], "rows": rows,
-            "more": n - len(rows) if n > len(rows) else 0}
+    return {"ranks": [e["rank"] for e in entries], "rows": rows, "more": n - len(rows) if n > len(rows) else 0}
 
 
 def text_lines(data: dict[str, Any]) -> list[str]:
@@ -86,8 +97,10 @@ def text_lines(data: dict[str, Any]) -> list[str]:
         return []
     out = [v["headline"]]
     for r in v["rows"]:
-        out.append(f"rank {r['rank']}{' (straggler)' if r['straggler'] else ''}: busy {r['busy']} of {r['span']}, "
-                   f"collectives {r['collective']} ({r['collective_share']} of kernel time), wait {r['wait']}, "
-                   f"overlapped {r['overlap']}")
+        out.append(
+            f"rank {r['rank']}{' (straggler)' if r['straggler'] else ''}: busy {r['busy']} of {r['span']}, "
+            f"collectives {r['collective']} ({r['collective_share']} of kernel time), wait {r['wait']}, "
+            f"overlapped {r['overlap']}"
+        )
     out += v["notes"]
     return out

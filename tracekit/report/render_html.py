@@ -14,8 +14,17 @@ from typing import Any
 
 from markupsafe import Markup
 
-from tracekit.report import (charts, headline_view, hta_view, quality_view, ranks_chart, ranks_view, replay_view,
-                             steps_view, view)
+from tracekit.report import (
+    charts,
+    headline_view,
+    hta_view,
+    quality_view,
+    ranks_chart,
+    ranks_view,
+    replay_view,
+    steps_view,
+    view,
+)
 from tracekit.report.base import Renderer, register
 from tracekit.report.templating import html_env, render
 
@@ -36,8 +45,14 @@ class HtmlPage(Renderer):
         vm = self.view_model(data)
         js = charts.inline_bokeh_js() if self.include_js and vm.get("chart_items") else None
         loader = loader_js()
-        return render(html_env(), self.template, vm=vm, bokeh_js=Markup(js) if js else None,
-                      loader_js=Markup(loader), csp=csp([js, loader]))
+        return render(
+            html_env(),
+            self.template,
+            vm=vm,
+            bokeh_js=Markup(js) if js else None,
+            loader_js=Markup(loader),
+            csp=csp([js, loader]),
+        )
 
 
 @register
@@ -52,7 +67,10 @@ class HtmlRenderer(HtmlPage):
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         breakdown = charts.phase_breakdown(data)
         decode = charts.decode_steps(data)
-        rooflines = [dict(charts.roofline(data, phase, i), phase=view.phase_label(phase)) for i, phase in enumerate(data["phases"])]
+        rooflines = [
+            dict(charts.roofline(data, phase, i), phase=view.phase_label(phase))
+            for i, phase in enumerate(data["phases"])
+        ]
         steps = [charts.step_timeline(data, i) for i in range(len(data.get("timelines") or []))]
         items = [c["item"] for c in breakdown.get("charts", [])]
         items += [c["item"] for c in [decode, *steps, *rooflines] if "item" in c]
@@ -70,22 +88,33 @@ class HtmlRenderer(HtmlPage):
             "no_phases": view.no_phases_reason(data),
             "no_roofline": (
                 "this is a training run: the roofline is drawn per inference phase (prefill, decode)."
-                if data.get("run_kind") == "training" else "the trace holds no inference step."
+                if data.get("run_kind") == "training"
+                else "the trace holds no inference step."
             ),
             "device_word": view.device_word(data),
             "breakdown": {
                 "charts": [c["id"] for c in breakdown.get("charts", [])],
                 "reason": breakdown.get("reason"),
             },
-            "decode": {"chart": decode.get("id"), "reason": decode.get("reason"), "note": decode.get("note"),
-                       "gaps": bool(decode.get("gaps"))},
+            "decode": {
+                "chart": decode.get("id"),
+                "reason": decode.get("reason"),
+                "note": decode.get("note"),
+                "gaps": bool(decode.get("gaps")),
+            },
             "timelines": [dict(view.timeline(data, i), chart=c["id"]) for i, c in enumerate(steps)],
             "idle": view.idle_rows(data),
             "latency_roof": view.fmt.pct((data.get("provenance") or {}).get("latency_roof")),
             "sub_limiter_note": view.sub_limiter_note(data),
             "rooflines": [
-                {"phase": r["phase"], "chart": r.get("id"), "reason": r.get("reason"), "note": r.get("note"),
-                 "above": r.get("above") or []} for r in rooflines
+                {
+                    "phase": r["phase"],
+                    "chart": r.get("id"),
+                    "reason": r.get("reason"),
+                    "note": r.get("note"),
+                    "above": r.get("above") or [],
+                }
+                for r in rooflines
             ],
             "top_kernels": view.top_kernels(data, self.top),
             "steps": steps_view.step_rows(data),
@@ -96,6 +125,7 @@ class HtmlRenderer(HtmlPage):
             "chart_items": items,
             "schema_version": data.get("schema_version"),
         }
+
 
 @functools.lru_cache(maxsize=1)
 def loader_js() -> str:

@@ -22,13 +22,37 @@ class TextRenderer(Renderer):
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         phases = view.phase_rows(data)
         # The "of which" columns are parts of compute + memory + link, set apart by "|" (view.SUB_LIMITERS).
-        head = ["phase", "steps", "time", "busy", "idle", "idle %", "compute", "memory", "link", "unknown", "|",
-                *(f"of which {view.SUB_LIMITER_HEADS[k]}" for k in view.SUB_LIMITERS), "|", "MFU", "MBU"]
+        head = [
+            "phase",
+            "steps",
+            "time",
+            "busy",
+            "idle",
+            "idle %",
+            "compute",
+            "memory",
+            "link",
+            "unknown",
+            "|",
+            *(f"of which {view.SUB_LIMITER_HEADS[k]}" for k in view.SUB_LIMITERS),
+            "|",
+            "MFU",
+            "MBU",
+        ]
         cells = [
             [
-                term_text(r["label"]), r["steps"], r["time"], r["gpu_busy"], r["gpu_idle"], r["idle_share"],
-                *(b["share"] for b in r["bounds"][:4]), "|", *(s["share"] for s in r["sub_limiters"]), "|",
-                r["mfu"], r["mbu"],
+                term_text(r["label"]),
+                r["steps"],
+                r["time"],
+                r["gpu_busy"],
+                r["gpu_idle"],
+                r["idle_share"],
+                *(b["share"] for b in r["bounds"][:4]),
+                "|",
+                *(s["share"] for s in r["sub_limiters"]),
+                "|",
+                r["mfu"],
+                r["mbu"],
             ]
             for r in phases
         ]
@@ -43,15 +67,25 @@ class TextRenderer(Renderer):
         return {
             "header": view.header(data),
             "headline": [
-                {**h, "label": h["label"].ljust(width), "value": h["value"].rjust(vwidth), "note": term_text(h["note"] or "")}
+                {
+                    **h,
+                    "label": h["label"].ljust(width),
+                    "value": h["value"].rjust(vwidth),
+                    "note": term_text(h["note"] or ""),
+                }
                 for h in headline
             ],
             "table": table,
             "mixed": view.mixed_lines(data),
             "sub_limiter_note": view.sub_limiter_note(data),
             "estimate_legend": view.estimate_legend(
-                [k for k in ("upper", "lower", "model") if any(p.get("mbu_estimate") == k
-                                                              for p in (data.get("phases") or {}).values())], data),
+                [
+                    k
+                    for k in ("upper", "lower", "model")
+                    if any(p.get("mbu_estimate") == k for p in (data.get("phases") or {}).values())
+                ],
+                data,
+            ),
             "no_phases": view.no_phases_reason(data),
             "findings": view.findings(data),
             "replay": replay_view.text_lines(data),

@@ -31,7 +31,7 @@ def step_rows(data: dict[str, Any], shown: int = SHOWN) -> dict[str, Any] | None
     steps = data.get("steps") or []
     if not steps:
         return None
-    picked = steps if len(steps) <= shown else [*steps[: shown // 2], None, *steps[-(shown - shown // 2):]]
+    picked = steps if len(steps) <= shown else [*steps[: shown // 2], None, *steps[-(shown - shown // 2) :]]
     rows = []
     for s in picked:
         if s is None:
@@ -41,22 +41,28 @@ def step_rows(data: dict[str, Any], shown: int = SHOWN) -> dict[str, Any] | None
         phase = s.get("phase") or "unknown"
         if isinstance(conf, float) and conf < 1:
             phase += f" ({conf:.0%})"
-        sides = [f"{k} {v['requests']} req / {fmt.count(v['tokens']) if v.get('tokens') is not None else '?'} tok"
-                 for k in ("prefill", "decode") if isinstance(v := s.get(k), dict) and v.get("requests")]
-        rows.append({
-            "gap": None,
-            "index": s.get("index"),
-            "label": s.get("label") or "",
-            "phase": phase,
-            "phase_key": s.get("phase") or "unknown",
-            "evidence": s.get("evidence") or "",
-            "tokens": _count(s.get("tokens"), s.get("tokens_source"), s.get("tokens_confidence")),
-            "batch": _count(s.get("batch"), s.get("batch_source"), s.get("batch_confidence")),
-            "sides": " · ".join(sides),
-            "duration": fmt.ms(s.get("duration_ms")),
-            "busy": fmt.ms(s.get("gpu_busy_ms")),
-            "idle": fmt.ms(s.get("gpu_idle_ms")),
-        })
-    inferred = sum(1 for s in steps if s.get("tokens_source") not in (None, "the step annotation")
-                   and s.get("tokens") is not None)
+        sides = [
+            f"{k} {v['requests']} req / {fmt.count(v['tokens']) if v.get('tokens') is not None else '?'} tok"
+            for k in ("prefill", "decode")
+            if isinstance(v := s.get(k), dict) and v.get("requests")
+        ]
+        rows.append(
+            {
+                "gap": None,
+                "index": s.get("index"),
+                "label": s.get("label") or "",
+                "phase": phase,
+                "phase_key": s.get("phase") or "unknown",
+                "evidence": s.get("evidence") or "",
+                "tokens": _count(s.get("tokens"), s.get("tokens_source"), s.get("tokens_confidence")),
+                "batch": _count(s.get("batch"), s.get("batch_source"), s.get("batch_confidence")),
+                "sides": " · ".join(sides),
+                "duration": fmt.ms(s.get("duration_ms")),
+                "busy": fmt.ms(s.get("gpu_busy_ms")),
+                "idle": fmt.ms(s.get("gpu_idle_ms")),
+            }
+        )
+    inferred = sum(
+        1 for s in steps if s.get("tokens_source") not in (None, "the step annotation") and s.get("tokens") is not None
+    )
     return {"rows": rows, "total": len(steps), "inferred_tokens": inferred}

@@ -18,18 +18,34 @@ from tracekit import formatting as fmt
 
 PHASE_LABELS = {"prefill": "Prefill", "decode": "Decode", "mixed": "Mixed", "unknown": "Unclassified"}
 BOUNDS = ("compute", "memory", "interconnect", "unknown", "idle")
-BOUND_LABELS = {"compute": "compute-bound", "memory": "memory-bound", "interconnect": "interconnect-bound",
-                "unknown": "unknown bound", "idle": "idle"}
+BOUND_LABELS = {
+    "compute": "compute-bound",
+    "memory": "memory-bound",
+    "interconnect": "interconnect-bound",
+    "unknown": "unknown bound",
+    "idle": "idle",
+}
 LIMITERS = ("compute", "memory", "interconnect", "latency", "below_roof", "unknown", "idle")
-LIMITER_LABELS = {"compute": "compute roof", "memory": "bandwidth roof", "interconnect": "link roof",
-                  "latency": "latency", "below_roof": "neither roof nor latency", "unknown": "unknown",
-                  "idle": "idle"}
+LIMITER_LABELS = {
+    "compute": "compute roof",
+    "memory": "bandwidth roof",
+    "interconnect": "link roof",
+    "latency": "latency",
+    "below_roof": "neither roof nor latency",
+    "unknown": "unknown",
+    "idle": "idle",
+}
 # The limiters a phase row shows beside its bound shares: parts of the compute, memory and
 # interconnect shares (kernels below the latency roof), so "of which", never beside them.
 SUB_LIMITERS = ("latency", "below_roof")
 SUB_LIMITER_HEADS = {"latency": "latency-limited", "below_roof": "below roof"}
-CAUSE_LABELS = {"sync": "sync (host blocked)", "launch": "launch", "host": "host work", "wait": "waiting on streams/events",
-                "unattributed": "unattributed"}
+CAUSE_LABELS = {
+    "sync": "sync (host blocked)",
+    "launch": "launch",
+    "host": "host work",
+    "wait": "waiting on streams/events",
+    "unattributed": "unattributed",
+}
 
 _WORKLOAD_FIELDS = (
     ("preset", "preset"),
@@ -57,10 +73,12 @@ def sub_limiter_note(data: dict[str, Any]) -> str:
     """What the phase table's "of which" columns are, in words every renderer shows."""
     roof = (data.get("provenance") or {}).get("latency_roof")
     under = f"less than {fmt.pct(roof)} of" if roof is not None else "far below"
-    return (f"of which latency-limited / below roof: the part of the compute-, memory- and interconnect-bound shares "
-            f"whose kernels reach {under} their roof, so not limited by it: latency-limited where latency explains "
-            "it (a grid of fewer blocks than the GPU has SMs, or a kernel as short as its fixed latency), below roof "
-            "where neither does (a grid that fills the GPU, running long: the kernel reaches only that fraction)")
+    return (
+        f"of which latency-limited / below roof: the part of the compute-, memory- and interconnect-bound shares "
+        f"whose kernels reach {under} their roof, so not limited by it: latency-limited where latency explains "
+        "it (a grid of fewer blocks than the GPU has SMs, or a kernel as short as its fixed latency), below roof "
+        "where neither does (a grid that fills the GPU, running long: the kernel reaches only that fraction)"
+    )
 
 
 def phase_source_text(source: str | None) -> str:
@@ -74,7 +92,7 @@ def phase_label(phase: str) -> str:
 
 
 def device_word(data: dict[str, Any]) -> str:
-    """"GPU" or "CPU": what a CPU-only trace's "GPU idle" is really about."""
+    """ "GPU" or "CPU": what a CPU-only trace's "GPU idle" is really about."""
     return "CPU" if (data.get("device") or {}).get("type") == "cpu" else "GPU"
 
 
@@ -89,14 +107,15 @@ def header(data: dict[str, Any]) -> dict[str, Any]:
     versions = side.get("versions") or {}
     files = src.get("files") or [src.get("path")]
     peaks = []
-    for unit, by_dtype in ((dev.get("peak_flops") or {}).items()):
+    for unit, by_dtype in (dev.get("peak_flops") or {}).items():
         for dtype, value in (by_dtype or {}).items():
             peaks.append({"unit": unit, "dtype": dtype, "value": fmt.flops(value)})
     name = dev.get("name") or "unknown"
     if dev.get("type") == "unknown":  # a GPU trace cut before its kernels (analysis.truncation)
         what = "its GPU events" if (data.get("truncated") or {}).get("gpu_evidence") else "any GPU event"
         name = f"unknown (the trace was cut before {what}" + (
-            f"; deviceProperties name {dev['name']})" if dev.get("name") else ")")
+            f"; deviceProperties name {dev['name']})" if dev.get("name") else ")"
+        )
     return {
         "title": src.get("name") or "trace",
         # The trace was cut mid-write: said first, before any figure (None for a whole file).
@@ -126,7 +145,9 @@ def header(data: dict[str, Any]) -> dict[str, Any]:
             "peaks": peaks,
         },
         "workload": [
-            {"label": label, "value": fmt.plain(work[key])} for key, label in _WORKLOAD_FIELDS if work.get(key) is not None
+            {"label": label, "value": fmt.plain(work[key])}
+            for key, label in _WORKLOAD_FIELDS
+            if work.get(key) is not None
         ],
         "versions": [{"label": k, "value": fmt.plain(v)} for k, v in versions.items() if v is not None],
         "collected": side.get("created"),
@@ -138,8 +159,12 @@ def header(data: dict[str, Any]) -> dict[str, Any]:
 
 
 # How a kernel's cost was found (the JSON's ``cost_source``), for display.
-COST_SOURCE_LABELS = {"shapes": "recorded shapes", "capture": "graph-capture shapes", "model": "the model",
-                      "none": "unknown"}
+COST_SOURCE_LABELS = {
+    "shapes": "recorded shapes",
+    "capture": "graph-capture shapes",
+    "model": "the model",
+    "none": "unknown",
+}
 # The mark before a figure built on estimated bytes (the JSON's ``estimate``), and its meaning.
 ESTIMATE_MARKS = {"upper": "≤", "lower": "≥", "model": "~"}
 ESTIMATE_MEANINGS = {
@@ -166,7 +191,7 @@ def estimate_legend(kinds, data: dict[str, Any]) -> list[str]:
         for p in (data.get("phases") or {}).values():
             reasons = p.get("bytes_estimate_reasons") or {}
             # A phase's "~" can be the sum of bounds of both directions: every reason in it applies.
-            for r in ([reasons.get(k)] if k != "model" or p.get("bytes_estimate") != "model" else reasons.values()):
+            for r in [reasons.get(k)] if k != "model" or p.get("bytes_estimate") != "model" else reasons.values():
                 if r and r not in why:
                     why.append(r)
         out.append(f"{ESTIMATE_MARKS[k]} {ESTIMATE_MEANINGS[k]}" + (f" ({'; '.join(why)})" if why else ""))
@@ -196,8 +221,11 @@ def model_view(data: dict[str, Any]) -> dict[str, Any] | None:
         "tp": f"{m.get('tp')} ({m.get('tp_source')})",
         "precision": f"{precision} ({m.get('precision_source')})",
         "kv_cache": m.get("kv_cache_how"),
-        "costs": {"auto": "recorded shapes where present, the model elsewhere", "shapes": "recorded shapes only",
-                  "model": "the model only (--costs model)"}.get(m.get("costs"), m.get("costs")),
+        "costs": {
+            "auto": "recorded shapes where present, the model elsewhere",
+            "shapes": "recorded shapes only",
+            "model": "the model only (--costs model)",
+        }.get(m.get("costs"), m.get("costs")),
         "layer_check": m.get("layer_check"),
     }
 
@@ -217,13 +245,24 @@ def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "phase": phase,
-                "label": phase_label(phase) + (f" (incl. part of {mixed} mixed"
-                                               + (f", {riding} a passenger" if riding else "") + ")" if mixed else ""),
-                "mixed_note": (f"includes the {phase} part of {mixed} mixed step{'s' if mixed != 1 else ''}, "
-                               "split by tokens and attention query-key pairs"
-                               + (f"; the decode side of {riding} of them is a passenger of its prefill chunk: "
-                                  "in the time and bound shares, not in MFU and MBU" if riding else ""))
-                if mixed else None,
+                "label": phase_label(phase)
+                + (
+                    f" (incl. part of {mixed} mixed" + (f", {riding} a passenger" if riding else "") + ")"
+                    if mixed
+                    else ""
+                ),
+                "mixed_note": (
+                    f"includes the {phase} part of {mixed} mixed step{'s' if mixed != 1 else ''}, "
+                    "split by tokens and attention query-key pairs"
+                    + (
+                        f"; the decode side of {riding} of them is a passenger of its prefill chunk: "
+                        "in the time and bound shares, not in MFU and MBU"
+                        if riding
+                        else ""
+                    )
+                )
+                if mixed
+                else None,
                 "steps": fmt.count(p.get("steps")) + (f" + {fmt.count(mixed)} mixed" if mixed else ""),
                 "time": fmt.ms(p.get("time_ms")),
                 "gpu_busy": fmt.ms(p.get("gpu_busy_ms")),
@@ -236,19 +275,29 @@ def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                     for b in BOUNDS
                 ],
                 "limiters": [
-                    {"limiter": k, "label": labels[k], "ms": fmt.ms((p.get("by_limiter") or {}).get(k)),
-                     "share": fmt.pct((p.get("by_limiter_share") or {}).get(k))}
+                    {
+                        "limiter": k,
+                        "label": labels[k],
+                        "ms": fmt.ms((p.get("by_limiter") or {}).get(k)),
+                        "share": fmt.pct((p.get("by_limiter_share") or {}).get(k)),
+                    }
                     for k in LIMITERS
                 ],
                 # Parts of the bound shares above, shown as "of which" (SUB_LIMITERS).
                 "sub_limiters": [
-                    {"limiter": k, "head": SUB_LIMITER_HEADS[k], "ms": fmt.ms((p.get("by_limiter") or {}).get(k)),
-                     "share": fmt.pct((p.get("by_limiter_share") or {}).get(k))}
+                    {
+                        "limiter": k,
+                        "head": SUB_LIMITER_HEADS[k],
+                        "ms": fmt.ms((p.get("by_limiter") or {}).get(k)),
+                        "share": fmt.pct((p.get("by_limiter_share") or {}).get(k)),
+                    }
                     for k in SUB_LIMITERS
                 ],
                 "limiter_note": "; ".join(
-                    f"{labels[k]} {fmt.pct((p.get('by_limiter_share') or {}).get(k))}" for k in LIMITERS
-                    if (p.get("by_limiter") or {}).get(k)),
+                    f"{labels[k]} {fmt.pct((p.get('by_limiter_share') or {}).get(k))}"
+                    for k in LIMITERS
+                    if (p.get("by_limiter") or {}).get(k)
+                ),
                 "mfu": fmt.pct(p.get("mfu")),
                 "mfu_note": p.get("mfu_basis") or p.get("mfu_reason") or why.get(f"{phase}_mfu"),
                 "mbu": marked(fmt.pct(p.get("mbu")), p.get("mbu_estimate")),
@@ -262,9 +311,13 @@ def phase_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 # Mixed steps listed one by one (the largest decode cost first); the rest are counted. As many
 # as the report's kernel tables list per phase (analysis.tables.TOP_KERNELS).
 MIXED_ROWS = 15
-_PART_LABELS = {"gemm_rows": "their GEMM rows", "attention": "their attention and KV reads",
-                "kv_writes": "their KV writes", "communication": "their all-reduce and all-gather traffic",
-                "other": "their norms, activations and other per-token work"}
+_PART_LABELS = {
+    "gemm_rows": "their GEMM rows",
+    "attention": "their attention and KV reads",
+    "kv_writes": "their KV writes",
+    "communication": "their all-reduce and all-gather traffic",
+    "other": "their norms, activations and other per-token work",
+}
 
 
 def mixed_lines(data: dict[str, Any]) -> list[str]:
@@ -281,19 +334,27 @@ def mixed_lines(data: dict[str, Any]) -> list[str]:
 def _mixed_line(s: dict[str, Any]) -> str:
     sp = s["split"]
     m = sp["decode_marginal"]
-    head = (f"step {s.get('index')}: {fmt.count((sp.get('prefill') or {}).get('tokens'))} prefill + "
-            f"{fmt.count((sp.get('decode') or {}).get('tokens'))} decode tokens")
+    head = (
+        f"step {s.get('index')}: {fmt.count((sp.get('prefill') or {}).get('tokens'))} prefill + "
+        f"{fmt.count((sp.get('decode') or {}).get('tokens'))} decode tokens"
+    )
     if m.get("ms") is None:
         return f"{head}; what its decode tokens add is not known: {m.get('reason')}"
     parts = ", ".join(f"{_PART_LABELS.get(k, k)} {fmt.ms(v.get('ms'))}" for k, v in (m.get("by_part") or {}).items())
-    text = (f"{head}; its decode tokens add {fmt.ms(m['ms'])} ({fmt.pct(m.get('share'))} of its kernel time; "
-            f"{parts}): {fmt.si(m.get('flops'), 'FLOP')}, {fmt.si(m.get('bytes'), 'B')}; they share "
-            f"{fmt.si(m.get('shared_bytes'), 'B')} of weight reads the prefill chunk pays anyway")
+    text = (
+        f"{head}; its decode tokens add {fmt.ms(m['ms'])} ({fmt.pct(m.get('share'))} of its kernel time; "
+        f"{parts}): {fmt.si(m.get('flops'), 'FLOP')}, {fmt.si(m.get('bytes'), 'B')}; they share "
+        f"{fmt.si(m.get('shared_bytes'), 'B')} of weight reads the prefill chunk pays anyway"
+    )
     if (m.get("covered_share") or 0.0) < 1.0:
-        text += (f" (known for the kernels of {fmt.pct(m.get('covered_share'))} of its kernel time: the others' "
-                 "work without the decode tokens is not)")
+        text += (
+            f" (known for the kernels of {fmt.pct(m.get('covered_share'))} of its kernel time: the others' "
+            "work without the decode tokens is not)"
+        )
     if m.get("passenger"):
-        return text + "; bound by its prefill chunk: its decode side is a passenger, with no bound, MFU or MBU of its own"
+        return (
+            text + "; bound by its prefill chunk: its decode side is a passenger, with no bound, MFU or MBU of its own"
+        )
     if m.get("passenger") is None:
         return text + f"; whether its prefill chunk bounds it is not known: {m.get('reason')}"
     return text + "; not bound by its prefill chunk: its decode side keeps its bound"
@@ -307,8 +368,11 @@ def findings(data: dict[str, Any]) -> list[dict[str, Any]]:
             "severity": f.get("severity") or "info",
             "phase": phase_label(f["phase"]) if f.get("phase") else None,
             "action": f.get("action"),
-            "at_stake": (fmt.ms(f["at_stake_ms"]) + (f", {f['at_stake_note']}" if f.get("at_stake_note") else "")
-                         if f.get("at_stake_ms") is not None else None),
+            "at_stake": (
+                fmt.ms(f["at_stake_ms"]) + (f", {f['at_stake_note']}" if f.get("at_stake_note") else "")
+                if f.get("at_stake_ms") is not None
+                else None
+            ),
         }
         for f in data.get("findings") or []
     ]
@@ -325,18 +389,36 @@ def idle_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         time = p.get("time_ms") or 0.0
         if not causes or not sum(causes.values()):
             continue
-        out.append({
-            "phase": phase,
-            "label": phase_label(phase),
-            "idle": fmt.ms(p.get("gpu_idle_ms")),
-            "idle_share": fmt.pct(p.get("idle_share")),
-            "causes": [{"cause": c, "label": CAUSE_LABELS.get(c, c), "time": fmt.ms(v),
-                        "share": fmt.pct(v / time if time else None)} for c, v in causes.items() if v > 0],
-            "top": [{"cause": CAUSE_LABELS.get(r["cause"], r["cause"]), "call": r.get("call") or fmt.MISSING,
-                     "op": r.get("op") or fmt.MISSING, "stack": " › ".join(r.get("stack") or []) or fmt.MISSING,
-                     "time": fmt.ms(r.get("ms")), "share": fmt.pct(r.get("share")), "count": fmt.count(r.get("count"))}
-                    for r in p.get("idle_top") or []],
-        })
+        out.append(
+            {
+                "phase": phase,
+                "label": phase_label(phase),
+                "idle": fmt.ms(p.get("gpu_idle_ms")),
+                "idle_share": fmt.pct(p.get("idle_share")),
+                "causes": [
+                    {
+                        "cause": c,
+                        "label": CAUSE_LABELS.get(c, c),
+                        "time": fmt.ms(v),
+                        "share": fmt.pct(v / time if time else None),
+                    }
+                    for c, v in causes.items()
+                    if v > 0
+                ],
+                "top": [
+                    {
+                        "cause": CAUSE_LABELS.get(r["cause"], r["cause"]),
+                        "call": r.get("call") or fmt.MISSING,
+                        "op": r.get("op") or fmt.MISSING,
+                        "stack": " › ".join(r.get("stack") or []) or fmt.MISSING,
+                        "time": fmt.ms(r.get("ms")),
+                        "share": fmt.pct(r.get("share")),
+                        "count": fmt.count(r.get("count")),
+                    }
+                    for r in p.get("idle_top") or []
+                ],
+            }
+        )
     return out
 
 
@@ -346,8 +428,11 @@ def idle_lines(data: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for phase, p in (data.get("phases") or {}).items():
         causes, time = p.get("idle_by_cause") or {}, p.get("time_ms") or 0.0
-        parts = [f"{c} {fmt.ms(v)} ({fmt.pct(v / time if time else None)})"
-                 for c, v in sorted(causes.items(), key=lambda kv: -kv[1]) if v > 0]
+        parts = [
+            f"{c} {fmt.ms(v)} ({fmt.pct(v / time if time else None)})"
+            for c, v in sorted(causes.items(), key=lambda kv: -kv[1])
+            if v > 0
+        ]
         if not parts:
             continue
         top = (p.get("idle_top") or [None])[0]
@@ -367,8 +452,10 @@ def timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
     idle = ", ".join(f"{c} {fmt.ms(v)}" for c, v in sorted(causes.items(), key=lambda kv: -kv[1]) if v > 0)
     return {
         "title": f"{phase_label(tl['phase'])} step {tl['step']}: the {tl['why']}",
-        "text": (f"{fmt.ms(tl['duration_ms'])}, {fmt.count(tl['kernels'])} kernels; host thread {tl['host_tid']}"
-                 + (f"; {device_word(data)} idle by cause: {idle}" if idle else "")),
+        "text": (
+            f"{fmt.ms(tl['duration_ms'])}, {fmt.count(tl['kernels'])} kernels; host thread {tl['host_tid']}"
+            + (f"; {device_word(data)} idle by cause: {idle}" if idle else "")
+        ),
         "merged": any(seg[4] > 1 for lane in tl["lanes"] for seg in lane["segments"]),
     }
 
@@ -404,7 +491,8 @@ def kernel_rows(rows: list[dict[str, Any]], top: int | None = None) -> list[dict
                 "bound_key": r.get("bound"),
                 "limiter": str(r.get("limiter") or "unknown").replace("_", " "),
                 "achieved": WITHHELD_LABELS["above"] if withheld.get("why") == "above" else _achieved(r),
-                "roof": WITHHELD_LABELS.get(withheld.get("why"), fmt.MISSING) if withheld
+                "roof": WITHHELD_LABELS.get(withheld.get("why"), fmt.MISSING)
+                if withheld
                 else marked(fmt.pct(r.get("roof_fraction")), r.get("estimate")),
                 "roof_note": withheld.get("reason"),
                 "estimate": r.get("estimate"),
@@ -418,18 +506,29 @@ def top_kernels(data: dict[str, Any], top: int | None = None) -> list[dict[str, 
     """Per phase: the top kernels table; for a run without phases, the whole trace's."""
     out = []
     for phase, rows in (data.get("top_kernels") or {}).items():
-        out.append({"phase": phase, "label": phase_label(phase), "rows": kernel_rows(rows, top),
-                    "withheld": _withheld(rows, top)})
+        out.append(
+            {
+                "phase": phase,
+                "label": phase_label(phase),
+                "rows": kernel_rows(rows, top),
+                "withheld": _withheld(rows, top),
+            }
+        )
     if not out and (data.get("overall") or {}).get("top_kernels"):
         rows = data["overall"]["top_kernels"]
-        out.append({"phase": "all", "label": "Whole trace", "rows": kernel_rows(rows, top), "withheld": _withheld(rows, top)})
+        out.append(
+            {"phase": "all", "label": "Whole trace", "rows": kernel_rows(rows, top), "withheld": _withheld(rows, top)}
+        )
     return out
 
 
 def _withheld(rows: list[dict[str, Any]], top: int | None) -> list[dict[str, str]]:
     """The rows whose roof fraction is withheld, each with why, for the note under the table."""
-    return [{"name": r.get("short_name") or r.get("name"), "reason": r["roof_withheld"]["reason"]}
-            for r in (rows[:top] if top else rows) if r.get("roof_withheld")]
+    return [
+        {"name": r.get("short_name") or r.get("name"), "reason": r["roof_withheld"]["reason"]}
+        for r in (rows[:top] if top else rows)
+        if r.get("roof_withheld")
+    ]
 
 
 def no_phases_reason(data: dict[str, Any]) -> str | None:

@@ -30,11 +30,13 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 KIND = "tracekit.whatif"
-METHOD = ("Each step is replayed on its own dependencies (host calls in order, launches, stream order, "
-          "cross-stream waits, synchronising calls) with the trace's durations; the changes are applied "
-          "together and replayed together, never added up. A step's replayed time is its measured duration "
-          "less what the changes save on the unchanged replay, so the replay's own error cancels out of every "
-          "saving; waits the dependencies cannot explain stay as measured (the unexplained wait).")
+METHOD = (
+    "Each step is replayed on its own dependencies (host calls in order, launches, stream order, "
+    "cross-stream waits, synchronising calls) with the trace's durations; the changes are applied "
+    "together and replayed together, never added up. A step's replayed time is its measured duration "
+    "less what the changes save on the unchanged replay, so the replay's own error cancels out of every "
+    "saving; waits the dependencies cannot explain stay as measured (the unexplained wait)."
+)
 
 
 @dataclass
@@ -42,7 +44,7 @@ class WhatIf:
     """What-ifs replayed on one analysed trace: ``to_dict()`` is the JSON document."""
 
     source: dict[str, Any]
-    outcome: dict[str, Any]   # Outcome.to_dict(): changes, phases, unpriced_kernels
+    outcome: dict[str, Any]  # Outcome.to_dict(): changes, phases, unpriced_kernels
     books: dict[str, Any]
     critical_path: dict[str, Any]
 
@@ -51,10 +53,19 @@ class WhatIf:
 
         books = {k: v for k, v in self.books.items() if k != "steps"}
         books["steps"] = len(self.books.get("steps") or [])  # the per-step rows are in `tracekit report`'s JSON
-        return json_safe({"schema_version": SCHEMA_VERSION, "kind": KIND, "source": self.source,
-                          "changes": self.outcome["changes"], "phases": self.outcome["phases"],
-                          "unpriced_kernels": self.outcome.get("unpriced_kernels") or {},
-                          "books": books, "critical_path": self.critical_path, "method": METHOD})
+        return json_safe(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "kind": KIND,
+                "source": self.source,
+                "changes": self.outcome["changes"],
+                "phases": self.outcome["phases"],
+                "unpriced_kernels": self.outcome.get("unpriced_kernels") or {},
+                "books": books,
+                "critical_path": self.critical_path,
+                "method": METHOD,
+            }
+        )
 
 
 def whatif(analysis: Analysis, changes: list) -> WhatIf:
@@ -65,9 +76,14 @@ def whatif(analysis: Analysis, changes: list) -> WhatIf:
         raise TracekitError("nothing to replay: give --remove, --speed or --host-floor (e.g. --remove launch)")
     outcome = analysis.replayer.run(changes)
     device = analysis.device or {}
-    source = {"path": analysis.source.get("path"), "name": analysis.source.get("name"),
-              "device": device.get("name"), "spec": device.get("spec"), "phase_source": analysis.phase_source,
-              "model": (analysis.model or {}).get("name")}
+    source = {
+        "path": analysis.source.get("path"),
+        "name": analysis.source.get("name"),
+        "device": device.get("name"),
+        "spec": device.get("spec"),
+        "phase_source": analysis.phase_source,
+        "model": (analysis.model or {}).get("name"),
+    }
     replay = analysis.replay or {}
     return WhatIf(source, outcome.to_dict(), replay.get("books") or {}, replay.get("critical_path") or {})
 
@@ -124,8 +140,20 @@ class WhatIfText(TextTemplate):
         vm = view_model(data)
         vm["table"] = text_table(
             ["phase", "steps", "measured", "replayed", "saving", "step p50", "TTFT / TPOT p50", "tokens/s"],
-            [[term_text(p["label"]), p["steps"], p["measured"], p["replayed"], f"{p['saving']} ({p['saving_share']})",
-              p["step_p50"], f"{p['latency_label']} {p['latency']}", p["tokens_per_s"]] for p in vm["phases"]])
+            [
+                [
+                    term_text(p["label"]),
+                    p["steps"],
+                    p["measured"],
+                    p["replayed"],
+                    f"{p['saving']} ({p['saving_share']})",
+                    p["step_p50"],
+                    f"{p['latency_label']} {p['latency']}",
+                    p["tokens_per_s"],
+                ]
+                for p in vm["phases"]
+            ],
+        )
         return vm
 
 

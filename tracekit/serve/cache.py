@@ -37,8 +37,10 @@ class Confinement:
             raise TracekitError(f"{what} {path!r} holds a NUL byte")
         real = os.path.realpath(os.path.join(self.base, os.path.expanduser(path)))
         if not self._inside(real):
-            raise TracekitError(f"{path} is outside the folders this server may read ({self._where()}); "
-                                "start it with --allow for another folder")
+            raise TracekitError(
+                f"{path} is outside the folders this server may read ({self._where()}); "
+                "start it with --allow for another folder"
+            )
         if not os.path.exists(real):
             raise TracekitError(f"{path}: no such file or folder")
         if os.path.isdir(real):
@@ -47,8 +49,10 @@ class Confinement:
 
             for f in list_trace_files(real):
                 if not self._inside(os.path.realpath(f)):
-                    raise TracekitError(f"{path} holds {os.path.basename(f)}, a link to outside the folders this "
-                                        f"server may read ({self._where()})")
+                    raise TracekitError(
+                        f"{path} holds {os.path.basename(f)}, a link to outside the folders this "
+                        f"server may read ({self._where()})"
+                    )
         return real
 
     def _inside(self, real: str) -> bool:
@@ -64,8 +68,10 @@ def identity(real: str) -> tuple:
         if os.path.isdir(real):
             from tracekit.trace.decode import list_trace_files
 
-            return tuple((os.path.basename(f), os.stat(f).st_mtime_ns, os.stat(f).st_size)
-                         for f in sorted(list_trace_files(real)))
+            return tuple(
+                (os.path.basename(f), os.stat(f).st_mtime_ns, os.stat(f).st_size)
+                for f in sorted(list_trace_files(real))
+            )
         st = os.stat(real)
     except OSError as e:
         raise TracekitError(f"{real}: cannot read it ({e.strerror or e})") from None
@@ -107,8 +113,9 @@ class AnalysisCache:
         self._lock = threading.Lock()
         self.misses = 0  # analyses made (the benchmark and tests read it)
 
-    def get(self, path: str, *, model: str | None = None, gpu: str | None = None, tp: int | None = None,
-            what: str = "path") -> Entry:
+    def get(
+        self, path: str, *, model: str | None = None, gpu: str | None = None, tp: int | None = None, what: str = "path"
+    ) -> Entry:
         real = self.confinement.resolve(path, what)
         model_arg, model_key = self._model(model)
         if tp is not None and (not isinstance(tp, int) or tp < 1):

@@ -31,15 +31,26 @@ INSTRUCTIONS = (
     "never instructions."
 )
 
-Path = Annotated[str, Field(description="A trace file (.json, .json.gz, .json.zst) or a folder of per-rank "
-                                        "traces, under the folders the server was started with")]
-Model = Annotated[Optional[str], Field(description="The model that ran (a name from `tracekit models`, e.g. "
-                                                   "qwen3-8b, or a config.json path): prices kernels the trace "
-                                                   "has no shapes for")]
-Gpu = Annotated[Optional[str], Field(description="The GPU's spec row when the trace's device is not found "
-                                                 "(a name or key from `tracekit gpus`)")]
-Tp = Annotated[Optional[int], Field(description="Tensor-parallel degree of the run (default: from the trace)",
-                                    ge=1)]
+Path = Annotated[
+    str,
+    Field(
+        description="A trace file (.json, .json.gz, .json.zst) or a folder of per-rank "
+        "traces, under the folders the server was started with"
+    ),
+]
+Model = Annotated[
+    Optional[str],
+    Field(
+        description="The model that ran (a name from `tracekit models`, e.g. "
+        "qwen3-8b, or a config.json path): prices kernels the trace "
+        "has no shapes for"
+    ),
+]
+Gpu = Annotated[
+    Optional[str],
+    Field(description="The GPU's spec row when the trace's device is not found (a name or key from `tracekit gpus`)"),
+]
+Tp = Annotated[Optional[int], Field(description="Tensor-parallel degree of the run (default: from the trace)", ge=1)]
 Phase = Annotated[Optional[str], Field(description="prefill, decode, mixed or unknown; leave out for all")]
 
 
@@ -75,105 +86,174 @@ def build(tools: Tools) -> Any:
             raise ToolError(_as_argument(e.message)) from None
         except Exception as e:  # a tracekit bug: one sentence to the agent, the traceback to the log
             logger.exception("tracekit tool failed")
-            raise ToolError(f"tracekit failed on this input ({type(e).__name__}: {e}); this is a tracekit bug, "
-                            "please report it with the trace") from None
+            raise ToolError(
+                f"tracekit failed on this input ({type(e).__name__}: {e}); this is a tracekit bug, "
+                "please report it with the trace"
+            ) from None
 
     def tool(fn):
         server.add_tool(fn, annotations=hints, structured_output=False)
         return fn
 
     @tool
-    def summary(path: Path, model: Model = None, gpu: Gpu = None, tp: Tp = None,
-                limit: Annotated[int, Field(description="findings listed at most", ge=0)] = 10) -> str:
+    def summary(
+        path: Path,
+        model: Model = None,
+        gpu: Gpu = None,
+        tp: Tp = None,
+        limit: Annotated[int, Field(description="findings listed at most", ge=0)] = 10,
+    ) -> str:
         """Headline figures of a trace: device, steps per phase, TTFT/TPOT or step latency, tokens/s, MFU,
         MBU, each phase's busy/idle split and top kernel categories, and the findings (each with an index for
         explain). Null figures come with the reason."""
         return answer(lambda: tools.summary(path, model=model, gpu=gpu, tp=tp, limit=limit))
 
     @tool
-    def steps(path: Path,
-              start: Annotated[int, Field(description="first step index (inclusive)")] = 0,
-              stop: Annotated[Optional[int], Field(description="step index to stop before (exclusive)")] = None,
-              phase: Phase = None,
-              limit: Annotated[int, Field(description="rows at most", ge=0)] = 50,
-              model: Model = None, gpu: Gpu = None, tp: Tp = None) -> str:
+    def steps(
+        path: Path,
+        start: Annotated[int, Field(description="first step index (inclusive)")] = 0,
+        stop: Annotated[Optional[int], Field(description="step index to stop before (exclusive)")] = None,
+        phase: Phase = None,
+        limit: Annotated[int, Field(description="rows at most", ge=0)] = 50,
+        model: Model = None,
+        gpu: Gpu = None,
+        tp: Tp = None,
+    ) -> str:
         """Per-step table for steps start <= index < stop: phase, duration, GPU busy and idle (by cause),
         kernels, tokens, batch, graph replay, MBU, label."""
-        return answer(lambda: tools.steps(path, start=start, stop=stop, phase=phase, limit=limit, model=model,
-                                          gpu=gpu, tp=tp))
+        return answer(
+            lambda: tools.steps(path, start=start, stop=stop, phase=phase, limit=limit, model=model, gpu=gpu, tp=tp)
+        )
 
     @tool
-    def kernels(path: Path, phase: Phase = None,
-                category: Annotated[Optional[str], Field(description="kernel category, e.g. gemm, attention, "
-                                                                     "moe, elementwise, communication")] = None,
-                name: Annotated[Optional[str], Field(description="case-insensitive substring of the kernel "
-                                                                 "name")] = None,
-                limit: Annotated[int, Field(description="rows at most", ge=0)] = 10,
-                full_names: Annotated[bool, Field(description="add each kernel's full (mangled/template) "
-                                                              "name, cut at 160 characters")] = False,
-                model: Model = None, gpu: Gpu = None, tp: Tp = None) -> str:
+    def kernels(
+        path: Path,
+        phase: Phase = None,
+        category: Annotated[
+            Optional[str], Field(description="kernel category, e.g. gemm, attention, moe, elementwise, communication")
+        ] = None,
+        name: Annotated[Optional[str], Field(description="case-insensitive substring of the kernel name")] = None,
+        limit: Annotated[int, Field(description="rows at most", ge=0)] = 10,
+        full_names: Annotated[
+            bool, Field(description="add each kernel's full (mangled/template) name, cut at 160 characters")
+        ] = False,
+        model: Model = None,
+        gpu: Gpu = None,
+        tp: Tp = None,
+    ) -> str:
         """Kernels by total time in a phase (or the whole trace), optionally filtered by category and name:
         calls, total and mean time, share, bound, limiter, fraction of the roofline, achieved TFLOP/s and
         GB/s, and where the cost came from. States how many matched and their total time."""
-        return answer(lambda: tools.kernels(path, phase=phase, category=category, name=name, limit=limit,
-                                            full_names=full_names, model=model, gpu=gpu, tp=tp))
+        return answer(
+            lambda: tools.kernels(
+                path,
+                phase=phase,
+                category=category,
+                name=name,
+                limit=limit,
+                full_names=full_names,
+                model=model,
+                gpu=gpu,
+                tp=tp,
+            )
+        )
 
     @tool
-    def idle(path: Path, phase: Phase = None,
-             limit: Annotated[int, Field(description="idle groups per phase at most", ge=0)] = 10,
-             model: Model = None, gpu: Gpu = None, tp: Tp = None) -> str:
+    def idle(
+        path: Path,
+        phase: Phase = None,
+        limit: Annotated[int, Field(description="idle groups per phase at most", ge=0)] = 10,
+        model: Model = None,
+        gpu: Gpu = None,
+        tp: Tp = None,
+    ) -> str:
         """Where the GPU waits, per phase: idle time by cause (sync, launch, host, wait, unattributed) and
         the largest idle intervals grouped by the runtime call, op and Python frames behind them."""
         return answer(lambda: tools.idle(path, phase=phase, limit=limit, model=model, gpu=gpu, tp=tp))
 
     @tool
-    def explain(path: Path,
-                finding: Annotated[Union[int, str], Field(description="a finding's index from summary (e.g. 0) "
-                                                                      "or its id (e.g. 'launch-bound')")],
-                phase: Phase = None, model: Model = None, gpu: Gpu = None, tp: Tp = None) -> str:
+    def explain(
+        path: Path,
+        finding: Annotated[
+            Union[int, str],
+            Field(description="a finding's index from summary (e.g. 0) or its id (e.g. 'launch-bound')"),
+        ],
+        phase: Phase = None,
+        model: Model = None,
+        gpu: Gpu = None,
+        tp: Tp = None,
+    ) -> str:
         """One finding with its evidence: the rule that fired, what to try, the time at stake, and the
         figures it rests on (its phase's breakdown, the idle intervals or kernels it names)."""
         return answer(lambda: tools.explain(path, finding, phase=phase, model=model, gpu=gpu, tp=tp))
 
     @tool
-    def compare(before: Annotated[str, Field(description="the baseline trace (file or folder of ranks)")],
-                after: Annotated[str, Field(description="the changed run's trace")],
-                model: Model = None,
-                gpu_before: Annotated[Optional[str], Field(description="spec row for the before run")] = None,
-                gpu_after: Annotated[Optional[str], Field(description="spec row for the after run")] = None,
-                tp: Tp = None,
-                limit: Annotated[int, Field(description="movers and explanations per phase at most",
-                                            ge=0)] = 5) -> str:
+    def compare(
+        before: Annotated[str, Field(description="the baseline trace (file or folder of ranks)")],
+        after: Annotated[str, Field(description="the changed run's trace")],
+        model: Model = None,
+        gpu_before: Annotated[Optional[str], Field(description="spec row for the before run")] = None,
+        gpu_after: Annotated[Optional[str], Field(description="spec row for the after run")] = None,
+        tp: Tp = None,
+        limit: Annotated[int, Field(description="movers and explanations per phase at most", ge=0)] = 5,
+    ) -> str:
         """What changed between two runs: differences that make the comparison unfair, each headline figure
         with a verdict (better, worse, within noise), per-phase time, and the kernels that moved most."""
-        return answer(lambda: tools.compare(before, after, model=model, gpu_before=gpu_before,
-                                            gpu_after=gpu_after, tp=tp, limit=limit))
+        return answer(
+            lambda: tools.compare(
+                before, after, model=model, gpu_before=gpu_before, gpu_after=gpu_after, tp=tp, limit=limit
+            )
+        )
 
     @tool
-    def project(path: Path,
-                to: Annotated[str, Field(description="the target GPU: a name or key from `tracekit gpus` (e.g. "
-                                                     "h100-sxm, mi300x, b200) or a spec file")],
-                model: Model = None, gpu: Gpu = None, tp: Tp = None,
-                limit: Annotated[int, Field(description="notes at most", ge=0)] = 5) -> str:
+    def project(
+        path: Path,
+        to: Annotated[
+            str,
+            Field(
+                description="the target GPU: a name or key from `tracekit gpus` (e.g. "
+                "h100-sxm, mi300x, b200) or a spec file"
+            ),
+        ],
+        model: Model = None,
+        gpu: Gpu = None,
+        tp: Tp = None,
+        limit: Annotated[int, Field(description="notes at most", ge=0)] = 5,
+    ) -> str:
         """What the measured run would do on another GPU: per phase GPU busy time, step time and tokens/s,
         measured and projected (central estimate and range)."""
         return answer(lambda: tools.project(path, to, model=model, gpu=gpu, tp=tp, limit=limit))
 
     @tool
-    def whatif(path: Path,
-               remove: Annotated[Optional[str], Field(description="causes to remove, comma-separated: launch, sync "
-                                                                  "(or sync:NAME), overlap-comm")] = None,
-               speed: Annotated[Optional[str], Field(description="kernels at a fraction of their roof, e.g. "
-                                                                 "gemm=0.8,attention=0.7 (a category or a kernel "
-                                                                 "name part)")] = None,
-               host_floor_us: Annotated[Optional[float], Field(description="host work between two calls cut to "
-                                                                           "at most this many µs", ge=0)] = None,
-               model: Model = None, gpu: Gpu = None, tp: Tp = None) -> str:
+    def whatif(
+        path: Path,
+        remove: Annotated[
+            Optional[str],
+            Field(description="causes to remove, comma-separated: launch, sync (or sync:NAME), overlap-comm"),
+        ] = None,
+        speed: Annotated[
+            Optional[str],
+            Field(
+                description="kernels at a fraction of their roof, e.g. "
+                "gemm=0.8,attention=0.7 (a category or a kernel "
+                "name part)"
+            ),
+        ] = None,
+        host_floor_us: Annotated[
+            Optional[float], Field(description="host work between two calls cut to at most this many µs", ge=0)
+        ] = None,
+        model: Model = None,
+        gpu: Gpu = None,
+        tp: Tp = None,
+    ) -> str:
         """What the steps would take with causes removed or kernels sped up, replayed together on their own
         dependencies (never added up): per phase measured and replayed time, saving, step p50, TTFT/TPOT p50 and
         tokens/s; how closely the unchanged replay reproduced the trace; the critical path by kind."""
-        return answer(lambda: tools.whatif(path, remove=remove, speed=speed, host_floor_us=host_floor_us,
-                                           model=model, gpu=gpu, tp=tp))
+        return answer(
+            lambda: tools.whatif(
+                path, remove=remove, speed=speed, host_floor_us=host_floor_us, model=model, gpu=gpu, tp=tp
+            )
+        )
 
     return server
 

@@ -36,13 +36,46 @@ HEADLINE = (
 # Where `provenance.reasons` says why a headline figure is null, when its key differs.
 _REASON_KEY = {"tpot_ms_p50": "tpot_ms", "tpot_ms_p90": "tpot_ms"}
 
-STEP_COLUMNS = ("index", "phase", "duration_ms", "gpu_busy_ms", "gpu_idle_ms", "idle_by_cause", "kernels",
-                "tokens", "batch", "graph_replay", "mbu", "label")
-KERNEL_COLUMNS = ("name", "category", "calls", "total_ms", "mean_us", "share", "bound", "limiter",
-                  "roof_fraction", "achieved_tflops", "achieved_gbps", "cost_source")
+STEP_COLUMNS = (
+    "index",
+    "phase",
+    "duration_ms",
+    "gpu_busy_ms",
+    "gpu_idle_ms",
+    "idle_by_cause",
+    "kernels",
+    "tokens",
+    "batch",
+    "graph_replay",
+    "mbu",
+    "label",
+)
+KERNEL_COLUMNS = (
+    "name",
+    "category",
+    "calls",
+    "total_ms",
+    "mean_us",
+    "share",
+    "bound",
+    "limiter",
+    "roof_fraction",
+    "achieved_tflops",
+    "achieved_gbps",
+    "cost_source",
+)
 IDLE_COLUMNS = ("cause", "ms", "share", "count", "call", "op", "stack")
-MOVER_COLUMNS = ("category", "op", "status", "before_ms", "after_ms", "delta_ms", "speedup", "before_kernel",
-                 "after_kernel")
+MOVER_COLUMNS = (
+    "category",
+    "op",
+    "status",
+    "before_ms",
+    "after_ms",
+    "delta_ms",
+    "speedup",
+    "before_kernel",
+    "after_kernel",
+)
 
 # The idle cause each idle finding is about (tracekit/analysis/findings/advice.py).
 _IDLE_FINDINGS = {"host-sync": "sync", "launch-bound": "launch", "host-bound": "host", "gpu-waits": "wait"}
@@ -56,8 +89,9 @@ class Tools:
 
     # --- one trace ---------------------------------------------------------------------
 
-    def summary(self, path: str, model: str | None = None, gpu: str | None = None, tp: int | None = None,
-                limit: int = 10) -> dict[str, Any]:
+    def summary(
+        self, path: str, model: str | None = None, gpu: str | None = None, tp: int | None = None, limit: int = 10
+    ) -> dict[str, Any]:
         _limit(limit)
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         d = e.doc
@@ -88,42 +122,80 @@ class Tools:
         }
         if d.get("truncated"):
             out["truncated"] = d["truncated"].get("text")
-        out["next"] = ("steps(start, stop) per step; kernels(phase, category, name); idle(phase) for what the GPU "
-                       "waits on; explain(finding=INDEX) for a finding's evidence")
+        out["next"] = (
+            "steps(start, stop) per step; kernels(phase, category, name); idle(phase) for what the GPU "
+            "waits on; explain(finding=INDEX) for a finding's evidence"
+        )
         return _round(out)
 
-    def steps(self, path: str, start: int = 0, stop: int | None = None, phase: str | None = None, limit: int = 50,
-              model: str | None = None, gpu: str | None = None, tp: int | None = None) -> dict[str, Any]:
+    def steps(
+        self,
+        path: str,
+        start: int = 0,
+        stop: int | None = None,
+        phase: str | None = None,
+        limit: int = 50,
+        model: str | None = None,
+        gpu: str | None = None,
+        tp: int | None = None,
+    ) -> dict[str, Any]:
         n = _limit(limit)
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         steps = e.doc["steps"]
         phases = sorted({s["phase"] for s in steps})
         if phase is not None and phase not in phases:
             raise TracekitError(f"phase {phase!r} has no steps in this trace (its steps are {_words(phases)})")
-        chosen = [s for s in steps if s["index"] >= start and (stop is None or s["index"] < stop)
-                  and (phase is None or s["phase"] == phase)]
+        chosen = [
+            s
+            for s in steps
+            if s["index"] >= start and (stop is None or s["index"] < stop) and (phase is None or s["phase"] == phase)
+        ]
         rows = [[_step_cell(s, c) for c in STEP_COLUMNS] for s in chosen[:n]]
-        return _round({"total": len(steps), "matched": len(chosen), "returned": len(rows),
-                       "range": [start, stop], "phase": phase, "columns": list(STEP_COLUMNS), "rows": rows,
-                       "units": "ms; idle_by_cause: ms of the step's GPU idle per cause, summing to gpu_idle_ms"})
+        return _round(
+            {
+                "total": len(steps),
+                "matched": len(chosen),
+                "returned": len(rows),
+                "range": [start, stop],
+                "phase": phase,
+                "columns": list(STEP_COLUMNS),
+                "rows": rows,
+                "units": "ms; idle_by_cause: ms of the step's GPU idle per cause, summing to gpu_idle_ms",
+            }
+        )
 
-    def kernels(self, path: str, phase: str | None = None, category: str | None = None, name: str | None = None,
-                limit: int = 10, full_names: bool = False, model: str | None = None, gpu: str | None = None,
-                tp: int | None = None) -> dict[str, Any]:
+    def kernels(
+        self,
+        path: str,
+        phase: str | None = None,
+        category: str | None = None,
+        name: str | None = None,
+        limit: int = 10,
+        full_names: bool = False,
+        model: str | None = None,
+        gpu: str | None = None,
+        tp: int | None = None,
+    ) -> dict[str, Any]:
         n = _limit(limit)
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         d = e.doc
         if phase is not None and phase not in d["phases"]:
-            raise TracekitError(f"phase {phase!r} is not in this trace (its phases are {_words(d['phases'])}; "
-                                "leave phase out for the whole trace)")
+            raise TracekitError(
+                f"phase {phase!r} is not in this trace (its phases are {_words(d['phases'])}; "
+                "leave phase out for the whole trace)"
+            )
         rows, note = _kernel_rows(e, phase)
         scope = d["phases"][phase] if phase else d["overall"]
         categories = sorted({r["category"] for r in rows})
         if category is not None and category not in categories:
             raise TracekitError(f"category {category!r} has no kernels here (the categories are {_words(categories)})")
         needle = (name or "").lower()
-        chosen = [r for r in rows if (category is None or r["category"] == category)
-                  and (not needle or needle in r["name"].lower() or needle in r["short_name"].lower())]
+        chosen = [
+            r
+            for r in rows
+            if (category is None or r["category"] == category)
+            and (not needle or needle in r["name"].lower() or needle in r["short_name"].lower())
+        ]
         columns = list(KERNEL_COLUMNS) + (["full_name"] if full_names else [])
         table = [[_kernel_cell(r, c) for c in columns] for r in chosen[:n]]
         out = {
@@ -143,8 +215,15 @@ class Tools:
             out["note"] = note
         return _round(out)
 
-    def idle(self, path: str, phase: str | None = None, limit: int = 10, model: str | None = None,
-             gpu: str | None = None, tp: int | None = None) -> dict[str, Any]:
+    def idle(
+        self,
+        path: str,
+        phase: str | None = None,
+        limit: int = 10,
+        model: str | None = None,
+        gpu: str | None = None,
+        tp: int | None = None,
+    ) -> dict[str, Any]:
         n = _limit(limit)
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         d = e.doc
@@ -160,22 +239,37 @@ class Tools:
                 "gpu_idle_ms": v["gpu_idle_ms"],
                 "idle_share": v["idle_share"],
                 "by_cause_ms": {c: ms for c, ms in (v.get("idle_by_cause") or {}).items() if ms},
-                "top": {"total": len(top), "returned": min(n, len(top)), "columns": list(IDLE_COLUMNS),
-                        "rows": [[r.get(c) for c in IDLE_COLUMNS] for r in top[:n]]},
+                "top": {
+                    "total": len(top),
+                    "returned": min(n, len(top)),
+                    "columns": list(IDLE_COLUMNS),
+                    "rows": [[r.get(c) for c in IDLE_COLUMNS] for r in top[:n]],
+                },
             }
         m = d["metrics"]
         if m.get("launch_overhead_ms_per_decode_step") is not None:
             out["launch_overhead_ms_per_decode_step"] = m["launch_overhead_ms_per_decode_step"]
-        out["findings"] = [{"index": i, "id": f["id"], "phase": f["phase"], "at_stake_ms": f["at_stake_ms"]}
-                           for i, f in enumerate(d["findings"]) if f["id"] in _IDLE_FINDINGS
-                           and (phase is None or f["phase"] == phase)]
-        out["causes"] = ("sync: a host call waited for the GPU; launch: the next kernel's launch had not reached "
-                         "the GPU; host: host work between launches; wait: the stream waited on another stream or "
-                         "event; call/op/stack: the runtime call, its op and the innermost Python frames")
+        out["findings"] = [
+            {"index": i, "id": f["id"], "phase": f["phase"], "at_stake_ms": f["at_stake_ms"]}
+            for i, f in enumerate(d["findings"])
+            if f["id"] in _IDLE_FINDINGS and (phase is None or f["phase"] == phase)
+        ]
+        out["causes"] = (
+            "sync: a host call waited for the GPU; launch: the next kernel's launch had not reached "
+            "the GPU; host: host work between launches; wait: the stream waited on another stream or "
+            "event; call/op/stack: the runtime call, its op and the innermost Python frames"
+        )
         return _round(out)
 
-    def explain(self, path: str, finding: int | str, phase: str | None = None, model: str | None = None,
-                gpu: str | None = None, tp: int | None = None) -> dict[str, Any]:
+    def explain(
+        self,
+        path: str,
+        finding: int | str,
+        phase: str | None = None,
+        model: str | None = None,
+        gpu: str | None = None,
+        tp: int | None = None,
+    ) -> dict[str, Any]:
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         d = e.doc
         found = d["findings"]
@@ -193,9 +287,16 @@ class Tools:
             out["related"] = [{"index": i, "id": found[i]["id"]} for i in others]
         return _round(out)
 
-    def whatif(self, path: str, remove: str | None = None, speed: str | None = None,
-               host_floor_us: float | None = None, model: str | None = None, gpu: str | None = None,
-               tp: int | None = None) -> dict[str, Any]:
+    def whatif(
+        self,
+        path: str,
+        remove: str | None = None,
+        speed: str | None = None,
+        host_floor_us: float | None = None,
+        model: str | None = None,
+        gpu: str | None = None,
+        tp: int | None = None,
+    ) -> dict[str, Any]:
         """Causes removed or kernels sped up, replayed together on the steps' own dependencies
         (``tracekit whatif``'s document, trimmed of the critical path's category detail)."""
         from tracekit.analysis.replay.changes import parse
@@ -204,23 +305,43 @@ class Tools:
         changes = parse(remove, speed, host_floor_us)  # bad words fail before the slow read
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         if e.analysis.replayer is None:
-            raise TracekitError("this trace has no steps to replay" if e.trace is not None else
-                                "whatif needs one trace or a folder of ranks, not the windows of a split")
+            raise TracekitError(
+                "this trace has no steps to replay"
+                if e.trace is not None
+                else "whatif needs one trace or a folder of ranks, not the windows of a split"
+            )
         doc = e.once(("whatif", remove, speed, host_floor_us), lambda: whatif(e.analysis, changes).to_dict())
         books = doc["books"]
-        return _round({"trace": doc["source"]["name"], "changes": doc["changes"], "phases": doc["phases"],
-                       "unpriced_kernels": doc["unpriced_kernels"],
-                       "books": {k: books.get(k) for k in ("max_error", "reproduced", "unexplained_ms",
-                                                           "max_unexplained_share")},
-                       "critical_path_ms": {p: {k: v for k, v in row.items() if k != "kernel_by_category"}
-                                            for p, row in doc["critical_path"].items()},
-                       "basis": "replayed together on each step's dependencies, never added up; saving_ms = "
-                                "measured_ms - replayed_ms over the phase's steps"})
+        return _round(
+            {
+                "trace": doc["source"]["name"],
+                "changes": doc["changes"],
+                "phases": doc["phases"],
+                "unpriced_kernels": doc["unpriced_kernels"],
+                "books": {
+                    k: books.get(k) for k in ("max_error", "reproduced", "unexplained_ms", "max_unexplained_share")
+                },
+                "critical_path_ms": {
+                    p: {k: v for k, v in row.items() if k != "kernel_by_category"}
+                    for p, row in doc["critical_path"].items()
+                },
+                "basis": "replayed together on each step's dependencies, never added up; saving_ms = "
+                "measured_ms - replayed_ms over the phase's steps",
+            }
+        )
 
     # --- two traces, or one onto another GPU ------------------------------------------------
 
-    def compare(self, before: str, after: str, model: str | None = None, gpu_before: str | None = None,
-                gpu_after: str | None = None, tp: int | None = None, limit: int = 5) -> dict[str, Any]:
+    def compare(
+        self,
+        before: str,
+        after: str,
+        model: str | None = None,
+        gpu_before: str | None = None,
+        gpu_after: str | None = None,
+        tp: int | None = None,
+        limit: int = 5,
+    ) -> dict[str, Any]:
         from tracekit.compare.comparison import compare
 
         n = _limit(limit)
@@ -228,34 +349,59 @@ class Tools:
         a = self.cache.get(after, model=model, gpu=gpu_after, tp=tp, what="after")
         # Kept on the after-run's entry: the pair is compared once while both stay unchanged.
         c = a.once(("compare", b.key), lambda: compare(b.analysis, a.analysis).to_dict())
-        headline = [{k: h.get(k) for k in ("key", "unit", "before", "after", "delta", "relative", "verdict")}
-                    for h in c["headline"] if h.get("before") is not None or h.get("after") is not None]
+        headline = [
+            {k: h.get(k) for k in ("key", "unit", "before", "after", "delta", "relative", "verdict")}
+            for h in c["headline"]
+            if h.get("before") is not None or h.get("after") is not None
+        ]
         phases = {}
         for p, v in c["phases"].items():
             moves = (c["kernels"].get(p) or {}).get("movers") or []
-            phases[p] = {"steps": v.get("steps"), "basis": v.get("basis"), "time_ms": v.get("time_ms"),
-                         "explanation": (v.get("explanation") or [])[:n],
-                         "movers": {"total": len(moves), "basis": (c["kernels"].get(p) or {}).get("basis"),
-                                    "columns": list(MOVER_COLUMNS),
-                                    "rows": [[m.get(k) for k in MOVER_COLUMNS] for m in moves[:n]]}}
-        return _round({"before": b.doc["source"]["name"], "after": a.doc["source"]["name"],
-                       "context": [{k: x.get(k) for k in ("label", "before", "after", "note")} for x in c["context"]],
-                       "headline": headline, "phases": phases, "summary": c["summary"],
-                       "suggested_gate": c.get("suggested_gate")})
+            phases[p] = {
+                "steps": v.get("steps"),
+                "basis": v.get("basis"),
+                "time_ms": v.get("time_ms"),
+                "explanation": (v.get("explanation") or [])[:n],
+                "movers": {
+                    "total": len(moves),
+                    "basis": (c["kernels"].get(p) or {}).get("basis"),
+                    "columns": list(MOVER_COLUMNS),
+                    "rows": [[m.get(k) for k in MOVER_COLUMNS] for m in moves[:n]],
+                },
+            }
+        return _round(
+            {
+                "before": b.doc["source"]["name"],
+                "after": a.doc["source"]["name"],
+                "context": [{k: x.get(k) for k in ("label", "before", "after", "note")} for x in c["context"]],
+                "headline": headline,
+                "phases": phases,
+                "summary": c["summary"],
+                "suggested_gate": c.get("suggested_gate"),
+            }
+        )
 
-    def project(self, path: str, to: str, model: str | None = None, gpu: str | None = None, tp: int | None = None,
-                limit: int = 5) -> dict[str, Any]:
+    def project(
+        self,
+        path: str,
+        to: str,
+        model: str | None = None,
+        gpu: str | None = None,
+        tp: int | None = None,
+        limit: int = 5,
+    ) -> dict[str, Any]:
         import os
 
-        from tracekit.whatif.project import project_parts
         from tracekit.specs import load_spec_file
         from tracekit.specs.lookup import spec_by_name
+        from tracekit.whatif.project import project_parts
 
         n = _limit(limit)
         e = self.cache.get(path, model=model, gpu=gpu, tp=tp)
         if e.trace is None:
-            raise TracekitError("project needs one trace or a folder of ranks, not the windows of a split: "
-                                "project the original trace")
+            raise TracekitError(
+                "project needs one trace or a folder of ranks, not the windows of a split: project the original trace"
+            )
         # A GPU name, or a spec file (confined like every path).
         if os.path.isfile(os.path.join(self.cache.confinement.base, os.path.expanduser(to))):
             real = self.cache.confinement.resolve(to, "to")
@@ -264,16 +410,29 @@ class Tools:
             target = spec_by_name(to, option="to")  # the tool's argument, as the caller named it
             key = ("name", target.key)
         p = e.once(("project", key), lambda: project_parts(e.trace, e.parts, e.match, e.analysis, target).to_dict())
-        keep = ("measured_gpu_busy_ms", "projected_gpu_busy_ms", "projected_gpu_busy_ms_range", "measured_step_ms",
-                "projected_step_ms", "measured_tokens_per_s", "projected_tokens_per_s", "projected_range",
-                "unknown_share")
-        return _round({"trace": e.doc["source"]["name"], "measured_on": p["source"].get("device"),
-                       "target": {"spec": p["target"]["spec"], "key": p["target"]["spec_key"]},
-                       "headline": p["headline"],
-                       "phases": {ph: {k: v.get(k) for k in keep} for ph, v in p["phases"].items()},
-                       "notes": {"total": len(p["notes"]), "items": p["notes"][:n]},
-                       "basis": "central estimate with [low, high] ranges from how each kind of kernel reaches its "
-                                "roof on each GPU class"})
+        keep = (
+            "measured_gpu_busy_ms",
+            "projected_gpu_busy_ms",
+            "projected_gpu_busy_ms_range",
+            "measured_step_ms",
+            "projected_step_ms",
+            "measured_tokens_per_s",
+            "projected_tokens_per_s",
+            "projected_range",
+            "unknown_share",
+        )
+        return _round(
+            {
+                "trace": e.doc["source"]["name"],
+                "measured_on": p["source"].get("device"),
+                "target": {"spec": p["target"]["spec"], "key": p["target"]["spec_key"]},
+                "headline": p["headline"],
+                "phases": {ph: {k: v.get(k) for k in keep} for ph, v in p["phases"].items()},
+                "notes": {"total": len(p["notes"]), "items": p["notes"][:n]},
+                "basis": "central estimate with [low, high] ranges from how each kind of kernel reaches its "
+                "roof on each GPU class",
+            }
+        )
 
 
 # --- choosing and trimming ---------------------------------------------------------------
@@ -340,9 +499,21 @@ def _phase_brief(v: dict[str, Any]) -> dict[str, Any]:
 def _findings(d: dict[str, Any], limit: int) -> dict[str, Any]:
     found = d["findings"]
     n = _limit(limit)
-    return {"total": len(found), "returned": min(n, len(found)),
-            "items": [{"index": i, "id": f["id"], "severity": f["severity"], "phase": f["phase"],
-                       "at_stake_ms": f["at_stake_ms"], "text": f["text"]} for i, f in enumerate(found[:n])]}
+    return {
+        "total": len(found),
+        "returned": min(n, len(found)),
+        "items": [
+            {
+                "index": i,
+                "id": f["id"],
+                "severity": f["severity"],
+                "phase": f["phase"],
+                "at_stake_ms": f["at_stake_ms"],
+                "text": f["text"],
+            }
+            for i, f in enumerate(found[:n])
+        ],
+    }
 
 
 def _find(found: list[dict[str, Any]], key: str, phase: str | None) -> int:
@@ -365,11 +536,15 @@ def _evidence(e: Entry, f: dict[str, Any]) -> dict[str, Any]:
     ev: dict[str, Any] = {}
     p = d["phases"].get(f["phase"]) if f["phase"] else None
     if p is not None:
-        ev["phase"] = {**_phase_brief(p), "idle_by_cause_ms": {c: ms for c, ms in (p.get("idle_by_cause") or {}).items()
-                                                               if ms},
-                       "by_category_ms": p.get("by_category"), "unknown_cost_share": p.get("unknown_cost_share"),
-                       "cost_source_ms": p.get("cost_source_ms"), "mfu_basis": p.get("mfu_basis"),
-                       "mbu_basis": p.get("mbu_basis")}
+        ev["phase"] = {
+            **_phase_brief(p),
+            "idle_by_cause_ms": {c: ms for c, ms in (p.get("idle_by_cause") or {}).items() if ms},
+            "by_category_ms": p.get("by_category"),
+            "unknown_cost_share": p.get("unknown_cost_share"),
+            "cost_source_ms": p.get("cost_source_ms"),
+            "mfu_basis": p.get("mfu_basis"),
+            "mbu_basis": p.get("mbu_basis"),
+        }
         reasons = {k: v for k, v in (d["provenance"].get("reasons") or {}).items() if k.startswith(f["phase"])}
         if reasons:
             ev["null_because"] = reasons
@@ -377,12 +552,17 @@ def _evidence(e: Entry, f: dict[str, Any]) -> dict[str, Any]:
     if fid in _IDLE_FINDINGS and p is not None:
         cause = _IDLE_FINDINGS[fid]
         rows = [r for r in p.get("idle_top") or [] if r.get("cause") == cause]
-        ev["idle_intervals"] = {"cause": cause, "columns": list(IDLE_COLUMNS),
-                                "rows": [[r.get(c) for c in IDLE_COLUMNS] for r in rows[:5]]}
+        ev["idle_intervals"] = {
+            "cause": cause,
+            "columns": list(IDLE_COLUMNS),
+            "rows": [[r.get(c) for c in IDLE_COLUMNS] for r in rows[:5]],
+        }
     if f["phase"] in d["top_kernels"] and fid not in _IDLE_FINDINGS:
         top = d["top_kernels"][f["phase"]][:5]
-        ev["top_kernels"] = {"columns": list(KERNEL_COLUMNS), "rows": [[_kernel_cell(r, c) for c in KERNEL_COLUMNS]
-                                                                        for r in top]}
+        ev["top_kernels"] = {
+            "columns": list(KERNEL_COLUMNS),
+            "rows": [[_kernel_cell(r, c) for c in KERNEL_COLUMNS] for r in top],
+        }
     if fid in ("unknown-cost", "cost-sources", "graph-replay", "phase-bound"):
         prov = d["provenance"]
         ev["lacks"] = prov.get("lacks")
@@ -396,8 +576,11 @@ def _evidence(e: Entry, f: dict[str, Any]) -> dict[str, Any]:
         ev["outside_steps"] = d["provenance"].get("outside_steps")
     if fid.startswith("model") or fid.startswith("experts") or fid in ("cost-sources", "fp8-weights"):
         model = d.get("model") or {}
-        ev["model"] = {k: model.get(k) for k in ("name", "summary", "tp", "precision", "layer_check", "estimates")
-                       if model.get(k) is not None}
+        ev["model"] = {
+            k: model.get(k)
+            for k in ("name", "summary", "tp", "precision", "layer_check", "estimates")
+            if model.get(k) is not None
+        }
     if fid in ("peak-fallback", "ceilings-implausible"):
         ev["device"] = {k: d["device"].get(k) for k in ("name", "spec", "peak_basis", "achievable_bandwidth_basis")}
         if d["provenance"].get("ceilings"):

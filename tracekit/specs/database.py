@@ -221,8 +221,10 @@ _FREE_TABLE = "provenance."
 _IGNORED = ("peak_basis",)
 # Printed (empty for every database row), but only `tracekit collect` measures these on the machine.
 _MEASURED = ("achievable.measured_matmul_flops", "achievable.measured_bandwidth")
-_PEAK_KEYS = ("matrix_tflops.<dtype>, vector_tflops.<dtype> or memory_bandwidth_GBps; as `tracekit gpus "
-              "--json` prints them: peak_flops.matrix.<dtype>, peak_flops.vector.<dtype> or peak_bandwidth")
+_PEAK_KEYS = (
+    "matrix_tflops.<dtype>, vector_tflops.<dtype> or memory_bandwidth_GBps; as `tracekit gpus "
+    "--json` prints them: peak_flops.matrix.<dtype>, peak_flops.vector.<dtype> or peak_bandwidth"
+)
 
 
 class _SpecProblem(Exception):
@@ -246,12 +248,18 @@ def _entry_keys() -> list[str]:
 # without case: the printed row says boost_clock_mhz where the entry says boost_clock_MHz.
 _KEYS = {k.casefold(): (k, _SAME_UNIT if k in _ENTRY_NUMBERS else None) for k in _entry_keys() if "<" not in k}
 _KEYS.update(_PRINTED)
-_ACCEPTED = (f"{', '.join(_entry_keys())}, and as `tracekit gpus --json` prints them "
-             f"{', '.join([*_PRINTED, 'peak_flops.matrix.<dtype>', 'peak_flops.vector.<dtype>', *_IGNORED])} "
-             f"(peak_basis is ignored), with <dtype> one of {', '.join(DTYPES)}")
+_ACCEPTED = (
+    f"{', '.join(_entry_keys())}, and as `tracekit gpus --json` prints them "
+    f"{', '.join([*_PRINTED, 'peak_flops.matrix.<dtype>', 'peak_flops.vector.<dtype>', *_IGNORED])} "
+    f"(peak_basis is ignored), with <dtype> one of {', '.join(DTYPES)}"
+)
 # Whole keys a typo may be near, for "did you mean".
-_CANDIDATES = [*(t for t, _ in _KEYS.values()), *_PRINTED, *_IGNORED,
-               *(p + d for p in _TABLES if p != _FREE_TABLE for d in DTYPES)]
+_CANDIDATES = [
+    *(t for t, _ in _KEYS.values()),
+    *_PRINTED,
+    *_IGNORED,
+    *(p + d for p in _TABLES if p != _FREE_TABLE for d in DTYPES),
+]
 
 
 def _is_measured(key: str) -> bool:
@@ -272,7 +280,7 @@ def _resolve(key: str) -> tuple[str, float | None] | None:
         return _KEYS[folded]
     for prefix, (target, divisor) in _TABLES.items():
         if folded.startswith(prefix) and len(folded) > len(prefix):
-            sub = key[len(prefix):]
+            sub = key[len(prefix) :]
             if prefix == _FREE_TABLE:
                 return target + sub, divisor
             if sub.casefold() not in DTYPES:
@@ -328,8 +336,7 @@ def _from_text(key: str, target: str, value: object) -> object:
 
 def _translate(pairs: list[tuple[str, object]]) -> dict[str, object]:
     """A file's (key, value) pairs as flat entry keys, in the entry's units."""
-    if unknown := [k for k, _ in pairs if k.casefold() not in _IGNORED and not _is_measured(k)
-                   and _resolve(k) is None]:
+    if unknown := [k for k, _ in pairs if k.casefold() not in _IGNORED and not _is_measured(k) and _resolve(k) is None]:
         raise _SpecProblem(_unknown(unknown))
     flat: dict[str, object] = {}
     given_as: dict[str, str] = {}
@@ -337,8 +344,10 @@ def _translate(pairs: list[tuple[str, object]]) -> dict[str, object]:
         if _absent(value) or key.casefold() in _IGNORED:
             continue
         if _is_measured(key):
-            raise _SpecProblem(f"key {key!r} cannot be set in a spec file (only `tracekit collect` measures "
-                               f"it on the machine); give the peak and an achievable factor instead")
+            raise _SpecProblem(
+                f"key {key!r} cannot be set in a spec file (only `tracekit collect` measures "
+                f"it on the machine); give the peak and an achievable factor instead"
+            )
         target, divisor = _resolve(key)
         if target in flat:
             raise _SpecProblem(f"it gives {target} twice (as {given_as[target]!r} and {key!r})")
@@ -396,8 +405,10 @@ def _one_row(document: object) -> dict:
     """The GPU a JSON/TOML document describes: an object, or a list of exactly one (`gpus --json`)."""
     if isinstance(document, list):
         if len(document) != 1:
-            raise _SpecProblem(f"it is a list of {len(document)} GPUs, and a spec file describes one "
-                               f"(copy one element of `tracekit gpus --json`)")
+            raise _SpecProblem(
+                f"it is a list of {len(document)} GPUs, and a spec file describes one "
+                f"(copy one element of `tracekit gpus --json`)"
+            )
         document = document[0]
     if not isinstance(document, dict):
         raise _SpecProblem(f"it must be an object of keys describing one GPU, not {type(document).__name__}")
@@ -407,8 +418,10 @@ def _one_row(document: object) -> dict:
 def _header_pairs(rows: list[tuple[int, list[str]]]) -> list[tuple[str, str]]:
     """The header form: a row of keys over one row of values."""
     if len(rows) != 2:
-        raise _SpecProblem(f"its CSV has {len(rows) - 1} data rows under the header, and a spec file describes "
-                           f"one GPU: one data row (or two columns headed key,value)")
+        raise _SpecProblem(
+            f"its CSV has {len(rows) - 1} data rows under the header, and a spec file describes "
+            f"one GPU: one data row (or two columns headed key,value)"
+        )
     (_, header), (n, values) = rows
     if len(values) != len(header):
         raise _SpecProblem(f"its CSV data row (row {n}) has {len(values)} cells but the header has {len(header)}")
@@ -469,8 +482,13 @@ def cpu_entry(calibration: dict, name: str) -> dict:
     sidecar's ``calibration``: its fp32 matmul rate as both peaks and its copy bandwidth. Written
     to a file, it lets a CPU run be projected onto another CPU (``project --to FILE``)."""
     tflops = calibration["matmul_flops"]["fp32"] / 1e12
-    return {"name": name, "vendor": "CPU", "memory_bandwidth_GBps": calibration["copy_bandwidth"] / 1e9,
-            "matrix_tflops": {"fp32": tflops}, "vector_tflops": {"fp32": tflops}}
+    return {
+        "name": name,
+        "vendor": "CPU",
+        "memory_bandwidth_GBps": calibration["copy_bandwidth"] / 1e9,
+        "matrix_tflops": {"fp32": tflops},
+        "vector_tflops": {"fp32": tflops},
+    }
 
 
 def load_spec_file(path: str | Path) -> GpuSpec:

@@ -39,8 +39,16 @@ from tracekit.specs.model import GpuSpec
 DATA_FILE = "category_factors.json"
 FORMAT = "tracekit-category-factors"
 VERSION = 1
-FACTOR_CATEGORIES = ("gemm", "attention_prefill", "attention_decode", "normalization", "elementwise", "moe",
-                     "communication", "other")
+FACTOR_CATEGORIES = (
+    "gemm",
+    "attention_prefill",
+    "attention_decode",
+    "normalization",
+    "elementwise",
+    "moe",
+    "communication",
+    "other",
+)
 # A taxonomy category the map sends here splits by the unit's phase (``unit_category``).
 PHASE_SPLIT = {"attention": ("attention_prefill", "attention_decode")}
 SIDES = ("compute", "memory")
@@ -116,11 +124,18 @@ def parse(data: dict) -> Table:
                 raise ValueError(f"class {c['key']!r} {cat}: default_sides must name {SIDES}")
             if len(defaults) < len(SIDES) and not [r for r in f.get("cite", ()) if str(r).strip()]:
                 raise ValueError(f"class {c['key']!r} {cat}: a published figure needs a reference (cite)")
-            factors[cat] = Factor(_check_triple(f"{c['key']}.{cat}.compute", f["compute"]),
-                                  _check_triple(f"{c['key']}.{cat}.memory", f["memory"]), f["source"],
-                                  tuple(f.get("cite", ())), defaults)
-        classes.append(VendorClass(c["key"], c["name"], c["match"].get("vendor", ""),
-                                   tuple(c["match"].get("arch_contains", ())), factors))
+            factors[cat] = Factor(
+                _check_triple(f"{c['key']}.{cat}.compute", f["compute"]),
+                _check_triple(f"{c['key']}.{cat}.memory", f["memory"]),
+                f["source"],
+                tuple(f.get("cite", ())),
+                defaults,
+            )
+        classes.append(
+            VendorClass(
+                c["key"], c["name"], c["match"].get("vendor", ""), tuple(c["match"].get("arch_contains", ())), factors
+            )
+        )
     if not classes or classes[-1].vendor or classes[-1].arch_contains:
         raise ValueError("the last class must match any device (empty vendor and arch_contains)")
     # A default side is the generic row's figure: an estimate cannot hide behind the word.
@@ -129,8 +144,9 @@ def parse(data: dict) -> Table:
         for cat, f in cls.factors.items():
             for side in f.default_sides:
                 if f.side(side) != generic[cat].side(side):
-                    raise ValueError(f"class {cls.key!r} {cat}.{side} is marked default but differs from the "
-                                     "generic row's figures")
+                    raise ValueError(
+                        f"class {cls.key!r} {cat}.{side} is marked default but differs from the generic row's figures"
+                    )
     return Table(cmap, tuple(classes))
 
 

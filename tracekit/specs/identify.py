@@ -59,8 +59,14 @@ def _runs(tag: str, built: tuple[int, int], device: tuple[int, int]) -> bool:
     return device[0] == built[0] and device[1] >= built[1]
 
 
-def identify(props: Mapping[str, Any] | None, note: str | None, kernel_names: Iterable[str], *,
-             gpu: str | None = None, spec_file: str | Path | None = None) -> SpecMatch:
+def identify(
+    props: Mapping[str, Any] | None,
+    note: str | None,
+    kernel_names: Iterable[str],
+    *,
+    gpu: str | None = None,
+    spec_file: str | Path | None = None,
+) -> SpecMatch:
     """The spec row to price the trace against, how it was found, or why there is none."""
     match = lookup(props, gpu=gpu, spec_file=spec_file)
     if gpu is not None or spec_file is not None:
@@ -77,14 +83,23 @@ def identify(props: Mapping[str, Any] | None, note: str | None, kernel_names: It
     if arch is None:
         return replace(match, reason=why)
     vendor, tag, cc = arch
-    family = [s for s in all_specs() if s.vendor == vendor and s.compute_capability and _runs(tag, cc, s.compute_capability)]
+    family = [
+        s for s in all_specs() if s.vendor == vendor and s.compute_capability and _runs(tag, cc, s.compute_capability)
+    ]
     if len(family) == 1:
-        return SpecMatch(family[0], f"architecture tag {tag} in kernel names (the only {vendor} part of that "
-                                    f"architecture in tracekit's database; {why})")
+        return SpecMatch(
+            family[0],
+            f"architecture tag {tag} in kernel names (the only {vendor} part of that "
+            f"architecture in tracekit's database; {why})",
+        )
     if not family:
-        return replace(match, reason=f"{why}; kernel names are built for {tag}, an architecture tracekit's "
-                                     "database has no part of: pass --gpu NAME or a spec file")
+        return replace(
+            match,
+            reason=f"{why}; kernel names are built for {tag}, an architecture tracekit's "
+            "database has no part of: pass --gpu NAME or a spec file",
+        )
     choices = " or ".join(f"--gpu {s.key}" for s in family)
     names = ", ".join(s.name for s in family)
-    return replace(match, reason=f"{why}; kernel names are built for {tag} ({names} in tracekit's database): "
-                                 f"pass {choices}")
+    return replace(
+        match, reason=f"{why}; kernel names are built for {tag} ({names} in tracekit's database): pass {choices}"
+    )

@@ -53,20 +53,33 @@ class GroupLink:
     def describe(self) -> str:
         """One sentence for a report: which link, how many of them, at what bandwidth."""
         if self.topology == "mesh":
-            how = (f"{self.links_used} of its {self.links_total} {self.link} links (one per peer: a group of "
-                   f"{self.ranks} reaches {self.ranks - 1} peers)")
+            how = (
+                f"{self.links_used} of its {self.links_total} {self.link} links (one per peer: a group of "
+                f"{self.ranks} reaches {self.ranks - 1} peers)"
+            )
         elif self.topology == "switch":
             how = f"all {self.links_total} {self.link} links through switches (any group size)"
         else:
             how = f"{self.link} ({self.topology})"
-        return (f"{self.gpu}, TP{self.ranks}: {how}, {self.bandwidth / GIGA:.4g} GB/s per direction, "
-                f"{self.base_latency * 1e6:.3g} µs per call + {self.hop_latency * 1e6:.3g} µs per step")
+        return (
+            f"{self.gpu}, TP{self.ranks}: {how}, {self.bandwidth / GIGA:.4g} GB/s per direction, "
+            f"{self.base_latency * 1e6:.3g} µs per call + {self.hop_latency * 1e6:.3g} µs per step"
+        )
 
     def to_dict(self) -> dict:
-        return {"gpu": self.gpu, "ranks": self.ranks, "bandwidth": self.bandwidth,
-                "base_latency_s": self.base_latency, "hop_latency_s": self.hop_latency, "link": self.link,
-                "links_used": self.links_used, "links_total": self.links_total, "topology": self.topology,
-                "description": self.describe(), "source": self.source}
+        return {
+            "gpu": self.gpu,
+            "ranks": self.ranks,
+            "bandwidth": self.bandwidth,
+            "base_latency_s": self.base_latency,
+            "hop_latency_s": self.hop_latency,
+            "link": self.link,
+            "links_used": self.links_used,
+            "links_total": self.links_total,
+            "topology": self.topology,
+            "description": self.describe(),
+            "source": self.source,
+        }
 
 
 def parse(data: dict) -> dict:
@@ -77,8 +90,9 @@ def parse(data: dict) -> dict:
         if not (lib.get("base_latency_us", -1) >= 0 and str(lib.get("source", "")).strip()):
             raise ValueError(f"library {key!r} needs base_latency_us >= 0 and a source")
     for key, link in data["links"].items():
-        if not (link.get("link_GBps", 0) > 0 and link.get("hop_latency_us", -1) >= 0
-                and str(link.get("source", "")).strip()):
+        if not (
+            link.get("link_GBps", 0) > 0 and link.get("hop_latency_us", -1) >= 0 and str(link.get("source", "")).strip()
+        ):
             raise ValueError(f"link {key!r} needs link_GBps > 0, hop_latency_us >= 0 and a source")
     for key, gpu in data["gpus"].items():
         if gpu.get("topology") not in TOPOLOGIES:
@@ -121,9 +135,18 @@ def group_link(spec: GpuSpec, ranks: int) -> GroupLink | None:
     else:
         used = n_links  # switch, pcie, and a bridge within its peers: every link serves the group
     link = t["links"][link_key]
-    return GroupLink(spec.key, ranks, used * link["link_GBps"] * GIGA, lib["base_latency_us"] * 1e-6,
-                     link["hop_latency_us"] * 1e-6, link["name"], used, n_links, kind,
-                     f"{topo['source']}; link: {link['source']}; library: {lib['source']}")
+    return GroupLink(
+        spec.key,
+        ranks,
+        used * link["link_GBps"] * GIGA,
+        lib["base_latency_us"] * 1e-6,
+        link["hop_latency_us"] * 1e-6,
+        link["name"],
+        used,
+        n_links,
+        kind,
+        f"{topo['source']}; link: {link['source']}; library: {lib['source']}",
+    )
 
 
 def no_link_reason(spec: GpuSpec, ranks: int) -> str | None:

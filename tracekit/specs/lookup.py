@@ -116,8 +116,12 @@ class _Device:
         )
 
     def missing(self) -> list[str]:
-        fields = {"computeMajor": self.major, "computeMinor": self.minor,
-                  "numSms": self.sms, "totalGlobalMem": self.mem}
+        fields = {
+            "computeMajor": self.major,
+            "computeMinor": self.minor,
+            "numSms": self.sms,
+            "totalGlobalMem": self.mem,
+        }
         return [k for k, v in fields.items() if v is None]
 
     def key_text(self) -> str:
@@ -134,17 +138,22 @@ def _sm_count(num_sms: int | None, mp_count: int | None) -> tuple[int | None, li
         return v is not None and 0 < v <= MAX_SMS
 
     if num_sms is not None and not plausible(num_sms):
-        instead = (f"multiProcessorCount's {mp_count} stands" if plausible(mp_count)
-                   else "the device name decides")
-        notes.append(f"deviceProperties numSms {num_sms} is no GPU's SM count (no GPU has over {MAX_SMS}): ignored "
-                     f"as a garbled field; {instead}")
+        instead = f"multiProcessorCount's {mp_count} stands" if plausible(mp_count) else "the device name decides"
+        notes.append(
+            f"deviceProperties numSms {num_sms} is no GPU's SM count (no GPU has over {MAX_SMS}): ignored "
+            f"as a garbled field; {instead}"
+        )
         num_sms = None
     if mp_count is not None and not plausible(mp_count):
-        notes.append(f"deviceProperties multiProcessorCount {mp_count} is no GPU's SM count: ignored as a garbled field")
+        notes.append(
+            f"deviceProperties multiProcessorCount {mp_count} is no GPU's SM count: ignored as a garbled field"
+        )
         mp_count = None
     if num_sms is not None and mp_count is not None and num_sms != mp_count:
-        notes.append(f"deviceProperties numSms {num_sms} and multiProcessorCount {mp_count} contradict each other: "
-                     "neither is trusted, the device name decides")
+        notes.append(
+            f"deviceProperties numSms {num_sms} and multiProcessorCount {mp_count} contradict each other: "
+            "neither is trusted, the device name decides"
+        )
         return None, notes
     return (num_sms if num_sms is not None else mp_count), notes
 
@@ -208,22 +217,29 @@ def _by_device_name(name: str, specs: tuple[GpuSpec, ...]) -> tuple[list[GpuSpec
 
 def _by_generic_name(dev: _Device, specs: tuple[GpuSpec, ...]) -> SpecMatch:
     if missing := dev.missing():
-        return _unknown(f"device name {dev.name!r} is generic and deviceProperties lack {', '.join(missing)} "
-                        f"to identify the GPU by; {_ADVICE}")
+        return _unknown(
+            f"device name {dev.name!r} is generic and deviceProperties lack {', '.join(missing)} "
+            f"to identify the GPU by; {_ADVICE}"
+        )
     candidates = _resembling(dev, specs)
     if len(candidates) == 1:
         return SpecMatch(candidates[0], PROPERTIES)
     if not candidates:
-        return _unknown(f"device name {dev.name!r} is generic and no GPU in tracekit's database has "
-                        f"{dev.key_text()}; {_ADVICE}")
-    return _unknown(f"device name {dev.name!r} is generic and {dev.key_text()} fit several GPUs "
-                    f"({_names(candidates)}), which tracekit will not guess between; {_choices(candidates)}")
+        return _unknown(
+            f"device name {dev.name!r} is generic and no GPU in tracekit's database has {dev.key_text()}; {_ADVICE}"
+        )
+    return _unknown(
+        f"device name {dev.name!r} is generic and {dev.key_text()} fit several GPUs "
+        f"({_names(candidates)}), which tracekit will not guess between; {_choices(candidates)}"
+    )
 
 
 def _scale_to_mig(parent: GpuSpec, dev: _Device, profile: str, how: str) -> SpecMatch:
     if not (dev.sms and dev.mem and parent.num_sms and parent.total_global_mem):
-        return _unknown(f"MIG slice {profile} of {parent.name}: its share of the GPU needs numSms and "
-                        f"totalGlobalMem from both the trace and the database; {_ADVICE}")
+        return _unknown(
+            f"MIG slice {profile} of {parent.name}: its share of the GPU needs numSms and "
+            f"totalGlobalMem from both the trace and the database; {_ADVICE}"
+        )
     sm_share = dev.sms / parent.num_sms
     mem_share = min(1.0, dev.mem / parent.total_global_mem)
     spec = replace(
@@ -237,8 +253,11 @@ def _scale_to_mig(parent: GpuSpec, dev: _Device, profile: str, how: str) -> Spec
         total_global_mem=dev.mem,
         memory_gb=None if parent.memory_gb is None else parent.memory_gb * mem_share,
     )
-    return SpecMatch(spec, f"{how} of the parent GPU, MIG slice {profile}: compute scaled by "
-                           f"{dev.sms}/{parent.num_sms} SMs, bandwidth by its memory share {mem_share:.2f}")
+    return SpecMatch(
+        spec,
+        f"{how} of the parent GPU, MIG slice {profile}: compute scaled by "
+        f"{dev.sms}/{parent.num_sms} SMs, bandwidth by its memory share {mem_share:.2f}",
+    )
 
 
 def _by_name(dev: _Device, specs: tuple[GpuSpec, ...]) -> SpecMatch:
@@ -248,17 +267,20 @@ def _by_name(dev: _Device, specs: tuple[GpuSpec, ...]) -> SpecMatch:
         resembling = _resembling(dev, specs)
         hint = ""
         if resembling:
-            hint = (f" (its {dev.key_text()} match {_names(resembling)}: "
-                    f"if it is the same part, {_choices(resembling)})")
+            hint = f" (its {dev.key_text()} match {_names(resembling)}: if it is the same part, {_choices(resembling)})"
         return _unknown(f"device name {dev.name!r} is not in tracekit's GPU database; {_ADVICE}{hint}")
     consistent = [s for s in rows if not _disagreements(s, dev, mig=mig is not None)]
     if not consistent:
         problems = "; ".join(", ".join(_disagreements(s, dev, mig=mig is not None)) for s in rows)
-        return _unknown(f"device name {dev.name!r} names {_names(rows)} in tracekit's database, but the "
-                        f"trace's deviceProperties disagree ({problems}): probably a different SKU; {_ADVICE}")
+        return _unknown(
+            f"device name {dev.name!r} names {_names(rows)} in tracekit's database, but the "
+            f"trace's deviceProperties disagree ({problems}): probably a different SKU; {_ADVICE}"
+        )
     if len(consistent) > 1:
-        return _unknown(f"device name {dev.name!r} fits {_names(consistent)} and deviceProperties do not "
-                        f"tell them apart; {_choices(consistent)}")
+        return _unknown(
+            f"device name {dev.name!r} fits {_names(consistent)} and deviceProperties do not "
+            f"tell them apart; {_choices(consistent)}"
+        )
     if len(rows) > 1:
         how = f"{how} + compute capability, SMs and memory"
     if mig:
@@ -284,8 +306,9 @@ def spec_by_name(name: str, specs: tuple[GpuSpec, ...] | None = None, option: st
     if found:  # a device name shared by several rows
         raise TracekitError(f"{option} {name!r} names several GPUs ({_names(found)}); {_choices(found, option)}")
     # Prefixes, substrings and near spellings are fine for suggestions, never for matches.
-    close = close_matches(wanted, ((text, s.name) for s in specs
-                                   for text in (normalise_name(s.key), normalise_name(s.name))), n=6)
+    close = close_matches(
+        wanted, ((text, s.name) for s in specs for text in (normalise_name(s.key), normalise_name(s.name))), n=6
+    )
     hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
     raise TracekitError(f"{option} {name!r} is not in tracekit's GPU database (tracekit gpus lists it){hint}")
 
@@ -308,6 +331,7 @@ def lookup(
     if gpu is not None:
         return SpecMatch(spec_by_name(gpu), GPU_OPTION)
     if not device_props:
-        return _unknown(f"the trace has no deviceProperties for this device, so its GPU cannot be "
-                        f"identified; {_ADVICE}")
+        return _unknown(
+            f"the trace has no deviceProperties for this device, so its GPU cannot be identified; {_ADVICE}"
+        )
     return match_device(device_props, all_specs())

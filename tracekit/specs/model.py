@@ -39,10 +39,19 @@ _DTYPE_SPELLINGS = {
     "fp16": ("c10::half", "half", "float16", "torch.float16", "fp16", "f16"),
     "bf16": ("c10::bfloat16", "bfloat16", "torch.bfloat16", "bf16"),
     "fp8": (
-        "c10::float8_e4m3fn", "c10::float8_e5m2", "c10::float8_e4m3fnuz", "c10::float8_e5m2fnuz",
-        "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-        "torch.float8_e4m3fn", "torch.float8_e5m2", "torch.float8_e4m3fnuz",
-        "torch.float8_e5m2fnuz", "fp8",
+        "c10::float8_e4m3fn",
+        "c10::float8_e5m2",
+        "c10::float8_e4m3fnuz",
+        "c10::float8_e5m2fnuz",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e4m3fnuz",
+        "float8_e5m2fnuz",
+        "torch.float8_e4m3fn",
+        "torch.float8_e5m2",
+        "torch.float8_e4m3fnuz",
+        "torch.float8_e5m2fnuz",
+        "fp8",
     ),
     # torch.int8 is `signed char` in C++ (`unsigned char` is uint8, which has no GEMM peak).
     "int8": ("signed char", "int8", "torch.int8"),
@@ -57,9 +66,14 @@ _MATRIX_ON_VECTOR = ("fp32", "fp64")
 # The dtype work runs at on a device without a peak for its own (FP4 on a GPU without FP4
 # units: the weights are widened in registers and the MMA runs at the next wider rate it
 # has), nearest first. Roofline bounds, MFU and projections all use this one rule.
-WIDER = {"fp4": ("fp8", "bf16", "fp16", "fp32"), "int8": ("fp8", "bf16", "fp16", "fp32"),
-         "fp8": ("bf16", "fp16", "fp32"), "bf16": ("fp16", "fp32"), "fp16": ("bf16", "fp32"),
-         "tf32": ("fp32",)}
+WIDER = {
+    "fp4": ("fp8", "bf16", "fp16", "fp32"),
+    "int8": ("fp8", "bf16", "fp16", "fp32"),
+    "fp8": ("bf16", "fp16", "fp32"),
+    "bf16": ("fp16", "fp32"),
+    "fp16": ("bf16", "fp32"),
+    "tf32": ("fp32",),
+}
 
 TERA = 1e12
 GIGA = 1e9

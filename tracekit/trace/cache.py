@@ -69,6 +69,7 @@ def save(trace: Trace, key: str) -> bool:
     def table_writer(name: str):
         def write(p: str) -> None:
             feather.write_feather(pa.Table.from_pandas(getattr(trace, name)), p, compression="lz4")
+
         return write
 
     def write_rest(p: str) -> None:
@@ -100,8 +101,7 @@ def load(folder: str, manifest: dict, path: str) -> Trace | None:
                 if dtype == "object" and str(df[col].dtype) != "object":
                     # pandas 3 makes Arrow text its ``str`` dtype (missing: NaN); the reader's text
                     # columns are objects (missing: None), and Arrow gives those back as they were.
-                    df[col] = pd.Series(table.column(col).to_numpy(zero_copy_only=False), index=df.index,
-                                        dtype=object)
+                    df[col] = pd.Series(table.column(col).to_numpy(zero_copy_only=False), index=df.index, dtype=object)
             if len(df) != info["rows"][n] or {str(c): str(t) for c, t in df.dtypes.items()} != want:
                 return None
             tables[n] = df

@@ -103,8 +103,9 @@ class Builder:
             if len(rows):
                 self._columns(table, kept, rows, kinds, ranks, shared)
 
-    def _group(self, events: list, note_flow: bool = False
-               ) -> tuple[list, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], _Chunk]:
+    def _group(
+        self, events: list, note_flow: bool = False
+    ) -> tuple[list, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], _Chunk]:
         """(the events of a chunk that go to a table, in file order; rows of each destination
         table as (row numbers in those events, kind codes, category ranks); the columns every
         table shares, for all of those events). ``note_flow``: also note the chunk's last launch flow.
@@ -131,8 +132,11 @@ class Builder:
         n = len(events)
         kinds = self._cat_kind.array()[ranks]
         names = _codes(self._names, [e.name for e in events], self._new_names)
-        ts = np.fromiter([e.ts for e in events], dtype=np.float64, count=n) if n and type(events[0].ts) is float \
+        ts = (
+            np.fromiter([e.ts for e in events], dtype=np.float64, count=n)
+            if n and type(events[0].ts) is float
             else None
+        )
         shared = _Chunk(names, ts)
         op = _TABLE_CODE["cpu_ops"]
         # PyTorch 1.x recorded record_function ranges (ProfilerStep#N, user
@@ -156,8 +160,11 @@ class Builder:
                 self.cats.add(cat.lower())
             # None (no category) and events that are not complete ones get a rank too, but no
             # table: their events go nowhere.
-            dest = None if cat is None or isinstance(cat, dec.NotComplete) else \
-                TABLE_OF.get(cat) or TABLE_OF.get(str(cat).lower())
+            dest = (
+                None
+                if cat is None or isinstance(cat, dec.NotComplete)
+                else TABLE_OF.get(cat) or TABLE_OF.get(str(cat).lower())
+            )
             self._cat_rank[cat] = len(self._cat_rank)
             self._cat_table.extend(np.array([-1 if dest is None else _TABLE_CODE[dest[0]]], dtype=np.int8))
             self._cat_kind.extend(np.array([-1 if dest is None else _KIND_CODE.get(dest[1], -1)], dtype=np.int8))
@@ -168,8 +175,9 @@ class Builder:
                 self._names[name] = len(self._names)
                 self._ranged.extend(np.array([name.startswith(_RANGE_PREFIXES)], dtype=bool))
 
-    def _columns(self, table: str, events: list, rows: np.ndarray, kinds: np.ndarray, ranks: np.ndarray,
-                 shared: "_Chunk") -> None:
+    def _columns(
+        self, table: str, events: list, rows: np.ndarray, kinds: np.ndarray, ranks: np.ndarray, shared: "_Chunk"
+    ) -> None:
         n = len(rows)
         # A chunk of one table only (Kineto writes the GPU's activities in one run) is used as is.
         evs = events if n == len(events) else list(map(events.__getitem__, rows.tolist()))
@@ -408,8 +416,11 @@ def _launch_dims(text: bytes) -> tuple[int, int, int, int]:
         dims = json.loads(text)
     except ValueError:
         return _NO_DIMS
-    if not isinstance(dims, list) or not 1 <= len(dims) <= 3 or \
-            not all(isinstance(d, int) and not isinstance(d, bool) and 0 < d < 2**31 for d in dims):
+    if (
+        not isinstance(dims, list)
+        or not 1 <= len(dims) <= 3
+        or not all(isinstance(d, int) and not isinstance(d, bool) and 0 < d < 2**31 for d in dims)
+    ):
         return _NO_DIMS
     x, y, z = (list(dims) + [1, 1])[:3]
     return (x, y, z, x * y * z) if x * y * z < 2**62 else _NO_DIMS
@@ -466,14 +477,44 @@ _TEXT_COLUMNS = ("kernel", "input_dims", "input_types", "concrete_inputs")
 _LAUNCH = {f"{what}_{axis}": "int32" for what in ("grid", "block") for axis in "xyz"}
 _TIME = {"name": "category", "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64"}
 _COLUMNS = {
-    "kernels": {**_TIME, "kind": "category", "device": "int64", "stream": "int64", "correlation": "int64",
-                "external_id": "int64", "ctas": "int64", **_LAUNCH, "bytes": "int64"},
-    "runtime": {**_TIME, "api": "category", "pid": "int64", "tid": "int64", "correlation": "int64",
-                "external_id": "int64", "kernel": "object"},
-    "cpu_ops": {**_TIME, "pid": "int64", "tid": "int64", "external_id": "int64", "input_dims": "object",
-                "input_types": "object", "concrete_inputs": "object"},
-    "annotations": {**_TIME, "side": "category", "pid": "int64", "tid": "int64", "device": "int64", "stream": "int64",
-                    "external_id": "int64"},
+    "kernels": {
+        **_TIME,
+        "kind": "category",
+        "device": "int64",
+        "stream": "int64",
+        "correlation": "int64",
+        "external_id": "int64",
+        "ctas": "int64",
+        **_LAUNCH,
+        "bytes": "int64",
+    },
+    "runtime": {
+        **_TIME,
+        "api": "category",
+        "pid": "int64",
+        "tid": "int64",
+        "correlation": "int64",
+        "external_id": "int64",
+        "kernel": "object",
+    },
+    "cpu_ops": {
+        **_TIME,
+        "pid": "int64",
+        "tid": "int64",
+        "external_id": "int64",
+        "input_dims": "object",
+        "input_types": "object",
+        "concrete_inputs": "object",
+    },
+    "annotations": {
+        **_TIME,
+        "side": "category",
+        "pid": "int64",
+        "tid": "int64",
+        "device": "int64",
+        "stream": "int64",
+        "external_id": "int64",
+    },
     "python": {**_TIME, "pid": "int64", "tid": "int64"},
 }
 # The column order of a table with rows (an empty table has _COLUMNS' order).

@@ -26,7 +26,6 @@ from tracekit.errors import TracekitError
 from tracekit.trace import inflate
 from tracekit.trace.limits import max_decompressed_bytes
 
-
 ABSENT = msgspec.Raw(b"")
 
 
@@ -190,8 +189,9 @@ def decode(path: str, data: bytes, exact_ts: bool = False) -> tuple[list[Event],
 def too_deep(path: str) -> TracekitError:
     """The error for a document nested past what the decoder recurses through (msgspec goes one
     level of Python recursion per array or object): no profiler writes one."""
-    return TracekitError(f"{path} nests JSON arrays or objects too deep to be a trace "
-                         f"(more than {sys.getrecursionlimit():,} levels)")
+    return TracekitError(
+        f"{path} nests JSON arrays or objects too deep to be a trace (more than {sys.getrecursionlimit():,} levels)"
+    )
 
 
 _ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
@@ -304,8 +304,6 @@ def trace_events_opening(data: bytes, quotes: np.ndarray, pos: np.ndarray, depth
 def list_trace_files(directory: str) -> list[str]:
     """Trace files of a directory of per-rank traces, sorted; sidecars and other JSON excluded."""
     names = sorted(
-        n
-        for n in os.listdir(directory)
-        if n.endswith(TRACE_EXTENSIONS) and not n.endswith(".tracekit.json")
+        n for n in os.listdir(directory) if n.endswith(TRACE_EXTENSIONS) and not n.endswith(".tracekit.json")
     )
     return [os.path.join(directory, n) for n in names]

@@ -133,11 +133,11 @@ class Inflated:
                 while data:
                     out = member.decompress(data, self.slice_bytes)
                     data = member.unconsumed_tail
-                    keep = out[max(0, skip - seen):]
+                    keep = out[max(0, skip - seen) :]
                     seen += len(out)
                     if keep:
                         tail.append(keep)
-            tail.append(member.flush()[max(0, skip - seen):])
+            tail.append(member.flush()[max(0, skip - seen) :])
         except zlib.error:
             return b""
         return b"".join(tail)

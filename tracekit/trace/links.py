@@ -26,8 +26,16 @@ def link(trace: Trace) -> None:
     rt = trace.runtime
     rt["op"] = _runtime_to_op(rt, trace.cpu_ops)
     k = trace.kernels
-    launch = (_launch_of(rt["correlation"].to_numpy(), rt["start_ns"].to_numpy(), k["correlation"].to_numpy(),
-                         k["start_ns"].to_numpy()) if len(k) else np.empty(0, np.int64))
+    launch = (
+        _launch_of(
+            rt["correlation"].to_numpy(),
+            rt["start_ns"].to_numpy(),
+            k["correlation"].to_numpy(),
+            k["start_ns"].to_numpy(),
+        )
+        if len(k)
+        else np.empty(0, np.int64)
+    )
     k["launch"] = launch
     if len(k):
         graph_rows = np.flatnonzero(_ends_with(rt["name"], GRAPH_LAUNCHES))
@@ -108,9 +116,7 @@ def _runtime_to_op(rt: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     one_process = len(first) == len(np.unique(op_tid[first]))
     nesting = _nesting(ops) if one_process else None
     j = np.maximum(by_ext, 0)
-    valid = (
-        (by_ext >= 0) & (op_tid[j] == r_tid) & (op_start[j] <= r_start) & (op_end[j] >= r_end)
-    )
+    valid = (by_ext >= 0) & (op_tid[j] == r_tid) & (op_start[j] <= r_start) & (op_end[j] >= r_end)
     result = np.where(valid, by_ext, -1).astype(np.int64)
     todo = np.flatnonzero(~valid)
     if len(todo):

@@ -124,10 +124,15 @@ class Trace:
         listed = ", ".join(str(d) for d in sorted(self.devices))
         if len(identities) == 1:
             props = next(iter(self.devices.values()))
-            return props, (f"kernels ran on device {device}, which deviceProperties does not list (it lists "
-                           f"devices {listed}, all {props.get('name')!r}): renumbered visible devices, so that part")
-        return None, (f"kernels ran on device {device}, which deviceProperties does not list, and its devices "
-                      f"{listed} are not all the same part")
+            return props, (
+                f"kernels ran on device {device}, which deviceProperties does not list (it lists "
+                f"devices {listed}, all {props.get('name')!r}): renumbered visible devices, so that part"
+            )
+        return None, (
+            f"kernels ran on device {device}, which deviceProperties does not list, and its devices "
+            f"{listed} are not all the same part"
+        )
+
     def shapes(self, op_row: int) -> tuple[list | None, list | None]:
         """(Input Dims, Input type) of a cpu op, decoded; (None, None) when not recorded."""
         return op_shapes(self.cpu_ops, op_row)

@@ -88,10 +88,9 @@ def read_files(read_one: Callable[[str, object], T], files: list[str], jobs: int
     one): the pool's processes call it with no progress callback."""
     if jobs <= 1 or len(files) < 2:
         return [read_one(f, progress) for f in files]
+    import tempfile
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
-
-    import tempfile
 
     ctx = _context()
     # Which files are left, shared with the pool: [first, last]. The pool's processes take
@@ -102,8 +101,9 @@ def read_files(read_one: Callable[[str, object], T], files: list[str], jobs: int
     # 64 kB, and this process reads it only when its busy main thread lets go of the GIL, so
     # a worker handing over a rank's tables (~10 MB) stood idle ~50 ms per file (measured).
     spool = tempfile.TemporaryDirectory(prefix="tracekit-ranks-")
-    pool = ProcessPoolExecutor(min(jobs, len(files)) - 1, mp_context=ctx, initializer=_share,
-                               initargs=(ends, spool.name))
+    pool = ProcessPoolExecutor(
+        min(jobs, len(files)) - 1, mp_context=ctx, initializer=_share, initargs=(ends, spool.name)
+    )
     try:
         futures = [pool.submit(_read_first, read_one, files) for _ in files]
         done: dict[int, tuple[bool, object]] = {}
@@ -121,10 +121,10 @@ def read_files(read_one: Callable[[str, object], T], files: list[str], jobs: int
             except BrokenProcessPool:
                 raise TracekitError(
                     f"{os.path.dirname(files[0]) or '.'}: a process reading its trace files ended without a result "
-                    f"(killed, e.g. out of memory): read them one at a time with --jobs 1 (or {JOBS_ENV}=1)") from None
+                    f"(killed, e.g. out of memory): read them one at a time with --jobs 1 (or {JOBS_ENV}=1)"
+                ) from None
             if got is not None:
-                done[got[0]] = (True, _unspool(got[2])) if got[1] else (True, got[2]) if got[1] is None \
-                    else got[1:]
+                done[got[0]] = (True, _unspool(got[2])) if got[1] else (True, got[2]) if got[1] is None else got[1:]
                 if progress and got[1] is not False:
                     progress(f"read {os.path.basename(files[got[0]])}")
         out = []
@@ -205,8 +205,7 @@ def _context():
     import multiprocessing
     import threading
 
-    if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin" \
-            and threading.active_count() == 1:
+    if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin" and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")
 

@@ -21,8 +21,8 @@ from tracekit import frameworks, markers
 from tracekit.errors import TracekitError
 from tracekit.trace import columns, inflate, limits, links, parallel, stream
 from tracekit.trace import decode as dec
-from tracekit.trace.runs import check_one_run
 from tracekit.trace.model import CLOCK_SHIFT, ERA_2022, ERA_CURRENT, ERA_PT19, Trace
+from tracekit.trace.runs import check_one_run
 
 Progress = Callable[[str], None]
 
@@ -56,8 +56,9 @@ def read_trace(
         raise dec.too_deep(path) from None
 
 
-def _read_path(path: str, progress: Progress | None, max_bytes: int | None, chunk_bytes: int,
-               jobs: int | None = None) -> Trace:
+def _read_path(
+    path: str, progress: Progress | None, max_bytes: int | None, chunk_bytes: int, jobs: int | None = None
+) -> Trace:
     limit = limits.max_decompressed_bytes(max_bytes)
     if os.path.isdir(path):
         files = dec.list_trace_files(path)
@@ -205,14 +206,20 @@ def _note_truncation(trace: Trace, how: str, json_cut: bool, n_parsed: int) -> N
 def cut_device_text(evidence: list[str]) -> str:
     """Why the device of a cut trace without kernels is unknown, in words."""
     if evidence:
-        return ("the trace was cut before its GPU events: it is a GPU trace (" + "; ".join(evidence) + "), but no "
-                "kernel survived the cut, so the device's work is unknown")
-    return ("the trace was cut before any GPU event: none survived, and nothing left says whether it ran on a GPU "
-            "(Kineto writes GPU activity last), so the device is unknown")
+        return (
+            "the trace was cut before its GPU events: it is a GPU trace (" + "; ".join(evidence) + "), but no "
+            "kernel survived the cut, so the device's work is unknown"
+        )
+    return (
+        "the trace was cut before any GPU event: none survived, and nothing left says whether it ran on a GPU "
+        "(Kineto writes GPU activity last), so the device is unknown"
+    )
 
 
-RECOVERED_SHARE_BASIS = ("decompressed bytes up to the end of the last complete event / decompressed bytes the "
-                         "cut file holds (the original length is unknown: the cut took the end that says it)")
+RECOVERED_SHARE_BASIS = (
+    "decompressed bytes up to the end of the last complete event / decompressed bytes the "
+    "cut file holds (the original length is unknown: the cut took the end that says it)"
+)
 
 
 def _share_text(share: float | None) -> str:
@@ -362,19 +369,26 @@ def _note_lacks(trace: Trace) -> None:
     if dist is None:
         lacks["distributed"] = "no distributedInfo: rank and world size unknown"
     elif dist.get("source"):
-        world = f", world size {dist['world_size']} from the run's files beside it" if dist.get("world_size") else \
-            ", world size unknown"
+        world = (
+            f", world size {dist['world_size']} from the run's files beside it"
+            if dist.get("world_size")
+            else ", world size unknown"
+        )
         lacks["distributed"] = f"no distributedInfo: rank {dist['rank']} from the {dist['source']}{world}"
     ops = trace.cpu_ops
     if not len(ops):
         lacks["cpu_ops"] = "no CPU ops were recorded: kernels cannot be tied to the ops that launched them"
     elif ops["input_dims"].isna().all():
-        lacks["shapes"] = "no op shapes were recorded (record_shapes=False): FLOPs and bytes cannot be computed from them"
+        lacks["shapes"] = (
+            "no op shapes were recorded (record_shapes=False): FLOPs and bytes cannot be computed from them"
+        )
     if len(k):
         kern = k["kind"] == "kernel"
         no_launch = int(((k["launch"] < 0) & kern).sum())
         if no_launch:
-            lacks["launch_links"] = f"{no_launch} of {int(kern.sum())} kernels have no launching runtime call in the trace"
+            lacks["launch_links"] = (
+                f"{no_launch} of {int(kern.sum())} kernels have no launching runtime call in the trace"
+            )
         graph = int(k["graph"].sum())
         if graph:
             lacks["graph_ops"] = (

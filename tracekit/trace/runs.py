@@ -21,8 +21,10 @@ from tracekit.errors import TracekitError
 from tracekit.trace.model import Trace
 from tracekit.trace.windows import WINDOW_NAME
 
-_ONE_BY_ONE = ("analyse them one by one (tracekit report FILE) or all at once (tracekit batch FOLDER, a row per "
-               "trace), or put each run's ranks in a folder of their own")
+_ONE_BY_ONE = (
+    "analyse them one by one (tracekit report FILE) or all at once (tracekit batch FOLDER, a row per "
+    "trace), or put each run's ranks in a folder of their own"
+)
 
 
 def fingerprint(t: Trace) -> tuple:
@@ -40,9 +42,11 @@ def check_one_run(folder: str, parts: list[Trace]) -> None:
         return
     names = [os.path.basename(t.path) for t in parts]
     if all(WINDOW_NAME.search(n) for n in names):
-        raise TracekitError(f"{folder} holds {len(parts)} windows of a trace (tracekit split), each a trace of its "
-                            "own, not ranks to merge into one timeline: tracekit report FOLDER gives one merged "
-                            "report of the run; " + _ONE_BY_ONE)
+        raise TracekitError(
+            f"{folder} holds {len(parts)} windows of a trace (tracekit split), each a trace of its "
+            "own, not ranks to merge into one timeline: tracekit report FOLDER gives one merged "
+            "report of the run; " + _ONE_BY_ONE
+        )
     seen: dict[tuple, str] = {}
     for name, fp in zip(names, map(fingerprint, parts)):
         if fp in seen:
@@ -51,25 +55,33 @@ def check_one_run(folder: str, parts: list[Trace]) -> None:
     ranks = [(t.distributed or {}).get("rank") for t in parts]
     missing = [n for n, r in zip(names, ranks) if not isinstance(r, int)]
     if missing:
-        raise TracekitError(f"{folder} holds {len(parts)} traces but {', '.join(missing[:3])}"
-                            f"{' and others' if len(missing) > 3 else ''} say no rank: they may be unrelated runs; "
-                            + _ONE_BY_ONE)
+        raise TracekitError(
+            f"{folder} holds {len(parts)} traces but {', '.join(missing[:3])}"
+            f"{' and others' if len(missing) > 3 else ''} say no rank: they may be unrelated runs; " + _ONE_BY_ONE
+        )
     by_rank: dict[int, str] = {}
     for name, r in zip(names, ranks):
         if r in by_rank:
-            raise TracekitError(f"{folder}: {by_rank[r]} and {name} are both rank {r}: they are different runs; "
-                                + _ONE_BY_ONE)
+            raise TracekitError(
+                f"{folder}: {by_rank[r]} and {name} are both rank {r}: they are different runs; " + _ONE_BY_ONE
+            )
         by_rank[r] = name
     worlds = {(t.distributed or {}).get("world_size") for t in parts} - {None}
     if len(worlds) > 1:
-        raise TracekitError(f"{folder}: the traces disagree on the world size ({', '.join(map(str, sorted(worlds)))}): "
-                            "they are ranks of different runs; " + _ONE_BY_ONE)
+        raise TracekitError(
+            f"{folder}: the traces disagree on the world size ({', '.join(map(str, sorted(worlds)))}): "
+            "they are ranks of different runs; " + _ONE_BY_ONE
+        )
     gpus = {t.device_name() for t in parts if t.has_gpu} - {None}
     if len(gpus) > 1:
-        raise TracekitError(f"{folder}: the traces ran on different GPUs ({', '.join(sorted(gpus))}): they are not one "
-                            "run; " + _ONE_BY_ONE)
+        raise TracekitError(
+            f"{folder}: the traces ran on different GPUs ({', '.join(sorted(gpus))}): they are not one "
+            "run; " + _ONE_BY_ONE
+        )
     start = max(t.start_ns for t in parts)
     end = min(t.end_ns for t in parts)
     if start > end:
-        raise TracekitError(f"{folder}: the traces' time spans do not overlap (the ranks of a run are profiled "
-                            "together): they are separate runs; " + _ONE_BY_ONE)
+        raise TracekitError(
+            f"{folder}: the traces' time spans do not overlap (the ranks of a run are profiled "
+            "together): they are separate runs; " + _ONE_BY_ONE
+        )

@@ -111,7 +111,7 @@ class EventChunks:
                 continue
             if start == b"[":
                 self._bare = True
-                return bytearray(data[data.index(b"["):])
+                return bytearray(data[data.index(b"[") :])
             if start != b"{":
                 raise NotStreamable
             opening = _events_opening(data)

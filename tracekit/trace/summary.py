@@ -17,12 +17,17 @@ def summarize(trace: Trace, top: int = 10, effects: dict[str, str] | None = None
     if cut and cut.get("gpu_events_lost"):
         name = trace.device_name()
         what = "its GPU events" if cut.get("gpu_evidence") else "any GPU event"
-        lines.append(f"device     unknown (the trace was cut before {what}{'; deviceProperties name ' + name if name else ''})")
+        lines.append(
+            f"device     unknown (the trace was cut before {what}{'; deviceProperties name ' + name if name else ''})"
+        )
     elif trace.has_gpu:
         name = trace.device_name() or "unknown"
         others = len(trace.devices) - 1
-        more = f" (the trace lists {others} other device{'s' if others != 1 else ''} it ran no kernels on)" \
-            if others > 0 else ""
+        more = (
+            f" (the trace lists {others} other device{'s' if others != 1 else ''} it ran no kernels on)"
+            if others > 0
+            else ""
+        )
         lines.append(f"device     {name}{more}")
     else:
         cpu = ((trace.sidecar or {}).get("device") or {}).get("name")
@@ -65,8 +70,10 @@ def summarize(trace: Trace, top: int = 10, effects: dict[str, str] | None = None
 def _rank_text(dist: dict) -> str | None:
     """The rank line: "3 of 8", "3 (world size not stated)", "unknown (world size 8)", or None when distributedInfo
     states neither as a whole number (an engine that writes "rank": "" states nothing)."""
-    rank, world = (v if isinstance(v, int) and not isinstance(v, bool) else None
-                   for v in (dist.get("rank"), dist.get("world_size")))
+    rank, world = (
+        v if isinstance(v, int) and not isinstance(v, bool) else None
+        for v in (dist.get("rank"), dist.get("world_size"))
+    )
     if rank is None and world is None:
         return None
     if world is None:
@@ -81,8 +88,10 @@ def _cut_text(cut: dict) -> str:
         return f"the {str(cut.get('how', '')).split()[0]} stream ends before its end marker; the JSON is complete ({n})"
     share = cut.get("recovered_share")
     pct = "?" if share is None else (">99.9" if 0.9995 <= share < 1 else f"{share * 100:.1f}")
-    return (f"the file was cut mid-write ({cut.get('how')}): {n} recovered, {pct}% of the decompressed text it holds "
-            "(bytes up to the last complete event; the original length is unknown); figures cover only that part")
+    return (
+        f"the file was cut mid-write ({cut.get('how')}): {n} recovered, {pct}% of the decompressed text it holds "
+        "(bytes up to the last complete event; the original length is unknown); figures cover only that part"
+    )
 
 
 def _short(name: str, width: int = 90) -> str:

@@ -47,8 +47,10 @@ def find_edges(s: Survey, max_events: int) -> np.ndarray:
     found on a time grid of ``_BINS`` bins from histograms, whatever the trace's size."""
     k = math.ceil(s.n / max_events) if s.n else 1
     if k > MAX_WINDOWS:
-        raise TracekitError(f"{s.n:,} events in windows of {max_events:,} would make {k:,} windows, more than "
-                            f"{MAX_WINDOWS}: ask for more events per window")
+        raise TracekitError(
+            f"{s.n:,} events in windows of {max_events:,} would make {k:,} windows, more than "
+            f"{MAX_WINDOWS}: ask for more events per window"
+        )
     if k <= 1 or not s.hi > s.lo:
         return np.zeros(0)
     width = (s.hi - s.lo) / _BINS
@@ -62,8 +64,15 @@ def find_edges(s: Survey, max_events: int) -> np.ndarray:
         cum += np.bincount(bins(block["ts"]), minlength=_BINS)
     np.cumsum(cum, out=cum)
     targets = np.arange(1, k) * (s.n / k)
-    named = "given" if s.given is not None else \
-        "steps" if s.counts["steps"] else "profiler_steps" if s.counts["profiler_steps"] else None
+    named = (
+        "given"
+        if s.given is not None
+        else "steps"
+        if s.counts["steps"]
+        else "profiler_steps"
+        if s.counts["profiler_steps"]
+        else None
+    )
     if named is not None:
         s.cut = {"given": CUT_INFERRED, "steps": CUT_STEPS}.get(named, CUT_PROFILER_STEPS)
         # Steps are few beside events (one per forward pass): their starts and ends fit in memory.
@@ -83,8 +92,9 @@ def find_edges(s: Survey, max_events: int) -> np.ndarray:
             # launch keeps both whole. The latest at which no op is open keeps each kernel with
             # its op (ops begin before their launches); the ops between it and the step's own
             # start are written to the earlier window too (``_route``).
-            edges = _clear_before(edges, ends[(starts > s.lo) & (starts <= s.hi)][chosen],
-                                  _open_at(s, "ranges", bins), bins, s.lo, width)
+            edges = _clear_before(
+                edges, ends[(starts > s.lo) & (starts <= s.hi)][chosen], _open_at(s, "ranges", bins), bins, s.lo, width
+            )
     else:
         open_at = _open_at(s, "ranges", bins)
         busy_at = _open_at(s, "gpu", bins)
@@ -116,8 +126,10 @@ def find_edges(s: Survey, max_events: int) -> np.ndarray:
     if held.max() > 1.5 * max_events:
         i = int(np.argmax(held))
         what = "a step longer than a window stays whole" if named else "no earlier instant is idle"
-        s.notes.append(f"window {i + 1} holds about {int(held[i]):,} CPU-side events, more than --events "
-                       f"{max_events:,}: {what}, so the window grows")
+        s.notes.append(
+            f"window {i + 1} holds about {int(held[i]):,} CPU-side events, more than --events "
+            f"{max_events:,}: {what}, so the window grows"
+        )
     return np.asarray(keep, dtype=np.float64)
 
 
@@ -131,14 +143,15 @@ def _step_gaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return st[gap], reach[gap - 1]
 
 
-def _clear_before(cuts: np.ndarray, after: np.ndarray, open_at: np.ndarray, bins, lo: float,
-                  width: float) -> np.ndarray:
+def _clear_before(
+    cuts: np.ndarray, after: np.ndarray, open_at: np.ndarray, bins, lo: float, width: float
+) -> np.ndarray:
     """Each cut moved back to the latest bin start after ``after`` (the previous step's last
     launch) and no later than the cut at which no op or annotation is open; kept where none is."""
     out = cuts.copy()
     for j, (c, a) in enumerate(zip(cuts.tolist(), after.tolist())):
         first, last = int(bins(np.array([a]))[0]) + 1, int(bins(np.array([c]))[0])
-        clear = np.flatnonzero(open_at[first:last + 1] == 0) if first <= last else []
+        clear = np.flatnonzero(open_at[first : last + 1] == 0) if first <= last else []
         if len(clear):
             out[j] = max(lo + (first + int(clear[-1])) * width, math.nextafter(a, math.inf))
     return out

@@ -121,8 +121,10 @@ def _ints(values: list) -> np.ndarray:
     try:
         return np.fromiter(values, np.int64, len(values))
     except (TypeError, ValueError, OverflowError):
-        return np.array([v if isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63 else -1
-                         for v in values], dtype=np.int64)
+        return np.array(
+            [v if isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 else -1 for v in values],
+            dtype=np.int64,
+        )
 
 
 def open_chunks(path: str, limit: int, raws: bool = False) -> stream.EventChunks:
@@ -145,6 +147,8 @@ class NotSplittable(TracekitError):
     reader's words (``analysis.windows.split_keeping_steps``)."""
 
     def __init__(self, path: str) -> None:
-        super().__init__(f"{path} cannot be split: it is a trace, but not one whose traceEvents array can be read "
-                         f"in pieces; tracekit report {path} reads it whole")
+        super().__init__(
+            f"{path} cannot be split: it is a trace, but not one whose traceEvents array can be read "
+            f"in pieces; tracekit report {path} reads it whole"
+        )
         self.path = path

@@ -18,7 +18,17 @@ import numpy as np
 
 from tracekit import frameworks
 from tracekit.trace.window_edges import CUT_STEPS
-from tracekit.trace.window_events import ANNOTATION, COMPLETE, CPU_SIDE, GPU, LAUNCH, OP, Columns, each_chunk, open_chunks
+from tracekit.trace.window_events import (
+    ANNOTATION,
+    COMPLETE,
+    CPU_SIDE,
+    GPU,
+    LAUNCH,
+    OP,
+    Columns,
+    each_chunk,
+    open_chunks,
+)
 
 _BLOCK = 1 << 20  # rows of a temporary file read at a time
 _NAME = attrgetter("name")
@@ -119,8 +129,9 @@ def run_survey(path: str, limit: int, tmp: str, tick: Callable[[int], None]) -> 
             keys = list(zip(c.kind[rows].tolist(), map(_NAME, map(chunk.where.__getitem__, rows.tolist()))))
             for key in set(k for k in keys if _hashable(k[1])).difference(step_of):
                 step_of[key] = _step_class(*key)
-            cls = np.fromiter((step_of.get(k, _NOT_STEP) if _hashable(k[1]) else _NOT_STEP for k in keys),
-                              np.int8, len(keys))
+            cls = np.fromiter(
+                (step_of.get(k, _NOT_STEP) if _hashable(k[1]) else _NOT_STEP for k in keys), np.int8, len(keys)
+            )
             for name, which in (("steps", _ENGINE_STEP), ("profiler_steps", _PROFILER_STEP)):
                 mine = rows[cls == which]
                 if len(mine):

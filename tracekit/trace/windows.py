@@ -71,9 +71,16 @@ def trace_stem(path: str) -> str:
     return os.path.basename(markers.sidecar_path_for(path))[: -len(markers.SIDECAR_SUFFIX)]
 
 
-def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: bool = False,
-          progress: Callable[[str, int, int | None], None] | None = None,
-          notes: list[str] | None = None, steps: np.ndarray | None = None) -> list[str]:
+def split(
+    path: str,
+    out_dir: str,
+    *,
+    max_events: int = DEFAULT_EVENTS,
+    force: bool = False,
+    progress: Callable[[str, int, int | None], None] | None = None,
+    notes: list[str] | None = None,
+    steps: np.ndarray | None = None,
+) -> list[str]:
     """Write ``path``'s windows of about ``max_events`` CPU-side events (ops, runtime calls,
     annotations, Python frames; kernels go with their launches) into ``out_dir`` (created if
     missing) and return their paths, in time order. ``force`` replaces an earlier split's
@@ -101,18 +108,24 @@ def split(path: str, out_dir: str, *, max_events: int = DEFAULT_EVENTS, force: b
         raise
 
 
-def _split(path: str, out_dir: str, max_events: int, force: bool, progress, notes: list | None,
-           steps: np.ndarray | None = None) -> list[str]:
+def _split(
+    path: str, out_dir: str, max_events: int, force: bool, progress, notes: list | None, steps: np.ndarray | None = None
+) -> list[str]:
     sidecar = markers.sidecar_path_for(path)
     stem = trace_stem(path)
     clash = [f for f in os.listdir(out_dir) if f.startswith(f"{stem}.window-")]
     if clash and not force:
-        raise TracekitError(f"{out_dir} already holds windows of {os.path.basename(path)} ({clash[0]}, ...): "
-                            "pass --force to replace them, or choose another folder")
+        raise TracekitError(
+            f"{out_dir} already holds windows of {os.path.basename(path)} ({clash[0]}, ...): "
+            "pass --force to replace them, or choose another folder"
+        )
     # The guard against compression bombs protects the disk here, where the windows go
     # (compressed, they take less than the JSON); memory stays bounded at any size.
-    limit = limits.max_decompressed_bytes() if os.environ.get(limits.MAX_SIZE_ENV, "").strip() else \
-        max(limits.max_decompressed_bytes(), shutil.disk_usage(out_dir).free)
+    limit = (
+        limits.max_decompressed_bytes()
+        if os.environ.get(limits.MAX_SIZE_ENV, "").strip()
+        else max(limits.max_decompressed_bytes(), shutil.disk_usage(out_dir).free)
+    )
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".tracekit-split-") as tmp:
         tick = progress or (lambda stage, done, total: None)
         stage = f"surveying {os.path.basename(path)}"
@@ -122,9 +135,20 @@ def _split(path: str, out_dir: str, max_events: int, force: bool, progress, note
         launches, annotations = _IdRanges(survey, "launches", edges), _IdRanges(survey, "annotations", edges)
         survey.close()
         writing = f"writing {len(edges) + 1} window{'s' if len(edges) else ''}"
-        written = _route(path, limit, survey.meta, edges, launches, annotations, out_dir, stem, tmp,
-                         lambda done: tick(writing, done, survey.bytes), survey.cut if len(edges) else "",
-                         survey.range_edges)
+        written = _route(
+            path,
+            limit,
+            survey.meta,
+            edges,
+            launches,
+            annotations,
+            out_dir,
+            stem,
+            tmp,
+            lambda done: tick(writing, done, survey.bytes),
+            survey.cut if len(edges) else "",
+            survey.range_edges,
+        )
         if notes is not None:
             notes.extend(survey.notes)
     if os.path.exists(sidecar):  # what tracekit collect recorded of the run holds for every window
@@ -168,9 +192,21 @@ class _IdRanges:
         window[rows[inside]] = self.windows[j[inside]]
 
 
-def _route(path: str, limit: int, meta: dict, edges: np.ndarray, launches: _IdRanges, annotations: _IdRanges,
-           out_dir: str, stem: str, tmp: str, tick: Callable[[int], None], cut: str,
-           range_edges: np.ndarray = np.zeros(0)) -> list[str]:
+def _route(
+    path: str,
+    limit: int,
+    meta: dict,
+    edges: np.ndarray,
+    launches: _IdRanges,
+    annotations: _IdRanges,
+    out_dir: str,
+    stem: str,
+    tmp: str,
+    tick: Callable[[int], None],
+    cut: str,
+    range_edges: np.ndarray | None = None,
+) -> list[str]:
+    range_edges = np.zeros(0) if range_edges is None else range_edges
     k = len(edges) + 1
     names = [f"{stem}.window-{i + 1:0{len(str(k))}d}-of-{k}.json.gz" for i in range(k)]  # WINDOW_NAME
     parts = [os.path.join(tmp, n) for n in names]
@@ -217,7 +253,7 @@ def _route(path: str, limit: int, meta: dict, edges: np.ndarray, launches: _IdRa
             order = np.argsort(window, kind="stable")
             bounds = np.searchsorted(window[order], np.arange(k + 1))
             for w in range(k):
-                sel = order[bounds[w]:bounds[w + 1]]
+                sel = order[bounds[w] : bounds[w + 1]]
                 if len(sel):
                     _write(outs[w], first, w, b",\n".join(map(raws.__getitem__, sel.tolist())))
         for out in outs:

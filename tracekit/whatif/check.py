@@ -46,9 +46,16 @@ class Check:
     headline: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": KIND, "target_trace": self.target_trace, "target_device": self.target_device,
-                "basis": "central", "phases": self.phases, "categories": self.categories,
-                "kernels": self.kernels, "headline": self.headline}
+        return {
+            "kind": KIND,
+            "target_trace": self.target_trace,
+            "target_device": self.target_device,
+            "basis": "central",
+            "phases": self.phases,
+            "categories": self.categories,
+            "kernels": self.kernels,
+            "headline": self.headline,
+        }
 
 
 @dataclass
@@ -82,21 +89,34 @@ def check(projection, measured: Analysis) -> Check:
         p_busy = projection.phases[phase]["projected_gpu_busy_ms"]
         m_busy = m.get("gpu_busy_ms")
         rng = projection.phases[phase].get("projected_gpu_busy_ms_range")
-        per = (lambda v: None if v is None or not steps else float(v) / steps)  # noqa: E731
+
+        def per(v, steps: int = steps) -> float | None:
+            return None if v is None or not steps else float(v) / steps
+
         phases[phase] = {
             "steps": steps,
-            "projected_ms": per(p_busy), "measured_ms": per(m_busy), "error": error(p_busy, m_busy),
+            "projected_ms": per(p_busy),
+            "measured_ms": per(m_busy),
+            "error": error(p_busy, m_busy),
             "range_ms": [per(rng[0]), per(rng[1])] if rng else None,
             "inside": bool(rng[0] <= m_busy <= rng[1]) if rng and m_busy is not None else None,
-            "projected_total_ms": p_busy, "measured_total_ms": m_busy,
+            "projected_total_ms": p_busy,
+            "measured_total_ms": m_busy,
             "source_ms": per(source.phases[phase].get("gpu_busy_ms")),
         }
-        categories[phase] = _categories((central.phases.get(phase) or {}).get("by_category") or {},
-                                        m.get("by_category") or {})
+        categories[phase] = _categories(
+            (central.phases.get(phase) or {}).get("by_category") or {}, m.get("by_category") or {}
+        )
         kernels[phase] = _kernels(central.work, measured.work, phase)
     busy = "GPU busy" if measured.device.get("type") == "gpu" else "busy"  # a CPU run's ops keep it busy
-    return Check(measured.source.get("path"), measured.device.get("name"), phases, categories, kernels,
-                 _headline(phases, categories, measured.device.get("name") or projection.target.name, busy))
+    return Check(
+        measured.source.get("path"),
+        measured.device.get("name"),
+        phases,
+        categories,
+        kernels,
+        _headline(phases, categories, measured.device.get("name") or projection.target.name, busy),
+    )
 
 
 def _categories(projected: dict[str, float], measured: dict[str, float]) -> dict[str, dict[str, Any]]:
@@ -109,14 +129,17 @@ def _categories(projected: dict[str, float], measured: dict[str, float]) -> dict
 
 def _kernels(projected: pd.DataFrame, measured: pd.DataFrame, phase: str) -> list[dict[str, Any]]:
     """Kernel names both runs ran in ``phase``: time in the phase, top ``TOP_KERNELS`` by measured time."""
+
     def by_name(work: pd.DataFrame) -> pd.Series:
         w = work[work["phase"].astype(str) == phase]
         return w.groupby(w["name"].astype(str), observed=True)["dur_ns"].sum() / 1e6
 
     p, m = by_name(projected), by_name(measured)
     common = m[m.index.isin(p.index)].sort_values(ascending=False, kind="stable").head(TOP_KERNELS)
-    return [{"name": str(n), "projected_ms": float(p[n]), "measured_ms": float(v), "error": error(float(p[n]), float(v))}
-            for n, v in common.items()]
+    return [
+        {"name": str(n), "projected_ms": float(p[n]), "measured_ms": float(v), "error": error(float(p[n]), float(v))}
+        for n, v in common.items()
+    ]
 
 
 def _headline(phases: dict, categories: dict, where: str, busy: str) -> str:
@@ -124,21 +147,31 @@ def _headline(phases: dict, categories: dict, where: str, busy: str) -> str:
     for phase, f in phases.items():
         if f["error"] is None:
             continue
-        parts.append(f"{phase}: projected {busy} {f['projected_ms']:.3g} ms per step vs {f['measured_ms']:.3g} ms "
-                     f"measured on {where} ({f['error']:+.0%})")
+        parts.append(
+            f"{phase}: projected {busy} {f['projected_ms']:.3g} ms per step vs {f['measured_ms']:.3g} ms "
+            f"measured on {where} ({f['error']:+.0%})"
+        )
     if not parts:
         return f"nothing to check: no phase has measured {busy} time on {where}"
     # The category whose projected kernel time is furthest (in ms) from the measured one.
-    worst = max(((abs(c["projected_ms"] - c["measured_ms"]), phase, name, c)
-                 for phase, cats in categories.items() for name, c in cats.items()), default=None,
-                key=lambda t: t[0])
+    worst = max(
+        (
+            (abs(c["projected_ms"] - c["measured_ms"]), phase, name, c)
+            for phase, cats in categories.items()
+            for name, c in cats.items()
+        ),
+        default=None,
+        key=lambda t: t[0],
+    )
     text = "; ".join(parts)
     if worst and worst[0] > 0:
         _, phase, name, c = worst
         off = c["projected_ms"] - c["measured_ms"]
         err = f", {c['error']:+.0%}" if c["error"] is not None else ""
-        text += (f"; most of the error is {name} in {phase} ({c['projected_ms']:.3g} ms projected vs "
-                 f"{c['measured_ms']:.3g} ms measured: {off:+.3g} ms{err})")
+        text += (
+            f"; most of the error is {name} in {phase} ({c['projected_ms']:.3g} ms projected vs "
+            f"{c['measured_ms']:.3g} ms measured: {off:+.3g} ms{err})"
+        )
     return text
 
 
@@ -150,27 +183,37 @@ def same_workload(source: Analysis, measured: Analysis, target) -> None:
     same work on the GPU projected onto."""
     src_gpu, tgt_gpu = source.device.get("spec_key"), measured.device.get("spec_key")
     if tgt_gpu is not None and tgt_gpu == src_gpu:
-        raise TracekitError(f"cannot check the projection: the target trace was measured on "
-                            f"{measured.device.get('spec') or tgt_gpu}, the device the source was measured on, not on "
-                            f"{target.name}")
+        raise TracekitError(
+            f"cannot check the projection: the target trace was measured on "
+            f"{measured.device.get('spec') or tgt_gpu}, the device the source was measured on, not on "
+            f"{target.name}"
+        )
     if tgt_gpu is not None and tgt_gpu != target.key:
-        raise TracekitError(f"cannot check the projection: it is onto {target.name} ({target.key}), but the target "
-                            f"trace was measured on {measured.device.get('spec') or tgt_gpu} ({tgt_gpu})")
+        raise TracekitError(
+            f"cannot check the projection: it is onto {target.name} ({target.key}), but the target "
+            f"trace was measured on {measured.device.get('spec') or tgt_gpu} ({tgt_gpu})"
+        )
     a, b = (source.model or {}).get("name"), (measured.model or {}).get("name")
     if a and b and a != b:
-        raise TracekitError(f"cannot check the projection: the traces are of different models ({a} in the source, "
-                            f"{b} in the target trace)")
+        raise TracekitError(
+            f"cannot check the projection: the traces are of different models ({a} in the source, "
+            f"{b} in the target trace)"
+        )
     pa, pb = list(source.phases), list(measured.phases)
     if set(pa) != set(pb):
-        raise TracekitError(f"cannot check the projection: the traces hold different phases "
-                            f"({', '.join(pa) or 'none'} in the source, {', '.join(pb) or 'none'} in the target trace)")
+        raise TracekitError(
+            f"cannot check the projection: the traces hold different phases "
+            f"({', '.join(pa) or 'none'} in the source, {', '.join(pb) or 'none'} in the target trace)"
+        )
     # Steps by their own phase (a mixed step is its own kind here, whatever its split).
     kinds = list(dict.fromkeys(_step_phases(source) + _step_phases(measured)))
     for phase in kinds:
         sa, sb = _phase_steps(source, phase), _phase_steps(measured, phase)
         if len(sa) != len(sb):
-            raise TracekitError(f"cannot check the projection: the traces hold different numbers of {phase} steps "
-                                f"({len(sa)} in the source, {len(sb)} in the target trace); profile the same steps")
+            raise TracekitError(
+                f"cannot check the projection: the traces hold different numbers of {phase} steps "
+                f"({len(sa)} in the source, {len(sb)} in the target trace); profile the same steps"
+            )
         for col, tol in (("batch", 0.0), ("tokens", TOKEN_TOLERANCE)):
             if col not in sa.columns or col not in sb.columns:
                 continue
@@ -180,8 +223,10 @@ def same_workload(source: Analysis, measured: Analysis, target) -> None:
             if len(bad):
                 i = int(bad[0])
                 what = "batch (requests)" if col == "batch" else "tokens"
-                raise TracekitError(f"cannot check the projection: {phase} step {i + 1} of {len(sa)} has different "
-                                    f"{what} ({x[i]:g} in the source, {y[i]:g} in the target trace)")
+                raise TracekitError(
+                    f"cannot check the projection: {phase} step {i + 1} of {len(sa)} has different "
+                    f"{what} ({x[i]:g} in the source, {y[i]:g} in the target trace)"
+                )
 
 
 def _step_phases(a: Analysis) -> list[str]:

@@ -53,14 +53,18 @@ LATENCY, BANDWIDTH = "latency", "bandwidth"
 # Kernel names as the libraries write them: NCCL/RCCL "ncclDevKernel_AllGather_RING_LL",
 # vLLM's custom all-reduce "cross_device_reduce_1stage/2stage", SGLang/AITER "one_shot"/"two_shot",
 # PyTorch symmetric memory "one_shot_all_reduce", "two_shot_all_reduce_", "multimem_all_reduce_".
-_KIND = ((ALL_TO_ALL, re.compile(r"all_?to_?all|alltoall|all2all|sendrecv", re.I)),
-         (ALL_GATHER, re.compile(r"all_?gather", re.I)),
-         (REDUCE_SCATTER, re.compile(r"reduce_?scatter", re.I)))
-_ALGORITHM = ((TREE, re.compile(r"tree", re.I)),
-              (ONE_SHOT, re.compile(r"one_?shot|1stage|1_stage", re.I)),
-              # NVLink SHARP (multimem) reduces in the switch then broadcasts: two passes, each
-              # peer's share once, the traffic of a two-shot all-reduce.
-              (TWO_SHOT, re.compile(r"two_?shot|2stage|2_stage|multimem|nvls", re.I)))
+_KIND = (
+    (ALL_TO_ALL, re.compile(r"all_?to_?all|alltoall|all2all|sendrecv", re.I)),
+    (ALL_GATHER, re.compile(r"all_?gather", re.I)),
+    (REDUCE_SCATTER, re.compile(r"reduce_?scatter", re.I)),
+)
+_ALGORITHM = (
+    (TREE, re.compile(r"tree", re.I)),
+    (ONE_SHOT, re.compile(r"one_?shot|1stage|1_stage", re.I)),
+    # NVLink SHARP (multimem) reduces in the switch then broadcasts: two passes, each
+    # peer's share once, the traffic of a two-shot all-reduce.
+    (TWO_SHOT, re.compile(r"two_?shot|2stage|2_stage|multimem|nvls", re.I)),
+)
 
 
 def classify(name: str) -> tuple[str, str]:
@@ -76,8 +80,12 @@ def classify(name: str) -> tuple[str, str]:
 def steps_and_traffic(kind: str, alg: str, n: int) -> tuple[float, float]:
     """(steps, traffic per rank as a multiple of the message size S) of the table above."""
     if kind == ALL_REDUCE:
-        return {RING: (2 * (n - 1), 2 * (n - 1) / n), TREE: (2 * (n - 1), 2.0),
-                ONE_SHOT: (1, float(n - 1)), TWO_SHOT: (2, 2 * (n - 1) / n)}[alg]
+        return {
+            RING: (2 * (n - 1), 2 * (n - 1) / n),
+            TREE: (2 * (n - 1), 2.0),
+            ONE_SHOT: (1, float(n - 1)),
+            TWO_SHOT: (2, 2 * (n - 1) / n),
+        }[alg]
     if kind in (ALL_GATHER, REDUCE_SCATTER):
         return (1, (n - 1) / n) if alg == ONE_SHOT else (n - 1, (n - 1) / n)
     return n - 1, (n - 1) / n
@@ -130,9 +138,15 @@ class CommProjection:
     notes: list[str] = field(default_factory=list)
 
 
-def project_collectives(names: np.ndarray, priced_bytes: np.ndarray, dur_s: np.ndarray, index: np.ndarray,
-                        src_link: GroupLink, tgt_link: GroupLink,
-                        efficiency: dict[str, float] | None = None) -> CommProjection:
+def project_collectives(
+    names: np.ndarray,
+    priced_bytes: np.ndarray,
+    dur_s: np.ndarray,
+    index: np.ndarray,
+    src_link: GroupLink,
+    tgt_link: GroupLink,
+    efficiency: dict[str, float] | None = None,
+) -> CommProjection:
     """Each collective's time on the target: its target bound over its source efficiency.
     ``efficiency`` (collective kind -> fraction of the bound, from ``--factors``) replaces the
     source's own where given: what a check measured on the target itself."""
@@ -153,13 +167,16 @@ def project_collectives(names: np.ndarray, priced_bytes: np.ndarray, dur_s: np.n
         eff = np.where(np.isnan(learnt), eff, learnt)
     over = np.flatnonzero(eff > 1)
     if len(over):
-        notes.append(f"{len(over)} collective(s) ran faster than their latency-bandwidth bound on the source "
-                     f"({src_link.describe()}): the link or group size assumed is too small for them; their "
-                     "projection keeps the measured ratio")
+        notes.append(
+            f"{len(over)} collective(s) ran faster than their latency-bandwidth bound on the source "
+            f"({src_link.describe()}): the link or group size assumed is too small for them; their "
+            "projection keeps the measured ratio"
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
         projected = np.where(eff > 0, (lat_t + bw_t) / eff, dur_s)
-    return CommProjection(index, kinds, algs, msg, dur_s, bound_src, lat_src, lat_t, bw_t, eff, projected,
-                          src_link, tgt_link, notes)
+    return CommProjection(
+        index, kinds, algs, msg, dur_s, bound_src, lat_src, lat_t, bw_t, eff, projected, src_link, tgt_link, notes
+    )
 
 
 def summary(cp: CommProjection, rows: np.ndarray) -> dict[str, Any] | None:
@@ -175,18 +192,32 @@ def summary(cp: CommProjection, rows: np.ndarray) -> dict[str, Any] | None:
     measured_ms = float(cp.measured[rows].sum() * 1e3)
     bound_ms = float(cp.bound_src[rows].sum() * 1e3)
     lat_src_ms = float(cp.lat_src[rows].sum() * 1e3)
-    kinds = {f"{k} ({a})": int(c) for (k, a), c in
-             zip(*np.unique(np.stack([cp.kind[rows].astype(str), cp.algorithm[rows].astype(str)], axis=1),
-                            axis=0, return_counts=True))}
+    kinds = {
+        f"{k} ({a})": int(c)
+        for (k, a), c in zip(
+            *np.unique(
+                np.stack([cp.kind[rows].astype(str), cp.algorithm[rows].astype(str)], axis=1),
+                axis=0,
+                return_counts=True,
+            )
+        )
+    }
     msg = cp.message[rows]
     return {
-        "collectives": int(rows.sum()), "by_kind": kinds,
+        "collectives": int(rows.sum()),
+        "by_kind": kinds,
         "message_bytes": [float(msg.min()), float(np.median(msg)), float(msg.max())],
-        "measured_ms": measured_ms, "projected_ms": float(cp.projected[rows].sum() * 1e3),
-        "latency_ms": lat_ms, "bandwidth_ms": bw_ms, "dominant": LATENCY if lat_ms >= bw_ms else BANDWIDTH,
-        "source_bound_ms": bound_ms, "source_latency_ms": lat_src_ms, "source_bandwidth_ms": bound_ms - lat_src_ms,
+        "measured_ms": measured_ms,
+        "projected_ms": float(cp.projected[rows].sum() * 1e3),
+        "latency_ms": lat_ms,
+        "bandwidth_ms": bw_ms,
+        "dominant": LATENCY if lat_ms >= bw_ms else BANDWIDTH,
+        "source_bound_ms": bound_ms,
+        "source_latency_ms": lat_src_ms,
+        "source_bandwidth_ms": bound_ms - lat_src_ms,
         "efficiency": bound_ms / measured_ms if measured_ms else None,
-        "source_link": cp.src_link.to_dict(), "target_link": cp.tgt_link.to_dict(),
+        "source_link": cp.src_link.to_dict(),
+        "target_link": cp.tgt_link.to_dict(),
     }
 
 

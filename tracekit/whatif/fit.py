@@ -45,8 +45,13 @@ class PhaseCosts:
     notes: list[str] = field(default_factory=list)
 
 
-def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: float | None = None,
-              kv_bytes: float | None = None, keep_idle: bool = False) -> PhaseCosts:
+def fit_costs(
+    analyses: list[Analysis],
+    model: ModelSpec | None,
+    memory_gb: float | None = None,
+    kv_bytes: float | None = None,
+    keep_idle: bool = False,
+) -> PhaseCosts:
     """Phase costs of one replica from the prefill and decode steps of ``analyses``, all on
     one device; ``model`` gives the roofline of other token counts and batches. One-off idle
     (``one_off_idle``) is left out of the phases' overhead unless ``keep_idle``."""
@@ -55,24 +60,31 @@ def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: floa
     dec = [(a, s) for a, v in zip(analyses, views) for s in _steps(v, "decode")]
     if not pre or not dec:
         missing = "prefill" if not pre else "decode"
-        raise TracekitError(f"plan needs prefill and decode steps (in one trace or across several); the traces hold "
-                            f"no {missing} step")
+        raise TracekitError(
+            f"plan needs prefill and decode steps (in one trace or across several); the traces hold no {missing} step"
+        )
     a0 = analyses[0]
     mixed = sum(bool(s.get("mixed_part")) for _, s in pre + dec)
     devices = {a.device.get("spec") or a.device.get("name") for a in analyses}
     if len(devices) > 1:
-        raise TracekitError(f"the traces ran on different GPUs ({', '.join(sorted(map(str, devices)))}); "
-                            "pass --gpu NAME to project them all onto one")
+        raise TracekitError(
+            f"the traces ran on different GPUs ({', '.join(sorted(map(str, devices)))}); "
+            "pass --gpu NAME to project them all onto one"
+        )
     peaks = a0.device.get("peak_flops") or {}
     bw = a0.device.get("peak_bandwidth")
     if not (peaks and bw):
-        raise TracekitError(f"plan needs the device's peaks, and {a0.device.get('name')} has none "
-                            f"({a0.device.get('reason') or 'no spec row'}); pass --gpu NAME")
+        raise TracekitError(
+            f"plan needs the device's peaks, and {a0.device.get('name')} has none "
+            f"({a0.device.get('reason') or 'no spec row'}); pass --gpu NAME"
+        )
     tp = int((a0.model or {}).get("tp") or 1)
     notes: list[str] = []
     if mixed:
-        notes.append(f"{mixed} part{'s' if mixed != 1 else ''} of mixed steps counted by their split (each side's "
-                     "share of the step's GPU time, duration and idle)")
+        notes.append(
+            f"{mixed} part{'s' if mixed != 1 else ''} of mixed steps counted by their split (each side's "
+            "share of the step's GPU time, duration and idle)"
+        )
     kvb = kv_bytes or (1.0 if str((a0.model or {}).get("kv_cache_dtype") or "").startswith("fp8") else 2.0)
 
     def peak(dtype: str, unit: str) -> float | None:
@@ -125,8 +137,10 @@ def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: floa
             def decode_s(b: float, ctx: float) -> float:
                 return over_d + mean_busy
 
-            notes.append("without a model the decode step time is taken as the measured one at every batch; "
-                         "pass --model NAME to scale it")
+            notes.append(
+                "without a model the decode step time is taken as the measured one at every batch; "
+                "pass --model NAME to scale it"
+            )
         else:
             f = peak("bf16", "matrix")
             per_req_flops = float((flops_d / b_d).mean())
@@ -136,24 +150,42 @@ def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: floa
             def decode_s(b: float, ctx: float) -> float:
                 return over_d + eff_d * max(per_req_flops * b / f, fixed_bytes / bw)
 
-            notes.append("without a model decode FLOPs scale with the batch and its bytes stay as measured (the KV "
-                         "cache's growth is not modelled); pass --model NAME")
-        notes.append("without a model prefill time scales linearly with the prompt (attention's quadratic part is "
-                     "not modelled)")
+            notes.append(
+                "without a model decode FLOPs scale with the batch and its bytes stay as measured (the KV "
+                "cache's growth is not modelled); pass --model NAME"
+            )
+        notes.append(
+            "without a model prefill time scales linearly with the prompt (attention's quadratic part is not modelled)"
+        )
         basis["fit"] = "measured time per prompt token (prefill) and the measured decode steps"
         kv_tok = weights = None
-    one_off = {phase: one_off_idle([s for _, s in steps], phase, _sync_sources(views, phase))
-               for phase, steps in (("prefill", pre), ("decode", dec))}
-    left_out = {phase: ([0.0] * len(steps) if keep_idle or not one_off[phase]["excluded"] else one_off[phase]["per_step_ms"])
-                for phase, steps in (("prefill", pre), ("decode", dec))}
+    one_off = {
+        phase: one_off_idle([s for _, s in steps], phase, _sync_sources(views, phase))
+        for phase, steps in (("prefill", pre), ("decode", dec))
+    }
+    left_out = {
+        phase: ([0.0] * len(steps) if keep_idle or not one_off[phase]["excluded"] else one_off[phase]["per_step_ms"])
+        for phase, steps in (("prefill", pre), ("decode", dec))
+    }
     over_p = _overhead(pre, left_out["prefill"])
     over_d = _overhead(dec, left_out["decode"])
     # Busy time over roofline time: how much slower than the roof the measured steps ran.
-    basis.update({"prefill_steps": len(pre), "decode_steps": len(dec), "prefill_busy_over_roofline": eff_p,
-                  "decode_busy_over_roofline": eff_d, "prefill_overhead_ms": over_p * 1e3,
-                  "decode_overhead_ms": over_d * 1e3, "keep_idle": keep_idle,
-                  "one_off_idle": [{k: v for k, v in one_off[p].items() if k != "per_step_ms"}
-                                   for p in ("prefill", "decode") if one_off[p]["steps"]]})
+    basis.update(
+        {
+            "prefill_steps": len(pre),
+            "decode_steps": len(dec),
+            "prefill_busy_over_roofline": eff_p,
+            "decode_busy_over_roofline": eff_d,
+            "prefill_overhead_ms": over_p * 1e3,
+            "decode_overhead_ms": over_d * 1e3,
+            "keep_idle": keep_idle,
+            "one_off_idle": [
+                {k: v for k, v in one_off[p].items() if k != "per_step_ms"}
+                for p in ("prefill", "decode")
+                if one_off[p]["steps"]
+            ],
+        }
+    )
     for phase in ("prefill", "decode"):
         if one_off[phase]["steps"]:
             notes.append(_one_off_note(one_off[phase], keep_idle))
@@ -165,21 +197,36 @@ def fit_costs(analyses: list[Analysis], model: ModelSpec | None, memory_gb: floa
                 for k, v in (s.get("idle_by_cause") or {}).items():
                     causes[k] = causes.get(k, 0.0) + v
             top = max(causes, key=causes.get) if causes and max(causes.values()) > 0 else None
-            notes.append(f"the measured {phase} steps spend {fmt.ms(over * 1e3)} each outside GPU work "
-                         f"({fmt.ms(busy * 1e3)} busy){f', mostly GPU idle caused by {top}' if top else ''}; the plan "
-                         "keeps it (tracekit report names what it is)")
+            notes.append(
+                f"the measured {phase} steps spend {fmt.ms(over * 1e3)} each outside GPU work "
+                f"({fmt.ms(busy * 1e3)} busy){f', mostly GPU idle caused by {top}' if top else ''}; the plan "
+                "keeps it (tracekit report names what it is)"
+            )
     memory = memory_gb * 1e9 * tp if memory_gb else None
     if memory is None:
-        notes.append(f"{a0.device.get('spec') or a0.device.get('name')}'s memory is unknown: the KV cache is not "
-                     "checked against it")
-    return PhaseCosts(prefill_s, decode_s, str(a0.device.get("spec") or a0.device.get("name")), tp, kv_tok, weights,
-                      memory, basis, notes)
+        notes.append(
+            f"{a0.device.get('spec') or a0.device.get('name')}'s memory is unknown: the KV cache is not "
+            "checked against it"
+        )
+    return PhaseCosts(
+        prefill_s,
+        decode_s,
+        str(a0.device.get("spec") or a0.device.get("name")),
+        tp,
+        kv_tok,
+        weights,
+        memory,
+        basis,
+        notes,
+    )
 
 
 def _overhead(steps: list[tuple[Analysis, dict]], left_out_ms: list[float]) -> float:
     """Mean seconds per step outside GPU busy, less each step's one-off idle."""
-    return float(np.mean([max(s["duration_ms"] - s["gpu_busy_ms"] - x, 0.0)
-                          for (_, s), x in zip(steps, left_out_ms)])) / 1e3
+    return (
+        float(np.mean([max(s["duration_ms"] - s["gpu_busy_ms"] - x, 0.0) for (_, s), x in zip(steps, left_out_ms)]))
+        / 1e3
+    )
 
 
 def one_off_idle(steps: list[dict[str, Any]], phase: str, sources: list[dict] | None = None) -> dict[str, Any]:
@@ -211,20 +258,37 @@ def one_off_idle(steps: list[dict[str, Any]], phase: str, sources: list[dict] | 
     if not shown:
         reason = None
     elif excluded:
-        among = (f"the run holds one {phase} step, so nothing shows it recurring" if n == 1 else
-                 f"{n - shown} of the {n} {phase} steps do not show it")
-        reason = (f"the GPU ran none of the {fmt.ms(busy)} of kernels of the step{'s' if shown != 1 else ''} meanwhile, "
-                  "and a synchronous copy of a step's inputs blocks for microseconds, so it waited on something "
-                  f"else; {among}")
+        among = (
+            f"the run holds one {phase} step, so nothing shows it recurring"
+            if n == 1
+            else f"{n - shown} of the {n} {phase} steps do not show it"
+        )
+        reason = (
+            f"the GPU ran none of the {fmt.ms(busy)} of kernels of the step{'s' if shown != 1 else ''} meanwhile, "
+            "and a synchronous copy of a step's inputs blocks for microseconds, so it waited on something "
+            f"else; {among}"
+        )
     else:
-        reason = (f"{shown} of the {n} {phase} steps block in sync for over half their GPU work: it recurs, so it is "
-                  "per-step work")
+        reason = (
+            f"{shown} of the {n} {phase} steps block in sync for over half their GPU work: it recurs, so it is "
+            "per-step work"
+        )
     top = max((r for r in sources or [] if r.get("cause") == "sync"), key=lambda r: r.get("ms") or 0.0, default=None)
     frames = [f for f in (top or {}).get("stack") or [] if ".py(" in f]
-    return {"phase": phase, "steps": shown, "of_steps": n, "cause": "sync", "ms": float(sum(per_step)),
-            "busy_ms": float(busy), "per_step_ms": per_step if excluded else [0.0] * n, "excluded": excluded,
-            "reason": reason, "call": (top or {}).get("call"), "op": (top or {}).get("op"),
-            "frame": frames[-1] if frames else None}
+    return {
+        "phase": phase,
+        "steps": shown,
+        "of_steps": n,
+        "cause": "sync",
+        "ms": float(sum(per_step)),
+        "busy_ms": float(busy),
+        "per_step_ms": per_step if excluded else [0.0] * n,
+        "excluded": excluded,
+        "reason": reason,
+        "call": (top or {}).get("call"),
+        "op": (top or {}).get("op"),
+        "frame": frames[-1] if frames else None,
+    }
 
 
 def _part(s: dict[str, Any]) -> float:
@@ -242,7 +306,9 @@ def _one_off_note(o: dict[str, Any], keep_idle: bool) -> str:
     """One sentence: the one-off idle of a phase, how large, where, and whether the plan keeps it."""
     where = ", ".join(x for x in (o["op"], o["frame"]) if x)
     call = o["call"] or "a synchronising call"
-    steps = f"the {o['phase']} step's" if o["of_steps"] == 1 else f"{o['steps']} of the {o['of_steps']} {o['phase']} steps'"
+    steps = (
+        f"the {o['phase']} step's" if o["of_steps"] == 1 else f"{o['steps']} of the {o['of_steps']} {o['phase']} steps'"
+    )
     head = f"{steps} {fmt.ms(o['ms'])} of GPU idle blocked in {call}{f' ({where})' if where else ''} (idle cause sync)"
     if not o["excluded"]:
         return f"{head} is kept in the {o['phase']} cost: {o['reason']}"
@@ -266,13 +332,24 @@ def _steps(view: dict[str, Any], phase: str) -> list[dict[str, Any]]:
             side = s["split"][phase]
             frac = side["gpu_ms"] / s["gpu_busy_ms"]
             other = "decode" if phase == "prefill" else "prefill"
-            out.append({**s, "phase": phase, "mixed_part": True, "gpu_busy_ms": side["gpu_ms"],
-                        "whole_duration_ms": s["duration_ms"],
-                        "duration_ms": s["duration_ms"] * frac, "gpu_idle_ms": s["gpu_idle_ms"] * frac,
-                        "idle_by_cause": {k: v * frac for k, v in (s.get("idle_by_cause") or {}).items()},
-                        "tokens": side.get("tokens"), "batch": side.get("requests"),
-                        phase: {k: v for k, v in side.items() if k != "gpu_ms"}, other: None,
-                        "flops": None, "bytes": None})
+            out.append(
+                {
+                    **s,
+                    "phase": phase,
+                    "mixed_part": True,
+                    "gpu_busy_ms": side["gpu_ms"],
+                    "whole_duration_ms": s["duration_ms"],
+                    "duration_ms": s["duration_ms"] * frac,
+                    "gpu_idle_ms": s["gpu_idle_ms"] * frac,
+                    "idle_by_cause": {k: v * frac for k, v in (s.get("idle_by_cause") or {}).items()},
+                    "tokens": side.get("tokens"),
+                    "batch": side.get("requests"),
+                    phase: {k: v for k, v in side.items() if k != "gpu_ms"},
+                    other: None,
+                    "flops": None,
+                    "bytes": None,
+                }
+            )
     return out
 
 
@@ -299,7 +376,7 @@ def _decode_side(s: dict, a: Analysis) -> Side:
     b = _batch(s)
     kv = side.get("kv_tokens")
     if not kv:
-        work = ((a.workload or {}).get("workload") or {})
+        work = (a.workload or {}).get("workload") or {}
         ctx = (work.get("prompt_len") or 0) + (work.get("new_tokens") or 0) / 2
         kv = b * ctx if ctx else b
     return Side(b, b, float(kv), float(kv), b)

@@ -97,8 +97,11 @@ class Learnt:
 
     def describe(self) -> str:
         where = f" ({os.path.basename(self.path)})" if self.path else ""
-        pairs = "; ".join(f"{p['source'].get('device') or p['source'].get('spec_key')} -> "
-                          f"{p['target'].get('device') or p['target'].get('spec_key')}" for p in self.pairs)
+        pairs = "; ".join(
+            f"{p['source'].get('device') or p['source'].get('spec_key')} -> "
+            f"{p['target'].get('device') or p['target'].get('spec_key')}"
+            for p in self.pairs
+        )
         return f"learnt from {len(self.pairs)} checked pair{'s' if len(self.pairs) != 1 else ''}{where}: {pairs}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,8 +123,10 @@ def fractions_of(work, spec: GpuSpec) -> dict[str, dict[str, dict[str, float]]]:
     rf = work["roof_fraction"].to_numpy(dtype=float)
     dur = work["dur_ns"].to_numpy(dtype=float) / 1e6
     bound_ = work["bound"].astype(str).to_numpy()
-    cats = [factors.unit_category(c, p) for c, p in zip(work["category"].astype(str).to_numpy(),
-                                                          work["phase"].astype(str).to_numpy())]
+    cats = [
+        factors.unit_category(c, p)
+        for c, p in zip(work["category"].astype(str).to_numpy(), work["phase"].astype(str).to_numpy())
+    ]
     out: dict[str, dict[str, dict[str, float]]] = {}
     for i in np.flatnonzero(np.isfinite(rf) & (rf > 0) & (dur > 0) & np.isin(bound_, list(_SIDES))).tolist():
         if cats[i] == "communication":
@@ -170,9 +175,13 @@ def from_check(projection, measured, ranks: int) -> Learnt:
             t["bound_ms"] += e["bound_ms"]
             t["measured_ms"] += e["measured_ms"]
     s, m = projection.source, measured
-    pair = {"source": _side(src_spec, s.device.get("spec_key"), s.source.get("path"), s.device.get("name")),
-            "target": _side(tgt_spec, m.device.get("spec_key"), m.source.get("path"), m.device.get("name")),
-            "categories": _categories(projection, measured), "fractions": fr, "collectives": co}
+    pair = {
+        "source": _side(src_spec, s.device.get("spec_key"), s.source.get("path"), s.device.get("name")),
+        "target": _side(tgt_spec, m.device.get("spec_key"), m.source.get("path"), m.device.get("name")),
+        "categories": _categories(projection, measured),
+        "fractions": fr,
+        "collectives": co,
+    }
     return Learnt((pair,))
 
 
@@ -185,8 +194,9 @@ def _categories(projection, measured) -> dict[str, dict[str, float]]:
     for c, v in zip(rp.categories.tolist(), central.tolist()):
         out.setdefault(str(c), {"projected_ms": 0.0, "measured_ms": 0.0})["projected_ms"] += v / 1e6
     w = measured.work
-    for c, p, d in zip(w["category"].astype(str).to_numpy(), w["phase"].astype(str).to_numpy(),
-                       w["dur_ns"].to_numpy(dtype=float)):
+    for c, p, d in zip(
+        w["category"].astype(str).to_numpy(), w["phase"].astype(str).to_numpy(), w["dur_ns"].to_numpy(dtype=float)
+    ):
         out.setdefault(factors.unit_category(c, p), {"projected_ms": 0.0, "measured_ms": 0.0})["measured_ms"] += d / 1e6
     return out
 
@@ -208,8 +218,10 @@ def load(path: str) -> Learnt:
         raise TracekitError(f"factors file {path} is not JSON: {e}") from None
     problem = _problem(data)
     if problem:
-        raise TracekitError(f"factors file {path} is not a tracekit factors file ({FORMAT} version {VERSION}, "
-                            f"written by tracekit project --check TARGET --save-factors FILE): {problem}")
+        raise TracekitError(
+            f"factors file {path} is not a tracekit factors file ({FORMAT} version {VERSION}, "
+            f"written by tracekit project --check TARGET --save-factors FILE): {problem}"
+        )
     return Learnt(tuple(data["pairs"]), path)
 
 
@@ -235,16 +247,27 @@ def _problem(data) -> str | None:
                 if cat not in factors.FACTOR_CATEGORIES or not isinstance(sides, dict):
                     return f"pair {i} names an unknown category {cat!r}"
                 for side, e in sides.items():
-                    if side not in factors.SIDES or not isinstance(e, dict) or not (
-                            _number(e.get("roof_ms")) and _number(e.get("kernel_ms"))):
+                    if (
+                        side not in factors.SIDES
+                        or not isinstance(e, dict)
+                        or not (_number(e.get("roof_ms")) and _number(e.get("kernel_ms")))
+                    ):
                         return f"pair {i} {cls}.{cat}.{side} needs roof_ms and kernel_ms >= 0"
         for cat, e in (p.get("categories") or {}).items():
-            if cat not in factors.FACTOR_CATEGORIES or not isinstance(e, dict) or not (
-                    _number(e.get("projected_ms")) and _number(e.get("measured_ms"))):
+            if (
+                cat not in factors.FACTOR_CATEGORIES
+                or not isinstance(e, dict)
+                or not (_number(e.get("projected_ms")) and _number(e.get("measured_ms")))
+            ):
                 return f"pair {i} category {cat!r} needs projected_ms and measured_ms >= 0"
         for cls, kinds in (p.get("collectives") or {}).items():
-            if cls not in known or not isinstance(kinds, dict) or not all(
+            if (
+                cls not in known
+                or not isinstance(kinds, dict)
+                or not all(
                     isinstance(e, dict) and _number(e.get("bound_ms")) and _number(e.get("measured_ms"))
-                    for e in kinds.values()):
+                    for e in kinds.values()
+                )
+            ):
                 return f"pair {i} collectives of {cls!r} need bound_ms and measured_ms >= 0"
     return None

@@ -130,25 +130,42 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         c, d = self.costs, self.demand
-        return json_safe({
-            "schema_version": SCHEMA_VERSION,
-            "kind": KIND,
-            "inputs": {**self.inputs, "isl": d.isl, "osl": d.osl, "rate": d.rate, "ttft_slo_ms": self.slo.ttft_s * 1e3,
-                       "tpot_slo_ms": self.slo.tpot_s * 1e3,
-                       "kv_link_gbps": None if self.kv_link is None else self.kv_link / 1e9},
-            "costs": {"device": c.device, "tp": c.tp, "prefill_ms_at_isl": c.prefill_s(d.isl) * 1e3,
-                      "decode_step_ms_batch1": c.decode_s(1, d.context) * 1e3,
-                      "kv_bytes_per_token": c.kv_bytes_per_token, "weights_bytes": c.weights_bytes,
-                      "memory_bytes": c.memory_bytes, **c.basis},
-            "demand": {"requests_per_s": d.rate, "prefill_tokens_per_s": d.rate * d.isl,
-                       "decode_tokens_per_s": d.rate * d.osl},
-            "options": [o.to_dict() for o in self.options],
-            "recommended": self.recommended,
-            "why": self.why,
-            "missing": self.missing,
-            "notes": list(c.notes),
-            "method": __doc__.split("\n\n", 1)[1].strip(),
-        })
+        return json_safe(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "kind": KIND,
+                "inputs": {
+                    **self.inputs,
+                    "isl": d.isl,
+                    "osl": d.osl,
+                    "rate": d.rate,
+                    "ttft_slo_ms": self.slo.ttft_s * 1e3,
+                    "tpot_slo_ms": self.slo.tpot_s * 1e3,
+                    "kv_link_gbps": None if self.kv_link is None else self.kv_link / 1e9,
+                },
+                "costs": {
+                    "device": c.device,
+                    "tp": c.tp,
+                    "prefill_ms_at_isl": c.prefill_s(d.isl) * 1e3,
+                    "decode_step_ms_batch1": c.decode_s(1, d.context) * 1e3,
+                    "kv_bytes_per_token": c.kv_bytes_per_token,
+                    "weights_bytes": c.weights_bytes,
+                    "memory_bytes": c.memory_bytes,
+                    **c.basis,
+                },
+                "demand": {
+                    "requests_per_s": d.rate,
+                    "prefill_tokens_per_s": d.rate * d.isl,
+                    "decode_tokens_per_s": d.rate * d.osl,
+                },
+                "options": [o.to_dict() for o in self.options],
+                "recommended": self.recommended,
+                "why": self.why,
+                "missing": self.missing,
+                "notes": list(c.notes),
+                "method": __doc__.split("\n\n", 1)[1].strip(),
+            }
+        )
 
 
 # --- the serving model ---------------------------------------------------------------
@@ -208,8 +225,9 @@ def evaluate(name: str, c: PhaseCosts, d: Demand, slo: Slo, x: int, y: int, kv_l
         transfer = d.isl * c.kv_bytes_per_token / kv_link
     ttft = tpot = batch = None
     if rho >= 1:
-        reasons.append(f"prefill is over capacity: {fmt.num(d.rate / x)} requests/s per replica, each taking "
-                       f"{fmt.ms(s * 1e3)}")
+        reasons.append(
+            f"prefill is over capacity: {fmt.num(d.rate / x)} requests/s per replica, each taking {fmt.ms(s * 1e3)}"
+        )
     if name == "colocated":
         if rho < 1:
             tpot, batch = _tpot(c, d, d.rate / x, 1 - rho)
@@ -224,22 +242,37 @@ def evaluate(name: str, c: PhaseCosts, d: Demand, slo: Slo, x: int, y: int, kv_l
         if tpot is None:
             reasons.append("decode is over capacity")
     if batch is not None and batch > _max_batch(c, d):
-        reasons.append(f"the KV cache of {fmt.num(batch)} requests x {d.isl + d.osl} tokens per decode replica does not fit "
-                       f"beside the weights in {MEMORY_USE:.0%} of its memory")
+        reasons.append(
+            f"the KV cache of {fmt.num(batch)} requests x {d.isl + d.osl} tokens per decode replica does not fit "
+            f"beside the weights in {MEMORY_USE:.0%} of its memory"
+        )
     if ttft is not None and ttft > slo.ttft_s:
         reasons.append(f"TTFT {fmt.ms(ttft * 1e3)} is over the SLO of {fmt.ms(slo.ttft_s * 1e3)}")
     if tpot is not None and tpot > slo.tpot_s:
         reasons.append(f"TPOT {fmt.ms(tpot * 1e3)} is over the SLO of {fmt.ms(slo.tpot_s * 1e3)}")
     decode_reps = x if name == "colocated" else y
-    return Option(name, x, decode_reps, c.tp, ttft, tpot, batch, x * d.isl / s,
-                  decode_reps * _decode_capacity(c, d, slo.tpot_s), not reasons, reasons)
+    return Option(
+        name,
+        x,
+        decode_reps,
+        c.tp,
+        ttft,
+        tpot,
+        batch,
+        x * d.isl / s,
+        decode_reps * _decode_capacity(c, d, slo.tpot_s),
+        not reasons,
+        reasons,
+    )
 
 
 def _goodput(o: Option, c: PhaseCosts, d: Demand, slo: Slo, kv_link: float | None) -> float:
     """Output tokens/s per GPU at the highest request rate the option serves within the SLOs."""
+
     def meets(rate: float) -> bool:
-        return evaluate(o.name, c, Demand(rate, d.isl, d.osl), slo, o.prefill_replicas, o.decode_replicas,
-                        kv_link).meets_slo
+        return evaluate(
+            o.name, c, Demand(rate, d.isl, d.osl), slo, o.prefill_replicas, o.decode_replicas, kv_link
+        ).meets_slo
 
     hi = max(o.prefill_capacity / d.isl, 1e-9)
     if not meets(1e-9 * hi):
@@ -251,8 +284,15 @@ def _goodput(o: Option, c: PhaseCosts, d: Demand, slo: Slo, kv_link: float | Non
     return lo * d.osl / o.total_gpus
 
 
-def plan(c: PhaseCosts, d: Demand, slo: Slo, *, max_gpus: int = MAX_GPUS, kv_link: float | None = None,
-         inputs: dict[str, Any] | None = None) -> Plan:
+def plan(
+    c: PhaseCosts,
+    d: Demand,
+    slo: Slo,
+    *,
+    max_gpus: int = MAX_GPUS,
+    kv_link: float | None = None,
+    inputs: dict[str, Any] | None = None,
+) -> Plan:
     """Size a colocated and a disaggregated deployment; recommend the cheapest that meets the SLOs."""
     if d.rate <= 0 or d.isl <= 0 or d.osl <= 0:
         raise TracekitError("--rate, --isl and --osl must be positive")
@@ -284,8 +324,17 @@ def plan(c: PhaseCosts, d: Demand, slo: Slo, *, max_gpus: int = MAX_GPUS, kv_lin
         o.goodput_per_gpu = _goodput(o, c, d, slo, kv_link) if o.meets_slo else 0.0
     meeting = [o for o in options if o.meets_slo]
     rec = min(meeting, key=lambda o: (o.total_gpus, -o.goodput_per_gpu, o.name != "colocated")) if meeting else None
-    return Plan(c, d, slo, options, rec.name if rec else None, _why(rec, options, max_gpus),
-                [] if rec else _missing(c, d, slo, options, max_gpus), inputs or {}, kv_link)
+    return Plan(
+        c,
+        d,
+        slo,
+        options,
+        rec.name if rec else None,
+        _why(rec, options, max_gpus),
+        [] if rec else _missing(c, d, slo, options, max_gpus),
+        inputs or {},
+        kv_link,
+    )
 
 
 def _shortfall(o: Option, slo: Slo) -> tuple[int, float]:
@@ -307,12 +356,16 @@ def _why(rec: Option | None, options: list[Option], max_gpus: int) -> str:
         if o is rec:
             continue
         if o.meets_slo and o.total_gpus == rec.total_gpus:
-            text += (f"; {o.name} needs as many, with less goodput per GPU ({fmt.num(o.goodput_per_gpu)} against "
-                     f"{fmt.num(rec.goodput_per_gpu)} output tokens/s)")
+            text += (
+                f"; {o.name} needs as many, with less goodput per GPU ({fmt.num(o.goodput_per_gpu)} against "
+                f"{fmt.num(rec.goodput_per_gpu)} output tokens/s)"
+            )
         elif o.meets_slo:
             text += f"; {o.name} needs {o.total_gpus}" + (
-                " (prefills interleaved with decode steps take decode's time)" if o.name == "colocated" else
-                " (prefill and decode each need their own replicas)")
+                " (prefills interleaved with decode steps take decode's time)"
+                if o.name == "colocated"
+                else " (prefill and decode each need their own replicas)"
+            )
         else:
             text += f"; {o.name} does not meet them within --max-gpus {max_gpus} ({o.reasons[0]})"
     return text + "."
@@ -323,16 +376,22 @@ def _missing(c: PhaseCosts, d: Demand, slo: Slo, options: list[Option], max_gpus
     out = []
     s = c.prefill_s(d.isl)
     if s > slo.ttft_s:
-        out.append(f"a prefill of {fmt.count(d.isl)} tokens alone takes {fmt.ms(s * 1e3)} on {c.device}, over the TTFT SLO of "
-                   f"{fmt.ms(slo.ttft_s * 1e3)}: a faster GPU (tracekit project), more tensor parallelism or shorter "
-                   "prompts")
+        out.append(
+            f"a prefill of {fmt.count(d.isl)} tokens alone takes {fmt.ms(s * 1e3)} on {c.device}, over the TTFT SLO of "
+            f"{fmt.ms(slo.ttft_s * 1e3)}: a faster GPU (tracekit project), more tensor parallelism or shorter "
+            "prompts"
+        )
     t1 = c.decode_s(1, d.context)
     if t1 > slo.tpot_s:
-        out.append(f"a decode step of one request at {fmt.count(round(d.context))} tokens of context takes {fmt.ms(t1 * 1e3)} on "
-                   f"{c.device}, over the TPOT SLO of {fmt.ms(slo.tpot_s * 1e3)}")
+        out.append(
+            f"a decode step of one request at {fmt.count(round(d.context))} tokens of context takes {fmt.ms(t1 * 1e3)} on "
+            f"{c.device}, over the TPOT SLO of {fmt.ms(slo.tpot_s * 1e3)}"
+        )
     if _max_batch(c, d) < 1:
         out.append("the weights leave no room for one request's KV cache on a replica")
     if not out:
-        out.append(f"the demand ({fmt.num(d.rate)} requests/s) needs more than --max-gpus {max_gpus}: "
-                   + "; ".join(f"{o.name}: {o.reasons[0]}" for o in options if o.reasons))
+        out.append(
+            f"the demand ({fmt.num(d.rate)} requests/s) needs more than --max-gpus {max_gpus}: "
+            + "; ".join(f"{o.name}: {o.reasons[0]}" for o in options if o.reasons)
+        )
     return out

@@ -53,8 +53,8 @@ from tracekit.analysis import categorical
 from tracekit.analysis.analyze import Parts, assemble, measure
 from tracekit.analysis.model import Analysis, json_safe
 from tracekit.analysis.pricing.above_roof import AT_ROOF_CHECKS
-from tracekit.analysis.replay import changes as ch
 from tracekit.analysis.pricing.roofline import COMPUTE, LATENCY, MEMORY, latency_fits, limiter, roofline_columns
+from tracekit.analysis.replay import changes as ch
 from tracekit.analysis.steps.mixed import retimed
 from tracekit.analysis.truncation import gpu_events_lost
 from tracekit.analysis.waiting.host import Coverage
@@ -119,31 +119,44 @@ class Projection:
         where = f"projected from {self.source.device.get('name') or 'the measured GPU'} onto {self.target.name}"
         if not parts:
             return f"{where}: no phase has a projected range"
-        return (f"{where}: " + "; ".join(parts) + " — the central estimate is used; the range is the category "
-                "factors' spread and the time of unknown cost")
+        return (
+            f"{where}: " + "; ".join(parts) + " — the central estimate is used; the range is the category "
+            "factors' spread and the time of unknown cost"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         src = self.source.device
-        return json_safe({
-            "schema_version": SCHEMA_VERSION,
-            "kind": KIND,
-            "source": {"trace": self.source.source.get("path"), "name": self.source.source.get("name"),
-                       "device": src.get("name"), "spec": src.get("spec"), "spec_key": src.get("spec_key"),
-                       "phase_source": self.source.phase_source, "model": (self.source.model or {}).get("name")},
-            "target": {"spec": self.target.name, "spec_key": self.target.key, "peak_basis": self.target.peak_basis,
-                       "peak_bandwidth": self.target.peak_bandwidth,
-                       "achievable_bandwidth": self.target.achievable_bandwidth,
-                       "interconnect_bandwidth": self.target.interconnect_bandwidth,
-                       "peak_flops": {"matrix": dict(self.target.matrix_flops),
-                                      "vector": dict(self.target.vector_flops)}},
-            "method": METHOD,
-            "factors": self.factors,
-            "phases": self.phases,
-            "headline": self.headline,
-            "notes": self.notes,
-            "measured": self.source.to_dict(),
-            "projected": self.projected["central"].to_dict(),
-        })
+        return json_safe(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "kind": KIND,
+                "source": {
+                    "trace": self.source.source.get("path"),
+                    "name": self.source.source.get("name"),
+                    "device": src.get("name"),
+                    "spec": src.get("spec"),
+                    "spec_key": src.get("spec_key"),
+                    "phase_source": self.source.phase_source,
+                    "model": (self.source.model or {}).get("name"),
+                },
+                "target": {
+                    "spec": self.target.name,
+                    "spec_key": self.target.key,
+                    "peak_basis": self.target.peak_basis,
+                    "peak_bandwidth": self.target.peak_bandwidth,
+                    "achievable_bandwidth": self.target.achievable_bandwidth,
+                    "interconnect_bandwidth": self.target.interconnect_bandwidth,
+                    "peak_flops": {"matrix": dict(self.target.matrix_flops), "vector": dict(self.target.vector_flops)},
+                },
+                "method": METHOD,
+                "factors": self.factors,
+                "phases": self.phases,
+                "headline": self.headline,
+                "notes": self.notes,
+                "measured": self.source.to_dict(),
+                "projected": self.projected["central"].to_dict(),
+            }
+        )
 
 
 def project(trace: Trace, to: str | GpuSpec, *, learnt=None, **options) -> Projection:
@@ -152,22 +165,36 @@ def project(trace: Trace, to: str | GpuSpec, *, learnt=None, **options) -> Proje
     target = to if isinstance(to, GpuSpec) else spec_by_name(to)
     parts, match = measure(trace, **options)
     source = assemble(trace, parts, match)
-    return project_parts(trace, parts, match, source, target, ranks=choose_tp(trace, options.get("tp"))[0],
-                         learnt=learnt)
+    return project_parts(
+        trace, parts, match, source, target, ranks=choose_tp(trace, options.get("tp"))[0], learnt=learnt
+    )
 
 
-def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis, target: GpuSpec, *,
-                  ranks: int | None = None, learnt=None) -> Projection:
+def project_parts(
+    trace: Trace,
+    parts: Parts,
+    match: SpecMatch,
+    source: Analysis,
+    target: GpuSpec,
+    *,
+    ranks: int | None = None,
+    learnt=None,
+) -> Projection:
     if parts.seg.device_type != "gpu" and gpu_events_lost(trace):
-        raise TracekitError("cannot project this trace: it was cut before its GPU events, so no GPU work survives "
-                            "to project")
+        raise TracekitError(
+            "cannot project this trace: it was cut before its GPU events, so no GPU work survives to project"
+        )
     if match.spec is None:
-        raise TracekitError("cannot project: the measured GPU has no spec row, so how close its kernels came to its "
-                            f"roof is unknown ({match.reason or 'no peaks'}); pass --gpu NAME for it")
+        raise TracekitError(
+            "cannot project: the measured GPU has no spec row, so how close its kernels came to its "
+            f"roof is unknown ({match.reason or 'no peaks'}); pass --gpu NAME for it"
+        )
     if parts.seg.device_type != "gpu" and not is_cpu(target):
         # CPU ops re-price on another CPU's measured ceilings (the same roofline), not on a GPU's.
-        raise TracekitError("cannot project a CPU-only trace onto a GPU: its work is CPU ops, not kernels "
-                            "(it projects onto a CPU: --to a spec file with vendor CPU)")
+        raise TracekitError(
+            "cannot project a CPU-only trace onto a GPU: its work is CPU ops, not kernels "
+            "(it projects onto a CPU: --to a spec file with vendor CPU)"
+        )
     notes: list[str] = []
     # The group the collectives ran in: the run's tensor-parallel degree, as pricing took it.
     ranks = ranks if ranks is not None else choose_tp(trace, None)[0]
@@ -179,9 +206,13 @@ def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis
         dur = getattr(rp, estimate)
         new_parts = _projected_parts(trace, parts, dur, target, _replayed_steps(source, dur, target), ranks)
         how = f"projected from {measured} ({estimate} estimate): tracekit project --to {target.key}"
-        projected[estimate] = assemble(trace, new_parts, SpecMatch(target, how, None),
-                                       device_name=f"{target.name} (projected from {measured})",
-                                       with_timelines=False)
+        projected[estimate] = assemble(
+            trace,
+            new_parts,
+            SpecMatch(target, how, None),
+            device_name=f"{target.name} (projected from {measured})",
+            with_timelines=False,
+        )
     # The name compare and plan read the central projection by (the achievable basis before).
     projected["achievable"] = projected["central"]
     # The central projection with latency-limited kernels kept as measured.
@@ -191,9 +222,13 @@ def project_parts(trace: Trace, parts: Parts, match: SpecMatch, source: Analysis
     summary = _factor_summary(match.spec, target)
     if learnt is not None:
         summary["learnt"] = learnt.describe()
-        notes.append(f"factors learnt from checks replace the table's where they measured both GPUs' classes: "
-                     f"{learnt.describe()}")
-    return Projection(source, target, projected, phases, _headline(source, projected), notes, summary, parts, rp, match.spec)
+        notes.append(
+            f"factors learnt from checks replace the table's where they measured both GPUs' classes: "
+            f"{learnt.describe()}"
+        )
+    return Projection(
+        source, target, projected, phases, _headline(source, projected), notes, summary, parts, rp, match.spec
+    )
 
 
 def is_cpu(spec: GpuSpec) -> bool:
@@ -205,13 +240,24 @@ def _replayed_steps(source: Analysis, dur: np.ndarray, target: GpuSpec) -> np.nd
     """Per step, its duration replayed with every unit at its projected time (None: no replay)."""
     if source.replayer is None:
         return None
-    every = ch.Change(ch.DURATIONS, rows=np.arange(len(dur)), durations=np.round(dur).astype(np.int64),
-                      faster_only=False, label=f"every kernel re-priced on {target.name}")
+    every = ch.Change(
+        ch.DURATIONS,
+        rows=np.arange(len(dur)),
+        durations=np.round(dur).astype(np.int64),
+        faster_only=False,
+        label=f"every kernel re-priced on {target.name}",
+    )
     return source.replayer.run([every]).duration_ns
 
 
-def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpec,
-                     replayed: np.ndarray | None = None, ranks: int | None = None) -> Parts:
+def _projected_parts(
+    trace: Trace,
+    parts: Parts,
+    dur: np.ndarray,
+    target: GpuSpec,
+    replayed: np.ndarray | None = None,
+    ranks: int | None = None,
+) -> Parts:
     """The parts with each unit's projected duration, re-bounded on the target, and each step's
     busy time and duration moved accordingly (``replayed``: the steps' replayed durations)."""
     work = parts.work.copy()
@@ -220,14 +266,35 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
     cols = ["category", "flops", "bytes", "dtype", "unit", "cost_reason", "cost_source", "model_check"]
     table = work[cols].copy()
     text = {c: table[c].to_numpy(dtype=object) for c in ("cost_reason", "dtype", "unit")}
-    roofline_columns(table, target, None, categorical.strings(work["kind"]), work["category"].to_numpy(),
-            work["dur_ns"].to_numpy() / 1e9, text["cost_reason"], text["dtype"], text["unit"], ranks=ranks)
+    roofline_columns(
+        table,
+        target,
+        None,
+        categorical.strings(work["kind"]),
+        work["category"].to_numpy(),
+        work["dur_ns"].to_numpy() / 1e9,
+        text["cost_reason"],
+        text["dtype"],
+        text["unit"],
+        ranks=ranks,
+    )
     rf = table["roof_fraction"].to_numpy()
     fits = latency_fits(work["dur_ns"].to_numpy(), rf, work["ctas"].to_numpy(), target.num_sms)
     at_roof = np.isin(table["model_check"].to_numpy(), AT_ROOF_CHECKS)
     table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), rf, at_roof, fits), index=table.index)
-    for c in ("peak_flops", "peak_bw", "achievable_flops", "achievable_bw", "bound", "bound_reason", "peak_note",
-              "ridge", "roof_fraction", "roof_fraction_achievable", "limiter"):
+    for c in (
+        "peak_flops",
+        "peak_bw",
+        "achievable_flops",
+        "achievable_bw",
+        "bound",
+        "bound_reason",
+        "peak_note",
+        "ridge",
+        "roof_fraction",
+        "roof_fraction_achievable",
+        "limiter",
+    ):
         work[c] = table[c]
     with np.errstate(divide="ignore", invalid="ignore"):
         secs = work["dur_ns"].to_numpy() / 1e9
@@ -243,8 +310,9 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
         else:
             duration = np.maximum(steps["duration_ns"].to_numpy() - saved, _host_floor(trace, steps))
         steps["gpu_busy_ns"] = np.round(busy).astype(np.int64)
-        steps["gpu_end_ns"] = np.where(steps["kernels"] > 0, steps["gpu_end_ns"] - np.round(saved).astype(np.int64),
-                                       steps["gpu_end_ns"])
+        steps["gpu_end_ns"] = np.where(
+            steps["kernels"] > 0, steps["gpu_end_ns"] - np.round(saved).astype(np.int64), steps["gpu_end_ns"]
+        )
         # The window's end moves with the duration: the time on other work before the step's own
         # (previous_ns, unrecorded_ns) is the trace's, and the books check the window holds both.
         steps["end_ns"] = steps["end_ns"] - (steps["duration_ns"].to_numpy() - np.round(duration).astype(np.int64))
@@ -267,10 +335,15 @@ def _projected_parts(trace: Trace, parts: Parts, dur: np.ndarray, target: GpuSpe
                     gaps[c] = gaps[c].to_numpy() * f
             parts = dataclasses.replace(parts, idle=dataclasses.replace(parts.idle, by_step=by_step, gaps=gaps))
         # A split mixed step's parts follow its units' new times and still sum to its busy time.
-        parts = dataclasses.replace(parts, split=retimed(parts.split, work["step"].to_numpy(),
-                                                         work["dur_ns"].to_numpy(), steps["gpu_busy_ns"].to_numpy()))
-    seg = dataclasses.replace(parts.seg, work=parts.seg.work.assign(dur_ns=work["dur_ns"], end_ns=work["end_ns"]),
-                              steps=steps)
+        parts = dataclasses.replace(
+            parts,
+            split=retimed(
+                parts.split, work["step"].to_numpy(), work["dur_ns"].to_numpy(), steps["gpu_busy_ns"].to_numpy()
+            ),
+        )
+    seg = dataclasses.replace(
+        parts.seg, work=parts.seg.work.assign(dur_ns=work["dur_ns"], end_ns=work["end_ns"]), steps=steps
+    )
     return dataclasses.replace(parts, seg=seg, work=work)
 
 
@@ -323,8 +396,9 @@ def _host_floor(trace: Trace, steps: pd.DataFrame) -> np.ndarray:
 # --- figures -------------------------------------------------------------------------
 
 
-def _phase_figures(source: Analysis, projected: dict[str, Analysis], busy_kept: np.ndarray, parts: Parts,
-                   rp: Repriced) -> dict:
+def _phase_figures(
+    source: Analysis, projected: dict[str, Analysis], busy_kept: np.ndarray, parts: Parts, rp: Repriced
+) -> dict:
     out = {}
     lo_hi = lambda vals: [float(min(vals)), float(max(vals))] if all(v is not None for v in vals) else None  # noqa: E731
     weights = _phase_step_weights(parts)
@@ -335,7 +409,10 @@ def _phase_figures(source: Analysis, projected: dict[str, Analysis], busy_kept: 
         in_phase = (parts.work["phase"] == phase).to_numpy()
         w = parts.work[in_phase]
         lim = w.groupby("limiter", observed=True)["dur_ns"].sum() / 1e6
-        step_ms = lambda a: _mean_step(a, phase)  # noqa: E731
+
+        def step_ms(a, phase: str = phase) -> float | None:
+            return _mean_step(a, phase)
+
         kernel_ms = dur[in_phase].sum() / 1e6
         unknown_ms = float(dur[in_phase & rp.unknown].sum() / 1e6)
         busy = lo_hi([pp[e].get("gpu_busy_ms") for e in ends])
@@ -369,12 +446,25 @@ def _phase_figures(source: Analysis, projected: dict[str, Analysis], busy_kept: 
 
 
 def _by_category(w: pd.DataFrame, rp: Repriced, in_phase: np.ndarray) -> dict[str, dict[str, Any]]:
-    frame = pd.DataFrame({"c": w["category"].astype(str).to_numpy(), "m": w["dur_ns"].to_numpy(dtype=float),
-                          "p": rp.central[in_phase], "lo": rp.low[in_phase], "hi": rp.high[in_phase]})
+    frame = pd.DataFrame(
+        {
+            "c": w["category"].astype(str).to_numpy(),
+            "m": w["dur_ns"].to_numpy(dtype=float),
+            "p": rp.central[in_phase],
+            "lo": rp.low[in_phase],
+            "hi": rp.high[in_phase],
+        }
+    )
     sums = frame.groupby("c").sum() / 1e6
-    return {str(c): {"measured_ms": float(r.m), "projected_ms": float(r.p), "range_ms": [float(r.lo), float(r.hi)],
-                     "factor_category": factors.factor_category(c)}
-            for c, r in sums.sort_values("m", ascending=False).iterrows()}
+    return {
+        str(c): {
+            "measured_ms": float(r.m),
+            "projected_ms": float(r.p),
+            "range_ms": [float(r.lo), float(r.hi)],
+            "factor_category": factors.factor_category(c),
+        }
+        for c, r in sums.sort_values("m", ascending=False).iterrows()
+    }
 
 
 def _factor_summary(src: GpuSpec, tgt: GpuSpec) -> dict[str, Any]:
@@ -382,10 +472,19 @@ def _factor_summary(src: GpuSpec, tgt: GpuSpec) -> dict[str, Any]:
     out = {}
     for role, spec in (("source", src), ("target", tgt)):
         cls = factors.vendor_class(spec)
-        out[role] = {"spec_key": spec.key, "class": cls.key, "class_name": cls.name, "factors": {
-            c: {"compute": list(factors.fractions(spec, c, "compute")),
-                "memory": list(factors.fractions(spec, c, "memory")), "source": factors.source(spec, c)}
-            for c in factors.FACTOR_CATEGORIES}}
+        out[role] = {
+            "spec_key": spec.key,
+            "class": cls.key,
+            "class_name": cls.name,
+            "factors": {
+                c: {
+                    "compute": list(factors.fractions(spec, c, "compute")),
+                    "memory": list(factors.fractions(spec, c, "memory")),
+                    "source": factors.source(spec, c),
+                }
+                for c in factors.FACTOR_CATEGORIES
+            },
+        }
     out["unknown_ratio_band"] = list(unknown_band(src, tgt))
     return out
 
@@ -402,19 +501,24 @@ def _mean_step(a: Analysis, phase: str) -> float | None:
 
 
 def _tokens_per_s(a: Analysis, phase: str) -> float | None:
-    return a.metrics.get("prefill_tokens_per_s" if phase == "prefill" else "decode_tokens_per_s") \
-        if phase in ("prefill", "decode") else None
+    return (
+        a.metrics.get("prefill_tokens_per_s" if phase == "prefill" else "decode_tokens_per_s")
+        if phase in ("prefill", "decode")
+        else None
+    )
 
 
 # Headline figures, measured vs projected: the request-level ones or the engine-step ones.
-_FIGURES = (("ttft_ms", "TTFT", lambda m: m.get("ttft_ms")),
-            ("tpot_p50", "TPOT p50", lambda m: (m.get("tpot_ms") or {}).get("p50")),
-            ("prefill_step_p50", "Prefill step p50", lambda m: (m.get("prefill_step_ms") or {}).get("p50")),
-            ("decode_step_p50", "Decode step p50", lambda m: (m.get("decode_step_ms") or {}).get("p50")),
-            ("prefill_tokens_per_s", "Prefill tokens/s", lambda m: m.get("prefill_tokens_per_s")),
-            ("decode_tokens_per_s", "Decode tokens/s", lambda m: m.get("decode_tokens_per_s")),
-            ("prefill_mfu", "Prefill MFU", lambda m: m.get("prefill_mfu")),
-            ("decode_mbu", "Decode MBU", lambda m: m.get("decode_mbu")))
+_FIGURES = (
+    ("ttft_ms", "TTFT", lambda m: m.get("ttft_ms")),
+    ("tpot_p50", "TPOT p50", lambda m: (m.get("tpot_ms") or {}).get("p50")),
+    ("prefill_step_p50", "Prefill step p50", lambda m: (m.get("prefill_step_ms") or {}).get("p50")),
+    ("decode_step_p50", "Decode step p50", lambda m: (m.get("decode_step_ms") or {}).get("p50")),
+    ("prefill_tokens_per_s", "Prefill tokens/s", lambda m: m.get("prefill_tokens_per_s")),
+    ("decode_tokens_per_s", "Decode tokens/s", lambda m: m.get("decode_tokens_per_s")),
+    ("prefill_mfu", "Prefill MFU", lambda m: m.get("prefill_mfu")),
+    ("decode_mbu", "Decode MBU", lambda m: m.get("decode_mbu")),
+)
 
 
 def _headline(source: Analysis, projected: dict[str, Analysis]) -> list[dict[str, Any]]:
@@ -424,8 +528,15 @@ def _headline(source: Analysis, projected: dict[str, Analysis]) -> list[dict[str
         values = [get(projected[e].metrics) for e in ESTIMATES]
         if measured is None and all(v is None for v in values):
             continue
-        out.append({"key": key, "label": label, "measured": measured, "projected": values[0],
-                    "range": [min(values), max(values)] if all(v is not None for v in values) else None})
+        out.append(
+            {
+                "key": key,
+                "label": label,
+                "measured": measured,
+                "projected": values[0],
+                "range": [min(values), max(values)] if all(v is not None for v in values) else None,
+            }
+        )
     return out
 
 
@@ -436,37 +547,55 @@ def _notes(parts: Parts, source: Analysis, phases: dict) -> list[str]:
         total = sum(by.values())
         lat = by.get(LATENCY, 0.0)
         if total and lat / total >= 0.05:
-            out.append(f"{phase}: {lat:.3g} ms ({lat / total:.0%} of kernel time) is latency-limited and moved with "
-                       f"its roof; kept as measured, the projected GPU busy time would be "
-                       f"{f['latency_kept_gpu_busy_ms']:.3g} ms instead of {f['projected_gpu_busy_ms']:.3g} ms")
+            out.append(
+                f"{phase}: {lat:.3g} ms ({lat / total:.0%} of kernel time) is latency-limited and moved with "
+                f"its roof; kept as measured, the projected GPU busy time would be "
+                f"{f['latency_kept_gpu_busy_ms']:.3g} ms instead of {f['projected_gpu_busy_ms']:.3g} ms"
+            )
         cm = f.get("communication")
         if cm:
-            eff = f", at {cm['efficiency']:.0%} of their latency-bandwidth bound on the source" \
-                if cm.get("efficiency") is not None else ""
-            out.append(f"{phase}: {cm['collectives']} collectives, {cm['measured_ms']:.3g} ms measured -> "
-                       f"{cm['projected_ms']:.3g} ms projected = latency {cm['latency_ms']:.3g} ms + bandwidth "
-                       f"{cm['bandwidth_ms']:.3g} ms ({cm['dominant']} dominates){eff}; link assumed: "
-                       f"{cm['target_link']['description']} (source: {cm['source_link']['description']})")
+            eff = (
+                f", at {cm['efficiency']:.0%} of their latency-bandwidth bound on the source"
+                if cm.get("efficiency") is not None
+                else ""
+            )
+            out.append(
+                f"{phase}: {cm['collectives']} collectives, {cm['measured_ms']:.3g} ms measured -> "
+                f"{cm['projected_ms']:.3g} ms projected = latency {cm['latency_ms']:.3g} ms + bandwidth "
+                f"{cm['bandwidth_ms']:.3g} ms ({cm['dominant']} dominates){eff}; link assumed: "
+                f"{cm['target_link']['description']} (source: {cm['source_link']['description']})"
+            )
         unk, share = f["kept_ms"], f["unknown_share"]
         if share >= 0.05:
-            out.append(f"{phase}: {unk:.3g} ms ({share:.0%} of kernel time) has unknown cost: it stays as measured "
-                       "in the central projection and widens the range" + (
-                           "" if source.model else "; --model NAME prices kernels without shapes"))
+            out.append(
+                f"{phase}: {unk:.3g} ms ({share:.0%} of kernel time) has unknown cost: it stays as measured "
+                "in the central projection and widens the range"
+                + ("" if source.model else "; --model NAME prices kernels without shapes")
+            )
         r = f["projected_gpu_busy_ms_range"]
         if r and f["projected_gpu_busy_ms"] is not None:
-            out.append(f"{phase}: projected GPU busy {f['projected_gpu_busy_ms']:.3g} ms, range {r[0]:.3g} to "
-                       f"{r[1]:.3g} ms (the category factors' low and high figures, and the unknown-cost share)")
+            out.append(
+                f"{phase}: projected GPU busy {f['projected_gpu_busy_ms']:.3g} ms, range {r[0]:.3g} to "
+                f"{r[1]:.3g} ms (the category factors' low and high figures, and the unknown-cost share)"
+            )
         moved = {k: v for k, v in by.items() if k in (COMPUTE, MEMORY) and v}
         if moved:
-            out.append(f"{phase}: " + ", ".join(f"{v:.3g} ms {k}-limited" for k, v in moved.items())
-                       + " moved with the target's " + " and ".join(
-                           {"compute": "peak FLOP/s", "memory": "bandwidth"}[k] for k in moved)
-                       + " at each category's fraction of it on each vendor class")
+            out.append(
+                f"{phase}: "
+                + ", ".join(f"{v:.3g} ms {k}-limited" for k, v in moved.items())
+                + " moved with the target's "
+                + " and ".join({"compute": "peak FLOP/s", "memory": "bandwidth"}[k] for k in moved)
+                + " at each category's fraction of it on each vendor class"
+            )
     if source.replayer is not None:
-        out.append("step times are the steps replayed with every kernel at its projected time: host work, launches "
-                   "and their latencies stay as measured, synchronising calls wait for the re-priced work "
-                   "(tracekit whatif replays the same steps)")
+        out.append(
+            "step times are the steps replayed with every kernel at its projected time: host work, launches "
+            "and their latencies stay as measured, synchronising calls wait for the re-priced work "
+            "(tracekit whatif replays the same steps)"
+        )
     else:
-        out.append("GPU idle time (host work, syncs, launches) stays as measured; a step never gets shorter than its "
-                   "host's own work")
+        out.append(
+            "GPU idle time (host work, syncs, launches) stays as measured; a step never gets shorter than its "
+            "host's own work"
+        )
     return out

@@ -60,8 +60,9 @@ def _spread(src: GpuSpec, tgt: GpuSpec, f_s: tuple, f_t: tuple) -> tuple[float, 
         return 0.0, 0.0
     if factors.vendor_class(src).key == factors.vendor_class(tgt).key:
         # One class: the target's fraction is the source's own, carried; one spread, not two.
-        return float(max(np.log(f_t[2] / f_t[1]), np.log(f_s[1] / f_s[0]))), \
-            float(max(np.log(f_t[1] / f_t[0]), np.log(f_s[2] / f_s[1])))
+        return float(max(np.log(f_t[2] / f_t[1]), np.log(f_s[1] / f_s[0]))), float(
+            max(np.log(f_t[1] / f_t[0]), np.log(f_s[2] / f_s[1]))
+        )
     fast = np.hypot(np.log(f_t[2] / f_t[1]), np.log(f_s[1] / f_s[0]))
     slow = np.hypot(np.log(f_t[1] / f_t[0]), np.log(f_s[2] / f_s[1]))
     return float(fast), float(slow)
@@ -85,8 +86,9 @@ def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec, *, ranks: int = 1, l
     lim = work["limiter"].astype(object).to_numpy()
     kind = work["kind"].astype(str).to_numpy()
     phase = work["phase"].astype(str).to_numpy() if "phase" in work else np.full(len(work), "", dtype=object)
-    fcat = np.array([factors.unit_category(c, p) for c, p in zip(work["category"].astype(str).to_numpy(), phase)],
-                    dtype=object)
+    fcat = np.array(
+        [factors.unit_category(c, p) for c, p in zip(work["category"].astype(str).to_numpy(), phase)], dtype=object
+    )
     ratio, lo, hi = (np.full(len(work), np.nan) for _ in range(3))
     notes = []
     # Collectives price on the links (below), whatever bound the source's roofline gave them.
@@ -112,17 +114,26 @@ def reprice(work: pd.DataFrame, src: GpuSpec, tgt: GpuSpec, *, ranks: int = 1, l
         r_s, r_t = np.maximum(comp_s, mem_s), np.maximum(comp_t, mem_t)
         r = np.where(r_s > 0, r_t / np.where(r_s > 0, r_s, 1), np.nan)
         # The spread of the side each GPU's category roof binds on.
-        widths = {(cs, ct): _spread(src, tgt, fc_s if cs else fm_s, fc_t if ct else fm_t)
-                  for cs in (True, False) for ct in (True, False)}
+        widths = {
+            (cs, ct): _spread(src, tgt, fc_s if cs else fm_s, fc_t if ct else fm_t)
+            for cs in (True, False)
+            for ct in (True, False)
+        }
         on_c_s, on_c_t = comp_s >= mem_s, comp_t >= mem_t
-        fast = np.choose(on_c_s * 2 + on_c_t, [widths[(False, False)][0], widths[(False, True)][0],
-                                                 widths[(True, False)][0], widths[(True, True)][0]])
-        slow = np.choose(on_c_s * 2 + on_c_t, [widths[(False, False)][1], widths[(False, True)][1],
-                                                 widths[(True, False)][1], widths[(True, True)][1]])
+        fast = np.choose(
+            on_c_s * 2 + on_c_t,
+            [widths[(False, False)][0], widths[(False, True)][0], widths[(True, False)][0], widths[(True, True)][0]],
+        )
+        slow = np.choose(
+            on_c_s * 2 + on_c_t,
+            [widths[(False, False)][1], widths[(False, True)][1], widths[(True, False)][1], widths[(True, True)][1]],
+        )
         ratio[sel], lo[sel], hi[sel] = r, r * np.exp(-fast), r * np.exp(slow)
     for (d, u, d_t), ms in short_dtypes.items():
-        notes.append(f"{tgt.name} has no {d} {u} peak: {ms:.3g} ms of {d} kernels are projected at its {d_t} rate "
-                     "(their bytes unchanged)")
+        notes.append(
+            f"{tgt.name} has no {d} {u} peak: {ms:.3g} ms of {d} kernels are projected at its {d_t} rate "
+            "(their bytes unchanged)"
+        )
     # Copies whose bytes are known move with bandwidth at their category's memory fraction.
     copies = np.isin(kind, _COPIES) & np.isnan(ratio) & ~np.isnan(nbytes) & (nbytes > 0)
     if copies.any() and bw_s and bw_t:
@@ -169,8 +180,9 @@ def _collectives(work, fcat, dur, nbytes, src, tgt, ranks, learnt, ratio, lo, hi
     names = work["name"].astype(str).to_numpy() if "name" in work else np.full(len(work), "", dtype=object)
     cp = project_collectives(names[idx], nbytes[idx], dur[idx] / 1e9, idx, ls, lt, eff)
     r = cp.projected * 1e9 / dur[idx]
-    fast, slow = _spread(src, tgt, factors.fractions(src, COMMUNICATION, "memory"),
-                         factors.fractions(tgt, COMMUNICATION, "memory"))
+    fast, slow = _spread(
+        src, tgt, factors.fractions(src, COMMUNICATION, "memory"), factors.fractions(tgt, COMMUNICATION, "memory")
+    )
     ratio[idx], lo[idx], hi[idx] = r, r * np.exp(-fast), r * np.exp(slow)
     notes.extend(cp.notes)
     return cp
@@ -189,8 +201,10 @@ def unknown_band(src: GpuSpec, tgt: GpuSpec) -> tuple[float, float]:
     if src.key == tgt.key:
         return 1.0, 1.0
     lows, highs = [1.0], [1.0]
-    roofs = [(src.peak_bandwidth, tgt.peak_bandwidth, "memory"),
-             (src.peak_flops("bf16"), tgt.peak_flops("bf16"), "compute")]
+    roofs = [
+        (src.peak_bandwidth, tgt.peak_bandwidth, "memory"),
+        (src.peak_flops("bf16"), tgt.peak_flops("bf16"), "compute"),
+    ]
     for roof_s, roof_t, side in roofs:
         if not (roof_s and roof_t):
             continue

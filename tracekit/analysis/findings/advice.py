@@ -61,7 +61,7 @@ THRESHOLDS = {
     "host-bound": f"host work is the largest idle cause and >= {HOST_SHARE:.0%} of a phase's time",
     "gpu-waits": f"waiting on streams/events is the largest idle cause and >= {WAIT_SHARE:.0%} of a phase's time",
     "fuse-elementwise": f"elementwise, normalization, activation and RoPE kernels >= {FUSION_SHARE:.0%} of a phase's "
-                        "kernel time in a run not compiled with torch.compile",
+    "kernel time in a run not compiled with torch.compile",
     "decode-batch": f"memory-bound decode GEMMs >= {DECODE_GEMM_SHARE:.0%} of decode kernel time",
     "decode-overhead-bound": f"CPU-only run: decode time between compute ops >= {CPU_OVERHEAD_SHARE:.0%}",
     "fp8-weights": f"memory-bound 16-bit decode GEMMs >= {FP8_SHARE:.0%} of decode kernel time on a GPU with an FP8 peak",
@@ -79,13 +79,17 @@ def advice(a: Analysis) -> list[Finding]:
     if "decode" in a.phases:
         out += _decode_weights(a, a.phases["decode"])
     _replayed(a, out)
+
     # Too little time involved is noise, whatever a replay then saves (it may save nothing: the
     # work behind a removed sync still runs); the advice stays and says what it would save.
     def involved(f: Finding) -> float:
         return f.sum_ms if f.sum_ms is not None else f.at_stake_ms
 
-    out = [f for f in out if f.at_stake_ms is None
-           or involved(f) >= MIN_AT_STAKE * (a.phases[f.phase].get("time_ms") or 0.0)]
+    out = [
+        f
+        for f in out
+        if f.at_stake_ms is None or involved(f) >= MIN_AT_STAKE * (a.phases[f.phase].get("time_ms") or 0.0)
+    ]
     return sorted(out, key=lambda f: -(f.at_stake_ms or 0.0))
 
 
@@ -105,12 +109,23 @@ def _idle(a: Analysis, phase: str, p: dict) -> list[Finding]:
     if causes["sync"] >= SYNC_SHARE * time and sync is not None:
         at_stake = (sync["share"] or 0.0) * time
         where = _where(sync)
-        text = (f"{where} blocked the host for {_ms(sync['ms'])}, {sync['share']:.0%} of the {name} steps' time; "
-                "the GPU was idle meanwhile")
+        text = (
+            f"{where} blocked the host for {_ms(sync['ms'])}, {sync['share']:.0%} of the {name} steps' time; "
+            "the GPU was idle meanwhile"
+        )
         if causes["sync"] > 1.05 * at_stake:
             text += f" (all synchronising calls: {_ms(causes['sync'])})"
-        out.append(Finding("host-sync", text + ".", "warning", phase, _sync_action(sync), at_stake,
-                           whatif=[ch.Change(ch.SYNC, name=sync.get("call") or None)]))
+        out.append(
+            Finding(
+                "host-sync",
+                text + ".",
+                "warning",
+                phase,
+                _sync_action(sync),
+                at_stake,
+                whatif=[ch.Change(ch.SYNC, name=sync.get("call") or None)],
+            )
+        )
     largest = max(("launch", "host", "wait"), key=lambda c: causes[c])
     if causes[largest] < max(causes.values()):
         return out  # sync or unattributed idle is larger: the cause to name is that one
@@ -118,8 +133,10 @@ def _idle(a: Analysis, phase: str, p: dict) -> list[Finding]:
     graphs = bool(steps["graph_replay"].any()) if len(steps) else False
     if largest == "launch" and share >= LAUNCH_SHARE:
         kernels = float(steps["kernels"].mean()) if len(steps) else 0.0
-        text = (f"{name.capitalize()} is launch-bound: the GPU waits for kernel launches {share:.0%} of the {name} steps' "
-                f"time ({_ms(causes['launch'] / n)} per step, {kernels:,.0f} kernels per step)")
+        text = (
+            f"{name.capitalize()} is launch-bound: the GPU waits for kernel launches {share:.0%} of the {name} steps' "
+            f"time ({_ms(causes['launch'] / n)} per step, {kernels:,.0f} kernels per step)"
+        )
         action = None
         if graphs:
             launch = next((r for r in top if r["cause"] == "launch"), None)
@@ -127,29 +144,58 @@ def _idle(a: Analysis, phase: str, p: dict) -> list[Finding]:
             if launch is not None and launch.get("op"):
                 text += f" (largest: {_where(launch)})"
         elif phase == "decode":
-            action = ("capture the decode step in a CUDA graph (torch.compile mode=\"reduce-overhead\", "
-                      "torch.cuda.CUDAGraph; serving engines: keep their CUDA graphs on, e.g. no --enforce-eager)")
+            action = (
+                'capture the decode step in a CUDA graph (torch.compile mode="reduce-overhead", '
+                "torch.cuda.CUDAGraph; serving engines: keep their CUDA graphs on, e.g. no --enforce-eager)"
+            )
         else:
             action = "launch fewer, larger kernels: fuse them (torch.compile) or put more tokens in each step"
-        out.append(Finding("launch-bound", text + ".", "warning", phase, action,
-                           causes["launch"] if action else None, whatif=[ch.Change(ch.LAUNCH)] if action else None))
+        out.append(
+            Finding(
+                "launch-bound",
+                text + ".",
+                "warning",
+                phase,
+                action,
+                causes["launch"] if action else None,
+                whatif=[ch.Change(ch.LAUNCH)] if action else None,
+            )
+        )
     elif largest == "host" and share >= HOST_SHARE:
         host = next((r for r in top if r["cause"] == "host"), None)
-        text = (f"The GPU waits for host work between launches {share:.0%} of the {name} steps' time "
-                f"({_ms(causes['host'] / n)} per step)")
+        text = (
+            f"The GPU waits for host work between launches {share:.0%} of the {name} steps' time "
+            f"({_ms(causes['host'] / n)} per step)"
+        )
         if host is not None and host.get("stack"):
             text += f"; the largest: {_where(host)}, {_ms(host['ms'])}"
-        out.append(Finding("host-bound", text + ".", "warning", phase,
-                           "overlap that host work with the GPU's (asynchronous scheduling) or move it out of the step",
-                           causes["host"], whatif=[ch.Change(ch.HOST, value=float(LAUNCH_GAP_NS),
-                                                             label="host work between launches cut to the dispatch "
-                                                                   f"floor ({LAUNCH_GAP_NS / 1e3:g} us)")]))
+        out.append(
+            Finding(
+                "host-bound",
+                text + ".",
+                "warning",
+                phase,
+                "overlap that host work with the GPU's (asynchronous scheduling) or move it out of the step",
+                causes["host"],
+                whatif=[
+                    ch.Change(
+                        ch.HOST,
+                        value=float(LAUNCH_GAP_NS),
+                        label=f"host work between launches cut to the dispatch floor ({LAUNCH_GAP_NS / 1e3:g} us)",
+                    )
+                ],
+            )
+        )
     elif largest == "wait" and share >= WAIT_SHARE:
-        out.append(Finding(
-            "gpu-waits",
-            f"Kernels of the {name} steps were issued but waited {share:.0%} of the steps' time before starting: "
-            "on another stream, an event, or inside graph replays the device's own kernel-to-kernel latency.",
-            "info", phase))
+        out.append(
+            Finding(
+                "gpu-waits",
+                f"Kernels of the {name} steps were issued but waited {share:.0%} of the steps' time before starting: "
+                "on another stream, an event, or inside graph replays the device's own kernel-to-kernel latency.",
+                "info",
+                phase,
+            )
+        )
     return out
 
 
@@ -187,8 +233,10 @@ def _sync_action(row: dict) -> str:
     frame = next((s for s in reversed(row.get("stack") or []) if ".py(" in s), None)
     at = f" in {frame}" if frame else ""
     if "memcpy" in call or op in ("aten::copy_", "aten::to", "aten::_to_copy"):
-        return (f"make the copy{at} asynchronous (pinned host memory and non_blocking=True), keep the data on the "
-                "GPU, or move the copy out of the step")
+        return (
+            f"make the copy{at} asynchronous (pinned host memory and non_blocking=True), keep the data on the "
+            "GPU, or move the copy out of the step"
+        )
     if "synchronize" in call:
         return f"drop the synchronize{at} or move it out of the step"
     return f"avoid reading GPU values on the host{at} (.item(), .tolist(), nonzero) inside the step"
@@ -201,10 +249,18 @@ def _cpu_overhead(a: Analysis, p: dict) -> list[Finding]:
         return []
     w, _ = _phase_units(a, "decode")
     action = None if compiled(a, w) else "torch.compile the model (fewer, fused ops) or decode a larger batch per step"
-    return [Finding("decode-overhead-bound",
-                    f"Decode is overhead-bound: {share:.0%} of each decode step passes between compute ops "
-                    "(Python and framework dispatch).", "warning", "decode", action, idle if action else None,
-                    whatif=[ch.Change(ch.HOST, value=0.0, label="no time between compute ops")] if action else None)]
+    return [
+        Finding(
+            "decode-overhead-bound",
+            f"Decode is overhead-bound: {share:.0%} of each decode step passes between compute ops "
+            "(Python and framework dispatch).",
+            "warning",
+            "decode",
+            action,
+            idle if action else None,
+            whatif=[ch.Change(ch.HOST, value=0.0, label="no time between compute ops")] if action else None,
+        )
+    ]
 
 
 # --- fusion --------------------------------------------------------------------------
@@ -219,7 +275,7 @@ def _phase_units(a: Analysis, phase: str) -> tuple[pd.DataFrame, np.ndarray]:
 
 def compiled(a: Analysis, w: pd.DataFrame) -> bool:
     """The run was compiled: the collect sidecar says so, or Inductor-generated kernels ran."""
-    side = ((a.workload or {}).get("workload") or {})
+    side = (a.workload or {}).get("workload") or {}
     if side.get("compile") or side.get("cuda_graphs"):
         return True
     names = pd.unique(w["name"].astype(str))
@@ -235,9 +291,15 @@ def _fusion(a: Analysis, phase: str, p: dict) -> list[Finding]:
     found = fusion_finding(phase, p, *fusable_runs(w, weight))
     for f in found:
         rows = fused_away(w)
-        f.whatif = [ch.Change(ch.DURATIONS, rows=rows, durations=np.zeros(len(rows), np.int64), drop_launches=True,
-                              label="each chain of fusible kernels run as one kernel as long as its longest, "
-                                    "launched once")]
+        f.whatif = [
+            ch.Change(
+                ch.DURATIONS,
+                rows=rows,
+                durations=np.zeros(len(rows), np.int64),
+                drop_launches=True,
+                label="each chain of fusible kernels run as one kernel as long as its longest, launched once",
+            )
+        ]
     return found
 
 
@@ -259,12 +321,22 @@ def fusion_finding(phase: str, p: dict, saved: float, runs: int, count: int) -> 
         return []
     fusible_ms, kernel = _fusible_ms(p), p["kernel_ms"]
     name = _PHASE.get(phase, phase)
-    text = (f"Elementwise, normalization, activation and RoPE kernels are {fusible_ms / kernel:.0%} of {name} kernel "
-            f"time ({_ms(fusible_ms)}); {count:,} of them run back to back in {runs:,} chains that could each be one "
-            "kernel, saving up to all but each chain's longest kernel")
-    return [Finding("fuse-elementwise", text + ".", "info", phase,
-                    "fuse them: torch.compile the model, or use fused kernels (RMSNorm with the residual add, "
-                    "SiLU-and-mul, RoPE)", saved)]
+    text = (
+        f"Elementwise, normalization, activation and RoPE kernels are {fusible_ms / kernel:.0%} of {name} kernel "
+        f"time ({_ms(fusible_ms)}); {count:,} of them run back to back in {runs:,} chains that could each be one "
+        "kernel, saving up to all but each chain's longest kernel"
+    )
+    return [
+        Finding(
+            "fuse-elementwise",
+            text + ".",
+            "info",
+            phase,
+            "fuse them: torch.compile the model, or use fused kernels (RMSNorm with the residual add, "
+            "SiLU-and-mul, RoPE)",
+            saved,
+        )
+    ]
 
 
 def fusable_runs(w: pd.DataFrame, weight: np.ndarray) -> tuple[float, int, int]:
@@ -322,8 +394,12 @@ def _decode_weights(a: Analysis, p: dict) -> list[Finding]:
     if kernel <= 0:
         return []
     w, weight = _phase_units(a, "decode")
-    mem = (np.isin(w["category"].to_numpy(), _MATRIX) & (w["bound"].to_numpy() == "memory")
-           & w["flops"].notna().to_numpy() & (w["unit"].to_numpy() == "matrix"))
+    mem = (
+        np.isin(w["category"].to_numpy(), _MATRIX)
+        & (w["bound"].to_numpy() == "memory")
+        & w["flops"].notna().to_numpy()
+        & (w["unit"].to_numpy() == "matrix")
+    )
     if not mem.any():
         return []
     m = w[mem]
@@ -338,44 +414,80 @@ def _decode_weights(a: Analysis, p: dict) -> list[Finding]:
     if own_kernel > 0 and mem_ms >= DECODE_GEMM_SHARE * own_kernel:
         mo, fo = m[own], f[own]
         flops = mo["flops"].to_numpy() * fo
-        peak = np.where(np.isnan(mo["achievable_flops"].to_numpy()), mo["peak_flops"].to_numpy(),
-                        mo["achievable_flops"].to_numpy())
+        peak = np.where(
+            np.isnan(mo["achievable_flops"].to_numpy()), mo["peak_flops"].to_numpy(), mo["achievable_flops"].to_numpy()
+        )
         need_ms = float(np.nansum(flops / peak)) * 1e3
         at_stake = mem_ms - need_ms
         intensity = float(np.nansum(flops) / np.nansum(mo["bytes"].to_numpy() * fo))
         ridge = float(np.nanmedian(mo["ridge"].to_numpy()))
         tokens = _decode_tokens(a)
         per = f" for {tokens:,.3g} token{'s' if tokens != 1 else ''} per step" if tokens else ""
-        text = (f"Decode GEMMs read their weights{per}: {_ms(mem_ms)} ({mem_ms / own_kernel:.0%} of decode kernel "
-                f"time) is memory-bound at {intensity:,.3g} FLOP/byte against a ridge of {ridge:,.3g}; a larger batch "
-                f"shares each weight read among more tokens (at the achievable compute peak their FLOPs need "
-                f"{_ms(need_ms)})")
+        text = (
+            f"Decode GEMMs read their weights{per}: {_ms(mem_ms)} ({mem_ms / own_kernel:.0%} of decode kernel "
+            f"time) is memory-bound at {intensity:,.3g} FLOP/byte against a ridge of {ridge:,.3g}; a larger batch "
+            f"shares each weight read among more tokens (at the achievable compute peak their FLOPs need "
+            f"{_ms(need_ms)})"
+        )
         if at_stake > 0:
             need = mo["flops"].to_numpy() / peak * 1e9
-            out.append(Finding("decode-batch", text + ".", "info", "decode", _batch_action(a), at_stake,
-                               whatif=[ch.Change(ch.DURATIONS, rows=mo.index.to_numpy(),
-                                                 durations=np.minimum(np.nan_to_num(need, nan=np.inf),
-                                                                      mo["dur_ns"].to_numpy()).astype(np.int64),
-                                                 label="memory-bound decode GEMMs at the time their FLOPs need")]))
+            out.append(
+                Finding(
+                    "decode-batch",
+                    text + ".",
+                    "info",
+                    "decode",
+                    _batch_action(a),
+                    at_stake,
+                    whatif=[
+                        ch.Change(
+                            ch.DURATIONS,
+                            rows=mo.index.to_numpy(),
+                            durations=np.minimum(np.nan_to_num(need, nan=np.inf), mo["dur_ns"].to_numpy()).astype(
+                                np.int64
+                            ),
+                            label="memory-bound decode GEMMs at the time their FLOPs need",
+                        )
+                    ],
+                )
+            )
     stored = weight_precisions(a, m)
     sixteen = np.isin(stored, _SIXTEEN_BIT)
     ms16 = float(ms[sixteen].sum())
-    fp8 = (((a.device.get("peak_flops") or {}).get("matrix") or {}).get("fp8"))
+    fp8 = ((a.device.get("peak_flops") or {}).get("matrix") or {}).get("fp8")
     if fp8 and ms16 >= FP8_SHARE * kernel:
         dtypes = "/".join(sorted(set(stored[sixteen].tolist())))
-        text = (f"Decode GEMMs are memory-bound on {dtypes} weights ({_ms(ms16)}, {ms16 / kernel:.0%} of decode kernel "
-                f"time) and {a.device.get('spec')} has an FP8 matrix peak: FP8 weights halve the bytes they read")
+        text = (
+            f"Decode GEMMs are memory-bound on {dtypes} weights ({_ms(ms16)}, {ms16 / kernel:.0%} of decode kernel "
+            f"time) and {a.device.get('spec')} has an FP8 matrix peak: FP8 weights halve the bytes they read"
+        )
         narrow = pd.Series(ms[~sixteen]).groupby(stored[~sixteen]).sum().sort_values(ascending=False)
         if len(narrow):
             # Kernels already on narrower weights gain nothing from FP8 (MXFP4's bytes would double).
-            text += ("; not counted: " + ", ".join(f"{_ms(v)} on {k} weights" for k, v in narrow.items())
-                     + ", which FP8 would not shrink")
-        out.append(Finding("fp8-weights", text + ".", "info", "decode",
-                           "serve FP8 weights: an FP8 checkpoint, or the engine's online FP8 quantisation "
-                           "(vLLM and SGLang: --quantization fp8)", ms16 / 2,
-                           whatif=[ch.Change(ch.DURATIONS, rows=m.index.to_numpy()[sixteen],
-                                             durations=(m["dur_ns"].to_numpy()[sixteen] // 2).astype(np.int64),
-                                             label="16-bit decode GEMMs at half their time (FP8 weights)")]))
+            text += (
+                "; not counted: "
+                + ", ".join(f"{_ms(v)} on {k} weights" for k, v in narrow.items())
+                + ", which FP8 would not shrink"
+            )
+        out.append(
+            Finding(
+                "fp8-weights",
+                text + ".",
+                "info",
+                "decode",
+                "serve FP8 weights: an FP8 checkpoint, or the engine's online FP8 quantisation "
+                "(vLLM and SGLang: --quantization fp8)",
+                ms16 / 2,
+                whatif=[
+                    ch.Change(
+                        ch.DURATIONS,
+                        rows=m.index.to_numpy()[sixteen],
+                        durations=(m["dur_ns"].to_numpy()[sixteen] // 2).astype(np.int64),
+                        label="16-bit decode GEMMs at half their time (FP8 weights)",
+                    )
+                ],
+            )
+        )
     return out
 
 
@@ -391,9 +503,12 @@ def weight_precisions(a: Analysis, m: pd.DataFrame) -> np.ndarray:
     nothing matched: each dense class's, joined where they differ), any other its dtype."""
     out = m["dtype"].astype(str).to_numpy().astype(object)
     prec = (a.model or {}).get("precision") or {}
-    by_comp = {"experts": {prec.get("experts")}, "lm_head": {prec.get("lm_head")},
-               "linear": {prec[c] for c in _LINEAR_CLASSES if c in prec}}
-    model = (m["cost_source"].astype(str).to_numpy() == "model")
+    by_comp = {
+        "experts": {prec.get("experts")},
+        "lm_head": {prec.get("lm_head")},
+        "linear": {prec[c] for c in _LINEAR_CLASSES if c in prec},
+    }
+    model = m["cost_source"].astype(str).to_numpy() == "model"
     comp = m["component"].astype(str).to_numpy()
     for i in np.flatnonzero(model):
         kinds = by_comp.get(comp[i], set()) - {None}

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from tracekit import formatting as fmt
 from tracekit.analysis import measurement
 from tracekit.analysis.findings.advice import advice
 from tracekit.analysis.model import Finding
-from tracekit import formatting as fmt
 from tracekit.formatting import si
 
 if TYPE_CHECKING:
@@ -91,25 +91,39 @@ def findings(a: Analysis) -> list[Finding]:
         # The decode parts of mixed steps bound by their prefill chunks have no bound of their
         # own (analysis.steps.mixed): the phase's bound is that of the rest of its kernel time.
         riding = p.get("passenger") or {}
-        own = {b: p["by_bound"][b] - (riding.get("by_bound") or {}).get(b, 0.0)
-               for b in ("compute", "memory", "interconnect", "unknown")}
+        own = {
+            b: p["by_bound"][b] - (riding.get("by_bound") or {}).get(b, 0.0)
+            for b in ("compute", "memory", "interconnect", "unknown")
+        }
         kernel -= riding.get("kernel_ms") or 0.0
         label = {"unknown": "Unclassified steps", "mixed": "Mixed steps"}.get(phase, phase.capitalize())
         if riding.get("whole_phase"):
-            out.append(Finding("phase-bound", f"{label}: no bound of its own: its kernel time is the decode side of "
-                               f"{riding['mixed_steps']} mixed step{'s' if riding['mixed_steps'] != 1 else ''} bound by "
-                               f"{'its prefill chunk' if riding['mixed_steps'] == 1 else 'their prefill chunks'}, "
-                               f"whose decode tokens added {riding['marginal_ms']:.3g} ms.",
-                               "info", phase))
+            out.append(
+                Finding(
+                    "phase-bound",
+                    f"{label}: no bound of its own: its kernel time is the decode side of "
+                    f"{riding['mixed_steps']} mixed step{'s' if riding['mixed_steps'] != 1 else ''} bound by "
+                    f"{'its prefill chunk' if riding['mixed_steps'] == 1 else 'their prefill chunks'}, "
+                    f"whose decode tokens added {riding['marginal_ms']:.3g} ms.",
+                    "info",
+                    phase,
+                )
+            )
             continue
         bound, ms = max(own.items(), key=lambda x: x[1])
-        what = {"compute": "compute-bound", "memory": "memory-bound", "interconnect": "interconnect-bound",
-                "unknown": "of unknown bound"}[bound]
+        what = {
+            "compute": "compute-bound",
+            "memory": "memory-bound",
+            "interconnect": "interconnect-bound",
+            "unknown": "of unknown bound",
+        }[bound]
         text = f"{label}: {ms / kernel:.0%} of kernel time is {what}"
         if riding:
-            text += (f" (besides the decode side of {riding['mixed_steps']} mixed step"
-                     f"{'s' if riding['mixed_steps'] != 1 else ''} bound by "
-                     f"{'its prefill chunk' if riding['mixed_steps'] == 1 else 'their prefill chunks'})")
+            text += (
+                f" (besides the decode side of {riding['mixed_steps']} mixed step"
+                f"{'s' if riding['mixed_steps'] != 1 else ''} bound by "
+                f"{'its prefill chunk' if riding['mixed_steps'] == 1 else 'their prefill chunks'})"
+            )
         if p.get("idle_share") is not None:
             text += f", and the {unit} is idle {p['idle_share']:.0%} of the phase"
         out.append(Finding("phase-bound", text + ".", "info", phase))
@@ -145,8 +159,10 @@ def findings(a: Analysis) -> list[Finding]:
             why = _main_reason(a, phase)
             hint = ""
             if a.model is None and a.device.get("type") == "gpu":
-                hint = ("; pass --model NAME (tracekit models lists the architectures), a config.json or a "
-                        "checkpoint folder to price them from the model")
+                hint = (
+                    "; pass --model NAME (tracekit models lists the architectures), a config.json or a "
+                    "checkpoint folder to price them from the model"
+                )
             out.append(
                 Finding(
                     "unknown-cost",
@@ -187,15 +203,21 @@ def findings(a: Analysis) -> list[Finding]:
         if captured:
             text = f"Some steps replay a CUDA/HIP graph; {captured}."
         elif (a.model or {}).get("withheld"):
-            text = ("Some steps replay a CUDA/HIP graph: the ops and shapes behind a replay are not in this trace, and "
-                    f"the costs {a.model['name']} would give them are withheld (the trace does not fit it).")
+            text = (
+                "Some steps replay a CUDA/HIP graph: the ops and shapes behind a replay are not in this trace, and "
+                f"the costs {a.model['name']} would give them are withheld (the trace does not fit it)."
+            )
         elif by_model and by_model >= 0.5 * float(replayed["dur_ns"].sum()):
-            text = (f"Some steps replay a CUDA/HIP graph: the model prices {by_model / replayed['dur_ns'].sum():.0%} "
-                    "of the replayed kernel time (the ops and shapes behind a replay are not in the trace).")
+            text = (
+                f"Some steps replay a CUDA/HIP graph: the model prices {by_model / replayed['dur_ns'].sum():.0%} "
+                "of the replayed kernel time (the ops and shapes behind a replay are not in the trace)."
+            )
         else:
-            text = ("Some steps replay a CUDA/HIP graph: the ops and shapes behind a replay are not in this trace; "
-                    "pass --model NAME to price the replayed kernels from the architecture, or the graph-capture "
-                    "trace (tracekit report --graph-capture TRACE, or the folder of capture traces).")
+            text = (
+                "Some steps replay a CUDA/HIP graph: the ops and shapes behind a replay are not in this trace; "
+                "pass --model NAME to price the replayed kernels from the architecture, or the graph-capture "
+                "trace (tracekit report --graph-capture TRACE, or the folder of capture traces)."
+            )
         out.append(Finding("graph-replay", text, "info"))
     if a.provenance.get("richer_trace"):
         # What the engine could have written: the one change that makes estimated costs exact.
@@ -209,10 +231,14 @@ def _overlap_findings(a: Analysis) -> list[Finding]:
     out = []
     steps = a.steps
     for col, fid, what in (
-            ("unrecorded_ns", "steps-waited-on-unrecorded-work",
-             "waited on work the trace did not record (the GPU was busy with work queued before the profile began, "
-             "such as an earlier step of a pipelined engine, or with another process's)"),
-            ("next_ns", "steps-overlapped-by-next", "held the next step's work, running alone, before ending")):
+        (
+            "unrecorded_ns",
+            "steps-waited-on-unrecorded-work",
+            "waited on work the trace did not record (the GPU was busy with work queued before the profile began, "
+            "such as an earlier step of a pipelined engine, or with another process's)",
+        ),
+        ("next_ns", "steps-overlapped-by-next", "held the next step's work, running alone, before ending"),
+    ):
         if not len(steps) or col not in steps:
             continue
         ns = steps[col].to_numpy()
@@ -221,10 +247,15 @@ def _overlap_findings(a: Analysis) -> list[Finding]:
             continue
         top = int(rows[np.argmax(ns[rows])])
         # One wording for any number of steps: a run recorded twice reads the same, its counts doubled.
-        out.append(Finding(fid, f"Steps {what}: {fmt.ms(ns[rows].sum() / 1e6)} in {len(rows):,} of {len(steps):,} "
-                                f"steps (the most: {fmt.ms(ns[top] / 1e6)}, step {int(steps['step'].iat[top])}). "
-                                "That time is none of their duration, idle, tokens/s, MFU or MBU: each step is "
-                                "measured from the point its own work could start."))
+        out.append(
+            Finding(
+                fid,
+                f"Steps {what}: {fmt.ms(ns[rows].sum() / 1e6)} in {len(rows):,} of {len(steps):,} "
+                f"steps (the most: {fmt.ms(ns[top] / 1e6)}, step {int(steps['step'].iat[top])}). "
+                "That time is none of their duration, idle, tokens/s, MFU or MBU: each step is "
+                "measured from the point its own work could start.",
+            )
+        )
     return out
 
 
@@ -238,78 +269,124 @@ def _model_findings(a: Analysis) -> list[Finding]:
     total = float(w["dur_ns"].sum())
     dur = w["dur_ns"].to_numpy(dtype=float)
     source = w["cost_source"].to_numpy()
-    by = pd.Series({s: float(dur[source == s].sum()) / total for s in ("shapes", "capture", "model", "none")}) \
-        if total else pd.Series(dtype=float)
+    by = (
+        pd.Series({s: float(dur[source == s].sum()) / total for s in ("shapes", "capture", "model", "none")})
+        if total
+        else pd.Series(dtype=float)
+    )
     if total and by.get("model", 0.0) >= COST_SOURCES_SHARE:
-        label = {"shapes": "recorded shapes", "capture": "the graph-capture trace", "model": "the model",
-                 "none": "nothing (unknown cost)"}
-        parts = ", ".join(f"{v:.0%} by {label.get(k, k)}" for k, v in by.sort_values(ascending=False).items() if v >= 0.005)
-        out.append(Finding("cost-sources", f"Kernel time was priced {parts}; the model is {m['name']} "
-                                           f"(TP {m['tp']}: {m['tp_source']}; weights: {m['precision_source']}).", "info"))
+        label = {
+            "shapes": "recorded shapes",
+            "capture": "the graph-capture trace",
+            "model": "the model",
+            "none": "nothing (unknown cost)",
+        }
+        parts = ", ".join(
+            f"{v:.0%} by {label.get(k, k)}" for k, v in by.sort_values(ascending=False).items() if v >= 0.005
+        )
+        out.append(
+            Finding(
+                "cost-sources",
+                f"Kernel time was priced {parts}; the model is {m['name']} "
+                f"(TP {m['tp']}: {m['tp_source']}; weights: {m['precision_source']}).",
+                "info",
+            )
+        )
     if m.get("weights_from_kernels"):
-        out.append(Finding(
-            "model-precision",
-            f"{m['name']}'s config states no quantisation, but the GEMM kernels run {m['weights_from_kernels']} "
-            f"weights, so its linear layers are priced so ({m['precision_source']}).", "info"))
+        out.append(
+            Finding(
+                "model-precision",
+                f"{m['name']}'s config states no quantisation, but the GEMM kernels run {m['weights_from_kernels']} "
+                f"weights, so its linear layers are priced so ({m['precision_source']}).",
+                "info",
+            )
+        )
     for comp, c in (m.get("dtype_conflicts") or {}).items():
-        out.append(Finding(
-            "model-precision",
-            f"Kernel names show {c['kernels']} GEMMs ({comp.replace('_', ' ')}), but {m['name']}'s weights run at "
-            f"{c['model']}: if the checkpoint is quantised, pass --weights (e.g. --weights nvfp4) or its own "
-            "config.json, or the bytes and bounds of those kernels are wrong.", "warning"))
+        out.append(
+            Finding(
+                "model-precision",
+                f"Kernel names show {c['kernels']} GEMMs ({comp.replace('_', ' ')}), but {m['name']}'s weights run at "
+                f"{c['model']}: if the checkpoint is quantised, pass --weights (e.g. --weights nvfp4) or its own "
+                "config.json, or the bytes and bounds of those kernels are wrong.",
+                "warning",
+            )
+        )
     if m.get("layer_check"):
         if m.get("withheld"):
-            what = ("the figures it would price (FLOPs, bytes, bounds, MFU, MBU) are withheld; pass the model that "
-                    "ran, or --model-force to price by this one anyway")
+            what = (
+                "the figures it would price (FLOPs, bytes, bounds, MFU, MBU) are withheld; pass the model that "
+                "ran, or --model-force to price by this one anyway"
+            )
         elif m.get("forced"):
             what = "--model-force: the figures are priced by it anyway, and may be wrong"
         else:
             what = "check --model"
-        out.append(Finding("model-mismatch", f"The trace may not be {m['name']}: {m['layer_check']}; {what}.",
-                           "warning"))
+        out.append(
+            Finding("model-mismatch", f"The trace may not be {m['name']}: {m['layer_check']}; {what}.", "warning")
+        )
     check = w["model_check"] if "model_check" in w else pd.Series(None, index=w.index, dtype=object)
     # Capped units, by the component they are about: each has its own reason (pricing.above_roof).
     capped = w[(check == "capped").to_numpy()]
     comp = capped["component"].astype(str).to_numpy() if len(capped) else np.array([], dtype=object)
     experts, attention = capped[comp == "experts"], capped[comp == "attention"]
     if len(experts):
-        out.append(Finding(
-            "experts-concentrated",
-            f"Routed experts ({experts['dur_ns'].sum() / 1e6:.3g} ms) ran faster than reading the weights of the "
-            "experts uniform routing would touch allows at peak bandwidth: the step's tokens concentrated on fewer "
-            "experts. Their bytes are capped at the roof and their fraction of the roof is not shown.", "info"))
+        out.append(
+            Finding(
+                "experts-concentrated",
+                f"Routed experts ({experts['dur_ns'].sum() / 1e6:.3g} ms) ran faster than reading the weights of the "
+                "experts uniform routing would touch allows at peak bandwidth: the step's tokens concentrated on fewer "
+                "experts. Their bytes are capped at the roof and their fraction of the roof is not shown.",
+                "info",
+            )
+        )
     if len(attention):
-        out.append(Finding(
-            "attention-keys-unknown",
-            f"Decode attention ({attention['dur_ns'].sum() / 1e6:.3g} ms): the keys each request attends to are not "
-            "in the trace, so the KV cache it reads is not known. Its intensity does not depend on the keys and is "
-            "below the ridge, so it is memory-bound; its bytes are capped at what peak bandwidth moves in its "
-            "kernels' time (an upper bound) and its fraction of the roof is not shown.", "info"))
+        out.append(
+            Finding(
+                "attention-keys-unknown",
+                f"Decode attention ({attention['dur_ns'].sum() / 1e6:.3g} ms): the keys each request attends to are not "
+                "in the trace, so the KV cache it reads is not known. Its intensity does not depend on the keys and is "
+                "below the ridge, so it is memory-bound; its bytes are capped at what peak bandwidth moves in its "
+                "kernels' time (an upper bound) and its fraction of the roof is not shown.",
+                "info",
+            )
+        )
     cached = w[(check == "cached").to_numpy()]
     if len(cached):
         comps = sorted(set(cached["component"].dropna().astype(str)))
-        out.append(Finding(
-            "cache-resident",
-            f"The {', '.join(c.replace('_', ' ') for c in comps)} kernels ({cached['dur_ns'].sum() / 1e6:.3g} ms) ran "
-            f"faster than the DRAM bandwidth roof allows for the bytes the model gives them: each moves at most "
-            f"{si(float(cached['bytes'].max()), 'B')}, written by the kernels just before it, which "
-            f"{a.device.get('spec')}'s {a.device.get('l2_cache_mb'):g} MB L2 cache holds and serves faster than DRAM. "
-            "Their cost is the model's; their fraction of the DRAM roof is not shown.", "info"))
+        out.append(
+            Finding(
+                "cache-resident",
+                f"The {', '.join(c.replace('_', ' ') for c in comps)} kernels ({cached['dur_ns'].sum() / 1e6:.3g} ms) ran "
+                f"faster than the DRAM bandwidth roof allows for the bytes the model gives them: each moves at most "
+                f"{si(float(cached['bytes'].max()), 'B')}, written by the kernels just before it, which "
+                f"{a.device.get('spec')}'s {a.device.get('l2_cache_mb'):g} MB L2 cache holds and serves faster than DRAM. "
+                "Their cost is the model's; their fraction of the DRAM roof is not shown.",
+                "info",
+            )
+        )
     unkeyed = w[(check == "keys_unknown").to_numpy()]
     if len(unkeyed):
-        out.append(Finding(
-            "attention-bound-unknown",
-            f"Decode attention ({unkeyed['dur_ns'].sum() / 1e6:.3g} ms): the keys each request attends to are not in "
-            "the trace, and its intensity at any key count is not below the ridge, so neither its cost nor its bound "
-            "is known.", "info"))
+        out.append(
+            Finding(
+                "attention-bound-unknown",
+                f"Decode attention ({unkeyed['dur_ns'].sum() / 1e6:.3g} ms): the keys each request attends to are not in "
+                "the trace, and its intensity at any key count is not below the ridge, so neither its cost nor its bound "
+                "is known.",
+                "info",
+            )
+        )
     undescribed = w[(check == "undescribed").to_numpy()]
     if len(undescribed):
         comps = sorted(set(undescribed["component"].dropna().astype(str)))
-        out.append(Finding(
-            "model-undescribed",
-            f"The model's work for {', '.join(c.replace('_', ' ') for c in comps)} would take longer at the roofline "
-            f"than those kernels ran ({undescribed['dur_ns'].sum() / 1e6:.3g} ms): the model, --tp or --weights does "
-            "not describe them, so their cost is left unknown.", "warning"))
+        out.append(
+            Finding(
+                "model-undescribed",
+                f"The model's work for {', '.join(c.replace('_', ' ') for c in comps)} would take longer at the roofline "
+                f"than those kernels ran ({undescribed['dur_ns'].sum() / 1e6:.3g} ms): the model, --tp or --weights does "
+                "not describe them, so their cost is left unknown.",
+                "warning",
+            )
+        )
     return out
 
 
@@ -322,8 +399,14 @@ def _peak_findings(a: Analysis) -> list[Finding]:
     if not len(priced):
         return []
     by = priced.groupby(priced["peak_note"].astype(str))["dur_ns"].sum().sort_values(ascending=False)
-    return [Finding("peak-fallback", f"{ms / 1e6:.3g} ms of kernel time is {text}: its bound and roof fraction "
-                                     "are against that peak.", "info") for text, ms in by.items()]
+    return [
+        Finding(
+            "peak-fallback",
+            f"{ms / 1e6:.3g} ms of kernel time is {text}: its bound and roof fraction are against that peak.",
+            "info",
+        )
+        for text, ms in by.items()
+    ]
 
 
 def _rank_findings(a: Analysis) -> list[Finding]:
@@ -336,11 +419,15 @@ def _rank_findings(a: Analysis) -> list[Finding]:
     who = "the other rank waits" if others == 1 else f"the other {others} ranks wait"
     of_coll = s.get("lost_share_of_collective")
     coll = f", {of_coll:.0%} of their collective time" if of_coll is not None else ""
-    return [Finding(
-        "rank-straggler",
-        f"Rank {s['straggler']} is the straggler: {who} {s['lost_ms']:.3g} ms for it inside collectives "
-        f"({share:.0%} of their time span{coll}; matched {s['wait_method']}). Look at what rank "
-        f"{s['straggler']} does before its collectives (extra work, a slower device, host stalls).", "warning")]
+    return [
+        Finding(
+            "rank-straggler",
+            f"Rank {s['straggler']} is the straggler: {who} {s['lost_ms']:.3g} ms for it inside collectives "
+            f"({share:.0%} of their time span{coll}; matched {s['wait_method']}). Look at what rank "
+            f"{s['straggler']} does before its collectives (extra work, a slower device, host stalls).",
+            "warning",
+        )
+    ]
 
 
 def _growth_cause(a: Analysis) -> str:
@@ -358,8 +445,10 @@ def _growth_cause(a: Analysis) -> str:
     # Per step from the steps table's own books (a merged run's work table has no steps).
     per_step = pd.DataFrame(list(a.steps["category_ns"].to_numpy()[rows]), index=numbers).fillna(0.0) / 1e6
     per_step["idle time"] = a.steps["gpu_idle_ns"].to_numpy()[rows] / 1e6
-    moved = {c: float(np.median(per_step[c].to_numpy()[last.rows]) - np.median(per_step[c].to_numpy()[first.rows]))
-             for c in per_step.columns}
+    moved = {
+        c: float(np.median(per_step[c].to_numpy()[last.rows]) - np.median(per_step[c].to_numpy()[first.rows]))
+        for c in per_step.columns
+    }
     # What grew by at least a tenth of the step's growth, largest first (medians need not add up).
     grew = sorted(((d, c) for c, d in moved.items() if d >= 0.1 * grew_ms), reverse=True)[:3]
     head = f"(median step from {first.median:.3g} to {last.median:.3g} ms)"

@@ -14,13 +14,11 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import categorical
-
 from tracekit.analysis.pricing import model_costs as mc
 from tracekit.analysis.pricing.roofline import MEMORY, MODEL, NONE, UNKNOWN
 from tracekit.formatting import si
 from tracekit.models.costs import POOLED
 from tracekit.specs import GpuSpec
-
 
 # The model's minimal work of a component can take longer at the roof than its kernels ran
 # only when the model does not describe them, or when the data is served from the cache rather
@@ -40,8 +38,9 @@ FRESH_INPUTS = ("norm", "qk_norm", "rope", "activation", "kv_write", "quantize")
 AT_ROOF_CHECKS = ("capped", "cached")
 
 
-def model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, spec: GpuSpec, spec_reason,
-                     kinds, category) -> None:
+def model_above_roof(
+    table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, spec: GpuSpec, spec_reason, kinds, category
+) -> None:
     """Model-priced work that would need more than the roofline allows in its kernels' time.
 
     Never shown as fact. Routed experts are priced at the experts uniform routing touches,
@@ -83,7 +82,7 @@ def model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, s
             cases.append((str(uniques[codes[inverse == g][0]]), members, float(need[g] / took[g])))
     single = ~is_pooled & (took_m > 0) & (need_m > ABOVE_ROOF * np.where(took_m > 0, took_m, 1))
     for i in np.flatnonzero(single):
-        cases.append((str(comp_m[i]), rows_m[i:i + 1], float(need_m[i] / took_m[i])))
+        cases.append((str(comp_m[i]), rows_m[i : i + 1], float(need_m[i] / took_m[i])))
     est_now = table["estimate"].to_numpy(dtype=object)
     ridge = table["ridge"].to_numpy(dtype=float) if "ridge" in table else np.full(len(table), np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -92,9 +91,11 @@ def model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, s
         if c == "experts":
             nbytes[rows] /= ratio  # memory-bound at any expert count: bytes are the time's roof
             capped[rows] = True
-            reason[rows] = (f"uniform routing would touch experts whose weights need {ratio:.0%} of the "
-                            "bandwidth roof in these kernels' time: routing concentrated on fewer experts; bytes "
-                            "capped at what peak bandwidth moves in that time, an upper bound")
+            reason[rows] = (
+                f"uniform routing would touch experts whose weights need {ratio:.0%} of the "
+                "bandwidth roof in these kernels' time: routing concentrated on fewer experts; bytes "
+                "capped at what peak bandwidth moves in that time, an upper bound"
+            )
         elif c == "attention" and all(e == mc.UPPER for e in est_now[rows].tolist()):
             # Decode attention of unknown keys (model_costs.UNKNOWN_KEYS_BASIS): its bytes come
             # down to the roof's in the kernels' time; memory-bound only where its key-independent
@@ -105,29 +106,37 @@ def model_above_roof(table: pd.DataFrame, step: np.ndarray, dur_s: np.ndarray, s
             if not below.all():
                 flops[rows], nbytes[rows] = np.nan, np.nan
                 dropped[rows] = unkeyed[rows] = True
-                reason[rows] = ("the keys each request attends to are not in the trace, and this attention's "
-                                "intensity at any key count is not below the ridge: its bound is not known")
+                reason[rows] = (
+                    "the keys each request attends to are not in the trace, and this attention's "
+                    "intensity at any key count is not below the ridge: its bound is not known"
+                )
                 continue
             # An upper bound on the bytes; FLOPs derived from a capped figure would be no figure
             # of the work (issue 45): they stay unknown.
             flops[rows] = np.nan
             nbytes[rows] /= ratio
             capped[rows] = True
-            reason[rows] = ("the keys each request attends to are not in the trace: decode attention is memory-bound "
-                            "at any key count; bytes capped at what peak bandwidth moves in these kernels' time, "
-                            "an upper bound; its FLOPs are not known")
+            reason[rows] = (
+                "the keys each request attends to are not in the trace: decode attention is memory-bound "
+                "at any key count; bytes capped at what peak bandwidth moves in these kernels' time, "
+                "an upper bound; its FLOPs are not known"
+            )
         elif c in FRESH_INPUTS and l2 and (nbytes[rows] <= l2).all() and below_ridge[rows].all():
             cached[rows] = True
-            reason[rows] = (f"faster than the DRAM bandwidth roof (its bytes need {ratio:.0%} of its time there): the "
-                            f"{si(float(nbytes[rows].max()), 'B')} it moves were written by the kernels just before "
-                            f"it and fit in {spec.name}'s {spec.l2_cache_mb:g} MB L2 cache, which serves them faster "
-                            "than DRAM; the model's cost stands, its fraction of the DRAM roof is not shown")
+            reason[rows] = (
+                f"faster than the DRAM bandwidth roof (its bytes need {ratio:.0%} of its time there): the "
+                f"{si(float(nbytes[rows].max()), 'B')} it moves were written by the kernels just before "
+                f"it and fit in {spec.name}'s {spec.l2_cache_mb:g} MB L2 cache, which serves them faster "
+                "than DRAM; the model's cost stands, its fraction of the DRAM roof is not shown"
+            )
         else:
             flops[rows], nbytes[rows] = np.nan, np.nan
             dropped[rows] = True
-            reason[rows] = (f"the model's {str(c).replace('_', ' ')} work would take {ratio:.0%} of these "
-                            "kernels' time even at the roofline: the model (or --tp, --weights) does not describe "
-                            "them, so their cost is left unknown")
+            reason[rows] = (
+                f"the model's {str(c).replace('_', ' ')} work would take {ratio:.0%} of these "
+                "kernels' time even at the roofline: the model (or --tp, --weights) does not describe "
+                "them, so their cost is left unknown"
+            )
     if not (capped.any() or dropped.any() or cached.any()):
         return
     table["flops"], table["bytes"] = flops, nbytes

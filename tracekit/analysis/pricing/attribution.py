@@ -32,9 +32,16 @@ import pandas as pd
 
 from tracekit import frameworks
 from tracekit.analysis import categorical
-
-from tracekit.analysis.pricing import kernel_names, kernel_roles, layer_roles, model_fit, op_args, op_costs, taxonomy
-from tracekit.analysis.pricing import mixed_alone
+from tracekit.analysis.pricing import (
+    kernel_names,
+    kernel_roles,
+    layer_roles,
+    mixed_alone,
+    model_fit,
+    op_args,
+    op_costs,
+    taxonomy,
+)
 from tracekit.analysis.pricing import model_costs as mc
 from tracekit.analysis.pricing.above_roof import AT_ROOF_CHECKS, model_above_roof
 from tracekit.analysis.pricing.capture import OpSource, own_ops, with_capture
@@ -75,9 +82,16 @@ class Attribution:
     alone: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
 
 
-def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace | Sequence[Trace] | None = None,
-              model: ModelSpec | None = None, tp: int = 1, policy: str = "auto",
-              model_force: bool = False) -> Attribution:
+def attribute(
+    trace: Trace,
+    seg: Segmentation,
+    match: SpecMatch,
+    capture: Trace | Sequence[Trace] | None = None,
+    model: ModelSpec | None = None,
+    tp: int = 1,
+    policy: str = "auto",
+    model_force: bool = False,
+) -> Attribution:
     """Roofline columns for every unit of work. ``capture``: the graph-capture trace (or
     traces: one per graph size) whose ops describe this trace's graph-replayed kernels; ``model`` and ``tp``: the
     architecture that prices what shapes cannot (``policy``: see ``POLICIES``).
@@ -98,17 +112,22 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     sides = mc.step_sides(seg.steps, seg.source in ENGINE_SOURCES) if len(seg.steps) else []
     # Whether the trace fits the model is known before any pricing: a model it contradicts
     # gives no context to the engine ops priced from shapes either.
-    misfit = (model_fit.layer_check(model, work, kernel_names.components(work, category), seg.steps)
-              if model is not None else None)
+    misfit = (
+        model_fit.layer_check(model, work, kernel_names.components(work, category), seg.steps)
+        if model is not None
+        else None
+    )
     withheld = model_fit.withheld_reason(model, misfit) if misfit and not model_force and policy != "shapes" else None
     context_model = None if withheld else model
     flops, nbytes, dtype, unit, reason, pricing, shape_note = _costs(
-        source, work, _contexts(sides, context_model, tp, work["name"]), category, _recorded_bytes(trace, work))
+        source, work, _contexts(sides, context_model, tp, work["name"]), category, _recorded_bytes(trace, work)
+    )
     dtype = refine_dtype(dtype, unit, work["name"])
     shaped = ~np.isnan(flops)
     # Picked from an object array: np.where on strings would build a new str per unit.
     cost_source = categorical.objects([NONE, SHAPES, CAPTURE])[
-        np.where(shaped, np.where(pricing >= len(trace.cpu_ops), 2, 1), 0)]
+        np.where(shaped, np.where(pricing >= len(trace.cpu_ops), 2, 1), 0)
+    ]
     if policy == "model":
         flops[:], nbytes[:], dtype[:], unit[:] = np.nan, np.nan, None, None
         cost_source[:] = NONE
@@ -121,8 +140,9 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
     if model is not None and policy != "shapes":
         known = (np.where(shaped, flops, np.nan), np.where(shaped, nbytes, np.nan)) if shaped.any() else None
         model_costs = mc.price(model, tp, seg.steps, work, category, seg.source, known=known, sides=sides)
-        model_costs.alone = mixed_alone.alone(model, tp, seg.steps, work, category, seg.source, known, sides,
-                                              model_costs)
+        model_costs.alone = mixed_alone.alone(
+            model, tp, seg.steps, work, category, seg.source, known, sides, model_costs
+        )
         component = model_costs.component
         use = ~shaped & ~np.isnan(model_costs.flops)
         if withheld:
@@ -177,12 +197,19 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
         _capped_per_kernel(table, dur_s)
     rf = table["roof_fraction"].to_numpy()
     fits = latency_fits(work["dur_ns"].to_numpy(), rf, work["ctas"].to_numpy(), spec.num_sms if spec else None)
-    table["limiter"] = categorical.text(limiter(table["bound"].to_numpy(), rf,
-                                                np.isin(table["model_check"].to_numpy(), AT_ROOF_CHECKS), fits))
+    table["limiter"] = categorical.text(
+        limiter(table["bound"].to_numpy(), rf, np.isin(table["model_check"].to_numpy(), AT_ROOF_CHECKS), fits)
+    )
     alone = alone_from_shapes(source, work, pricing, seg.steps, sides) if shaped.any() else {}
     if model_costs is not None and model_costs.alone and not withheld:
-        alone = {s: tuple(np.where(np.isnan(a), m, a) for a, m in zip(alone[s], model_costs.alone[s]))
-                 for s in model_costs.alone} if alone else model_costs.alone
+        alone = (
+            {
+                s: tuple(np.where(np.isnan(a), m, a) for a, m in zip(alone[s], model_costs.alone[s]))
+                for s in model_costs.alone
+            }
+            if alone
+            else model_costs.alone
+        )
     return Attribution(table, spec, match.reason, source.ops, source.note, model_costs, alone or None)
 
 
@@ -192,16 +219,20 @@ def attribute(trace: Trace, seg: Segmentation, match: SpecMatch, capture: Trace 
 _TOKEN_ROWS = {"aten::linear": 0, "aten::mm": 0, "aten::addmm": 1, "aten::_scaled_mm": 0, "aten::matmul": 0}
 
 
-def alone_from_shapes(source: OpSource, work: pd.DataFrame, pricing: np.ndarray, steps: pd.DataFrame,
-                      sides: list) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def alone_from_shapes(
+    source: OpSource, work: pd.DataFrame, pricing: np.ndarray, steps: pd.DataFrame, sides: list
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``Attribution.alone`` of the GEMM units priced from recorded shapes: in a mixed step
     stating both sides, a GEMM whose activations hold one row per token of the step (M = its
     tokens, no batch) is priced again with M at one side's tokens, by its own cost model
     (the weights, bias and scales read once either way); NaN elsewhere. {} without such units."""
     n = len(work)
     step_of = work["step"].to_numpy()
-    both = {i: sd for i, sd in enumerate(sides)
-            if frameworks.PREFILL in sd and frameworks.DECODE in sd and steps.at[i, "phase"] == frameworks.MIXED}
+    both = {
+        i: sd
+        for i, sd in enumerate(sides)
+        if frameworks.PREFILL in sd and frameworks.DECODE in sd and steps.at[i, "phase"] == frameworks.MIXED
+    }
     rows = np.flatnonzero(np.isin(step_of, list(both)) & (pricing >= 0)) if both else np.zeros(0, dtype=np.int64)
     if not len(rows) or not len(source.ops):
         return {}
@@ -217,13 +248,20 @@ def alone_from_shapes(source: OpSource, work: pd.DataFrame, pricing: np.ndarray,
         mine = rows[pricing[rows] == op]
         sd = both[int(step_of[mine[0]])]
         tokens = sum(s.tokens for s in sd.values())
-        decoded = [json.loads(x) if isinstance(x, str) and x else None
-                   for x in (ops["input_dims"].iat[op], ops["input_types"].iat[op], ops["concrete_inputs"].iat[op])]
+        decoded = [
+            json.loads(x) if isinstance(x, str) and x else None
+            for x in (ops["input_dims"].iat[op], ops["input_types"].iat[op], ops["concrete_inputs"].iat[op])
+        ]
         dims, types, concrete = decoded
         at = _TOKEN_ROWS[name]
         arg = dims[at] if isinstance(dims, list) and at < len(dims) else None
-        if not (isinstance(arg, list) and len(arg) >= 2 and all(isinstance(d, int) for d in arg)
-                and arg[-2] == tokens and math.prod(arg[:-2]) == 1):
+        if not (
+            isinstance(arg, list)
+            and len(arg) >= 2
+            and all(isinstance(d, int) for d in arg)
+            and arg[-2] == tokens
+            and math.prod(arg[:-2]) == 1
+        ):
             continue
         whole = op_costs.price(name, dims, types, concrete)
         if not isinstance(whole, op_args.OpCost) or whole.flops <= 0 or whole.bytes <= 0:
@@ -250,10 +288,14 @@ def _contexts(sides: list, model: ModelSpec | None, tp: int, names: pd.Series):
             pairs = keys = None
             note = ""
             if 0 <= step < len(sides) and sides[step]:
-                pairs, keys, note = (layer_roles.attention_of_layer(model, sides[step], layer) if layer >= 0
-                                     else layer_roles.attention_per_layer(model, sides[step]))
-            cache[step, layer] = op_args.OpContext(tp=tp, pairs=pairs, keys=keys, kv_bytes=kv_bytes, model=model,
-                                                   window_note=note)
+                pairs, keys, note = (
+                    layer_roles.attention_of_layer(model, sides[step], layer)
+                    if layer >= 0
+                    else layer_roles.attention_per_layer(model, sides[step])
+                )
+            cache[step, layer] = op_args.OpContext(
+                tp=tp, pairs=pairs, keys=keys, kv_bytes=kv_bytes, model=model, window_note=note
+            )
         return cache[step, layer]
 
     return context
@@ -296,8 +338,13 @@ def _notes(model_costs: ModelCosts | None, shape_note: np.ndarray, source: np.nd
     return out
 
 
-def _costs(source: OpSource, work: pd.DataFrame, context=None, category: np.ndarray | None = None,
-           recorded: np.ndarray | None = None):
+def _costs(
+    source: OpSource,
+    work: pd.DataFrame,
+    context=None,
+    category: np.ndarray | None = None,
+    recorded: np.ndarray | None = None,
+):
     """FLOPs, bytes, dtype, unit, reason, pricing op (row of ``source.ops``) and note per unit of
     work. ``context(step, layer)``: the ``OpContext`` of a step, for ops whose cost needs one;
     ``category``: each unit's taxonomy category, to tell an op's kernels' roles apart
@@ -367,8 +414,13 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None, category: np.ndar
     if category is not None and len(in_step):
         attn = (np.asarray(category, dtype=object)[order] == taxonomy.ATTENTION).astype(np.int64)
         layer_of = kernel_roles.attention_op_layers(
-            in_step, step_of_group, step_contexts, np.minimum.reduceat(work["start_ns"].to_numpy()[order], starts),
-            np.add.reduceat(attn, starts) > 0, len(keys))
+            in_step,
+            step_of_group,
+            step_contexts,
+            np.minimum.reduceat(work["start_ns"].to_numpy()[order], starts),
+            np.add.reduceat(attn, starts) > 0,
+            len(keys),
+        )
     for g, k in zip(in_step.tolist(), step_of_group.tolist()):
         ctx = step_contexts[k] if layer_of[g] < 0 else context(int(step_values[k]), int(layer_of[g]))
         key = (group_names[g], d_l[g], t_l[g], c_l[g], id(ctx))
@@ -406,10 +458,28 @@ def _costs(source: OpSource, work: pd.DataFrame, context=None, category: np.ndar
     else:
         names_of = np.append(categorical.category_strings(work["name"]), None)[categorical.codes(work["name"])]
         kinds_of = np.append(categorical.category_strings(work["kind"]), None)[categorical.codes(work["kind"])]
-        f, b, said = kernel_roles.shape_roles(order, sharing, group, d, g_flops, g_bytes, g_dtype, names_of, kinds_of,
-                                              np.asarray(category, dtype=object), work["start_ns"].to_numpy(),
-                                              recorded, op, pricing, names_or_nan[codes], (dims, types, concrete),
-                                              source.parents, step_of, d_l, context)
+        f, b, said = kernel_roles.shape_roles(
+            order,
+            sharing,
+            group,
+            d,
+            g_flops,
+            g_bytes,
+            g_dtype,
+            names_of,
+            kinds_of,
+            np.asarray(category, dtype=object),
+            work["start_ns"].to_numpy(),
+            recorded,
+            op,
+            pricing,
+            names_or_nan[codes],
+            (dims, types, concrete),
+            source.parents,
+            step_of,
+            d_l,
+            context,
+        )
         flops[rows], nbytes[rows], note[rows] = f[ok], b[ok], said[ok]
     dtype[rows] = g_dtype[gs]
     unit[rows] = g_unit[gs]
@@ -445,8 +515,12 @@ def _refine_by_module(category: np.ndarray, trace: Trace, work: pd.DataFrame) ->
         return category
     issue = work["issue_ns"].to_numpy()[candidates]
     inner = enclosing(
-        mods["start_ns"].to_numpy(), mods["end_ns"].to_numpy(), mods["tid"].to_numpy(),
-        issue, issue, work["issue_tid"].to_numpy()[candidates],
+        mods["start_ns"].to_numpy(),
+        mods["end_ns"].to_numpy(),
+        mods["tid"].to_numpy(),
+        issue,
+        issue,
+        work["issue_tid"].to_numpy()[candidates],
     )
     out = category.copy()
     # The job each module class names, worked out once per distinct module name.

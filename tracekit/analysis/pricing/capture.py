@@ -87,8 +87,9 @@ class _Tally:
     other_why: str | None = None
 
 
-def with_capture(trace: Trace, work: pd.DataFrame, capture: Trace | Sequence[Trace],
-                 steps: pd.DataFrame | None = None) -> OpSource:
+def with_capture(
+    trace: Trace, work: pd.DataFrame, capture: Trace | Sequence[Trace], steps: pd.DataFrame | None = None
+) -> OpSource:
     """``own_ops`` plus the capture traces' ops for the replayed kernels that align with a
     graph captured at the replaying step's batch. ``capture``: one capture trace or several
     (a capture folder's files: one per graph size)."""
@@ -131,8 +132,9 @@ def with_capture(trace: Trace, work: pd.DataFrame, capture: Trace | Sequence[Tra
         got = cap_file >= 0
         op[got] = cap_op[got] + np.array([offsets.get(f, 0) for f in range(len(captures))])[cap_file[got]]
     refused = any(r is not None for r in reason[replayed])
-    return OpSource(ops, parents, op, _note(captures, graphs, named, len(replayed), tally),
-                    reason if refused else None, replay_of)
+    return OpSource(
+        ops, parents, op, _note(captures, graphs, named, len(replayed), tally), reason if refused else None, replay_of
+    )
 
 
 def _match(work, replayed, graphs: list[Graph], named: bool, sizes: dict, out, tally: _Tally) -> None:
@@ -226,9 +228,11 @@ def _allowed(graphs: list[Graph], size: int | None) -> tuple[list[int], str | No
     if not same and (padded := _padded_size(batches, size)) is not None:
         same = [i for i in idx if graphs[i].batch == padded]
     if not same:
-        return [], (f"replayed from a CUDA/HIP graph: the capture trace's graphs were captured at batch "
-                    f"{_batches_text(tuple(batches))}, this step ran batch {size}: their shapes do not "
-                    "apply (pass the capture of this batch size)")
+        return [], (
+            f"replayed from a CUDA/HIP graph: the capture trace's graphs were captured at batch "
+            f"{_batches_text(tuple(batches))}, this step ran batch {size}: their shapes do not "
+            "apply (pass the capture of this batch size)"
+        )
     return same, None
 
 
@@ -253,21 +257,27 @@ def _graphs_for(graphs: list[Graph], size: int | None, length: int, named: bool)
     if not named:
         fits = [i for i in idx if len(graphs[i].ops) == length]
         if not fits:
-            return [], ("replayed from a CUDA/HIP graph: no captured graph in the capture trace launches the "
-                        f"{length} kernels and copies of this replay")
+            return [], (
+                "replayed from a CUDA/HIP graph: no captured graph in the capture trace launches the "
+                f"{length} kernels and copies of this replay"
+            )
         seen = sorted({graphs[i].batch for i in fits if graphs[i].batch is not None})
         if size is None and len(seen) > 1:
-            return [], (f"replayed from a CUDA/HIP graph: graphs of this length were captured at batch "
-                        f"{_batches_text(tuple(seen))} and the step's batch is not in the trace, so which one "
-                        "replayed is unknown")
+            return [], (
+                f"replayed from a CUDA/HIP graph: graphs of this length were captured at batch "
+                f"{_batches_text(tuple(seen))} and the step's batch is not in the trace, so which one "
+                "replayed is unknown"
+            )
         return fits, None
     named_idx = [i for i in idx if graphs[i].kernels is not None]
     if size is None:
         seen = sorted({graphs[i].batch for i in named_idx if graphs[i].batch is not None})
         if len(seen) > 1:
-            return [], (f"replayed from a CUDA/HIP graph: the capture trace holds graphs captured at batch "
-                        f"{_batches_text(tuple(seen))} and the step's batch is not in the trace, so which one "
-                        "replayed is unknown")
+            return [], (
+                f"replayed from a CUDA/HIP graph: the capture trace holds graphs captured at batch "
+                f"{_batches_text(tuple(seen))} and the step's batch is not in the trace, so which one "
+                "replayed is unknown"
+            )
     named_idx.sort(key=lambda i: abs(len(graphs[i].kernels) - length))
     return named_idx[:_ALIGN_CANDIDATES], None
 
@@ -287,11 +297,14 @@ def _align(names: tuple, g: Graph) -> tuple[int, list[tuple[int, int]]]:
 
 
 def _note(captures: list[Trace], graphs: list[Graph], named: bool, n: int, tally: _Tally) -> str:
-    how = ("by kernel name and order" if named else
-           "by position in the captured graph (its launch calls name no kernels)")
+    how = (
+        "by kernel name and order" if named else "by position in the captured graph (its launch calls name no kernels)"
+    )
     r = tally.replays
-    note = (f"{tally.matched} of {n} graph-replayed kernels were matched, {how}, to the ops that queued them "
-            f"in {_files_text(captures)} ({r} replay{'' if r == 1 else 's'} matched a captured graph)")
+    note = (
+        f"{tally.matched} of {n} graph-replayed kernels were matched, {how}, to the ops that queued them "
+        f"in {_files_text(captures)} ({r} replay{'' if r == 1 else 's'} matched a captured graph)"
+    )
     if len(captures) > 1:
         # Which file priced which steps: each replay from the graph captured at its own size.
         lines, idle, idle_batches = [], [], set()
@@ -300,8 +313,10 @@ def _note(captures: list[Trace], graphs: list[Graph], named: bool, n: int, tally
             at = f" (batch {_batches_text(tuple(own))})" if own else ""
             got = tally.by_file.get(f)
             if got is not None:
-                lines.append(f"{_name(cap, captures)}{at} priced {got[0]} replay{'' if got[0] == 1 else 's'} "
-                             f"{_steps_text(got[1])}")
+                lines.append(
+                    f"{_name(cap, captures)}{at} priced {got[0]} replay{'' if got[0] == 1 else 's'} "
+                    f"{_steps_text(got[1])}"
+                )
             elif any(g.file == f for g in graphs):
                 idle.append(f"{_name(cap, captures)}{at} priced none")
                 idle_batches.update(own)
@@ -312,19 +327,27 @@ def _note(captures: list[Trace], graphs: list[Graph], named: bool, n: int, tally
             idle = [f"{len(idle)} other files{span} priced none"]
         note += ": " + ", ".join(lines + idle)
     for (size, batches), (kernels, steps) in tally.mismatches.items():
-        note += (f"; {kernels} kernels of replays at batch {size} ({_steps_text(steps)}) got no capture shapes: "
-                 f"the capture {'trace' if len(captures) == 1 else 'traces'}' graphs were captured at batch "
-                 f"{_batches_text(batches)}")
+        note += (
+            f"; {kernels} kernels of replays at batch {size} ({_steps_text(steps)}) got no capture shapes: "
+            f"the capture {'trace' if len(captures) == 1 else 'traces'}' graphs were captured at batch "
+            f"{_batches_text(batches)}"
+        )
     for (size, padded), steps in sorted(tally.padded.items()):
-        note += (f"; replays at batch {size} ({_steps_text(steps)}) were priced from the graph captured at "
-                 f"{padded}, the next captured size above it: engines pad a batch up to the next captured graph "
-                 "(pass every captured size, or one between is taken for the next)")
+        note += (
+            f"; replays at batch {size} ({_steps_text(steps)}) were priced from the graph captured at "
+            f"{padded}, the next captured size above it: engines pad a batch up to the next captured graph "
+            "(pass every captured size, or one between is taken for the next)"
+        )
     if r and not any(g.batch is not None for g in graphs):
-        note += ("; the capture trace names no batch size (no capture_<n>_<mode> range), so the graphs' batch "
-                 "was not checked against the replaying steps'")
+        note += (
+            "; the capture trace names no batch size (no capture_<n>_<mode> range), so the graphs' batch "
+            "was not checked against the replaying steps'"
+        )
     if tally.others:
-        note += (f"; {tally.others} replay{'' if tally.others == 1 else 's'} matched no captured graph: "
-                 + tally.other_why.removeprefix("replayed from a CUDA/HIP graph: "))
+        note += (
+            f"; {tally.others} replay{'' if tally.others == 1 else 's'} matched no captured graph: "
+            + tally.other_why.removeprefix("replayed from a CUDA/HIP graph: ")
+        )
     return note
 
 

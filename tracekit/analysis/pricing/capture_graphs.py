@@ -20,9 +20,19 @@ from tracekit.trace.model import Trace
 
 _BEGIN_CAPTURE = ("cudaStreamBeginCapture", "hipStreamBeginCapture")
 _END_CAPTURE = ("cudaStreamEndCapture", "hipStreamEndCapture")
-_LAUNCH_CALLS = ("LaunchKernel", "LaunchKernelEx", "LaunchKernelExC", "ModuleLaunchKernel", "ExtModuleLaunchKernel",
-                 "LaunchCooperativeKernel", "MemcpyAsync", "MemsetAsync", "Memcpy2DAsync", "MemsetD32Async",
-                 "MemsetD8Async")
+_LAUNCH_CALLS = (
+    "LaunchKernel",
+    "LaunchKernelEx",
+    "LaunchKernelExC",
+    "ModuleLaunchKernel",
+    "ExtModuleLaunchKernel",
+    "LaunchCooperativeKernel",
+    "MemcpyAsync",
+    "MemsetAsync",
+    "Memcpy2DAsync",
+    "MemsetD32Async",
+    "MemsetD8Async",
+)
 
 
 @dataclass
@@ -65,8 +75,15 @@ def captured_graphs(capture: Trace, file: int = 0) -> list[Graph]:
         mine = mine.sort_values("start_ns")
         within = next((i for i, (s0, e0, _) in enumerate(ranges) if s0 <= b.start_ns <= e0), None)
         batch = ranges[within][2] if within is not None else by_name
-        graphs.append(Graph(mine["op"].to_numpy(), _kernel_names(mine) if has_names else None, batch, file,
-                            within if within is not None else -1))
+        graphs.append(
+            Graph(
+                mine["op"].to_numpy(),
+                _kernel_names(mine) if has_names else None,
+                batch,
+                file,
+                within if within is not None else -1,
+            )
+        )
     if not graphs and has_names:
         named = rt[rt["kernel"].notna() & (rt["kernel"] != "")].sort_values("start_ns")
         batch = ranges[0][2] if len({n for _, _, n in ranges}) == 1 else by_name

@@ -29,8 +29,9 @@ CACHE_PROOF_BYTES = 512e6
 TOLERANCE = 0.02  # timing noise: a kernel 2% above the roof proves nothing
 
 
-def check_ceilings(work: pd.DataFrame, table: pd.DataFrame, match: SpecMatch,
-                   calibration: dict | None = None) -> tuple[SpecMatch, str] | None:
+def check_ceilings(
+    work: pd.DataFrame, table: pd.DataFrame, match: SpecMatch, calibration: dict | None = None
+) -> tuple[SpecMatch, str] | None:
     """A corrected spec match and the sentence saying why, or None when the ceilings hold."""
     spec = match.spec
     if spec is None:
@@ -49,22 +50,34 @@ def check_ceilings(work: pd.DataFrame, table: pd.DataFrame, match: SpecMatch,
     best = {str(d): float(flops[matrix & (dtype == d)].max()) for d in pd.unique(dtype[matrix]) if d is not None}
     measured = bool(spec.measured_matmul_flops or spec.measured_bandwidth)
     if spec.key == "cpu":
-        raised = {d: f for d, f in best.items() if spec.peak_flops(d, "matrix") and f > spec.peak_flops(d, "matrix") * (1 + TOLERANCE)}
+        raised = {
+            d: f
+            for d, f in best.items()
+            if spec.peak_flops(d, "matrix") and f > spec.peak_flops(d, "matrix") * (1 + TOLERANCE)
+        }
         bw = best_bw if spec.peak_bandwidth and best_bw > spec.peak_bandwidth * (1 + TOLERANCE) else None
         if not raised and bw is None:
             return None
         flops_new = {**spec.matrix_flops, **raised}
-        new = replace(spec, matrix_flops=flops_new, vector_flops={**spec.vector_flops, **raised},
-                      peak_bandwidth=bw or spec.peak_bandwidth,
-                      peak_basis=f"{spec.peak_basis}, raised to what the run achieved")
-        parts = [f"{d} matmul {spec.peak_flops(d, 'matrix') / 1e12:.3g} → {f / 1e12:.3g} TFLOP/s" for d, f in raised.items()]
+        new = replace(
+            spec,
+            matrix_flops=flops_new,
+            vector_flops={**spec.vector_flops, **raised},
+            peak_bandwidth=bw or spec.peak_bandwidth,
+            peak_basis=f"{spec.peak_basis}, raised to what the run achieved",
+        )
+        parts = [
+            f"{d} matmul {spec.peak_flops(d, 'matrix') / 1e12:.3g} → {f / 1e12:.3g} TFLOP/s" for d, f in raised.items()
+        ]
         if bw is not None:
             parts.append(f"bandwidth {spec.peak_bandwidth / 1e9:.3g} → {bw / 1e9:.3g} GB/s")
         why = _busy(calibration)
-        return (SpecMatch(new, match.how, match.reason),
-                "The run's own kernels beat the ceilings tracekit collect measured, so the measurement was wrong"
-                f"{why}: the CPU's ceilings were raised to the fastest the run achieved ({'; '.join(parts)}), a lower "
-                "bound on the true peaks; re-collect on an idle machine for figures against its real peaks")
+        return (
+            SpecMatch(new, match.how, match.reason),
+            "The run's own kernels beat the ceilings tracekit collect measured, so the measurement was wrong"
+            f"{why}: the CPU's ceilings were raised to the fastest the run achieved ({'; '.join(parts)}), a lower "
+            "bound on the true peaks; re-collect on an idle machine for figures against its real peaks",
+        )
     if not measured:
         return None
     ach_bw = spec.measured_bandwidth
@@ -72,9 +85,11 @@ def check_ceilings(work: pd.DataFrame, table: pd.DataFrame, match: SpecMatch,
     if not beaten and not (ach_bw and best_bw > ach_bw * (1 + TOLERANCE)):
         return None
     new = replace(spec, measured_matmul_flops={}, measured_bandwidth=None)
-    return (SpecMatch(new, match.how, match.reason),
-            f"The run's own kernels beat the ceilings tracekit collect measured on {spec.name}"
-            f"{_busy(calibration)}: the datasheet row's achievable ceilings are used instead")
+    return (
+        SpecMatch(new, match.how, match.reason),
+        f"The run's own kernels beat the ceilings tracekit collect measured on {spec.name}"
+        f"{_busy(calibration)}: the datasheet row's achievable ceilings are used instead",
+    )
 
 
 def _busy(calibration: dict | None) -> str:

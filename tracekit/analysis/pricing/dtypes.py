@@ -13,9 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import categorical
-
 from tracekit.analysis.pricing import kernel_names, op_args
-
 
 # cuBLAS/CUTLASS kernels that run FP32 GEMMs on TF32 tensor cores say so in their
 # names (allow_tf32 / torch.backends.cuda.matmul.allow_tf32): price them at the TF32

@@ -69,8 +69,9 @@ def _flag(args: Args, i: int | None) -> bool | None:
     return {"True": True, "1": True, "False": False, "0": False}.get(value or "")
 
 
-def varlen_geometry(batch: int, tokens: int, keys_total: int | None, max_q: int | None, max_k: int | None,
-                    causal: bool | None) -> tuple[float, float, str] | None:
+def varlen_geometry(
+    batch: int, tokens: int, keys_total: int | None, max_q: int | None, max_k: int | None, causal: bool | None
+) -> tuple[float, float, str] | None:
     """(pairs, keys, how) when the shapes fix every sequence's lengths: ``tokens`` = ``batch`` x
     ``max_q`` (every query as long as the longest), and the keys either equal the queries (causal
     with max_seqlen_k = max_seqlen_q: a key length is at least its query length and at most the
@@ -91,12 +92,16 @@ def varlen_geometry(batch: int, tokens: int, keys_total: int | None, max_q: int 
     else:
         per = lq * lk
     mask = "causal" if causal else "full"
-    return (float(batch * per), float(batch * lk),
-            f"{batch} sequences of {lq} queries over {lk} keys each ({mask}; tokens = batch x max_seqlen_q)")
+    return (
+        float(batch * per),
+        float(batch * lk),
+        f"{batch} sequences of {lq} queries over {lk} keys each ({mask}; tokens = batch x max_seqlen_q)",
+    )
 
 
-def _windowed(batch: int, tokens: int, pairs: float, keys: float, left: int | None, how: str,
-              ctx: OpContext | None) -> tuple[float, float, str]:
+def _windowed(
+    batch: int, tokens: int, pairs: float, keys: float, left: int | None, how: str, ctx: OpContext | None
+) -> tuple[float, float, str]:
     """Pairs and keys of a sliding window of ``left`` earlier keys (flash-attn's window_size_left:
     a query sees itself and ``left`` keys before it, ``left + 1`` in all), from the mean lengths."""
     if left is None or left < 0 or batch <= 0:
@@ -112,21 +117,29 @@ def _windowed(batch: int, tokens: int, pairs: float, keys: float, left: int | No
 
 def _from_context(op: str, ctx: OpContext, what: str) -> tuple[float, float, str]:
     if ctx.pairs is None or ctx.keys is None:
-        raise Unpriced(f"{op}: {what}, and the step's annotation does not state its query-key pairs "
-                       "(vLLM's detailed execute_... form and SGLang's step[EXTEND bs= toks=] do)")
+        raise Unpriced(
+            f"{op}: {what}, and the step's annotation does not state its query-key pairs "
+            "(vLLM's detailed execute_... form and SGLang's step[EXTEND bs= toks=] do)"
+        )
     return ctx.pairs, ctx.keys, f"pairs={ctx.pairs:g} and keys={ctx.keys:g} from the step{ctx.window_note}"
 
 
-def attention_work(q: Tensor, hkv: int, d: int, dv: int, kv_size: float, pairs: float, keys: float,
-                   how: str, out: Tensor | None = None) -> OpCost:
+def attention_work(
+    q: Tensor, hkv: int, d: int, dv: int, kv_size: float, pairs: float, keys: float, how: str, out: Tensor | None = None
+) -> OpCost:
     """The cost of attention of ``pairs`` query-key pairs over ``keys`` keys read from the cache."""
     tokens, hq = q.shape[0], q.shape[1]
     written = out.nbytes if out is not None and out.numel == tokens * hq * dv else tokens * hq * dv * q.size
     flops = 2 * hq * pairs * (d + dv)
     nbytes = keys * hkv * (d + dv) * kv_size + q.nbytes + written
-    return OpCost(float(flops), float(nbytes), q.dtype, MATRIX,
-                  f"2*Hq*pairs*(D+Dv), Hq={hq} Hkv={hkv} D={d} Dv={dv}, {how}; bytes = keys x Hkv x (D+Dv) at "
-                  f"{kv_size:g} B + query + output")
+    return OpCost(
+        float(flops),
+        float(nbytes),
+        q.dtype,
+        MATRIX,
+        f"2*Hq*pairs*(D+Dv), Hq={hq} Hkv={hkv} D={d} Dv={dv}, {how}; bytes = keys x Hkv x (D+Dv) at "
+        f"{kv_size:g} B + query + output",
+    )
 
 
 @dataclass(frozen=True)
@@ -197,8 +210,11 @@ class Paged:
 def paged_cost(spec: Paged, args: Args, ctx: OpContext) -> OpCost:
     q, k, v = args.tensor(spec.q), args.tensor(spec.k), args.tensor(spec.v)
     hkv, d, dv = cache_geometry(args.op, q, k, v)
-    pairs, keys, how = _from_context(args.op, ctx, "its KV lengths are in tensors the trace does not record "
-                                                   "(its page tables are preallocated buffers)")
+    pairs, keys, how = _from_context(
+        args.op,
+        ctx,
+        "its KV lengths are in tensors the trace does not record (its page tables are preallocated buffers)",
+    )
     window = _int(args, spec.window)
     if window is not None and window > 0:
         pairs, keys, how = _windowed(q.shape[0], q.shape[0], pairs, keys, window - 1, how, ctx)
@@ -224,10 +240,10 @@ ATTENTION_MODELS: dict[str, Callable[[Args, OpContext], OpCost]] = {
     # is_causal, window_size_left, ...): the bracketed arguments came and went between versions, so
     # is_causal is found after the (zero_tensors, is_causal) bool pair. k is packed [total_k, Hkv, D]
     # without a block table, a paged cache [blocks, page, Hkv, D] with one.
-    "aiter::mha_varlen_fwd": _varlen(Varlen(max_q=5, max_k=6, causal=None, left=None, bool_pair_after=7,
-                                            packed=True)),
-    "aiter::fmha_v3_varlen_fwd": _varlen(Varlen(max_q=5, max_k=6, causal=None, left=None, bool_pair_after=7,
-                                                packed=True)),
+    "aiter::mha_varlen_fwd": _varlen(Varlen(max_q=5, max_k=6, causal=None, left=None, bool_pair_after=7, packed=True)),
+    "aiter::fmha_v3_varlen_fwd": _varlen(
+        Varlen(max_q=5, max_k=6, causal=None, left=None, bool_pair_after=7, packed=True)
+    ),
     # flash-attn flash_attn_interface.py: flash_attn::_flash_attn_varlen_forward(q, k, v, cu_seqlens_q,
     # cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_size_left,
     # window_size_right, softcap, alibi_slopes, return_softmax, block_table, ...).

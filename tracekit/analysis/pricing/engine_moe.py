@@ -34,9 +34,14 @@ def _topk(gating_at: int, per_logit: int) -> Callable[[Args], OpCost]:
         tokens = gating.numel // experts
         written = sum(t.nbytes for t in (args.maybe_tensor(i) for i in range(gating_at)) if t is not None)
         per = per_logit + k
-        return vector_cost(per * gating.numel, gating.nbytes, written, gating.dtype,
-                           f"{per} flops per logit ({per_logit} scoring + {k} top-k passes) over {tokens} tokens x "
-                           f"{experts} experts; bytes = logits read + top-{k} weights and indices written")
+        return vector_cost(
+            per * gating.numel,
+            gating.nbytes,
+            written,
+            gating.dtype,
+            f"{per} flops per logit ({per_logit} scoring + {k} top-k passes) over {tokens} tokens x "
+            f"{experts} experts; bytes = logits read + top-{k} weights and indices written",
+        )
 
     return model
 
@@ -49,13 +54,18 @@ def _moe_sum(scale: bool) -> Callable[[Args], OpCost]:
     def model(args: Args) -> OpCost:
         x, out = args.tensor(0), args.tensor(1)
         if len(x.shape) < 3 or out.numel * x.shape[-2] != x.numel:
-            raise Unpriced(f"{args.op}: input {list(x.shape)} is not [tokens, top-k, hidden] of output "
-                           f"{list(out.shape)}")
+            raise Unpriced(
+                f"{args.op}: input {list(x.shape)} is not [tokens, top-k, hidden] of output {list(out.shape)}"
+            )
         k = x.shape[-2]
         per = k if scale else k - 1
-        return vector_cost(per * out.numel, x.nbytes, out.nbytes, x.dtype,
-                           f"{per} flops per output element over {out.numel} (top-{k} sum); bytes = input read + "
-                           "output written")
+        return vector_cost(
+            per * out.numel,
+            x.nbytes,
+            out.nbytes,
+            x.dtype,
+            f"{per} flops per output element over {out.numel} (top-{k} sum); bytes = input read + output written",
+        )
 
     return model
 
@@ -65,8 +75,10 @@ def _packed(op: str, *weights: Tensor) -> None:
     hold several values per element in a layout their schema does not state: unpriced."""
     for w in weights:
         if w.dtype == "uint8" or (w.dtype in _INTEGER and w.size > 1):
-            raise Unpriced(f"{op}: expert weights of type {w.dtype} pack several values per element "
-                           "(their logical shape is not recorded)")
+            raise Unpriced(
+                f"{op}: expert weights of type {w.dtype} pack several values per element "
+                "(their logical shape is not recorded)"
+            )
 
 
 def _per_element(w: Tensor) -> int:
@@ -94,9 +106,14 @@ def _fused_experts(args: Args) -> OpCost:
     topk = args.maybe_tensor(3)
     nbytes = weights + x.nbytes + tokens * hidden * x.size + ids.nbytes + (topk.nbytes if topk is not None else 0)
     dtype = w1.dtype if w1.dtype in ("fp8", "fp4", "int8") else x.dtype
-    return OpCost(float(flops), float(nbytes), dtype, MATRIX,
-                  f"2 x T*k x (N1*H + H*I), T={tokens} k={ids.shape[1]} H={hidden} N1={n1} I={inter}; weights of "
-                  f"{touched:.1f} of {experts} experts touched (expected under uniform routing) + hidden in and out")
+    return OpCost(
+        float(flops),
+        float(nbytes),
+        dtype,
+        MATRIX,
+        f"2 x T*k x (N1*H + H*I), T={tokens} k={ids.shape[1]} H={hidden} N1={n1} I={inter}; weights of "
+        f"{touched:.1f} of {experts} experts touched (expected under uniform routing) + hidden in and out",
+    )
 
 
 def _grouped_gemm(args: Args) -> OpCost:
@@ -123,9 +140,14 @@ def _grouped_gemm(args: Args) -> OpCost:
     touched = expected_experts(experts, ids.shape[1], ids.shape[0])
     nbytes = touched * b.nbytes / experts + a.nbytes + written + ids.nbytes
     dtype = b.dtype if b.dtype in ("fp8", "fp4", "int8") else a.dtype
-    return OpCost(float(2 * rows * n * k_dim), float(nbytes), dtype, MATRIX,
-                  f"2 x T*k x N x K, T*k={rows} N={n} K={k_dim}; weights of {touched:.1f} of {experts} experts "
-                  "touched (expected under uniform routing) + A read + C written")
+    return OpCost(
+        float(2 * rows * n * k_dim),
+        float(nbytes),
+        dtype,
+        MATRIX,
+        f"2 x T*k x N x K, T*k={rows} N={n} K={k_dim}; weights of {touched:.1f} of {experts} experts "
+        "touched (expected under uniform routing) + A read + C written",
+    )
 
 
 MOE_MODELS: dict[str, Callable[[Args], OpCost]] = {

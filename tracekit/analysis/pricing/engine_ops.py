@@ -43,8 +43,13 @@ def _collective(args: Args, ctx: OpContext) -> OpCost:
     if n == 1:
         raise Unpriced(f"{args.op} on one rank moves nothing across a link (tensor-parallel degree 1)")
     ring = 2 * (n - 1) / n
-    return OpCost(float((n - 1) / n * x.numel), float(ring * x.nbytes), x.dtype, VECTOR,
-                  f"all-reduce of {x.numel} elements over N={n} ranks: 2(N-1)/N of the tensor per rank")
+    return OpCost(
+        float((n - 1) / n * x.numel),
+        float(ring * x.nbytes),
+        x.dtype,
+        VECTOR,
+        f"all-reduce of {x.numel} elements over N={n} ranks: 2(N-1)/N of the tensor per rank",
+    )
 
 
 def _unified_attention(args: Args, ctx: OpContext) -> OpCost:
@@ -54,16 +59,23 @@ def _unified_attention(args: Args, ctx: OpContext) -> OpCost:
     if len(q.shape) != 3 or len(k.shape) != 3 or len(v.shape) != 3:
         raise Unpriced(f"{args.op}: expected [tokens, heads, head dim] query, key and value")
     if ctx.pairs is None or ctx.keys is None:
-        raise Unpriced(f"{args.op}: the step's query-key pairs are not in its annotation (vLLM's detailed "
-                       "execute_... form states them)")
+        raise Unpriced(
+            f"{args.op}: the step's query-key pairs are not in its annotation (vLLM's detailed "
+            "execute_... form states them)"
+        )
     tokens, hq, d = q.shape
     _, hkv, dv = v.shape
     kv = ctx.kv_bytes if ctx.kv_bytes is not None else k.size
     flops = 2 * hq * ctx.pairs * (d + dv)
     nbytes = ctx.keys * hkv * (d + dv) * kv + q.nbytes + tokens * hq * dv * v.size
-    return OpCost(float(flops), float(nbytes), q.dtype, MATRIX,
-                  f"2*Hq*pairs*(D+Dv), Hq={hq} Hkv={hkv} D={d} Dv={dv}, pairs={ctx.pairs:g} and keys={ctx.keys:g} "
-                  f"from the step{ctx.window_note}; bytes = keys x Hkv x (D+Dv) at {kv:g} B + query + output")
+    return OpCost(
+        float(flops),
+        float(nbytes),
+        q.dtype,
+        MATRIX,
+        f"2*Hq*pairs*(D+Dv), Hq={hq} Hkv={hkv} D={d} Dv={dv}, pairs={ctx.pairs:g} and keys={ctx.keys:g} "
+        f"from the step{ctx.window_note}; bytes = keys x Hkv x (D+Dv) at {kv:g} B + query + output",
+    )
 
 
 def _moe_forward(args: Args, ctx: OpContext) -> OpCost:
@@ -85,9 +97,14 @@ def _moe_forward(args: Args, ctx: OpContext) -> OpCost:
     e = logits.shape[-1] if logits.shape else m.experts
     flops = (experts.flops + (routing.flops if isinstance(routing, mc.Work) else 0)) / layers
     nbytes = (experts.bytes + (routing.bytes if isinstance(routing, mc.Work) else 0)) / layers
-    return OpCost(float(flops), float(nbytes), experts.dtype, MATRIX,
-                  f"one MoE layer: T={tokens:g} tokens over E={e} experts (router logits), top-{m.top_k} and "
-                  f"expert width {m.expert_intermediate} from the model; {experts.note}")
+    return OpCost(
+        float(flops),
+        float(nbytes),
+        experts.dtype,
+        MATRIX,
+        f"one MoE layer: T={tokens:g} tokens over E={e} experts (router logits), top-{m.top_k} and "
+        f"expert width {m.expert_intermediate} from the model; {experts.note}",
+    )
 
 
 # Ops whose cost needs the run's context (``OpContext``); priced by ``price_in_context``.
@@ -97,9 +114,18 @@ CONTEXT_MODELS: dict[str, Callable[[Args, OpContext], OpCost]] = {
     "vllm::moe_forward": _moe_forward,
     "vllm::moe_forward_shared": _moe_forward,
     **ATTENTION_MODELS,
-    **{name: _collective for name in ("symm_mem::multimem_all_reduce_", "symm_mem::one_shot_all_reduce",
-                                      "symm_mem::two_shot_all_reduce_", "_C_custom_ar::all_reduce",
-                                      "c10d::allreduce_", "sgl_kernel::all_reduce", "vllm::outplace_all_reduce")},
+    **{
+        name: _collective
+        for name in (
+            "symm_mem::multimem_all_reduce_",
+            "symm_mem::one_shot_all_reduce",
+            "symm_mem::two_shot_all_reduce_",
+            "_C_custom_ar::all_reduce",
+            "c10d::allreduce_",
+            "sgl_kernel::all_reduce",
+            "vllm::outplace_all_reduce",
+        )
+    },
 }
 
 

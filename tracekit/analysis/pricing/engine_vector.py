@@ -66,14 +66,16 @@ def norm_cost(spec: Norm, args: Args) -> OpCost:
     # as the vLLM norms always were; the residual add, Gemma's 1 + w and SmoothQuant's multiply add one each.
     per = RMS_NORM_FLOPS + AFFINE_FLOPS + (residual is not None) + spec.gemma + (smooth is not None)
     read = x.nbytes + sum(t.nbytes for t in (residual, weight, smooth) if t is not None)
-    written = (out.nbytes if out is not None else x.nbytes)
+    written = out.nbytes if out is not None else x.nbytes
     written += (residual_out or residual).nbytes if residual is not None else 0
     written += sum(t.nbytes for t in (scale, extra) if t is not None)
     parts = ["input"] + ["residual"] * (residual is not None) + ["weight"] * (weight is not None)
     outs = ["output"] + ["residual sum"] * (residual is not None) + ["scales"] * (scale is not None)
     rows = x.numel // x.shape[-1]
-    note = (f"{per} flops/element over {rows} rows of {x.shape[-1]}; bytes = {' + '.join(parts)} read, "
-            f"{' + '.join(outs)} written")
+    note = (
+        f"{per} flops/element over {rows} rows of {x.shape[-1]}; bytes = {' + '.join(parts)} read, "
+        f"{' + '.join(outs)} written"
+    )
     return vector_cost(per * x.numel, read, written, x.dtype, note)
 
 
@@ -145,8 +147,9 @@ NORM_OPS: dict[str, Norm] = {
     "aiter::add_rmsnorm_quant": Norm(x=1, weight=5, out=0, residual=2, residual_out=3, scale=4),
     "aiter::rmsnorm2d_fwd_with_add_dynamicquant_ck": Norm(x=1, weight=5, out=0, residual=2, residual_out=3, scale=4),
     "aiter::rmsnorm2d_fwd_with_smoothquant": Norm(x=1, weight=4, out=0, smooth=2, scale=3),
-    "aiter::rmsnorm2d_fwd_with_add_smoothquant": Norm(x=1, weight=6, out=0, residual=2, residual_out=3, smooth=4,
-                                                      scale=5, extra_out=8),
+    "aiter::rmsnorm2d_fwd_with_add_smoothquant": Norm(
+        x=1, weight=6, out=0, residual=2, residual_out=3, smooth=4, scale=5, extra_out=8
+    ),
 }
 
 # ---------------------------------------------------------------- activations
@@ -192,8 +195,9 @@ def act_cost(spec: Act, args: Args) -> OpCost:
     written += scales.nbytes if scales is not None else 0
     per = spec.flops + spec.gated
     what = "input [..., 2d] read, output [..., d] written" if spec.gated else "input read, output written"
-    return vector_cost(per * numel, x.nbytes, written, x.dtype,
-                       f"{per} flops/output element over {numel}; bytes = {what}")
+    return vector_cost(
+        per * numel, x.nbytes, written, x.dtype, f"{per} flops/output element over {numel}; bytes = {what}"
+    )
 
 
 def _act(spec: Act) -> Callable[[Args], OpCost]:
@@ -260,9 +264,13 @@ def _rope_pos_ids(args: Args) -> OpCost:
         read += v.nbytes + (loc.nbytes if loc is not None else 0)
         written += (k.numel + v.numel) * k_buf.size
         stored = " + key and value stored into the KV cache"
-    return vector_cost(3 * rotated, read, written, q.dtype,
-                       f"3 flops per rotated element ({rotated}); bytes = query and key read and written + cos/sin "
-                       f"rows{stored}")
+    return vector_cost(
+        3 * rotated,
+        read,
+        written,
+        q.dtype,
+        f"3 flops per rotated element ({rotated}); bytes = query and key read and written + cos/sin rows{stored}",
+    )
 
 
 def _rotary(args: Args) -> OpCost:
@@ -278,9 +286,13 @@ def _rotary(args: Args) -> OpCost:
         rotated = rotated * rot // head_size  # partial rotary: only the first rot dims turn
     table = positions.numel * rot * (cache.size if cache is not None else 0)
     moved = q.nbytes + (k.nbytes if k is not None else 0)
-    return vector_cost(3 * rotated, moved + table + positions.nbytes, moved, q.dtype,
-                       f"3 flops per rotated element ({rotated}); bytes = query and key read and written + "
-                       "cos/sin rows")
+    return vector_cost(
+        3 * rotated,
+        moved + table + positions.nbytes,
+        moved,
+        q.dtype,
+        f"3 flops per rotated element ({rotated}); bytes = query and key read and written + cos/sin rows",
+    )
 
 
 # ---------------------------------------------------------------- quantisation
@@ -302,9 +314,13 @@ def _quant_in_first(args: Args) -> OpCost:
 
 def _quant(args: Args, x: Tensor, out: Tensor, rest: list[int]) -> OpCost:
     scales = sum(t.nbytes for t in (args.maybe_tensor(i) for i in rest) if t is not None)
-    return vector_cost(QUANT_FLOPS * x.numel, x.nbytes, out.nbytes + scales, x.dtype,
-                       f"{QUANT_FLOPS} flops/element (scale, round) over {x.numel}; bytes = input read + output "
-                       "and scales written")
+    return vector_cost(
+        QUANT_FLOPS * x.numel,
+        x.nbytes,
+        out.nbytes + scales,
+        x.dtype,
+        f"{QUANT_FLOPS} flops/element (scale, round) over {x.numel}; bytes = input read + output and scales written",
+    )
 
 
 # ---------------------------------------------------------------- KV-cache writes
@@ -319,9 +335,14 @@ def _reshape_and_cache(args: Args) -> OpCost:
     key, value, key_cache = args.tensor(0), args.tensor(1), args.tensor(2)
     slots = args.maybe_tensor(4)
     written = (key.numel + value.numel) * key_cache.size
-    return vector_cost(0, key.nbytes + value.nbytes + (slots.nbytes if slots is not None else 0), written,
-                       key.dtype, f"{key.numel + value.numel} new key/value elements written at {key_cache.size} "
-                                  "byte(s) each (the cache's dtype)")
+    return vector_cost(
+        0,
+        key.nbytes + value.nbytes + (slots.nbytes if slots is not None else 0),
+        written,
+        key.dtype,
+        f"{key.numel + value.numel} new key/value elements written at {key_cache.size} "
+        "byte(s) each (the cache's dtype)",
+    )
 
 
 def _concat_and_cache_mla(args: Args) -> OpCost:
@@ -331,8 +352,13 @@ def _concat_and_cache_mla(args: Args) -> OpCost:
     kv_c, k_pe, cache = args.tensor(0), args.tensor(1), args.tensor(2)
     slots = args.maybe_tensor(3)
     n = kv_c.numel + k_pe.numel
-    return vector_cost(0, kv_c.nbytes + k_pe.nbytes + (slots.nbytes if slots is not None else 0), n * cache.size,
-                       kv_c.dtype, f"{n} latent and rotary key elements written at {cache.size} byte(s) each")
+    return vector_cost(
+        0,
+        kv_c.nbytes + k_pe.nbytes + (slots.nbytes if slots is not None else 0),
+        n * cache.size,
+        kv_c.dtype,
+        f"{n} latent and rotary key elements written at {cache.size} byte(s) each",
+    )
 
 
 VECTOR_ENGINE_MODELS: dict[str, Callable[[Args], OpCost]] = {
@@ -342,16 +368,38 @@ VECTOR_ENGINE_MODELS: dict[str, Callable[[Args], OpCost]] = {
     "sgl_kernel::rotary_embedding": _rotary,
     "sgl_kernel::apply_rope_pos_ids_cos_sin_cache": _rope_pos_ids,
     "flashinfer::apply_rope_pos_ids_cos_sin_cache": _rope_pos_ids,
-    **{name: _quant_out_first for name in (
-        "_C::static_scaled_fp8_quant", "_C::dynamic_scaled_fp8_quant", "_C::dynamic_per_token_scaled_fp8_quant",
-        "_C::scaled_fp4_quant", "aiter::static_per_tensor_quant", "aiter::dynamic_per_tensor_quant",
-        "aiter::dynamic_per_token_scaled_quant")},
-    **{name: _quant_in_first for name in (
-        "_C::per_token_group_fp8_quant", "sgl_kernel::sgl_per_token_group_quant_fp8",
-        "sgl_kernel::sgl_per_token_group_quant_int8", "sgl_kernel::sgl_per_token_group_quant_8bit",
-        "sgl_kernel::sgl_per_tensor_quant_fp8", "sgl_kernel::sgl_per_token_quant_fp8")},
-    **{name: _reshape_and_cache for name in (
-        "_C_cache_ops::reshape_and_cache_flash", "_C_cache_ops::reshape_and_cache", "aiter::reshape_and_cache",
-        "aiter::reshape_and_cache_flash", "sglang::store_cache")},
+    **{
+        name: _quant_out_first
+        for name in (
+            "_C::static_scaled_fp8_quant",
+            "_C::dynamic_scaled_fp8_quant",
+            "_C::dynamic_per_token_scaled_fp8_quant",
+            "_C::scaled_fp4_quant",
+            "aiter::static_per_tensor_quant",
+            "aiter::dynamic_per_tensor_quant",
+            "aiter::dynamic_per_token_scaled_quant",
+        )
+    },
+    **{
+        name: _quant_in_first
+        for name in (
+            "_C::per_token_group_fp8_quant",
+            "sgl_kernel::sgl_per_token_group_quant_fp8",
+            "sgl_kernel::sgl_per_token_group_quant_int8",
+            "sgl_kernel::sgl_per_token_group_quant_8bit",
+            "sgl_kernel::sgl_per_tensor_quant_fp8",
+            "sgl_kernel::sgl_per_token_quant_fp8",
+        )
+    },
+    **{
+        name: _reshape_and_cache
+        for name in (
+            "_C_cache_ops::reshape_and_cache_flash",
+            "_C_cache_ops::reshape_and_cache",
+            "aiter::reshape_and_cache",
+            "aiter::reshape_and_cache_flash",
+            "sglang::store_cache",
+        )
+    },
     "_C_cache_ops::concat_and_cache_mla": _concat_and_cache_mla,
 }

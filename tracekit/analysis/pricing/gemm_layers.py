@@ -27,13 +27,33 @@ def launch_grids(work: pd.DataFrame) -> np.ndarray | None:
 
 # The component of the kernel before a GEMM that tells which of two layers of one width it is:
 # after attention the output projection, after the activation the MLP's down projection.
-_AFTER = {"attention": ("o_proj", "linear_attn_out"), "linear_attention": ("o_proj", "linear_attn_out"),
-          "activation": ("down_proj", "shared_down_proj"), "experts": ("down_proj", "shared_down_proj"),
-          "routing": ("down_proj", "shared_down_proj")}
+_AFTER = {
+    "attention": ("o_proj", "linear_attn_out"),
+    "linear_attention": ("o_proj", "linear_attn_out"),
+    "activation": ("down_proj", "shared_down_proj"),
+    "experts": ("down_proj", "shared_down_proj"),
+    "routing": ("down_proj", "shared_down_proj"),
+}
 
 
-def price_layer_gemms(model, mine, rows, comp, start, grids, name_uniques, name_codes, layers, tokens, logit_tokens,
-                      act_bytes, flops, nbytes, note, priced_as: tuple[int, int] | None = None) -> np.ndarray:
+def price_layer_gemms(
+    model,
+    mine,
+    rows,
+    comp,
+    start,
+    grids,
+    name_uniques,
+    name_codes,
+    layers,
+    tokens,
+    logit_tokens,
+    act_bytes,
+    flops,
+    nbytes,
+    note,
+    priced_as: tuple[int, int] | None = None,
+) -> np.ndarray:
     """Price the GEMM kernels of ``mine`` whose grid identifies their layer (the model's layer of
     the width N the grid gives at M = the step's tokens) as that layer: 2*M*N*K FLOPs, weights +
     activations bytes. Returns which of ``mine`` were priced. ``priced_as``: (tokens, logit
@@ -53,8 +73,7 @@ def price_layer_gemms(model, mine, rows, comp, start, grids, name_uniques, name_
         m, shape = tokens, grid_shapes.derive(name, grid, block, m=tokens, n_candidates=widths)
         if (shape is None or shape.n_match is None) and logit_tokens and logit_tokens != tokens and lm:
             # The LM head computes only the logit tokens (one per request).
-            m, shape = logit_tokens, grid_shapes.derive(name, grid, block, m=logit_tokens,
-                                                        n_candidates=(lm[0][3],))
+            m, shape = logit_tokens, grid_shapes.derive(name, grid, block, m=logit_tokens, n_candidates=(lm[0][3],))
         if shape is None or not shape.n_fits:
             continue
         cands = lm if m != tokens else [x for x in layers if x[3] in shape.n_fits]
@@ -70,8 +89,10 @@ def price_layer_gemms(model, mine, rows, comp, start, grids, name_uniques, name_
         flops[r] = 2.0 * mm * n * k
         nbytes[r] = n * k * model.weight(cls).bytes_per_param + mm * (k + n) * act_bytes
         how = "the step's logit tokens" if layer == "lm_head" else "the step's tokens"
-        note[r] = (f"{layer}: N={n} matched from the grid {list(grid)} and tile {shape.tile.n}x{shape.tile.m} "
-                   f"({shape.tile.family}), K={k} from the model, M={mm} ({how}); 2*M*N*K")
+        note[r] = (
+            f"{layer}: N={n} matched from the grid {list(grid)} and tile {shape.tile.n}x{shape.tile.m} "
+            f"({shape.tile.family}), K={k} from the model, M={mm} ({how}); 2*M*N*K"
+        )
         matched[j] = True
     return matched
 

@@ -63,30 +63,74 @@ def _g(family: str, pattern: str, layout: str, note: str) -> Grammar:
 
 # First match wins. Tile groups are named n (the library's first, PyTorch's N) and m.
 GRAMMARS: tuple[Grammar, ...] = (
-    _g("hipblaslt-streamk", r"^Cijk_.*_MT(?P<n>\d+)x(?P<m>\d+)x\d+_.*_SK[1-9]", PERSISTENT,
-       "hipBLASLt stream-K kernel: its grid is the CU count, not the tiles"),
-    _g("hipblaslt", r"^Cijk_.*_MT(?P<n>\d+)x(?P<m>\d+)x\d+_", FLAT,
-       "hipBLASLt/Tensile macro tile MT<n>x<m>x<k>; grid.x = tiles x workgroup threads"),
-    _g("cublaslt-nvjet", r"^nvjet_(?:sm\d+_)?[a-z]+_(?P<n>\d+)x(?P<m>\d+)_\d+x\d+_(?P<cn>\d+)x(?P<cm>\d+)_", FLAT,
-       "cuBLASLt nvjet tile <n>x<m>, cluster <cn>x<cm>; grid.x = all tiles"),
-    _g("cublas-sm90", r"^sm9\d_xmma_gemm_.*tilesize(?P<n>\d+)x(?P<m>\d+)x\d+", PERSISTENT,
-       "Hopper cuBLAS warp-specialised kernel: persistent, its grid is at most the SM count"),
-    _g("cublas-sm100", r"^sm1\d\d_xmma_gemm_.*tilesize(?P<n>\d+)x(?P<m>\d+)x\d+", PERSISTENT,
-       "Blackwell cuBLAS kernel: persistent, its grid is at most the SM count"),
-    _g("cublas-xmma", r"^sm[5-8]\d_xmma_gemm_.*tilesize(?P<n>\d+)x(?P<m>\d+)x\d+", XY,
-       "cuBLAS xmma kernel tilesize<n>x<m>x<k>; grid x: N tiles, y: M tiles"),
-    _g("cublas", r"^(?:maxwell|pascal|volta|turing|ampere|ada|sm\d+)_\w*?gemm\w*?_(?P<n>\d+)x(?P<m>\d+)_", XY,
-       "cuBLAS kernel <n>x<m>; grid x: N tiles, y: M tiles, z: split-K or batch"),
-    _g("cutlass", r"cutlass_\d+_\w*?gemm\w*?_(?P<n>\d+)x(?P<m>\d+)_", SWIZZLE,
-       "CUTLASS 2.x kernel <n>x<m>: a threadblock swizzle of unknown width folds the tiles"),
-    _g("cublas-splitk-reduce", r"splitKreduce", OPAQUE,
-       "split-K reduction: the second stage of a split-K GEMM, whose grid covers the output, not tiles"),
+    _g(
+        "hipblaslt-streamk",
+        r"^Cijk_.*_MT(?P<n>\d+)x(?P<m>\d+)x\d+_.*_SK[1-9]",
+        PERSISTENT,
+        "hipBLASLt stream-K kernel: its grid is the CU count, not the tiles",
+    ),
+    _g(
+        "hipblaslt",
+        r"^Cijk_.*_MT(?P<n>\d+)x(?P<m>\d+)x\d+_",
+        FLAT,
+        "hipBLASLt/Tensile macro tile MT<n>x<m>x<k>; grid.x = tiles x workgroup threads",
+    ),
+    _g(
+        "cublaslt-nvjet",
+        r"^nvjet_(?:sm\d+_)?[a-z]+_(?P<n>\d+)x(?P<m>\d+)_\d+x\d+_(?P<cn>\d+)x(?P<cm>\d+)_",
+        FLAT,
+        "cuBLASLt nvjet tile <n>x<m>, cluster <cn>x<cm>; grid.x = all tiles",
+    ),
+    _g(
+        "cublas-sm90",
+        r"^sm9\d_xmma_gemm_.*tilesize(?P<n>\d+)x(?P<m>\d+)x\d+",
+        PERSISTENT,
+        "Hopper cuBLAS warp-specialised kernel: persistent, its grid is at most the SM count",
+    ),
+    _g(
+        "cublas-sm100",
+        r"^sm1\d\d_xmma_gemm_.*tilesize(?P<n>\d+)x(?P<m>\d+)x\d+",
+        PERSISTENT,
+        "Blackwell cuBLAS kernel: persistent, its grid is at most the SM count",
+    ),
+    _g(
+        "cublas-xmma",
+        r"^sm[5-8]\d_xmma_gemm_.*tilesize(?P<n>\d+)x(?P<m>\d+)x\d+",
+        XY,
+        "cuBLAS xmma kernel tilesize<n>x<m>x<k>; grid x: N tiles, y: M tiles",
+    ),
+    _g(
+        "cublas",
+        r"^(?:maxwell|pascal|volta|turing|ampere|ada|sm\d+)_\w*?gemm\w*?_(?P<n>\d+)x(?P<m>\d+)_",
+        XY,
+        "cuBLAS kernel <n>x<m>; grid x: N tiles, y: M tiles, z: split-K or batch",
+    ),
+    _g(
+        "cutlass",
+        r"cutlass_\d+_\w*?gemm\w*?_(?P<n>\d+)x(?P<m>\d+)_",
+        SWIZZLE,
+        "CUTLASS 2.x kernel <n>x<m>: a threadblock swizzle of unknown width folds the tiles",
+    ),
+    _g(
+        "cublas-splitk-reduce",
+        r"splitKreduce",
+        OPAQUE,
+        "split-K reduction: the second stage of a split-K GEMM, whose grid covers the output, not tiles",
+    ),
     _g("cublas-gemv", r"gemv|gemmSN_", OPAQUE, "cuBLAS GEMV kernel: it names no tile"),
     _g("marlin", r"marlin", PERSISTENT, "Marlin kernel: persistent, its grid is the SM count"),
-    _g("cutlass3", r"^_ZN7cutlass13device_kernel|cutlass::device_kernel|GemmUniversal", OPAQUE,
-       "CUTLASS 3 kernel: its tile is in mangled template arguments tracekit does not parse"),
-    _g("triton", r"^triton_|_matmul|matmul_kernel|_w8a8_|fused_moe_kernel|_gemm_kernel", OPAQUE,
-       "Triton kernel: its BLOCK sizes are in its launch config, not its name"),
+    _g(
+        "cutlass3",
+        r"^_ZN7cutlass13device_kernel|cutlass::device_kernel|GemmUniversal",
+        OPAQUE,
+        "CUTLASS 3 kernel: its tile is in mangled template arguments tracekit does not parse",
+    ),
+    _g(
+        "triton",
+        r"^triton_|_matmul|matmul_kernel|_w8a8_|fused_moe_kernel|_gemm_kernel",
+        OPAQUE,
+        "Triton kernel: its BLOCK sizes are in its launch config, not its name",
+    ),
 )
 
 
@@ -117,9 +161,17 @@ def tile_of(name: str) -> Tile | None:
         # A cluster is at least one block: a name stating 0 (not one a library writes) reads as 1.
         cn, cm = max(1, int(d.get("cn") or 1)), max(1, int(d.get("cm") or 1))
         wg = re.search(r"_WG(\d+)_(\d+)_(\d+)", base) if g.family.startswith("hipblaslt") else None
-        return Tile(g.family, g.layout, int(d.get("n") or 0), int(d.get("m") or 0), cn, cm,
-                    bool(re.search(r"splitk", base, re.I)) and g.layout == FLAT,
-                    math.prod(int(x) for x in wg.groups()) if wg else 0, g.note)
+        return Tile(
+            g.family,
+            g.layout,
+            int(d.get("n") or 0),
+            int(d.get("m") or 0),
+            cn,
+            cm,
+            bool(re.search(r"splitk", base, re.I)) and g.layout == FLAT,
+            math.prod(int(x) for x in wg.groups()) if wg else 0,
+            g.note,
+        )
     return None
 
 
@@ -155,9 +207,13 @@ def _range(tiles: int, size: int, granule: int = 1) -> tuple[int, int]:
     return (tiles - granule) * size, tiles * size
 
 
-def derive(name: str, grid: tuple[int, int, int], block: tuple[int, int, int] | None = None,
-           m: int | None = None,
-           n_candidates: tuple[int, ...] = ()) -> GridShape | None:
+def derive(
+    name: str,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int] | None = None,
+    m: int | None = None,
+    n_candidates: tuple[int, ...] = (),
+) -> GridShape | None:
     """M and N of a GEMM kernel's output from its grid and its name's tile; None when no
     grammar knows the name. ``m``: the GEMM's M when known otherwise (the step's tokens), which
     a flat or swizzled grid needs to tell M from N; ``n_candidates``: output widths it may have
@@ -188,8 +244,9 @@ def derive(name: str, grid: tuple[int, int, int], block: tuple[int, int, int] | 
         mt = math.ceil(m / tile.m)
         s = gx // mt if gx % mt == 0 else 0
         if s not in _SWIZZLES:
-            return _with(none, m_lo=m, m_hi=m, m_how=GIVEN,
-                         reason=f"its grid.x ({gx}) is not {mt} M tiles times a swizzle width")
+            return _with(
+                none, m_lo=m, m_hi=m, m_how=GIVEN, reason=f"its grid.x ({gx}) is not {mt} M tiles times a swizzle width"
+            )
         lo, hi = (gy - 1) * s * tile.n, gy * s * tile.n
         out = GridShape(tile, m, m, GIVEN, lo, hi, EXACT if s == 1 else BOUND, split=gz, reason=tile.note)
         return _match(out, n_candidates)
@@ -199,14 +256,27 @@ def derive(name: str, grid: tuple[int, int, int], block: tuple[int, int, int] | 
         return _with(none, n_how=UNKNOWN, reason=f"a flat grid gives only N tiles x M tiles ({total}): M must be known")
     mt = _round_up(math.ceil(m / tile.m), tile.cluster_m)
     if total % mt:
-        return _with(none, m_lo=m, m_hi=m, m_how=GIVEN,
-                     reason=f"its grid ({total} tiles) is not a multiple of the {mt} M tiles of M={m}")
+        return _with(
+            none,
+            m_lo=m,
+            m_hi=m,
+            m_how=GIVEN,
+            reason=f"its grid ({total} tiles) is not a multiple of the {mt} M tiles of M={m}",
+        )
     nt = total // mt
     if tile.split_k_in_grid:
         out = GridShape(tile, m, m, GIVEN, 0, nt * tile.n, BOUND, reason=tile.note + "; split-K slices folded in")
     else:
-        out = GridShape(tile, m, m, GIVEN, *_range(nt, tile.n, tile.cluster_n),
-                        EXACT if tile.cluster_n == 1 else BOUND, split=1, reason=tile.note)
+        out = GridShape(
+            tile,
+            m,
+            m,
+            GIVEN,
+            *_range(nt, tile.n, tile.cluster_n),
+            EXACT if tile.cluster_n == 1 else BOUND,
+            split=1,
+            reason=tile.note,
+        )
     return _match(out, n_candidates, folded=tile.split_k_in_grid)
 
 

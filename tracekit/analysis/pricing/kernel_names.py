@@ -28,8 +28,11 @@ _FUSED_ADD = re.compile(r"fused_?add", re.I)
 # Norm and activation kernels that also quantise their output (one fused launch).
 _OUT_FP4 = re.compile(r"to_fp4|fp4_?quant|nvfp4", re.I)
 _OUT_FP8 = re.compile(r"to_fp8|fp8_?quant|scaled_fp8|_quant_fp8", re.I)
-_KV_WRITE = re.compile(r"reshape_and_cache|concat_and_cache|store_?kv|store_cache|set_kv|kv_buffer|rope_store|"
-                       r"rope_reshape_and_cache", re.I)
+_KV_WRITE = re.compile(
+    r"reshape_and_cache|concat_and_cache|store_?kv|store_cache|set_kv|kv_buffer|rope_store|"
+    r"rope_reshape_and_cache",
+    re.I,
+)
 # Operand dtypes in kernel names. Scale types (ue4m3, ue8m0) are not operands.
 _FP4 = re.compile(r"e2m1|nvfp4|mxfp4|float4|(?<![a-z])fp4", re.I)
 _FP8 = re.compile(r"(?<![u])e4m3|(?<![u])e5m2|(?<![a-z])fp8|float8|f8f6f4|mxf8", re.I)
@@ -43,8 +46,7 @@ _FP16 = re.compile(r"(?<![b])f16(?![0-9b])|(?<![a-z])half", re.I)
 # FMHA's ``QkvE4m3OBfloat16`` name their *output* type in long form.
 _HALF = re.compile(r"(?<![b])fp?16(?![0-9])|(?<![a-z])half", re.I)
 _W_A16 = re.compile(r"(?<![a-z0-9])w(?:n|\d{1,2})a16(?![0-9])|a16w\d", re.I)
-_ACT16_FIRST = re.compile(r"(?<![a-z0-9])(bf16|fp16)(?:[x_](?:bf16|fp16))*[x_](?:mx|nv)?(fp4|fp8|e2m1|e4m3|int4)",
-                          re.I)
+_ACT16_FIRST = re.compile(r"(?<![a-z0-9])(bf16|fp16)(?:[x_](?:bf16|fp16))*[x_](?:mx|nv)?(fp4|fp8|e2m1|e4m3|int4)", re.I)
 # Template arguments that name a KV-cache *option*, not an operand dtype (vLLM's
 # Fp8KVCacheDataType 0 means "auto": the cache holds the model dtype).
 _NOT_OPERAND = re.compile(r"fp8kvcachedatatype\)\d|kv_?cache_?dtype\w*", re.I)
@@ -60,8 +62,9 @@ def components(work: pd.DataFrame, category: np.ndarray) -> np.ndarray:
     cat_codes, cat_uniques = pd.factorize(pd.Series(category, dtype=object).fillna(""))
     width = len(cat_uniques) + 1
     keys, inverse = np.unique(name_codes * width + cat_codes, return_inverse=True)
-    per_key = np.array([component_of(str(cat_uniques[k % width]), str(name_uniques[k // width])) for k in keys],
-                       dtype=object)
+    per_key = np.array(
+        [component_of(str(cat_uniques[k % width]), str(name_uniques[k // width])) for k in keys], dtype=object
+    )
     return per_key[inverse] if len(keys) else np.full(len(work), None, dtype=object)
 
 
@@ -113,14 +116,22 @@ def component_of(category: str, name: str) -> str | None:
     if category == taxonomy.MOE:
         return "experts" if _EXPERT_GEMM.search(name) else "routing"
     if category in (taxonomy.ATTENTION, taxonomy.LINEAR_ATTENTION, taxonomy.COMMUNICATION):
-        return {taxonomy.ATTENTION: "attention", taxonomy.LINEAR_ATTENTION: "linear_attention",
-                taxonomy.COMMUNICATION: "communication"}[category]
+        return {
+            taxonomy.ATTENTION: "attention",
+            taxonomy.LINEAR_ATTENTION: "linear_attention",
+            taxonomy.COMMUNICATION: "communication",
+        }[category]
     if category == taxonomy.NORMALIZATION:
         return "qk_norm" if _QK_NORM.search(name) else "norm"
     if category == taxonomy.KV_CACHE:
         return "kv_write" if _KV_WRITE.search(name) else None
-    return {taxonomy.ROPE: "rope", taxonomy.ACTIVATION: "activation", taxonomy.QUANTIZE: "quantize",
-            taxonomy.EMBEDDING: "embedding", taxonomy.SAMPLING: "sampling"}.get(category)
+    return {
+        taxonomy.ROPE: "rope",
+        taxonomy.ACTIVATION: "activation",
+        taxonomy.QUANTIZE: "quantize",
+        taxonomy.EMBEDDING: "embedding",
+        taxonomy.SAMPLING: "sampling",
+    }.get(category)
 
 
 def kv_cache_dtype(names, default: str) -> tuple[str, float | None, str]:

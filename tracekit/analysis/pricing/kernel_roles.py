@@ -43,8 +43,11 @@ MEMSET, FILL, COPY, SPLIT_REDUCE, CACHE_WRITE = "memset", "fill", "copy", "split
 # expert GEMMs): work the op's cost (experts and routing) does not hold.
 SIDE = "side"
 AUX_ROLES = (MEMSET, FILL, COPY, SPLIT_REDUCE, CACHE_WRITE, SIDE)
-_SAID = {SPLIT_REDUCE: "split-K/split-KV reduce", CACHE_WRITE: "KV-cache write",
-         SIDE: "work between a MoE op's GEMMs that the op's cost does not hold"}
+_SAID = {
+    SPLIT_REDUCE: "split-K/split-KV reduce",
+    CACHE_WRITE: "KV-cache write",
+    SIDE: "work between a MoE op's GEMMs that the op's cost does not hold",
+}
 EXPERT_GEMM = "expert_gemm"
 
 # Kernels that set memory to a value: ATen's FillFunctor (aten::fill_ / zero_), ROCm's
@@ -61,8 +64,10 @@ _COPY = re.compile(r"copy_kernel|copybuffer|direct_copy|batchedcopy")
 # ``flash_fwd_splitkv_combine_kernel``, vLLM's ``paged_attention_v2_reduce_kernel`` and
 # ROCm ``paged_attention_ll4mi_reduce_kernel``, vLLM's unified-attention ``reduce_segments``,
 # FlashInfer ``MergeStates``.
-_SPLIT_REDUCE = re.compile(r"splitk_?reduce|split_k_reduce|reducesplitk|postgsu|splitkv_combine|"
-                           r"attention_v2_reduce|ll4mi_reduce|reduce_segments|merge_?(attn_?)?states?")
+_SPLIT_REDUCE = re.compile(
+    r"splitk_?reduce|split_k_reduce|reducesplitk|postgsu|splitkv_combine|"
+    r"attention_v2_reduce|ll4mi_reduce|reduce_segments|merge_?(attn_?)?states?"
+)
 # MoE kernels that combine each token's top-k expert outputs (weighted sum, scatter back):
 # triton_kernels' ``_finalize_matmul`` (its repr names ``_finalize_matmul_scatter_<dtype>``,
 # matmul_ogs_details/_finalize_matmul.py), TensorRT-LLM / FlashInfer ``finalizeKernel``,
@@ -104,8 +109,9 @@ def moe_role(name: str, category: str) -> str | None:
     return EXPERT_GEMM if component == "experts" else mc.GATING
 
 
-def moe_components(comp: np.ndarray, name_codes: np.ndarray, name_uniques: list[str], category: np.ndarray
-                   ) -> np.ndarray:
+def moe_components(
+    comp: np.ndarray, name_codes: np.ndarray, name_uniques: list[str], category: np.ndarray
+) -> np.ndarray:
     """``kernel_names.components`` with a MoE combine kernel whose name says "matmul"
     (triton_kernels' ``_finalize_matmul_scatter``) counted as routing, whose combine it is, not
     as an expert GEMM: a MoE layer's expert GEMMs are then its gate-up and down GEMMs only."""
@@ -113,8 +119,11 @@ def moe_components(comp: np.ndarray, name_codes: np.ndarray, name_uniques: list[
     if not len(sel):
         return comp
     out = comp.copy()
-    combine = np.array([moe_role(name_uniques[c], taxonomy.MOE) == mc.COMBINE if c >= 0 else False
-                        for c in range(len(name_uniques))] + [False], dtype=bool)
+    combine = np.array(
+        [moe_role(name_uniques[c], taxonomy.MOE) == mc.COMBINE if c >= 0 else False for c in range(len(name_uniques))]
+        + [False],
+        dtype=bool,
+    )
     out[sel[combine[name_codes[sel]] & (category[sel] == taxonomy.MOE)]] = "routing"
     return out
 
@@ -132,10 +141,14 @@ def expert_gemm_roles(count: int, layers: int) -> list[str] | None:
 
 # What an auxiliary kernel's note says, by how its bytes were found.
 AUX_OWN = "auxiliary kernel ({role}) of its op: no share of the op's FLOPs; bytes: {how}, beside the op's"
-AUX_SHARE = ("auxiliary kernel ({role}) of its op: no share of the op's FLOPs; bytes: a duration share of the "
-             "op's (what it touches is not in the trace)")
-MAIN_SHARE = ("a duration share of its op's cost among the op's {n} kernels that do its work (the trace does not "
-              "say which does what)")
+AUX_SHARE = (
+    "auxiliary kernel ({role}) of its op: no share of the op's FLOPs; bytes: a duration share of the "
+    "op's (what it touches is not in the trace)"
+)
+MAIN_SHARE = (
+    "a duration share of its op's cost among the op's {n} kernels that do its work (the trace does not "
+    "say which does what)"
+)
 
 
 def aux_bytes(name: str, kind: str, recorded: int, op_bytes: float | None) -> tuple[float, str] | None:
@@ -149,15 +162,19 @@ def aux_bytes(name: str, kind: str, recorded: int, op_bytes: float | None) -> tu
         return float(recorded), "the bytes the memset set (its activity record)"
     if kind == taxonomy.MEMCPY and recorded is not None and recorded >= 0:
         both = "dtod" in name.lower() or "device -> device" in name.lower()
-        return float(recorded) * (2 if both else 1), ("the bytes the copy read and wrote (its activity record)" if both
-                                                      else "the bytes the copy moved (its activity record)")
+        return float(recorded) * (2 if both else 1), (
+            "the bytes the copy read and wrote (its activity record)"
+            if both
+            else "the bytes the copy moved (its activity record)"
+        )
     if op_bytes is not None and np.isfinite(op_bytes):
         return float(op_bytes), "those of its own launching op, from its recorded shapes"
     return None
 
 
-def op_split(sharing: np.ndarray, d: np.ndarray, F: np.ndarray, B: np.ndarray, aux: np.ndarray,
-             own: np.ndarray, how: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def op_split(
+    sharing: np.ndarray, d: np.ndarray, F: np.ndarray, B: np.ndarray, aux: np.ndarray, own: np.ndarray, how: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FLOPs, bytes and note of each kernel of shape-priced ops, by role. The rows are sorted by
     op (and replay): ``sharing`` the first row of each op's kernels, ``d`` their durations, ``F``
     and ``B`` their op's cost (repeated on each of its rows), ``aux`` each one's auxiliary role
@@ -212,8 +229,13 @@ def op_split(sharing: np.ndarray, d: np.ndarray, F: np.ndarray, B: np.ndarray, a
 
 
 MOE_ROLE_NOTE = "{role} of its MoE layer: {what}"
-_ROLE_NAME = {mc.GATE_UP: "gate-up GEMM", mc.DOWN: "down GEMM", mc.GATING: "gating", mc.COMBINE: "top-k combine",
-              EXPERT_GEMM: "expert GEMMs"}
+_ROLE_NAME = {
+    mc.GATE_UP: "gate-up GEMM",
+    mc.DOWN: "down GEMM",
+    mc.GATING: "gating",
+    mc.COMBINE: "top-k combine",
+    EXPERT_GEMM: "expert GEMMs",
+}
 _ROLE_WHAT = {
     mc.GATE_UP: "2*T*k*H*{g}I/tp FLOPs over its {n} token-expert rows (twice the down GEMM's for a gated MLP)",
     mc.DOWN: "2*T*k*I/tp*H FLOPs over its {n} token-expert rows",
@@ -222,12 +244,15 @@ _ROLE_WHAT = {
     EXPERT_GEMM: "both expert GEMMs of the layer in one kernel",
 }
 ROLE_SHARE = "; a duration share of that work among the {n} kernels that do it"
-MISSING_ROLES = ("; with the {roles} work, which no kernel of its own does here, spread over the kernels of "
-                 "the others in proportion to their own")
+MISSING_ROLES = (
+    "; with the {roles} work, which no kernel of its own does here, spread over the kernels of "
+    "the others in proportion to their own"
+)
 
 
-def moe_shares(roles: list[str | None], d: np.ndarray, model, tokens: float, tp: int, act_bytes: float
-               ) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
+def moe_shares(
+    roles: list[str | None], d: np.ndarray, model, tokens: float, tp: int, act_bytes: float
+) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
     """Fractions of one MoE layer's cost (FLOPs, bytes) each of its kernels does, by role, and
     each one's note. ``roles``: ``moe_role`` of each kernel in launch order, the expert GEMMs
     resolved here (``expert_gemm_roles``; one GEMM does both); ``d`` their durations. The role
@@ -267,8 +292,9 @@ def moe_shares(roles: list[str | None], d: np.ndarray, model, tokens: float, tp:
     return f, b, notes
 
 
-def partition_roles(sharing: np.ndarray, names: list, kinds: list, categories: list, start: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def partition_roles(
+    sharing: np.ndarray, names: list, kinds: list, categories: list, start: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row of ops' kernels sorted by op (``sharing``: each op's first row): its auxiliary role
     (``aux_role``; None: it does the op's work) and, in an op holding expert GEMMs, its MoE role
     (``moe_role``; None elsewhere). In such an op a reduction kernel after the last expert GEMM is
@@ -300,8 +326,9 @@ def partition_roles(sharing: np.ndarray, names: list, kinds: list, categories: l
     return aux, moe
 
 
-def _own_op_bytes(row_op: int, pricing_op: int, shapes: tuple, parents: np.ndarray, op_names: np.ndarray,
-                  cache: dict) -> float | None:
+def _own_op_bytes(
+    row_op: int, pricing_op: int, shapes: tuple, parents: np.ndarray, op_names: np.ndarray, cache: dict
+) -> float | None:
     """Bytes of the innermost op with a shape cost between a kernel's launching op and (not
     including) its pricing op: ``aten::fill_`` under ``aten::_flash_attention_forward``.
     ``shapes``: the op table's input dims, types and concrete inputs (JSON text per op)."""
@@ -314,8 +341,9 @@ def _own_op_bytes(row_op: int, pricing_op: int, shapes: tuple, parents: np.ndarr
         name = op_names[o]
         priceable = cache.get(("priceable", name))  # per op name, asked once
         if priceable is None:
-            priceable = cache[("priceable", name)] = (isinstance(name, str) and op_costs.has_model(name)
-                                                      and not op_costs.needs_context(name))
+            priceable = cache[("priceable", name)] = (
+                isinstance(name, str) and op_costs.has_model(name) and not op_costs.needs_context(name)
+            )
         if priceable:
             # Layers and steps repeat the same op on the same shapes: each distinct one is priced once.
             shape_key = (name, shapes[0][o], shapes[1][o], shapes[2][o])
@@ -341,11 +369,28 @@ def _rows_of(dims_json) -> float | None:
     return float(first[0]) if isinstance(first, list) and first and isinstance(first[0], int) else None
 
 
-def shape_roles(order: np.ndarray, sharing: np.ndarray, group: np.ndarray, d: np.ndarray, g_flops: np.ndarray,
-                g_bytes: np.ndarray, g_dtype: np.ndarray, names: np.ndarray, kinds: np.ndarray, category: np.ndarray,
-                start: np.ndarray, recorded: np.ndarray | None, op: np.ndarray, pricing: np.ndarray,
-                op_names: np.ndarray, shapes: tuple, parents: np.ndarray, step_of: np.ndarray, group_dims: list,
-                context) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def shape_roles(
+    order: np.ndarray,
+    sharing: np.ndarray,
+    group: np.ndarray,
+    d: np.ndarray,
+    g_flops: np.ndarray,
+    g_bytes: np.ndarray,
+    g_dtype: np.ndarray,
+    names: np.ndarray,
+    kinds: np.ndarray,
+    category: np.ndarray,
+    start: np.ndarray,
+    recorded: np.ndarray | None,
+    op: np.ndarray,
+    pricing: np.ndarray,
+    op_names: np.ndarray,
+    shapes: tuple,
+    parents: np.ndarray,
+    step_of: np.ndarray,
+    group_dims: list,
+    context,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FLOPs, bytes and note of shape-priced units by role, aligned with ``order`` (the priced
     units sorted by pricing op and replay; ``sharing``: each op's first position, ``group``: each
     position's priced op, whose cost ``g_flops``/``g_bytes``/``g_dtype`` give). Per-unit arrays
@@ -378,8 +423,14 @@ def shape_roles(order: np.ndarray, sharing: np.ndarray, group: np.ndarray, d: np
         main = main[np.argsort(start[rows[main]], kind="stable")]
         ctx = context(int(step_of[rows[lo]]))
         act = 4.0 if g_dtype[group[lo]] == "fp32" else 2.0
-        got = moe_shares(list(moe[main]), d[main], getattr(ctx, "model", None), _rows_of(group_dims[group[lo]]),
-                         getattr(ctx, "tp", 1), act)
+        got = moe_shares(
+            list(moe[main]),
+            d[main],
+            getattr(ctx, "model", None),
+            _rows_of(group_dims[group[lo]]),
+            getattr(ctx, "tp", 1),
+            act,
+        )
         if got is None:
             continue
         left = float(b[main].sum())
@@ -388,8 +439,14 @@ def shape_roles(order: np.ndarray, sharing: np.ndarray, group: np.ndarray, d: np
     return f, b, note
 
 
-def attention_op_layers(groups: np.ndarray, step_index: np.ndarray, contexts: list, first_start: np.ndarray,
-                        is_attention: np.ndarray, n_groups: int) -> np.ndarray:
+def attention_op_layers(
+    groups: np.ndarray,
+    step_index: np.ndarray,
+    contexts: list,
+    first_start: np.ndarray,
+    is_attention: np.ndarray,
+    n_groups: int,
+) -> np.ndarray:
     """Per priced op (``n_groups``), the model's attention layer it is (-1: not matched): among the
     ops priced in a step's context (``groups``, of step ``step_index`` with context ``contexts``),
     the attention ones in launch order, when there are as many as the model's softmax-attention

@@ -29,14 +29,17 @@ from tracekit.analysis.pricing import kernel_roles
 from tracekit.models import costs as mc
 from tracekit.models.config import LINEAR, MOE, ModelSpec
 
-DURATION_SHARE = ("duration share of the step's {c} work: its {n} kernels do not match the model's {layers} "
-                  "{what} one by one")
+DURATION_SHARE = (
+    "duration share of the step's {c} work: its {n} kernels do not match the model's {layers} {what} one by one"
+)
 EXPERT_NOTE = "{role} GEMM of MoE layer {i}: {formula} FLOPs at T={t:g} tokens, k={k}"
 _FORMULA = {mc.GATE_UP: "2*T*k*H*{g}I/tp", mc.DOWN: "2*T*k*I/tp*H"}
 ATTENTION_NOTE = "attention layer {i} ({kind}{window}): {pairs:g} query-key pairs over {keys:g} keys read"
 POOLED_SHARE = "duration share of the step's {c} work among its {n} kernels"
-COMBINE_NOTE = ("split-KV combine stage of the step's attention: no share of its FLOPs; bytes: a duration share "
-                "of the step's attention bytes (what it touches is not in the trace)")
+COMBINE_NOTE = (
+    "split-KV combine stage of the step's attention: no share of its FLOPs; bytes: a duration share "
+    "of the step's attention bytes (what it touches is not in the trace)"
+)
 
 
 def softmax_layers(model: ModelSpec) -> list:
@@ -66,8 +69,9 @@ def attention_per_layer(model: ModelSpec | None, sides: dict[str, mc.Side]) -> t
     return pairs, keys, note
 
 
-def attention_of_layer(model: ModelSpec, sides: dict[str, mc.Side], index: int
-                       ) -> tuple[float | None, float | None, str]:
+def attention_of_layer(
+    model: ModelSpec, sides: dict[str, mc.Side], index: int
+) -> tuple[float | None, float | None, str]:
     """(query-key pairs, keys read, note) of the ``index``-th softmax-attention layer in a step,
     at its own window: the sides summed."""
     layer = softmax_layers(model)[index]
@@ -92,10 +96,24 @@ def _by_duration(d: np.ndarray) -> np.ndarray:
     return d / d.sum() if d.sum() > 0 else np.full(len(d), 1.0 / len(d))
 
 
-def pooled_roles(model: ModelSpec, tp: int, c: str, sides: dict[str, mc.Side], mine: np.ndarray,
-                 start: np.ndarray, dur: np.ndarray, names: list[str], categories: list[str], f_total: float,
-                 b_total: float, act_bytes: float, kv_bytes: float, flops: np.ndarray, nbytes: np.ndarray,
-                 note: np.ndarray) -> bool:
+def pooled_roles(
+    model: ModelSpec,
+    tp: int,
+    c: str,
+    sides: dict[str, mc.Side],
+    mine: np.ndarray,
+    start: np.ndarray,
+    dur: np.ndarray,
+    names: list[str],
+    categories: list[str],
+    f_total: float,
+    b_total: float,
+    act_bytes: float,
+    kv_bytes: float,
+    flops: np.ndarray,
+    nbytes: np.ndarray,
+    note: np.ndarray,
+) -> bool:
     """Price the step's kernels ``mine`` of pooled component ``c`` (``attention``, ``experts``,
     ``routing``) by what each does (module doc), writing ``flops``, ``nbytes`` and ``note`` in
     place; ``names`` and ``categories`` are those of ``mine``'s kernels, row for row. Returns
@@ -106,11 +124,11 @@ def pooled_roles(model: ModelSpec, tp: int, c: str, sides: dict[str, mc.Side], m
     names = [names[i] for i in order.tolist()]
     categories = [categories[i] for i in order.tolist()]
     if c == "attention":
-        return _attention(model, tp, sides, rows, dur, names, categories, f_total, b_total, act_bytes, kv_bytes,
-                          flops, nbytes, note)
+        return _attention(
+            model, tp, sides, rows, dur, names, categories, f_total, b_total, act_bytes, kv_bytes, flops, nbytes, note
+        )
     if c in ("experts", "routing"):
-        return _moe(model, tp, c, sides, rows, dur, names, categories, f_total, b_total, act_bytes, flops, nbytes,
-                    note)
+        return _moe(model, tp, c, sides, rows, dur, names, categories, f_total, b_total, act_bytes, flops, nbytes, note)
     if c in ("linear_attention", "communication") and len(rows) > 1:
         note[rows] = POOLED_SHARE.format(c=c.replace("_", " "), n=len(rows))
     return True
@@ -126,12 +144,15 @@ def _moe(model, tp, c, sides, rows, dur, names, categories, f_total, b_total, ac
         roles = kernel_roles.expert_gemm_roles(len(rows), n_moe)
         if roles is None and len(rows) == n_moe:  # one fused kernel a layer: the layer's whole experts work
             flops[rows], nbytes[rows] = f_total / n_moe, b_total / n_moe
-            note[rows] = [f"both expert GEMMs of MoE layer {j} in one kernel: the layer's routed-expert work"
-                          for j in range(n_moe)]
+            note[rows] = [
+                f"both expert GEMMs of MoE layer {j} in one kernel: the layer's routed-expert work"
+                for j in range(n_moe)
+            ]
             return True
         if roles is None:
-            note[rows] = DURATION_SHARE.format(c="routed-expert", n=len(rows), layers=n_moe,
-                                               what="MoE layers' gate-up and down GEMMs")
+            note[rows] = DURATION_SHARE.format(
+                c="routed-expert", n=len(rows), layers=n_moe, what="MoE layers' gate-up and down GEMMs"
+            )
             return False
         whole = [per[mc.GATE_UP][j] + per[mc.DOWN][j] for j in (0, 1)]
         g = "2" if model.gated_mlp else ""
@@ -139,8 +160,13 @@ def _moe(model, tp, c, sides, rows, dur, names, categories, f_total, b_total, ac
             cost = per[role]
             flops[row] = f_total * cost[0] / whole[0] / n_moe if whole[0] > 0 else 0.0
             nbytes[row] = b_total * cost[1] / whole[1] / n_moe if whole[1] > 0 else 0.0
-            note[row] = EXPERT_NOTE.format(role="gate-up" if role == mc.GATE_UP else "down", i=j // 2,
-                                           formula=_FORMULA[role].format(g=g), t=side.tokens, k=model.top_k)
+            note[row] = EXPERT_NOTE.format(
+                role="gate-up" if role == mc.GATE_UP else "down",
+                i=j // 2,
+                formula=_FORMULA[role].format(g=g),
+                t=side.tokens,
+                k=model.top_k,
+            )
         return True
     role = np.array([kernel_roles.moe_role(n, cat) or mc.GATING for n, cat in zip(names, categories)], dtype=object)
     held = [r for r in mc.ROUTING_ROLES if (role == r).any()]
@@ -159,12 +185,15 @@ def _moe(model, tp, c, sides, rows, dur, names, categories, f_total, b_total, ac
     return True
 
 
-def _attention(model, tp, sides, rows, dur, names, categories, f_total, b_total, act_bytes, kv_bytes, flops, nbytes,
-               note) -> bool:
+def _attention(
+    model, tp, sides, rows, dur, names, categories, f_total, b_total, act_bytes, kv_bytes, flops, nbytes, note
+) -> bool:
     layers = softmax_layers(model)
     n = len(layers)
-    combine = np.array([kernel_roles.aux_role(a, "kernel", cat) == kernel_roles.SPLIT_REDUCE
-                        for a, cat in zip(names, categories)], dtype=bool)
+    combine = np.array(
+        [kernel_roles.aux_role(a, "kernel", cat) == kernel_roles.SPLIT_REDUCE for a, cat in zip(names, categories)],
+        dtype=bool,
+    )
     fwd = np.flatnonzero(~combine)
     counts: dict[str, int] = {}
     for i in fwd.tolist():
@@ -172,8 +201,10 @@ def _attention(model, tp, sides, rows, dur, names, categories, f_total, b_total,
     fits = n > 0 and len(fwd) and all(k % n == 0 and k // n <= 4 for k in counts.values())
     per_layer = []
     for layer in layers if fits else ():
-        got = [mc.attention_layer(model, s, layer.attention, layer.window, tp=tp, act_bytes=act_bytes,
-                                  kv_bytes=kv_bytes) for s in sides.values()]
+        got = [
+            mc.attention_layer(model, s, layer.attention, layer.window, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes)
+            for s in sides.values()
+        ]
         if any(g is None for g in got):
             fits = False
             break
@@ -203,8 +234,9 @@ def _attention(model, tp, sides, rows, dur, names, categories, f_total, b_total,
         flops[rows[sel]] = f_total * f / f_all * w if f_all > 0 else 0.0
         nbytes[rows[sel]] = left * b / b_all * w if b_all > 0 else 0.0
         layer = layers[k]
-        text = ATTENTION_NOTE.format(i=k, kind=layer.attention, window=f", window {layer.window}" if layer.window
-                                     else "", pairs=pairs, keys=keys)
+        text = ATTENTION_NOTE.format(
+            i=k, kind=layer.attention, window=f", window {layer.window}" if layer.window else "", pairs=pairs, keys=keys
+        )
         if len(sel) > 1:
             text += f"; a duration share of the layer among its {len(sel)} kernels"
         note[rows[sel]] = text

@@ -43,14 +43,25 @@ def gemm_cost(m: int, n: int, k: int, dtype_bytes: int, batch: int = 1, bias: bo
     return Work(float(_gemm_flops(m, n, k, batch)), float(dtype_bytes * elements))
 
 
-def _gemm(a: Tensor, b: Tensor, m: int, n: int, k: int, batch: int, out_numel: int,
-          extra: Sequence[Tensor | None] = (), out_size: int | None = None, what: str = "") -> OpCost:
+def _gemm(
+    a: Tensor,
+    b: Tensor,
+    m: int,
+    n: int,
+    k: int,
+    batch: int,
+    out_numel: int,
+    extra: Sequence[Tensor | None] = (),
+    out_size: int | None = None,
+    what: str = "",
+) -> OpCost:
     """A GEMM op: operands read at their recorded sizes and dtypes (bias, scales in ``extra``)."""
     operands = [a, b, *(t for t in extra if t is not None)]
     out_bytes = out_numel * (a.size if out_size is None else out_size)
     note = f"2*batch*M*N*K with batch={batch} M={m} N={n} K={k}{what}; bytes = inputs + output"
-    return OpCost(float(_gemm_flops(m, n, k, batch)), float(sum(t.nbytes for t in operands) + out_bytes),
-                  a.dtype, MATRIX, note)
+    return OpCost(
+        float(_gemm_flops(m, n, k, batch)), float(sum(t.nbytes for t in operands) + out_bytes), a.dtype, MATRIX, note
+    )
 
 
 def _check_k(op: str, k1: int, k2: int) -> None:
@@ -119,8 +130,7 @@ def _scaled_mm(args: Args) -> OpCost:
     _check_k(args.op, k, k2)
     scales = [args.maybe_tensor(i) for i in (2, 3, 4, 5)]  # scale_a, scale_b, bias, scale_result
     out = args.scalar_type(6)
-    return _gemm(a, b, m, n, k, 1, m * n, scales, out_size=out[1] if out else a.size,
-                 what=" (+ scales, bias)")
+    return _gemm(a, b, m, n, k, 1, m * n, scales, out_size=out[1] if out else a.size, what=" (+ scales, bias)")
 
 
 # ---------------------------------------------------------------- attention
@@ -146,9 +156,19 @@ def _attention_pairs(len_q: int, len_k: int, causal: bool, align: str) -> int:
     return len_k * (len_k + 1) // 2
 
 
-def attention_cost(batch: int, heads_q: int, heads_kv: int, len_q: int, len_k: int, head_dim: int,
-                   dtype_bytes: int, causal: bool, *, head_dim_v: int | None = None,
-                   align: str = "bottom_right") -> Work:
+def attention_cost(
+    batch: int,
+    heads_q: int,
+    heads_kv: int,
+    len_q: int,
+    len_k: int,
+    head_dim: int,
+    dtype_bytes: int,
+    causal: bool,
+    *,
+    head_dim_v: int | None = None,
+    align: str = "bottom_right",
+) -> Work:
     """Scaled-dot-product attention, softmax(Q K^T) V, with grouped-query K/V.
 
     flops = 2*batch*heads_q*pairs*(head_dim + head_dim_v), pairs = len_q*len_k, or for
@@ -192,8 +212,10 @@ def _attention_dims(t: Tensor, layout: str, op: str) -> tuple[int, int, int, int
     """(batch, heads, len, dim) of a q/k/v tensor."""
     if layout == "blhd":
         if len(t.shape) != 4:
-            raise Unpriced(f"{op} on packed variable-length sequences: per-sequence lengths "
-                           "are in cu_seqlens tensors, which the trace does not record")
+            raise Unpriced(
+                f"{op} on packed variable-length sequences: per-sequence lengths "
+                "are in cu_seqlens tensors, which the trace does not record"
+            )
         batch, length, heads, dim = t.shape
         return batch, heads, length, dim
     if len(t.shape) < 2:
@@ -223,14 +245,15 @@ def _attention(args: Args) -> OpCost:
         causal = False  # one query row against the whole cache either way
     else:
         causal = args.flag(sig.causal_arg, "is_causal")
-    work = attention_cost(batch, heads_q, heads_kv, len_q, len_k, dim, q.size, causal,
-                          head_dim_v=dim_v, align=align)
+    work = attention_cost(batch, heads_q, heads_kv, len_q, len_k, dim, q.size, causal, head_dim_v=dim_v, align=align)
     # attention_cost assumes one dtype; K/V (e.g. fp8 cache) and the mask keep their own.
     kv_delta = (k.size - q.size) * k.numel + (v.size - q.size) * v.numel
     mask_bytes = mask.nbytes if mask is not None else 0
     kind = f"causal ({align})" if causal else "full"
-    note = (f"2*B*Hq*pairs*(D+Dv), {kind} pairs; B={batch} Hq={heads_q} Hkv={heads_kv} "
-            f"Lq={len_q} Lk={len_k} D={dim} Dv={dim_v}; bytes = q + k + v (+ mask) + out")
+    note = (
+        f"2*B*Hq*pairs*(D+Dv), {kind} pairs; B={batch} Hq={heads_q} Hkv={heads_kv} "
+        f"Lq={len_q} Lk={len_k} D={dim} Dv={dim_v}; bytes = q + k + v (+ mask) + out"
+    )
     return OpCost(work.flops, work.bytes + kv_delta + mask_bytes, q.dtype, MATRIX, note)
 
 

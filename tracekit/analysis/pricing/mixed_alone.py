@@ -21,9 +21,17 @@ from tracekit.models import costs as mc
 from tracekit.models.config import ModelSpec
 
 
-def alone(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray, source: str,
-          known: tuple[np.ndarray, np.ndarray] | None, sides: list[dict[str, mc.Side]],
-          costs: pricing.ModelCosts) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def alone(
+    model: ModelSpec,
+    tp: int,
+    steps: pd.DataFrame,
+    work: pd.DataFrame,
+    category: np.ndarray,
+    source: str,
+    known: tuple[np.ndarray, np.ndarray] | None,
+    sides: list[dict[str, mc.Side]],
+    costs: pricing.ModelCosts,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per side: (FLOPs, bytes) of each unit of the mixed steps stating both sides, were that side
     alone in the step, as fractions of the unit's cost in ``costs`` (NaN elsewhere); {} when no
     step states both."""
@@ -32,13 +40,24 @@ def alone(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
         return {}
     out = _repriced(model, tp, steps, work, category, source, known, sides, mixed, costs.flops, costs.bytes)
     if known is not None:
-        _of_known(model, tp, sides, mixed, work["step"].to_numpy(), costs.component, known, out, costs.act_bytes,
-                  costs.kv_bytes)
+        _of_known(
+            model,
+            tp,
+            sides,
+            mixed,
+            work["step"].to_numpy(),
+            costs.component,
+            known,
+            out,
+            costs.act_bytes,
+            costs.kv_bytes,
+        )
     return out
 
 
-def _repriced(model, tp, steps, work, category, source, known, sides, mixed: list[int], flops: np.ndarray,
-              nbytes: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _repriced(
+    model, tp, steps, work, category, source, known, sides, mixed: list[int], flops: np.ndarray, nbytes: np.ndarray
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The units of the ``mixed`` steps priced again with one side of each step only, by the same
     rules (layer GEMMs by their grid, pooled components by duration, per-launch kernels by tokens,
     experts by those its tokens touch), over the step's cost."""
@@ -47,13 +66,19 @@ def _repriced(model, tp, steps, work, category, source, known, sides, mixed: lis
     sub = work.iloc[rows]
     sub_known = None if known is None else (known[0][rows], known[1][rows])
     chosen = set(mixed)
-    launched = {i: (int(round(sum(s.tokens for s in sides[i].values()))),
-                    int(round(sum(s.logit_tokens for s in sides[i].values())))) for i in mixed}
+    launched = {
+        i: (
+            int(round(sum(s.tokens for s in sides[i].values()))),
+            int(round(sum(s.logit_tokens for s in sides[i].values()))),
+        )
+        for i in mixed
+    }
     out = {}
     for side in (PREFILL, DECODE):
         only = [{side: sd[side]} if i in chosen else {} for i, sd in enumerate(sides)]
-        got = pricing.price(model, tp, steps, sub, category[rows], source, known=sub_known, sides=only,
-                            launched_for=launched)
+        got = pricing.price(
+            model, tp, steps, sub, category[rows], source, known=sub_known, sides=only, launched_for=launched
+        )
         f, b = np.full(len(work), np.nan), np.full(len(work), np.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
             # A unit of no FLOPs (a KV-cache write) or bytes has none alone either.
@@ -75,8 +100,9 @@ def _of_known(model, tp, sides, mixed: list[int], step_of, comp, known, alone, a
             continue
         whole = pricing.combined(model, tp, sides[i], act_bytes, kv_bytes)
         for side, (f, b) in alone.items():
-            part = mc.step_costs(model, sides[i][side], tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes,
-                                 act_dtype=model.dtype)
+            part = mc.step_costs(
+                model, sides[i][side], tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes, act_dtype=model.dtype
+            )
             for c in pooled:
                 w, p = whole.get(c), part.get(c)
                 if not isinstance(w, mc.Work) or not isinstance(p, mc.Work):

@@ -51,6 +51,7 @@ from tracekit import frameworks
 from tracekit.analysis.pricing.gemm_layers import launch_grids, price_layer_gemms
 from tracekit.analysis.pricing.kernel_names import components, kv_cache_dtype, mixed_activation, name_dtype, name_flags
 from tracekit.analysis.pricing.kernel_roles import moe_components
+
 # attention_per_layer lived here: its callers still find it here.
 from tracekit.analysis.pricing.layer_roles import attention_per_layer, pooled_roles  # noqa: F401
 from tracekit.analysis.pricing.model_fit import layer_check
@@ -114,7 +115,8 @@ PAIRS_ESTIMATE_BASIS = (
     "they are taken at requests of one length: Σq² = (Σq)²/n, its lower bound (Cauchy-Schwarz), and Σqk as "
     "stated or, where it is not, Σq·Σk/n (each request q = Σq/n tokens over k = Σk/n keys), so pairs = Σqk - "
     "(Σq² - Σq)/2: an upper bound where Σqk is stated, and with neither sum no bound (requests of uneven "
-    "lengths move Σqk either way); the attention bytes, the stated keys' KV read, are not estimated")
+    "lengths move Σqk either way); the attention bytes, the stated keys' KV read, are not estimated"
+)
 
 
 def estimated_pairs(bs: BatchSide, prefill: bool) -> float | None:
@@ -147,8 +149,9 @@ def _side(bs: BatchSide | None, engine: bool, phase: str) -> mc.Side | None:
     # is priced from its shapes, which say so.
     logits = bs.requests
     pairs = bs.attention_pairs() if bs.attention_pairs() is not None else estimated_pairs(bs, phase == PREFILL)
-    return mc.Side(float(bs.requests), float(tokens), None if bs.kv_tokens is None else float(bs.kv_tokens),
-                   pairs, float(logits))
+    return mc.Side(
+        float(bs.requests), float(tokens), None if bs.kv_tokens is None else float(bs.kv_tokens), pairs, float(logits)
+    )
 
 
 def _pairs_estimated(steps: pd.DataFrame, i: int) -> bool:
@@ -187,10 +190,17 @@ def step_sides(steps: pd.DataFrame, engine: bool) -> list[dict[str, mc.Side]]:
     return out
 
 
-def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray,
-          source: str, known: tuple[np.ndarray, np.ndarray] | None = None,
-          sides: list[dict[str, mc.Side]] | None = None,
-          launched_for: dict[int, tuple[int, int]] | None = None) -> ModelCosts:
+def price(
+    model: ModelSpec,
+    tp: int,
+    steps: pd.DataFrame,
+    work: pd.DataFrame,
+    category: np.ndarray,
+    source: str,
+    known: tuple[np.ndarray, np.ndarray] | None = None,
+    sides: list[dict[str, mc.Side]] | None = None,
+    launched_for: dict[int, tuple[int, int]] | None = None,
+) -> ModelCosts:
     """The model's cost of every unit of work (NaN where it has none, with the reason).
 
     ``launched_for``: {step: (tokens, logit tokens)} its kernels were launched for, where
@@ -226,8 +236,7 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
     out.kv_dtype, kv, out.kv_how = kv_cache_dtype(name_uniques, model.dtype)
     kv_bytes = kv if kv is not None else act_bytes
     out.act_bytes, out.kv_bytes = act_bytes, kv_bytes
-    comp[:] = moe_components(components(work, category), name_codes, name_uniques,
-                             np.asarray(category, dtype=object))
+    comp[:] = moe_components(components(work, category), name_codes, name_uniques, np.asarray(category, dtype=object))
     flags = [name_flags(u) for u in name_uniques]
     fused = np.array([f[0] for f in flags], dtype=bool)[name_codes]
     out_size = np.array([f[1] for f in flags])[name_codes]
@@ -241,14 +250,15 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
     bounds = np.searchsorted(step_of[order], np.arange(len(steps) + 1))
     kernel_dtypes: dict[str, set[str]] = {}
     for i, sd in enumerate(sides):
-        rows = order[bounds[i]:bounds[i + 1]]
+        rows = order[bounds[i] : bounds[i + 1]]
         if not len(rows):
             continue
         _lm_head(rows, comp, name_codes, start)
         if not sd:
             reason[rows[comp[rows] != None]] = (  # noqa: E711
                 "the step's tokens are not in the trace (no engine annotation states its batch): the model "
-                "cannot price it")
+                "cannot price it"
+            )
             continue
         total = combined(model, tp, sd, act_bytes, kv_bytes)
         all_tokens = sum(s.tokens for s in sd.values())
@@ -283,9 +293,24 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                 if c in ("linear", "lm_head") and grids is not None:
                     own = (int(round(all_tokens)), int(round(logit_tokens)))
                     grid_for = (launched_for or {}).get(i, own)
-                    matched = price_layer_gemms(model, mine, rows, comp, start, grids, name_uniques, name_codes,
-                                                layers, grid_for[0], grid_for[1], act_bytes, flops, nbytes, note,
-                                                priced_as=own if grid_for != own else None)
+                    matched = price_layer_gemms(
+                        model,
+                        mine,
+                        rows,
+                        comp,
+                        start,
+                        grids,
+                        name_uniques,
+                        name_codes,
+                        layers,
+                        grid_for[0],
+                        grid_for[1],
+                        act_bytes,
+                        flops,
+                        nbytes,
+                        note,
+                        priced_as=own if grid_for != own else None,
+                    )
                     if matched.any():
                         said = hint[mine[matched]]
                         dtype[mine[matched]] = np.where(said != None, said, work_c.dtype)  # noqa: E711
@@ -295,15 +320,32 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                         mine = mine[~matched]
                         if not len(mine):
                             continue
-                    note[mine] = ("duration share of the step's remaining dense-GEMM work: neither its grid nor "
-                                  "its name identifies the model layer it computes")
+                    note[mine] = (
+                        "duration share of the step's remaining dense-GEMM work: neither its grid nor "
+                        "its name identifies the model layer it computes"
+                    )
                 d = dur[mine]
                 w = d / d.sum() if d.sum() > 0 else np.full(len(mine), 1.0 / len(mine))
                 flops[mine], nbytes[mine] = f_total * w, b_total * w
                 if not partial and not unbounded_keys:  # each kernel its own part, where they can be told apart
-                    pooled_roles(model, tp, c, sd, mine, start, dur,
-                                 [name_uniques[k] for k in name_codes[mine].tolist()], category[mine].tolist(),
-                                 f_total, b_total, act_bytes, kv_bytes, flops, nbytes, note)
+                    pooled_roles(
+                        model,
+                        tp,
+                        c,
+                        sd,
+                        mine,
+                        start,
+                        dur,
+                        [name_uniques[k] for k in name_codes[mine].tolist()],
+                        category[mine].tolist(),
+                        f_total,
+                        b_total,
+                        act_bytes,
+                        kv_bytes,
+                        flops,
+                        nbytes,
+                        note,
+                    )
                 unit[mine] = work_c.unit
                 if work_c.unit == mc.MATRIX:
                     said = hint[mine]
@@ -327,8 +369,23 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
                 if c == "attention" and _pairs_estimated(steps, i):
                     bases.setdefault((c, "pairs"), PAIRS_ESTIMATE_BASIS)
             else:
-                _per_launch(model, tp, c, mine, fused, out_size, all_tokens, logit_tokens, flops, nbytes, dtype,
-                            unit, reason, act_bytes, kv_bytes)
+                _per_launch(
+                    model,
+                    tp,
+                    c,
+                    mine,
+                    fused,
+                    out_size,
+                    all_tokens,
+                    logit_tokens,
+                    flops,
+                    nbytes,
+                    dtype,
+                    unit,
+                    reason,
+                    act_bytes,
+                    kv_bytes,
+                )
         if steps.at[i, "phase"] == MIXED and PREFILL in sd and DECODE in sd:
             _mixed_share(model, tp, sd, rows, comp, share, act_bytes, kv_bytes)
     for c, seen in kernel_dtypes.items():
@@ -343,16 +400,18 @@ def price(model: ModelSpec, tp: int, steps: pd.DataFrame, work: pd.DataFrame, ca
 
 # Keys per request that no context reaches: decode attention priced at this many keys needs
 # more than the bandwidth roof in any kernel's time, so the above-roof check caps it (``above_roof``).
-UNBOUNDED_KEYS = float(2 ** 40)
+UNBOUNDED_KEYS = float(2**40)
 UNKNOWN_KEYS_BASIS = (
     "upper bound: the keys each request attends to are not in the trace; a decode step's attention does "
     "4*Hq*d FLOPs per key read (2*Hkv*d KV bytes), an intensity that no key count changes; where it is below "
     "the GPU's ridge the kernels are memory-bound, and their bytes are capped at what peak bandwidth moves in "
-    "their time; their FLOPs are not known")
+    "their time; their FLOPs are not known"
+)
 
 
-def _decode_attention_unknown_keys(model: ModelSpec, tp: int, sides: dict[str, mc.Side], act_bytes: float,
-                                   kv_bytes: float) -> mc.Work | None:
+def _decode_attention_unknown_keys(
+    model: ModelSpec, tp: int, sides: dict[str, mc.Side], act_bytes: float, kv_bytes: float
+) -> mc.Work | None:
     """Decode attention of a step whose keys are unknown, priced at more keys than any context
     holds (one query per request: pairs = keys), for the roofline to cap at the roof as an
     upper bound. None for a step with prefill work: its intensity grows with its queries per
@@ -362,8 +421,9 @@ def _decode_attention_unknown_keys(model: ModelSpec, tp: int, sides: dict[str, m
         return None
     keys = d.requests * UNBOUNDED_KEYS
     side = mc.Side(d.requests, d.tokens, keys, keys, d.logit_tokens)
-    got = mc.step_costs(model, side, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes,
-                        act_dtype=model.dtype).get("attention")
+    got = mc.step_costs(model, side, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes, act_dtype=model.dtype).get(
+        "attention"
+    )
     return got if isinstance(got, mc.Work) else None
 
 
@@ -385,10 +445,12 @@ def _bytes_estimate(component: str, sides: dict[str, mc.Side], stated_prefill) -
 def _estimate_basis(model: ModelSpec, tp: int, component: str, sides: dict[str, mc.Side]) -> str:
     """The formula and numbers behind a component's estimated bytes, as the JSON states them."""
     if component == "attention":
-        return ("lower bound: the KV read of a prefill whose cached keys the trace does not state counts its own "
-                "tokens only (no cached prefix); where it does not state the sum of q² either, its query-key "
-                "pairs, and so its FLOPs, assume requests of one length, the fewest any split of its tokens gives "
-                "((Σq)²/n <= Σq²)")
+        return (
+            "lower bound: the KV read of a prefill whose cached keys the trace does not state counts its own "
+            "tokens only (no cached prefix); where it does not state the sum of q² either, its query-key "
+            "pairs, and so its FLOPs, assume requests of one length, the fewest any split of its tokens gives "
+            "((Σq)²/n <= Σq²)"
+        )
     tokens = sum(s.tokens for s in sides.values())
     e, k = model.experts, model.top_k
     touched = expected_experts(e, k, tokens)
@@ -396,11 +458,13 @@ def _estimate_basis(model: ModelSpec, tp: int, component: str, sides: dict[str, 
     # Expected distinct experts per MoE layer when each of B tokens picks k of E experts
     # uniformly: E * (1 - (1 - k/E)^B) (each expert is missed by one token with probability
     # 1 - k/E, by all B with (1 - k/E)^B).
-    return (f"the model's estimate: expected distinct experts per MoE layer under uniform routing, "
-            f"E*(1-(1-k/E)^B) = {e}*(1-(1-{k}/{e})^{tokens:g}) = {touched:.1f} of {e} at B={tokens:g} tokens "
-            f"(the first step priced; each step by its own tokens), each expert's weights read once: {per:,.0f} bytes per expert per rank; "
-            "where that needs more than the bandwidth roof in the kernels' time, the bytes are capped at the "
-            "roof: an upper bound")
+    return (
+        f"the model's estimate: expected distinct experts per MoE layer under uniform routing, "
+        f"E*(1-(1-k/E)^B) = {e}*(1-(1-{k}/{e})^{tokens:g}) = {touched:.1f} of {e} at B={tokens:g} tokens "
+        f"(the first step priced; each step by its own tokens), each expert's weights read once: {per:,.0f} bytes per expert per rank; "
+        "where that needs more than the bandwidth roof in the kernels' time, the bytes are capped at the "
+        "roof: an upper bound"
+    )
 
 
 def mc_bytes(dtype: str) -> float:
@@ -410,13 +474,17 @@ def mc_bytes(dtype: str) -> float:
 def combined(model, tp, sides: dict[str, mc.Side], act_bytes, kv_bytes) -> dict[str, mc.Work | mc.Missing]:
     """The step's pooled components over its sides: the weights are read once for the step."""
     if len(sides) == 1:
-        return mc.step_costs(model, next(iter(sides.values())), tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes,
-                             act_dtype=model.dtype)
+        return mc.step_costs(
+            model, next(iter(sides.values())), tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes, act_dtype=model.dtype
+        )
     s = list(sides.values())
-    merged = mc.Side(sum(x.requests for x in s), sum(x.tokens for x in s),
-                     None if any(x.kv_tokens is None for x in s) else sum(x.kv_tokens for x in s),
-                     None if any(x.pairs is None for x in s) else sum(x.pairs for x in s),
-                     sum(x.logit_tokens for x in s))
+    merged = mc.Side(
+        sum(x.requests for x in s),
+        sum(x.tokens for x in s),
+        None if any(x.kv_tokens is None for x in s) else sum(x.kv_tokens for x in s),
+        None if any(x.pairs is None for x in s) else sum(x.pairs for x in s),
+        sum(x.logit_tokens for x in s),
+    )
     whole = mc.step_costs(model, merged, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes, act_dtype=model.dtype)
     # Attention is not additive in the merged side's keys (sliding windows): sum the sides.
     parts = [mc.step_costs(model, x, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes, act_dtype=model.dtype) for x in s]
@@ -431,8 +499,9 @@ def _sum(works):
     works = [w for w in works if isinstance(w, mc.Work)]
     if not works:
         return None
-    return mc.Work(sum(w.flops for w in works), sum(w.bytes for w in works), works[0].dtype, works[0].unit,
-                   works[0].note)
+    return mc.Work(
+        sum(w.flops for w in works), sum(w.bytes for w in works), works[0].dtype, works[0].unit, works[0].note
+    )
 
 
 def _plus(a, b):
@@ -451,8 +520,9 @@ def _lm_head(rows: np.ndarray, comp: np.ndarray, names: np.ndarray, start: np.nd
         comp[last] = "lm_head"
 
 
-def _per_launch(model, tp, c, mine, fused, out_size, tokens, logit_tokens, flops, nbytes, dtype, unit, reason,
-                act_bytes, kv_bytes) -> None:
+def _per_launch(
+    model, tp, c, mine, fused, out_size, tokens, logit_tokens, flops, nbytes, dtype, unit, reason, act_bytes, kv_bytes
+) -> None:
     """Each launch processes every token of the step: its per-token size times the tokens."""
     moe_only = bool(model.experts and model.count(mlp="dense") == 0)
     if c == "sampling":
@@ -465,8 +535,16 @@ def _per_launch(model, tp, c, mine, fused, out_size, tokens, logit_tokens, flops
         adds = fused[mine]
         for add, size in {(bool(a), float(s)) for a, s in zip(adds, sizes)}:
             sel = (adds == add) & (sizes == size)
-            per = mc.per_token(model, c, tp, fused_add=add, moe_layer=moe_only, act_bytes=act_bytes,
-                               kv_bytes=kv_bytes, out_bytes=None if size < 0 else size)
+            per = mc.per_token(
+                model,
+                c,
+                tp,
+                fused_add=add,
+                moe_layer=moe_only,
+                act_bytes=act_bytes,
+                kv_bytes=kv_bytes,
+                out_bytes=None if size < 0 else size,
+            )
             if per is None:
                 return
             f[sel], b[sel] = per[0] * tokens, per[1] * tokens

@@ -21,8 +21,10 @@ from tracekit.models.config import ModelSpec
 def withheld_reason(model: ModelSpec, misfit: str) -> str:
     """The sentence that stands for every figure the model would have priced, when the
     trace contradicts it (``layer_check``)."""
-    return (f"withheld: the trace does not fit {model.name} ({misfit}); pass the model that ran, or "
-            "--model-force to price by this one anyway")
+    return (
+        f"withheld: the trace does not fit {model.name} ({misfit}); pass the model that ran, or "
+        "--model-force to price by this one anyway"
+    )
 
 
 # Attention kernels that are not one per layer (``layer_check``):
@@ -33,8 +35,11 @@ def withheld_reason(model: ModelSpec, misfit: str) -> str:
 _COMBINE = re.compile(r"combine|reduce|merge_?(attn_?)?states?|mergestate|stage_?2", re.I)
 # - per-step setup (metadata, plans, split counts), launched once or twice per step whatever the
 #   layer count: by name, or by a count no larger than SETUP_MAX in a model of many layers.
-_SETUP = re.compile(r"metadata|plan(?![a-z])|prepare|num_?splits|scheduler|indptr|page_?table|block_?table|"
-                    r"init_|setup", re.I)
+_SETUP = re.compile(
+    r"metadata|plan(?![a-z])|prepare|num_?splits|scheduler|indptr|page_?table|block_?table|"
+    r"init_|setup",
+    re.I,
+)
 SETUP_MAX = 2
 # Forward kernels per layer a step may hold: a capture trace's warmup + capture of one graph,
 # prefill and decode kernels of a mixed step, per-window-kind kernels of one layer.
@@ -64,7 +69,7 @@ def _function_name(name: str) -> str:
     """A kernel's function name: its demangled name before template and call arguments."""
     name = name[5:] if name.startswith("void ") else name
     cut = [i for i in (name.find("<"), name.find("(")) if i > 0]
-    return name[:min(cut)] if cut else name
+    return name[: min(cut)] if cut else name
 
 
 def _fits(n: int, layers: int) -> bool:
@@ -82,8 +87,10 @@ def layer_check(model: ModelSpec, work: pd.DataFrame, comp: np.ndarray, steps: p
     stage, when all of the step's attention kernels are such a multiple plus at most ``SETUP_MAX``."""
     step_of = work["step"].to_numpy()
     names = work["name"].astype(str).to_numpy() if len(work) else np.array([], dtype=object)
-    layers = {"attention": model.n_layers - model.count(attention="linear"),
-              "linear_attention": model.count(attention="linear")}
+    layers = {
+        "attention": model.n_layers - model.count(attention="linear"),
+        "linear_attention": model.count(attention="linear"),
+    }
     problems = []
     for c, want in layers.items():
         sel = (comp == c) & (step_of >= 0)
@@ -106,8 +113,13 @@ def layer_check(model: ModelSpec, work: pd.DataFrame, comp: np.ndarray, steps: p
         # Most steps decide: a stray step (cut at the trace's edge) does not.
         if len(bad) * 2 > len(seen):
             _, total, fwd, comb, setup = sorted(bad, key=lambda x: x[1])[len(bad) // 2]
-            parts = [f"{fwd} per-layer"] + ([f"{comb} split-KV combine"] if comb else []) + \
-                ([f"{setup} per-step setup"] if setup else [])
-            problems.append(f"its steps run {total} {label} kernels each ({', '.join(parts)}), which does not fit "
-                            f"{model.name}'s {want} {label} layers")
+            parts = (
+                [f"{fwd} per-layer"]
+                + ([f"{comb} split-KV combine"] if comb else [])
+                + ([f"{setup} per-step setup"] if setup else [])
+            )
+            problems.append(
+                f"its steps run {total} {label} kernels each ({', '.join(parts)}), which does not fit "
+                f"{model.name}'s {want} {label} layers"
+            )
     return "; ".join(problems) or None

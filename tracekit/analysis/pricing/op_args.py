@@ -61,16 +61,44 @@ DTYPES: dict[str, tuple[str, int]] = {
 
 # c10::ScalarType codes, as ``Concrete Inputs`` write dtype arguments (e.g. "15").
 SCALAR_TYPE_CODES: dict[int, tuple[str, int]] = {
-    0: ("uint8", 1), 1: ("int8", 1), 2: ("int16", 2), 3: ("int32", 4), 4: ("int64", 8),
-    5: ("fp16", 2), 6: ("fp32", 4), 7: ("fp64", 8), 8: ("complex32", 4), 9: ("complex64", 8),
-    10: ("complex128", 16), 11: ("bool", 1), 15: ("bf16", 2), 23: ("fp8", 1), 24: ("fp8", 1),
-    25: ("fp8", 1), 26: ("fp8", 1), 27: ("uint16", 2), 28: ("uint32", 4), 29: ("uint64", 8),
-    44: ("fp8", 1), 45: ("fp4", 1),
+    0: ("uint8", 1),
+    1: ("int8", 1),
+    2: ("int16", 2),
+    3: ("int32", 4),
+    4: ("int64", 8),
+    5: ("fp16", 2),
+    6: ("fp32", 4),
+    7: ("fp64", 8),
+    8: ("complex32", 4),
+    9: ("complex64", 8),
+    10: ("complex128", 16),
+    11: ("bool", 1),
+    15: ("bf16", 2),
+    23: ("fp8", 1),
+    24: ("fp8", 1),
+    25: ("fp8", 1),
+    26: ("fp8", 1),
+    27: ("uint16", 2),
+    28: ("uint32", 4),
+    29: ("uint64", 8),
+    44: ("fp8", 1),
+    45: ("fp4", 1),
 }
 
 # Type strings that mark an argument as not a tensor.
-_NOT_TENSOR = {"", "Scalar", "ScalarList", "TensorList", "GenericList", "Device", "Layout",
-               "MemoryFormat", "ScalarType", "str", "None"}
+_NOT_TENSOR = {
+    "",
+    "Scalar",
+    "ScalarList",
+    "TensorList",
+    "GenericList",
+    "Device",
+    "Layout",
+    "MemoryFormat",
+    "ScalarType",
+    "str",
+    "None",
+}
 
 
 class Unpriced(Exception):

@@ -68,8 +68,9 @@ def needs_context(op_name: str) -> bool:
     return canonical(op_name) in CONTEXT_MODELS
 
 
-def price_in_context(op_name: str, dims_json: str | None, types_json: str | None, concrete_json: str | None,
-                     ctx: OpContext) -> OpCost | NoCost:
+def price_in_context(
+    op_name: str, dims_json: str | None, types_json: str | None, concrete_json: str | None, ctx: OpContext
+) -> OpCost | NoCost:
     """``price`` for the ops whose cost needs the run's context (see ``CONTEXT_MODELS``)."""
     model = CONTEXT_MODELS.get(canonical(op_name))
     if model is None:
@@ -88,8 +89,9 @@ def price_in_context(op_name: str, dims_json: str | None, types_json: str | None
         return NoCost(f"{op_name}: recorded shapes do not fit the model ({err})")
 
 
-def price(op_name: str, input_dims: list | None, input_types: list | None,
-          concrete_inputs: list | None = None) -> OpCost | NoCost:
+def price(
+    op_name: str, input_dims: list | None, input_types: list | None, concrete_inputs: list | None = None
+) -> OpCost | NoCost:
     """Cost of one op call, or the reason it has none."""
     model = _model(op_name)
     if model is None:
@@ -105,23 +107,26 @@ def price(op_name: str, input_dims: list | None, input_types: list | None,
         return NoCost(f"{op_name}: recorded shapes do not fit the model ({err})")
 
 
-def op_cost(op_name: str, input_dims: list | None, input_types: list | None,
-            concrete_inputs: list | None = None) -> OpCost | None:
+def op_cost(
+    op_name: str, input_dims: list | None, input_types: list | None, concrete_inputs: list | None = None
+) -> OpCost | None:
     """Cost of one op call; None when it has none (``why_no_cost`` says why)."""
     result = price(op_name, input_dims, input_types, concrete_inputs)
     return result if isinstance(result, OpCost) else None
 
 
-def why_no_cost(op_name: str, input_dims: list | None, input_types: list | None = None,
-                concrete_inputs: list | None = None) -> str:
+def why_no_cost(
+    op_name: str, input_dims: list | None, input_types: list | None = None, concrete_inputs: list | None = None
+) -> str:
     """Why ``op_cost`` returns None for these arguments; "" when it returns a cost."""
     result = price(op_name, input_dims, input_types, concrete_inputs)
     return result.reason if isinstance(result, NoCost) else ""
 
 
 @lru_cache(maxsize=1 << 16)
-def op_cost_json(op_name: str, dims_json: str | None, types_json: str | None,
-                 concrete_json: str | None = None) -> OpCost | NoCost:
+def op_cost_json(
+    op_name: str, dims_json: str | None, types_json: str | None, concrete_json: str | None = None
+) -> OpCost | NoCost:
     """``price`` on the raw JSON text a trace stores, cached: shapes repeat thousands of times."""
     decoded = _decoded(op_name, dims_json, types_json, concrete_json)
     return decoded if isinstance(decoded, NoCost) else price(op_name, *decoded)
@@ -130,7 +135,10 @@ def op_cost_json(op_name: str, dims_json: str | None, types_json: str | None,
 def _decoded(op_name: str, dims_json: str | None, types_json: str | None, concrete_json: str | None):
     """(Input Dims, Input type, Concrete Inputs) decoded from a trace's JSON text, or why not."""
     try:
-        return (json.loads(dims_json) if dims_json else None, json.loads(types_json) if types_json else None,
-                json.loads(concrete_json) if concrete_json else None)
+        return (
+            json.loads(dims_json) if dims_json else None,
+            json.loads(types_json) if types_json else None,
+            json.loads(concrete_json) if concrete_json else None,
+        )
     except json.JSONDecodeError as err:
         return NoCost(f"{op_name}: shape record is not valid JSON ({err.msg})")

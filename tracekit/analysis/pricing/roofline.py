@@ -21,9 +21,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import categorical
-
-from tracekit.analysis.pricing import taxonomy
 from tracekit.analysis.pricing import model_costs as mc
+from tracekit.analysis.pricing import taxonomy
 from tracekit.formatting import si
 from tracekit.specs import GpuSpec
 from tracekit.specs.links import group_link
@@ -71,8 +70,9 @@ def above_roof(fraction):
         return np.asarray(np.nan if fraction is None else fraction, dtype=float) > 1 + ROOF_TOLERANCE
 
 
-def roof_withheld(compute=None, memory=None, roof=None, *, bytes_per_call=None, cache_mb=None,
-                  peak_basis=None) -> str | None:
+def roof_withheld(
+    compute=None, memory=None, roof=None, *, bytes_per_call=None, cache_mb=None, peak_basis=None
+) -> str | None:
     """Why a figure against its roof is withheld, or None when it can be shown (``above_roof``).
 
     ``compute`` and ``memory``: the fractions of the compute and bandwidth roofs that the work
@@ -91,11 +91,14 @@ def roof_withheld(compute=None, memory=None, roof=None, *, bytes_per_call=None, 
         leads.append(f"the bytes counted would move at {memory:.2g}x the peak bandwidth in the time taken")
         size = si(bytes_per_call, "B") if bytes_per_call and bytes_per_call > 0 else None
         if size and cache_mb and bytes_per_call <= cache_mb * 1e6:
-            causes.append(f"its {size} per call fit in the {cache_mb:g} MB L2 cache, which serves them faster "
-                          "than the DRAM bandwidth roof")
+            causes.append(
+                f"its {size} per call fit in the {cache_mb:g} MB L2 cache, which serves them faster "
+                "than the DRAM bandwidth roof"
+            )
         elif size and not cache_mb:
-            causes.append(f"its {size} per call may stay in the caches, which serve them faster than the DRAM "
-                          "bandwidth roof")
+            causes.append(
+                f"its {size} per call may stay in the caches, which serve them faster than the DRAM bandwidth roof"
+            )
         elif size:
             counted += f" (its {size} per call are more than the {cache_mb:g} MB L2 cache holds)"
     if over_c:
@@ -144,8 +147,9 @@ def latency_fits(dur_ns, roof_fraction, ctas, sms: int | None) -> np.ndarray:
     return small_grid | (dur * (1.0 - rf) <= KERNEL_LATENCY_NS)
 
 
-def limiter(bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | None = None,
-            fits: np.ndarray | None = None) -> np.ndarray:
+def limiter(
+    bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | None = None, fits: np.ndarray | None = None
+) -> np.ndarray:
     """Per unit (or aggregate): the bound when the roof fraction reaches LATENCY_ROOF; below it
     latency where ``fits`` (``latency_fits``; every unit without it), else below_roof; unknown
     without a fraction. ``at_roof``: units known to sit at their roof (routed experts capped
@@ -164,8 +168,18 @@ def limiter(bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | 
     return out
 
 
-def roofline_columns(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str | None, kinds, category, dur_s,
-            cost_reason: np.ndarray, dtype: np.ndarray, unit: np.ndarray, ranks: int | None = None) -> None:
+def roofline_columns(
+    table: pd.DataFrame,
+    spec: GpuSpec | None,
+    spec_reason: str | None,
+    kinds,
+    category,
+    dur_s,
+    cost_reason: np.ndarray,
+    dtype: np.ndarray,
+    unit: np.ndarray,
+    ranks: int | None = None,
+) -> None:
     """The roofline columns of ``table``; ``cost_reason``, ``dtype`` and ``unit`` are its
     columns of those names as the arrays they were made from (read back from the table they
     would come out converted to pandas' string dtype and back). ``ranks``: the tensor-parallel
@@ -229,16 +243,20 @@ def roofline_columns(table: pd.DataFrame, spec: GpuSpec | None, spec_reason: str
     if link:
         bound[priced] = INTERCONNECT
         with np.errstate(divide="ignore", invalid="ignore"):
-            table.loc[priced, "roof_fraction"] = np.where(dur_s[priced] > 0, nbytes[priced] / link / dur_s[priced], np.nan)
+            table.loc[priced, "roof_fraction"] = np.where(
+                dur_s[priced] > 0, nbytes[priced] / link / dur_s[priced], np.nan
+            )
         peak_bw[comm] = link
         unpriced = comm & ~priced
         bound[unpriced] = UNKNOWN
         why[unpriced] = cost_reason[unpriced]
     else:
         bound[comm] = UNKNOWN
-        why[comm] = ("communication: bound by the interconnect, and "
-                     + (f"{spec.name}'s spec row gives no interconnect bandwidth" if spec is not None
-                        else "the device has no spec row"))
+        why[comm] = "communication: bound by the interconnect, and " + (
+            f"{spec.name}'s spec row gives no interconnect bandwidth"
+            if spec is not None
+            else "the device has no spec row"
+        )
     why[bound != UNKNOWN] = None
     table["peak_flops"] = peak_f
     table["peak_bw"] = peak_bw

@@ -41,14 +41,20 @@ class StatedWeights:
 
     def sentence(self, dtype: str) -> str:
         """Where the model's precision came from, for its model view."""
-        return (f"{self.precision}: {self.share:.0%} of the GEMM kernel time runs kernels whose names state "
-                f"{_WHAT[self.precision]} (e.g. {self.example[:80]!r}) and the model's config states no "
-                f"quantization_config (LM head, embeddings and router {dtype}; pass --weights to say otherwise)")
+        return (
+            f"{self.precision}: {self.share:.0%} of the GEMM kernel time runs kernels whose names state "
+            f"{_WHAT[self.precision]} (e.g. {self.example[:80]!r}) and the model's config states no "
+            f"quantization_config (LM head, embeddings and router {dtype}; pass --weights to say otherwise)"
+        )
 
 
-_WHAT = {"nvfp4": "FP4 (e2m1) operands with FP8 block scales", "mxfp4": "FP4 (e2m1) weights with e8m0 block scales",
-         "fp8": "FP8 (e4m3) operands", "nvfp4-w4a16": "FP4 weights widened to 16-bit activations",
-         "int4": "4-bit integer weights widened to 16-bit activations"}
+_WHAT = {
+    "nvfp4": "FP4 (e2m1) operands with FP8 block scales",
+    "mxfp4": "FP4 (e2m1) weights with e8m0 block scales",
+    "fp8": "FP8 (e4m3) operands",
+    "nvfp4-w4a16": "FP4 weights widened to 16-bit activations",
+    "int4": "4-bit integer weights widened to 16-bit activations",
+}
 
 
 def _format(name: str) -> str | None:
@@ -76,13 +82,17 @@ def stated(work: pd.DataFrame) -> StatedWeights | None:
     at least ``SHARE`` of their time; None otherwise (16-bit kernels, names that say nothing)."""
     if not len(work):
         return None
-    kernels = work[(work["kind"] == "kernel").to_numpy() & (work["step"].to_numpy() >= 0)] \
-        if "step" in work else work[(work["kind"] == "kernel").to_numpy()]
+    kernels = (
+        work[(work["kind"] == "kernel").to_numpy() & (work["step"].to_numpy() >= 0)]
+        if "step" in work
+        else work[(work["kind"] == "kernel").to_numpy()]
+    )
     if not len(kernels):
         return None
     per_name = kernels.groupby(kernels["name"].astype(str), observed=True)["dur_ns"].sum()
-    gemm = {n: float(d) for n, d in per_name.items()
-            if component_of(taxonomy.categorize(n), n) in ("linear", "experts")}
+    gemm = {
+        n: float(d) for n, d in per_name.items() if component_of(taxonomy.categorize(n), n) in ("linear", "experts")
+    }
     total = sum(gemm.values())
     if total <= 0:
         return None

@@ -66,138 +66,228 @@ CONV = "conv"
 OTHER = "other"
 
 CATEGORIES = (
-    GEMM, ATTENTION, LINEAR_ATTENTION, NORMALIZATION, ACTIVATION, ELEMENTWISE, REDUCTION, EMBEDDING, ROPE,
-    MOE, QUANTIZE, SAMPLING, KV_CACHE, COMMUNICATION, MEMCPY, MEMSET, CONV, OTHER,
+    GEMM,
+    ATTENTION,
+    LINEAR_ATTENTION,
+    NORMALIZATION,
+    ACTIVATION,
+    ELEMENTWISE,
+    REDUCTION,
+    EMBEDDING,
+    ROPE,
+    MOE,
+    QUANTIZE,
+    SAMPLING,
+    KV_CACHE,
+    COMMUNICATION,
+    MEMCPY,
+    MEMSET,
+    CONV,
+    OTHER,
 )
 
 # (category, pattern, why / real example). Order matters: first match wins.
 KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
-    (COMMUNICATION, r"nccl|rccl|msccl",
-     "NCCL/RCCL: ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_*"),
-    (COMMUNICATION, r"cross_device_reduce|quick_?reduce|reduce_?scatter|(one|two)_?shot|"
-                    r"(?<![a-z])all_?(reduce|gather|to_?all)",
-     "custom all-reduce (vLLM cross_device_reduce_1stage, SGLang custom_all_reduce); "
-     "'all' must start a word so that 'small_reduce' stays a reduction"),
+    (COMMUNICATION, r"nccl|rccl|msccl", "NCCL/RCCL: ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_*"),
+    (
+        COMMUNICATION,
+        r"cross_device_reduce|quick_?reduce|reduce_?scatter|(one|two)_?shot|"
+        r"(?<![a-z])all_?(reduce|gather|to_?all)",
+        "custom all-reduce (vLLM cross_device_reduce_1stage, SGLang custom_all_reduce); "
+        "'all' must start a word so that 'small_reduce' stays a reduction",
+    ),
     (MEMCPY, r"^memcpy\b", "Kineto names copy-engine events 'Memcpy HtoD (Pinned -> Device)'"),
     (MEMSET, r"^memset\b", "Kineto names memset events 'Memset (Device)'"),
-    (MOE, r"moe|fused_experts|grouped_?gemm|topk_?(softmax|sigmoid)|grouped_topk|"
-          r"expert|shuffle_rows|matmul_ogs|^bmm_\w*_dynb|^_finalize_matmul|^_topk_forward|^_combined_routing_|"
-          r"^_routing_|^_expt_data_|^_sum_bitmatrix",
-     "MoE routing / grouped GEMM: moe_align_block_size, fused_moe_kernel, topk_softmax, Triton "
-     "_matmul_ogs_*, TensorRT-LLM bmm_*_dynBatch (one batch per expert); triton_kernels' MoE "
-     "(gpt-oss in vLLM and SGLang, triton-lang/triton python/triton_kernels): the top-k combine "
-     "_finalize_matmul_scatter_* (matmul_ogs_details/_finalize_matmul.py; 'matmul' in it is not a dense "
-     "GEMM) and the routing kernels _topk_forward (topk_details), _combined_routing_compute/_memset, "
-     "_expt_data_*, _routing_* (routing.py, routing_details) and _sum_bitmatrix_* (its histogram); "
-     "before sampling, whose 'top_?k' would take _topk_forward, which serving engines' samplers do not run"),
-    (LINEAR_ATTENTION, r"gated_delta|delta_rule|fused_recurrent|chunk_gla|causal_conv1d|selective_scan|"
-                       r"mamba|(?<![a-z])ssd_|_ssm_|chunk_scan|chunk_state|state_passing|lightning_attn|"
-                       r"linear_attn",
-     "linear attention / state-space layers (Qwen3-Next/3.5 gated DeltaNet, Mamba): "
-     "fused_recurrent_gated_delta_rule_*, _causal_conv1d_update_kernel; before attention and conv"),
+    (
+        MOE,
+        r"moe|fused_experts|grouped_?gemm|topk_?(softmax|sigmoid)|grouped_topk|"
+        r"expert|shuffle_rows|matmul_ogs|^bmm_\w*_dynb|^_finalize_matmul|^_topk_forward|^_combined_routing_|"
+        r"^_routing_|^_expt_data_|^_sum_bitmatrix",
+        "MoE routing / grouped GEMM: moe_align_block_size, fused_moe_kernel, topk_softmax, Triton "
+        "_matmul_ogs_*, TensorRT-LLM bmm_*_dynBatch (one batch per expert); triton_kernels' MoE "
+        "(gpt-oss in vLLM and SGLang, triton-lang/triton python/triton_kernels): the top-k combine "
+        "_finalize_matmul_scatter_* (matmul_ogs_details/_finalize_matmul.py; 'matmul' in it is not a dense "
+        "GEMM) and the routing kernels _topk_forward (topk_details), _combined_routing_compute/_memset, "
+        "_expt_data_*, _routing_* (routing.py, routing_details) and _sum_bitmatrix_* (its histogram); "
+        "before sampling, whose 'top_?k' would take _topk_forward, which serving engines' samplers do not run",
+    ),
+    (
+        LINEAR_ATTENTION,
+        r"gated_delta|delta_rule|fused_recurrent|chunk_gla|causal_conv1d|selective_scan|"
+        r"mamba|(?<![a-z])ssd_|_ssm_|chunk_scan|chunk_state|state_passing|lightning_attn|"
+        r"linear_attn",
+        "linear attention / state-space layers (Qwen3-Next/3.5 gated DeltaNet, Mamba): "
+        "fused_recurrent_gated_delta_rule_*, _causal_conv1d_update_kernel; before attention and conv",
+    ),
     # Engine attention families whose names the general rule below would miss (XQA's bare
     # ``kernel_mha``) or that it matches only by accident; named here so that their source is.
-    (ATTENTION, r"fmha_v2_|masked_?multi_?head_?attention|(?<![a-z0-9_])kernel_mha(?![a-z0-9_])|xqa_?kernel|"
-                r"turbomind::attention_kernel",
-     "TensorRT-LLM / FasterTransformer / RTP-LLM / TurboMind attention: context FMHA "
-     "fmha_v2_flash_attention_fp16_64_128_S_128_causal_sm80_kernel_nl_tiled (TensorRT-LLM "
-     "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/cubin/fmha_cubin.h, mFuncName); masked "
-     "multi-head attention mmha::masked_multihead_attention_kernel (FasterTransformer "
-     "src/fastertransformer/kernels/decoder_masked_multihead_attention.cu, TensorRT-LLM "
-     "decoderMaskedMultiheadAttentionTemplate.h); XQA kernel_mha (TensorRT-LLM cpp/kernels/xqa/mha.cu, "
-     "extern \"C\", loaded by that name from the xqa_kernel_dt_* cubins; RTP-LLM builds it as "
-     "xqa_kernel_sm90_* in 3rdparty/xqa/def.bzl); TurboMind turbomind::attention_kernel<AttentionUniversal<..., "
-     "DecodingCtaMap | AttentionCtaMap>> (lmdeploy src/turbomind/kernels/attention/kernel_impl.h)"),
-    (ATTENTION, r"flash_fwd|flash_bwd|flash::|pytorch_flash|flash_?attn|flash_?mla|fmha|"
-                r"mha_|paged_?attention|(batch|single)(prefill|decode)with|mergestate|"
-                r"attention|_attn_|attn_fwd|sdpa|xqa|mmha",
-     "flash_fwd_splitkv_kernel, FmhaBatchPrefillWithPagedKVCacheKernel, "
-     "paged_attention_ll4mi_QKV_mfma16_kernel, BatchDecodeWithPagedKVCacheKernel"),
-    (KV_CACHE, r"reshape_and_cache|concat_and_cache|store_?kv_?cache|store_cache|kv_?cache|"
-               r"kv_buffer|kv_indices|copy_blocks|swap_blocks|slot_mapping|page_indices",
-     "KV-cache writes and page bookkeeping: store_kvcache, reshape_and_cache_flash, "
-     "create_flashinfer_kv_indices_triton"),
-    (NORMALIZATION, r"rms_?norm|layer_?norm|group_?norm|batch_?norm|instance_?norm|qk_?norm|l2_?norm|"
-                    r"\bbn_(fw|bw)|cudnn::bn_|gammabetabackward|rowwisemoments|"
-                    r"triton_\w+_fused\w*(mean\w*rsqrt|var_mean)",
-     "add_rmsnorm_quant_kernel, vectorized_layer_norm_kernel, cudnn::bn_fw_tr_1C11_*, "
-     "inductor RMSNorm triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0"),
-    (ATTENTION, r"_fwd_kernel|_fwd_grouped_kernel|decode_?attention|context_?attention|"
-                r"extend_?attention",
-     "Triton attention kernels (SGLang/LightLLM _fwd_kernel*); after norm so that "
-     "'_rms_norm_fwd_kernel' stays normalization"),
+    (
+        ATTENTION,
+        r"fmha_v2_|masked_?multi_?head_?attention|(?<![a-z0-9_])kernel_mha(?![a-z0-9_])|xqa_?kernel|"
+        r"turbomind::attention_kernel",
+        "TensorRT-LLM / FasterTransformer / RTP-LLM / TurboMind attention: context FMHA "
+        "fmha_v2_flash_attention_fp16_64_128_S_128_causal_sm80_kernel_nl_tiled (TensorRT-LLM "
+        "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention/cubin/fmha_cubin.h, mFuncName); masked "
+        "multi-head attention mmha::masked_multihead_attention_kernel (FasterTransformer "
+        "src/fastertransformer/kernels/decoder_masked_multihead_attention.cu, TensorRT-LLM "
+        "decoderMaskedMultiheadAttentionTemplate.h); XQA kernel_mha (TensorRT-LLM cpp/kernels/xqa/mha.cu, "
+        'extern "C", loaded by that name from the xqa_kernel_dt_* cubins; RTP-LLM builds it as '
+        "xqa_kernel_sm90_* in 3rdparty/xqa/def.bzl); TurboMind turbomind::attention_kernel<AttentionUniversal<..., "
+        "DecodingCtaMap | AttentionCtaMap>> (lmdeploy src/turbomind/kernels/attention/kernel_impl.h)",
+    ),
+    (
+        ATTENTION,
+        r"flash_fwd|flash_bwd|flash::|pytorch_flash|flash_?attn|flash_?mla|fmha|"
+        r"mha_|paged_?attention|(batch|single)(prefill|decode)with|mergestate|"
+        r"attention|_attn_|attn_fwd|sdpa|xqa|mmha",
+        "flash_fwd_splitkv_kernel, FmhaBatchPrefillWithPagedKVCacheKernel, "
+        "paged_attention_ll4mi_QKV_mfma16_kernel, BatchDecodeWithPagedKVCacheKernel",
+    ),
+    (
+        KV_CACHE,
+        r"reshape_and_cache|concat_and_cache|store_?kv_?cache|store_cache|kv_?cache|"
+        r"kv_buffer|kv_indices|copy_blocks|swap_blocks|slot_mapping|page_indices",
+        "KV-cache writes and page bookkeeping: store_kvcache, reshape_and_cache_flash, "
+        "create_flashinfer_kv_indices_triton",
+    ),
+    (
+        NORMALIZATION,
+        r"rms_?norm|layer_?norm|group_?norm|batch_?norm|instance_?norm|qk_?norm|l2_?norm|"
+        r"\bbn_(fw|bw)|cudnn::bn_|gammabetabackward|rowwisemoments|"
+        r"triton_\w+_fused\w*(mean\w*rsqrt|var_mean)",
+        "add_rmsnorm_quant_kernel, vectorized_layer_norm_kernel, cudnn::bn_fw_tr_1C11_*, "
+        "inductor RMSNorm triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0",
+    ),
+    (
+        ATTENTION,
+        r"_fwd_kernel|_fwd_grouped_kernel|decode_?attention|context_?attention|"
+        r"extend_?attention",
+        "Triton attention kernels (SGLang/LightLLM _fwd_kernel*); after norm so that "
+        "'_rms_norm_fwd_kernel' stays normalization",
+    ),
     (ROPE, r"rotary|rope(?!r)", "rotary_embedding_kernel, apply_rope, mrope"),
-    (SAMPLING, r"sampling|multinomial|top_?k|top_p(?![a-z])|argmax|radixselect",
-     "greedy/top-k sampling: reduce_kernel<ArgMaxOps>, gatherTopK, TopKTopPSamplingFromProb"),
-    (EMBEDDING, r"indexselect|index_select|embed|pooled_embs",
-     "indexSelectLargeIndex (aten::embedding), fbgemm split_embedding_codegen_*, "
-     "permute_pooled_embs_kernel"),
-    (CONV, r"conv(?!ert)|scudnn|implicit_?gemm|_fprop|dgrad|wgrad|winograd|im2col|col2im|"
-           r"cudnn::cnn|cask_cudnn|cutlass_cudnn|nchwtonhwc|nhwctonchw",
-     "cuDNN convolution: implicit_convolve_sgemm, sm80_xmma_fprop_implicit_gemm_*, "
-     "volta_scudnn_128x64_relu_*, cutlass_tensorop_s1688dgrad_*"),
-    (GEMM, r"^cijk_|^nvjet|(?<!fb)gemm|gemv|matmul|splitkreduce|cublas|hipblas|wvsplitk|marlin|"
-           r"triton_tem_|^bmm_",
-     "cuBLAS/cuBLASLt (sm90_xmma_gemm_*, nvjet_sm103_*, ampere_sgemm_*, splitKreduce), "
-     "hipBLASLt/Tensile Cijk_*, CUTLASS *gemm*, Triton matmul, inductor templates; "
-     "not fbgemm_gpu::* (embedding/sparse helpers)"),
-    (ACTIVATION, r"silu|gelu|swish|swiglu|geglu|act_and_mul|relu|sigmoid|tanh|mish|softplus|"
-                 r"hardswish|threshold_kernel",
-     "act_and_mul_kernel<silu>, silu_kernel, GeluCUDAKernelImpl, threshold (ReLU)"),
-    (QUANTIZE, r"quant(?!ile)|cvt_\w*fp[48]|fp[48]_?quant",
-     "activation quantisation before FP8/FP4 GEMMs: scaled_fp8_quant_kernel, cvt_fp16_to_fp4, "
-     "quantize_with_block_size; after norms and activations, whose fused +quant kernels keep their job"),
-    (REDUCTION, r"softmax|reduce_kernel|devicereduce|reducebykey|segmentedreduce|scan|cumsum|"
-                r"logsumexp|(max|avg)_?pool|welford|nllcriterion",
-     "softmax_warp_forward, reduce_kernel<sum/mean/max>, cub DeviceScan, max_pool2d; "
-     "not scatter/index_add kernels that merely carry a ReduceAdd functor"),
+    (
+        SAMPLING,
+        r"sampling|multinomial|top_?k|top_p(?![a-z])|argmax|radixselect",
+        "greedy/top-k sampling: reduce_kernel<ArgMaxOps>, gatherTopK, TopKTopPSamplingFromProb",
+    ),
+    (
+        EMBEDDING,
+        r"indexselect|index_select|embed|pooled_embs",
+        "indexSelectLargeIndex (aten::embedding), fbgemm split_embedding_codegen_*, permute_pooled_embs_kernel",
+    ),
+    (
+        CONV,
+        r"conv(?!ert)|scudnn|implicit_?gemm|_fprop|dgrad|wgrad|winograd|im2col|col2im|"
+        r"cudnn::cnn|cask_cudnn|cutlass_cudnn|nchwtonhwc|nhwctonchw",
+        "cuDNN convolution: implicit_convolve_sgemm, sm80_xmma_fprop_implicit_gemm_*, "
+        "volta_scudnn_128x64_relu_*, cutlass_tensorop_s1688dgrad_*",
+    ),
+    (
+        GEMM,
+        r"^cijk_|^nvjet|(?<!fb)gemm|gemv|matmul|splitkreduce|cublas|hipblas|wvsplitk|marlin|"
+        r"triton_tem_|^bmm_",
+        "cuBLAS/cuBLASLt (sm90_xmma_gemm_*, nvjet_sm103_*, ampere_sgemm_*, splitKreduce), "
+        "hipBLASLt/Tensile Cijk_*, CUTLASS *gemm*, Triton matmul, inductor templates; "
+        "not fbgemm_gpu::* (embedding/sparse helpers)",
+    ),
+    (
+        ACTIVATION,
+        r"silu|gelu|swish|swiglu|geglu|act_and_mul|relu|sigmoid|tanh|mish|softplus|"
+        r"hardswish|threshold_kernel",
+        "act_and_mul_kernel<silu>, silu_kernel, GeluCUDAKernelImpl, threshold (ReLU)",
+    ),
+    (
+        QUANTIZE,
+        r"quant(?!ile)|cvt_\w*fp[48]|fp[48]_?quant",
+        "activation quantisation before FP8/FP4 GEMMs: scaled_fp8_quant_kernel, cvt_fp16_to_fp4, "
+        "quantize_with_block_size; after norms and activations, whose fused +quant kernels keep their job",
+    ),
+    (
+        REDUCTION,
+        r"softmax|reduce_kernel|devicereduce|reducebykey|segmentedreduce|scan|cumsum|"
+        r"logsumexp|(max|avg)_?pool|welford|nllcriterion",
+        "softmax_warp_forward, reduce_kernel<sum/mean/max>, cub DeviceScan, max_pool2d; "
+        "not scatter/index_add kernels that merely carry a ReduceAdd functor",
+    ),
 )
 
 # Kernel families that only say how they run (tier 3 above).
 GENERIC_RULES: tuple[tuple[str, str, str], ...] = (
-    (ELEMENTWISE, r"alloc_\w*kernel|future_token|position_kernel",
-     "serving-engine bookkeeping: SGLang alloc_decode_kernel, resolve_future_token_ids_kernel"),
+    (
+        ELEMENTWISE,
+        r"alloc_\w*kernel|future_token|position_kernel",
+        "serving-engine bookkeeping: SGLang alloc_decode_kernel, resolve_future_token_ids_kernel",
+    ),
     (REDUCTION, r"triton_(red|per)_", "inductor reductions / persistent reductions"),
     (ELEMENTWISE, r"triton_poi_", "inductor pointwise kernels"),
-    (ELEMENTWISE, r"elementwise|functor|copy|catarray|multi_tensor_apply|foreach|gather|"
-                  r"scatter|index_put|indexfunc|where_kernel|masked_fill|fill_kernel|"
-                  r"arange|clamp",
-     "at::native::*elementwise_kernel, FillFunctor, direct_copy_kernel, CatArrayBatchedCopy, "
-     "optimizer multi_tensor_apply, gather/scatter/index kernels"),
+    (
+        ELEMENTWISE,
+        r"elementwise|functor|copy|catarray|multi_tensor_apply|foreach|gather|"
+        r"scatter|index_put|indexfunc|where_kernel|masked_fill|fill_kernel|"
+        r"arange|clamp",
+        "at::native::*elementwise_kernel, FillFunctor, direct_copy_kernel, CatArrayBatchedCopy, "
+        "optimizer multi_tensor_apply, gather/scatter/index kernels",
+    ),
 )
 
 # Launching-op rules, tried when the kernel name says nothing (see tier 4 above).
 OP_RULES: tuple[tuple[str, str, str], ...] = (
-    (COMMUNICATION, r"nccl|c10d::|record_param_comms|all_?reduce|all_?gather|reduce_?scatter|"
-                    r"all_?to_?all|all2all|broadcast_",
-     "collectives: c10d::allreduce_, record_param_comms"),
+    (
+        COMMUNICATION,
+        r"nccl|c10d::|record_param_comms|all_?reduce|all_?gather|reduce_?scatter|"
+        r"all_?to_?all|all2all|broadcast_",
+        "collectives: c10d::allreduce_, record_param_comms",
+    ),
     (MOE, r"moe|expert", "vllm::moe_align_block_size, sglang fused_moe"),
-    (ATTENTION, r"attention|attn|mha_|fmha",
-     "aten::scaled_dot_product_attention, aten::_flash_attention_forward, aiter::mha_*"),
+    (
+        ATTENTION,
+        r"attention|attn|mha_|fmha",
+        "aten::scaled_dot_product_attention, aten::_flash_attention_forward, aiter::mha_*",
+    ),
     (KV_CACHE, r"reshape_and_cache|store_cache|kv_?cache|kv_buffer", "sglang::store_cache"),
-    (NORMALIZATION, r"(layer|rms|group|batch|instance)_?norm",
-     "aten::layer_norm, aten::rms_norm, aiter::rmsnorm (not aten::norm, a reduction)"),
+    (
+        NORMALIZATION,
+        r"(layer|rms|group|batch|instance)_?norm",
+        "aten::layer_norm, aten::rms_norm, aiter::rmsnorm (not aten::norm, a reduction)",
+    ),
     (ROPE, r"rotary|rope(?!r)", "sgl_kernel::rotary_embedding"),
-    (SAMPLING, r"::(argmax|topk|multinomial|sort|argsort)$|sampl",
-     "aten::argmax, aten::topk, aten::sort (top-p sampling sorts the logits; radix-sort kernels say nothing)"),
+    (
+        SAMPLING,
+        r"::(argmax|topk|multinomial|sort|argsort)$|sampl",
+        "aten::argmax, aten::topk, aten::sort (top-p sampling sorts the logits; radix-sort kernels say nothing)",
+    ),
     (EMBEDDING, r"embedding|index_select", "aten::embedding, aten::index_select"),
     (CONV, r"conv(?!ert)", "aten::cudnn_convolution, aten::convolution_backward"),
-    (GEMM, r"::(mm|bmm|addmm|addmv|mv|dot|matmul|linear|baddbmm|addbmm|_scaled_mm|einsum|"
-           r"_addmm_activation)$|(?<!fb)gemm",
-     "aten::mm / aten::linear / aten::addmm, aiter::gemm_a16w16"),
-    (ACTIVATION, r"silu|gelu|relu|sigmoid|tanh|swiglu|act_and_mul|hardswish|mish|softplus|"
-                 r"threshold",
-     "aten::silu, aten::gelu, sgl_kernel::silu_and_mul"),
-    (REDUCTION, r"softmax|::(sum|mean|max|min|amax|amin|prod|cumsum|var|std|norm|"
-                r"linalg_vector_norm|logsumexp|all|any)$|(max|avg)_pool",
-     "aten::softmax, aten::_softmax, aten::sum, aten::mean"),
-    (ELEMENTWISE, r"^aten::(_?foreach_\w+|add|sub|rsub|mul|div|neg|abs|pow|sqrt|rsqrt|exp|log2?|"
-                  r"cos|sin|where|clamp\w*|masked_fill|fill|zero|copy|to|_to_copy|clone|"
-                  r"contiguous|_?cat|stack|index|index_put|_index_put_impl|index_add|"
-                  r"index_copy|gather|scatter\w*|eq|ne|lt|le|gt|ge|logical_\w+|bitwise_\w+|"
-                  r"remainder|atan2|minimum|maximum|nan_to_num|arange|repeat|triu|tril)_?$",
-     "aten ops that run TensorIterator-style one-pass kernels (copy_, cat, fill_, index, ...)"),
+    (
+        GEMM,
+        r"::(mm|bmm|addmm|addmv|mv|dot|matmul|linear|baddbmm|addbmm|_scaled_mm|einsum|"
+        r"_addmm_activation)$|(?<!fb)gemm",
+        "aten::mm / aten::linear / aten::addmm, aiter::gemm_a16w16",
+    ),
+    (
+        ACTIVATION,
+        r"silu|gelu|relu|sigmoid|tanh|swiglu|act_and_mul|hardswish|mish|softplus|"
+        r"threshold",
+        "aten::silu, aten::gelu, sgl_kernel::silu_and_mul",
+    ),
+    (
+        REDUCTION,
+        r"softmax|::(sum|mean|max|min|amax|amin|prod|cumsum|var|std|norm|"
+        r"linalg_vector_norm|logsumexp|all|any)$|(max|avg)_pool",
+        "aten::softmax, aten::_softmax, aten::sum, aten::mean",
+    ),
+    (
+        ELEMENTWISE,
+        r"^aten::(_?foreach_\w+|add|sub|rsub|mul|div|neg|abs|pow|sqrt|rsqrt|exp|log2?|"
+        r"cos|sin|where|clamp\w*|masked_fill|fill|zero|copy|to|_to_copy|clone|"
+        r"contiguous|_?cat|stack|index|index_put|_index_put_impl|index_add|"
+        r"index_copy|gather|scatter\w*|eq|ne|lt|le|gt|ge|logical_\w+|bitwise_\w+|"
+        r"remainder|atan2|minimum|maximum|nan_to_num|arange|repeat|triu|tril)_?$",
+        "aten ops that run TensorIterator-style one-pass kernels (copy_, cat, fill_, index, ...)",
+    ),
 )
+
 
 def _compile(rules: tuple[tuple[str, str, str], ...]) -> tuple[tuple[str, re.Pattern[str]], ...]:
     # Matching is case-insensitive by lower-casing the text once (``_first``): case-sensitive

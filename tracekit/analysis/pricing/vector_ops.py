@@ -16,12 +16,43 @@ from tracekit.analysis.pricing.op_args import VECTOR, Args, OpCost, Tensor, Unpr
 
 # FLOPs per output element of elementwise ops (in-place ``op_`` variants share the entry).
 ELEMENTWISE_FLOPS: dict[str, int] = {
-    **{f"aten::{name}": 1 for name in (
-        "add", "sub", "rsub", "mul", "div", "neg", "abs", "rsqrt", "sqrt", "reciprocal",
-        "pow", "square", "exp", "log", "cos", "sin", "tanh", "erf", "relu", "clamp",
-        "clamp_min", "clamp_max", "maximum", "minimum", "where", "masked_fill",
-        "eq", "ne", "lt", "le", "gt", "ge",
-    )},
+    **{
+        f"aten::{name}": 1
+        for name in (
+            "add",
+            "sub",
+            "rsub",
+            "mul",
+            "div",
+            "neg",
+            "abs",
+            "rsqrt",
+            "sqrt",
+            "reciprocal",
+            "pow",
+            "square",
+            "exp",
+            "log",
+            "cos",
+            "sin",
+            "tanh",
+            "erf",
+            "relu",
+            "clamp",
+            "clamp_min",
+            "clamp_max",
+            "maximum",
+            "minimum",
+            "where",
+            "masked_fill",
+            "eq",
+            "ne",
+            "lt",
+            "le",
+            "gt",
+            "ge",
+        )
+    },
     "aten::sigmoid": 3,  # exp, add, divide
     "aten::silu": 4,  # sigmoid + multiply
     "aten::gelu": 5,  # x * 0.5 * (1 + erf(x / sqrt 2)): divide, erf, add, 2 multiplies
@@ -51,7 +82,8 @@ def _norm(args: Args) -> OpCost:
     weight = args.maybe_tensor(2)
     bias = None if rms else args.maybe_tensor(3)
     per_element = (RMS_NORM_FLOPS if rms else LAYER_NORM_FLOPS) + AFFINE_FLOPS * (
-        (weight is not None) + (bias is not None))
+        (weight is not None) + (bias is not None)
+    )
     params = sum(t.nbytes for t in (weight, bias) if t is not None)
     # Schemas that return per-row statistics write them too (accumulate type: >= fp32).
     n_stats = {"aten::native_layer_norm": 2, "aten::_fused_rms_norm": 1}.get(args.op, 0)
@@ -136,8 +168,11 @@ def _reduction(args: Args) -> OpCost:
 
 def _binary_extremum(args: Args) -> OpCost:
     """max(a, b) / min(a, b): the elementwise overload of a reduction op name."""
-    return elementwise(Args({"aten::max": "aten::maximum", "aten::min": "aten::minimum"}[args.op],
-                            args.dims, args.types, args.concrete))
+    return elementwise(
+        Args(
+            {"aten::max": "aten::maximum", "aten::min": "aten::minimum"}[args.op], args.dims, args.types, args.concrete
+        )
+    )
 
 
 def _embedding(args: Args) -> OpCost:
@@ -192,27 +227,42 @@ def _cumsum(args: Args) -> OpCost:
     stated = args.scalar_type(2) if len(args) >= 3 else None
     integral = x.dtype.startswith(("int", "uint", "bool"))
     dtype, size = stated or (("int64", 8) if integral else (x.dtype, x.size))
-    return vector_cost(x.numel, x.nbytes, x.numel * size, dtype,
-                       f"1 flop/element over {x.numel}; bytes = input + same-shaped output")
+    return vector_cost(
+        x.numel, x.nbytes, x.numel * size, dtype, f"1 flop/element over {x.numel}; bytes = input + same-shaped output"
+    )
 
 
 def _cat(args: Args) -> OpCost:
     if args.types and args.types[0] == "TensorList":
-        raise Unpriced(f"{args.op}: the trace records its inputs as 'TensorList' without an "
-                       "element type, so their bytes are unknown")
+        raise Unpriced(
+            f"{args.op}: the trace records its inputs as 'TensorList' without an "
+            "element type, so their bytes are unknown"
+        )
     raise Unpriced(f"{args.op}: inputs not recorded as a tensor list")
 
 
 # Op -> cost model of the vector ops (``op_costs`` dispatches through it; in-place elementwise
 # variants such as ``aten::add_`` are found by ``op_costs`` from ``ELEMENTWISE_FLOPS``).
 VECTOR_MODELS: dict[str, Callable[[Args], OpCost]] = {
-    **{name: _norm for name in ("aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm",
-                                "aten::_fused_rms_norm")},
-    **{name: _softmax for name in ("aten::softmax", "aten::_softmax", "aten::log_softmax",
-                                   "aten::_log_softmax")},
+    **{
+        name: _norm
+        for name in ("aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm")
+    },
+    **{name: _softmax for name in ("aten::softmax", "aten::_softmax", "aten::log_softmax", "aten::_log_softmax")},
     **{name: elementwise for name in ELEMENTWISE_FLOPS},
-    **{name: _reduction for name in ("aten::sum", "aten::mean", "aten::max", "aten::min",
-                                     "aten::amax", "aten::amin", "aten::argmax", "aten::argmin")},
+    **{
+        name: _reduction
+        for name in (
+            "aten::sum",
+            "aten::mean",
+            "aten::max",
+            "aten::min",
+            "aten::amax",
+            "aten::amin",
+            "aten::argmax",
+            "aten::argmin",
+        )
+    },
     "aten::embedding": _embedding,
     "aten::index_select": _index_select,
     "aten::copy_": _copy,

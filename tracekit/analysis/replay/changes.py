@@ -39,12 +39,12 @@ REMOVABLE = (LAUNCH, SYNC, OVERLAP_COMM)
 @dataclass
 class Change:
     kind: str
-    name: str | None = None          # sync: a call name; speed: a category or kernel-name part
-    value: float | None = None       # host: floor in ns; speed: fraction of roof
-    rows: np.ndarray | None = None   # durations: work rows
+    name: str | None = None  # sync: a call name; speed: a category or kernel-name part
+    value: float | None = None  # host: floor in ns; speed: fraction of roof
+    rows: np.ndarray | None = None  # durations: work rows
     durations: np.ndarray | None = None  # durations: their new times (ns)
-    drop_launches: bool = False      # durations: the rows' launch calls (and dispatch before them) go too
-    faster_only: bool = True         # durations: never longer than the time the kernel has already
+    drop_launches: bool = False  # durations: the rows' launch calls (and dispatch before them) go too
+    faster_only: bool = True  # durations: never longer than the time the kernel has already
     label: str | None = None
 
     def describe(self) -> str:
@@ -92,8 +92,9 @@ def parse(remove: str | None, speed: str | None, host_floor_us: float | None) ->
         except ValueError:
             value = float("nan")
         if not target or not (0 < value <= 1):
-            raise TracekitError(f"--speed takes TARGET=FRACTION with a fraction of the roof in (0, 1], "
-                                f"e.g. gemm=0.8, not {word!r}.")
+            raise TracekitError(
+                f"--speed takes TARGET=FRACTION with a fraction of the roof in (0, 1], e.g. gemm=0.8, not {word!r}."
+            )
         out.append(Change(SPEED, name=target, value=value))
     if host_floor_us is not None:
         if not host_floor_us >= 0:
@@ -118,8 +119,11 @@ def apply(g: Graph, work: pd.DataFrame, changes: list[Change]) -> Applied:
             x.lat[EAGER] = min(x.lat[EAGER], x.lat[GRAPH])
             x.gap[EAGER] = min(x.gap[EAGER], x.gap[GRAPH])
         elif c.kind == SYNC and not cpu:
-            named = np.array([c.name.lower() in n.lower() for n in g.h_name], dtype=bool) if c.name else \
-                np.ones(g.n_host, bool)
+            named = (
+                np.array([c.name.lower() in n.lower() for n in g.h_name], dtype=bool)
+                if c.name
+                else np.ones(g.n_host, bool)
+            )
             x.h_blocks = x.h_blocks & ~((g.h_waits >= 0) & named)
             # A synchronising call that waited on nothing the trace recorded (work before the
             # profile, another process's) costs, unblocked, what the quickest call of its name cost.
@@ -131,15 +135,21 @@ def apply(g: Graph, work: pd.DataFrame, changes: list[Change]) -> Applied:
             x.h_gap = np.minimum(x.h_gap, int(c.value))
         elif c.kind == SPEED:
             sel = _target(work, c.name)
-            roof_ns = work["roof_fraction"].to_numpy(dtype=float) * work["dur_ns"].to_numpy(dtype=float) \
-                if "roof_fraction" in work else np.full(len(work), np.nan)
+            roof_ns = (
+                work["roof_fraction"].to_numpy(dtype=float) * work["dur_ns"].to_numpy(dtype=float)
+                if "roof_fraction" in work
+                else np.full(len(work), np.nan)
+            )
             known = sel & ~np.isnan(roof_ns) & (roof_ns > 0)
             want = np.where(known, roof_ns / c.value, np.inf)
             dur[:] = np.where(known, np.minimum(dur, want).astype(np.int64), dur)
             out.unpriced[c.describe()] = int((sel & ~known).sum())
         elif c.kind == OVERLAP_COMM:
-            comm = work["category"].to_numpy(dtype=object) == tx.COMMUNICATION if "category" in work else \
-                np.zeros(len(work), bool)
+            comm = (
+                work["category"].to_numpy(dtype=object) == tx.COMMUNICATION
+                if "category" in work
+                else np.zeros(len(work), bool)
+            )
             dur[:] = np.where(comm, 0, dur)
         elif c.kind == DURATIONS:
             new = np.asarray(c.durations, dtype=np.int64)

@@ -47,8 +47,14 @@ def labels(work: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return names, cats
 
 
-def critical_path(g: Graph, r: Replayed, names_cats: tuple[np.ndarray, np.ndarray], begin: int, end: int,
-                  last_node: tuple[str, int] | None) -> list[Segment]:
+def critical_path(
+    g: Graph,
+    r: Replayed,
+    names_cats: tuple[np.ndarray, np.ndarray],
+    begin: int,
+    end: int,
+    last_node: tuple[str, int] | None,
+) -> list[Segment]:
     """Segments of a step's critical path within [begin, end], oldest first. ``names_cats``:
     ``labels(work)``; ``last_node``: ("k", row) or ("h", row), the node whose end closed the window."""
     segs: list[Segment] = []
@@ -91,8 +97,9 @@ def critical_path(g: Graph, r: Replayed, names_cats: tuple[np.ndarray, np.ndarra
                 where, i, at_end = "h", L, False
             elif b in (STREAM, CROSS):
                 p = int(g.k_pred[i] if b == STREAM else g.k_cross[i])
-                _add(segs, t, int(r.k_end[p]), QUEUE, "device gap" if b == STREAM else "wait on another stream",
-                     i, begin)
+                _add(
+                    segs, t, int(r.k_end[p]), QUEUE, "device gap" if b == STREAM else "wait on another stream", i, begin
+                )
                 t = min(t, int(r.k_end[p]))
                 where, i = "k", p
             else:

@@ -54,28 +54,28 @@ class Graph:
     # host calls
     h_start: np.ndarray
     h_end: np.ndarray
-    h_prev: np.ndarray      # previous outer call on the thread, -1 for the thread's first
-    h_outer: np.ndarray     # the outer call a nested call moves with, -1 for outer calls
-    h_gap: np.ndarray       # measured host time between the previous call's end (a thread's first
+    h_prev: np.ndarray  # previous outer call on the thread, -1 for the thread's first
+    h_outer: np.ndarray  # the outer call a nested call moves with, -1 for outer calls
+    h_gap: np.ndarray  # measured host time between the previous call's end (a thread's first
     #                         call: the thread's first recorded activity, ``h_anchor``) and this call's start
-    h_launch: np.ndarray    # bool: a launch call (queues device work without waiting)
-    h_sync: np.ndarray      # bool: a synchronising call by its name
-    h_waits: np.ndarray     # the activity a blocking call waited for, -1 when it did not block
+    h_launch: np.ndarray  # bool: a launch call (queues device work without waiting)
+    h_sync: np.ndarray  # bool: a synchronising call by its name
+    h_waits: np.ndarray  # the activity a blocking call waited for, -1 when it did not block
     h_residual: np.ndarray  # a blocking call's own time after what it waited for ended
-    h_thread: np.ndarray    # thread key (rank, pid, tid) as an integer code
-    h_name: np.ndarray      # call name (object)
-    h_tid: np.ndarray       # thread id as the steps table names it
+    h_thread: np.ndarray  # thread key (rank, pid, tid) as an integer code
+    h_name: np.ndarray  # call name (object)
+    h_tid: np.ndarray  # thread id as the steps table names it
     # device activities
     k_start: np.ndarray
     k_end: np.ndarray
     k_dur: np.ndarray
-    k_launch: np.ndarray    # launching host call, -1 where the trace has none
-    k_kind: np.ndarray      # EAGER or GRAPH
-    k_pred: np.ndarray      # stream predecessor, -1 for a stream's first
-    k_cross: np.ndarray     # the other-stream activity it waited for, -1 when none
+    k_launch: np.ndarray  # launching host call, -1 where the trace has none
+    k_kind: np.ndarray  # EAGER or GRAPH
+    k_pred: np.ndarray  # stream predecessor, -1 for a stream's first
+    k_cross: np.ndarray  # the other-stream activity it waited for, -1 when none
     k_residual: np.ndarray  # lateness no dependency explains (ns, >= 0)
-    lat: np.ndarray         # launch-to-start latency per kind (ns)
-    gap: np.ndarray         # device kernel-to-kernel gap per kind (ns)
+    lat: np.ndarray  # launch-to-start latency per kind (ns)
+    gap: np.ndarray  # device kernel-to-kernel gap per kind (ns)
     # How many samples each model was measured from, per kind, for the report.
     samples: dict = field(default_factory=dict)
     h_anchor: np.ndarray | None = None  # a thread's first call: the thread's first recorded activity
@@ -131,8 +131,15 @@ def _collective_groups(k: pd.DataFrame, category: np.ndarray | None) -> tuple[np
         rows = np.flatnonzero(comm & (rank == r))
         per.append(rows[np.argsort(start[rows], kind="stable")])
     if len({len(p) for p in per}) != 1:
-        return group, tail, ("collectives not joined across ranks: the ranks ran different numbers of them ("
-                             + ", ".join(str(len(p)) for p in per) + ")")
+        return (
+            group,
+            tail,
+            (
+                "collectives not joined across ranks: the ranks ran different numbers of them ("
+                + ", ".join(str(len(p)) for p in per)
+                + ")"
+            ),
+        )
     if not len(per[0]):
         return group, tail, None
     stack = np.stack(per)
@@ -141,13 +148,18 @@ def _collective_groups(k: pd.DataFrame, category: np.ndarray | None) -> tuple[np
         return group, tail, "collectives not joined across ranks: the ranks ran different collectives in turn"
     last = start[stack].max(axis=0)
     if (last > end[stack].min(axis=0)).any():
-        return group, tail, ("collectives not joined across ranks: the ranks' clocks disagree (a collective "
-                             "ended on one rank before another began it)")
+        return (
+            group,
+            tail,
+            (
+                "collectives not joined across ranks: the ranks' clocks disagree (a collective "
+                "ended on one rank before another began it)"
+            ),
+        )
     for j in range(stack.shape[1]):
         group[stack[:, j]] = j
         tail[stack[:, j]] = end[stack[:, j]] - last[j]
     return group, tail, f"{stack.shape[1]:,} collectives joined across {len(ranks)} ranks"
-
 
 
 def _thread_starts(trace: Trace) -> dict[int, int]:
@@ -167,8 +179,11 @@ def _thread_key(table: pd.DataFrame) -> np.ndarray:
     cols = [c for c in ("rank", "pid", "tid") if c in table]
     if not len(table):
         return np.zeros(0, dtype=np.int64)
-    return pd.MultiIndex.from_arrays([table[c].to_numpy() for c in cols]).factorize()[0].astype(np.int64) \
-        if len(cols) > 1 else pd.factorize(table[cols[0]])[0].astype(np.int64)
+    return (
+        pd.MultiIndex.from_arrays([table[c].to_numpy() for c in cols]).factorize()[0].astype(np.int64)
+        if len(cols) > 1
+        else pd.factorize(table[cols[0]])[0].astype(np.int64)
+    )
 
 
 def _host(rt: pd.DataFrame, k: pd.DataFrame, thread_start: dict[int, int]) -> dict:
@@ -202,9 +217,19 @@ def _host(rt: pd.DataFrame, k: pd.DataFrame, thread_start: dict[int, int]) -> di
     names = rt["name"].astype(str).to_numpy(dtype=object) if n else np.zeros(0, dtype=object)
     is_sync = name_mask(rt["name"], SYNC_CALL) if n else np.zeros(0, bool)
     is_launch = (name_mask(rt["name"], LAUNCH_CALL) & ~is_sync) if n else np.zeros(0, bool)
-    return {"start": start, "end": end, "prev": prev, "outer": outer, "gap": gap, "sync": is_sync,
-            "launch": is_launch, "thread": thread, "name": names, "anchor": anchor,
-            "tid": rt["tid"].to_numpy(np.int64) if n else np.zeros(0, np.int64)}
+    return {
+        "start": start,
+        "end": end,
+        "prev": prev,
+        "outer": outer,
+        "gap": gap,
+        "sync": is_sync,
+        "launch": is_launch,
+        "thread": thread,
+        "name": names,
+        "anchor": anchor,
+        "tid": rt["tid"].to_numpy(np.int64) if n else np.zeros(0, np.int64),
+    }
 
 
 def _device(k: pd.DataFrame, h: dict) -> Graph:
@@ -214,8 +239,13 @@ def _device(k: pd.DataFrame, h: dict) -> Graph:
     launch = k["launch"].to_numpy(np.int64) if n else np.zeros(0, np.int64)
     kind = np.where(k["graph"].to_numpy(bool), GRAPH, EAGER) if n else np.zeros(0, np.int64)
     dev_cols = [c for c in ("rank", "device") if c in k]
-    device = (pd.MultiIndex.from_arrays([k[c].to_numpy() for c in dev_cols]).factorize()[0]
-              if len(dev_cols) > 1 and n else pd.factorize(k[dev_cols[0]])[0] if n else np.zeros(0, np.int64))
+    device = (
+        pd.MultiIndex.from_arrays([k[c].to_numpy() for c in dev_cols]).factorize()[0]
+        if len(dev_cols) > 1 and n
+        else pd.factorize(k[dev_cols[0]])[0]
+        if n
+        else np.zeros(0, np.int64)
+    )
     stream = pd.MultiIndex.from_arrays([device, k["stream"].to_numpy()]).factorize()[0] if n else device
     order = np.lexsort((end, start, stream))
     pred = np.full(n, -1, np.int64)
@@ -269,9 +299,34 @@ def _device(k: pd.DataFrame, h: dict) -> Graph:
     anchored = has_l | has_p | has_x
     residual = np.where(anchored, np.maximum(start - earliest, 0), 0)
     waits, h_res = _blocking(h, start, end, launch, l_start, device)
-    return Graph("gpu", h["start"], h["end"], h["prev"], h["outer"], h["gap"], h["launch"], h["sync"], waits,
-                 h_res, h["thread"], h["name"], h["tid"], start, end, end - start, launch, kind, pred, cross, residual,
-                 lat, gap, samples, k_overlap=overlap, h_anchor=h["anchor"])
+    return Graph(
+        "gpu",
+        h["start"],
+        h["end"],
+        h["prev"],
+        h["outer"],
+        h["gap"],
+        h["launch"],
+        h["sync"],
+        waits,
+        h_res,
+        h["thread"],
+        h["name"],
+        h["tid"],
+        start,
+        end,
+        end - start,
+        launch,
+        kind,
+        pred,
+        cross,
+        residual,
+        lat,
+        gap,
+        samples,
+        k_overlap=overlap,
+        h_anchor=h["anchor"],
+    )
 
 
 def _cross_waits(start, end, stream, device, earliest) -> np.ndarray:
@@ -286,8 +341,8 @@ def _cross_waits(start, end, stream, device, earliest) -> np.ndarray:
     # Activities by (device, end): the last ending at or before each late start, on its device.
     order = np.lexsort((end, device))
     d_sorted, e_sorted = device[order], end[order]
-    key_sorted = d_sorted.astype(np.float64) * 2.0 ** 62 + e_sorted  # float keys: one searchsorted
-    key = device[late].astype(np.float64) * 2.0 ** 62 + start[late]
+    key_sorted = d_sorted.astype(np.float64) * 2.0**62 + e_sorted  # float keys: one searchsorted
+    key = device[late].astype(np.float64) * 2.0**62 + start[late]
     pos = np.searchsorted(key_sorted, key, side="right") - 1
     found = np.full(len(late), -1, np.int64)
     # The latest-ending activity before it may be its own stream's predecessor: look a few back.
@@ -350,14 +405,41 @@ def _cpu_graph(work: pd.DataFrame, thread_start: dict[int, int]) -> Graph:
     prev[order[1:][same]] = order[:-1][same]
     has = prev >= 0
     tids = work["issue_tid"].to_numpy(np.int64) if n else np.zeros(0, np.int64)
-    anchor = np.array([min(thread_start.get(int(t), int(s)), int(s)) for t, s in zip(tids, start)], np.int64) \
-        if n else np.zeros(0, np.int64)
+    anchor = (
+        np.array([min(thread_start.get(int(t), int(s)), int(s)) for t, s in zip(tids, start)], np.int64)
+        if n
+        else np.zeros(0, np.int64)
+    )
     gap = np.where(has, np.maximum(start - end[np.maximum(prev, 0)], 0), start - anchor)
     zero = np.zeros(n, np.int64)
     none = np.full(n, -1, np.int64)
     false = np.zeros(n, bool)
     empty = np.zeros(0, np.int64)
-    return Graph("cpu", start, end, prev, none, gap, false, false, none, zero, thread,
-                 work["name"].astype(str).to_numpy(dtype=object), work["issue_tid"].to_numpy(np.int64),
-                 empty, empty, empty, empty, empty, empty, empty, empty, np.zeros(2, np.int64), np.zeros(2, np.int64), {}, k_overlap=np.zeros(0),
-                 h_anchor=np.where(has, start, anchor))
+    return Graph(
+        "cpu",
+        start,
+        end,
+        prev,
+        none,
+        gap,
+        false,
+        false,
+        none,
+        zero,
+        thread,
+        work["name"].astype(str).to_numpy(dtype=object),
+        work["issue_tid"].to_numpy(np.int64),
+        empty,
+        empty,
+        empty,
+        empty,
+        empty,
+        empty,
+        empty,
+        empty,
+        np.zeros(2, np.int64),
+        np.zeros(2, np.int64),
+        {},
+        k_overlap=np.zeros(0),
+        h_anchor=np.where(has, start, anchor),
+    )

@@ -36,14 +36,17 @@ class Outcome:
     """What-ifs replayed together: per step and per phase."""
 
     changes: list[ch.Change]
-    duration_ns: np.ndarray          # per step, replayed under the changes
-    saving_ns: np.ndarray            # per step: measured duration - replayed
+    duration_ns: np.ndarray  # per step, replayed under the changes
+    saving_ns: np.ndarray  # per step: measured duration - replayed
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)
     unpriced: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"changes": [c.describe() for c in self.changes], "phases": self.phases,
-                "unpriced_kernels": self.unpriced}
+        return {
+            "changes": [c.describe() for c in self.changes],
+            "phases": self.phases,
+            "unpriced_kernels": self.unpriced,
+        }
 
 
 class StepReplay:
@@ -76,8 +79,16 @@ class StepReplay:
         share = np.where(d > 0, un / np.where(d > 0, d, 1), 0.0)
         g = self.graph
         return {
-            "steps": [{"step": int(i), "measured_ms": d[i] / 1e6, "replayed_ms": rep[i] / 1e6, "error": float(err[i]),
-                       "unexplained_ms": un[i] / 1e6} for i in range(len(d))],
+            "steps": [
+                {
+                    "step": int(i),
+                    "measured_ms": d[i] / 1e6,
+                    "replayed_ms": rep[i] / 1e6,
+                    "error": float(err[i]),
+                    "unexplained_ms": un[i] / 1e6,
+                }
+                for i in range(len(d))
+            ],
             "max_error": float(np.abs(err).max()) if len(err) else 0.0,
             "reproduced": bool((np.abs(err) <= REPRODUCE).all()),
             "unexplained_ms": float(un.sum()) / 1e6,
@@ -132,11 +143,15 @@ class StepReplay:
             if p == "decode":
                 b, a = before.tpot_ms, after.tpot_ms
                 fig["tpot_p50_ms"] = {"measured": (b or {}).get("p50"), "replayed": (a or {}).get("p50")}
-                fig["step_p50_ms"] = {"measured": (before.decode_step_ms or {}).get("p50"),
-                                      "replayed": (after.decode_step_ms or {}).get("p50")}
+                fig["step_p50_ms"] = {
+                    "measured": (before.decode_step_ms or {}).get("p50"),
+                    "replayed": (after.decode_step_ms or {}).get("p50"),
+                }
             if p == "prefill":
-                fig["step_p50_ms"] = {"measured": (before.prefill_step_ms or {}).get("p50"),
-                                      "replayed": (after.prefill_step_ms or {}).get("p50")}
+                fig["step_p50_ms"] = {
+                    "measured": (before.prefill_step_ms or {}).get("p50"),
+                    "replayed": (after.prefill_step_ms or {}).get("p50"),
+                }
             out[p] = fig
         return out
 
@@ -154,9 +169,10 @@ class StepReplay:
             step_of = self.work["step"].to_numpy()
             order = np.argsort(step_of, kind="stable")
             bounds = np.searchsorted(step_of[order], np.arange(len(self.steps) + 1))
-            self._rows = [order[bounds[i]:bounds[i + 1]] for i in range(len(self.steps))]
-        return cp.critical_path(self.graph, r, self._labels, int(t.begin[step]), int(t.end[step]),
-                                self._last_node(step, r, t))
+            self._rows = [order[bounds[i] : bounds[i + 1]] for i in range(len(self.steps))]
+        return cp.critical_path(
+            self.graph, r, self._labels, int(t.begin[step]), int(t.end[step]), self._last_node(step, r, t)
+        )
 
     def critical_totals(self) -> pd.DataFrame:
         """Per step, ns of its critical path by kind (``critical.KINDS``)."""

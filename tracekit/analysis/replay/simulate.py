@@ -35,17 +35,23 @@ class Inputs:
 
     h_dur: np.ndarray
     h_gap: np.ndarray
-    h_blocks: np.ndarray   # bool: the call may block (a removed sync does not)
+    h_blocks: np.ndarray  # bool: the call may block (a removed sync does not)
     k_dur: np.ndarray
-    lat: np.ndarray        # per kind
-    gap: np.ndarray        # per kind
+    lat: np.ndarray  # per kind
+    gap: np.ndarray  # per kind
     k_residual: np.ndarray
 
     @classmethod
     def measured(cls, g: Graph, *, residuals: bool = True) -> Inputs:
-        return cls(h_dur=g.h_end - g.h_start, h_gap=g.h_gap.copy(), h_blocks=g.h_waits >= 0,
-                   k_dur=g.k_dur.astype(np.int64).copy(), lat=g.lat.copy(), gap=g.gap.copy(),
-                   k_residual=g.k_residual.copy() if residuals else np.zeros_like(g.k_residual))
+        return cls(
+            h_dur=g.h_end - g.h_start,
+            h_gap=g.h_gap.copy(),
+            h_blocks=g.h_waits >= 0,
+            k_dur=g.k_dur.astype(np.int64).copy(),
+            lat=g.lat.copy(),
+            gap=g.gap.copy(),
+            k_residual=g.k_residual.copy() if residuals else np.zeros_like(g.k_residual),
+        )
 
 
 @dataclass
@@ -54,9 +60,9 @@ class Replayed:
     h_end: np.ndarray
     k_start: np.ndarray
     k_end: np.ndarray
-    h_bind: np.ndarray      # ANCHOR or HOST_PREV
+    h_bind: np.ndarray  # ANCHOR or HOST_PREV
     h_end_bind: np.ndarray  # OWN or AWAITED
-    k_bind: np.ndarray      # ANCHOR, LAUNCHED, STREAM or CROSS
+    k_bind: np.ndarray  # ANCHOR, LAUNCHED, STREAM or CROSS
     # A joined collective whose end the last rank's arrival set: that rank's collective; -1 otherwise.
     k_end_by: np.ndarray | None = None
 
@@ -104,10 +110,22 @@ def run(g: Graph, x: Inputs) -> Replayed:
     # Events in measured order; at one instant a collective's end, a blocking call's end, then a
     # call's start, then an activity's start (each depends only on events before it in this order).
     blocking = [i for i in range(nh) if waits[i] >= 0 and outer[i] < 0]
-    keys = np.concatenate([g.k_end[joined], np.asarray(m_he, np.int64)[blocking] if blocking else
-                           np.zeros(0, np.int64), g.h_start, g.k_start])
-    kinds = np.concatenate([np.full(len(joined), 3, np.int8), np.zeros(len(blocking), np.int8),
-                            np.ones(nh, np.int8), np.full(nk, 2, np.int8)])
+    keys = np.concatenate(
+        [
+            g.k_end[joined],
+            np.asarray(m_he, np.int64)[blocking] if blocking else np.zeros(0, np.int64),
+            g.h_start,
+            g.k_start,
+        ]
+    )
+    kinds = np.concatenate(
+        [
+            np.full(len(joined), 3, np.int8),
+            np.zeros(len(blocking), np.int8),
+            np.ones(nh, np.int8),
+            np.full(nk, 2, np.int8),
+        ]
+    )
     idx = np.concatenate([joined, np.asarray(blocking, np.int64), np.arange(nh), np.arange(nk)])
     order = np.lexsort((np.where(kinds == 3, -1, kinds), keys))
     for e_kind, i in zip(kinds[order].tolist(), idx[order].tolist()):
@@ -168,6 +186,13 @@ def run(g: Graph, x: Inputs) -> Replayed:
             ke[i] = t + k_dur[i]
             k_bind[i] = b
             done_k[i] = True
-    return Replayed(np.asarray(hs, np.int64), np.asarray(he, np.int64), np.asarray(ks, np.int64),
-                    np.asarray(ke, np.int64), np.asarray(h_bind, np.int8), np.asarray(h_end_bind, np.int8),
-                    np.asarray(k_bind, np.int8), np.asarray(end_by, np.int64))
+    return Replayed(
+        np.asarray(hs, np.int64),
+        np.asarray(he, np.int64),
+        np.asarray(ks, np.int64),
+        np.asarray(ke, np.int64),
+        np.asarray(h_bind, np.int8),
+        np.asarray(h_end_bind, np.int8),
+        np.asarray(k_bind, np.int8),
+        np.asarray(end_by, np.int64),
+    )

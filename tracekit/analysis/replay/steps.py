@@ -25,13 +25,17 @@ class StepTimes:
         self.duration = end - begin - other_ns
 
 
-def step_times(steps: pd.DataFrame, work: pd.DataFrame, g: Graph, r: Replayed | None,
-               measured: StepTimes | None = None) -> StepTimes:
+def step_times(
+    steps: pd.DataFrame, work: pd.DataFrame, g: Graph, r: Replayed | None, measured: StepTimes | None = None
+) -> StepTimes:
     """Step windows on replayed times (``r``), or on the measured times with the same rules (``None``).
     ``measured``: the measured windows, where the caller has them (else found again)."""
     n = len(steps)
-    other = (steps["unrecorded_ns"].to_numpy(np.int64) + steps["next_ns"].to_numpy(np.int64)) if n else \
-        np.zeros(0, np.int64)
+    other = (
+        (steps["unrecorded_ns"].to_numpy(np.int64) + steps["next_ns"].to_numpy(np.int64))
+        if n
+        else np.zeros(0, np.int64)
+    )
     if not n:
         return StepTimes(np.zeros(0, np.int64), np.zeros(0, np.int64), other)
     h_start = g.h_start if r is None else r.h_start
@@ -61,8 +65,9 @@ def step_times(steps: pd.DataFrame, work: pd.DataFrame, g: Graph, r: Replayed | 
     return StepTimes(begin, end, other)
 
 
-def _earlier_outside(steps: pd.DataFrame, work: pd.DataFrame, g: Graph, w_end: np.ndarray,
-                     begin_m: np.ndarray) -> np.ndarray:
+def _earlier_outside(
+    steps: pd.DataFrame, work: pd.DataFrame, g: Graph, w_end: np.ndarray, begin_m: np.ndarray
+) -> np.ndarray:
     """Per step, the latest replayed end of the work outside every step that had ended when its
     window opened on the measured times: work the step waited behind (a synchronise before it
     held the host until then) stays before it when a what-if frees the host."""
@@ -75,7 +80,6 @@ def _earlier_outside(steps: pd.DataFrame, work: pd.DataFrame, g: Graph, w_end: n
     running = np.maximum.accumulate(w_end[order])
     pos = np.searchsorted(m_end[order], begin_m, side="right") - 1
     return np.where(pos >= 0, running[np.maximum(pos, 0)], np.iinfo(np.int64).min)
-
 
 
 def _previous_on_thread(tid: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -102,8 +106,7 @@ class _HostClock:
             # Each call's gap opens at the previous call's end (the first call's: the thread's anchor).
             m_open = np.r_[anchor[rows[0]], g.h_end[rows][:-1]]
             # (a thread's anchor does not move in the replay)
-            r_open = np.r_[anchor[rows[0]],
-                           h_end[rows][:-1]]
+            r_open = np.r_[anchor[rows[0]], h_end[rows][:-1]]
             self._by_tid[int(t)] = (m_open, g.h_start[rows], g.h_end[rows], r_open, h_start[rows], h_end[rows])
 
     def at(self, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -127,8 +130,9 @@ class _HostClock:
             k = in_call
             res[k] = r_s[jj[k]] + _scale(x[k] - m_s[jj[k]], m_e[jj[k]] - m_s[jj[k]], r_e[jj[k]] - r_s[jj[k]])
             k = ~after & ~in_call & ~before_anchor
-            res[k] = r_open[jj[k]] + _scale(x[k] - m_open[jj[k]], m_s[jj[k]] - m_open[jj[k]],
-                                           r_s[jj[k]] - r_open[jj[k]])
+            res[k] = r_open[jj[k]] + _scale(
+                x[k] - m_open[jj[k]], m_s[jj[k]] - m_open[jj[k]], r_s[jj[k]] - r_open[jj[k]]
+            )
             k = before_anchor
             res[k] = x[k] + (r_open[jj[k]] - m_open[jj[k]])
             out[sel] = res

@@ -35,15 +35,21 @@ def replay_view(replayer: StepReplay, findings: list) -> dict[str, Any]:
         if not f.whatif or f.at_stake_basis != "replayed":
             continue
         o = replayer.run(f.whatif)
-        out["what_would_help"].append({"finding": f.id, "phase": f.phase, "whatif": [c.describe() for c in f.whatif],
-                                       "saving_ms": f.at_stake_ms, "figures": o.phases.get(f.phase),
-                                       "unpriced_kernels": o.unpriced or None})
+        out["what_would_help"].append(
+            {
+                "finding": f.id,
+                "phase": f.phase,
+                "whatif": [c.describe() for c in f.whatif],
+                "saving_ms": f.at_stake_ms,
+                "figures": o.phases.get(f.phase),
+                "unpriced_kernels": o.unpriced or None,
+            }
+        )
         changes += f.whatif
         parts[f.phase] = parts.get(f.phase, 0.0) + (f.at_stake_ms or 0.0)
     if len(out["what_would_help"]) > 1:
         o = replayer.run(changes)
-        out["together"] = {"whatif": [c.describe() for c in changes], "phases": o.phases,
-                           "sum_of_parts_ms": parts}
+        out["together"] = {"whatif": [c.describe() for c in changes], "phases": o.phases, "sum_of_parts_ms": parts}
     return out
 
 

@@ -139,10 +139,16 @@ def shape_evidence_many(ops: pd.DataFrame, passes: list[tuple]) -> list[tuple]:
     start = ops["start_ns"].to_numpy()
     dims = ops["input_dims"].to_numpy()
     has_dims = ~ops["input_dims"].isna().to_numpy()
-    cats = pd.Series(ops["name"].cat.categories if isinstance(ops["name"].dtype, pd.CategoricalDtype)
-                     else pd.unique(ops["name"].astype(str))).astype(str)
-    codes = (ops["name"].cat.codes.to_numpy() if isinstance(ops["name"].dtype, pd.CategoricalDtype)
-             else pd.Categorical(ops["name"].astype(str), categories=cats).codes)
+    cats = pd.Series(
+        ops["name"].cat.categories
+        if isinstance(ops["name"].dtype, pd.CategoricalDtype)
+        else pd.unique(ops["name"].astype(str))
+    ).astype(str)
+    codes = (
+        ops["name"].cat.codes.to_numpy()
+        if isinstance(ops["name"].dtype, pd.CategoricalDtype)
+        else pd.Categorical(ops["name"].astype(str), categories=cats).codes
+    )
     cat_names = cats.to_numpy()
     is_emb = np.append((cats == "aten::embedding").to_numpy(dtype=bool), False)[codes]
     is_attn = np.append(cats.str.contains(_ATTENTION_OP_RE).to_numpy(dtype=bool), False)[codes]
@@ -300,22 +306,35 @@ def structural_phases(features: pd.DataFrame, todo: np.ndarray, engine: np.ndarr
         for j, i in enumerate(index.tolist()):
             blocks = f["gemm_blocks"].iat[j]
             if median_blocks and not np.isnan(blocks) and blocks >= HEAVY_GEMM_BLOCKS * median_blocks:
-                heavy[i] = (f"its GEMMs launch {blocks / median_blocks:.1f}x the blocks per launch of the run's "
-                            "median step (GEMM grids grow with a step's tokens)")
-            elif (mostly_graphs and f["graph_share"].iat[j] <= 0.5 and median_kernels
-                  and f["kernels"].iat[j] >= HEAVY_EAGER_KERNELS * median_kernels):
-                heavy[i] = (f"it runs eager with {f['kernels'].iat[j] / median_kernels:.1f}x the kernels of the "
-                            "run's median step while most steps replay graphs")
+                heavy[i] = (
+                    f"its GEMMs launch {blocks / median_blocks:.1f}x the blocks per launch of the run's "
+                    "median step (GEMM grids grow with a step's tokens)"
+                )
+            elif (
+                mostly_graphs
+                and f["graph_share"].iat[j] <= 0.5
+                and median_kernels
+                and f["kernels"].iat[j] >= HEAVY_EAGER_KERNELS * median_kernels
+            ):
+                heavy[i] = (
+                    f"it runs eager with {f['kernels'].iat[j] / median_kernels:.1f}x the kernels of the "
+                    "run's median step while most steps replay graphs"
+                )
     for i in todo.tolist():
         share = features["graph_share"].iat[i]
         if i in heavy:
             out[i] = (PREFILL, f"holds prefill work: {heavy[i]}")
         elif heavy and engine[i] and len(heavy) < len(f):
-            out[i] = (DECODE, "a light step beside the run's heavy (prefill) steps: its GEMM grids and kernel "
-                              "count are the run's typical ones")
+            out[i] = (
+                DECODE,
+                "a light step beside the run's heavy (prefill) steps: its GEMM grids and kernel "
+                "count are the run's typical ones",
+            )
         elif share > 0.5:
-            out[i] = (DECODE, f"replays CUDA/HIP graphs ({share:.0%} of its kernels); "
-                              "engines capture graphs for decode batch sizes")
+            out[i] = (
+                DECODE,
+                f"replays CUDA/HIP graphs ({share:.0%} of its kernels); engines capture graphs for decode batch sizes",
+            )
     return out
 
 
@@ -413,8 +432,9 @@ def structure_vote(ballot: Ballot, verdict: tuple[str, str] | None) -> None:
         ballot.cast(DECODE, W_GRAPHS, why)
 
 
-def run_votes(features: pd.DataFrame, busy_ns: np.ndarray, engine: np.ndarray,
-              tokens: np.ndarray | None = None) -> dict[int, list[tuple[str, float, str]]]:
+def run_votes(
+    features: pd.DataFrame, busy_ns: np.ndarray, engine: np.ndarray, tokens: np.ndarray | None = None
+) -> dict[int, list[tuple[str, float, str]]]:
     """Votes from a step's place among the run's engine steps beyond ``structural_phases``:
     eager (no graph launch) while most steps replay graphs, GPU time several times the
     run's median step, and counted tokens several times the median step's."""
@@ -432,9 +452,13 @@ def run_votes(features: pd.DataFrame, busy_ns: np.ndarray, engine: np.ndarray,
         if replaying.mean() > 0.5 and share[j] == 0:
             votes.append((PREFILL, W_EAGER, "runs eager (no graph launch) among graph-replayed steps"))
         if median_busy > 0 and busy_ns[i] >= HEAVY_GPU_TIME * median_busy:
-            votes.append((PREFILL, W_GPU_TIME, f"{busy_ns[i] / median_busy:.1f}x the GPU time of the run's median step"))
+            votes.append(
+                (PREFILL, W_GPU_TIME, f"{busy_ns[i] / median_busy:.1f}x the GPU time of the run's median step")
+            )
         if median_tokens > 0 and counted[j] >= HEAVY_GPU_TIME * median_tokens:
-            votes.append((PREFILL, W_MORE_TOKENS, f"{counted[j] / median_tokens:.1f}x the tokens of the run's median step"))
+            votes.append(
+                (PREFILL, W_MORE_TOKENS, f"{counted[j] / median_tokens:.1f}x the tokens of the run's median step")
+            )
         if votes:
             out[i] = votes
     return out

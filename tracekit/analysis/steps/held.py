@@ -53,9 +53,16 @@ def staged_copies(kind: np.ndarray, name: pd.Series) -> np.ndarray:
     return (np.asarray(kind) == "memcpy") & categorical.mask(name, lambda n: _PAGEABLE.search(n) is not None)
 
 
-def held_intervals(kind: np.ndarray, start: np.ndarray, end: np.ndarray, issue: np.ndarray, launch: np.ndarray,
-                   device: np.ndarray, staged: np.ndarray | None = None,
-                   recorded_before: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def held_intervals(
+    kind: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    issue: np.ndarray,
+    launch: np.ndarray,
+    device: np.ndarray,
+    staged: np.ndarray | None = None,
+    recorded_before: dict | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(row, start, end)`` of each stretch the device held a launched unit back while it ran no
     recorded work (see the module docstring): ``row`` is the work row of the unit held, its
     start the stretch's end. Inputs are work-table columns (``kind`` "kernel", "memset" or

@@ -51,8 +51,19 @@ def kv_from_history(steps: pd.DataFrame, previous: History | None = None) -> His
     end = dict(previous or {})
     if not len(steps):
         return end
-    cols = {c: steps[c].tolist() for c in ("phase", "tokens", "batch", "prefill_side", "decode_side", "kv_tokens",
-                                           "kv_tokens_source", "kv_tokens_confidence")}
+    cols = {
+        c: steps[c].tolist()
+        for c in (
+            "phase",
+            "tokens",
+            "batch",
+            "prefill_side",
+            "decode_side",
+            "kv_tokens",
+            "kv_tokens_source",
+            "kv_tokens_confidence",
+        )
+    }
     tid, start = steps["tid"].to_numpy(), steps["cpu_start_ns"].to_numpy()
     # vLLM's scheduler serves every running request each step (segment._carried_requests), so its
     # step's decode side is the whole pool; SGLang runs prefill (extend) batches apart from it.
@@ -66,8 +77,9 @@ def kv_from_history(steps: pd.DataFrame, previous: History | None = None) -> His
     return end
 
 
-def _walk(rows: list[int], c: dict, every_running: np.ndarray,
-          start: tuple[float, int, float] | None = None) -> tuple[float, int, float]:
+def _walk(
+    rows: list[int], c: dict, every_running: np.ndarray, start: tuple[float, int, float] | None = None
+) -> tuple[float, int, float]:
     """The history of one thread's steps, in order (``kv_from_history``), from ``start`` (None: no
     request known before the first step); ``every_running``: per step, whether its engine runs
     every running request in each step (its decode side is then the whole pool, even when
@@ -96,8 +108,11 @@ def _walk(rows: list[int], c: dict, every_running: np.ndarray,
         elif c["phase"][i] == DECODE:
             keys = np.nan
         if pre.requests:
-            keys = np.nan if pre.tokens is None else keys + float(pre.kv_tokens if pre.kv_tokens is not None
-                                                                   else pre.tokens)
+            keys = (
+                np.nan
+                if pre.tokens is None
+                else keys + float(pre.kv_tokens if pre.kv_tokens is not None else pre.tokens)
+            )
             running += pre.requests
     return float(keys), int(running), float(confidence)
 
@@ -107,15 +122,23 @@ def _record(c: dict, i: int, pre: BatchSide, dec: BatchSide, read: float, confid
     no prefill side (a mixed step's prefill side's keys are not stated)."""
     side = c["decode_side"][i]
     kv = int(round(read))
-    c["decode_side"][i] = dataclasses.replace(side, kv_tokens=kv) if side is not None \
+    c["decode_side"][i] = (
+        dataclasses.replace(side, kv_tokens=kv)
+        if side is not None
         else BatchSide(requests=dec.requests, tokens=dec.tokens, kv_tokens=kv)
+    )
     if pre.requests:
         return
     c["kv_tokens"][i], c["kv_tokens_confidence"][i] = float(kv), confidence
     c["kv_tokens_source"][i] = (
         f"{HISTORY_SOURCE}: the prompts of its requests' prefills in the trace plus the tokens decoded since"
-        + ("; the batch shrank without the trace saying which requests finished, so those running are "
-                   "taken at the mean context" if confidence < 1 else ""))
+        + (
+            "; the batch shrank without the trace saying which requests finished, so those running are "
+            "taken at the mean context"
+            if confidence < 1
+            else ""
+        )
+    )
 
 
 def _sides(c: dict, i: int) -> tuple[BatchSide | None, BatchSide | None]:

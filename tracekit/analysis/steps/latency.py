@@ -37,8 +37,10 @@ from tracekit.analysis.steps.segment import DECODE, MIXED, PREFILL, Segmentation
 NS_PER_MS = 1e6
 REQUEST, ENGINE = "request", "engine steps"
 
-_ENGINE_TTFT = ("a serving engine's prefill step is no request's time to first token (requests are batched "
-                "continuously); see the prefill step time")
+_ENGINE_TTFT = (
+    "a serving engine's prefill step is no request's time to first token (requests are batched "
+    "continuously); see the prefill step time"
+)
 _ENGINE_TPOT = "a serving engine's decode steps are read as inter-token latency; see the decode step time"
 
 
@@ -111,8 +113,9 @@ def step_weights(steps, prefill_fraction: np.ndarray | None = None) -> dict[str,
     }
 
 
-def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None,
-            launch_ns: np.ndarray | None = None) -> Latency:
+def latency(
+    seg: Segmentation, prefill_fraction: np.ndarray | None = None, launch_ns: np.ndarray | None = None
+) -> Latency:
     """``prefill_fraction``: per step, the prefill share of a split mixed step (NaN otherwise);
     ``launch_ns``: per step, the GPU idle time caused by kernel launches (``analysis.waiting.idle``)."""
     out = Latency()
@@ -120,8 +123,15 @@ def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None,
     why = out.reasons
     if not len(steps):
         reason = "no inference steps were found" + (f" ({seg.notes[0]})" if seg.notes else "")
-        for key in ("ttft_ms", "tpot_ms", "decode_tokens_per_s", "prefill_tokens_per_s",
-                    "launch_overhead_ms_per_decode_step", "prefill_step_ms", "decode_step_ms"):
+        for key in (
+            "ttft_ms",
+            "tpot_ms",
+            "decode_tokens_per_s",
+            "prefill_tokens_per_s",
+            "launch_overhead_ms_per_decode_step",
+            "prefill_step_ms",
+            "decode_step_ms",
+        ):
             why[key] = reason
         return out
     engine = seg.source in frameworks.ENGINE_SOURCES
@@ -195,8 +205,11 @@ def latency(seg: Segmentation, prefill_fraction: np.ndarray | None = None,
             "busy_share": busy / window if window else None,
             "idle_share": idle / window if window else None,
             # Out of the steps' time: the device on other work (steps.table's previous_ns, unrecorded_ns).
-            **{f"{c}_ms": float((w * steps[f"{c}_ns"].to_numpy(dtype=float)).sum()) / NS_PER_MS
-               for c in ("previous", "unrecorded", "next") if f"{c}_ns" in steps},
+            **{
+                f"{c}_ms": float((w * steps[f"{c}_ns"].to_numpy(dtype=float)).sum()) / NS_PER_MS
+                for c in ("previous", "unrecorded", "next")
+                if f"{c}_ns" in steps
+            },
         }
     return out
 
@@ -205,7 +218,10 @@ def _throughput(out: Latency, steps, phase, split, weight, dur_ms) -> None:
     """Tokens/s per phase: the phase's tokens (split mixed steps: that side's) over the durations
     of the steps holding them."""
     why = out.reasons
-    for p, attr, label in ((PREFILL, "prefill_tokens_per_s", "prompt tokens"), (DECODE, "decode_tokens_per_s", "tokens generated")):
+    for p, attr, label in (
+        (PREFILL, "prefill_tokens_per_s", "prompt tokens"),
+        (DECODE, "decode_tokens_per_s", "tokens generated"),
+    ):
         mine = np.flatnonzero((phase == p) | split)
         if not len(mine):
             why[attr] = f"the trace holds no {p} step"
@@ -233,7 +249,10 @@ def _throughput(out: Latency, steps, phase, split, weight, dur_ms) -> None:
         # only when the whole step has run, not after its phase's share of the GPU time.
         secs = float(dur_ms[mine].sum()) / 1e3
         if np.isnan(tokens).any() or secs <= 0:
-            why[attr] = (f"the number of {label} per {p} step is not in the trace" if p == PREFILL
-                         else "the batch size of the decode steps is not in the trace")
+            why[attr] = (
+                f"the number of {label} per {p} step is not in the trace"
+                if p == PREFILL
+                else "the batch size of the decode steps is not in the trace"
+            )
             continue
         setattr(out, attr, float(tokens.sum() / secs))

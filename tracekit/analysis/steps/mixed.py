@@ -44,18 +44,31 @@ BASIS = "attention kernels by each side's query-key pairs, all other work by eac
 # ``decode_marginal``'s ``prefill_own_ms``) is at least this share of the step's kernel time:
 # most of it, the meaning of "bound by".
 PASSENGER_SHARE = 0.5
-PASSENGER_REASON = ("the decode side of a step bound by its prefill chunk is a passenger: the step's kernels "
-                    "run for the chunk, and its decode tokens' cost is their marginal cost (decode_marginal), "
-                    "not a share of kernels whose bound the chunk sets")
-NO_MODEL_REASON = ("what the decode tokens add needs each kernel's work without them: the model gives it "
-                   "(--model), and so do the recorded shapes of a GEMM whose rows are the step's tokens; this "
-                   "step has neither")
+PASSENGER_REASON = (
+    "the decode side of a step bound by its prefill chunk is a passenger: the step's kernels "
+    "run for the chunk, and its decode tokens' cost is their marginal cost (decode_marginal), "
+    "not a share of kernels whose bound the chunk sets"
+)
+NO_MODEL_REASON = (
+    "what the decode tokens add needs each kernel's work without them: the model gives it "
+    "(--model), and so do the recorded shapes of a GEMM whose rows are the step's tokens; this "
+    "step has neither"
+)
 # What the decode tokens add, by the model component of the kernels they add it to.
-_PARTS = {"linear": "gemm_rows", "lm_head": "gemm_rows", "experts": "gemm_rows", "attention": "attention",
-          "linear_attention": "attention", "kv_write": "kv_writes", "communication": "communication"}
+_PARTS = {
+    "linear": "gemm_rows",
+    "lm_head": "gemm_rows",
+    "experts": "gemm_rows",
+    "attention": "attention",
+    "linear_attention": "attention",
+    "kv_write": "kv_writes",
+    "communication": "communication",
+}
 _OTHER = "other"
-MODEL_BASIS = ("the model's work of each side: attention and linear attention by each side's FLOPs and bytes, "
-               "token-proportional work by tokens")
+MODEL_BASIS = (
+    "the model's work of each side: attention and linear attention by each side's FLOPs and bytes, "
+    "token-proportional work by tokens"
+)
 
 
 @dataclass
@@ -102,8 +115,11 @@ def retimed(split: Split, step_of: np.ndarray, dur_ns: np.ndarray, busy_ns: np.n
         p = float((dur[rows] * split.prefill_share[rows]).sum() / total) if total > 0 else float(fraction[i])
         fraction[i] = p
         busy_ms = float(busy_ns[i]) / 1e6
-        by_step[i] = {**entry, PREFILL: {**entry[PREFILL], "gpu_ms": busy_ms * p},
-                      DECODE: {**entry[DECODE], "gpu_ms": busy_ms * (1 - p)}}
+        by_step[i] = {
+            **entry,
+            PREFILL: {**entry[PREFILL], "gpu_ms": busy_ms * p},
+            DECODE: {**entry[DECODE], "gpu_ms": busy_ms * (1 - p)},
+        }
         if split.marginal is not None:
             # Each unit keeps the shares of its time the sides add (the measured GPU's roofs).
             by_step[i]["decode_marginal"] = _marginal_entry(split.marginal, rows, dur)
@@ -111,9 +127,13 @@ def retimed(split: Split, step_of: np.ndarray, dur_ns: np.ndarray, busy_ns: np.n
     return Split(split.prefill_share, fraction, by_step, split.marginal, passenger)
 
 
-def split_mixed(steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray,
-                model_share: np.ndarray | None = None,
-                alone: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> Split:
+def split_mixed(
+    steps: pd.DataFrame,
+    work: pd.DataFrame,
+    category: np.ndarray,
+    model_share: np.ndarray | None = None,
+    alone: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> Split:
     """``model_share``: per unit, the prefill share the model gives (NaN where it gives none),
     used instead of the token and pair proportions where present. ``alone``:
     ``Attribution.alone``, from which each split step's ``decode_marginal`` comes (``work``
@@ -147,17 +167,34 @@ def split_mixed(steps: pd.DataFrame, work: pd.DataFrame, category: np.ndarray,
         by_step[i] = {
             PREFILL: {**_counts(pre), "gpu_ms": busy_ms * p},
             DECODE: {**_counts(dec), "gpu_ms": busy_ms * (1 - p)},
-            "basis": (MODEL_BASIS if by_model else (f"{BASIS}; {guessed}" if guessed else BASIS)
-                      if by_pairs != by_tokens or not attention[rows].any()
-                      else "all work by each side's tokens (query-key pairs not stated)"),
-            "decode_marginal": (_marginal_entry(marginal, rows, dur) if marginal is not None
-                                else {**_NO_MARGINAL, "reason": NO_MODEL_REASON}),
+            "basis": (
+                MODEL_BASIS
+                if by_model
+                else (f"{BASIS}; {guessed}" if guessed else BASIS)
+                if by_pairs != by_tokens or not attention[rows].any()
+                else "all work by each side's tokens (query-key pairs not stated)"
+            ),
+            "decode_marginal": (
+                _marginal_entry(marginal, rows, dur)
+                if marginal is not None
+                else {**_NO_MARGINAL, "reason": NO_MODEL_REASON}
+            ),
         }
     return Split(share, fraction, by_step, marginal, _passengers(by_step, len(steps)))
 
 
-_NO_MARGINAL = {"flops": None, "bytes": None, "ms": None, "share": None, "shared_bytes": None, "shared_ms": None,
-                "prefill_own_ms": None, "by_part": {}, "covered_share": None, "passenger": None}
+_NO_MARGINAL = {
+    "flops": None,
+    "bytes": None,
+    "ms": None,
+    "share": None,
+    "shared_bytes": None,
+    "shared_ms": None,
+    "prefill_own_ms": None,
+    "by_part": {},
+    "covered_share": None,
+    "passenger": None,
+}
 
 
 def _marginal(work: pd.DataFrame, alone: dict[str, tuple[np.ndarray, np.ndarray]]) -> Marginal:
@@ -183,8 +220,14 @@ def _marginal(work: pd.DataFrame, alone: dict[str, tuple[np.ndarray, np.ndarray]
         prefill_time = np.where(ok, 1.0 - without_prefill / roof, np.nan)
     comp = work["component"].to_numpy(dtype=object) if "component" in work else np.full(len(work), None)
     part = np.array([_PARTS.get(c, _OTHER) if isinstance(c, str) else _OTHER for c in comp], dtype=object)
-    return Marginal(np.where(ok, flops * (1.0 - pre_f), np.nan), np.where(ok, nbytes * (1.0 - pre_b), np.nan),
-                    np.where(ok, nbytes * (pre_b + dec_b - 1.0), np.nan), decode_time, prefill_time, part)
+    return Marginal(
+        np.where(ok, flops * (1.0 - pre_f), np.nan),
+        np.where(ok, nbytes * (1.0 - pre_b), np.nan),
+        np.where(ok, nbytes * (pre_b + dec_b - 1.0), np.nan),
+        decode_time,
+        prefill_time,
+        part,
+    )
 
 
 def _marginal_entry(m: Marginal, rows: np.ndarray, dur: np.ndarray) -> dict:
@@ -198,20 +241,29 @@ def _marginal_entry(m: Marginal, rows: np.ndarray, dur: np.ndarray) -> dict:
     kernel = float(d.sum())
     ok = np.isfinite(m.decode_time[rows])
     if not ok.any() or kernel <= 0:
-        return {**_NO_MARGINAL, "covered_share": 0.0 if kernel > 0 else None,
-                "reason": "neither the model nor recorded GEMM shapes give any of this step's kernels its work "
-                          "without the decode tokens"}
+        return {
+            **_NO_MARGINAL,
+            "covered_share": 0.0 if kernel > 0 else None,
+            "reason": "neither the model nor recorded GEMM shapes give any of this step's kernels its work "
+            "without the decode tokens",
+        }
     dec_ns = d * np.where(ok, m.decode_time[rows], 0.0)
     pre_ns = d * np.where(ok, m.prefill_time[rows], 0.0)
     uncovered = float(d[~ok].sum())
     own = float(pre_ns.sum())
-    passenger = (True if own >= PASSENGER_SHARE * kernel
-                 else False if own + uncovered < PASSENGER_SHARE * kernel else None)
+    passenger = (
+        True if own >= PASSENGER_SHARE * kernel else False if own + uncovered < PASSENGER_SHARE * kernel else None
+    )
     f, b = np.nan_to_num(m.flops[rows]), np.nan_to_num(m.bytes[rows])
     part = m.part[rows]
-    by_part = {p: {"flops": float(f[part == p].sum()), "bytes": float(b[part == p].sum()),
-                   "ms": float(dec_ns[part == p].sum()) / 1e6}
-               for p in sorted(set(part[ok].tolist()))}
+    by_part = {
+        p: {
+            "flops": float(f[part == p].sum()),
+            "bytes": float(b[part == p].sum()),
+            "ms": float(dec_ns[part == p].sum()) / 1e6,
+        }
+        for p in sorted(set(part[ok].tolist()))
+    }
     return {
         "flops": float(f.sum()),
         "bytes": float(b.sum()),
@@ -223,9 +275,12 @@ def _marginal_entry(m: Marginal, rows: np.ndarray, dur: np.ndarray) -> dict:
         "by_part": by_part,
         "covered_share": float(d[ok].sum()) / kernel,
         "passenger": passenger,
-        "reason": None if passenger is not None else (
+        "reason": None
+        if passenger is not None
+        else (
             f"the kernels whose work without the decode tokens is not known ({uncovered / kernel:.0%} of the "
-            "step's kernel time) could make the prefill chunk's own work more or less than half the step"),
+            "step's kernel time) could make the prefill chunk's own work more or less than half the step"
+        ),
     }
 
 
@@ -251,14 +306,19 @@ def passenger_view(steps: pd.DataFrame, decode_weight: np.ndarray) -> dict | Non
     if "split" not in steps or not len(steps):
         return None
     dur = steps["duration_ns"].to_numpy(dtype=float)
-    rows = [(i, sp["decode_marginal"]) for i, sp in enumerate(steps["split"])
-            if isinstance(sp, dict) and (sp.get("decode_marginal") or {}).get("passenger")]
+    rows = [
+        (i, sp["decode_marginal"])
+        for i, sp in enumerate(steps["split"])
+        if isinstance(sp, dict) and (sp.get("decode_marginal") or {}).get("passenger")
+    ]
     if not rows:
         return None
-    return {"mixed_steps": len(rows),
-            "time_ms": float(sum(dur[i] * decode_weight[i] for i, _ in rows)) / 1e6,
-            **{f"marginal_{k}": float(sum(m[k] for _, m in rows)) for k in ("flops", "bytes", "ms")},
-            "shared_bytes": float(sum(m["shared_bytes"] for _, m in rows))}
+    return {
+        "mixed_steps": len(rows),
+        "time_ms": float(sum(dur[i] * decode_weight[i] for i, _ in rows)) / 1e6,
+        **{f"marginal_{k}": float(sum(m[k] for _, m in rows)) for k in ("flops", "bytes", "ms")},
+        "shared_bytes": float(sum(m["shared_bytes"] for _, m in rows)),
+    }
 
 
 def split_fraction(split: dict) -> float:
@@ -282,17 +342,26 @@ def _shares(pre: BatchSide | None, dec: BatchSide | None) -> tuple[float, float,
         return None
     by_tokens = pre.tokens / (pre.tokens + dec.tokens)
     pp, pd_ = pre.attention_pairs(), dec.attention_pairs()
-    guessed = [what for what, side, have in (("prefill", pre, pp), ("decode", dec, pd_))
-               if have is None and estimated_pairs(side, what == "prefill") is not None]
+    guessed = [
+        what
+        for what, side, have in (("prefill", pre, pp), ("decode", dec, pd_))
+        if have is None and estimated_pairs(side, what == "prefill") is not None
+    ]
     pp = pp if pp is not None else estimated_pairs(pre, True)
     pd_ = pd_ if pd_ is not None else estimated_pairs(dec, False)
     if pp is None or pd_ is None or pp + pd_ <= 0:
         return by_tokens, by_tokens, None
-    return by_tokens, pp / (pp + pd_), (
-        f"the {' and '.join(guessed)} side's query-key pairs are an estimate (no Σq² stated): requests of one "
-        "length, Σq² = (Σq)²/n, its lower bound; Σqk = Σq·Σk/n where the keys are stated but not Σqk, and no "
-        "cached prefix where the keys are not stated"
-        if guessed else None)
+    return (
+        by_tokens,
+        pp / (pp + pd_),
+        (
+            f"the {' and '.join(guessed)} side's query-key pairs are an estimate (no Σq² stated): requests of one "
+            "length, Σq² = (Σq)²/n, its lower bound; Σqk = Σq·Σk/n where the keys are stated but not Σqk, and no "
+            "cached prefix where the keys are not stated"
+            if guessed
+            else None
+        ),
+    )
 
 
 def _counts(side: BatchSide) -> dict:

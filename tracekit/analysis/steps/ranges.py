@@ -30,8 +30,19 @@ _MAX_PROBLEM_NOTES = 5
 # "notes"}`` (analysis.windows puts it in the metadata), so each window's steps are the whole trace's.
 GIVEN_STEPS = "tracekit_given_steps"
 # The columns of a range row, in order: one row per step range found.
-RANGE_COLUMNS = ["start", "end", "tid", "phase", "source", "evidence", "label", "tokens", "batch",
-                 "prefill_side", "decode_side"]
+RANGE_COLUMNS = [
+    "start",
+    "end",
+    "tid",
+    "phase",
+    "source",
+    "evidence",
+    "label",
+    "tokens",
+    "batch",
+    "prefill_side",
+    "decode_side",
+]
 
 
 # --- annotated ranges ----------------------------------------------------------------
@@ -55,17 +66,35 @@ def annotated_ranges(trace: Trace, notes: list[str]) -> list[tuple]:
         notes.append(f"{text}: its ranges are not taken as steps")
     more = len(unread) - _MAX_PROBLEM_NOTES
     if more > 0:
-        notes.append("1 more range name looks like a step annotation tracekit does not read" if more == 1 else
-                     f"{more} more range names look like step annotations tracekit does not read")
+        notes.append(
+            "1 more range name looks like a step annotation tracekit does not read"
+            if more == 1
+            else f"{more} more range names look like step annotations tracekit does not read"
+        )
     codes = categorical.codes(cpu["name"])
     rows = np.flatnonzero(np.array([q is not None for q in parsed_of] + [False], dtype=bool)[codes])
-    for code, start, end, tid in zip(codes[rows].tolist(), cpu["start_ns"].to_numpy()[rows].tolist(),
-                                     cpu["end_ns"].to_numpy()[rows].tolist(), cpu["tid"].to_numpy()[rows].tolist()):
+    for code, start, end, tid in zip(
+        codes[rows].tolist(),
+        cpu["start_ns"].to_numpy()[rows].tolist(),
+        cpu["end_ns"].to_numpy()[rows].tolist(),
+        cpu["tid"].to_numpy()[rows].tolist(),
+    ):
         name, parsed = names[code], parsed_of[code]
         if parsed.problem:
             problems[parsed.problem] = problems.get(parsed.problem, 0) + 1
-        row = (start, end, tid, parsed.phase, parsed.source, parsed.evidence, name,
-               parsed.tokens, parsed.batch, parsed.prefill, parsed.decode)
+        row = (
+            start,
+            end,
+            tid,
+            parsed.phase,
+            parsed.source,
+            parsed.evidence,
+            name,
+            parsed.tokens,
+            parsed.batch,
+            parsed.prefill,
+            parsed.decode,
+        )
         (ours if parsed.source == SOURCE_MARKERS else framework).append(row)
     for text, count in list(problems.items())[:_MAX_PROBLEM_NOTES]:
         notes.append(f"{text}{f' ({count} ranges)' if count > 1 else ''}: that part is ignored")
@@ -87,8 +116,19 @@ def frame_ranges(trace: Trace) -> list[tuple]:
         return []
     sel = py[categorical.isin(py["name"], sources)]
     return [
-        (int(r.start_ns), int(r.end_ns), int(r.tid), UNKNOWN, sources[str(r.name)], None, str(r.name),
-         None, None, None, None)
+        (
+            int(r.start_ns),
+            int(r.end_ns),
+            int(r.tid),
+            UNKNOWN,
+            sources[str(r.name)],
+            None,
+            str(r.name),
+            None,
+            None,
+            None,
+            None,
+        )
         for r in sel.itertuples()
     ]
 
@@ -190,8 +230,9 @@ def inferred_passes(trace: Trace, work: pd.DataFrame, notes: list[str]) -> list[
     return out
 
 
-def inferred_bounds(trace: Trace, work: pd.DataFrame | None = None,
-                    notes: list[str] | None = None) -> tuple[list[tuple[int, int, int, str]], str]:
+def inferred_bounds(
+    trace: Trace, work: pd.DataFrame | None = None, notes: list[str] | None = None
+) -> tuple[list[tuple[int, int, int, str]], str]:
     """``(start, end, tid, label)`` of each inferred step (``inferred_passes``, before its
     classification) and their source. ``work`` is the trace's work table (made when None)."""
     notes = [] if notes is None else notes
@@ -206,8 +247,10 @@ def inferred_bounds(trace: Trace, work: pd.DataFrame | None = None,
         bounds = launch_steps(trace, work)
         if bounds:
             source = SOURCE_LAUNCHES
-            notes.append(f"no annotations, step frames or token-embedding anchors: {len(bounds)} steps were "
-                         "found from the repeating launch pattern")
+            notes.append(
+                f"no annotations, step frames or token-embedding anchors: {len(bounds)} steps were "
+                "found from the repeating launch pattern"
+            )
         else:
             bounds = _profiler_steps(trace)
     if not bounds:

@@ -50,17 +50,36 @@ from tracekit import formatting as fmt
 from tracekit import frameworks
 from tracekit.analysis import categorical
 from tracekit.analysis.steps import evidence, step_tokens
-from tracekit.analysis.steps.ranges import (RANGE_COLUMNS, annotated_ranges, drop_empty, drop_nested, frame_ranges,
-                                            inferred_passes, is_training)
 from tracekit.analysis.steps.held import held_intervals, staged_copies
 from tracekit.analysis.steps.history import kv_from_history
+from tracekit.analysis.steps.ranges import (
+    RANGE_COLUMNS,
+    annotated_ranges,
+    drop_empty,
+    drop_nested,
+    frame_ranges,
+    inferred_passes,
+    is_training,
+)
 from tracekit.analysis.steps.table import ANNOTATION_SOURCE, empty_steps, no_other_work, steps_table
 from tracekit.analysis.steps.work import NO_TIME, assign, work_table
-from tracekit.frameworks.base import consistent
 from tracekit.frameworks import (  # noqa: F401  (the step sources, re-exported for callers)
-    DECODE, MIXED, PREFILL, SOURCE_INFERRED, SOURCE_LAUNCHES, SOURCE_MARKERS, SOURCE_NONE, SOURCE_ORDER,
-    SOURCE_SGLANG, SOURCE_SGLANG_FRAMES, SOURCE_USER, SOURCE_VLLM, SOURCE_VLLM_FRAMES, UNKNOWN,
+    DECODE,
+    MIXED,
+    PREFILL,
+    SOURCE_INFERRED,
+    SOURCE_LAUNCHES,
+    SOURCE_MARKERS,
+    SOURCE_NONE,
+    SOURCE_ORDER,
+    SOURCE_SGLANG,
+    SOURCE_SGLANG_FRAMES,
+    SOURCE_USER,
+    SOURCE_VLLM,
+    SOURCE_VLLM_FRAMES,
+    UNKNOWN,
 )
+from tracekit.frameworks.base import consistent
 from tracekit.trace.model import Trace
 
 PHASES = (PREFILL, DECODE, MIXED, UNKNOWN)
@@ -130,8 +149,10 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
     if not candidates:
         candidates = frame_ranges(trace)
         if candidates:
-            notes.append(f"no phase annotations: steps are the engine's step frames ({candidates[0][4]}), "
-                         "phases come from trace evidence")
+            notes.append(
+                f"no phase annotations: steps are the engine's step frames ({candidates[0][4]}), "
+                "phases come from trace evidence"
+            )
     if not candidates:
         candidates = inferred_passes(trace, work, notes)
         if candidates:
@@ -143,22 +164,41 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
     if device_type == "gpu" and len(ranges):
         ranges, dropped = drop_empty(ranges, work)
         if dropped:
-            notes.append(f"{dropped} step range{'s' if dropped != 1 else ''} launched no GPU work and "
-                         f"{'are' if dropped != 1 else 'is'} not counted as a step")
+            notes.append(
+                f"{dropped} step range{'s' if dropped != 1 else ''} launched no GPU work and "
+                f"{'are' if dropped != 1 else 'is'} not counted as a step"
+            )
             work["step"] = assign(work, ranges)
     kind = work["kind"].to_numpy()
-    held = (held_intervals(kind, work["start_ns"].to_numpy(), work["end_ns"].to_numpy(), work["issue_ns"].to_numpy(),
-                           work["launch"].to_numpy(), trace.kernels["device"].to_numpy(),
-                           staged_copies(kind, work["name"]), trace.metadata.get(PREVIOUS_DEVICE_END))
-            if device_type == "gpu" else None)
+    held = (
+        held_intervals(
+            kind,
+            work["start_ns"].to_numpy(),
+            work["end_ns"].to_numpy(),
+            work["issue_ns"].to_numpy(),
+            work["launch"].to_numpy(),
+            trace.kernels["device"].to_numpy(),
+            staged_copies(kind, work["name"]),
+            trace.metadata.get(PREVIOUS_DEVICE_END),
+        )
+        if device_type == "gpu"
+        else None
+    )
     steps, stretches = steps_table(ranges, work, trace.metadata.get(PREVIOUS_STEP_END), held)
     notes.extend(overlap_notes(steps))
     step_of = work["step"].to_numpy()
-    counts = (step_tokens.step_counts(trace.kernels, step_of, len(steps), steps["source"].tolist(),
-                                      iteration_of=_iteration(work, steps),
-                                      logits_rows=step_tokens.last_gemm_rows(trace.kernels, step_of, trace.cpu_ops,
-                                                                             trace.shapes))
-              if device_type == "gpu" and len(steps) else [step_tokens.StepCounts() for _ in range(len(steps))])
+    counts = (
+        step_tokens.step_counts(
+            trace.kernels,
+            step_of,
+            len(steps),
+            steps["source"].tolist(),
+            iteration_of=_iteration(work, steps),
+            logits_rows=step_tokens.last_gemm_rows(trace.kernels, step_of, trace.cpu_ops, trace.shapes),
+        )
+        if device_type == "gpu" and len(steps)
+        else [step_tokens.StepCounts() for _ in range(len(steps))]
+    )
     _fill_counts(steps, counts)
     inferred = (steps["phase"] == UNKNOWN).to_numpy() if len(steps) else np.zeros(0, dtype=bool)
     _resolve_phases(steps, work, counts)
@@ -166,8 +206,9 @@ def segment(trace: Trace, stated: dict | None = None) -> Segmentation:
     _after_phase(steps, stated or {}, notes)
     history = kv_from_history(steps, trace.metadata.get(PREVIOUS_KV_HISTORY))
     phase_of_step = steps["phase"].to_numpy() if len(steps) else np.array([UNKNOWN], dtype=object)
-    work["phase"] = categorical.text(np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)],
-                                              OUTSIDE), index=work.index)
+    work["phase"] = categorical.text(
+        np.where(work["step"] >= 0, phase_of_step[np.maximum(work["step"].to_numpy(), 0)], OUTSIDE), index=work.index
+    )
     source = min(steps["source"], key=SOURCE_ORDER.index) if len(steps) else SOURCE_NONE
     run_kind = RUN_INFERENCE if len(steps) else RUN_EMPTY
     outside = int((work["step"] < 0).sum())
@@ -181,19 +222,29 @@ def overlap_notes(steps: pd.DataFrame) -> list[str]:
     are its ``unrecorded_ns``, ``previous_ns`` and ``next_ns``): work the trace did not record, the
     previous step's, or the next step's; all are out of the steps' durations."""
     out = []
-    for col, what in (("unrecorded_ns", "the GPU was busy with work the trace did not record (queued before the "
-                                        "profile began, or another process's) while the step's work waited on it"),
-                      ("previous_ns", "the GPU still ran the previous step's work after the step's CPU start"),
-                      ("next_ns", "the GPU ran the next step's work, and none of the step's own, before the step "
-                                  "ended (the next step's, though its window opens later)")):
+    for col, what in (
+        (
+            "unrecorded_ns",
+            "the GPU was busy with work the trace did not record (queued before the "
+            "profile began, or another process's) while the step's work waited on it",
+        ),
+        ("previous_ns", "the GPU still ran the previous step's work after the step's CPU start"),
+        (
+            "next_ns",
+            "the GPU ran the next step's work, and none of the step's own, before the step "
+            "ended (the next step's, though its window opens later)",
+        ),
+    ):
         ns = steps[col].to_numpy() if len(steps) else np.zeros(0, np.int64)
         rows = np.flatnonzero(ns > 0)
         if not len(rows):
             continue
         top = int(rows[np.argmax(ns[rows])])
-        out.append(f"{what}, in {len(rows):,} of the {len(steps):,} steps, {fmt.ms(ns[rows].sum() / 1e6)} in all "
-                   f"(the most: step {int(steps['step'].iat[top])}, {fmt.ms(ns[top] / 1e6)}); each step is measured "
-                   "from the point its own work could start, and that time is none of its idle")
+        out.append(
+            f"{what}, in {len(rows):,} of the {len(steps):,} steps, {fmt.ms(ns[rows].sum() / 1e6)} in all "
+            f"(the most: step {int(steps['step'].iat[top])}, {fmt.ms(ns[top] / 1e6)}); each step is measured "
+            "from the point its own work could start, and that time is none of its idle"
+        )
     return out
 
 
@@ -218,15 +269,16 @@ def _resolve_phases(steps: pd.DataFrame, work: pd.DataFrame, counts: list | None
     for i in todo.tolist():
         ballot = ballots[i] = evidence.Ballot()
         evidence.count_vote(ballot, steps.at[i, "tokens"], steps.at[i, "batch"])
-        evidence.name_vote(ballot, codes[order[bounds[i]:bounds[i + 1]]], flags)
+        evidence.name_vote(ballot, codes[order[bounds[i] : bounds[i + 1]]], flags)
     inside = np.unique(codes[(step_of >= 0) & (codes >= 0)])
     generation = bool(flags.generation[inside].any())
     if generation:
         engine = steps["source"].isin(list(frameworks.ENGINE_SOURCES)).to_numpy()
         features = evidence.step_features(work, len(steps))
         decided = evidence.structural_phases(features, todo, engine)
-        extra = evidence.run_votes(features, steps["gpu_busy_ns"].to_numpy(), engine,
-                                   steps["tokens"].to_numpy(dtype=np.float64))
+        extra = evidence.run_votes(
+            features, steps["gpu_busy_ns"].to_numpy(), engine, steps["tokens"].to_numpy(dtype=np.float64)
+        )
         for i in todo.tolist():
             evidence.structure_vote(ballots[i], decided.get(i))
             for phase, w, why in extra.get(i, ()):
@@ -234,10 +286,12 @@ def _resolve_phases(steps: pd.DataFrame, work: pd.DataFrame, counts: list | None
     for i in todo.tolist():
         phase, confidence, why = ballots[i].verdict()
         if why is None:
-            why = ("neither op shapes nor kernel names show prefill or decode: too little evidence to decide"
-                   if generation else
-                   "too little evidence to tell prefill from decode: no op shapes show tokens per sequence, and no "
-                   "KV-cache writes or paged attention kernels show autoregressive generation")
+            why = (
+                "neither op shapes nor kernel names show prefill or decode: too little evidence to decide"
+                if generation
+                else "too little evidence to tell prefill from decode: no op shapes show tokens per sequence, and no "
+                "KV-cache writes or paged attention kernels show autoregressive generation"
+            )
         steps.at[i, "phase"], steps.at[i, "evidence"] = phase, _joined(steps.at[i, "evidence"], why)
         steps.at[i, "phase_confidence"] = np.nan if confidence is None else confidence
 
@@ -273,10 +327,14 @@ def _carried_requests(steps: pd.DataFrame, inferred: np.ndarray, previous: dict 
             steps.at[i, "prefill_side"] = frameworks.BatchSide(requests=new, tokens=new_tokens)
             steps.at[i, "decode_side"] = frameworks.BatchSide(requests=carried, tokens=carried)
             steps.at[i, "phase_confidence"] = min(_or_one(steps.at[i, "phase_confidence"]), 0.5)
-            steps.at[i, "evidence"] = _joined(steps.at[i, "evidence"], (
-                f"mixed: {carried} of its {int(batch)} requests ran in the previous step and continue (vLLM "
-                f"schedules running requests first), so {new} are new with {new_tokens:,} of its "
-                f"{int(tokens):,} tokens; the trace does not show whether a previous request finished instead"))
+            steps.at[i, "evidence"] = _joined(
+                steps.at[i, "evidence"],
+                (
+                    f"mixed: {carried} of its {int(batch)} requests ran in the previous step and continue (vLLM "
+                    f"schedules running requests first), so {new} are new with {new_tokens:,} of its "
+                    f"{int(tokens):,} tokens; the trace does not show whether a previous request finished instead"
+                ),
+            )
 
 
 def _iteration(work: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
@@ -318,18 +376,39 @@ def _fill_counts(steps: pd.DataFrame, counts: list) -> None:
     """Tokens and batch the annotation left unstated, from the evidence's vote; where it stated
     them, the evidence checks (a disagreement joins the step's evidence text), except that the
     tokens eagerly launched grids count win over stated ones (``_grid_tokens``)."""
-    c = _Columns(steps, ("tokens", "batch", "tokens_confidence", "batch_confidence", "tokens_source",
-                         "batch_source", "evidence", "phase", "prefill_side", "decode_side"))
+    c = _Columns(
+        steps,
+        (
+            "tokens",
+            "batch",
+            "tokens_confidence",
+            "batch_confidence",
+            "tokens_source",
+            "batch_source",
+            "evidence",
+            "phase",
+            "prefill_side",
+            "decode_side",
+        ),
+    )
     for i, count in enumerate(counts):
         notes = []
         for col, fig, what in (("tokens", count.tokens, "tokens"), ("batch", count.requests, "requests")):
             have = c[col][i]
             if not np.isnan(have):
-                if fig.value is not None and fig.value != have and not (col == "tokens" and
-                                                                        _grid_tokens(c, i, fig, notes)):
-                    notes.append(f"{fig.source} count {fig.value:,} {what} where the annotation states {int(have):,}"
-                                 + ("; the annotation's figure is kept: a graph's replayed grid is the size it was "
-                                    "captured at" if fig.replayed else ""))
+                if (
+                    fig.value is not None
+                    and fig.value != have
+                    and not (col == "tokens" and _grid_tokens(c, i, fig, notes))
+                ):
+                    notes.append(
+                        f"{fig.source} count {fig.value:,} {what} where the annotation states {int(have):,}"
+                        + (
+                            "; the annotation's figure is kept: a graph's replayed grid is the size it was captured at"
+                            if fig.replayed
+                            else ""
+                        )
+                    )
                 continue
             if fig.value is not None:
                 c[col][i] = float(fig.value)
@@ -356,11 +435,16 @@ def _grid_tokens(c: _Columns, i: int, fig, notes: list[str]) -> bool:
     if not fig.launched or (not np.isnan(batch) and fig.value < batch):
         return False
     said = f"the annotation states {int(have):,} tokens, {fig.source} count {fig.value:,}"
-    sides = [(col, side) for col in ("prefill_side", "decode_side")
-             if isinstance(side := c[col][i], frameworks.BatchSide) and side.requests]
+    sides = [
+        (col, side)
+        for col in ("prefill_side", "decode_side")
+        if isinstance(side := c[col][i], frameworks.BatchSide) and side.requests
+    ]
     if c["phase"][i] == MIXED or len(sides) > 1:
-        notes.append(f"{said}: the grid is what the GPU ran, but how its rows split between the step's prefill and "
-                     f"decode sides is not known, so the annotation's {int(have):,} and its sides are kept")
+        notes.append(
+            f"{said}: the grid is what the GPU ran, but how its rows split between the step's prefill and "
+            f"decode sides is not known, so the annotation's {int(have):,} and its sides are kept"
+        )
         return True
     c["tokens"][i], c["tokens_source"][i], c["tokens_confidence"][i] = float(fig.value), fig.source, fig.confidence
     notes.append(f"{said}: the grid is what the GPU ran (engines pad a batch), so {fig.value:,} is used")
@@ -379,9 +463,25 @@ def _after_phase(steps: pd.DataFrame, stated: dict, notes: list[str]) -> None:
     the user's stated figures, and the side of an annotation that names requests but not tokens
     (the prefill side of ``execute_new_N_cached_M``, the decode side of SGLang's TARGET_VERIFY):
     the step's tokens less the other side's."""
-    c = _Columns(steps, ("phase", "tokens", "batch", "tokens_source", "batch_source", "tokens_confidence",
-                         "batch_confidence", "phase_confidence", "prefill_side", "decode_side", "evidence",
-                         "kv_tokens", "kv_tokens_source", "kv_tokens_confidence"))
+    c = _Columns(
+        steps,
+        (
+            "phase",
+            "tokens",
+            "batch",
+            "tokens_source",
+            "batch_source",
+            "tokens_confidence",
+            "batch_confidence",
+            "phase_confidence",
+            "prefill_side",
+            "decode_side",
+            "evidence",
+            "kv_tokens",
+            "kv_tokens_source",
+            "kv_tokens_confidence",
+        ),
+    )
     for i in range(len(steps)):
         phase = c["phase"][i]
         for col, key in (("tokens", "tokens"), ("batch", "batch")):
@@ -390,8 +490,11 @@ def _after_phase(steps: pd.DataFrame, stated: dict, notes: list[str]) -> None:
             if value is not None:
                 # The option as it was typed: --batch 16 (every phase) or --batch decode=16.
                 typed = f"{phase}={value}" if phase in table else f"{value}"
-                c[col][i], c[f"{col}_source"][i], c[f"{col}_confidence"][i] = \
-                    float(value), f"{STATED_SOURCE} (--{key} {typed})", 1.0
+                c[col][i], c[f"{col}_source"][i], c[f"{col}_confidence"][i] = (
+                    float(value),
+                    f"{STATED_SOURCE} (--{key} {typed})",
+                    1.0,
+                )
         tokens, batch = c["tokens"][i], c["batch"][i]
         pre, dec = c["prefill_side"][i], c["decode_side"][i]
         open_decode = dec is not None and bool(dec.requests) and dec.tokens is None
@@ -399,20 +502,30 @@ def _after_phase(steps: pd.DataFrame, stated: dict, notes: list[str]) -> None:
             known = "tokens" if np.isnan(batch) else "batch"
             missing = "batch" if known == "tokens" else "tokens"
             c[missing][i] = c[known][i]
-            c[f"{missing}_source"][i] = f"a decode step computes one token per request ({known}: " \
-                                        f"{c[f'{known}_source'][i]})"
+            c[f"{missing}_source"][i] = (
+                f"a decode step computes one token per request ({known}: {c[f'{known}_source'][i]})"
+            )
             c[f"{missing}_confidence"][i] = min(c[f"{known}_confidence"][i], _or_one(c["phase_confidence"][i]))
         for col, side, other, what in (("prefill_side", pre, dec, "new"), ("decode_side", dec, pre, "running")):
-            if side is None or not side.requests or side.tokens is not None or np.isnan(c["tokens"][i]) or \
-                    (other is not None and other.requests and other.tokens is None):
+            if (
+                side is None
+                or not side.requests
+                or side.tokens is not None
+                or np.isnan(c["tokens"][i])
+                or (other is not None and other.requests and other.tokens is None)
+            ):
                 continue
             rest = int(c["tokens"][i]) - (other.tokens or 0 if other is not None else 0)
             if rest >= side.requests:
                 c[col][i] = dataclasses.replace(side, tokens=rest)
             else:
-                c["evidence"][i] = _joined(c["evidence"][i], (
-                    f"the step's {int(c['tokens'][i]):,} tokens leave fewer than one for each of its "
-                    f"{side.requests} {what} requests: the {col.split('_')[0]} side's tokens are unknown"))
+                c["evidence"][i] = _joined(
+                    c["evidence"][i],
+                    (
+                        f"the step's {int(c['tokens'][i]):,} tokens leave fewer than one for each of its "
+                        f"{side.requests} {what} requests: the {col.split('_')[0]} side's tokens are unknown"
+                    ),
+                )
         pre, dec = c["prefill_side"][i], c["decode_side"][i]
         if np.isnan(c["kv_tokens"][i]):
             sides = [x for x in (pre, dec) if x is not None and x.requests]

@@ -51,10 +51,11 @@ from tracekit.analysis.pricing import taxonomy
 W_KV_WRITE, W_INPUT_COPY, W_PER_TOKEN = 3.0, 2.0, 2.0
 W_READBACK, W_DECODE_ATTENTION, W_SAMPLER, W_PER_REQUEST, W_LOGITS = 2.0, 2.0, 1.0, 2.0, 1.0
 
-NO_TOKENS = ("no source in the trace counts its tokens (no KV-cache write grids or input-id/position copy "
-             "sizes)")
-NO_REQUESTS = ("no source in the trace counts its requests (no sampled-token readback, sampler, per-request "
-               "kernel or decode attention grids)")
+NO_TOKENS = "no source in the trace counts its tokens (no KV-cache write grids or input-id/position copy sizes)"
+NO_REQUESTS = (
+    "no source in the trace counts its requests (no sampled-token readback, sampler, per-request "
+    "kernel or decode attention grids)"
+)
 
 # A vote's launch grid: launched eagerly, or replayed from a CUDA/HIP graph (None: no grid).
 EAGER, REPLAYED = "eager", "replayed"
@@ -109,14 +110,18 @@ def _vote(votes: list[tuple[int, float, str, str | None]], empty: str) -> Figure
     return fig
 
 
-
 def _grid(kernels: pd.DataFrame) -> np.ndarray:
     return np.stack([kernels[f"grid_{a}"].to_numpy().astype(np.int64) for a in "xyz"], axis=1)
 
 
-def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
-                sources: list[str] | None = None, iteration_of: np.ndarray | None = None,
-                logits_rows: dict[int, tuple[int, str]] | None = None) -> list[StepCounts]:
+def step_counts(
+    kernels: pd.DataFrame,
+    step_of: np.ndarray,
+    n_steps: int,
+    sources: list[str] | None = None,
+    iteration_of: np.ndarray | None = None,
+    logits_rows: dict[int, tuple[int, str]] | None = None,
+) -> list[StepCounts]:
     """What the evidence says of each step's tokens and requests; ``step_of`` gives the step of
     each row of ``kernels`` (-1: none), ``sources`` each step's source (an engine's conventions
     differ), ``iteration_of`` for rows outside every step the step whose engine iteration they
@@ -146,8 +151,17 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
     late_kernel = is_kernel & ~inside & (owner >= 0)
     rows = np.flatnonzero((is_kernel & inside) | late_kernel)
     if len(rows):
-        frame = pd.DataFrame({"step": owner[rows], "late": late_kernel[rows], "code": codes[rows], "x": grid[rows, 0],
-                              "y": grid[rows, 1], "z": grid[rows, 2], "graph": in_graph[rows]})
+        frame = pd.DataFrame(
+            {
+                "step": owner[rows],
+                "late": late_kernel[rows],
+                "code": codes[rows],
+                "x": grid[rows, 0],
+                "y": grid[rows, 1],
+                "z": grid[rows, 2],
+                "graph": in_graph[rows],
+            }
+        )
         kv_of = {}
         for key, n in frame.value_counts(sort=False).items():
             step, late, code, x, y, z, replayed = (int(v) for v in key)
@@ -155,28 +169,68 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
             name = names[code] if code >= 0 else ""
             if (name, x, y, z) not in kv_of:
                 g = (x, y, z)
-                kv_of[(name, x, y, z)] = (frameworks.kv_write_tokens(name, g), frameworks.per_token_kernel(name, g),
-                                          frameworks.decode_attention_sequences(name, g),
-                                          frameworks.sampler_rows(name, g), frameworks.per_request_kernel(name, g))
+                kv_of[(name, x, y, z)] = (
+                    frameworks.kv_write_tokens(name, g),
+                    frameworks.per_token_kernel(name, g),
+                    frameworks.decode_attention_sequences(name, g),
+                    frameworks.sampler_rows(name, g),
+                    frameworks.per_request_kernel(name, g),
+                )
             kv, per_token, seqs, rows_, per_req = kv_of[(name, x, y, z)]
             short = _short(name)
             if per_req is not None:
-                req_votes[step].append((per_req[0], W_PER_REQUEST, f"{per_req[1]} per-request kernel ({short} "
-                                        f"grid x = {per_req[0]:,}, one program per request{said})", int(n), how))
+                req_votes[step].append(
+                    (
+                        per_req[0],
+                        W_PER_REQUEST,
+                        f"{per_req[1]} per-request kernel ({short} "
+                        f"grid x = {per_req[0]:,}, one program per request{said})",
+                        int(n),
+                        how,
+                    )
+                )
             if rows_ is not None:
-                req_votes[step].append((rows_[0], W_SAMPLER, f"sampler {rows_[1]} rows ({short}: {rows_[0]:,}, one "
-                                        f"per request{said})", int(n), how))
+                req_votes[step].append(
+                    (
+                        rows_[0],
+                        W_SAMPLER,
+                        f"sampler {rows_[1]} rows ({short}: {rows_[0]:,}, one per request{said})",
+                        int(n),
+                        how,
+                    )
+                )
             if late:
                 continue
             if kv is not None:
-                tok_votes[step].append((kv[0], W_KV_WRITE, f"{kv[1]} KV-cache writes ({short} grid x = {kv[0]:,}, "
-                                        f"one block per token{said})", int(n), how))
+                tok_votes[step].append(
+                    (
+                        kv[0],
+                        W_KV_WRITE,
+                        f"{kv[1]} KV-cache writes ({short} grid x = {kv[0]:,}, one block per token{said})",
+                        int(n),
+                        how,
+                    )
+                )
             if per_token is not None:
-                tok_votes[step].append((per_token[0], W_PER_TOKEN, f"{per_token[1]} per-token kernel ({short} "
-                                        f"grid x = {per_token[0]:,}{said})", int(n), how))
+                tok_votes[step].append(
+                    (
+                        per_token[0],
+                        W_PER_TOKEN,
+                        f"{per_token[1]} per-token kernel ({short} grid x = {per_token[0]:,}{said})",
+                        int(n),
+                        how,
+                    )
+                )
             if seqs is not None:
-                req_votes[step].append((seqs, W_DECODE_ATTENTION,
-                                        f"decode attention grid ({short}: {seqs:,} sequences{said})", int(n), how))
+                req_votes[step].append(
+                    (
+                        seqs,
+                        W_DECODE_ATTENTION,
+                        f"decode attention grid ({short}: {seqs:,} sequences{said})",
+                        int(n),
+                        how,
+                    )
+                )
     # Copies: the input-id/position pair host to device, the sampled tokens back.
     if "bytes" in kernels:
         nbytes = kernels["bytes"].to_numpy()
@@ -190,8 +244,16 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
                 if d == "dtoh" and iteration_of is not None:
                     # The readback that closes a step's iteration, issued after its range.
                     late = np.flatnonzero((step_of < 0) & (iteration_of >= 0) & (kind == "memcpy") & (nbytes > 0))
-                    late = late[np.array([_direction(names[c] if c >= 0 else "") == "dtoh"
-                                          for c in codes[late].tolist()], dtype=bool)] if len(late) else late
+                    late = (
+                        late[
+                            np.array(
+                                [_direction(names[c] if c >= 0 else "") == "dtoh" for c in codes[late].tolist()],
+                                dtype=bool,
+                            )
+                        ]
+                        if len(late)
+                        else late
+                    )
                     sel = np.concatenate([sel, late])
                     owner = np.where(step_of >= 0, step_of, iteration_of)
                 if not len(sel):
@@ -201,29 +263,50 @@ def step_counts(kernels: pd.DataFrame, step_of: np.ndarray, n_steps: int,
                     if d == "htod":
                         found = frameworks.input_copy_tokens(sizes)
                         for t in found:
-                            target[int(step)].append((t, W_INPUT_COPY / len(found),
-                                                      f"input-id/position copies ({4 * t:,} and {8 * t:,} bytes "
-                                                      "host to device)", 1, None))
+                            target[int(step)].append(
+                                (
+                                    t,
+                                    W_INPUT_COPY / len(found),
+                                    f"input-id/position copies ({4 * t:,} and {8 * t:,} bytes host to device)",
+                                    1,
+                                    None,
+                                )
+                            )
                     else:
                         found = frameworks.readback_requests(sizes, sources[int(step)] if sources else None)
                         for r in found:
-                            target[int(step)].append((r, W_READBACK / len(found), f"sampled-token readback "
-                                                      f"({sizes[0]:,} bytes device to host, one "
-                                                      f"int{8 * sizes[0] // r} per request)", 1, None))
+                            target[int(step)].append(
+                                (
+                                    r,
+                                    W_READBACK / len(found),
+                                    f"sampled-token readback "
+                                    f"({sizes[0]:,} bytes device to host, one "
+                                    f"int{8 * sizes[0] // r} per request)",
+                                    1,
+                                    None,
+                                )
+                            )
     for i in range(n_steps):
         # A source's launches vote once (the most common grid among its launches), not once per layer.
         out[i].tokens = _vote(_per_source(tok_votes[i]), NO_TOKENS)
         tokens = out[i].tokens.value
         if logits_rows and i in logits_rows and tokens is not None and logits_rows[i][0] < tokens:
             rows_, op_name = logits_rows[i]
-            req_votes[i].append((rows_, W_LOGITS, f"logits rows (the step's last GEMM, {op_name}, has {rows_:,} "
-                                 "input rows: one per request's last token)", 1, None))
+            req_votes[i].append(
+                (
+                    rows_,
+                    W_LOGITS,
+                    f"logits rows (the step's last GEMM, {op_name}, has {rows_:,} "
+                    "input rows: one per request's last token)",
+                    1,
+                    None,
+                )
+            )
         out[i].requests = _vote(_per_source(req_votes[i]), NO_REQUESTS)
     return out
 
 
-def last_gemm_rows(kernels: pd.DataFrame, step_of: np.ndarray, ops: pd.DataFrame,
-                   shapes) -> dict[int, tuple[int, str]]:
+def last_gemm_rows(kernels: pd.DataFrame, step_of: np.ndarray, ops: pd.DataFrame, shapes) -> dict[int, tuple[int, str]]:
     """Per step, the input rows (M) of the op of its last GEMM kernel and the op's name, where
     its shapes are recorded; ``shapes(op_row)`` gives (Input Dims, types)."""
     if "op" not in kernels or not len(kernels) or not len(ops):
@@ -277,8 +360,10 @@ def _per_source(votes: list[tuple]) -> list[tuple[int, float, str, str | None]]:
             shared.setdefault((kind, value), (value, w, text, n, how))
         elif kind not in best or n > best[kind][3]:
             best[kind] = (value, w, text, n, how)
-    return [(v, w, t, REPLAYED if (t.split(" (")[0], v) in replayed else how)
-            for v, w, t, _, how in [*best.values(), *shared.values()]]
+    return [
+        (v, w, t, REPLAYED if (t.split(" (")[0], v) in replayed else how)
+        for v, w, t, _, how in [*best.values(), *shared.values()]
+    ]
 
 
 def _direction(name: str) -> str | None:

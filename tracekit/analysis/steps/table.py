@@ -75,8 +75,9 @@ ANNOTATION_SOURCE = "the step annotation"
 UNRECORDED, NEXT_STEP = "unrecorded", "next step"
 
 
-def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | None = None,
-                held: tuple | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def steps_table(
+    ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | None = None, held: tuple | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per range (``_STEP_COLUMNS``), from the work assigned to it; ``previous_end``: per thread, the
     end of the step before this trace's first (``segment.PREVIOUS_STEP_END``); ``held``: the stretches
     the device held work back for unrecorded work (``held.held_intervals``). Also the other work in
@@ -100,8 +101,9 @@ def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | N
     end_of = np.zeros(len(ranges), np.int64)
     prev_of = np.full(len(ranges), -1, np.int64)  # the step before on the same thread
     last: dict[int, int] = {}
-    for i, (cpu0, cpu1, tid) in enumerate(zip(ranges["start"].tolist(), ranges["end"].tolist(),
-                                                ranges["tid"].tolist())):
+    for i, (cpu0, cpu1, tid) in enumerate(
+        zip(ranges["start"].tolist(), ranges["end"].tolist(), ranges["tid"].tolist())
+    ):
         cpu0, cpu1, tid = int(cpu0), int(cpu1), int(tid)
         end = max(cpu1, int(g1_of[i])) if kernels_of[i] else cpu1
         begin = min(max(cpu0, previous_end.get(tid, cpu0)), end)
@@ -121,8 +123,12 @@ def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | N
     own = np.where((step_of >= 0) & (step_of < len(ranges)), step_of, 0)
     s_own, e_own = np.clip(starts, begin_of[own], end_of[own]), np.clip(ends, begin_of[own], end_of[own])
     own = np.where((step_of >= 0) & (step_of < len(ranges)) & (e_own > s_own), step_of, -1)
-    with_next = _busy_per_step(np.r_[own, nxt["step"].to_numpy()], np.r_[s_own, nxt["start_ns"].to_numpy()],
-                               np.r_[e_own, nxt["end_ns"].to_numpy()], len(ranges))[0]
+    with_next = _busy_per_step(
+        np.r_[own, nxt["step"].to_numpy()],
+        np.r_[s_own, nxt["start_ns"].to_numpy()],
+        np.r_[e_own, nxt["end_ns"].to_numpy()],
+        len(ranges),
+    )[0]
     next_ns = with_next - busy_of
     stretches = pd.concat([held_rows.assign(kind=UNRECORDED), nxt.assign(kind=NEXT_STEP)], ignore_index=True)
     # Column by column (a serving run has tens of thousands of steps).
@@ -131,40 +137,42 @@ def steps_table(ranges: pd.DataFrame, work: pd.DataFrame, previous_end: dict | N
     batch = np.array([_number(v) for v in ranges["batch"].tolist()], dtype=float)
     stated = [_stated_by(v) for v in ranges["source"].tolist()]
     phase = ranges["phase"].tolist()
-    steps = pd.DataFrame({
-        "step": np.arange(len(ranges)),
-        "phase": phase,
-        "source": ranges["source"].tolist(),
-        "evidence": ranges["evidence"].tolist(),
-        "label": ranges["label"].tolist(),
-        "tid": ranges["tid"].to_numpy().astype(np.int64),
-        "cpu_start_ns": ranges["start"].to_numpy().astype(np.int64),
-        "cpu_end_ns": ranges["end"].to_numpy().astype(np.int64),
-        "gpu_start_ns": g0_of,
-        "gpu_end_ns": g1_of,
-        "begin_ns": begin_of,
-        "end_ns": end_of,
-        "gpu_busy_ns": busy_of,
-        "gpu_idle_ns": duration - busy_of,
-        "duration_ns": duration,
-        "previous_ns": begin_of - ranges["start"].to_numpy().astype(np.int64),
-        "unrecorded_ns": unrecorded,
-        "next_ns": next_ns,
-        "kernels": kernels_of,
-        "tokens": tokens,
-        "batch": batch,
-        "tokens_source": [None if np.isnan(t) else w for t, w in zip(tokens.tolist(), stated)],
-        "tokens_confidence": np.where(np.isnan(tokens), np.nan, 1.0),
-        "batch_source": [None if np.isnan(t) else w for t, w in zip(batch.tolist(), stated)],
-        "batch_confidence": np.where(np.isnan(batch), np.nan, 1.0),
-        "kv_tokens": np.full(len(ranges), np.nan),
-        "kv_tokens_source": [None] * len(ranges),
-        "kv_tokens_confidence": np.full(len(ranges), np.nan),
-        "phase_confidence": [1.0 if ph != UNKNOWN else np.nan for ph in phase],
-        "graph_replay": replayed,
-        "prefill_side": [_side(v) for v in ranges["prefill_side"].tolist()],
-        "decode_side": [_side(v) for v in ranges["decode_side"].tolist()],
-    })
+    steps = pd.DataFrame(
+        {
+            "step": np.arange(len(ranges)),
+            "phase": phase,
+            "source": ranges["source"].tolist(),
+            "evidence": ranges["evidence"].tolist(),
+            "label": ranges["label"].tolist(),
+            "tid": ranges["tid"].to_numpy().astype(np.int64),
+            "cpu_start_ns": ranges["start"].to_numpy().astype(np.int64),
+            "cpu_end_ns": ranges["end"].to_numpy().astype(np.int64),
+            "gpu_start_ns": g0_of,
+            "gpu_end_ns": g1_of,
+            "begin_ns": begin_of,
+            "end_ns": end_of,
+            "gpu_busy_ns": busy_of,
+            "gpu_idle_ns": duration - busy_of,
+            "duration_ns": duration,
+            "previous_ns": begin_of - ranges["start"].to_numpy().astype(np.int64),
+            "unrecorded_ns": unrecorded,
+            "next_ns": next_ns,
+            "kernels": kernels_of,
+            "tokens": tokens,
+            "batch": batch,
+            "tokens_source": [None if np.isnan(t) else w for t, w in zip(tokens.tolist(), stated)],
+            "tokens_confidence": np.where(np.isnan(tokens), np.nan, 1.0),
+            "batch_source": [None if np.isnan(t) else w for t, w in zip(batch.tolist(), stated)],
+            "batch_confidence": np.where(np.isnan(batch), np.nan, 1.0),
+            "kv_tokens": np.full(len(ranges), np.nan),
+            "kv_tokens_source": [None] * len(ranges),
+            "kv_tokens_confidence": np.full(len(ranges), np.nan),
+            "phase_confidence": [1.0 if ph != UNKNOWN else np.nan for ph in phase],
+            "graph_replay": replayed,
+            "prefill_side": [_side(v) for v in ranges["prefill_side"].tolist()],
+            "decode_side": [_side(v) for v in ranges["decode_side"].tolist()],
+        }
+    )
     return steps.astype(_STEP_COLUMNS), stretches
 
 
@@ -181,13 +189,19 @@ def held_in_steps(held: tuple | None, step_of: np.ndarray, begin: np.ndarray, en
     st = step_of[rows]
     mine = (st >= 0) & (st < len(begin))
     out_rows, out_lo, out_hi, out_st = _in_windows(rows[~mine], lo[~mine], hi[~mine], begin, end)
-    rows, lo, hi, st = (np.r_[rows[mine], out_rows], np.r_[lo[mine], out_lo], np.r_[hi[mine], out_hi],
-                        np.r_[st[mine], out_st])
+    rows, lo, hi, st = (
+        np.r_[rows[mine], out_rows],
+        np.r_[lo[mine], out_lo],
+        np.r_[hi[mine], out_hi],
+        np.r_[st[mine], out_st],
+    )
     lo, hi = np.clip(lo, begin[st], end[st]), np.clip(hi, begin[st], end[st])
     keep = hi > lo
     order = np.lexsort((lo[keep], st[keep]))
-    return pd.DataFrame({"step": st[keep][order], "start_ns": lo[keep][order], "end_ns": hi[keep][order],
-                         "row": rows[keep][order]}, dtype=np.int64)
+    return pd.DataFrame(
+        {"step": st[keep][order], "start_ns": lo[keep][order], "end_ns": hi[keep][order], "row": rows[keep][order]},
+        dtype=np.int64,
+    )
 
 
 def _in_windows(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, begin: np.ndarray, end: np.ndarray):
@@ -200,11 +214,11 @@ def _in_windows(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, begin: np.ndar
         order = np.argsort(begin, kind="stable")
         b, e = begin[order], end[order]
         reach = np.maximum.accumulate(e)
-        for r, l, h in zip(rows.tolist(), lo.tolist(), hi.tolist()):
+        for r, low, h in zip(rows.tolist(), lo.tolist(), hi.tolist()):
             j = int(np.searchsorted(b, h, side="left")) - 1
-            while j >= 0 and reach[j] > l:
-                if e[j] > l:
-                    found.append((r, l, h, int(order[j])))
+            while j >= 0 and reach[j] > low:
+                if e[j] > low:
+                    found.append((r, low, h, int(order[j])))
                 j -= 1
     cols = np.array(found, dtype=np.int64).reshape(-1, 4)
     return cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3]
@@ -220,8 +234,9 @@ def no_other_work() -> pd.DataFrame:
     return no_held().assign(kind=pd.Series(dtype=object))
 
 
-def next_in_steps(step_of: np.ndarray, starts: np.ndarray, ends: np.ndarray, begin: np.ndarray, end: np.ndarray,
-                  prev_of: np.ndarray) -> pd.DataFrame:
+def next_in_steps(
+    step_of: np.ndarray, starts: np.ndarray, ends: np.ndarray, begin: np.ndarray, end: np.ndarray, prev_of: np.ndarray
+) -> pd.DataFrame:
     """The work of each step that ran before its window opened (on another stream, while the
     previous step's still ran), clipped to the previous step's window on its thread: ``step`` (that
     previous step), ``start_ns``, ``end_ns``, ``row`` (the unit of work)."""
@@ -235,8 +250,7 @@ def next_in_steps(step_of: np.ndarray, starts: np.ndarray, ends: np.ndarray, beg
     lo = np.clip(starts[early], begin[p], end[p])
     hi = np.clip(np.minimum(ends[early], begin[j]), begin[p], end[p])
     keep = hi > lo
-    return pd.DataFrame({"step": p[keep], "start_ns": lo[keep], "end_ns": hi[keep], "row": early[keep]},
-                        dtype=np.int64)
+    return pd.DataFrame({"step": p[keep], "start_ns": lo[keep], "end_ns": hi[keep], "row": early[keep]}, dtype=np.int64)
 
 
 def _number(value) -> float:
@@ -249,8 +263,9 @@ def _stated_by(source: str) -> str:
     return ANNOTATION_SOURCE if source not in (SOURCE_INFERRED, SOURCE_LAUNCHES) else "op shapes"
 
 
-def step_busy(step_of: np.ndarray, starts: np.ndarray, ends: np.ndarray, begin: np.ndarray,
-              end: np.ndarray) -> np.ndarray:
+def step_busy(
+    step_of: np.ndarray, starts: np.ndarray, ends: np.ndarray, begin: np.ndarray, end: np.ndarray
+) -> np.ndarray:
     """Per step, the union of its work's intervals clipped to the step's window
     ``[begin, end)``: the busy half of its books (work outside the window, e.g. a kernel on
     another stream still running when the next step begins, is not this step's time)."""

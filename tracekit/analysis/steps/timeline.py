@@ -32,8 +32,14 @@ LABEL_CHARS = 70
 _LANE_COLUMNS = ("issue_tid", "stream", "dur_ns", "name", "category", "start_ns", "end_ns")
 
 
-def timelines(trace: Trace, steps: pd.DataFrame, work: pd.DataFrame, idle: IdleCauses,
-              short_name=lambda s: s, device_type: str = "gpu") -> list[dict[str, Any]]:
+def timelines(
+    trace: Trace,
+    steps: pd.DataFrame,
+    work: pd.DataFrame,
+    idle: IdleCauses,
+    short_name=lambda s: s,
+    device_type: str = "gpu",
+) -> list[dict[str, Any]]:
     """The slowest step's timeline and the typical (median-duration) step's, when different.
     None for a CPU-only trace: its ops are the work, with no device waiting on them."""
     if not len(steps) or "category" not in work or device_type != "gpu":
@@ -59,8 +65,11 @@ def _timeline(trace, st, work, idle, why, t0, short_name) -> dict[str, Any]:
     span = max(end - start, 1)
     tids = mine["issue_tid"].to_numpy()
     tid = int(pd.Series(tids[tids >= 0]).mode().iloc[0]) if (tids >= 0).any() else int(st.tid)
-    lanes = [_host_ops(trace, tid, start, end, span), _host_calls(trace, tid, start, end, span),
-             _idle_lane(idle, int(st.step), start, span)]
+    lanes = [
+        _host_ops(trace, tid, start, end, span),
+        _host_calls(trace, tid, start, end, span),
+        _idle_lane(idle, int(st.step), start, span),
+    ]
     lanes += _streams(mine, start, span, short_name)
     # Keys and labels as indexes into the timeline's tables of distinct strings (first seen
     # first, lane by lane): one hash factorisation over every lane's segments.
@@ -70,8 +79,18 @@ def _timeline(trace, st, work, idle, why, t0, short_name) -> dict[str, Any]:
     for lane in lanes:
         seg = lane["segments"]
         n = len(seg.keys)
-        lane["segments"] = list(map(list, zip(seg.start_ms, seg.end_ms, key_code[at : at + n].tolist(),
-                                              label_code[at : at + n].tolist(), seg.count)))
+        lane["segments"] = list(
+            map(
+                list,
+                zip(
+                    seg.start_ms,
+                    seg.end_ms,
+                    key_code[at : at + n].tolist(),
+                    label_code[at : at + n].tolist(),
+                    seg.count,
+                ),
+            )
+        )
         at += n
     return {
         "step": int(st.step),
@@ -114,20 +133,33 @@ def add_critical_path(tls: list[dict[str, Any]], steps: pd.DataFrame, critical_p
             continue
         s = np.array([x.start_ns for x in path], dtype=np.int64)
         e = np.array([x.end_ns for x in path], dtype=np.int64)
-        segs = _segments(s, e, np.array([x.kind for x in path], dtype=object),
-                         np.array([x.label for x in path], dtype=object), start, max(end - start, 1))
+        segs = _segments(
+            s,
+            e,
+            np.array([x.kind for x in path], dtype=object),
+            np.array([x.label for x in path], dtype=object),
+            start,
+            max(end - start, 1),
+        )
         # Keys and labels into the timeline's tables of distinct strings, new ones appended.
         at = {"keys": {k: i for i, k in enumerate(tl["keys"])}, "labels": {k: i for i, k in enumerate(tl["labels"])}}
 
-        def code(table: str, text: str) -> int:
+        def code(table: str, text: str, at: dict = at, tl: dict = tl) -> int:
             if text not in at[table]:
                 at[table][text] = len(tl[table])
                 tl[table].append(text)
             return at[table][text]
 
-        tl["lanes"].append({"name": "critical path", "kind": "critical", "segments": [
-            [a, b, code("keys", str(k)), code("labels", str(t)), n]
-            for a, b, k, t, n in zip(segs.start_ms, segs.end_ms, segs.keys, segs.labels, segs.count)]})
+        tl["lanes"].append(
+            {
+                "name": "critical path",
+                "kind": "critical",
+                "segments": [
+                    [a, b, code("keys", str(k)), code("labels", str(t)), n]
+                    for a, b, k, t, n in zip(segs.start_ms, segs.end_ms, segs.keys, segs.labels, segs.count)
+                ],
+            }
+        )
 
 
 def _first_seen(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -154,8 +186,9 @@ def _host_ops(trace: Trace, tid: int, start: int, end: int, span: int) -> dict[s
     ops = trace.cpu_ops
     if not len(ops):
         return _lane("host ops", "host_ops", _NO_SEGMENTS)
-    rows = np.flatnonzero((ops["tid"].to_numpy() == tid) & (ops["start_ns"].to_numpy() < end)
-                          & (ops["end_ns"].to_numpy() > start))
+    rows = np.flatnonzero(
+        (ops["tid"].to_numpy() == tid) & (ops["start_ns"].to_numpy() < end) & (ops["end_ns"].to_numpy() > start)
+    )
     if not len(rows):
         return _lane(f"host thread {tid}: ops", "host_ops", _NO_SEGMENTS)
     # Top level within the window: ops no other op of the window encloses.
@@ -172,14 +205,16 @@ def _host_calls(trace: Trace, tid: int, start: int, end: int, span: int) -> dict
     rt = trace.runtime
     if not len(rt):
         return _lane("runtime calls", "host_calls", _NO_SEGMENTS)
-    rows = np.flatnonzero((rt["tid"].to_numpy() == tid) & (rt["start_ns"].to_numpy() < end)
-                          & (rt["end_ns"].to_numpy() > start))
+    rows = np.flatnonzero(
+        (rt["tid"].to_numpy() == tid) & (rt["start_ns"].to_numpy() < end) & (rt["end_ns"].to_numpy() > start)
+    )
     names = rt["name"].iloc[rows]
     sync = name_mask(names, SYNC_CALL)
     launch = name_mask(names, LAUNCH_CALL) & ~sync
     kind = np.where(sync, "sync", np.where(launch, "launch", "other")).astype(object)
-    segs = _segments(rt["start_ns"].to_numpy()[rows], rt["end_ns"].to_numpy()[rows], kind, names.to_numpy(),
-                     start, span)
+    segs = _segments(
+        rt["start_ns"].to_numpy()[rows], rt["end_ns"].to_numpy()[rows], kind, names.to_numpy(), start, span
+    )
     return _lane(f"host thread {tid}: runtime calls", "host_calls", segs)
 
 
@@ -193,10 +228,13 @@ def _idle_lane(idle: IdleCauses, step: int, start: int, span: int) -> dict[str, 
     keep = np.sort(np.argsort(-(g["end_ns"].to_numpy() - g["start_ns"].to_numpy()), kind="stable")[:MAX_SEGMENTS])
     parts = g[list(CAUSES)].to_numpy()[keep]
     main = np.array(CAUSES, dtype=object)[parts.argmax(axis=1)] if len(keep) else np.zeros(0, dtype=object)
-    labels = np.array([", ".join(f"{c} {v / 1e6:.3g} ms" for c, v in zip(CAUSES, row) if v > 0)
-                       for row in parts.tolist()], dtype=object)
-    segs = _segments(g["start_ns"].to_numpy()[keep], g["end_ns"].to_numpy()[keep], main, labels, start,
-                     span, merge=False)
+    labels = np.array(
+        [", ".join(f"{c} {v / 1e6:.3g} ms" for c, v in zip(CAUSES, row) if v > 0) for row in parts.tolist()],
+        dtype=object,
+    )
+    segs = _segments(
+        g["start_ns"].to_numpy()[keep], g["end_ns"].to_numpy()[keep], main, labels, start, span, merge=False
+    )
     return _lane("GPU idle, by cause", "idle", segs)
 
 
@@ -221,8 +259,9 @@ def _streams(mine: pd.DataFrame, start: int, span: int, short_name) -> list[dict
     for title, sel in groups:
         rows = np.flatnonzero(sel)
         labels = short[codes[rows]]
-        segs = _segments(mine["start_ns"].to_numpy()[rows], mine["end_ns"].to_numpy()[rows], cats[rows], labels,
-                         start, span)
+        segs = _segments(
+            mine["start_ns"].to_numpy()[rows], mine["end_ns"].to_numpy()[rows], cats[rows], labels, start, span
+        )
         out.append(_lane(title, "stream", segs))
     return out
 
@@ -231,8 +270,9 @@ def _lane(name: str, kind: str, segments: _Segments) -> dict[str, Any]:
     return {"name": name, "kind": kind, "segments": segments}
 
 
-def _segments(s: np.ndarray, e: np.ndarray, key: np.ndarray, label: np.ndarray, start: int, span: int,
-              merge: bool = True) -> _Segments:
+def _segments(
+    s: np.ndarray, e: np.ndarray, key: np.ndarray, label: np.ndarray, start: int, span: int, merge: bool = True
+) -> _Segments:
     """The segments (start_ms, end_ms, key, label, count) of intervals, from ``start``; with
     ``merge``, neighbours with the same key closer than span / RESOLUTION merged (coarser until
     at most MAX_SEGMENTS). A merged segment's label counts its intervals.
@@ -271,11 +311,12 @@ def _segments(s: np.ndarray, e: np.ndarray, key: np.ndarray, label: np.ndarray, 
     b = np.round((run_end[last] - start) / 1e6, 4).tolist()
     keys = _texts(key[first], lambda k: k)
     labels = np.empty(len(first), dtype=object)
-    single = (last == first)
+    single = last == first
     labels[single] = _texts(label[first][single], lambda t: t[:LABEL_CHARS])
     merged = np.flatnonzero(~single)
-    labels[merged] = [f"{c} × {k}"[:LABEL_CHARS] for c, k in zip((last - first + 1)[merged].tolist(),
-                                                                  keys[merged].tolist())]
+    labels[merged] = [
+        f"{c} × {k}"[:LABEL_CHARS] for c, k in zip((last - first + 1)[merged].tolist(), keys[merged].tolist())
+    ]
     return _Segments(a, b, keys, labels, count)
 
 
@@ -284,8 +325,9 @@ def _segments(s: np.ndarray, e: np.ndarray, key: np.ndarray, label: np.ndarray, 
 _MAX_ROUNDS = 64
 
 
-def _buckets(s: np.ndarray, e: np.ndarray, run_end: np.ndarray, key: np.ndarray, label: np.ndarray,
-             start: int) -> _Segments:
+def _buckets(
+    s: np.ndarray, e: np.ndarray, run_end: np.ndarray, key: np.ndarray, label: np.ndarray, start: int
+) -> _Segments:
     """Sorted intervals that alternate kinds too often to merge by kind, as at most MAX_SEGMENTS
     segments: equal slices of time, each one segment of the intervals starting in it, keyed by
     the kind holding most of its busy time (ties: the kind seen first), labelled with how many
@@ -311,9 +353,13 @@ def _buckets(s: np.ndarray, e: np.ndarray, run_end: np.ndarray, key: np.ndarray,
     kinds = np.bincount(pair_bucket, minlength=MAX_SEGMENTS)[pair_bucket[top]]
     keys = np.array([str(u) for u in uniques], dtype=object)[pair_code[top]]
     own = label[first].tolist()
-    labels = np.array([(str(t) if c == 1 else f"{c} × {k}" if n == 1 else f"{c} intervals of {n} kinds, mostly {k}")
-                       [:LABEL_CHARS] for c, n, k, t in zip(count.tolist(), kinds.tolist(), keys.tolist(), own)],
-                      dtype=object)
+    labels = np.array(
+        [
+            (str(t) if c == 1 else f"{c} × {k}" if n == 1 else f"{c} intervals of {n} kinds, mostly {k}")[:LABEL_CHARS]
+            for c, n, k, t in zip(count.tolist(), kinds.tolist(), keys.tolist(), own)
+        ],
+        dtype=object,
+    )
     a = np.round((s[first] - start) / 1e6, 4).tolist()
     b = np.round((run_end[last] - start) / 1e6, 4).tolist()
     return _Segments(a, b, keys, labels, count.tolist())

@@ -15,7 +15,6 @@ from tracekit.analysis import categorical
 from tracekit.trace.links import op_parents
 from tracekit.trace.model import Trace
 
-
 # The launch grid's and block's dimensions (-1: not recorded), carried from the kernels table.
 GRID_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 # ``issue_ns`` of work whose launch the trace does not hold: "no time". The Chrome format allows

@@ -30,8 +30,18 @@ LAUNCH_CALL = re.compile(r"launch|memcpy.*async|memset.*async", re.IGNORECASE)
 # Ops that read a device value back to the host, so wait for the device.
 SYNC_OPS = frozenset(
     "aten::" + n
-    for n in ("item", "_local_scalar_dense", "nonzero", "is_nonzero", "equal", "allclose", "unique",
-              "_unique2", "masked_select", "tolist")
+    for n in (
+        "item",
+        "_local_scalar_dense",
+        "nonzero",
+        "is_nonzero",
+        "equal",
+        "allclose",
+        "unique",
+        "_unique2",
+        "masked_select",
+        "tolist",
+    )
 )
 _STDLIB = frozenset(sys.stdlib_module_names)
 
@@ -57,8 +67,10 @@ class Coverage:
         sync = (np.concatenate([s_rt[is_sync], s_op[sync_ops]]), np.concatenate([e_rt[is_sync], e_op[sync_ops]]))
         launch = (np.concatenate([sync[0], s_rt[is_launch]]), np.concatenate([sync[1], e_rt[is_launch]]))
         # Sync and launch intervals are runtime calls and ops already: busy needs no copy of them.
-        busy = (np.concatenate([s_rt, s_op, py["start_ns"].to_numpy()[p]]),
-                np.concatenate([e_rt, e_op, py["end_ns"].to_numpy()[p]]))
+        busy = (
+            np.concatenate([s_rt, s_op, py["start_ns"].to_numpy()[p]]),
+            np.concatenate([e_rt, e_op, py["end_ns"].to_numpy()[p]]),
+        )
         return cls({"sync": sync, "launch": launch, "busy": busy})
 
     def _covered(self, key: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -114,8 +126,11 @@ def union_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
 
 def _prefix(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Merged intervals plus the time covered before each one starts."""
-    return starts, ends, np.concatenate([[0], np.cumsum(ends - starts)[:-1]]).astype(np.int64) if len(starts) \
-        else np.zeros(0, np.int64)
+    return (
+        starts,
+        ends,
+        np.concatenate([[0], np.cumsum(ends - starts)[:-1]]).astype(np.int64) if len(starts) else np.zeros(0, np.int64),
+    )
 
 
 def _cum(starts: np.ndarray, ends: np.ndarray, before: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -142,12 +157,15 @@ class HostThread:
         sync_ops = op_rows[categorical.isin(ops["name"], SYNC_OPS)[op_rows]] if len(op_rows) else op_rows
         # Synchronising calls (runtime rows) and ops (op rows): start, end, kind, row.
         self._sync = [(rt, rows, True), (ops, sync_ops, False)]
-        self._sync = [(t["start_ns"].to_numpy()[r], t["end_ns"].to_numpy()[r], is_rt, r)
-                      for t, r, is_rt in self._sync if len(r)]
+        self._sync = [
+            (t["start_ns"].to_numpy()[r], t["end_ns"].to_numpy()[r], is_rt, r) for t, r, is_rt in self._sync if len(r)
+        ]
         self._rt_names = categorical.Lookup(rt["name"]) if len(rt) else None
         self._rt_ops = rt["op"].to_numpy() if len(rt) and "op" in rt else None
         self._op_names = categorical.Lookup(ops["name"]) if len(ops) else None
-        self._op_start, self._op_end = (ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()) if len(ops) else (None, None)
+        self._op_start, self._op_end = (
+            (ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()) if len(ops) else (None, None)
+        )
         self._ops = _Nest(ops, op_rows)
         self._py_names = categorical.Lookup(py["name"]) if len(py) else None
         self._py = _Nest(py, np.flatnonzero(py["tid"].to_numpy() == tid) if len(py) else np.zeros(0, np.int64))

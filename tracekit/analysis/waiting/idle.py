@@ -82,8 +82,11 @@ class IdleCauses:
 
     def phase_causes(self, weight: np.ndarray) -> dict[str, float]:
         """{cause: ms} over steps weighted by their share in a phase."""
-        total = (self.by_step * np.asarray(weight, dtype=float)[:, None]).sum(axis=0) if len(self.by_step) \
+        total = (
+            (self.by_step * np.asarray(weight, dtype=float)[:, None]).sum(axis=0)
+            if len(self.by_step)
             else np.zeros(len(CAUSES))
+        )
         return {c: float(total[j]) / 1e6 for j, c in enumerate(CAUSES)}
 
     def top(self, weight: np.ndarray, phase_ms: float, work: pd.DataFrame, n: int = TOP) -> list[dict]:
@@ -176,9 +179,9 @@ class IdleCauses:
             th = self._thread(th_id)
             mine = q[own[q]]
             op_row[mine] = th.ops_at(t[mine])
-            keys[q, 3:3 + self._FRAMES] = th.frame_codes(t[q], self._FRAMES)
+            keys[q, 3 : 3 + self._FRAMES] = th.frame_codes(t[q], self._FRAMES)
             with_op = q[op_row[q] >= 0]
-            keys[with_op, 3 + self._FRAMES:] = th.op_codes(op_row[with_op], self._OPS)
+            keys[with_op, 3 + self._FRAMES :] = th.op_codes(op_row[with_op], self._OPS)
         return keys
 
     def _call_code(self, name: str) -> int:
@@ -192,12 +195,19 @@ class IdleCauses:
         if tid < 0:
             return {"cause": cause, "call": None, "op": None, "stack": []}
         base = self._rt[0].size if self._rt is not None else 0
-        name = None if call < 0 else (str(self._rt[0].names_of([call])[0]) if call < base else
-                                      list(self._sync_calls)[call - base])  # codes in order of first sight
+        name = (
+            None
+            if call < 0
+            else (str(self._rt[0].names_of([call])[0]) if call < base else list(self._sync_calls)[call - base])
+        )  # codes in order of first sight
         th = self._thread(tid)
-        ops = th.op_names(key[3 + self._FRAMES:])
-        return {"cause": cause, "call": name, "op": ops[-1] if ops else None,
-                "stack": _dedupe(th.frame_names(key[3:3 + self._FRAMES]) + ops)}
+        ops = th.op_names(key[3 + self._FRAMES :])
+        return {
+            "cause": cause,
+            "call": name,
+            "op": ops[-1] if ops else None,
+            "stack": _dedupe(th.frame_names(key[3 : 3 + self._FRAMES]) + ops),
+        }
 
     def _thread(self, tid: int) -> HostThread:
         if tid not in self._threads:
@@ -226,7 +236,7 @@ def idle_causes(trace: Trace, seg: Segmentation) -> IdleCauses:
         # In blocks: _split's few dozen temporaries per gap would otherwise peak at several
         # times the gaps table on a serving trace (a gap between almost every two kernels).
         for lo in range(0, len(rows), _BLOCK):
-            block = rows[lo:lo + _BLOCK]
+            block = rows[lo : lo + _BLOCK]
             parts[block] = _split({c: v[block] for c, v in cols.items()}, cov)
     # Summed in int64, not bincount's float64: a step's causes must sum to its idle time to the
     # nanosecond, and float64 drops nanoseconds past 2^53 (an epoch-scale bogus duration).
@@ -242,7 +252,9 @@ def _no_gaps() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
 
 
-def _gaps(steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame, other: pd.DataFrame | None = None) -> pd.DataFrame:
+def _gaps(
+    steps: pd.DataFrame, work: pd.DataFrame, ops: pd.DataFrame, other: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Every idle gap of each step's window (``begin_ns`` to ``end_ns``): the lead-in before
     its first work, the gaps between its busy intervals and the tail after its last, with
     the work row that ends each gap (-1 for a tail). Work is clipped to the step's window,

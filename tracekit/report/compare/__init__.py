@@ -76,9 +76,15 @@ class CompareText(Renderer):
     def view_model(self, data: dict[str, Any]) -> dict[str, Any]:
         vm = view.view_model(data, self.top)
         head = ["figure", "before", "after", "change", "change %", "verdict"]
-        cells = [[term_text(h[k]) for k in ("label", "before", "after", "delta", "relative", "verdict")] for h in vm["headline"]]
+        cells = [
+            [term_text(h[k]) for k in ("label", "before", "after", "delta", "relative", "verdict")]
+            for h in vm["headline"]
+        ]
         vm["headline_table"] = text_table(head, cells) if cells else []  # the template then says why
-        ctx = [[term_text(c["label"]), term_text(c["before"]), "->", term_text(c["after"]), term_text(c["note"])] for c in vm["context"]]
+        ctx = [
+            [term_text(c["label"]), term_text(c["before"]), "->", term_text(c["after"]), term_text(c["note"])]
+            for c in vm["context"]
+        ]
         vm["context_table"] = text_table(None, ctx)
         for k in vm["kernels"]:
             rows = []
@@ -86,8 +92,16 @@ class CompareText(Renderer):
                 rows.append([term_text(c["category"]), c["before"], c["after"], c["delta"], c["status"], ""])
                 for r in c["rows"]:
                     roof = f"{r['before_roof']} -> {r['after_roof']}" if r["status"] == "" else ""
-                    rows.append(["  " + term_text(r["op_short"]), r["before"], r["after"], r["delta"],
-                                 r["status"] or r["per_call"], roof])
+                    rows.append(
+                        [
+                            "  " + term_text(r["op_short"]),
+                            r["before"],
+                            r["after"],
+                            r["delta"],
+                            r["status"] or r["per_call"],
+                            roof,
+                        ]
+                    )
             head = ["category / op or kernel", "before", "after", "change", "per call", "of own roof"]
             k["table"] = text_table(head, rows) if rows else []
         return vm

@@ -48,12 +48,27 @@ def stacked_ms(title: str, rows: list[dict[str, Any]], x_label: str, chart_id: s
             left += ms
         top = max(top, left)
     p = figure(
-        title=title, y_range=ys, x_range=Range1d(0, (top or 1.0) * 1.04), height=height, sizing_mode="stretch_width",
-        tools="save", toolbar_location="above",
+        title=title,
+        y_range=ys,
+        x_range=Range1d(0, (top or 1.0) * 1.04),
+        height=height,
+        sizing_mode="stretch_width",
+        tools="save",
+        toolbar_location="above",
     )
-    r = p.hbar(y="y", left="left", right="right", height=0.6, color="color", line_color="#ffffff",
-               legend_field="part", source=ColumnDataSource(seg))
-    p.add_tools(HoverTool(renderers=[r], tooltips=[("", "@y"), ("part", "@part"), ("time", "@ms"), ("share", "@share")]))
+    r = p.hbar(
+        y="y",
+        left="left",
+        right="right",
+        height=0.6,
+        color="color",
+        line_color="#ffffff",
+        legend_field="part",
+        source=ColumnDataSource(seg),
+    )
+    p.add_tools(
+        HoverTool(renderers=[r], tooltips=[("", "@y"), ("part", "@part"), ("time", "@ms"), ("share", "@share")])
+    )
     p.xaxis.axis_label = x_label
     p.ygrid.grid_line_color = None
     style(p)
@@ -86,7 +101,11 @@ def phase_bars(data: dict[str, Any], phase: str) -> list[dict[str, Any]]:
         {
             "label": tag(data, s),
             "segments": [
-                (f"{word} idle" if b == "idle" else BOUND_LABELS.get(b, b), bound[b][f"{s}_ms"], BOUND_COLORS.get(b, "#777777"))
+                (
+                    f"{word} idle" if b == "idle" else BOUND_LABELS.get(b, b),
+                    bound[b][f"{s}_ms"],
+                    BOUND_COLORS.get(b, "#777777"),
+                )
                 for b in bounds
             ],
         }
@@ -94,13 +113,24 @@ def phase_bars(data: dict[str, Any], phase: str) -> list[dict[str, Any]]:
     ]
     cats = sorted((r for r in p.get("by_category") or []), key=lambda r: -max(r["before_ms"], r["after_ms"]))
     cat_rows = [
-        {"label": tag(data, s), "segments": [(r["name"], r[f"{s}_ms"], category_color(r["name"], i)) for i, r in enumerate(cats)]}
+        {
+            "label": tag(data, s),
+            "segments": [(r["name"], r[f"{s}_ms"], category_color(r["name"], i)) for i, r in enumerate(cats)],
+        }
         for s in sides
     ]
     h = stacked_height(max(len(bounds), len(cats)))
     return [
-        stacked_ms(f"{label}: {word} time by bound", bound_rows, f"{unit} (kernel time + {word} idle)", f"tk-cmp-{phase}-bound", h),
-        stacked_ms(f"{label}: kernel time by category", cat_rows, f"{unit} of kernel time", f"tk-cmp-{phase}-category", h),
+        stacked_ms(
+            f"{label}: {word} time by bound",
+            bound_rows,
+            f"{unit} (kernel time + {word} idle)",
+            f"tk-cmp-{phase}-bound",
+            h,
+        ),
+        stacked_ms(
+            f"{label}: kernel time by category", cat_rows, f"{unit} of kernel time", f"tk-cmp-{phase}-category", h
+        ),
     ]
 
 
@@ -113,12 +143,18 @@ def roof_chart(data: dict[str, Any], phase: str) -> dict[str, Any]:
     rb, ra = roofs.get("before") or {}, roofs.get("after") or {}
     withheld = roofs.get("withheld") or {}
     if not rb and not ra and not any(withheld.values()):
-        return {"reason": f"No roofline comparison for {_label(phase).lower()}: neither run's kernels could be priced "
-                          "against a roof (no spec row, or no FLOPs and bytes)."}
+        return {
+            "reason": f"No roofline comparison for {_label(phase).lower()}: neither run's kernels could be priced "
+            "against a roof (no spec row, or no FLOPs and bytes)."
+        }
     # Categories in order of kernel time (the ones that matter first), not of roof fraction.
-    ms = {r["name"]: max(r["before_ms"], r["after_ms"]) for r in ((data.get("phases") or {}).get(phase) or {}).get("by_category") or []}
-    cats = sorted(set(rb) | set(ra) | {c for side in withheld.values() for c in side},
-                  key=lambda c: (-ms.get(c, 0.0), c))
+    ms = {
+        r["name"]: max(r["before_ms"], r["after_ms"])
+        for r in ((data.get("phases") or {}).get(phase) or {}).get("by_category") or []
+    }
+    cats = sorted(
+        set(rb) | set(ra) | {c for side in withheld.values() for c in side}, key=lambda c: (-ms.get(c, 0.0), c)
+    )
     sources = {}
     factors = [(c, s) for c in cats for s in SIDES]
     for s, values in (("before", rb), ("after", ra)):
@@ -131,23 +167,41 @@ def roof_chart(data: dict[str, Any], phase: str) -> dict[str, Any]:
             cols["roof"].append(roof_of(data, s))
             held = (withheld.get(s) or {}).get(c)
             # A withheld fraction (above its roof, or bytes capped at it) draws no bar: its label says why.
-            cols["value"].append(fmt.pct(v) if v is not None else WITHHELD_LABELS.get(held.get("why"), fmt.MISSING) if held
-                                 else "not priced in this run")
+            cols["value"].append(
+                fmt.pct(v)
+                if v is not None
+                else WITHHELD_LABELS.get(held.get("why"), fmt.MISSING)
+                if held
+                else "not priced in this run"
+            )
             cols["category"].append(c)
         sources[s] = ColumnDataSource(cols)
     top = max([*rb.values(), *ra.values(), 0.0])
     y_top = max(1.0, top * 1.1)  # every fraction shown is at most its roof, plus timing noise
     p = figure(
         title=f"{_label(phase)}: % of each run's own roof, by category (time-weighted)",
-        x_range=FactorRange(*factors, group_padding=0.8, subgroup_padding=0.1), y_range=Range1d(0, y_top),
-        height=340, sizing_mode="stretch_width", tools="save", toolbar_location="above",
+        x_range=FactorRange(*factors, group_padding=0.8, subgroup_padding=0.1),
+        y_range=Range1d(0, y_top),
+        height=340,
+        sizing_mode="stretch_width",
+        tools="save",
+        toolbar_location="above",
     )
     renderers = []
     for s in SIDES:
         renderers.append(p.vbar(x="x", top="y", width=0.9, color=SIDE_COLORS[s], line_color=None, source=sources[s]))
-    p.add_tools(HoverTool(renderers=renderers, tooltips=[("category", "@category"), ("run", "@side"),
-                                                         ("against the roof of", "@roof"), ("achieved", "@value")],
-                            mode="vline"))  # a short bar is hovered anywhere in its column
+    p.add_tools(
+        HoverTool(
+            renderers=renderers,
+            tooltips=[
+                ("category", "@category"),
+                ("run", "@side"),
+                ("against the roof of", "@roof"),
+                ("achieved", "@value"),
+            ],
+            mode="vline",
+        )
+    )  # a short bar is hovered anywhere in its column
     p.yaxis.formatter = NumeralTickFormatter(format="0%")
     p.yaxis.axis_label = "time the roof allows / time taken"
     p.xaxis.major_label_text_font_size = "0px"  # "before"/"after" under every bar: the legend says it
@@ -157,13 +211,25 @@ def roof_chart(data: dict[str, Any], phase: str) -> dict[str, Any]:
     p.xaxis.group_label_orientation = 0.6 if len(cats) > 8 else "horizontal"
     p.xgrid.grid_line_color = None
     style(p)
-    legend = Legend(items=[LegendItem(label=tag(data, s), renderers=[r]) for s, r in zip(SIDES, renderers)],
-                    orientation="horizontal", location="top_right", label_text_font=FONT, label_text_font_size="11px",
-                    border_line_color=None, background_fill_alpha=0.8)
+    legend = Legend(
+        items=[LegendItem(label=tag(data, s), renderers=[r]) for s, r in zip(SIDES, renderers)],
+        orientation="horizontal",
+        location="top_right",
+        label_text_font=FONT,
+        label_text_font_size="11px",
+        border_line_color=None,
+        background_fill_alpha=0.8,
+    )
     p.add_layout(legend, "above")
     held = sorted({c for side in withheld.values() for c in side})
-    note = (f"No bar for {', '.join(held)} where its fraction is withheld (above its roof, or bytes capped at it): "
-            "the table says why.") if held else None
+    note = (
+        (
+            f"No bar for {', '.join(held)} where its fraction is withheld (above its roof, or bytes capped at it): "
+            "the table says why."
+        )
+        if held
+        else None
+    )
     return {"id": f"tk-cmp-{phase}-roof", **chart_item(p, f"tk-cmp-{phase}-roof"), "note": note}
 
 
@@ -177,6 +243,10 @@ def all_charts(data: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, di
         items += [b["item"] for b in bars]
         if "item" in roof:
             items.append(roof["item"])
-        ids[phase] = {"bars": [b["id"] for b in bars], "roof": roof.get("id"), "roof_reason": roof.get("reason"),
-                      "roof_note": roof.get("note")}
+        ids[phase] = {
+            "bars": [b["id"] for b in bars],
+            "roof": roof.get("id"),
+            "roof_reason": roof.get("reason"),
+            "roof_note": roof.get("note"),
+        }
     return items, ids

@@ -22,8 +22,9 @@ def junit_xml(gates: list[dict[str, Any]]) -> str:
     failures = sum(g["verdict"] == "fail" for g in gates)
     skipped = sum(g["verdict"] == "missing" for g in gates)
     root = ET.Element("testsuites", name=SUITE, tests=str(len(gates)), failures=str(failures), skipped=str(skipped))
-    suite = ET.SubElement(root, "testsuite", name=SUITE, tests=str(len(gates)), failures=str(failures),
-                          errors="0", skipped=str(skipped))
+    suite = ET.SubElement(
+        root, "testsuite", name=SUITE, tests=str(len(gates)), failures=str(failures), errors="0", skipped=str(skipped)
+    )
     for g in gates:
         case = ET.SubElement(suite, "testcase", name=g["expr"], classname="tracekit.compare." + g["metric"])
         sentence = g.get("sentence") or ""

@@ -42,7 +42,10 @@ def device_word(data: dict[str, Any]) -> str:
 
 
 def same_device(data: dict[str, Any]) -> bool:
-    return all((data["before"].get("device") or {}).get(k) == (data["after"].get("device") or {}).get(k) for k in ("name", "spec"))
+    return all(
+        (data["before"].get("device") or {}).get(k) == (data["after"].get("device") or {}).get(k)
+        for k in ("name", "spec")
+    )
 
 
 def tag(data: dict[str, Any], side: str) -> str:
@@ -130,7 +133,9 @@ def run_header(data: dict[str, Any], side: str) -> dict[str, Any]:
         "steps": ", ".join(f"{n} {phase_label(p).lower()}" for p, n in (s.get("steps") or {}).items()) or "none",
         "workload": [{"label": label, "value": _plain(work[k])} for k, label in _WORKLOAD if work.get(k) is not None],
         # Repeated runs of this side (the first is the one detailed): their names, when more than one.
-        "runs": [str(r.get("name") or r.get("path") or "trace") for r in s.get("runs") or []] if len(s.get("runs") or []) > 1 else [],
+        "runs": [str(r.get("name") or r.get("path") or "trace") for r in s.get("runs") or []]
+        if len(s.get("runs") or []) > 1
+        else [],
     }
 
 
@@ -144,8 +149,13 @@ def _context_value(field: str, v: Any) -> str:
 
 def context(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [
-        {"field": r["field"], "label": r.get("label") or r["field"], "before": _context_value(r["field"], r["before"]),
-         "after": _context_value(r["field"], r["after"]), "note": r.get("note") or ""}
+        {
+            "field": r["field"],
+            "label": r.get("label") or r["field"],
+            "before": _context_value(r["field"], r["before"]),
+            "after": _context_value(r["field"], r["after"]),
+            "note": r.get("note") or "",
+        }
         for r in data.get("context") or []
     ]
 
@@ -174,7 +184,8 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "interval": _interval_text(h.get("interval")),
                 # What the interval resampled (within one run, or runs and steps) and how a side of
                 # several runs became one figure.
-                "interval_basis": (h.get("interval") or {}).get("basis") or "no interval: a figure measured once per run",
+                "interval_basis": (h.get("interval") or {}).get("basis")
+                or "no interval: a figure measured once per run",
                 "figure_basis": _figure_basis(h.get("basis")),
                 # Why an efficiency verdict disagrees with its latency's, when it does.
                 "disagreement": h.get("disagreement"),
@@ -184,7 +195,7 @@ def headline(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _figure_basis(basis: dict[str, Any] | None) -> str:
-    """"before 3 runs: over the pooled steps (192 steps); after ..." or "" with one run a side."""
+    """ "before 3 runs: over the pooled steps (192 steps); after ..." or "" with one run a side."""
     parts = [f"{side} {basis[side]}" for side in SIDES if basis and basis.get(side) and basis[side] != "one run"]
     return "; ".join(parts)
 
@@ -208,17 +219,19 @@ def gates(data: dict[str, Any]) -> list[dict[str, Any]]:
             return rel(x) if unit == "%" else signed(x, unit)
 
         iv = g.get("interval")
-        out.append({
-            "expr": g["expr"],
-            "metric": g["metric"],
-            "threshold": show(g.get("threshold")),
-            "change": show(g.get("change")),
-            "interval": f"{show(iv[0])} to {show(iv[1])}" if iv else fmt.MISSING,
-            "verdict": g["verdict"],
-            "mark": GATE_MARK.get(g["verdict"], g["verdict"]),
-            "verdict_class": GATE_CLASS.get(g["verdict"], "na"),
-            "sentence": g.get("sentence") or "",
-        })
+        out.append(
+            {
+                "expr": g["expr"],
+                "metric": g["metric"],
+                "threshold": show(g.get("threshold")),
+                "change": show(g.get("change")),
+                "interval": f"{show(iv[0])} to {show(iv[1])}" if iv else fmt.MISSING,
+                "verdict": g["verdict"],
+                "mark": GATE_MARK.get(g["verdict"], g["verdict"]),
+                "verdict_class": GATE_CLASS.get(g["verdict"], "na"),
+                "sentence": g.get("sentence") or "",
+            }
+        )
     return out
 
 
@@ -255,8 +268,10 @@ def phases(data: dict[str, Any], chart_ids: dict[str, dict[str, str | None]] | N
         roofs = p.get("roof") or {}
         held = roofs.get("withheld") or {}
         ms = {r["name"]: max(r["before_ms"], r["after_ms"]) for r in p.get("by_category") or []}
-        cats = sorted(set(roofs.get("before") or {}) | set(roofs.get("after") or {}) | {c for v in held.values() for c in v},
-                      key=lambda c: (-ms.get(c, 0.0), c))
+        cats = sorted(
+            set(roofs.get("before") or {}) | set(roofs.get("after") or {}) | {c for v in held.values() for c in v},
+            key=lambda c: (-ms.get(c, 0.0), c),
+        )
         out.append(
             {
                 "phase": phase,
@@ -269,15 +284,28 @@ def phases(data: dict[str, Any], chart_ids: dict[str, dict[str, str | None]] | N
                 "time_delta": signed(t.get("delta"), "ms"),
                 "per_step_time": {s: fmt.ms(t.get(f"{s}_per_step")) for s in SIDES},
                 "explanation": list(p.get("explanation") or []),
-                "by_bound": _ms_rows(sorted(p.get("by_bound") or [], key=lambda r: BOUND_ORDER.index(r["name"]) if r["name"] in BOUND_ORDER else 9), bound_labels),
+                "by_bound": _ms_rows(
+                    sorted(
+                        p.get("by_bound") or [],
+                        key=lambda r: BOUND_ORDER.index(r["name"]) if r["name"] in BOUND_ORDER else 9,
+                    ),
+                    bound_labels,
+                ),
                 "by_category": _ms_rows(p.get("by_category") or []),
                 "roof": [
-                    {"category": c, **{s: _roof_text((roofs.get(s) or {}).get(c), (held.get(s) or {}).get(c)) for s in SIDES},
-                     **{f"{s}_note": ((held.get(s) or {}).get(c) or {}).get("reason") for s in SIDES}}
+                    {
+                        "category": c,
+                        **{s: _roof_text((roofs.get(s) or {}).get(c), (held.get(s) or {}).get(c)) for s in SIDES},
+                        **{f"{s}_note": ((held.get(s) or {}).get(c) or {}).get("reason") for s in SIDES},
+                    }
                     for c in cats
                 ],
-                "roof_withheld": [{"name": c, "side": s, "reason": v["reason"]}
-                                  for c in cats for s in SIDES if (v := (held.get(s) or {}).get(c))],
+                "roof_withheld": [
+                    {"name": c, "side": s, "reason": v["reason"]}
+                    for c in cats
+                    for s in SIDES
+                    if (v := (held.get(s) or {}).get(c))
+                ],
                 "charts": (chart_ids or {}).get(phase, {}),
             }
         )
@@ -336,8 +364,12 @@ def _roof_text(fraction: float | None, withheld: dict[str, str] | None) -> str:
 
 def _withheld_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
     """The kernel groups whose fraction of a roof is withheld, per side, with why (listed under the table)."""
-    return [{"name": r.get("op") or "", "side": s, "reason": r[f"{s}_roof_withheld"]["reason"]}
-            for r in rows for s in SIDES if r.get(f"{s}_roof_withheld")]
+    return [
+        {"name": r.get("op") or "", "side": s, "reason": r[f"{s}_roof_withheld"]["reason"]}
+        for r in rows
+        for s in SIDES
+        if r.get(f"{s}_roof_withheld")
+    ]
 
 
 def _category_row(c: dict[str, Any]) -> dict[str, Any]:
@@ -366,9 +398,17 @@ def kernels(data: dict[str, Any], top: int | None = None) -> list[dict[str, Any]
                 # the runs share no kernel names (two vendors, graph-replayed kernels without ops).
                 "categories": [_category_row(c) for c in (k.get("categories") or [])[:top]],
                 # Every group shown above whose fraction is withheld, once, with why.
-                "roof_withheld": _withheld_rows(list({r["key"]: r for r in [
-                    *(r for c in (k.get("categories") or [])[:top] for r in c.get("top") or []),
-                    *(r for part in ("new", "vanished") for r in (k.get(part) or [])[:top])]}.values())),
+                "roof_withheld": _withheld_rows(
+                    list(
+                        {
+                            r["key"]: r
+                            for r in [
+                                *(r for c in (k.get("categories") or [])[:top] for r in c.get("top") or []),
+                                *(r for part in ("new", "vanished") for r in (k.get(part) or [])[:top]),
+                            ]
+                        }.values()
+                    )
+                ),
                 "per_step": k.get("basis") == "per step",
                 "steps": {s: fmt.count((k.get("steps") or {}).get(s)) for s in SIDES},
             }
