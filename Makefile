@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # GPU machine pass the one for your CUDA/ROCm, e.g. `make demo TORCH_SPEC=torch`.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo demo-samples test bench samples clean venv fuzz
+.PHONY: demo demo-samples test bench samples clean venv fuzz docs
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -32,6 +32,12 @@ test: $(STAMP)
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
 
+# The documentation site (mkdocs.yml, docs/), built strictly: a warning or a broken link fails it.
+# The `docs` extra comes with the venv (the `test` extra holds it: tests/test_docs.py builds the site).
+# NO_MKDOCS_2_WARNING silences the Material theme's end-of-life banner, which is not a build warning.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
+
 FUZZ_SECONDS ?= 300
 fuzz: $(STAMP)
 	$(PY) benchmarks/fuzz.py --seconds $(FUZZ_SECONDS)
@@ -46,4 +52,4 @@ samples: $(STAMP)
 	TRACEKIT=$(VENV)/bin/tracekit sample_traces/regenerate.sh
 
 clean:
-	rm -rf $(VENV) reports/*.html reports/*.json reports/*.md .pytest_cache
+	rm -rf $(VENV) reports/*.html reports/*.json reports/*.md .pytest_cache site

@@ -1440,7 +1440,8 @@ def render_text(res: dict) -> str:
 
 
 def _md_table(head, rows) -> str:
-    esc = [[c.replace("|", "\\|") for c in r] for r in rows]
+    # "[(32)] [(32)]" in an op's shapes reads as a Markdown reference link: escape the brackets.
+    esc = [[c.replace("|", "\\|").replace("[", "\\[") for c in r] for r in rows]
     return "\n".join(
         [
             "| " + " | ".join(head) + " |",
