@@ -169,13 +169,16 @@ def code_identity() -> str:
                     continue
                 h.update(f"{os.path.relpath(p, top)} {st.st_size} {st.st_mtime_ns}\n".encode())
     for dep in ("numpy", "pandas", "pyarrow", "msgspec", "jinja2"):
+        origin: str | None = None
         try:
             spec = importlib.util.find_spec(dep)  # finds without importing
-            st = os.stat(spec.origin) if spec and spec.origin else None
+            origin = spec.origin if spec else None
+            dep_st = os.stat(origin) if origin else None
         except (ImportError, ValueError, OSError):
-            st = None
+            dep_st = None
         h.update(
-            f"{dep} {spec.origin if st else None} {st.st_size if st else 0} {st.st_mtime_ns if st else 0}\n".encode()
+            f"{dep} {origin if dep_st else None} {dep_st.st_size if dep_st else 0} "
+            f"{dep_st.st_mtime_ns if dep_st else 0}\n".encode()
         )
     return h.hexdigest()
 
@@ -274,11 +277,9 @@ def store(kind: str, key: str, writers: dict[str, Callable[[str], None]], info: 
         os.makedirs(tmp)
         for name, write in writers.items():
             write(os.path.join(tmp, name))
-        files = {
-            n: {"bytes": os.path.getsize(os.path.join(tmp, n)), "sha256": _sha256(os.path.join(tmp, n))}
-            for n in writers
-        }
-        if sum(f["bytes"] for f in files.values()) > max_bytes():
+        sizes = {n: os.path.getsize(os.path.join(tmp, n)) for n in writers}
+        files = {n: {"bytes": sizes[n], "sha256": _sha256(os.path.join(tmp, n))} for n in writers}
+        if sum(sizes.values()) > max_bytes():
             discard(tmp)
             return False
         manifest = {
@@ -324,7 +325,7 @@ def max_bytes(root: str | None = None) -> int:
 def entries(root: str | None = None) -> list[tuple[float, int, str]]:
     """(last used, bytes, folder) of every entry, and the leftovers of dead writers removed."""
     root = root or _root()
-    out = []
+    out: list[tuple[float, int, str]] = []
     try:
         names = os.listdir(root)
     except OSError:

@@ -148,10 +148,9 @@ def measure(
             trace, seg, match, capture=capture, model=spec_model, tp=tp_value, policy=costs, model_force=model_force
         )
     work = pd.concat([seg.work.reset_index(drop=True), attr.table.reset_index(drop=True)], axis=1)
-    priced = attr.model_costs is not None and not attr.model_costs.withheld
-    split = split_mixed(
-        seg.steps, work, work["category"].to_numpy(), attr.model_costs.prefill_share if priced else None, attr.alone
-    )
+    costed = attr.model_costs
+    share = costed.prefill_share if costed is not None and not costed.withheld else None
+    split = split_mixed(seg.steps, work, work["category"].to_numpy(), share, attr.alone)
     work["prefill_share"] = split.prefill_share
     model_view = describe_model(spec_model, model_how, tp_value, tp_how, costs, attr.model_costs, model)
     if model_view is not None:
@@ -206,7 +205,7 @@ def assemble(
     provenance = provenance_of(trace, seg, lat, match, phases, work)
     if books_notes:
         provenance["notes"] = provenance["notes"] + books_notes
-    if (parts.model_view or {}).get("withheld"):
+    if parts.model_view is not None and parts.model_view.get("withheld"):
         provenance["reasons"]["model_costs"] = parts.model_view["withheld"]
     if parts.capture_note:
         provenance["graph_capture"] = parts.capture_note

@@ -29,6 +29,11 @@ def codes(s: pd.Series) -> np.ndarray:
     return _categorical(s).cat.codes.to_numpy()
 
 
+def with_none(names: np.ndarray) -> np.ndarray:
+    """``names`` (``category_strings``) then None: the entry a missing name's code -1 picks."""
+    return np.append(names, np.array([None], dtype=object))
+
+
 def strings(s: pd.Series) -> np.ndarray:
     """``s.astype(str).to_numpy()``: an object array of ``str`` (NaN where missing)."""
     if not isinstance(s.dtype, pd.CategoricalDtype):

@@ -81,7 +81,8 @@ def figures_of(phase: str, w: pd.DataFrame, lat: dict, spec, passengers: dict | 
     # MFU and MBU of the phase's own work: a passenger decode part rides on kernels whose
     # bound its prefill chunk sets (steps.mixed), so neither its work nor its time counts.
     riding = w["passenger"].to_numpy(dtype=bool) if passengers and "passenger" in w else np.zeros(len(w), dtype=bool)
-    own, own_ms = (w[~riding], time_ms - passengers["time_ms"]) if riding.any() else (w, time_ms)
+    aboard = passengers or {}  # read only where something rides, so never the empty default
+    own, own_ms = (w[~riding], time_ms - aboard["time_ms"]) if riding.any() else (w, time_ms)
     if riding.all():
         mfu, mfu_ach, mfu_basis, mfu_reason = None, None, None, PASSENGER_REASON
         mbu, mbu_ach, mbu_basis, mbu_reason = None, None, None, PASSENGER_REASON
@@ -95,7 +96,7 @@ def figures_of(phase: str, w: pd.DataFrame, lat: dict, spec, passengers: dict | 
     if mbu_basis:
         mbu_basis += "; " + _sources_text(own, "bytes")
     if riding.any() and not riding.all():
-        n = passengers["mixed_steps"]
+        n = aboard["mixed_steps"]
         left_out = (
             f"; without the decode part{'s' if n != 1 else ''} of {n} mixed step{'s' if n != 1 else ''}, "
             f"passenger{'s' if n != 1 else ''} of {'their prefill chunks' if n != 1 else 'its prefill chunk'}"
@@ -168,7 +169,7 @@ def figures_of(phase: str, w: pd.DataFrame, lat: dict, spec, passengers: dict | 
         "passenger": None
         if not riding.any()
         else {
-            **passengers,
+            **aboard,
             "kernel_ms": float(ms[riding].sum()),
             "whole_phase": bool(riding.all()),
             "by_bound": {b: float(ms[riding & bound.eq(b)].sum()) for b in BOUNDS},

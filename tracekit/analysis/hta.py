@@ -34,6 +34,7 @@ tables, never by patching it (both are recorded under ``hta.adjustments``):
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -156,7 +157,7 @@ def run_hta(files: list[str] | str) -> dict[str, Any]:
         ("kernel_launch", _launch),
         ("kernel_types", _kernel_types),
     ):
-        out[key] = _attempt(ANALYSES[key], lambda fn=fn: fn(ta, gpu_ranks))
+        out[key] = _attempt(ANALYSES[key], functools.partial(fn, ta, gpu_ranks))
     return out
 
 

@@ -205,7 +205,7 @@ class _Acc:
         self.idle: list[np.ndarray] = []
         self.work: pd.DataFrame | None = None
         self.idle_top: dict[str, dict[tuple, dict]] = {}
-        self.slowest: dict[str, tuple[float, int, dict]] = {}  # phase -> (ms, window, roofline)
+        self.slowest: dict[str, tuple[float, int, dict | None]] = {}  # phase -> (ms, window, roofline)
         self.timelines: list[tuple[int, float, dict]] = []  # (window, t0 ns, timeline)
         self.fusion: dict[str, list] = {}  # phase -> [ms saved, chains, kernels] (advice.fusable_runs)
         self.first: Analysis | None = None
@@ -218,7 +218,7 @@ class _Acc:
         self.unmatched: list[str] = []
         self.events = self.bytes = 0
         self.sources: list[str] = []
-        self.truncated = None
+        self.truncated: dict | None = None
         self.graph_capture = self.ceilings = self.richer_trace = None
         self.had_ranks = False  # a window showed the run's ranks (their view is not merged)
 
@@ -232,7 +232,7 @@ def merge(analyses: Iterable[Analysis], spec=None, folder: str | None = None) ->
         _fold(acc, a, i)
     if acc.first is None:
         raise TracekitError("no windows to merge")
-    return _assemble(acc, spec, folder)
+    return _assemble(acc, acc.first, spec, folder)
 
 
 def _fold(acc: _Acc, a: Analysis, i: int) -> None:
@@ -299,8 +299,7 @@ def _fold(acc: _Acc, a: Analysis, i: int) -> None:
     acc.n += n
 
 
-def _assemble(acc: _Acc, spec, folder: str | None) -> Analysis:
-    a0 = acc.first
+def _assemble(acc: _Acc, a0: Analysis, spec, folder: str | None) -> Analysis:
     steps = pd.concat(acc.steps, ignore_index=True) if acc.steps else a0.steps
     fraction = np.concatenate(acc.fraction) if acc.fraction else np.zeros(0)
     by_step = np.concatenate(acc.idle) if acc.idle else np.zeros((0, len(CAUSES)), dtype=np.int64)

@@ -19,6 +19,14 @@ SCHEMA_VERSION = 1
 
 @dataclass
 class Finding:
+    """One thing the analysis noticed, in a sentence (``text``), for a phase or the whole trace.
+
+    Advice findings also say what to try (``action``) and the time it could save over the
+    phase's steps (``at_stake_ms``): replayed on the steps' dependencies where ``at_stake_basis``
+    is ``"replayed"`` (``sum_ms`` keeps the plain sum of the kernels' savings), with
+    ``at_stake_note`` saying why it is not a fact on this run where the measurement is doubtful.
+    """
+
     id: str
     text: str
     severity: str = "info"  # "info" | "warning"
@@ -36,6 +44,7 @@ class Finding:
     sum_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The finding as the JSON report writes it (``whatif``: each change described)."""
         return {
             "id": self.id,
             "text": self.text,
@@ -52,6 +61,17 @@ class Finding:
 
 @dataclass
 class Analysis:
+    """Everything ``analyze`` found in one trace: the tables as DataFrames, the figures as dicts.
+
+    The two tables: ``steps``, one row per inference step (its phase, CPU and GPU window, busy
+    and idle time, tokens where known), and ``work``, one row per unit of GPU work (a kernel,
+    copy or set, or a graph replay's kernel) with its step, phase, category, FLOPs, bytes,
+    roofline bound and limiter. ``phases`` holds each phase's figures (busy, idle, time by
+    category, bound and limiter, MFU/MBU), ``metrics`` the run's headline numbers (TTFT, TPOT),
+    ``findings`` what to look at, ``provenance`` where every figure came from and why any is
+    missing. ``to_dict()`` is the JSON report (docs/json-schema.md).
+    """
+
     source: dict[str, Any]  # trace path(s), era, events, tracekit version
     device: dict[str, Any]  # name, type, spec (row) or None, how matched, reason, peaks used
     workload: dict[str, Any] | None  # from the collect sidecar, when present
@@ -92,6 +112,7 @@ class Analysis:
     replayer: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON report's document: every figure, JSON-safe (NaN and infinities as None)."""
         return json_safe(
             {
                 "schema_version": SCHEMA_VERSION,

@@ -178,8 +178,23 @@ def _measure(trace: Trace, seg: Segmentation, rank: int, category: np.ndarray | 
             coll = (start[comm], end[comm], lane[comm], step[comm])
             source = "collective CPU ops (c10d::*, record_param_comms)" if comm.any() else None
     order = np.argsort(coll[0], kind="stable")
+    c_start, c_end, c_lane, c_step = (c[order] for c in coll)
     return _Rank(
-        rank, device, dev_id, seg.device_type, start, end, lane, kernel, comm, *(c[order] for c in coll), steps, source
+        rank,
+        device,
+        dev_id,
+        seg.device_type,
+        start,
+        end,
+        lane,
+        kernel,
+        comm,
+        c_start,
+        c_end,
+        c_lane,
+        c_step,
+        steps,
+        source,
     )
 
 

@@ -325,7 +325,7 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
     comp_label = np.array(
         ["model: " + str(c if c is not None else "").replace("_", " ") for c in comp_uniques], dtype=object
     )
-    if has_ops:
+    if ops is not None and has_ops:
         op_name_of = categorical.category_strings(ops["name"])
         op_code = categorical.codes(ops["name"])[p]
         dims_code = pd.factorize(ops["input_dims"].to_numpy(dtype=object)[p], use_na_sentinel=False)[0]
@@ -355,11 +355,12 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
     calls = np.bincount(inverse, minlength=len(groups))
     order = np.argsort(-sums["dur_ns"], kind="stable")[:ROOFLINE_POINTS]
     est_all = w["estimate"].to_numpy(dtype=object) if "estimate" in w else None
-    any_est = est_all is not None and bool(pd.notna(est_all[rows_in]).any())
-    rows = []
+    if est_all is not None and not pd.notna(est_all[rows_in]).any():
+        est_all = None  # no point's bytes are estimated
+    rows: list[tuple[tuple, dict[str, Any]]] = []
     for g in order:
         i = first[g]
-        r = int(rows_in[i])
+        at = int(rows_in[i])
         label = comp_label[comp_codes[i]] if model_rows[i] else op_name_of[op_code[i]] if has_ops else ""
         rows.append(
             (
@@ -369,12 +370,12 @@ def roofline_points(w: pd.DataFrame, spec, phase: dict, ops: pd.DataFrame | None
                     "bytes": sums["bytes"][g],
                     "dur_ns": sums["dur_ns"][g],
                     "calls": calls[g],
-                    "kernel": str(w["name"].iat[r]),
+                    "kernel": str(w["name"].iat[at]),
                     "estimate": combined_estimate(est_all[rows_in[inverse == g]], bytes_all[rows_in[inverse == g]])
-                    if any_est
+                    if est_all is not None
                     else None,
-                    "source": w["cost_source"].iat[r],
-                    "op": int(pricing_all[r]) if shaped_rows[i] else -1,
+                    "source": w["cost_source"].iat[at],
+                    "op": int(pricing_all[at]) if shaped_rows[i] else -1,
                 },
             )
         )

@@ -45,8 +45,9 @@ def window_paths(folder: str) -> list[str] | None:
     from tracekit.trace.decode import list_trace_files
 
     files = list_trace_files(folder)
-    found = [(win.WINDOW_NAME.search(os.path.basename(f)), f) for f in files]
-    if len(files) < 2 or not all(m for m, _ in found):
+    matched = [(win.WINDOW_NAME.search(os.path.basename(f)), f) for f in files]
+    found = [(m, f) for m, f in matched if m]
+    if len(files) < 2 or len(found) < len(matched):
         return None
     runs = {(os.path.basename(f)[: m.start()], m.group(2)) for m, f in found}
     if len(runs) > 1:

@@ -23,6 +23,7 @@ import warnings
 from concurrent import futures as cf
 from dataclasses import dataclass
 from multiprocessing import connection
+from typing import cast
 
 from tracekit.errors import TracekitError
 
@@ -121,7 +122,7 @@ class LocalProcesses:
 
     def _poll(self, futs: list[cf.Future]) -> None:
         """Wait for a result, a death or the nearest deadline, and settle what it was."""
-        deadlines = [self._running[f].deadline for f in futs if self._running[f].deadline is not None]
+        deadlines = [d for f in futs if (d := self._running[f].deadline) is not None]
         wait_s = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
         handles = [self._running[f].reader for f in futs] + [self._running[f].process.sentinel for f in futs]
         ready = set(connection.wait(handles, timeout=wait_s))
@@ -138,7 +139,8 @@ class LocalProcesses:
                     run.process.join(KILL_WAIT_S)  # it has sent its row and is exiting
                     self._settle(f, value=value) if ok else self._settle(f, exc=value)
             elif run.deadline is not None and now >= run.deadline:
-                self._settle(f, exc=TimedOut(run.limit_s, "its worker process was killed"))
+                # (a deadline is only set with its limit)
+                self._settle(f, exc=TimedOut(cast(float, run.limit_s), "its worker process was killed"))
 
     def _settle(self, fut: cf.Future, *, value=None, exc: BaseException | None = None) -> None:
         """Record a task's outcome; its process, if still there (timed out, cancelled), is killed."""

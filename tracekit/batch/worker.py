@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import IO, cast
 
 # The child's first frame: tracekit is imported. Past STARTUP_WAIT_S without it, it counts as hung.
 READY = b"R"
@@ -37,18 +38,19 @@ class Late:
 
 def analyse_limited(path: str, note: str | None, limit_s: float):
     """``tracekit.batch.rows.analyse_path(path, note)`` in this thread's child: its value, or ``Late``."""
-    proc = getattr(_mine, "proc", None)
+    proc: subprocess.Popen[bytes] | None = getattr(_mine, "proc", None)
     if proc is None or proc.poll() is not None:
         proc = _mine.proc = subprocess.Popen(
             [sys.executable, "-m", "tracekit.batch.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
         )
-        if _frame(proc.stdout.fileno(), time.monotonic() + STARTUP_WAIT_S) != READY:
+        if _frame(_pipes(proc)[1].fileno(), time.monotonic() + STARTUP_WAIT_S) != READY:
             _drop(proc)
             return Late(limit_s)
     data = pickle.dumps((path, note))
+    stdin, stdout = _pipes(proc)
     try:
-        proc.stdin.write(_HEADER.pack(len(data)) + data)
-        out = _frame(proc.stdout.fileno(), time.monotonic() + limit_s)
+        stdin.write(_HEADER.pack(len(data)) + data)
+        out = _frame(stdout.fileno(), time.monotonic() + limit_s)
     except OSError:  # the child is gone (broken pipe)
         out = None
     if out is Late:
@@ -80,6 +82,11 @@ def _frame(fd: int, deadline: float):
         if not header:
             return buf[:need]
         need, buf, header = _HEADER.unpack(buf[:need])[0], buf[need:], False
+
+
+def _pipes(proc: subprocess.Popen[bytes]) -> tuple[IO[bytes], IO[bytes]]:
+    """(stdin, stdout) of the child: it is always started with both piped."""
+    return cast("IO[bytes]", proc.stdin), cast("IO[bytes]", proc.stdout)
 
 
 def _drop(proc) -> None:

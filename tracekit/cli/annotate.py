@@ -65,11 +65,12 @@ def command(trace: str, output: str | None, force: bool, **options) -> None:
         os.makedirs(out_dir, exist_ok=True)
         from tracekit.analysis.windows import window_paths
 
-        if window_paths(trace) is not None:  # split's windows: read as `report DIR` reads them, in order
+        windows = window_paths(trace)
+        if windows is not None:  # split's windows: read as `report DIR` reads them, in order
             from tracekit.report.annotate import annotate_windows
 
             dst_of = dict(zip(files, targets))
-            for src, doc, counts in annotate_windows(window_paths(trace), read_with_progress, options):
+            for src, doc, counts in annotate_windows(windows, read_with_progress, options):
                 dst = dst_of[src]
                 _write(src, dst, doc, counts, replacing=os.path.isfile(dst), force=force)
         else:

@@ -6,11 +6,15 @@ import os
 import shlex
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from tracekit.cli.common import human_size
 from tracekit.errors import TracekitError
+
+if TYPE_CHECKING:
+    from tracekit.report.base import Renderer
 
 DEFAULT = "reports/fleet.html"
 STREAM_FORMATS = ("csv", "json")
@@ -207,14 +211,17 @@ def _bar(total: int) -> _Bar | None:
     return _Bar(total) if sys.stderr.isatty() else None
 
 
-def _targets(outputs: tuple[str, ...], fmt: str | None, force: bool, made_default: bool):
+def _targets(
+    outputs: tuple[str, ...], fmt: str | None, force: bool, made_default: bool
+) -> list[tuple[Renderer, str | None, bool]]:
     """(renderer, path or None for stdout, replacing) per ``-o``, each checked before the slow work."""
     from tracekit.report import fleet as render
     from tracekit.report.output import check_output, is_stream, refuse_folder
 
     if fmt and "-" not in outputs:
         raise TracekitError("--format chooses the format of '-o -' only; a file's extension chooses its own")
-    out, seen = [], set()
+    out: list[tuple[Renderer, str | None, bool]] = []
+    seen = set()
     for o in outputs:
         if o in seen:
             raise TracekitError(f"-o {o} is given twice")

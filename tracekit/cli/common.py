@@ -72,7 +72,7 @@ def check_device_options(
         raise TracekitError(f"pass either {option} or {spec_option}, not both")
     if gpu is not None:
         spec_by_name(gpu, option=option)
-    else:
+    elif spec_file is not None:
         load_spec_file(spec_file)
 
 

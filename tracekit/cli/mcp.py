@@ -38,7 +38,7 @@ def command(allow: tuple[str, ...], cache_size: int) -> None:
         raise TracekitError("tracekit mcp needs the MCP SDK: pip install 'tracekit[mcp]'") from None
     if sys.stdin.isatty():
         click.echo(
-            "tracekit mcp speaks MCP on stdin/stdout: an agent starts it (see the README's "
+            "tracekit mcp speaks MCP on stdin/stdout: an agent starts it (see docs/mcp.md, "
             "'Agents (MCP)'); Ctrl-D ends it.",
             err=True,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from typing import Any
 
 import click
 
@@ -126,7 +127,9 @@ def command(
     spec_model = load_model_option(model, weights)
     read = [read_with_progress(p) for p in traces]
     spec_model = spec_model or resolve_model(read[0])
-    options = dict(model=spec_model, tp=tp, costs=costs, weights=None, model_force=model_force, stated=stated_figures())
+    options: dict[str, Any] = dict(
+        model=spec_model, tp=tp, costs=costs, weights=None, model_force=model_force, stated=stated_figures()
+    )
     analyses, projected = [], []
     for t in read:
         a = analyze(t, **options)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +20,9 @@ from tracekit.cli.common import (
     trace_argument,
 )
 from tracekit.errors import TracekitError
+
+if TYPE_CHECKING:
+    from tracekit.whatif.check import CheckedProjection
 
 
 @click.command("project")
@@ -107,7 +111,7 @@ def command(
     measured_on = device_settings(options)
     source_trace = read_with_progress(trace)
     projection = project(source_trace, target, learnt=learnt, **measured_on, **settings)
-    document = projection
+    checked: CheckedProjection | None = None
     if check_trace is not None:
         from tracekit.analysis import analyze
         from tracekit.whatif.check import CheckedProjection, check
@@ -115,7 +119,7 @@ def command(
         # The target trace is analysed as the source was (same model, costs), on its own GPU: the
         # spec file given as --to when there is one, else the GPU its trace names.
         on_target = analyze(read_with_progress(check_trace), spec_file=to_file, **settings)
-        document = CheckedProjection(projection, check(projection, on_target))
+        checked = CheckedProjection(projection, check(projection, on_target))
         if save_factors is not None:
             from tracekit.analysis.workload import choose_tp
 
@@ -127,14 +131,14 @@ def command(
                 f"wrote {save_factors} (use it with: tracekit project TRACE --to GPU --factors "
                 f"{shlex.quote(save_factors)})"
             )
-    deliver(renderer.render(document), path, output is None, replacing)
+    deliver(renderer.render(projection if checked is None else checked), path, output is None, replacing)
     to_terminal = path is None
     if to_terminal:
         return
     for line in confidence_lines(projection.to_dict()):
         click.echo(f"  {line}")
-    if check_trace is not None:
-        click.echo(f"  check: {document.check.headline}")
+    if checked is not None:
+        click.echo(f"  check: {checked.check.headline}")
     q = shlex.quote
     # compare's --project-before takes a GPU from the database, not a spec file: offered only then.
     there = (

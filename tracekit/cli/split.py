@@ -75,7 +75,7 @@ class _Progress:
 
     def __init__(self) -> None:
         self.bar = None
-        self.stage = None
+        self.stage: str | None = None
 
     def __call__(self, stage: str, done: int, total: int | None) -> None:
         if stage != self.stage:

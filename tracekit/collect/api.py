@@ -52,7 +52,7 @@ def _range(name: str):
 class _Marker(contextlib.ContextDecorator):
     """A named profiler range; re-entrant and usable as a decorator."""
 
-    def __init__(self, name_fn):
+    def __init__(self, name_fn) -> None:
         self._name_fn = name_fn
         self._stack: list = []
 

@@ -281,7 +281,7 @@ def measure(
 
     # Wall clock without the profiler: the median of a few runs (by total time).
     progress.stage("timing")
-    plain_runs = []
+    plain_runs: list[runner.RunTiming] = []
     t_budget = time.perf_counter() + TIMING_BUDGET_S
     with runner.quiet_gc():
         while True:
@@ -369,10 +369,10 @@ def _collect_generation(opts: CollectOptions) -> CollectResult:
     try:
         what = preset.name if preset else opts.model
         progress.stage(f"building {what} on {device}")
-        if preset is not None:
-            wl = workloads.load_preset(preset.name, device, dtype, layers=opts.layers, seed=opts.seed)
-        else:
+        if opts.model:  # (else the plan's preset)
             wl = workloads.load_local(opts.model, device, dtype)
+        else:
+            wl = workloads.load_preset(preset.name, device, dtype, layers=opts.layers, seed=opts.seed)
         gen = runner.Generator(
             wl, batch, prompt_len, new_tokens, compile=opts.compile, cuda_graphs=opts.cuda_graphs, seed=opts.seed
         )
@@ -407,7 +407,7 @@ def _collect_generation(opts: CollectOptions) -> CollectResult:
 def _collect_script(opts: CollectOptions) -> CollectResult:
     from tracekit.collect.script import parse_command, run_target
 
-    target = parse_command(opts.script)
+    target = parse_command(opts.script or ())
     torch = require_torch()
     trace_path = resolve_output(opts.output, target.stem, opts.force)
     from tracekit.collect import runner, sidecar, workloads

@@ -107,7 +107,7 @@ def check_tp(tp, opts) -> None:
 def shard_sizes(cfg, tp: int) -> dict[str, int]:
     """Per-rank head counts, intermediate size and head_dim of ``cfg`` (a config or its dict)
     split over ``tp`` ranks."""
-    get = cfg.get if isinstance(cfg, dict) else (lambda k: getattr(cfg, k, None))
+    get: Callable[[str], Any] = cfg.get if isinstance(cfg, dict) else (lambda k: getattr(cfg, k, None))
     heads = int(get("num_attention_heads"))
     kv = int(get("num_key_value_heads") or heads)
     inter = int(get("intermediate_size"))
@@ -329,7 +329,9 @@ def _start_and_wait(scratch: str, job: dict[str, Any], tp: int) -> list[dict[str
             log.close()
     codes = [p.returncode for p in procs]
     if all(c == 0 for c in codes):
-        return [_read_result(scratch, r) for r in range(tp)]
+        results = [res for r in range(tp) if (res := _read_result(scratch, r)) is not None]
+        if len(results) == tp:
+            return results
     failures = []
     for r, c in enumerate(codes):
         res = _read_result(scratch, r)
@@ -337,6 +339,8 @@ def _start_and_wait(scratch: str, job: dict[str, Any], tp: int) -> list[dict[str
             failures.append((res.get("time", float("inf")), r, res.get("error") or "failed"))
         elif c not in (None, 0):
             failures.append((float("inf"), r, _exit_reason(c, os.path.join(scratch, f"rank{r}.log"))))
+        elif res is None:
+            failures.append((float("inf"), r, "it exited without writing its result"))
     failures.sort()
     _, rank, error = failures[0]
     if "address already in use" in error.lower() or "eaddrinuse" in error.lower():

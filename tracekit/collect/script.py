@@ -8,6 +8,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
+from typing import Sequence, cast
 
 from tracekit.errors import TracekitError
 
@@ -36,7 +37,7 @@ def _is_python(word: str) -> bool:
     return base.startswith("python") or os.path.abspath(word) == os.path.abspath(sys.executable)
 
 
-def parse_command(command: list[str] | tuple[str, ...]) -> ScriptTarget:
+def parse_command(command: Sequence[str]) -> ScriptTarget:
     """``["python", "x.py", "--flag"]``, ``["x.py", ...]`` or ``["python", "-m", "pkg.mod", ...]``."""
     words = list(command)
     if words and _is_python(words[0]) and not words[0].endswith(".py"):
@@ -77,7 +78,8 @@ def run_target(target: ScriptTarget) -> float:
         if target.path is not None:
             runpy.run_path(target.path, run_name="__main__")
         else:
-            runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+            # (a target without a path names a module)
+            runpy.run_module(cast(str, target.module), run_name="__main__", alter_sys=True)
     except SystemExit as e:
         code = e.code
         if code not in (None, 0):

@@ -314,7 +314,8 @@ def load_local(path: str, device: str, dtype) -> Workload:
     except Exception as e:  # noqa: BLE001
         raise TracekitError(f"--model {path}: cannot load it as a causal language model ({_first_line(e)})") from None
     try:
-        model = model.to(device)
+        # transformers wraps .to with functools.wraps(Module.to), whose typed signature has no self bound.
+        model = model.to(device)  # type: ignore[arg-type]
     except RuntimeError as e:
         raise TracekitError(f"--model {path}: cannot move it to {device} ({_first_line(e)})") from None
     model.eval()

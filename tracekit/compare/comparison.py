@@ -354,7 +354,7 @@ def _roofs_by_category(before: Analysis, after: Analysis, phase: str) -> dict[st
             roof, withheld = group_roof(r, r["ns"], r["bytes"], r["calls"], device=a.device)
             if withheld:
                 out["withheld"][side][str(cat)] = withheld
-            else:
+            elif roof is not None:  # always, past the guard above: some of the category's time is priced
                 out[side][str(cat)] = float(roof)
     return out
 

@@ -102,8 +102,8 @@ def context_rows(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
         if key == "decode_steps" and not (wb.get(key) and wa.get(key)):
             continue  # a phase only one run has is said in that phase, not here
         add(key, wb.get(key), wa.get(key), note)
-    for key, label, note in _collect_settings(before, after):
-        rows.append({"field": key, "label": label, "before": note[0], "after": note[1], "note": note[2]})
+    for key, label, (vb, va, why) in _collect_settings(before, after):
+        rows.append({"field": key, "label": label, "before": vb, "after": va, "note": why})
     fb, fa = wb.get("gemm_flops_per_token"), wa.get("gemm_flops_per_token")
     if fb and fa and abs(fa / fb - 1) > 0.1 and "model" not in {r["field"] for r in rows}:
         rows.append(
@@ -127,7 +127,7 @@ def _collect_settings(before: Analysis, after: Analysis) -> list[tuple[str, str,
     threads, torch.compile, CUDA graphs and the recording schedule. (key, label, (before,
     after, note)) for each that differs."""
     sb, sa = before.workload or {}, after.workload or {}
-    out = []
+    out: list[tuple[str, str, tuple]] = []
     cb, ca = sb.get("calibration") or {}, sa.get("calibration") or {}
     for what, get, unit in (
         ("matmul", lambda c: next(iter((c.get("matmul_flops") or {}).values()), None), 1e12),

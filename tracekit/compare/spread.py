@@ -82,9 +82,11 @@ def side_series(runs: Sequence[Analysis], key: str) -> list[np.ndarray] | None:
 def side_value(runs: Sequence[Analysis], key: str) -> float | None:
     """The side's figure: the run's own with one run; with several, pooled steps for a per-step
     figure, else the median of the per-run figures (None when a run lacks it)."""
-    values = [metric_value(a, key) for a in runs]
-    if len(runs) == 1 or any(v is None for v in values):
-        return values[0] if len(runs) == 1 else None
+    if len(runs) == 1:
+        return metric_value(runs[0], key)
+    values = [v for v in (metric_value(a, key) for a in runs) if v is not None]
+    if len(values) < len(runs):
+        return None
     series = side_series(runs, key)
     if series is None:
         return float(np.median(values))

@@ -52,7 +52,7 @@ def headline_figure(
     label = label.format(word=word)
     before, after = as_runs(before), as_runs(after)
     b, a = side_value(before, key), side_value(after, key)
-    out = {
+    out: dict[str, Any] = {
         "key": key,
         "label": label,
         "unit": unit,
@@ -88,7 +88,7 @@ def headline_figure(
             f"{basis}: changes under {NOISE_SIGMAS:g} standard errors ({fmt(NOISE_SIGMAS * noise, unit, delta=True)}) count as noise"
         )
         lo, hi = (out["interval"] or {}).get("delta") or (None, None)
-        if meaningful and lo is not None and lo <= 0 <= hi:
+        if meaningful and lo is not None and hi is not None and lo <= 0 <= hi:
             # One set of books: a verdict never contradicts its own interval. With one run a side the
             # standard error treats steps as independent; the interval's blocks keep their trend
             # (decode steps grow with the KV cache), so where it reaches 0 the change is not shown.

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 
-from tracekit.frameworks.base import MIXED, UNKNOWN, BatchSide, StepAnnotation, consistent, phase_of
+from tracekit.frameworks.base import MIXED, UNKNOWN, BatchSide, StepAnnotation, consistent, known_sum, phase_of
 
 SOURCE = "ATOM step labels"
 
@@ -120,9 +120,7 @@ def parse(name: str) -> StepAnnotation | None:
     phase = phase_of(prefill, decode)
     if phase is None:
         return None  # no requests: nothing was computed
-    total = None
-    if all(s is None or s.tokens is not None for s in (prefill, decode)):
-        total = sum(s.tokens for s in (prefill, decode) if s is not None)
+    total = known_sum([s.tokens for s in (prefill, decode) if s is not None])
     if phase == MIXED and tokens is not None:
         total = tokens
     what = {"prefill": "prefill", "decode": "graph-replayed", "eager_decode": "eager"}[kind]

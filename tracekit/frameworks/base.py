@@ -115,11 +115,11 @@ def consistent(side: BatchSide, what: str, problems: list[str]) -> BatchSide:
         k = None
     if side.sum_qk is not None:
         s = side.sum_qk
-        s2 = None if "sum_q2" in bad else side.sum_q2
-        most = None
+        q2 = None if "sum_q2" in bad else side.sum_q2
+        qk_most = None
         if q is not None and k is not None:
-            most = (q - n + 1) * (k - n + 1) + n - 1 if n else q * k
-        if (s2 is not None and s < s2) or (k is not None and s < k) or (most is not None and s > most):
+            qk_most = (q - n + 1) * (k - n + 1) + n - 1 if n else q * k
+        if (q2 is not None and s < q2) or (k is not None and s < k) or (qk_most is not None and s > qk_most):
             bad.append("sum_qk")
     if not bad:
         return side
@@ -132,9 +132,13 @@ def sides_total(prefill: BatchSide | None, decode: BatchSide | None) -> tuple[in
     parts = [s for s in (prefill, decode) if s is not None]
     if not parts:
         return None, None
-    tokens = None if any(s.tokens is None for s in parts) else sum(s.tokens for s in parts)
-    requests = None if any(s.requests is None for s in parts) else sum(s.requests for s in parts)
-    return tokens, requests
+    return known_sum([s.tokens for s in parts]), known_sum([s.requests for s in parts])
+
+
+def known_sum(values: list[int | None]) -> int | None:
+    """The sum of ``values``; None if any of them is unknown."""
+    known = [v for v in values if v is not None]
+    return sum(known) if len(known) == len(values) else None
 
 
 def phase_of(prefill: BatchSide | None, decode: BatchSide | None) -> str | None:

@@ -147,9 +147,10 @@ def parse(name: str) -> StepAnnotation | None:
         decode = _group(fields, "g", fields["g"], None, problems, implied=fields["g"])
         if requests is not None and fields["c"] + fields["g"] != requests:
             problems.append(f"its groups hold {fields['c']} + {fields['g']} requests but bs={requests}")
-        phase = phase_of(prefill, decode)
-        if phase is None:
+        split = phase_of(prefill, decode)
+        if split is None:
             return None  # no requests in either group: nothing was computed
+        phase = split
     # A MIXED step without the roofline fields does not say how it splits: no sides.
     if prefill is not None or decode is not None:
         tokens, _ = sides_total(prefill, decode)

@@ -338,7 +338,7 @@ _QUANTISABLE = ("attention", "linear_attention", "mlp", "experts", "shared_exper
 
 def _classes_named(patterns: list) -> set[str]:
     """Weight classes that module-name patterns (globs, ``re:`` patterns, plain names) refer to."""
-    found = set()
+    found: set[str] = set()
     for p in patterns or []:
         if not isinstance(p, str):
             continue

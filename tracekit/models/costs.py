@@ -231,7 +231,7 @@ def step_costs(
         nbytes += k * n * count * w.bytes_per_param + T * (k + n) * count * act_bytes
         by_dtype[w.compute] = by_dtype.get(w.compute, 0.0) + f + k * n * count
     if flops or nbytes:
-        dtype = max(by_dtype, key=by_dtype.get) if by_dtype else act_dtype
+        dtype = max(by_dtype, key=by_dtype.__getitem__) if by_dtype else act_dtype
         out["linear"] = Work(
             flops,
             nbytes,
@@ -430,7 +430,7 @@ def per_token(
     if component == "norm":
         return NORM_FLOPS * h, h * (act_bytes + out) + (2 * h * act_bytes if fused_add else 0)
     if component == "qk_norm":
-        e = (hq + hkv) * m.head_dim
+        e: float = (hq + hkv) * m.head_dim
         return NORM_FLOPS * e, 2 * e * act_bytes
     if component == "rope":
         e = (hq + hkv) * m.head_dim * m.rotary_fraction

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from tracekit.errors import TracekitError
 
-if TYPE_CHECKING:
-    from tracekit.analysis.model import Analysis
+
+class Document(Protocol):
+    """What a renderer renders: an Analysis, a Comparison, a Projection, a Plan, a WhatIf."""
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 class Renderer:
@@ -31,7 +34,7 @@ class Renderer:
         """Render from the JSON contract (``Analysis.to_dict()`` or a saved JSON report)."""
         raise NotImplementedError
 
-    def render(self, document: Analysis) -> str:
+    def render(self, document: Document) -> str:
         """Any document with ``to_dict()``: an Analysis, a Comparison, a Projection, a Plan."""
         return self.render_data(document.to_dict())
 

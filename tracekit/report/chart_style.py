@@ -34,9 +34,10 @@ def style(p) -> None:
 
 def chart_item(p, chart_id: str) -> dict[str, Any]:
     """``{"id", "item"}``: figure ``p`` as a ``bokeh.embed.json_item`` for the element ``chart_id``."""
+    from bokeh.core.types import ID
     from bokeh.embed import json_item
 
-    return {"id": chart_id, "item": json_item(p, target=chart_id)}
+    return {"id": chart_id, "item": json_item(p, target=ID(chart_id))}
 
 
 def legend_outside(p) -> None:

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracekit import formatting as fmt
 from tracekit.report.chart_style import FALLBACK_COLORS, FONT, chart_item, legend_outside, style
 from tracekit.report.view import BOUND_LABELS, BOUNDS, LIMITERS, device_word, limiter_labels, phase_label
 
+if TYPE_CHECKING:
+    from bokeh.resources import Component
+
 # Bokeh's JS bundles: only the core one is needed (no widgets, tables, WebGL, MathJax).
-BOKEH_COMPONENTS = ["bokeh"]
+BOKEH_COMPONENTS: list[Component] = ["bokeh"]
 # The decode chart shows at most this many steps (every k-th beyond it, said on the page).
 MAX_STEP_BARS = 2000
 
@@ -65,7 +68,7 @@ def _stacked_share_bars(
     title: str, rows: list[dict[str, Any]], x_label: str, chart_id: str, height: int
 ) -> dict[str, Any]:
     """Horizontal 100 % bars: one per row (``label``), segments ``[(key, label, share, ms, color)]``."""
-    from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool, NumeralTickFormatter, Range1d
     from bokeh.plotting import figure
 
     ys = [r["label"] for r in rows][::-1]  # first row on top
@@ -87,14 +90,14 @@ def _stacked_share_bars(
     src = ColumnDataSource(seg)
     p = figure(
         title=title,
-        y_range=ys,
-        x_range=(0, 1),
+        y_range=FactorRange(factors=ys),
+        x_range=Range1d(start=0, end=1),
         height=height,
         sizing_mode="stretch_width",
         tools="save",
         toolbar_location="above",
     )
-    r = p.hbar(
+    bars = p.hbar(
         y="y",
         left="left",
         right="right",
@@ -105,7 +108,7 @@ def _stacked_share_bars(
         source=src,
     )
     p.add_tools(
-        HoverTool(renderers=[r], tooltips=[("", "@y"), ("part", "@part"), ("time", "@ms"), ("share", "@share @of")])
+        HoverTool(renderers=[bars], tooltips=[("", "@y"), ("part", "@part"), ("time", "@ms"), ("share", "@share @of")])
     )
     p.xaxis.formatter = NumeralTickFormatter(format="0%")
     p.xaxis.axis_label = x_label
@@ -216,7 +219,7 @@ def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
-    from bokeh.models import ColumnDataSource, HoverTool, Range1d
+    from bokeh.models import BasicTicker, ColumnDataSource, HoverTool, Range1d
     from bokeh.plotting import figure
 
     word = device_word(data)
@@ -304,11 +307,11 @@ def decode_steps(data: dict[str, Any]) -> dict[str, Any]:
         )
     )
     top = max(max(cols["duration"]), max(b + i for b, i in zip(cols["busy"], cols["idle"]))) or 1.0
-    p.y_range = Range1d(0, top * 1.12)
+    p.y_range = Range1d(start=0, end=top * 1.12)
     # A few steps' worth of axis at least: two steps would otherwise be two bars across the chart.
     pad = max(stride, 3 * stride - (max(cols["x"]) - min(cols["x"])) / 2)
-    p.x_range = Range1d(min(cols["x"]) - pad, max(cols["x"]) + pad)
-    p.xaxis.ticker.min_interval = 1
+    p.x_range = Range1d(start=min(cols["x"]) - pad, end=max(cols["x"]) + pad)
+    p.xaxis.ticker = BasicTicker(min_interval=1)  # the default ticker, with no ticks between whole steps
     p.xgrid.grid_line_color = None
     style(p)
     leg = p.legend[0]
@@ -345,7 +348,7 @@ CRITICAL_COLORS = {
 def step_timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
     """One step, lane by lane (host ops, runtime calls, GPU idle by cause, GPU streams by
     kernel category), from ``timelines[index]`` of the JSON contract."""
-    from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Range1d
     from bokeh.plotting import figure
 
     tl = (data.get("timelines") or [])[index]
@@ -388,8 +391,9 @@ def step_timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
     p = figure(
         title=title,
         y_range=FactorRange(*lanes[::-1]),
-        x_range=(0, tl["span_ms"] * 1.01),
-        height=70 + 34 * len(lanes),
+        x_range=Range1d(start=0, end=tl["span_ms"] * 1.01),
+        # The legend's rows below the lanes (7 entries a row) count in the height.
+        height=70 + 34 * len(lanes) + 22 * math.ceil(len(set(cols["legend"])) / 7),
         sizing_mode="stretch_width",
         tools="xpan,xwheel_zoom,box_zoom,reset,save",
         toolbar_location="above",
@@ -422,7 +426,6 @@ def step_timeline(data: dict[str, Any], index: int) -> dict[str, Any]:
     leg.label_text_font_size = "11px"
     leg.click_policy = "none"
     leg.border_line_color = None
-    p.height += 22 * math.ceil(len(set(cols["legend"])) / 7)
     chart_id = f"tk-chart-timeline-{index}"
     return {"id": chart_id, **chart_item(p, chart_id)}
 
@@ -439,7 +442,7 @@ def _flops_unit(values: list[float]) -> tuple[float, str]:
 
 
 def roofline(data: dict[str, Any], phase: str, index: int) -> dict[str, Any]:
-    from bokeh.models import ColumnDataSource, HoverTool
+    from bokeh.models import ColumnDataSource, HoverTool, Range1d
     from bokeh.plotting import figure
 
     roof = (data.get("roofline") or {}).get(phase) or {}
@@ -501,8 +504,8 @@ def roofline(data: dict[str, Any], phase: str, index: int) -> dict[str, Any]:
         y_axis_type="log",
         height=430,
         sizing_mode="stretch_width",
-        x_range=(x_lo, x_hi),
-        y_range=(y_lo / scale, y_hi / scale),
+        x_range=Range1d(start=x_lo, end=x_hi),
+        y_range=Range1d(start=y_lo / scale, end=y_hi / scale),
         tools="pan,wheel_zoom,box_zoom,reset,save",
         toolbar_location="above",
         x_axis_label="arithmetic intensity (FLOP/byte)",
@@ -553,14 +556,14 @@ def roofline(data: dict[str, Any], phase: str, index: int) -> dict[str, Any]:
             )
     t_max = max(q["time_ms"] for q in pts) or 1.0
     cats = sorted({q["category"] for q in pts})
-    color = {c: category_color(c, i) for i, c in enumerate(cats)}
+    colors = {c: category_color(c, i) for i, c in enumerate(cats)}
     pts = sorted(pts, key=lambda q: q["category"])  # legend entries in category order
     src = ColumnDataSource(
         {
             "x": [q["intensity"] for q in pts],
             "y": [q["achieved_flops"] / scale for q in pts],
             "size": [7 + 33 * math.sqrt(max(q["time_ms"], 0.0) / t_max) for q in pts],
-            "color": [color[q["category"]] for q in pts],
+            "color": [colors[q["category"]] for q in pts],
             "category": [q["category"] for q in pts],
             "label": [str(q["label"]) for q in pts],
             "kernel": [str(q.get("kernel") or "") for q in pts],

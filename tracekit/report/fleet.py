@@ -22,7 +22,7 @@ from tracekit.errors import TracekitError
 from tracekit.report import chart_style, charts
 from tracekit.report.base import JsonDocument, Registry, Renderer
 from tracekit.report.render_html import HtmlPage, csp, loader_js
-from tracekit.report.templating import html_env, render
+from tracekit.report.templating import html_env, inline_script, render
 
 INTEGER_COLUMNS = ("files", "prefill_steps", "decode_steps", "mixed_steps", "unknown_steps", "kernels", "findings")
 INSTALL_PYARROW = "writing Parquet needs pyarrow: pip install 'tracekit[batch]' (or pip install pyarrow)"
@@ -110,7 +110,7 @@ def figures(data: dict[str, Any]) -> list[dict[str, Any]]:
     from bokeh.models import ColumnDataSource, HoverTool
     from bokeh.plotting import figure
 
-    out = []
+    out: list[dict[str, Any]] = []
     rows = [r for r in data["rows"] if r.get("status") == "ok"]
     for i, (title, ylabel, series) in enumerate(_FIGURES):
         chart_id = f"tk-fleet-{i}"
@@ -229,7 +229,6 @@ class FleetCsv(Renderer):
 class FleetParquet(Renderer):
     name, extension = "parquet", ".parquet"
     description = "one row per trace, every column (needs pyarrow)"
-    binary = True
 
     def render_bytes(self, data: dict[str, Any]) -> bytes:
         try:
@@ -252,11 +251,7 @@ def _frame(data: dict[str, Any]):
 
 @functools.lru_cache(maxsize=1)
 def _sort_js() -> str:
-    env = html_env()
-    text = env.loader.get_source(env, "fleet.js")[0].strip()
-    if "</script" in text.lower():  # pragma: no cover
-        raise RuntimeError("fleet.js must not contain '</script'")
-    return text
+    return inline_script("fleet.js")
 
 
 def check_parquet(fmt_name: str) -> None:
@@ -274,7 +269,7 @@ def write_fleet(data: dict[str, Any], renderer: Renderer, path: str | None, *, m
 
     from tracekit.report.output import is_stream, write_atomic
 
-    if not getattr(renderer, "binary", False):
+    if not isinstance(renderer, FleetParquet):  # the one binary format
         text = renderer.render_data(data)
         if path is None:
             sys.stdout.write(text)

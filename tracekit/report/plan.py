@@ -135,10 +135,11 @@ def method_blocks(text: str) -> list[dict[str, Any]]:
 
 def capacity_chart(data: dict[str, Any]) -> dict[str, Any]:
     """Per option and phase: capacity (tokens/s) as a bar, the demand as a line."""
-    from bokeh.models import ColumnDataSource, HoverTool, Span
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+    from bokeh.models.annotations import Span  # bokeh.models' re-export is hidden from type checkers
     from bokeh.plotting import figure
 
-    rows = {"y": [], "value": [], "color": [], "label": [], "text": []}
+    rows: dict[str, list[Any]] = {"y": [], "value": [], "color": [], "label": [], "text": []}
     colors = {"prefill": "#2f6db5", "decode": "#e07b1f"}
     demand = data["demand"]
     for o in data["options"]:
@@ -152,7 +153,7 @@ def capacity_chart(data: dict[str, Any]) -> dict[str, Any]:
             rows["text"].append(f"{fmt.per_s(cap)} of capacity for {fmt.per_s(need)} of demand")
     p = figure(
         title="Capacity over demand, per option and phase",
-        y_range=rows["y"][::-1],
+        y_range=FactorRange(factors=rows["y"][::-1]),
         height=90 + 34 * len(rows["y"]),
         sizing_mode="stretch_width",
         tools="save",

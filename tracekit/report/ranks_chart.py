@@ -16,6 +16,7 @@ def rank_steps(data: dict[str, Any]) -> dict[str, Any]:
     if not entries:
         return {}
     from bokeh.models import ColumnDataSource, HoverTool
+    from bokeh.models.renderers import DataRenderer
     from bokeh.plotting import figure
 
     p = figure(
@@ -27,7 +28,7 @@ def rank_steps(data: dict[str, Any]) -> dict[str, Any]:
         x_axis_label="step index",
         y_axis_label="ms",
     )
-    lines = []
+    lines: list[DataRenderer] = []
     for i, e in enumerate(entries):
         steps = e["steps"]
         src = ColumnDataSource(

@@ -32,7 +32,7 @@ def step_rows(data: dict[str, Any], shown: int = SHOWN) -> dict[str, Any] | None
     if not steps:
         return None
     picked = steps if len(steps) <= shown else [*steps[: shown // 2], None, *steps[-(shown - shown // 2) :]]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for s in picked:
         if s is None:
             rows.append({"gap": f"{len(steps) - shown:,} more steps (every step is in the JSON's steps[])"})

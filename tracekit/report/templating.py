@@ -132,4 +132,25 @@ def render(env: jinja2.Environment, name: str, **context: Any) -> str:
     return env.get_template(name).render(**context)
 
 
-__all__ = ["html_env", "text_env", "render", "script_json", "md_text", "md_code", "term_text", "template_dirs"]
+def inline_script(name: str) -> str:
+    """Script template ``name``'s own text, unrendered, for a page to carry inline."""
+    env = html_env()
+    if env.loader is None:  # pragma: no cover - _env always gives one
+        raise RuntimeError("the HTML templates have no loader")
+    text = env.loader.get_source(env, name)[0].strip()
+    if "</script" in text.lower():  # pragma: no cover
+        raise RuntimeError(f"{name} must not contain '</script'")
+    return text
+
+
+__all__ = [
+    "html_env",
+    "text_env",
+    "render",
+    "inline_script",
+    "script_json",
+    "md_text",
+    "md_code",
+    "term_text",
+    "template_dirs",
+]

@@ -486,12 +486,12 @@ def kernel_rows(rows: list[dict[str, Any]], top: int | None = None) -> list[dict
                 "total": fmt.ms(r.get("total_ms")),
                 "mean": fmt.us(r.get("mean_us")),
                 "share": fmt.pct(r.get("share")),
-                "bound": BOUND_LABELS.get(r.get("bound"), r.get("bound")),
-                "cost_source": COST_SOURCE_LABELS.get(r.get("cost_source"), r.get("cost_source") or fmt.MISSING),
+                "bound": BOUND_LABELS.get(r.get("bound") or "", r.get("bound")),
+                "cost_source": COST_SOURCE_LABELS.get(r.get("cost_source") or "", r.get("cost_source") or fmt.MISSING),
                 "bound_key": r.get("bound"),
                 "limiter": str(r.get("limiter") or "unknown").replace("_", " "),
                 "achieved": WITHHELD_LABELS["above"] if withheld.get("why") == "above" else _achieved(r),
-                "roof": WITHHELD_LABELS.get(withheld.get("why"), fmt.MISSING)
+                "roof": WITHHELD_LABELS.get(withheld.get("why") or "", fmt.MISSING)
                 if withheld
                 else marked(fmt.pct(r.get("roof_fraction")), r.get("estimate")),
                 "roof_note": withheld.get("reason"),
@@ -522,7 +522,7 @@ def top_kernels(data: dict[str, Any], top: int | None = None) -> list[dict[str, 
     return out
 
 
-def _withheld(rows: list[dict[str, Any]], top: int | None) -> list[dict[str, str]]:
+def _withheld(rows: list[dict[str, Any]], top: int | None) -> list[dict[str, Any]]:
     """The rows whose roof fraction is withheld, each with why, for the note under the table."""
     return [
         {"name": r.get("short_name") or r.get("name"), "reason": r["roof_withheld"]["reason"]}

@@ -403,6 +403,7 @@ class Tools:
                 "project needs one trace or a folder of ranks, not the windows of a split: project the original trace"
             )
         # A GPU name, or a spec file (confined like every path).
+        key: tuple[object, ...]
         if os.path.isfile(os.path.join(self.cache.confinement.base, os.path.expanduser(to))):
             real = self.cache.confinement.resolve(to, "to")
             target, key = load_spec_file(real), ("file", real, identity(real))
@@ -591,11 +592,12 @@ def _evidence(e: Entry, f: dict[str, Any]) -> dict[str, Any]:
 
 
 def _dig(d: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    value: Any = d
     for k in keys:
-        if not isinstance(d, dict):
+        if not isinstance(value, dict):
             return None
-        d = d.get(k)
-    return d
+        value = value.get(k)
+    return value
 
 
 def _limit(limit: Any) -> int:

@@ -48,9 +48,11 @@ import difflib
 import io
 import json
 import math
+import sys
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any, Sequence, cast
 
 import msgspec
 
@@ -334,7 +336,7 @@ def _from_text(key: str, target: str, value: object) -> object:
     return value
 
 
-def _translate(pairs: list[tuple[str, object]]) -> dict[str, object]:
+def _translate(pairs: Sequence[tuple[str, object]]) -> dict[str, object]:
     """A file's (key, value) pairs as flat entry keys, in the entry's units."""
     if unknown := [k for k, _ in pairs if k.casefold() not in _IGNORED and not _is_measured(k) and _resolve(k) is None]:
         raise _SpecProblem(_unknown(unknown))
@@ -348,7 +350,7 @@ def _translate(pairs: list[tuple[str, object]]) -> dict[str, object]:
                 f"key {key!r} cannot be set in a spec file (only `tracekit collect` measures "
                 f"it on the machine); give the peak and an achievable factor instead"
             )
-        target, divisor = _resolve(key)
+        target, divisor = cast("tuple[str, float | None]", _resolve(key))  # (no unknown key: refused above)
         if target in flat:
             raise _SpecProblem(f"it gives {target} twice (as {given_as[target]!r} and {key!r})")
         flat[target] = _from_text(key, target, value) if divisor is None else _number(key, value) / divisor
@@ -367,7 +369,7 @@ def _missing(flat: dict[str, object]) -> str | None:
 
 def _nest(flat: dict[str, object]) -> dict[str, object]:
     # Entry nests one level deep (achievable.X, matrix_tflops.X, provenance.X).
-    nested: dict[str, object] = {}
+    nested: dict[str, Any] = {}
     for key, value in flat.items():
         head, dot, rest = key.partition(".")
         if dot:
@@ -377,7 +379,7 @@ def _nest(flat: dict[str, object]) -> dict[str, object]:
     return nested
 
 
-def _entry(pairs: list[tuple[str, object]]) -> Entry:
+def _entry(pairs: Sequence[tuple[str, object]]) -> Entry:
     flat = _translate(pairs)
     if missing := _missing(flat):
         raise _SpecProblem(missing)
@@ -467,13 +469,11 @@ def _parse(kind: str, text: str, path: Path) -> object:
     if kind == "CSV":
         return list(csv.reader(io.StringIO(text), strict=True))
     if kind == "TOML":
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            raise TracekitError(
-                f"GPU spec file {path} is TOML, which needs Python 3.11 or later; write it as JSON or CSV"
-            ) from None
-        return tomllib.loads(text)
+
+            return tomllib.loads(text)
+        raise TracekitError(f"GPU spec file {path} is TOML, which needs Python 3.11 or later; write it as JSON or CSV")
     return json.loads(text)
 
 
@@ -511,7 +511,8 @@ def load_spec_file(path: str | Path) -> GpuSpec:
     except (ValueError, csv.Error) as e:  # JSONDecodeError and TOMLDecodeError are ValueErrors
         raise TracekitError(f"GPU spec file {path} is not valid {kind}: {e}") from None
     try:
-        pairs = _csv_pairs(document) if kind == "CSV" else _flatten(_one_row(document))
+        # (CSV parses to its rows)
+        pairs = _csv_pairs(cast("list[list[str]]", document)) if kind == "CSV" else _flatten(_one_row(document))
         entry = _entry(pairs)
     except _SpecProblem as e:
         raise TracekitError(f"GPU spec file {path} is not a valid GPU spec: {e}") from None

@@ -43,11 +43,11 @@ def architecture(kernel_names: Iterable[str]) -> tuple[str, str, tuple[int, int]
                 best = ("NVIDIA", f"sm_{n}", cc)
         for m in _AMD_TAG.finditer(name):
             gfx = m.group(1).lower()
-            cc = _AMD_CC.get(gfx)
-            if cc is None and gfx.isdigit():
-                cc = (int(gfx[:-2]), int(gfx[-2]))
-            if cc is not None and (best is None or best[0] != "AMD" or cc > best[2]):
-                best = ("AMD", f"gfx{gfx}", cc)
+            amd_cc = _AMD_CC.get(gfx)
+            if amd_cc is None and gfx.isdigit():
+                amd_cc = (int(gfx[:-2]), int(gfx[-2]))
+            if amd_cc is not None and (best is None or best[0] != "AMD" or amd_cc > best[2]):
+                best = ("AMD", f"gfx{gfx}", amd_cc)
     return best
 
 

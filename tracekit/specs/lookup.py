@@ -125,7 +125,8 @@ class _Device:
         return [k for k, v in fields.items() if v is None]
 
     def key_text(self) -> str:
-        return f"compute capability {self.major}.{self.minor}, {self.sms} SMs and {self.mem / GIB:.1f} GiB"
+        mem = "unknown memory" if self.mem is None else f"{self.mem / GIB:.1f} GiB"  # (callers check ``missing``)
+        return f"compute capability {self.major}.{self.minor}, {self.sms} SMs and {mem}"
 
 
 def _sm_count(num_sms: int | None, mp_count: int | None) -> tuple[int | None, list[str]]:

@@ -126,9 +126,9 @@ def cpu_lookup(
     if matmul_flops or bandwidth:
         spec = measured_spec("CPU", matmul_flops or {}, bandwidth, basis=FROM_OPTIONS)
         return SpecMatch(spec, FROM_OPTIONS)
-    spec = cpu_spec_from_sidecar(sidecar or {})
-    if spec is not None:
-        return SpecMatch(spec, FROM_SIDECAR)
+    measured = cpu_spec_from_sidecar(sidecar or {})
+    if measured is not None:
+        return SpecMatch(measured, FROM_SIDECAR)
     return SpecMatch(
         None,
         UNKNOWN,

@@ -189,7 +189,7 @@ class GpuSpec:
     def achievable_flops(self, dtype: str, unit: str = "matrix") -> float | None:
         """Achievable FLOP/s: measured on this machine if collect measured it, else peak x factor."""
         d = normalise_dtype(dtype)
-        if unit == "matrix" and d in self.measured_matmul_flops:
+        if unit == "matrix" and d is not None and d in self.measured_matmul_flops:
             return self.measured_matmul_flops[d]
         peak = self.peak_flops(dtype, unit)
         return None if peak is None else peak * self.achievable_compute_factor

@@ -41,7 +41,8 @@ TABLE_OF = {
 # The column that holds each table's kind, and the kinds it can hold.
 _KIND_COLUMN = {"kernels": "kind", "runtime": "api", "annotations": "side"}
 _KINDS = ("kernel", "memcpy", "memset", "runtime", "driver", "cpu", "gpu")
-_KIND_CODE = {k: i for i, k in enumerate(_KINDS)}
+# Looked up with TABLE_OF's kinds too, whose None (a table without kinds) has no code.
+_KIND_CODE: dict[str | None, int] = {k: i for i, k in enumerate(_KINDS)}
 
 # Float microseconds hold whole nanoseconds exactly below about 2**42 us
 # (~50 days of clock). Epoch-based fractional timestamps exceed that; those
@@ -80,7 +81,7 @@ class Builder:
         self._cat_table = _Growing(np.int8)  # by rank: the table code, -1 for none
         self._cat_kind = _Growing(np.int8)  # by rank: the kind code, -1 for none
         self._ranged = _Growing(np.bool_)  # by name code: a record_function range name
-        self._parts: dict[str, dict[str, list]] = {t: {} for t in TABLES}
+        self._parts: dict[str, dict[str, _Growing]] = {t: {} for t in TABLES}
 
     # -- one chunk ----------------------------------------------------------------------
     #
@@ -151,7 +152,7 @@ class Builder:
             out[name] = (rows, kinds[rows], ranks[rows])
         return events, out, shared
 
-    def _new_cats(self, cats: list) -> None:
+    def _new_cats(self, cats: list[str | dec.NotComplete | None]) -> None:
         """Learn this chunk's new categories, in order of first appearance (their rank)."""
         for cat in dict.fromkeys(cats):
             if cat in self._cat_rank:
@@ -181,7 +182,7 @@ class Builder:
         n = len(rows)
         # A chunk of one table only (Kineto writes the GPU's activities in one run) is used as is.
         evs = events if n == len(events) else list(map(events.__getitem__, rows.tolist()))
-        cols: dict[str, object] = {
+        cols: dict[str, np.ndarray] = {
             "name": shared.names[rows],
             "start_ns": _ns([e.ts for e in evs]) if shared.ts is None else _ns_float(shared.ts[rows]),
             "dur_ns": _dur_ns(np.fromiter([e.dur for e in evs], dtype=np.float64, count=n)),
@@ -286,7 +287,7 @@ class Builder:
             order = np.argsort(start, kind="stable") if (ranks == ranks[0]).all() else np.lexsort((ranks, start))
         elif len(ranks) and not (ranks == ranks[0]).all() and not (np.diff(ranks)[np.diff(start) == 0] >= 0).all():
             order = np.lexsort((ranks, start))
-        out: dict[str, object] = {
+        out: dict[str, np.ndarray | pd.Categorical | pd.Series] = {
             "name": _categorical(col["name"], names),
             "start_ns": start,
             "end_ns": start + dur,

@@ -15,11 +15,13 @@ out, so a compression bomb stops one slice after the limit.
 from __future__ import annotations
 
 import zlib
+from types import ModuleType
 from typing import Iterator
 
 from tracekit.errors import TracekitError
 from tracekit.trace.limits import GZIP_MAGIC, ZSTD_MAGIC, too_big
 
+_fast_zlib: ModuleType | None
 try:  # ISA-L's inflate, when installed: same decompressobj API as zlib, faster.
     from isal import isal_zlib as _fast_zlib
 except ImportError:  # pragma: no cover - exercised by the fallback test through monkeypatch

@@ -279,7 +279,7 @@ def _nesting(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     for a in out:
         a.flags.writeable = False
     key = id(ops)
-    _NESTING[key] = (weakref.ref(ops, lambda _ref, key=key: _NESTING.pop(key, None)), out)
+    _NESTING[key] = (weakref.ref(ops, lambda _ref: _NESTING.pop(key, None)), out)
     return out
 
 

@@ -30,9 +30,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, Literal, TypeVar, cast
 
 from tracekit.errors import TracekitError
+
+if TYPE_CHECKING:
+    from multiprocessing.sharedctypes import SynchronizedArray
 
 T = TypeVar("T")
 JOBS_ENV = "TRACEKIT_JOBS"
@@ -106,7 +109,7 @@ def read_files(read_one: Callable[[str, object], T], files: list[str], jobs: int
     )
     try:
         futures = [pool.submit(_read_first, read_one, files) for _ in files]
-        done: dict[int, tuple[bool, object]] = {}
+        done: dict[int, tuple[Literal[True], T] | tuple[Literal[False], Exception]] = {}
         while (i := _claim(ends, first=False)) is not None:
             try:
                 done[i] = (True, read_one(files[i], progress))
@@ -127,12 +130,12 @@ def read_files(read_one: Callable[[str, object], T], files: list[str], jobs: int
                 done[got[0]] = (True, _unspool(got[2])) if got[1] else (True, got[2]) if got[1] is None else got[1:]
                 if progress and got[1] is not False:
                     progress(f"read {os.path.basename(files[got[0]])}")
-        out = []
+        out: list[T] = []
         for i in range(len(files)):
-            ok, value = done[i]  # every file up to the first that failed was read
-            if not ok:
-                raise value
-            out.append(value)
+            result = done[i]  # every file up to the first that failed was read
+            if not result[0]:
+                raise result[1]
+            out.append(result[1])
         return out
     finally:
         # On a failure, the pool's processes go as soon as their file is read; nothing waits.
@@ -142,7 +145,7 @@ def read_files(read_one: Callable[[str, object], T], files: list[str], jobs: int
 
 # In a process of the pool: the shared [first, last] of the files left, and the folder its
 # reads go back through (``_share``).
-_ends = None
+_ends: SynchronizedArray[int] | None = None
 _spool = ""
 
 
@@ -160,7 +163,7 @@ def _unspool(path: str):
     return value
 
 
-def _claim(ends, first: bool) -> int | None:
+def _claim(ends: SynchronizedArray[int], first: bool) -> int | None:
     """The first (or last) file nobody has taken, now taken; None when none is left."""
     with ends.get_lock():
         if ends[0] > ends[1]:
@@ -175,14 +178,15 @@ def _read_first(read_one, files: list[str]):
     """A task of the pool: (index, True, the spooled file of its value) of the first file left, (index, False, error)
     when it fails (and then no file after it is taken: none of them will be needed), None when
     no file is left."""
-    i = _claim(_ends, first=True)
+    ends = cast("SynchronizedArray[int]", _ends)  # (set by ``_share`` as the process started)
+    i = _claim(ends, first=True)
     if i is None:
         return None
     try:
         value = read_one(files[i], None)
     except Exception as e:  # noqa: BLE001 - the file's own error, raised in file order by the caller
-        with _ends.get_lock():
-            _ends[0] = _ends[1] + 1
+        with ends.get_lock():
+            ends[0] = ends[1] + 1
         return i, False, e
     import pickle
 

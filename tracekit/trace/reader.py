@@ -421,7 +421,7 @@ def _merge(path: str, parts: list[Trace]) -> Trace:
         devices.update(t.devices)
     merged = {n: _concat(dfs) for n, dfs in tables.items()}
     first = parts[0]
-    lacks = {}
+    lacks: dict[str, str] = {}
     for t in parts:
         for key, why in t.lacks.items():
             lacks.setdefault(key, f"{os.path.basename(t.path)}: {why}")

@@ -16,6 +16,7 @@ merged into one "run" gives nonsense: a 43-hour span, bound shares adding up to 
 from __future__ import annotations
 
 import os
+from typing import cast
 
 from tracekit.errors import TracekitError
 from tracekit.trace.model import Trace
@@ -60,19 +61,21 @@ def check_one_run(folder: str, parts: list[Trace]) -> None:
             f"{' and others' if len(missing) > 3 else ''} say no rank: they may be unrelated runs; " + _ONE_BY_ONE
         )
     by_rank: dict[int, str] = {}
-    for name, r in zip(names, ranks):
+    for name, r in zip(names, cast("list[int]", ranks)):  # (none missing: all ints)
         if r in by_rank:
             raise TracekitError(
                 f"{folder}: {by_rank[r]} and {name} are both rank {r}: they are different runs; " + _ONE_BY_ONE
             )
         by_rank[r] = name
-    worlds = {(t.distributed or {}).get("world_size") for t in parts} - {None}
+    # As text: distributedInfo is untrusted, and a list, or 2 beside "2", must not break the check.
+    worlds = {str(w) for t in parts if (w := (t.distributed or {}).get("world_size")) is not None}
     if len(worlds) > 1:
+        listed = ", ".join(sorted(worlds, key=lambda w: (len(w), w)))  # shorter first: numbers in numeric order
         raise TracekitError(
-            f"{folder}: the traces disagree on the world size ({', '.join(map(str, sorted(worlds)))}): "
+            f"{folder}: the traces disagree on the world size ({listed}): "
             "they are ranks of different runs; " + _ONE_BY_ONE
         )
-    gpus = {t.device_name() for t in parts if t.has_gpu} - {None}
+    gpus = {g for t in parts if t.has_gpu and (g := t.device_name()) is not None}
     if len(gpus) > 1:
         raise TracekitError(
             f"{folder}: the traces ran on different GPUs ({', '.join(sorted(gpus))}): they are not one "

@@ -23,7 +23,7 @@ gives every error its established sentence.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 import msgspec
 import numpy as np
@@ -40,19 +40,21 @@ _OPEN, _COMMA, _CLOSE_BRACE = ord("["), ord(","), ord("}")
 _CANDIDATES = 32
 
 Chunk = tuple[list, Callable[[], list]]
+# What the slices come from (``inflate.Inflated``, whose ``total`` callers read afterwards).
+SlicesT = TypeVar("SlicesT", bound=Iterable[bytes])
 
 
 class NotStreamable(Exception):
     """The document needs the whole-document path (which also words any error)."""
 
 
-class EventChunks:
+class EventChunks(Generic[SlicesT]):
     """Iterate for (events, exact) per chunk, ``exact()`` re-decoding that chunk with
     decimal timestamps; afterwards ``meta`` holds the top-level keys other than
     traceEvents and ``json_cut`` says whether the JSON ended before it closed. ``decoder``
     turns a chunk's text (a JSON array) into its events (default: ``decode.EVENTS``)."""
 
-    def __init__(self, path: str, slices: Iterable[bytes], decoder=None):
+    def __init__(self, path: str, slices: SlicesT, decoder=None):
         self.path = path
         self.slices = slices
         self._events = decoder or dec.EVENTS

@@ -76,7 +76,7 @@ def find_edges(s: Survey, max_events: int) -> np.ndarray:
     if named is not None:
         s.cut = {"given": CUT_INFERRED, "steps": CUT_STEPS}.get(named, CUT_PROFILER_STEPS)
         # Steps are few beside events (one per forward pass): their starts and ends fit in memory.
-        if named == "given":
+        if s.given is not None:  # (named "given")
             starts, ends = _step_gaps(s.given[:, 1], s.given[:, 2])
         else:
             rows = np.concatenate(list(s.blocks(named)))
@@ -117,7 +117,7 @@ def find_edges(s: Survey, max_events: int) -> np.ndarray:
             keep.append(e)
             kept.append(int(n))
             last = n
-    if named == "given" and keep:
+    if s.given is not None and keep:  # (named "given")
         # Each edge's step: the first whose first launch is at or after it.
         first = s.given[np.argsort(s.given[:, 1], kind="stable"), :]
         at = np.minimum(np.searchsorted(first[:, 1], np.asarray(keep), side="left"), len(first) - 1)
@@ -151,7 +151,7 @@ def _clear_before(
     out = cuts.copy()
     for j, (c, a) in enumerate(zip(cuts.tolist(), after.tolist())):
         first, last = int(bins(np.array([a]))[0]) + 1, int(bins(np.array([c]))[0])
-        clear = np.flatnonzero(open_at[first : last + 1] == 0) if first <= last else []
+        clear: np.ndarray | list[int] = np.flatnonzero(open_at[first : last + 1] == 0) if first <= last else []
         if len(clear):
             out[j] = max(lo + (first + int(clear[-1])) * width, math.nextafter(a, math.inf))
     return out

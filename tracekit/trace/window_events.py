@@ -48,6 +48,8 @@ _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _WHERE = msgspec.json.Decoder(list[_Where])
 _PH, _CAT, _TS, _DUR, _ID = (attrgetter(a) for a in ("ph", "cat", "ts", "dur", "id"))
 _CORR_OF, _EXT_OF = attrgetter("args.correlation"), attrgetter("args.external_id")
+# ``Columns.dur`` of a pass that did not ask for durations: no rows to index.
+_NO_DURATIONS = np.empty(0)
 
 # What an event is to routing, by (phase, category): the last four are the complete ("X")
 # events that the reader's tables are made of, which windows are sized by.
@@ -101,7 +103,7 @@ class Columns:
     def __init__(self, where: list, kinds: dict, ids_of: tuple[int, ...], durations: bool = False) -> None:
         n = len(where)
         self.ts = np.fromiter(map(_TS, where), np.float64, n)
-        self.dur = np.fromiter(map(_DUR, where), np.float64, n) if durations else None
+        self.dur = np.fromiter(map(_DUR, where), np.float64, n) if durations else _NO_DURATIONS
         keys = list(zip(map(_PH, where), map(_CAT, where)))
         for key in set(keys).difference(kinds):
             kinds[key] = _kind(*key)
@@ -110,9 +112,9 @@ class Columns:
 
         # A launch flow's id is the correlation id of the launch and its kernel.
         for of, get in (((FLOW,), _ID), ((GPU, LAUNCH), _CORR_OF), ((ANNOTATION, GPU_ANNOTATION), _EXT_OF)):
-            of = tuple(k for k in of if k in ids_of)
-            if of:
-                rows = np.flatnonzero(np.isin(self.kind, of))
+            wanted = tuple(k for k in of if k in ids_of)
+            if wanted:
+                rows = np.flatnonzero(np.isin(self.kind, wanted))
                 self.id[rows] = _ints(list(map(get, map(where.__getitem__, rows.tolist()))))
 
 
@@ -127,12 +129,12 @@ def _ints(values: list) -> np.ndarray:
         )
 
 
-def open_chunks(path: str, limit: int, raws: bool = False) -> stream.EventChunks:
+def open_chunks(path: str, limit: int, raws: bool = False) -> stream.EventChunks[inflate.Inflated]:
     """The trace's events, a chunk at a time (a file cut mid-write gives its complete events)."""
     return stream.EventChunks(path, inflate.Inflated(path, limit, for_analysis=False), decoder=_Decoder(raws))
 
 
-def each_chunk(chunks: stream.EventChunks, tick: Callable[[int], None]):
+def each_chunk(chunks: stream.EventChunks[inflate.Inflated], tick: Callable[[int], None]):
     """The chunks, telling ``tick`` the decompressed bytes read so far after each."""
     try:
         for chunk, _ in chunks:

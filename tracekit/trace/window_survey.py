@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 from operator import attrgetter
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 
@@ -86,7 +86,8 @@ class Survey:
     def write(self, name: str, *columns: np.ndarray) -> None:
         """Append rows (one value per field of the file's row type) to a temporary file."""
         rows = np.empty(len(columns[0]), dtype=_FILES[name])
-        for field, values in zip(rows.dtype.names, columns):
+        # A structured dtype (``_FILES``): it always has field names.
+        for field, values in zip(cast("tuple[str, ...]", rows.dtype.names), columns):
             rows[field] = values
         rows.tofile(self._files[name])
 

@@ -40,6 +40,7 @@ import os
 import re
 import shutil
 import tempfile
+from types import ModuleType
 from typing import Callable
 
 import msgspec
@@ -52,6 +53,7 @@ from tracekit.trace.decode import too_deep
 from tracekit.trace.window_events import FLOW, GPU, GPU_ANNOTATION, META, OP, Columns, each_chunk, open_chunks
 from tracekit.trace.window_survey import Survey, run_survey
 
+_gzip: ModuleType
 try:  # ISA-L's gzip writer, several times faster than zlib's at the same level (the fast extra)
     from isal import igzip as _gzip
 except ImportError:  # pragma: no cover - the base install
@@ -216,8 +218,8 @@ def _route(
     try:
         for i, out in enumerate(outs):
             # Which window of which trace, and how it was cut: tracekit report DIR merges them in order.
-            window = {"index": i + 1, "of": k, "trace": os.path.basename(path), "cut": cut}
-            out.write(msgspec.json.encode({**meta, WINDOW_KEY: window, "traceEvents": []})[:-3] + b"[")
+            about = {"index": i + 1, "of": k, "trace": os.path.basename(path), "cut": cut}
+            out.write(msgspec.json.encode({**meta, WINDOW_KEY: about, "traceEvents": []})[:-3] + b"[")
         kinds: dict = {}
         for chunk in each_chunk(open_chunks(path, limit, raws=True), tick):
             c = Columns(chunk.where, kinds, ids_of=(GPU, FLOW, GPU_ANNOTATION), durations=len(range_edges) > 0)

@@ -152,8 +152,9 @@ def project_collectives(
     source's own where given: what a check measured on the target itself."""
     n = src_link.ranks
     msg = message_bytes(priced_bytes, n)
-    kinds, algs = zip(*(classify(str(x)) for x in names)) if len(names) else ((), ())
-    kinds, algs = np.array(kinds, dtype=object), np.array(algs, dtype=object)
+    classes = [classify(str(x)) for x in names]
+    kinds = np.array([k for k, _ in classes], dtype=object)
+    algs = np.array([a for _, a in classes], dtype=object)
     b_s = [bound(k, a, s, src_link) for k, a, s in zip(kinds, algs, msg)]
     b_t = [bound(k, a, s, tgt_link) for k, a, s in zip(kinds, algs, msg)]
     bound_src = np.array([b.total for b in b_s])

@@ -91,17 +91,20 @@ def fit_costs(
         by = peaks.get(unit) or {}
         return by.get(dtype) or by.get("bf16") or by.get("fp32")
 
-    def roof(side: Side) -> float:
-        total = 0.0
-        for w in step_costs(model, side, tp=tp, kv_bytes=kvb, act_dtype=model.dtype).values():
-            if isinstance(w, Missing):
-                continue
-            f = peak(w.dtype, w.unit)
-            total += max(w.flops / f if f else 0.0, w.bytes / bw)
-        return total
-
     basis: dict[str, Any] = {}
+    kv_tok: float | None
+    weights: float | None
     if model is not None:
+
+        def roof(side: Side) -> float:
+            total = 0.0
+            for w in step_costs(model, side, tp=tp, kv_bytes=kvb, act_dtype=model.dtype).values():
+                if isinstance(w, Missing):
+                    continue
+                f = peak(w.dtype, w.unit)
+                total += max(w.flops / f if f else 0.0, w.bytes / bw)
+            return total
+
         rp = [roof(_prefill_side(s)) for _, s in pre]
         rd = [roof(_decode_side(s, a)) for a, s in dec]
         eff_p = sum(s["gpu_busy_ms"] for _, s in pre) / 1e3 / sum(rp)
@@ -143,12 +146,17 @@ def fit_costs(
             )
         else:
             f = peak("bf16", "matrix")
+
+            def compute_s(flops: float) -> float:
+                # No bf16 or fp32 matrix peak (V100 and T4 list fp16 only): FLOPs are not counted, as in roof().
+                return flops / f if f else 0.0
+
             per_req_flops = float((flops_d / b_d).mean())
             fixed_bytes = float(bytes_d.mean())
-            eff_d = float(busy_d.sum() / sum(max(fl / f, by / bw) for fl, by in zip(flops_d, bytes_d)))
+            eff_d = float(busy_d.sum() / sum(max(compute_s(fl), by / bw) for fl, by in zip(flops_d, bytes_d)))
 
             def decode_s(b: float, ctx: float) -> float:
-                return over_d + eff_d * max(per_req_flops * b / f, fixed_bytes / bw)
+                return over_d + eff_d * max(compute_s(per_req_flops * b), fixed_bytes / bw)
 
             notes.append(
                 "without a model decode FLOPs scale with the batch and its bytes stay as measured (the KV "
@@ -192,11 +200,11 @@ def fit_costs(
     for phase, over, steps in (("prefill", over_p, pre), ("decode", over_d, dec)):
         busy = float(np.mean([s["gpu_busy_ms"] for _, s in steps])) / 1e3
         if over > busy:
-            causes = {}
+            causes: dict[str, float] = {}
             for _, s in steps:
                 for k, v in (s.get("idle_by_cause") or {}).items():
                     causes[k] = causes.get(k, 0.0) + v
-            top = max(causes, key=causes.get) if causes and max(causes.values()) > 0 else None
+            top = max(causes, key=causes.__getitem__) if causes and max(causes.values()) > 0 else None
             notes.append(
                 f"the measured {phase} steps spend {fmt.ms(over * 1e3)} each outside GPU work "
                 f"({fmt.ms(busy * 1e3)} busy){f', mostly GPU idle caused by {top}' if top else ''}; the plan "

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from tracekit import formatting as fmt
 from tracekit.analysis.model import json_safe
@@ -179,21 +179,21 @@ def _max_batch(c: PhaseCosts, d: Demand) -> float:
     return max(room, 0.0) / (c.kv_bytes_per_token * (d.isl + d.osl))
 
 
-def _tpot(c: PhaseCosts, d: Demand, rate: float, share: float) -> tuple[float | None, float | None]:
+def _tpot(c: PhaseCosts, d: Demand, rate: float, share: float) -> tuple[float, float] | None:
     """(TPOT, batch) of one decode replica receiving ``rate`` requests/s with ``share`` of its
     time for decoding; None when no steady state exists (more work than time)."""
     if share <= 0:
-        return None, None
+        return None
     k = rate * d.osl  # requests in flight per second of TPOT
     t = c.decode_s(1, d.context) / share
     for _ in range(500):
         nxt = c.decode_s(max(1.0, k * t), d.context) / share
         if nxt > 1e4:
-            return None, None
+            return None
         if abs(nxt - t) <= 1e-12 + 1e-9 * t:
             return nxt, max(1.0, k * nxt)
         t = nxt
-    return None, None
+    return None
 
 
 def _prefill(c: PhaseCosts, d: Demand, rate: float) -> tuple[float, float]:
@@ -230,13 +230,14 @@ def evaluate(name: str, c: PhaseCosts, d: Demand, slo: Slo, x: int, y: int, kv_l
         )
     if name == "colocated":
         if rho < 1:
-            tpot, batch = _tpot(c, d, d.rate / x, 1 - rho)
-            if tpot is None:
+            steady = _tpot(c, d, d.rate / x, 1 - rho)
+            if steady is None:
                 reasons.append("decode is over capacity once prefills take their share of each replica")
             else:
+                tpot, batch = steady
                 ttft = s + rho * s / (2 * (1 - rho)) + c.decode_s(batch, d.context) / 2
     else:
-        tpot, batch = _tpot(c, d, d.rate / y, 1.0)
+        tpot, batch = _tpot(c, d, d.rate / y, 1.0) or (None, None)
         if rho < 1:
             ttft = s + rho * s / (2 * (1 - rho)) + transfer
         if tpot is None:
@@ -299,25 +300,24 @@ def plan(
     replicas = max_gpus // c.tp
     if replicas < 1:
         raise TracekitError(f"--max-gpus {max_gpus} is below one replica of the measured run (TP {c.tp})")
-    options = []
-    coloc = None
-    for n in range(1, replicas + 1):
+    options: list[Option] = []
+    for n in range(1, replicas + 1):  # at least once: replicas >= 1
         coloc = evaluate("colocated", c, d, slo, n, n, kv_link)
         if coloc.meets_slo:
             break
     options.append(coloc)
     disagg = None
     if replicas >= 2:
-        best = None
+        best: Option | None = None
+        found: list[Option] = []
         for total in range(2, replicas + 1):
             found = [evaluate("disaggregated", c, d, slo, x, total - x, kv_link) for x in range(1, total)]
             meeting = [o for o in found if o.meets_slo]
             if meeting:
                 best = max(meeting, key=lambda o: _goodput(o, c, d, slo, kv_link))
                 break
-            best = found
-        if isinstance(best, list):  # none met: the split closest to meeting at the largest size
-            best = min(best, key=lambda o: _shortfall(o, slo))
+        if best is None:  # none met: the split closest to meeting at the largest size
+            best = min(found, key=lambda o: _shortfall(o, slo))
         disagg = best
         options.append(disagg)
     for o in options:
@@ -351,7 +351,9 @@ def _why(rec: Option | None, options: list[Option], max_gpus: int) -> str:
     text = f"{parts[rec.name].capitalize()} on {rec.total_gpus} GPU{'s' if rec.total_gpus != 1 else ''}"
     if rec.name == "disaggregated":
         text += f" ({rec.prefill_replicas * rec.tp} prefill + {rec.decode_replicas * rec.tp} decode)"
-    text += f" meets both SLOs (TTFT {fmt.ms(rec.ttft_s * 1e3)}, TPOT {fmt.ms(rec.tpot_s * 1e3)}) with the fewest GPUs"
+    # An option meets the SLOs only with both figures (``evaluate`` gives a reason for each missing one).
+    ttft, tpot = cast(float, rec.ttft_s), cast(float, rec.tpot_s)
+    text += f" meets both SLOs (TTFT {fmt.ms(ttft * 1e3)}, TPOT {fmt.ms(tpot * 1e3)}) with the fewest GPUs"
     for o in options:
         if o is rec:
             continue

@@ -469,7 +469,7 @@ def _by_category(w: pd.DataFrame, rp: Repriced, in_phase: np.ndarray) -> dict[st
 
 def _factor_summary(src: GpuSpec, tgt: GpuSpec) -> dict[str, Any]:
     """Which vendor class each GPU is, and the fractions used, with their sources (for the report)."""
-    out = {}
+    out: dict[str, Any] = {}
     for role, spec in (("source", src), ("target", tgt)):
         cls = factors.vendor_class(spec)
         out[role] = {
@@ -526,7 +526,8 @@ def _headline(source: Analysis, projected: dict[str, Analysis]) -> list[dict[str
     for key, label, get in _FIGURES:
         measured = get(source.metrics)
         values = [get(projected[e].metrics) for e in ESTIMATES]
-        if measured is None and all(v is None for v in values):
+        known = [v for v in values if v is not None]
+        if measured is None and not known:
             continue
         out.append(
             {
@@ -534,7 +535,7 @@ def _headline(source: Analysis, projected: dict[str, Analysis]) -> list[dict[str
                 "label": label,
                 "measured": measured,
                 "projected": values[0],
-                "range": [min(values), max(values)] if all(v is not None for v in values) else None,
+                "range": [min(known), max(known)] if len(known) == len(values) else None,
             }
         )
     return out

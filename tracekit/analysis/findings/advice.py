@@ -82,14 +82,13 @@ def advice(a: Analysis) -> list[Finding]:
 
     # Too little time involved is noise, whatever a replay then saves (it may save nothing: the
     # work behind a removed sync still runs); the advice stays and says what it would save.
-    def involved(f: Finding) -> float:
-        return f.sum_ms if f.sum_ms is not None else f.at_stake_ms
+    def kept(f: Finding) -> bool:
+        if f.at_stake_ms is None or f.phase is None:  # advice with time at stake always names its phase
+            return True
+        involved = f.sum_ms if f.sum_ms is not None else f.at_stake_ms
+        return involved >= MIN_AT_STAKE * (a.phases[f.phase].get("time_ms") or 0.0)
 
-    out = [
-        f
-        for f in out
-        if f.at_stake_ms is None or involved(f) >= MIN_AT_STAKE * (a.phases[f.phase].get("time_ms") or 0.0)
-    ]
+    out = [f for f in out if kept(f)]
     return sorted(out, key=lambda f: -(f.at_stake_ms or 0.0))
 
 

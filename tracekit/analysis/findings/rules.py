@@ -202,7 +202,7 @@ def findings(a: Analysis) -> list[Finding]:
         by_model = float(replayed.loc[replayed["cost_source"] == "model", "dur_ns"].sum()) if len(replayed) else 0.0
         if captured:
             text = f"Some steps replay a CUDA/HIP graph; {captured}."
-        elif (a.model or {}).get("withheld"):
+        elif a.model is not None and a.model.get("withheld"):
             text = (
                 "Some steps replay a CUDA/HIP graph: the ops and shapes behind a replay are not in this trace, and "
                 f"the costs {a.model['name']} would give them are withheld (the trace does not fit it)."

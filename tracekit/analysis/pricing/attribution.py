@@ -117,7 +117,11 @@ def attribute(
         if model is not None
         else None
     )
-    withheld = model_fit.withheld_reason(model, misfit) if misfit and not model_force and policy != "shapes" else None
+    withheld = (
+        model_fit.withheld_reason(model, misfit)
+        if model is not None and misfit and not model_force and policy != "shapes"
+        else None
+    )
     context_model = None if withheld else model
     flops, nbytes, dtype, unit, reason, pricing, shape_note = _costs(
         source, work, _contexts(sides, context_model, tp, work["name"]), category, _recorded_bytes(trace, work)
@@ -153,7 +157,8 @@ def attribute(
         dtype[use], unit[use] = model_costs.dtype[use], model_costs.unit[use]
         cost_source[use] = MODEL
         reason[use] = None
-        estimate[use] = model_costs.estimate[use]
+        if model_costs.estimate is not None:
+            estimate[use] = model_costs.estimate[use]
         still = ~shaped & ~use & (model_costs.reason != None)  # noqa: E711
         reason[still] = model_costs.reason[still]
     elif policy == "model":
@@ -202,15 +207,15 @@ def attribute(
     )
     alone = alone_from_shapes(source, work, pricing, seg.steps, sides) if shaped.any() else {}
     if model_costs is not None and model_costs.alone and not withheld:
-        alone = (
-            {
-                s: tuple(np.where(np.isnan(a), m, a) for a, m in zip(alone[s], model_costs.alone[s]))
-                for s in model_costs.alone
-            }
-            if alone
-            else model_costs.alone
-        )
+        alone = {s: _filled(alone[s], model_costs.alone[s]) for s in model_costs.alone} if alone else model_costs.alone
     return Attribution(table, spec, match.reason, source.ops, source.note, model_costs, alone or None)
+
+
+def _filled(
+    shaped: tuple[np.ndarray, np.ndarray], model: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOPs, bytes) alone: the shapes' where they give it, else the model's."""
+    return np.where(np.isnan(shaped[0]), model[0], shaped[0]), np.where(np.isnan(shaped[1]), model[1], shaped[1])
 
 
 # GEMM ops whose rows may be the step's tokens, and the argument holding those rows (the
@@ -238,7 +243,7 @@ def alone_from_shapes(
         return {}
     ops = source.ops
     names = categorical.category_strings(ops["name"])
-    name_of = np.append(names, None)[categorical.codes(ops["name"])]
+    name_of = categorical.with_none(names)[categorical.codes(ops["name"])]
     out = {s: (np.full(n, np.nan), np.full(n, np.nan)) for s in (frameworks.PREFILL, frameworks.DECODE)}
     found = False
     for op in np.unique(pricing[rows]).tolist():
@@ -254,7 +259,9 @@ def alone_from_shapes(
         ]
         dims, types, concrete = decoded
         at = _TOKEN_ROWS[name]
-        arg = dims[at] if isinstance(dims, list) and at < len(dims) else None
+        if not isinstance(dims, list) or at >= len(dims):
+            continue
+        arg = dims[at]
         if not (
             isinstance(arg, list)
             and len(arg) >= 2
@@ -290,7 +297,7 @@ def _contexts(sides: list, model: ModelSpec | None, tp: int, names: pd.Series):
             if 0 <= step < len(sides) and sides[step]:
                 pairs, keys, note = (
                     layer_roles.attention_of_layer(model, sides[step], layer)
-                    if layer >= 0
+                    if layer >= 0 and model is not None
                     else layer_roles.attention_per_layer(model, sides[step])
                 )
             cache[step, layer] = op_args.OpContext(
@@ -332,7 +339,9 @@ def _recorded_bytes(trace: Trace, work: pd.DataFrame) -> np.ndarray | None:
 def _notes(model_costs: ModelCosts | None, shape_note: np.ndarray, source: np.ndarray) -> np.ndarray:
     """Each unit's cost note: the model's where the model priced it, the role split's where its
     op's shapes did."""
-    out = np.where(np.isin(source, [SHAPES, CAPTURE]), shape_note, None)
+    out = np.full(len(source), None, dtype=object)
+    shaped = np.isin(source, [SHAPES, CAPTURE])
+    out[shaped] = shape_note[shaped]
     if model_costs is not None and model_costs.note is not None:
         out = np.where(source == MODEL, model_costs.note, out)
     return out
@@ -406,7 +415,8 @@ def _costs(
     group_names = names_or_nan[codes[keys]].tolist()
     d_l, t_l, c_l = dims[keys].tolist(), types[keys].tolist(), concrete[keys].tolist()
     priced_costs = list(map(op_costs.op_cost_json, group_names, d_l, t_l, c_l))
-    in_context: dict[tuple, object] = {}  # the same shapes in the same step context: one price
+    # The same shapes in the same step context: one price.
+    in_context: dict[tuple, op_args.OpCost | op_args.NoCost] = {}
     in_step = np.flatnonzero(contextual)
     step_values, step_of_group = np.unique(first_step[in_step], return_inverse=True)
     step_contexts = [context(step) for step in step_values.tolist()]  # once per step, not per op
@@ -456,8 +466,8 @@ def _costs(
         flops[rows] = g_flops[gs] * share[ok]
         nbytes[rows] = g_bytes[gs] * share[ok]
     else:
-        names_of = np.append(categorical.category_strings(work["name"]), None)[categorical.codes(work["name"])]
-        kinds_of = np.append(categorical.category_strings(work["kind"]), None)[categorical.codes(work["kind"])]
+        names_of = categorical.with_none(categorical.category_strings(work["name"]))[categorical.codes(work["name"])]
+        kinds_of = categorical.with_none(categorical.category_strings(work["kind"]))[categorical.codes(work["kind"])]
         f, b, said = kernel_roles.shape_roles(
             order,
             sharing,

@@ -201,7 +201,7 @@ def _match(work, replayed, graphs: list[Graph], named: bool, sizes: dict, out, t
             pick = next((i for i in ordinal if i in pool), pool[0])
             pairs = list(enumerate(graphs[pick].ops.tolist()))
         pairs = [(a, c) for a, c in pairs if c >= 0]
-        if not pairs:
+        if not pairs or pick is None:  # pairs come only with the graph they were picked from
             continue
         at = rows[[a for a, _ in pairs]]
         cap_op[at] = [c for _, c in pairs]
@@ -261,7 +261,7 @@ def _graphs_for(graphs: list[Graph], size: int | None, length: int, named: bool)
                 "replayed from a CUDA/HIP graph: no captured graph in the capture trace launches the "
                 f"{length} kernels and copies of this replay"
             )
-        seen = sorted({graphs[i].batch for i in fits if graphs[i].batch is not None})
+        seen = sorted({b for b in (graphs[i].batch for i in fits) if b is not None})
         if size is None and len(seen) > 1:
             return [], (
                 f"replayed from a CUDA/HIP graph: graphs of this length were captured at batch "
@@ -271,14 +271,14 @@ def _graphs_for(graphs: list[Graph], size: int | None, length: int, named: bool)
         return fits, None
     named_idx = [i for i in idx if graphs[i].kernels is not None]
     if size is None:
-        seen = sorted({graphs[i].batch for i in named_idx if graphs[i].batch is not None})
+        seen = sorted({b for b in (graphs[i].batch for i in named_idx) if b is not None})
         if len(seen) > 1:
             return [], (
                 f"replayed from a CUDA/HIP graph: the capture trace holds graphs captured at batch "
                 f"{_batches_text(tuple(seen))} and the step's batch is not in the trace, so which one "
                 "replayed is unknown"
             )
-    named_idx.sort(key=lambda i: abs(len(graphs[i].kernels) - length))
+    named_idx.sort(key=lambda i: abs(len(graphs[i].kernels or ()) - length))
     return named_idx[:_ALIGN_CANDIDATES], None
 
 
@@ -343,7 +343,7 @@ def _note(captures: list[Trace], graphs: list[Graph], named: bool, n: int, tally
             "; the capture trace names no batch size (no capture_<n>_<mode> range), so the graphs' batch "
             "was not checked against the replaying steps'"
         )
-    if tally.others:
+    if tally.others and tally.other_why is not None:  # each refusal counted says why
         note += (
             f"; {tally.others} replay{'' if tally.others == 1 else 's'} matched no captured graph: "
             + tally.other_why.removeprefix("replayed from a CUDA/HIP graph: ")

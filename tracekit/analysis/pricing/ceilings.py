@@ -50,11 +50,9 @@ def check_ceilings(
     best = {str(d): float(flops[matrix & (dtype == d)].max()) for d in pd.unique(dtype[matrix]) if d is not None}
     measured = bool(spec.measured_matmul_flops or spec.measured_bandwidth)
     if spec.key == "cpu":
-        raised = {
-            d: f
-            for d, f in best.items()
-            if spec.peak_flops(d, "matrix") and f > spec.peak_flops(d, "matrix") * (1 + TOLERANCE)
-        }
+        peaks = {d: spec.peak_flops(d, "matrix") for d in best}
+        over = {d: (p, f) for d, f in best.items() if (p := peaks[d]) and f > p * (1 + TOLERANCE)}
+        raised = {d: f for d, (_, f) in over.items()}
         bw = best_bw if spec.peak_bandwidth and best_bw > spec.peak_bandwidth * (1 + TOLERANCE) else None
         if not raised and bw is None:
             return None
@@ -66,10 +64,8 @@ def check_ceilings(
             peak_bandwidth=bw or spec.peak_bandwidth,
             peak_basis=f"{spec.peak_basis}, raised to what the run achieved",
         )
-        parts = [
-            f"{d} matmul {spec.peak_flops(d, 'matrix') / 1e12:.3g} → {f / 1e12:.3g} TFLOP/s" for d, f in raised.items()
-        ]
-        if bw is not None:
+        parts = [f"{d} matmul {p / 1e12:.3g} → {f / 1e12:.3g} TFLOP/s" for d, (p, f) in over.items()]
+        if bw is not None and spec.peak_bandwidth:
             parts.append(f"bandwidth {spec.peak_bandwidth / 1e9:.3g} → {bw / 1e9:.3g} GB/s")
         why = _busy(calibration)
         return (

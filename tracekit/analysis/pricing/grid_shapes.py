@@ -291,7 +291,7 @@ def _with(shape: GridShape, **kw) -> GridShape:
 def _match(shape: GridShape, candidates: tuple[int, ...], folded: bool = False) -> GridShape:
     """The candidate width the grid fits: inside the derived range, or (split-K folded into the
     grid) one whose tiles divide the grid's N tiles in the fewest slices."""
-    if not candidates or shape.n_hi is None:
+    if not candidates or shape.n_lo is None or shape.n_hi is None:  # the two are known together
         return shape
     t = shape.tile
     if folded:

@@ -251,7 +251,7 @@ MISSING_ROLES = (
 
 
 def moe_shares(
-    roles: list[str | None], d: np.ndarray, model, tokens: float, tp: int, act_bytes: float
+    roles: list[str | None], d: np.ndarray, model, tokens: float | None, tp: int, act_bytes: float
 ) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
     """Fractions of one MoE layer's cost (FLOPs, bytes) each of its kernels does, by role, and
     each one's note. ``roles``: ``moe_role`` of each kernel in launch order, the expert GEMMs
@@ -262,12 +262,12 @@ def moe_shares(
     says. None where the expert GEMMs' roles cannot be told or the model has no routed experts."""
     gemms = [i for i, r in enumerate(roles) if r == EXPERT_GEMM]
     resolved = [EXPERT_GEMM] if len(gemms) == 1 else expert_gemm_roles(len(gemms), 1)
-    if resolved is None or model is None or not tokens or any(r is None for r in roles):
+    role = [r for r in roles if r is not None]
+    if resolved is None or model is None or not tokens or len(role) < len(roles):
         return None
     per = mc.moe_roles(model, mc.Side(tokens, tokens, None, None, 0.0), tp=tp, act_bytes=act_bytes)
     if not per:
         return None
-    role = list(roles)
     for i, r in zip(gemms, resolved):
         role[i] = r
     cost = {**per, EXPERT_GEMM: tuple(a + b for a, b in zip(per[mc.GATE_UP], per[mc.DOWN]))}

@@ -168,12 +168,12 @@ def _moe(model, tp, c, sides, rows, dur, names, categories, f_total, b_total, ac
                 k=model.top_k,
             )
         return True
-    role = np.array([kernel_roles.moe_role(n, cat) or mc.GATING for n, cat in zip(names, categories)], dtype=object)
-    held = [r for r in mc.ROUTING_ROLES if (role == r).any()]
+    role_of = np.array([kernel_roles.moe_role(n, cat) or mc.GATING for n, cat in zip(names, categories)], dtype=object)
+    held = [r for r in mc.ROUTING_ROLES if (role_of == r).any()]
     missing = [r for r in mc.ROUTING_ROLES if r not in held]
     whole = [sum(per[r][j] for r in held) for j in (0, 1)]
     for r in held:
-        sel = rows[role == r]
+        sel = rows[role_of == r]
         w = _by_duration(dur[sel])
         flops[sel] = f_total * per[r][0] / whole[0] * w if whole[0] > 0 else 0.0
         nbytes[sel] = b_total * per[r][1] / whole[1] * w if whole[1] > 0 else 0.0
@@ -205,10 +205,11 @@ def _attention(
             mc.attention_layer(model, s, layer.attention, layer.window, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes)
             for s in sides.values()
         ]
-        if any(g is None for g in got):
+        costs = [g for g in got if g is not None]
+        if len(costs) < len(got):
             fits = False
             break
-        per_layer.append(tuple(sum(g[j] for g in got) for j in range(4)))
+        per_layer.append(tuple(sum(g[j] for g in costs) for j in range(4)))
     if not fits:
         note[rows] = DURATION_SHARE.format(c="attention", n=len(rows), layers=n, what="attention layers")
         return False

@@ -243,6 +243,8 @@ def _attention(args: Args) -> OpCost:
         causal, align = mask_type != "0", "bottom_right" if mask_type == "2" else "top_left"
     elif len_q == 1 and align == "bottom_right":
         causal = False  # one query row against the whole cache either way
+    elif sig.causal_arg is None:  # every signature states its causality one way or another
+        raise Unpriced(f"{args.op}: how its mask is causal is not recorded")
     else:
         causal = args.flag(sig.causal_arg, "is_causal")
     work = attention_cost(batch, heads_q, heads_kv, len_q, len_k, dim, q.size, causal, head_dim_v=dim_v, align=align)

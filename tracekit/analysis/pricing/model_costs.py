@@ -417,7 +417,7 @@ def _decode_attention_unknown_keys(
     upper bound. None for a step with prefill work: its intensity grows with its queries per
     request, so without the keys no bound class follows."""
     d = sides.get(DECODE)
-    if set(sides) != {DECODE} or d.requests <= 0 or d.tokens != d.requests:
+    if d is None or set(sides) != {DECODE} or d.requests <= 0 or d.tokens != d.requests:
         return None
     keys = d.requests * UNBOUNDED_KEYS
     side = mc.Side(d.requests, d.tokens, keys, keys, d.logit_tokens)
@@ -478,11 +478,13 @@ def combined(model, tp, sides: dict[str, mc.Side], act_bytes, kv_bytes) -> dict[
             model, next(iter(sides.values())), tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes, act_dtype=model.dtype
         )
     s = list(sides.values())
+    kv_tokens = [x.kv_tokens for x in s if x.kv_tokens is not None]
+    pairs = [x.pairs for x in s if x.pairs is not None]
     merged = mc.Side(
         sum(x.requests for x in s),
         sum(x.tokens for x in s),
-        None if any(x.kv_tokens is None for x in s) else sum(x.kv_tokens for x in s),
-        None if any(x.pairs is None for x in s) else sum(x.pairs for x in s),
+        sum(kv_tokens) if len(kv_tokens) == len(s) else None,  # unknown on one side: unknown
+        sum(pairs) if len(pairs) == len(s) else None,
         sum(x.logit_tokens for x in s),
     )
     whole = mc.step_costs(model, merged, tp=tp, act_bytes=act_bytes, kv_bytes=kv_bytes, act_dtype=model.dtype)

@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tracekit.models.config import ModelSpec
 from tracekit.models.costs import MATRIX as MODEL_MATRIX
 from tracekit.models.costs import VECTOR as MODEL_VECTOR
 from tracekit.models.costs import Missing as ModelMissing
@@ -208,5 +209,5 @@ class OpContext:
     pairs: float | None = None  # query-key pairs of the op's layer in its step
     keys: float | None = None  # keys read per layer
     kv_bytes: float | None = None
-    model: object | None = None  # tracekit.models.ModelSpec
+    model: ModelSpec | None = None
     window_note: str = ""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from tracekit.analysis import categorical
 from tracekit.analysis.pricing import model_costs as mc
@@ -148,7 +149,7 @@ def latency_fits(dur_ns, roof_fraction, ctas, sms: int | None) -> np.ndarray:
 
 
 def limiter(
-    bound: np.ndarray, roof_fraction: np.ndarray, at_roof: np.ndarray | None = None, fits: np.ndarray | None = None
+    bound: ArrayLike, roof_fraction: ArrayLike, at_roof: ArrayLike | None = None, fits: ArrayLike | None = None
 ) -> np.ndarray:
     """Per unit (or aggregate): the bound when the roof fraction reaches LATENCY_ROOF; below it
     latency where ``fits`` (``latency_fits``; every unit without it), else below_roof; unknown

@@ -107,7 +107,7 @@ def stated(work: pd.DataFrame) -> StatedWeights | None:
             example[f] = (d, n)
     if not by_format:
         return None
-    best = max(by_format, key=by_format.get)
+    best = max(by_format, key=lambda f: by_format[f])
     share = by_format[best] / total
     if share < SHARE:
         return None

@@ -338,9 +338,9 @@ def _categorize(kernel_name: str, op_name: str | None = None, kind: str = "kerne
 
 
 def categorize_many(
-    names: Sequence[str],
-    op_names: Sequence[str | None] | None = None,
-    kinds: Sequence[str] | None = None,
+    names: Sequence[str] | np.ndarray,
+    op_names: Sequence[str | None] | np.ndarray | None = None,
+    kinds: Sequence[str] | np.ndarray | None = None,
 ) -> np.ndarray:
     """``categorize`` over columns (e.g. a kernels table), as an object array.
 
@@ -373,7 +373,8 @@ def categorize_units(work: pd.DataFrame, ops: pd.DataFrame, op: np.ndarray) -> t
     if len(ops):
         op_codes = categorical.codes(ops["name"]).astype(np.int64)
         op_code = np.where(op >= 0, op_codes[np.maximum(op, 0)], -1)
-        op_names = np.append(categorical.category_strings(ops["name"]), None)  # code -1: no op (or a nameless one)
+        # Code -1: no op (or a nameless one).
+        op_names = categorical.with_none(categorical.category_strings(ops["name"]))
     else:
         op_code = np.full(len(op), -1, dtype=np.int64)
         op_names = np.array([None], dtype=object)

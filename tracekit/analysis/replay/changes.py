@@ -47,6 +47,18 @@ class Change:
     faster_only: bool = True  # durations: never longer than the time the kernel has already
     label: str | None = None
 
+    def amount(self) -> float:
+        """The value of a host or speed change, which one without it cannot mean anything."""
+        if self.value is None:
+            raise TracekitError(f"A {self.kind} change needs a value.")
+        return self.value
+
+    def target(self) -> str:
+        """The category or kernel-name part a speed change names."""
+        if not self.name:
+            raise TracekitError(f"A {self.kind} change needs a target.")
+        return self.name
+
     def describe(self) -> str:
         if self.label:
             return self.label
@@ -55,9 +67,9 @@ class Change:
         if self.kind == SYNC:
             return f"synchronising call {self.name} removed" if self.name else "synchronising calls removed"
         if self.kind == HOST:
-            return f"host work between calls cut to {self.value / 1e3:g} us"
+            return f"host work between calls cut to {self.amount() / 1e3:g} us"
         if self.kind == SPEED:
-            return f"{self.name} kernels at {self.value:.0%} of their roof"
+            return f"{self.name} kernels at {self.amount():.0%} of their roof"
         if self.kind == OVERLAP_COMM:
             return "communication overlapped with compute"
         return "kernel times changed"
@@ -132,16 +144,16 @@ def apply(g: Graph, work: pd.DataFrame, changes: list[Change]) -> Applied:
                 quickest = pd.Series(g.h_end - g.h_start).groupby(g.h_name).transform("min").to_numpy()
                 x.h_dur = np.where(blind, np.minimum(x.h_dur, quickest), x.h_dur)
         elif c.kind == HOST:
-            x.h_gap = np.minimum(x.h_gap, int(c.value))
+            x.h_gap = np.minimum(x.h_gap, int(c.amount()))
         elif c.kind == SPEED:
-            sel = _target(work, c.name)
+            sel = _target(work, c.target())
             roof_ns = (
                 work["roof_fraction"].to_numpy(dtype=float) * work["dur_ns"].to_numpy(dtype=float)
                 if "roof_fraction" in work
                 else np.full(len(work), np.nan)
             )
             known = sel & ~np.isnan(roof_ns) & (roof_ns > 0)
-            want = np.where(known, roof_ns / c.value, np.inf)
+            want = np.where(known, roof_ns / c.amount(), np.inf)
             dur[:] = np.where(known, np.minimum(dur, want).astype(np.int64), dur)
             out.unpriced[c.describe()] = int((sel & ~known).sum())
         elif c.kind == OVERLAP_COMM:

@@ -134,7 +134,7 @@ class StepReplay:
                 continue
             m = float((w * self.duration_ns).sum()) / 1e6
             r = float((w * replayed).sum()) / 1e6
-            fig = {"steps": int((w > 0).sum()), "measured_ms": m, "replayed_ms": r, "saving_ms": m - r}
+            fig: dict[str, Any] = {"steps": int((w > 0).sum()), "measured_ms": m, "replayed_ms": r, "saving_ms": m - r}
             for key, attr in (("ttft_ms", "ttft_ms"), ("tokens_per_s", f"{p}_tokens_per_s")):
                 b, a = getattr(before, attr, None), getattr(after, attr, None)
                 if key == "ttft_ms" and p != "prefill":

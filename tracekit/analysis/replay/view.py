@@ -24,13 +24,15 @@ from typing import Any
 import numpy as np
 
 from tracekit.analysis.replay import critical as cp
+from tracekit.analysis.replay.changes import Change
 from tracekit.analysis.replay.replay import StepReplay
 
 
 def replay_view(replayer: StepReplay, findings: list) -> dict[str, Any]:
     books = replayer.books()
     out: dict[str, Any] = {"books": books, "critical_path": _critical(replayer), "what_would_help": []}
-    changes, parts = [], {}
+    changes: list[Change] = []
+    parts: dict[str | None, float] = {}
     for f in findings:
         if not f.whatif or f.at_stake_basis != "replayed":
             continue
@@ -60,11 +62,11 @@ def _critical(replayer: StepReplay) -> dict[str, Any]:
     tot = replayer.critical_totals()
     weights = replayer._weights()
     cats = _kernel_categories(replayer)
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for p, w in weights.items():
         if not w.any():
             continue
-        row = {k: float((w * tot[k].to_numpy()).sum()) / 1e6 for k in cp.KINDS}
+        row: dict[str, Any] = {k: float((w * tot[k].to_numpy()).sum()) / 1e6 for k in cp.KINDS}
         by_cat: dict[str, float] = {}
         for i in np.flatnonzero(w > 0):
             for c, v in cats[i].items():

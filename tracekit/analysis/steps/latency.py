@@ -64,7 +64,7 @@ class Latency:
     launch_overhead_ms_per_decode_step: float | None = None
     launch_overhead_share_of_decode: float | None = None
     # Per phase: {"steps", "mixed_steps", "time_ms", "gpu_busy_ms", "gpu_idle_ms", "busy_share", "idle_share"}.
-    phases: dict[str, dict[str, float]] = field(default_factory=dict)
+    phases: dict[str, dict[str, float | None]] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
 
 
@@ -226,7 +226,7 @@ def _throughput(out: Latency, steps, phase, split, weight, dur_ms) -> None:
         if not len(mine):
             why[attr] = f"the trace holds no {p} step"
             continue
-        tokens = []
+        counts: list[float] = []
         # Columns read once as arrays: a serving run has thousands of steps, and a pandas
         # scalar lookup per step cost more than the rest of the analysis of one.
         sides = steps[f"{p}_side"].tolist()
@@ -243,8 +243,8 @@ def _throughput(out: Latency, steps, phase, split, weight, dur_ms) -> None:
                     n = side.tokens
             else:
                 n = side.tokens if side is not None and side.tokens is not None else np.nan
-            tokens.append(n)
-        tokens = np.array(tokens, dtype=float)
+            counts.append(n)
+        tokens = np.array(counts, dtype=float)
         # Over the whole duration of every step holding them: a mixed step's tokens exist
         # only when the whole step has run, not after its phase's share of the GPU time.
         secs = float(dur_ms[mine].sum()) / 1e3

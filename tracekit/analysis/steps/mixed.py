@@ -31,6 +31,7 @@ it gets no bound, MFU or MBU of its own (``figures``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -183,7 +184,7 @@ def split_mixed(
     return Split(share, fraction, by_step, marginal, _passengers(by_step, len(steps)))
 
 
-_NO_MARGINAL = {
+_NO_MARGINAL: dict[str, Any] = {
     "flops": None,
     "bytes": None,
     "ms": None,

@@ -281,8 +281,8 @@ def _resolve_phases(steps: pd.DataFrame, work: pd.DataFrame, counts: list | None
         )
         for i in todo.tolist():
             evidence.structure_vote(ballots[i], decided.get(i))
-            for phase, w, why in extra.get(i, ()):
-                ballots[i].cast(phase, w, why)
+            for phase, w, because in extra.get(i, ()):
+                ballots[i].cast(phase, w, because)
     for i in todo.tolist():
         phase, confidence, why = ballots[i].verdict()
         if why is None:
@@ -392,7 +392,7 @@ def _fill_counts(steps: pd.DataFrame, counts: list) -> None:
         ),
     )
     for i, count in enumerate(counts):
-        notes = []
+        notes: list[str] = []
         for col, fig, what in (("tokens", count.tokens, "tokens"), ("batch", count.requests, "requests")):
             have = c[col][i]
             if not np.isnan(have):

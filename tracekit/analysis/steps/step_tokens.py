@@ -243,18 +243,18 @@ def step_counts(
                 owner = step_of
                 if d == "dtoh" and iteration_of is not None:
                     # The readback that closes a step's iteration, issued after its range.
-                    late = np.flatnonzero((step_of < 0) & (iteration_of >= 0) & (kind == "memcpy") & (nbytes > 0))
-                    late = (
-                        late[
+                    after = np.flatnonzero((step_of < 0) & (iteration_of >= 0) & (kind == "memcpy") & (nbytes > 0))
+                    after = (
+                        after[
                             np.array(
-                                [_direction(names[c] if c >= 0 else "") == "dtoh" for c in codes[late].tolist()],
+                                [_direction(names[c] if c >= 0 else "") == "dtoh" for c in codes[after].tolist()],
                                 dtype=bool,
                             )
                         ]
-                        if len(late)
-                        else late
+                        if len(after)
+                        else after
                     )
-                    sel = np.concatenate([sel, late])
+                    sel = np.concatenate([sel, after])
                     owner = np.where(step_of >= 0, step_of, iteration_of)
                 if not len(sel):
                     continue
@@ -291,12 +291,12 @@ def step_counts(
         out[i].tokens = _vote(_per_source(tok_votes[i]), NO_TOKENS)
         tokens = out[i].tokens.value
         if logits_rows and i in logits_rows and tokens is not None and logits_rows[i][0] < tokens:
-            rows_, op_name = logits_rows[i]
+            m_rows, op_name = logits_rows[i]
             req_votes[i].append(
                 (
-                    rows_,
+                    m_rows,
                     W_LOGITS,
-                    f"logits rows (the step's last GEMM, {op_name}, has {rows_:,} "
+                    f"logits rows (the step's last GEMM, {op_name}, has {m_rows:,} "
                     "input rows: one per request's last token)",
                     1,
                     None,

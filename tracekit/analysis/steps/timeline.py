@@ -14,7 +14,8 @@ one with a count, and each lane keeps at most MAX_SEGMENTS: the page stays small
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -168,7 +169,8 @@ def _first_seen(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
     return codes, [str(u) for u in uniques]
 
 
-class _Segments(NamedTuple):
+@dataclass(frozen=True)
+class _Segments:
     """A lane's segments as columns: start and end (ms from the step's start), key and label
     text, and how many intervals each one merges."""
 

@@ -156,16 +156,15 @@ class HostThread:
         op_rows = np.flatnonzero(ops["tid"].to_numpy() == tid) if len(ops) else np.zeros(0, np.int64)
         sync_ops = op_rows[categorical.isin(ops["name"], SYNC_OPS)[op_rows]] if len(op_rows) else op_rows
         # Synchronising calls (runtime rows) and ops (op rows): start, end, kind, row.
-        self._sync = [(rt, rows, True), (ops, sync_ops, False)]
+        sources = [(rt, rows, True), (ops, sync_ops, False)]
         self._sync = [
-            (t["start_ns"].to_numpy()[r], t["end_ns"].to_numpy()[r], is_rt, r) for t, r, is_rt in self._sync if len(r)
+            (t["start_ns"].to_numpy()[r], t["end_ns"].to_numpy()[r], is_rt, r) for t, r, is_rt in sources if len(r)
         ]
         self._rt_names = categorical.Lookup(rt["name"]) if len(rt) else None
         self._rt_ops = rt["op"].to_numpy() if len(rt) and "op" in rt else None
         self._op_names = categorical.Lookup(ops["name"]) if len(ops) else None
-        self._op_start, self._op_end = (
-            (ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()) if len(ops) else (None, None)
-        )
+        self._op_start: np.ndarray = ops["start_ns"].to_numpy() if len(ops) else np.zeros(0, np.int64)
+        self._op_end: np.ndarray = ops["end_ns"].to_numpy() if len(ops) else np.zeros(0, np.int64)
         self._ops = _Nest(ops, op_rows)
         self._py_names = categorical.Lookup(py["name"]) if len(py) else None
         self._py = _Nest(py, np.flatnonzero(py["tid"].to_numpy() == tid) if len(py) else np.zeros(0, np.int64))
@@ -176,7 +175,7 @@ class HostThread:
 
     def blocking_call(self, a: int, b: int) -> tuple[str | None, int | None, int]:
         """The synchronising call (or op) overlapping [a, b] the most: name, op row, midpoint."""
-        best = (0, None, None, (a + b) // 2)
+        best: tuple[int, str | None, int | None, int] = (0, None, None, (a + b) // 2)
         for s, e, is_rt, rows in self._sync:
             ov = np.minimum(e, b) - np.maximum(s, a)
             h = int(np.argmax(ov))
@@ -185,7 +184,8 @@ class HostThread:
             r, mid = int(rows[h]), (int(s[h]) + int(e[h])) // 2
             if is_rt:
                 op = int(self._rt_ops[r]) if self._rt_ops is not None else -1
-                best = (int(ov[h]), self._rt_names[r], op if op >= 0 else None, mid)
+                name = self._rt_names[r] if self._rt_names is not None else None
+                best = (int(ov[h]), name, op if op >= 0 else None, mid)
             else:
                 best = (int(ov[h]), None, r, mid)
         return best[1], best[2], best[3]
@@ -198,8 +198,8 @@ class HostThread:
         """For each op row, the name codes of the op and the ops enclosing it (starting by its
         start, ending at or after its end), innermost first, up to ``keep``; -1 pads."""
         rows = np.asarray(rows, dtype=np.int64)
-        if not len(rows):
-            return np.full((0, keep), -1, dtype=np.int64)
+        if not len(rows) or self._op_names is None:  # no rows, or no ops for them to be
+            return np.full((len(rows), keep), -1, dtype=np.int64)
         pos = self._ops.position(rows)  # -1 for an op of another thread
         mine = pos >= 0
         # One of this thread's is first among the ops before it in the start order; another
@@ -214,7 +214,7 @@ class HostThread:
     def op_names(self, codes: np.ndarray) -> list[str]:
         """Names of one ``op_codes`` row, outermost first."""
         codes = codes[codes >= 0][::-1]
-        return self._op_names.names_of(codes) if len(codes) else []
+        return self._op_names.names_of(codes) if len(codes) and self._op_names is not None else []
 
     def frames_at(self, t: int, keep: int = 3) -> list[str]:
         """The innermost framework/user Python frames around ``t``, outermost first: library
@@ -226,7 +226,7 @@ class HostThread:
         around it, innermost first; -1 pads."""
         t = np.asarray(t, dtype=np.int64)
         py = self._py
-        if not len(py.rows):
+        if not len(py.rows) or self._py_names is None:
             return np.full((len(t), keep), -1, dtype=np.int64)
         chain = py.walk(np.searchsorted(py.start, t, side="right"), t, keep, skip=self._library_frame)
         return np.where(chain >= 0, self._py_names.codes(np.maximum(chain, 0)), -1)
@@ -237,9 +237,12 @@ class HostThread:
 
     def _library_frame(self, rows: np.ndarray) -> np.ndarray:
         """Whether each Python frame row is a library one (each name judged once)."""
-        codes = self._py_names.codes(rows)
+        names = self._py_names
+        if names is None:  # no Python frames, so never asked (``frame_codes`` returns first)
+            return np.zeros(len(rows), dtype=bool)
+        codes = names.codes(rows)
         new = np.unique(codes[self._library[codes] < 0])
-        for code, name in zip(new.tolist(), self._py_names.names_of(new)):
+        for code, name in zip(new.tolist(), names.names_of(new)):
             self._library[code] = not isinstance(name, str) or _is_library_frame(name)
             if not self._library[code]:
                 self._frame[code] = _short_frame(name)

@@ -69,7 +69,7 @@ class IdleCauses:
     # One row per idle gap: step, start_ns, end_ns, tid (launching thread), next (work row
     # of the kernel after the gap), and ns by cause (one column per cause).
     gaps: pd.DataFrame
-    trace: Trace = field(repr=False, default=None)
+    trace: Trace = field(repr=False)
     _threads: dict = field(default_factory=dict, repr=False)
     _cols: dict | None = field(default=None, repr=False)
     _work: dict | None = field(default=None, repr=False)
@@ -141,7 +141,7 @@ class IdleCauses:
     def _keys(self, gaps: np.ndarray, causes: np.ndarray, work: pd.DataFrame) -> np.ndarray:
         """One row of codes per (gap, cause index) that names what the launching thread was
         doing (see ``_describe_key``); the lookups are done a thread at a time."""
-        if self._cols is None:
+        if self._cols is None or self._work is None:
             self._cols = {c: self.gaps[c].to_numpy() for c in ("tid", "start_ns", "end_ns", "next")}
             self._work = {c: work[c].to_numpy() for c in ("launch", "op", "issue_ns")}  # work_table's columns
             rt = self.trace.runtime
@@ -194,11 +194,14 @@ class IdleCauses:
         tid, cause, call = int(key[0]), CAUSES[int(key[1])], int(key[2])
         if tid < 0:
             return {"cause": cause, "call": None, "op": None, "stack": []}
-        base = self._rt[0].size if self._rt is not None else 0
+        rt = self._rt[0] if self._rt is not None else None
+        base = rt.size if rt is not None else 0
         name = (
             None
             if call < 0
-            else (str(self._rt[0].names_of([call])[0]) if call < base else list(self._sync_calls)[call - base])
+            else (
+                str(rt.names_of([call])[0]) if rt is not None and call < base else list(self._sync_calls)[call - base]
+            )
         )  # codes in order of first sight
         th = self._thread(tid)
         ops = th.op_names(key[3 + self._FRAMES :])

@@ -9,7 +9,7 @@ Tooltips are Bokeh ``@field`` lists: values are shown as text, never as HTML.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from tracekit import formatting as fmt
 from tracekit.report.chart_style import FONT, chart_item, legend_outside, style
@@ -26,7 +26,7 @@ def _label(phase: str) -> str:
 
 def stacked_ms(title: str, rows: list[dict[str, Any]], x_label: str, chart_id: str, height: int) -> dict[str, Any]:
     """Horizontal stacked bars in ms: one per row (``label``), segments ``[(label, ms, color)]``."""
-    from bokeh.models import ColumnDataSource, HoverTool, Range1d
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Range1d
     from bokeh.plotting import figure
 
     ys = [r["label"] for r in rows][::-1]  # before on top
@@ -49,14 +49,14 @@ def stacked_ms(title: str, rows: list[dict[str, Any]], x_label: str, chart_id: s
         top = max(top, left)
     p = figure(
         title=title,
-        y_range=ys,
-        x_range=Range1d(0, (top or 1.0) * 1.04),
+        y_range=FactorRange(factors=ys),
+        x_range=Range1d(start=0, end=(top or 1.0) * 1.04),
         height=height,
         sizing_mode="stretch_width",
         tools="save",
         toolbar_location="above",
     )
-    r = p.hbar(
+    bars = p.hbar(
         y="y",
         left="left",
         right="right",
@@ -67,7 +67,7 @@ def stacked_ms(title: str, rows: list[dict[str, Any]], x_label: str, chart_id: s
         source=ColumnDataSource(seg),
     )
     p.add_tools(
-        HoverTool(renderers=[r], tooltips=[("", "@y"), ("part", "@part"), ("time", "@ms"), ("share", "@share")])
+        HoverTool(renderers=[bars], tooltips=[("", "@y"), ("part", "@part"), ("time", "@ms"), ("share", "@share")])
     )
     p.xaxis.axis_label = x_label
     p.ygrid.grid_line_color = None
@@ -136,7 +136,9 @@ def phase_bars(data: dict[str, Any], phase: str) -> list[dict[str, Any]]:
 
 def roof_chart(data: dict[str, Any], phase: str) -> dict[str, Any]:
     """Each category's time-weighted % of its own run's roof, before and after side by side."""
-    from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, LegendItem, NumeralTickFormatter, Range1d
+    from bokeh.models import CategoricalAxis, ColumnDataSource, FactorRange, HoverTool, NumeralTickFormatter, Range1d
+    from bokeh.models.annotations import Legend, LegendItem  # bokeh.models' re-export is hidden from type checkers
+    from bokeh.models.renderers import GlyphRenderer
     from bokeh.plotting import figure
 
     roofs = ((data.get("phases") or {}).get(phase) or {}).get("roof") or {}
@@ -180,19 +182,19 @@ def roof_chart(data: dict[str, Any], phase: str) -> dict[str, Any]:
     y_top = max(1.0, top * 1.1)  # every fraction shown is at most its roof, plus timing noise
     p = figure(
         title=f"{_label(phase)}: % of each run's own roof, by category (time-weighted)",
-        x_range=FactorRange(*factors, group_padding=0.8, subgroup_padding=0.1),
-        y_range=Range1d(0, y_top),
+        x_range=FactorRange(factors=factors, group_padding=0.8, subgroup_padding=0.1),
+        y_range=Range1d(start=0, end=y_top),
         height=340,
         sizing_mode="stretch_width",
         tools="save",
         toolbar_location="above",
     )
-    renderers = []
+    renderers: list[GlyphRenderer] = []
     for s in SIDES:
         renderers.append(p.vbar(x="x", top="y", width=0.9, color=SIDE_COLORS[s], line_color=None, source=sources[s]))
     p.add_tools(
         HoverTool(
-            renderers=renderers,
+            renderers=list(renderers),
             tooltips=[
                 ("category", "@category"),
                 ("run", "@side"),
@@ -204,11 +206,12 @@ def roof_chart(data: dict[str, Any], phase: str) -> dict[str, Any]:
     )  # a short bar is hovered anywhere in its column
     p.yaxis.formatter = NumeralTickFormatter(format="0%")
     p.yaxis.axis_label = "time the roof allows / time taken"
-    p.xaxis.major_label_text_font_size = "0px"  # "before"/"after" under every bar: the legend says it
-    p.xaxis.major_tick_line_color = None
-    p.xaxis.group_text_font = FONT
-    p.xaxis.group_text_font_size = "11px"
-    p.xaxis.group_label_orientation = 0.6 if len(cats) > 8 else "horizontal"
+    xaxis = cast(CategoricalAxis, p.xaxis[0])  # the one x axis, of the FactorRange
+    xaxis.major_label_text_font_size = "0px"  # "before"/"after" under every bar: the legend says it
+    xaxis.major_tick_line_color = None
+    xaxis.group_text_font = FONT
+    xaxis.group_text_font_size = "11px"
+    xaxis.group_label_orientation = 0.6 if len(cats) > 8 else "horizontal"
     p.xgrid.grid_line_color = None
     style(p)
     legend = Legend(

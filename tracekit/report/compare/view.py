@@ -359,7 +359,7 @@ STATUS_LABELS = {"new": "new", "gone": "gone", "both": ""}
 
 def _roof_text(fraction: float | None, withheld: dict[str, str] | None) -> str:
     """A fraction of a run's own roof, or what stands in for one withheld ("above roof", "capped")."""
-    return WITHHELD_LABELS.get(withheld.get("why"), fmt.MISSING) if withheld else fmt.pct(fraction)
+    return WITHHELD_LABELS.get(withheld.get("why") or "", fmt.MISSING) if withheld else fmt.pct(fraction)
 
 
 def _withheld_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
