@@ -56,11 +56,11 @@ def test_summary_top_option_limits_the_list():
 
 
 def test_version_matches_the_package_metadata():
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        tomllib = pytest.importorskip("tomli")
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    # The installed distribution's version (pyproject reads it from tracekit/__init__.py at
+    # build time): a --version that printed another constant, or a stale install, fails here.
+    from importlib.metadata import version as installed_version
+
+    version = installed_version("tracekit")
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0
     assert result.stdout.strip() == f"tracekit, version {version}"
