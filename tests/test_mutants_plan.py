@@ -258,6 +258,24 @@ def test_fit_without_a_model_scales_the_measured_steps():
     assert any("memory is unknown" in n for n in fit_costs([_Run(_measured())], None).notes)
 
 
+def test_a_gpu_with_only_an_fp16_matrix_peak_prices_decode_flops_at_it():
+    """catches: plan without a model dividing by a missing bf16 peak on a V100 or T4 (their spec
+    rows list fp16 matrix peaks only; it raised TypeError), or dropping the FLOPs there."""
+    from tracekit.specs import lookup
+    from tracekit.whatif.fit import fit_costs
+
+    v100 = lookup({"name": "Tesla V100-SXM2-32GB"}).spec
+    assert "bf16" not in v100.matrix_flops  # the case this test is about
+    fp16 = v100.matrix_flops["fp16"]
+    # The device as the analysis writes it (analysis/workload.py): peaks by unit, then dtype.
+    peaks = {"matrix": dict(v100.matrix_flops), "vector": dict(v100.vector_flops)}
+    device = {"name": v100.name, "spec": v100.name, "peak_flops": peaks, "peak_bandwidth": v100.peak_bandwidth}
+    c = fit_costs([_Run(_measured(), device=device)], None)
+    # Same steps as above: roofline max(FLOPs / fp16 peak, 2 GB / bandwidth) per decode step.
+    roof = [max(4e12 / fp16, 2e9 / v100.peak_bandwidth), max(8e12 / fp16, 2e9 / v100.peak_bandwidth)]
+    assert c.basis["decode_busy_over_roofline"] == pytest.approx(0.024 / sum(roof))
+
+
 def test_when_nothing_meets_the_closest_split_is_shown_and_the_missing_says_why():
     """catches: the disaggregated option shown when none meets being the farthest split (or not
     the largest size), and the missing lines not naming each option's first reason."""

@@ -88,8 +88,10 @@ def fit_costs(
     kvb = kv_bytes or (1.0 if str((a0.model or {}).get("kv_cache_dtype") or "").startswith("fp8") else 2.0)
 
     def peak(dtype: str, unit: str) -> float | None:
+        # A GPU without bf16 (V100, T4: their rows list fp16 matrix peaks only) runs half-precision
+        # work in fp16, at that peak; fp32 only where neither half type is listed.
         by = peaks.get(unit) or {}
-        return by.get(dtype) or by.get("bf16") or by.get("fp32")
+        return by.get(dtype) or by.get("bf16") or by.get("fp16") or by.get("fp32")
 
     basis: dict[str, Any] = {}
     kv_tok: float | None
@@ -148,7 +150,7 @@ def fit_costs(
             f = peak("bf16", "matrix")
 
             def compute_s(flops: float) -> float:
-                # No bf16 or fp32 matrix peak (V100 and T4 list fp16 only): FLOPs are not counted, as in roof().
+                # No half or fp32 matrix peak listed: FLOPs are not counted, as in roof().
                 return flops / f if f else 0.0
 
             per_req_flops = float((flops_d / b_d).mean())
