@@ -84,3 +84,15 @@ def test_different_world_sizes_and_gpus_are_refused(tmp_path):
     _as_rank(real_trace_path("mi300x_decode"), other / "b.json.gz", 1, 2)
     with pytest.raises(TracekitError, match="different GPUs|do not overlap"):
         read_trace(other)
+
+
+@pytest.mark.parametrize(("first", "second"), [(2, "2x"), (2, [2]), (8, {"n": 8})])
+def test_world_sizes_of_any_json_type_are_compared_without_a_traceback(tmp_path, first, second):
+    """catches: distributedInfo is the file's own, untrusted: a world size of another JSON type
+    beside a number (a string, a list, an object) raised TypeError (sorting str with int) or
+    'unhashable type' instead of the folder's one sentence."""
+    src = real_trace_path("b300_moe")
+    _as_rank(src, tmp_path / "a.json.gz", 0, first)
+    _as_rank(src, tmp_path / "b.json.gz", 1, second, drop_last=1)
+    with pytest.raises(TracekitError, match="disagree on the world size"):
+        read_trace(tmp_path, jobs=1)
