@@ -1,0 +1,355 @@
+"""Tests written for the survivors of the mutation campaign's samples of tracekit/report (issue 51,
+part 5): each names the mutant it kills; the expected values come from outside the code under
+test (hand arithmetic, the trace as written, the annotated file read back by json.loads)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import SAMPLE_TRACES
+from kineto import Doc
+
+from tracekit.cli import main
+from tracekit.report.base import text_table
+
+TINY = SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"
+
+
+def _events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
+        doc = json.load(f)
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
+def _annotate(src: Path, out: Path) -> list[dict]:
+    r = CliRunner().invoke(main, ["annotate", str(src), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return _events(out)
+
+
+def test_text_table_leaves_the_last_column_left_aligned_even_when_numeric():
+    """Mutant: report/base.py text_table ``last = i == len(r) - 1`` -> ``len(r) ** 1`` (no cell is
+    ever the last): a last column holding digits ("10 ms") was right-aligned like a number column.
+    Widths by hand: name 4, n 2, note 5; cells joined by two spaces, numbers right-aligned, and
+    the last cell ("7", holding a digit) as written, not padded to 5."""
+    assert text_table(["name", "n", "note"], [["a", "1", "7"], ["bb", "22", "10 ms"]]) == [
+        "name  n   note",
+        "a      1  7",
+        "bb    22  10 ms",
+    ]
+
+
+def test_critical_path_slices_carry_their_own_duration_in_ms(tmp_path):
+    """Mutant: report/annotate_critical.py ``"ms": (end - start) / 1e6`` -> ``+ 1e6``: each
+    critical-path slice's ``ms`` arg must be its own ``dur`` (microseconds, as written in the
+    annotated file and read back by json.loads) over 1000."""
+    events = _annotate(TINY, tmp_path / "out.json.gz")
+    crit = [e for e in events if e.get("cat") == "tracekit" and e.get("ph") == "X" and "kind" in e.get("args", {})]
+    assert crit, "the sample trace's annotation has a critical-path track"
+    for e in crit:
+        assert e["args"]["ms"] == pytest.approx(e["dur"] / 1000, rel=1e-9, abs=1e-9)
+
+
+def test_kernels_without_a_correlation_or_any_args_still_get_their_tracekit_args(tmp_path):
+    """Mutant: report/annotate.py _correlation returns ``~1`` (-2) instead of -1 for an event with
+    no args at all: the reader keeps such a kernel with correlation -1 ("absent"), so the event's
+    key no longer matched its table row and the kernel lost its tracekit_* args. Three GEMM
+    kernels built by hand: one as Kineto writes it, one with its "correlation" arg removed, one
+    with no args at all: each must come back with a tracekit_category (gemm, by its name)."""
+    d = Doc()
+    corr = []
+    for ts in (10, 50, 90):
+        ext = d.op("aten::mm", ts, 30, dims=[[64, 64], [64, 64]], types=["float", "float"])
+        corr.append(d.kernel("ampere_sgemm_64x64_nn", ts + 2, ts + 10, 5, ext=ext))
+    for e in d.events:
+        if e.get("cat") == "kernel" and e["args"]["correlation"] == corr[1]:
+            del e["args"]["correlation"]
+        elif e.get("cat") == "kernel" and e["args"]["correlation"] == corr[2]:
+            del e["args"]
+    src = d.write(tmp_path / "k.json")
+    kernels = [e for e in _annotate(src, tmp_path / "out.json") if e.get("cat") == "kernel"]
+    assert len(kernels) == 3
+    assert [k["args"].get("tracekit_category") for k in sorted(kernels, key=lambda k: k["ts"])] == ["gemm"] * 3
+
+
+def test_text_table_takes_rows_of_different_lengths():
+    """Mutant: report/base.py text_table ``if i < len(r)`` -> ``<=`` in the column widths: a row
+    shorter than the widest raised IndexError. Widths by hand: 3 and 1; a row's last cell is not
+    padded."""
+    assert text_table(None, [["abc", "b"], ["c"]]) == ["abc  b", "c"]
+
+
+def test_the_longest_idle_gap_is_among_the_described_ones_on_a_clock_from_zero(tmp_path):
+    """Mutant: report/annotate.py _idle_slices ranks gaps by ``end % start`` instead of ``end - start``:
+    the two agree while a gap starts later than its own length after the clock's zero (every real
+    trace's epoch-scale clock), not on a trace whose clock starts at 0. Built by hand: one step,
+    a 100 us gap from 1 us to 101 us, then 5000 gaps of 2 us, 5002 gaps in all, more than the
+    DESCRIBED_GAPS (5000) longest that get a description (the call waited on): the 100 us gap is
+    the longest, so it must carry its description ("call")."""
+    from tracekit.report.annotate import DESCRIBED_GAPS
+
+    d = Doc()
+    d.kernel("k", 0.2, 0.5, 0.5)
+    d.kernel("k", 0.3, 101.0, 1.0)
+    ts = 102.0
+    for _ in range(DESCRIBED_GAPS):
+        ts += 2.0
+        d.kernel("k", ts - 1.5, ts, 1.0)
+        ts += 1.0
+    d.annotation("ProfilerStep#0", 0.0, ts + 5)
+    src = d.write(tmp_path / "gaps.json")
+    idle = [e for e in _annotate(src, tmp_path / "out.json") if "cause" in e.get("args", {})]
+    assert len(idle) > DESCRIBED_GAPS
+    longest = max(idle, key=lambda e: e["dur"])
+    assert (longest["ts"], longest["dur"]) == (1.0, 100.0)
+    assert "call" in longest["args"]
+
+
+def _line_ys(item) -> list[list[float]]:
+    """The "y" column of every data source in a serialised bokeh figure."""
+    out = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            if o.get("type") == "map" and isinstance(o.get("entries"), list):
+                out.extend(v for k, v in o["entries"] if k == "y" and isinstance(v, list))
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    walk(item)
+    return out
+
+
+def test_the_roofline_chart_draws_an_achievable_line_only_where_it_differs_from_the_peak():
+    """Mutants: report/charts.py roofline ``abs(ach - peak) > 1e-9 * peak`` -> ``1e-9 % peak`` /
+    ``1e-9 ** peak`` (an absolute 1e-9 or 0 instead of a relative tolerance): an achievable rate
+    that is the peak up to float rounding got a dashed line of its own. On the H100 trace the
+    analysis states the peaks (989.4 TFLOP/s bf16 matrix, 67 TFLOP/s for the others; the axis is
+    in TFLOP/s, so each distinct peak is a line at y = peak / 1e12 at both ends) and achievable
+    rates of 0.8 x peak, each drawn; set to the peak times (1 + 1e-12), none is."""
+    import copy
+    import re
+
+    from conftest import real_trace_path
+
+    from tracekit import read_trace
+    from tracekit.analysis import analyze
+    from tracekit.report import charts
+
+    data = analyze(read_trace(str(real_trace_path("h100_hf")))).to_dict()
+    phase = next(iter(data["phases"]))
+    chart = charts.roofline(data, phase, 0)
+    assert "reason" not in chart, chart.get("reason")
+    peaks = {c["peak_flops"] for c in data["roofline"][phase]["roofs"]["compute"] if c.get("peak_flops")}
+    assert len(peaks) >= 2
+    ys = _line_ys(json.loads(json.dumps(chart["item"])))
+    for peak in peaks:
+        assert [peak / 1e12] * 2 in ys
+    achievable = re.compile(r"(?:matrix|vector) achievable")
+    assert achievable.search(json.dumps(chart["item"]))
+    same = copy.deepcopy(data)
+    for c in same["roofline"][phase]["roofs"]["compute"]:
+        if c.get("peak_flops"):
+            c["achievable_flops"] = c["peak_flops"] * (1 + 1e-12)
+    assert not achievable.search(json.dumps(charts.roofline(same, phase, 1)["item"]))
+
+
+def test_junit_names_each_gate_under_tracekit_compare_and_its_metric():
+    """Mutant: report/compare/junit.py ``"tracekit.compare." + g["metric"]`` -> ``-`` (a TypeError:
+    no JUnit file at all). Read back with ElementTree: one testcase per gate, classname
+    tracekit.compare.<metric>, one failure, one skipped."""
+    import xml.etree.ElementTree as ET
+
+    from tracekit.report.compare.junit import junit_xml
+
+    gates = [
+        {"expr": "tpot_p50 < +5%", "metric": "tpot_p50", "verdict": "fail", "sentence": "tpot rose 9%"},
+        {"expr": "mfu > -2%", "metric": "mfu", "verdict": "missing", "sentence": "no mfu"},
+        {"expr": "steps == 0%", "metric": "steps", "verdict": "pass", "sentence": "same"},
+    ]
+    root = ET.fromstring(junit_xml(gates))
+    cases = root.findall("./testsuite/testcase")
+    assert [c.get("classname") for c in cases] == [
+        "tracekit.compare.tpot_p50",
+        "tracekit.compare.mfu",
+        "tracekit.compare.steps",
+    ]
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "1", "1")
+
+
+def test_a_run_tag_cuts_a_long_device_name_at_40_characters():
+    """Mutant: report/compare/view.py tag ``len(what) > 41`` -> ``<= 41``: short names were cut and
+    given an ellipsis, long ones shown whole. Devices differ, so each side is tagged by its spec
+    row: 50 characters become the first 40 and "…"; "H100 SXM" stays as it is."""
+    from tracekit.report.compare.view import tag
+
+    data = {"before": {"device": {"spec": "X" * 50}}, "after": {"device": {"spec": "H100 SXM"}}}
+    assert tag(data, "before") == "before: " + "X" * 40 + "…"
+    assert tag(data, "after") == "after: H100 SXM"
+
+
+def test_a_kernel_row_of_a_comparison_keeps_the_full_kernel_name_for_its_tooltip():
+    """Mutant: report/compare/view.py _kernel_row ``r.get("before_kernel_full") or
+    r.get("before_kernel")`` -> ``and``: the full name (the tooltip) became the short one whenever
+    both were there. By hand: the full name when given, else the short one, else ""."""
+    from tracekit.report.compare.view import _kernel_row
+
+    full = "void cutlass::Kernel<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(Params)"
+    row = _kernel_row(
+        {"category": "gemm", "op": "aten::mm", "before_kernel": "cutlass gemm", "before_kernel_full": full}
+    )
+    assert row["before_full"] == full
+    assert _kernel_row({"before_kernel": "cutlass gemm"})["before_full"] == "cutlass gemm"
+    assert _kernel_row({})["before_full"] == ""
+
+
+def test_a_comparison_bar_chart_of_nothing_spans_0_to_1_04_ms():
+    """Mutant: report/compare/charts.py stacked_ms ``(top or 1.0) * 1.04`` -> ``(top or 2.0)``: a
+    chart whose rows hold no positive time gets the axis of 1 ms (plus the 4% margin every bar
+    chart here has), 0 to 1.04; with a 10 ms bar, 0 to 10.4."""
+    from tracekit.report.compare.charts import stacked_ms
+
+    def x_end(rows) -> float:
+        item = json.loads(json.dumps(stacked_ms("t", rows, "ms", "tk-test", 200)["item"]))
+        ends = []
+
+        def walk(o):
+            if isinstance(o, dict):
+                if o.get("name") == "Range1d":
+                    ends.append(o["attributes"]["end"])
+                for v in o.values():
+                    walk(v)
+            elif isinstance(o, list):
+                for v in o:
+                    walk(v)
+
+        walk(item)
+        assert len(ends) == 1
+        return ends[0]
+
+    assert x_end([{"label": "before", "segments": [("gemm", 0.0, "#000000")]}]) == pytest.approx(1.04)
+    assert x_end([{"label": "before", "segments": [("gemm", 10.0, "#000000")]}]) == pytest.approx(10.4)
+
+
+def test_a_fleet_chart_takes_only_positive_finite_values():
+    """Mutant: report/fleet.py _positive ``v > 0`` -> ``v > -1``: a zero (or a fraction below zero)
+    was taken for a value the fleet's log-scale charts can place."""
+    from tracekit.report.fleet import _positive
+
+    assert [_positive(v) for v in (0, 0.0, -0.5, 1e-9, 3, float("inf"), "2", None)] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+
+
+def test_a_parquet_fleet_without_pyarrow_says_to_install_it(monkeypatch):
+    """Mutant: report/fleet.py FleetParquet.render_bytes ``except ImportError`` -> an exception
+    nothing raises: without pyarrow the user got a bare ImportError instead of tracekit's sentence
+    on how to install it (pyarrow hidden here by a None entry in sys.modules)."""
+    import sys
+
+    from tracekit.errors import TracekitError
+    from tracekit.report.fleet import INSTALL_PYARROW, FleetParquet
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(TracekitError) as e:
+        FleetParquet().render_bytes({"rows": []})
+    assert str(e.value) == INSTALL_PYARROW
+
+
+def test_the_roof_comparison_notes_withheld_categories_only_when_there_are_some():
+    """Mutant: report/compare/charts.py roof_chart ``if held`` -> ``if not held``: the note under the
+    chart named no category when none was withheld, and said nothing when one was. By hand: gemm
+    priced on both sides, no note; attention withheld on the after side, a note naming it."""
+    from tracekit.report.compare.charts import roof_chart
+
+    phase = {
+        "roof": {"before": {"gemm": 0.5}, "after": {"gemm": 0.6}, "withheld": {}},
+        "by_category": [{"name": "gemm", "before_ms": 1.0, "after_ms": 2.0}],
+    }
+    data = {
+        "before": {"device": {"spec": "H100 SXM"}},
+        "after": {"device": {"spec": "H100 SXM"}},
+        "phases": {"decode": phase},
+    }
+    assert roof_chart(data, "decode")["note"] is None
+    phase["roof"]["withheld"] = {"after": {"attention": {"why": "above_roof"}}}
+    note = roof_chart(data, "decode")["note"]
+    assert note is not None and note.startswith("No bar for attention where its fraction is withheld")
+
+
+def test_a_fleet_report_counts_errors_and_timeouts_together():
+    """Mutant: report/fleet.py view_model ``errors + timeouts`` -> ``errors << timeouts`` (the same
+    for 1 and 1, or with no timeouts): 2 errors and 1 timeout are 3 traces not analysed, not 4."""
+    from tracekit.report.fleet import view_model
+
+    assert view_model({"traces": 5, "errors": 2, "timeouts": 1, "rows": [], "columns": []})["errors"] == 3
+    assert view_model({"traces": 5, "errors": 2, "rows": [], "columns": []})["errors"] == 2
+
+
+def test_an_hta_part_that_did_not_run_says_why_or_its_status():
+    """Mutant: report/hta_view.py _part ``part.get("reason") or part.get("status")`` -> ``and``: a
+    part that failed showed its status ("error") instead of its reason, and one with no reason
+    showed nothing. By hand: the reason when there is one, else the status."""
+    from tracekit.report.hta_view import _part
+
+    def rows(part):
+        return part["rows"]
+
+    hta = {
+        "idle_breakdown": {"status": "error", "reason": "HTA raised KeyError 'stream'"},
+        "temporal_breakdown": {"status": "empty"},
+    }
+    assert _part(hta, "idle_breakdown", rows) == {"rows": [], "reason": "HTA raised KeyError 'stream'"}
+    assert _part(hta, "temporal_breakdown", rows) == {"rows": [], "reason": "empty"}
+    assert _part({"x": {"status": "ok", "rows": [1]}}, "x", rows) == {"rows": [1], "reason": None}
+
+
+def test_a_count_certain_of_itself_shows_no_confidence():
+    """Mutant: report/steps_view.py _count ``confidence < 1`` -> another bound: a count known for
+    certain (confidence 1.0) got "(confidence 100%)" in its hover text. By hand: 0.5 is shown as
+    50%, 1.0 not at all."""
+    from tracekit.report.steps_view import _count
+
+    assert _count(5, "vLLM KV-cache writes (5)", 1.0)["title"] == "vLLM KV-cache writes (5)"
+    half = _count(5, "vLLM KV-cache writes (5)", 0.5)
+    assert half["title"] == "vLLM KV-cache writes (5) (confidence 50%)"
+    assert half["short"] == "vLLM KV-cache writes (confidence 50%)"
+
+
+def test_idle_shares_are_left_blank_when_the_phase_has_no_time():
+    """Mutant: report/view.py idle_lines ``p.get("time_ms") or 0.0`` -> ``or -1.0``: a phase whose
+    time is missing got negative shares (-200%) instead of none. By hand: sync 2 ms and wait
+    0.5 ms of a 10 ms phase are 20% and 5%; with no phase time, no share at all ("—")."""
+    from tracekit.report.view import idle_lines
+
+    causes = {"sync": 2.0, "wait": 0.5}
+    [line] = idle_lines({"phases": {"decode": {"idle_by_cause": causes, "time_ms": 10.0}}})
+    assert line["line"] == "sync 2.00 ms (20.0%), wait 0.500 ms (5.00%)"
+    [line] = idle_lines({"phases": {"decode": {"idle_by_cause": causes, "time_ms": None}}})
+    assert line["line"] == "sync 2.00 ms (—), wait 0.500 ms (—)"
+
+
+def test_the_critical_path_line_names_only_the_kinds_that_add_time():
+    """Mutant: report/replay_view.py text_lines ``k["value"] > 0`` -> ``!= 0``: a kind with negative
+    time on the critical path (an unexplained wait below zero, the replay ahead of the trace)
+    was listed beside the kinds that add time. By hand: kernels 3 ms and host work 1 ms are
+    listed; launches, syncs and queueing at 0 and the unexplained -0.5 ms are not."""
+    from tracekit.report.replay_view import text_lines
+
+    row = {"kernel": 3.0, "launch": 0.0, "host": 1.0, "queue": 0.0, "sync": 0.0, "unexplained": -0.5}
+    lines = text_lines({"replay": {"critical_path": {"decode": row}}})
+    assert lines == ["critical path, decode (3.50 ms): kernels 3.00 ms, host work 1.00 ms"]
