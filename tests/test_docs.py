@@ -165,8 +165,9 @@ def test_a_documented_command_runs_as_written(cmd, status, reader_folder):
 
 def test_docs_build_strictly(tmp_path):
     """Bug caught: a broken link, a missing page, a docstring mkdocstrings cannot read, a
-    notebook cell that fails, or a CLI reference that the lazily loading command group left
-    without its subcommands. Runs under CI=true whatever is installed (it fails there without
+    notebook cell that fails, a CLI reference that the lazily loading command group left
+    without its subcommands or that prints click's UNSET sentinel as a default, or a theme that
+    fetches web fonts. Runs under CI=true whatever is installed (it fails there without
     MkDocs, since the test extra holds the docs extra)."""
     try:
         import mkdocs  # noqa: F401
@@ -193,6 +194,9 @@ def test_docs_build_strictly(tmp_path):
     missing = [name for name in COMMANDS if f'id="tracekit-{name}"' not in cli]
     assert not missing, f"the CLI reference lacks {missing}"
     assert cli.count("--help") >= len(COMMANDS)  # each command's options table, not only its name
+    # An option without a default shows none, not click's sentinel (docs/_hooks/cli_defaults.py).
+    assert "Sentinel." not in cli
+    assert "fonts.googleapis" not in cli  # the site reads offline: no web fonts
 
     notebook = (site / "examples" / "analysis" / "index.html").read_text()
     assert "jp-OutputArea" in notebook and "Traceback" not in notebook  # executed, without errors
