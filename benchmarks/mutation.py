@@ -157,6 +157,7 @@ PACKAGE_TESTS = {
     # test_collect.py's torch.compile test stays skipped (TRACEKIT_TEST_COMPILE unset).
     "tracekit/collect": ["test_collect.py", "test_collect_tp.py", "test_outputs.py"],
     "tracekit/cli": [
+        "test_mutants_cli.py",
         "test_runs.py",
         "test_history.py",
         "test_cli_summary.py",

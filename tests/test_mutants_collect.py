@@ -1,14 +1,19 @@
 """Tests written for mutants of tracekit/collect that its hand-kept test files let survive (issue 51,
 part 5; found while drawing CI's fixed set, not in a seeded sample): each names the mutant it
-kills; the expected figures are worked out by hand from the CPU description given."""
+kills; the expected figures are worked out by hand from the CPU description given. Then the
+survivors of seed 53's sample of the package (below its marker), each with hand-built inputs and
+at most one tiny collect run."""
 
 from __future__ import annotations
 
+import os
+import types
 from pathlib import Path
 
 import pytest
 
 from tracekit.collect.calibrate import cpu_peak_flops, settled
+from tracekit.errors import TracekitError
 
 AVX512 = "processor\t: 0\nflags\t\t: fpu sse2 avx fma avx2 avx512f\ncpu MHz\t\t: 2000.000\n"
 
@@ -42,3 +47,212 @@ def test_the_cpu_peak_reads_the_whole_cpuinfo():
     if want is None:
         pytest.skip("this CPU's /proc/cpuinfo names no vector unit the bound knows")
     assert cpu_peak_flops("fp32", 1, max_khz=1e9) == pytest.approx(want)
+
+
+# --- seed 53 (`--packages tracekit/collect --sample 15 --seed 53 --lists-only`) ---------------
+
+
+def test_a_copy_below_the_floor_is_named_in_gb_per_s():
+    """Mutant: collect/calibrate.py problems ``bandwidth / 1e9`` -> ``bandwidth * 1e9``: the slow
+    copy's own figure given in the wrong unit. 0.25e9 bytes/s on one thread is under the floor of
+    1 GB/s a thread, and the sentence must say 0.25 GB/s."""
+    from tracekit.collect.calibrate import problems
+
+    out = problems("cpu", "fp32", flops=50e9, bandwidth=0.25e9, threads=1, cpu_peak=0)
+    assert out == ["0.25 GB/s copy is below the floor of 1 GB/s"]
+
+
+def test_a_matmul_far_below_the_cpu_peak_names_the_peak_in_gflop_per_s():
+    """Mutant: collect/calibrate.py problems ``peak / 1e9`` -> ``peak % 1e9``: the CPU's bound in
+    the sentence read 0 GFLOP/s. 20 GFLOP/s fp32 on 2 threads is above the 4 GFLOP/s floor
+    (2 a thread) and under 10% of a 512 GFLOP/s bound, which the sentence names."""
+    from tracekit.collect.calibrate import problems
+
+    (sentence,) = problems("cpu", "fp32", flops=20e9, bandwidth=100e9, threads=2, cpu_peak=512e9)
+    assert "20 GFLOP/s fp32 matmul is under 10% of the 512 GFLOP/s" in sentence
+    assert "on 2 threads" in sentence
+
+
+# contention: /proc/stat and the clocks replaced by hand-built figures.
+
+
+def test_busy_seconds_leave_out_idle_and_iowait(monkeypatch):
+    """Mutant: collect/contention.py _cpu_busy_seconds ``sum(ticks) - ticks[3] - ticks[4]`` ->
+    ``... - ticks[3] ^ ticks[4]``: iowait XORed in instead of subtracted. By hand, the first eight
+    fields (user nice system idle iowait irq softirq steal) 100 5 50 1000 20 3 2 7 are busy for
+    100 + 5 + 50 + 3 + 2 + 7 = 167 ticks (the mutant: 187 ^ 20 = 175)."""
+    import io
+
+    from tracekit.collect import contention
+
+    if not hasattr(os, "sysconf") or "SC_CLK_TCK" not in os.sysconf_names:
+        pytest.skip("no clock-tick rate on this system")
+    stat = "cpu  100 5 50 1000 20 3 2 7 0 0\ncpu0 50 2 25 500 10 1 1 3 0 0\n"
+    monkeypatch.setattr(contention, "open", lambda *a, **k: io.StringIO(stat), raising=False)
+    assert contention._cpu_busy_seconds() == pytest.approx(167 / os.sysconf("SC_CLK_TCK"))
+
+
+class _Clocks:
+    """The three readings a contention window takes, each a list consumed in order."""
+
+    def __init__(self, monkeypatch, wall, busy, own):
+        from tracekit.collect import contention
+
+        wall, busy, own = iter(wall), iter(busy), iter(own)
+        monkeypatch.setattr(contention, "time", types.SimpleNamespace(monotonic=lambda: next(wall)))
+        monkeypatch.setattr(contention, "_cpu_busy_seconds", lambda: next(busy))
+        monkeypatch.setattr(contention, "_own_seconds", lambda: next(own))
+
+
+def test_the_others_cores_are_busy_time_less_our_own_over_the_wall_time(monkeypatch):
+    """Mutants: collect/contention.py Window.result ``(busy1 - busy0) - (own1 - own0)`` -> ``//``
+    (this process's time divided into, not taken from, the machine's) and ``wall <= 0`` ->
+    ``wall > 0`` (every real window measured nothing). By hand: over 2 s every core together was
+    busy 5 s, 2 s of it this process's: the others held (5 - 2) / 2 = 1.5 cores."""
+    from tracekit.collect import contention
+
+    _Clocks(monkeypatch, wall=[100.0, 102.0], busy=[1000.0, 1005.0], own=[10.0, 12.0])
+    w = contention.Window()
+    got = w.result(threads=1, cores=4)
+    assert got == {"other_cores": 1.5, "seconds": 2.0, "busy": False}
+
+
+def test_a_window_of_no_time_measures_nothing(monkeypatch):
+    """Mutant: collect/contention.py Window.result ``wall <= 0`` -> ``wall > 0``: a window whose
+    clock did not move divides by zero instead of measuring nothing (None, as off Linux)."""
+    from tracekit.collect import contention
+
+    _Clocks(monkeypatch, wall=[100.0, 100.0], busy=[1000.0, 1001.0], own=[10.0, 10.5])
+    assert contention.Window().result(threads=1, cores=2) is None
+
+
+def test_busy_allows_the_free_cores_plus_half_a_core():
+    """Mutant: collect/contention.py busy ``free + SLACK_CORES`` -> ``free ** SLACK_CORES``: the
+    module's rule is cores - threads plus half a core. 4 threads on 8 cores leave 4 free, so the
+    others may hold up to 4.5 cores (the mutant: 4 ** 0.5 = 2); on a full machine half a core."""
+    from tracekit.collect.contention import busy
+
+    assert busy(3.0, threads=4, cores=8) is False
+    assert busy(4.4, threads=4, cores=8) is False
+    assert busy(4.6, threads=4, cores=8) is True
+    assert busy(0.3, threads=2, cores=2) is False
+    assert busy(0.6, threads=2, cores=2) is True
+
+
+# tensor parallel: the parent's choices, the ranks never started.
+
+
+def test_cpu_ranks_share_the_cores(tmp_path, monkeypatch):
+    """Mutant: collect/parallel.py collect_tp ``cpu_count // tp`` -> ``* tp``: each gloo rank was
+    given tp times the machine's cores instead of its share. On 8 cores, 2 ranks get 4 threads
+    each, in the job the ranks read (and OMP_NUM_THREADS)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tracekit.collect import CollectOptions, parallel
+
+    jobs = []
+
+    def started(scratch, job, tp):
+        jobs.append(job)
+        raise _Stop
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(parallel, "_run_ranks", started)
+    opts = CollectOptions(preset="tiny", device="cpu", output=str(tmp_path / "tp"), progress=False)
+    with pytest.raises(_Stop):
+        parallel.collect_tp(opts, 2)
+    assert [j["options"]["threads"] for j in jobs] == [4]
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_port_taken_every_time_is_a_clear_error(monkeypatch):
+    """Mutant: collect/parallel.py _run_ranks ``attempt == attempts - 1`` -> ``attempts - 0``: after
+    the last try found its port taken, the loop fell through to ``AssertionError("unreachable")``
+    instead of the sentence that says what happened. Three tries, each a fresh port."""
+    from tracekit.collect import parallel
+
+    ports = []
+
+    def taken(scratch, job, tp):
+        ports.append(job["port"])
+        raise parallel._PortTaken()
+
+    monkeypatch.setattr(parallel, "_start_and_wait", taken)
+    monkeypatch.setattr(parallel, "free_port", lambda: 40000 + len(ports))
+    with pytest.raises(TracekitError, match="taken each time"):
+        parallel._run_ranks("/nonexistent", {"backend": "gloo"}, 2, attempts=3)
+    assert ports == [40000, 40001, 40002]
+
+
+def test_a_generation_past_the_models_positions_is_refused():
+    """Mutant: collect/runner.py Generator ``prompt_len + new_tokens + 1 > limit`` -> ``(prompt_len +
+    new_tokens) >> 1 > limit``: only a generation twice the model's length was refused. A 12-token
+    prompt and 8 new tokens need 20 positions; a model of 16 must be refused with a sentence."""
+    pytest.importorskip("torch")
+    from tracekit.collect.runner import Generator
+
+    workload = types.SimpleNamespace(config=types.SimpleNamespace(max_position_embeddings=16))
+    with pytest.raises(TracekitError, match="exceeds the model's 16 positions"):
+        Generator(workload, 1, 12, 8)
+
+
+def test_a_script_wall_time_is_in_milliseconds(tmp_path, monkeypatch):
+    """Mutant: collect/script.py run_target ``* 1e3`` -> ``* 999.0``: seconds to milliseconds by
+    the wrong factor. The module's clock is replaced by one that reads 10 s, then 12.5 s around
+    the script: 2,500 ms."""
+    from tracekit.collect import script
+
+    path = tmp_path / "job.py"
+    path.write_text("x = 1\n")
+    ticks = iter([10.0, 12.5])
+    monkeypatch.setattr(script, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    assert script.run_target(script.ScriptTarget(argv=(str(path),), path=str(path))) == 2500.0
+
+
+@pytest.fixture(scope="module")
+def counted_run(tmp_path_factory):
+    """One tiny CPU collect with its progress bar replaced by a counter (total, steps seen)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tracekit.collect import CollectOptions, collect, collector
+
+    bars = []
+
+    class Counter:
+        def __init__(self, enabled, total):
+            self.total, self.steps = total, 0
+            bars.append(self)
+
+        def stage(self, text):
+            pass
+
+        def step(self):
+            self.steps += 1
+
+        def close(self):
+            pass
+
+    out = tmp_path_factory.mktemp("collect53") / "t"
+    opts = CollectOptions(
+        preset="tiny", batch_size=1, prompt_len=16, new_tokens=4, warmup=2, output=str(out), threads=1, calibrate=False
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(collector, "Progress", Counter)
+        result = collect(opts)
+    return result, bars
+
+
+def test_the_progress_bar_ends_full(counted_run):
+    """Mutant: collect/collector.py _collect_generation ``(warmup + 2) * forwards`` -> ``&``: the
+    bar's total, the forward passes it will count, was a few where the run made dozens. The total
+    must be the steps the run reported: every forward of the 2 warm-up runs, the first timed run
+    and the profiled run, each 1 prefill + 4 decode forwards: 4 x 5 = 20."""
+    result, bars = counted_run
+    (bar,) = bars
+    timing = result.sidecar["timing"]
+    assert timing["warmup_runs"] == 2
+    assert bar.steps == 20
+    assert bar.total == bar.steps

@@ -175,4 +175,6 @@ def command(
     click.echo(f"  {result.why}")
     for m in result.missing:
         click.echo(f"  missing: {m}")
-    click.echo(f"next: open {shlex.quote(path)} in a browser, or print it: tracekit plan ... -f text")
+    # Only an HTML page opens in a browser; JSON, Markdown and text are read where they are.
+    where = "open it in a browser" if renderer.name == "html" else "read it"
+    click.echo(f"next: {where} ({shlex.quote(path)}), or print it: tracekit plan ... -f text")

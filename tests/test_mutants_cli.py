@@ -1,0 +1,241 @@
+"""Tests written for the survivors of the mutation campaign's sample of tracekit/cli (seed 53,
+``--lists-only``): each docstring names the bug its mutant stands for; the expected values come
+from the sample traces and their sidecars, the CLI's --help and docs/, and hand arithmetic.
+
+The conftest gives every test an empty cache folder of its own (TRACEKIT_CACHE_DIR), so nothing
+here reads or fills the user's cache; every output is written under ``tmp_path``."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT, SAMPLE_TRACES
+
+from tracekit.cli import main
+
+BS1 = SAMPLE_TRACES / "tiny-bs1.pt.trace.json.gz"
+BS8 = SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz"
+SIDECAR = SAMPLE_TRACES / "tiny-bs1.tracekit.json"
+
+
+def _invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def _sidecar() -> dict:
+    return json.loads(SIDECAR.read_text(encoding="utf-8"))
+
+
+# --- tracekit batch ------------------------------------------------------------------------
+
+
+def test_batch_counts_the_traces_it_analysed(tmp_path):
+    """catches: `tracekit batch` miscounting the traces it analysed in its closing line (cli/batch.py
+    ``len(rows) - errors - timeouts`` -> ``len(rows) & errors - timeouts``). Two sample traces and a
+    file that is not a trace: 3 rows, the CSV's statuses say 2 ok and 1 error, so "2 analysed,
+    1 error(s)", and exit status 1 (docs/batch.md: some rows are errors)."""
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"traceEvents": [', encoding="utf-8")
+    out = tmp_path / "fleet.csv"
+    result = _invoke("batch", BS1, BS8, broken, "-j", "1", "-o", out)
+    assert result.exit_code == 1, result.output
+    with open(out, encoding="utf-8", newline="") as f:
+        statuses = [row["status"] for row in csv.DictReader(f)]
+    assert sorted(statuses) == ["error", "ok", "ok"]
+    assert "3 trace(s) on " in result.output
+    assert ": 2 analysed, 1 error(s)" in result.output
+
+
+def _release(fifo) -> None:
+    """Open ``fifo`` for writing and close it, so that a worker still stuck reading it reads
+    end-of-file and goes (no-op when no one reads it)."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            return
+        raise
+    os.close(fd)
+
+
+@pytest.fixture(scope="module")
+def stopped_batch(tmp_path_factory):
+    """A batch of one sample trace and a FIFO no one writes (its read blocks, as on a hung mount),
+    written only to two HTML pages in two folders, stopped by SIGTERM once the trace's row is kept.
+    Returns (exit status, output, first page, second page)."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("os.mkfifo is not available here (needed for a trace that never finishes)")
+    base = tmp_path_factory.mktemp("stopped")
+    folder = base / "in"
+    folder.mkdir()
+    shutil.copy(BS1, folder / BS1.name)
+    fifo = folder / "stuck.json"
+    os.mkfifo(fifo)
+    first, second = base / "one" / "fleet.html", base / "two" / "other.html"
+    first.parent.mkdir()
+    second.parent.mkdir()
+    # docs/batch.md: with only HTML or Parquet asked for, rows go to NAME.partial.csv beside the first.
+    partial = first.parent / "fleet.partial.csv"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "TRACEKIT_CACHE_DIR": str(base / "cache"),
+    }
+    cmd = [sys.executable, "-m", "tracekit", "batch", str(folder), "-j", "2", "-o", str(first), "-o", str(second)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        kept = (partial, second.parent / "other.partial.csv")
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(p.exists() and len(p.read_text(encoding="utf-8").splitlines()) >= 2 for p in kept):
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()[0]
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _release(fifo)
+    return proc.returncode, output, first, second
+
+
+def test_a_stopped_batch_says_its_one_row_is_kept(stopped_batch):
+    """catches: a batch stopped after one trace saying "their rows are in" (cli/batch.py
+    ``rows != 1`` -> ``rows != 2`` in the interrupted message): one finished row is "its row is"."""
+    code, output, first, _ = stopped_batch
+    assert code == 128 + signal.SIGTERM, output  # docs/batch.md: 143 when stopped by SIGTERM
+    assert "interrupted after 1 of 2 trace(s): its row is in " in output
+    assert "their rows are" not in output
+
+
+def test_a_stopped_batch_keeps_its_rows_beside_the_first_output(stopped_batch):
+    """catches: the rows of an HTML-only batch kept beside the last output instead of the first
+    (cli/batch.py ``journal_path(files[0][1])`` -> ``files[-1][1]``). docs/batch.md: they go to
+    NAME.partial.csv beside the first of the outputs; the pages, which would look whole, are not written."""
+    _, output, first, second = stopped_batch
+    partial = first.parent / "fleet.partial.csv"
+    assert f"its row is in {partial};" in output
+    with open(partial, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["name"] for r in rows] == [BS1.name] and rows[0]["status"] == "ok"
+    assert sorted(os.listdir(second.parent)) == [] and not first.exists()
+
+
+# --- --no-cache rides along on every command that reads traces -----------------------------
+
+
+def test_plan_takes_no_cache(tmp_path):
+    """catches: `--no-cache` passed on to a command as an argument it does not take (cli/cached.py
+    ``expose_value=False`` -> ``True``): `tracekit plan` (whose --help lists --no-cache) failed with a
+    TypeError before doing anything. It sizes the sample run and writes its report."""
+    out = tmp_path / "plan.md"
+    args = ["plan", BS1, "--isl", "64", "--osl", "16", "--rate", "1", "--ttft-slo", "500ms", "--tpot-slo", "50ms"]
+    result = _invoke(*args, "-o", out, "--no-cache")
+    assert result.exit_code == 0, result.output
+    assert out.exists() and out.stat().st_size > 0
+    # A Markdown plan is read where it is; only an HTML page is sent to a browser.
+    assert f"next: read it ({out})" in result.output and "browser" not in result.output
+    page = tmp_path / "plan.html"
+    result = _invoke(*args, "-o", page, "--no-cache")
+    assert result.exit_code == 0 and f"next: open it in a browser ({page})" in result.output
+
+
+# --- tracekit collect's closing lines (summary_lines of the sidecar it wrote) ---------------
+
+
+def test_collects_summary_abbreviates_the_sidecars_parameter_count():
+    """catches: the parameter count printed in full (cli/collect.py _count ``n >= div`` ->
+    ``n is div``, never true for an int against a float). The sample sidecar's model has
+    4,999,424 parameters: 4.999424 M, to three significant digits "5M"."""
+    from tracekit.cli.collect import summary_lines
+
+    sc = _sidecar()
+    assert sc["workload"]["parameters"] == 4_999_424
+    assert summary_lines(sc)[0].startswith("tiny (5M parameters, fp32) on AMD EPYC (cpu): batch 1, prompt 64")
+
+
+@pytest.mark.parametrize("count, shown", [(1_000, "1K"), (1_000_000, "1M"), (1_000_000_000, "1B")])
+def test_collects_summary_shows_a_round_parameter_count_in_the_larger_unit(count, shown):
+    """catches: a parameter count exactly on a unit shown in the smaller one (cli/collect.py _count
+    ``n >= div`` -> ``n > div``): 1,000,000 parameters is "1M", not "1e+03K" (1e6 / 1e3 = 1000 at
+    three significant digits); 1,000 is "1K", not "1000"; 1e9 is "1B"."""
+    from tracekit.cli.collect import summary_lines
+
+    sc = _sidecar()
+    sc["workload"]["parameters"] = count
+    assert summary_lines(sc)[0].startswith(f"tiny ({shown} parameters, fp32)")
+
+
+def test_collects_summary_gives_the_unprofiled_ttft_and_tpot():
+    """catches: the wall-clock TTFT/TPOT line left out when the sidecar has both figures (cli/collect.py
+    ``if figs.get("ttft_ms") is not None and ...`` negated). The sample sidecar's timing: ttft_ms
+    11.927 -> "11.9 ms"; the median of its 16 tpot_ms (the 8th and 9th, 4.2532 and 4.3284 ms, averaged)
+    is 4.2906 -> "4.29 ms"."""
+    from tracekit.cli.collect import summary_lines
+
+    t = _sidecar()["timing"]
+    ttft, p50 = t["ttft_ms"], statistics.median(t["tpot_ms"])
+    assert f"{ttft:.3g}" == "11.9" and f"{p50:.3g}" == "4.29"
+    lines = summary_lines(_sidecar())
+    assert "TTFT 11.9 ms, TPOT p50 4.29 ms, without the profiler" in lines
+    assert lines.index("TTFT 11.9 ms, TPOT p50 4.29 ms, without the profiler") == 1
+
+
+# --- tracekit compare ----------------------------------------------------------------------
+
+
+def test_compare_names_the_before_gpu_option_as_typed(tmp_path):
+    """catches: a bad `--gpu-before` let through the early check (cli/common.py ``gpu is None`` ->
+    ``gpu is not None``), so the error came later and named `--gpu` instead of the option typed.
+    compare's --help lists --gpu-before; the error names it, the exit status is 2 (usage), and
+    no report is written."""
+    out = tmp_path / "c.md"
+    result = CliRunner().invoke(main, ["compare", str(BS1), str(BS8), "--gpu-before", "no-such-gpu", "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "--gpu-before 'no-such-gpu' is not in tracekit's GPU database" in result.output
+    assert not out.exists()
+
+
+def test_compare_to_a_text_file_suggests_the_html_report(tmp_path):
+    """catches: `tracekit compare A B -o x.txt` choosing the wrong next step (cli/compare.py
+    ``name == "json"`` -> ``name >= "json"``, which "text" also is): a text file is not JSON, so
+    the next step is not the JSON document's keys but the HTML report."""
+    out = tmp_path / "c.txt"
+    result = _invoke("compare", BS1, BS8, "-o", out)
+    assert result.exit_code == 0, result.output
+    text = out.read_text(encoding="utf-8")
+    with pytest.raises(ValueError):
+        json.loads(text)
+    nxt = [line for line in result.output.splitlines() if line.startswith("next:")]
+    assert nxt == [f"next: tracekit compare {BS1} {BS8} for the HTML report with charts"]
+
+
+# --- tracekit gpus -------------------------------------------------------------------------
+
+
+def test_gpus_rounds_the_rtx_4080_laptops_fp32_peak_up():
+    """catches: the fp32 vector column divided by slightly more than 1e12 (cli/gpus.py ``1e12`` ->
+    ``1000000000001.0``), which moves a peak on a rounding edge down. The RTX 4080 Laptop's FP32 peak
+    is 7424 cores x 2 x 2.28 GHz = 33,853 GFLOP/s, 33.85 TFLOP/s in `tracekit gpus --json`: one
+    decimal shows 33.9, not 33.8."""
+    rows = json.loads(_invoke("gpus", "--json").output)
+    (row,) = [r for r in rows if r["key"] == "rtx-4080-laptop"]
+    assert row["peak_flops"]["vector"]["fp32"] == pytest.approx(33.85e12)
+    table = _invoke("gpus").output.splitlines()
+    header = table[0]
+    end = header.index("fp32 vector TFLOP/s") + len("fp32 vector TFLOP/s")  # numbers are right-aligned
+    (line,) = [t for t in table if " rtx-4080-laptop " in t]
+    assert line[:end].split()[-1] == "33.9"
