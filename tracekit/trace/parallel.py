@@ -29,6 +29,7 @@ adds at most ``jobs - 1`` of those: ``jobs`` is capped so that they fit in
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 from typing import TYPE_CHECKING, Callable, Literal, TypeVar, cast
 
@@ -127,9 +128,13 @@ def read_files(read_one: Callable[[str, object], T], files: list[str], jobs: int
                     f"(killed, e.g. out of memory): read them one at a time with --jobs 1 (or {JOBS_ENV}=1)"
                 ) from None
             if got is not None:
-                done[got[0]] = (True, _unspool(got[2])) if got[1] else (True, got[2]) if got[1] is None else got[1:]
-                if progress and got[1] is not False:
-                    progress(f"read {os.path.basename(files[got[0]])}")
+                i, how, value = got
+                if how == _FAILED:
+                    done[i] = (False, value)
+                    continue
+                done[i] = (True, _unspool(value) if how == _SPOOLED else value)
+                if progress:
+                    progress(f"read {os.path.basename(files[i])}")
         out: list[T] = []
         for i in range(len(files)):
             result = done[i]  # every file up to the first that failed was read
@@ -147,6 +152,8 @@ def read_files(read_one: Callable[[str, object], T], files: list[str], jobs: int
 # reads go back through (``_share``).
 _ends: SynchronizedArray[int] | None = None
 _spool = ""
+# How a read came back from the pool (``_read_first``).
+_SPOOLED, _PIPED, _FAILED = "spooled", "piped", "failed"
 
 
 def _share(ends, spool: str) -> None:
@@ -155,8 +162,6 @@ def _share(ends, spool: str) -> None:
 
 
 def _unspool(path: str):
-    import pickle
-
     with open(path, "rb") as f:
         value = pickle.load(f)
     os.remove(path)  # held in memory now: the disk copy would only double it
@@ -175,9 +180,10 @@ def _claim(ends: SynchronizedArray[int], first: bool) -> int | None:
 
 
 def _read_first(read_one, files: list[str]):
-    """A task of the pool: (index, True, the spooled file of its value) of the first file left, (index, False, error)
-    when it fails (and then no file after it is taken: none of them will be needed), None when
-    no file is left."""
+    """A task of the pool: (index, how, value) of the first file left, None when no file is left.
+    ``how`` is _SPOOLED (value: the file its read was written to), _PIPED (value: the read itself,
+    when the spool could not be written) or _FAILED (value: the error; then no file after it is
+    taken: none of them will be needed)."""
     ends = cast("SynchronizedArray[int]", _ends)  # (set by ``_share`` as the process started)
     i = _claim(ends, first=True)
     if i is None:
@@ -187,16 +193,14 @@ def _read_first(read_one, files: list[str]):
     except Exception as e:  # noqa: BLE001 - the file's own error, raised in file order by the caller
         with ends.get_lock():
             ends[0] = ends[1] + 1
-        return i, False, e
-    import pickle
-
+        return i, _FAILED, e
     path = os.path.join(_spool, f"{i}.pickle")
     try:
         with open(path, "wb") as f:
             pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
     except OSError:  # no room in the temporary folder: the pipe, slower, still carries it
-        return i, None, value
-    return i, True, path
+        return i, _PIPED, value
+    return i, _SPOOLED, path
 
 
 def _context():
