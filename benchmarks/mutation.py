@@ -484,6 +484,11 @@ class CoverageMap:
                 text=True,
             )
             tail = (p.stdout + p.stderr).strip().splitlines()[-1:] or [""]
+            # pytest's 2-4 (interrupted, e.g. by a collection error; internal error; usage error):
+            # the suite did not run whole, so a map from it would leave most mutants untested.
+            if p.returncode in (2, 3, 4):
+                cache.unlink(missing_ok=True)
+                sys.exit(f"mutation: the coverage run stopped before the suite ran ({tail[0]}).")
             if not cache.exists():
                 sys.exit(f"mutation: the coverage run wrote no map ({tail[0]}).")
             print(f"  coverage map in {time.perf_counter() - t0:.0f} s ({tail[0]})", flush=True)
@@ -593,7 +598,18 @@ def make_copy(tmp: Path) -> Path:
     shutil.copytree(ROOT / "tracekit", copy / "tracekit", ignore=ignore)
     shutil.copytree(ROOT / "tests", copy / "tests", ignore=ignore)
     shutil.copy2(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    for name in ("sample_traces", "templates", "benchmarks"):
+    # Linked, not copied: data the tests read, and the documentation test_docs.py runs the commands
+    # of (it reads README.md at collection, so a copy without it collects nothing from that file).
+    for name in (
+        "sample_traces",
+        "templates",
+        "benchmarks",
+        "README.md",
+        "docs",
+        "mkdocs.yml",
+        "Makefile",
+        "CHANGELOG.md",
+    ):
         if (ROOT / name).exists():
             (copy / name).symlink_to(ROOT / name)
     if (ROOT.parent / "shared").exists():  # tests find the real traces at ROOT.parent/shared

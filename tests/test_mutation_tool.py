@@ -234,3 +234,25 @@ def test_a_table_read_only_by_another_table_meets_the_readers_of_that_one(tmp_pa
     cmap = mutation.CoverageMap(data, tmp_path)
     m = mutation.Mutant("tracekit/parts.py", "core/NumberReplacer", 0, 1, 18, "", "SIZES = {'fp16': 2}")
     assert [t["id"] for t in cmap.covering(m, set(), 100.0)[0]] == ["tests/t.py::sizes"]
+
+
+def test_the_private_copy_collects_the_whole_suite(tmp_path):
+    """catches: a private copy that lacks a file some test reads at collection. test_docs.py reads
+    README.md when it is collected; a copy without it stopped the coverage run at collection
+    (pytest's exit 2) and the campaign went on with a map of no test, so every mutant met only
+    its hand-kept files. The copy must collect as many tests as the checkout, with no error."""
+
+    def collected(where: Path) -> tuple[int, str]:
+        p = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "--co", "-p", "no:cacheprovider", "tests"],
+            cwd=where,
+            env={**os.environ, "PYTHONPATH": str(where)},
+            capture_output=True,
+            text=True,
+        )
+        return p.returncode, p.stdout.strip().splitlines()[-1]
+
+    copy = mutation.make_copy(tmp_path)
+    rc, last = collected(copy)
+    assert rc == 0, last
+    assert last.split()[0] == collected(ROOT)[1].split()[0]
