@@ -89,3 +89,92 @@ def test_a_rows_top_finding_is_the_analysis_first():
     data = {"findings": [{"id": "idle-launch", "text": "launch-bound"}, {"id": "small-gemm", "text": "small GEMMs"}]}
     row = row_from_analysis("t.json", data)
     assert (row["findings"], row["top_finding_id"], row["top_finding"]) == (2, "idle-launch", "launch-bound")
+
+
+# --- seed 54: --packages tracekit/batch --sample 30 --seed 54 --lists-only ----------------------
+
+
+class _Done:
+    """A finished task: its (row, key)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class _InLine:
+    """An executor of one slot that runs nothing: each task's row is made here, at once."""
+
+    slots = 1
+
+    def submit(self, fn, path, note, timeout=None):
+        return _Done(({"name": path, "status": OK, "note": note}, ("key", path)))
+
+    def wait_first(self, pending):
+        first = next(iter(pending))
+        return {first}, set(pending) - {first}
+
+    def result(self, fut):
+        return fut.value
+
+    @staticmethod
+    def died(e):
+        return None
+
+
+def test_a_folder_found_to_be_one_run_counts_as_one_trace_in_the_progress(monkeypatch):
+    """Mutant: batch/fleet.py run_batch ``total -= len(files) - 1`` -> ``// 1``: when a folder of three
+    files turned out to be the ranks of one run, the progress total lost all three instead of the
+    two the run replaces (its docstring: ``total`` shrinks when a folder turns out to be one run),
+    so the bar ended at 2 of 1. By hand: one file and a folder of three, 4 tasks; the three files'
+    rows, then the run analysed again as one trace: 2 traces, 2 rows."""
+    import tracekit.trace.runs
+    from tracekit.batch.fleet import run_batch
+    from tracekit.batch.inputs import Item
+
+    monkeypatch.setattr(tracekit.trace.runs, "check_one_run", lambda folder, keys: None)
+    items = [Item("one.json", ["one.json"]), Item("run", ["run/r0.json", "run/r1.json", "run/r2.json"])]
+    seen: list = []
+    rows = run_batch(items, _InLine(), progress=lambda done, total: seen.append((done, total)))
+    assert [r["name"] for r in rows] == ["one.json", "run"]
+    assert seen == [(1, 4), (1, 4), (1, 4), (1, 2), (2, 2)]
+
+
+def test_a_trace_from_a_clock_some_hours_ahead_still_has_its_recording_date():
+    """Mutant: batch/rows.py _recorded_ns ``366 * 86400 * 10**9`` -> ``366 / 86400 * 10**9``: the
+    slack for a trace's clock running ahead of this machine's shrank from a year to 4 ms, so a
+    trace recorded on a machine whose clock is some hours ahead (another time zone's time set as
+    UTC: up to 14 h) got no recording date. 14 hours ahead of now is a date; 10**6 times now
+    (nanoseconds read as microseconds) is not."""
+    import time
+
+    from tracekit.batch.rows import _recorded_ns
+
+    ahead = time.time_ns() + 14 * 3600 * 10**9
+    assert _recorded_ns({}, ahead) == ahead
+    assert _recorded_ns({}, time.time_ns() * 10**3) is None
+
+
+def test_a_frame_read_in_pieces_leaves_the_next_frame_whole(monkeypatch):
+    """Mutant: batch/worker.py _frame ``os.read(fd, need - len(buf))`` -> ``need | len(buf)``: when a
+    frame arrived in pieces (a pipe read returns what is there, not all that was asked), the
+    reader asked for more than the frame's rest and took the next frame's first bytes, which were
+    then lost. Two frames written back to back (8-byte big-endian length, then the bytes), read
+    2 bytes at a time at most: b"hello", then b"world!", then end-of-file."""
+    import os
+    import struct
+    import time
+    import types
+
+    from tracekit.batch import worker
+
+    monkeypatch.setattr(worker, "os", types.SimpleNamespace(read=lambda fd, n: os.read(fd, min(n, 2))))
+    r, w = os.pipe()
+    try:
+        os.write(w, struct.pack("!Q", 5) + b"hello" + struct.pack("!Q", 6) + b"world!")
+        os.close(w)
+        deadline = time.monotonic() + 10
+        assert worker._frame(r, deadline) == b"hello"
+        assert worker._frame(r, deadline) == b"world!"
+        assert worker._frame(r, deadline) is None
+    finally:
+        os.close(r)

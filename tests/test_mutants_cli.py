@@ -239,3 +239,80 @@ def test_gpus_rounds_the_rtx_4080_laptops_fp32_peak_up():
     end = header.index("fp32 vector TFLOP/s") + len("fp32 vector TFLOP/s")  # numbers are right-aligned
     (line,) = [t for t in table if " rtx-4080-laptop " in t]
     assert line[:end].split()[-1] == "33.9"
+
+
+# --- seed 54 (the sample's survivors in tracekit/cli, `--seed 54 --lists-only`) --------------------
+
+
+@pytest.fixture(scope="module")
+def timed_out_batch(tmp_path_factory):
+    """A batch of one sample trace and a FIFO no one writes (its read blocks until --timeout 5 s
+    ends its worker), written to a CSV and an HTML page. Returns (result, csv path, page path)."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("os.mkfifo is not available here (needed for a trace that never finishes)")
+    base = tmp_path_factory.mktemp("timed_out")
+    folder = base / "in"
+    folder.mkdir()
+    shutil.copy(BS1, folder / BS1.name)
+    fifo = folder / "stuck.json"
+    os.mkfifo(fifo)
+    table, page = base / "fleet.csv", base / "fleet.html"
+    try:
+        result = CliRunner().invoke(
+            main, ["batch", str(folder), "--timeout", "5", "-j", "2", "-o", str(table), "-o", str(page)]
+        )
+    finally:
+        _release(fifo)
+    return result, table, page
+
+
+def test_a_batch_counts_a_timed_out_trace_as_not_analysed(timed_out_batch):
+    """catches: the closing line's count of analysed traces taking the timeouts off by XOR
+    (cli/batch.py ``len(rows) - errors - timeouts`` -> ``len(rows) - errors ^ timeouts``). Two rows,
+    the CSV's statuses one ok and one timeout: 2 - 0 - 1 = 1 analysed (the mutant: 2 ^ 1 = 3), and
+    exit status 1 (docs/batch.md: some rows are errors or timeouts)."""
+    result, table, _ = timed_out_batch
+    assert result.exit_code == 1, result.output
+    with open(table, encoding="utf-8", newline="") as f:
+        statuses = sorted(row["status"] for row in csv.DictReader(f))
+    assert statuses == ["ok", "timeout"]
+    assert ": 1 analysed, 0 error(s), 1 timed out (see the status and error columns)" in result.output
+
+
+def test_a_batch_sends_only_its_html_page_to_the_browser(timed_out_batch):
+    """catches: the next step choosing its page by ``r.name is not "html"`` instead of ``==`` (cli/
+    batch.py): a batch written to a CSV and an HTML page told the user to open the CSV in a
+    browser, and an HTML-only batch got no next step at all. The next step names the page."""
+    result, table, page = timed_out_batch
+    nxt = [line for line in result.output.splitlines() if line.startswith("next:")]
+    assert nxt == [f"next: open {page} in a browser (it works offline); every column: tracekit batch ... -o fleet.csv"]
+    assert str(table) not in nxt[0]
+
+
+def test_a_dash_built_at_run_time_still_means_standard_output(tmp_path, monkeypatch):
+    """catches: `-o -` recognised by identity (cli/batch.py _targets ``o == "-"`` -> ``o is "-"``).
+    A "-" that a program calling tracekit's CLI built at run time (``"".join(["", "-"])``, equal to
+    the literal but another object) was taken for a file named "-" in the current folder.
+    docs/batch.md: '-o -' writes the CSV to standard output."""
+    dash = "".join(["", "-"])
+    assert dash == "-"
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["batch", str(BS1), "-o", dash], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(result.stdout.splitlines()))
+    assert [(r["name"], r["status"]) for r in rows] == [(BS1.name, "ok")]
+    assert os.listdir(tmp_path) == []
+
+
+def test_models_lists_every_entry_with_its_source():
+    """catches: `tracekit models` failing on its table (cli/models.py ``str(row[4])`` -> ``row[5]``,
+    an IndexError: a row has five cells, key, model, architecture, parameters, source). Every
+    entry of `tracekit models --json` has a line that starts with its key and ends with its source,
+    under a heading of the five columns."""
+    entries = json.loads(_invoke("models", "--json").output)
+    result = _invoke("models")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["key", "model", "architecture", "parameters", "source"]
+    for e in entries:
+        assert any(line.startswith(e["key"] + " ") and line.endswith(e["source"]) for line in lines[1:]), e["key"]

@@ -256,3 +256,105 @@ def test_the_progress_bar_ends_full(counted_run):
     assert timing["warmup_runs"] == 2
     assert bar.steps == 20
     assert bar.total == bar.steps
+
+
+# --- seed 54 (the sample's survivors in tracekit/collect, `--seed 54 --lists-only`) ----------------
+
+
+def test_calibration_lists_both_an_implausible_and_an_unsettled_measurement(monkeypatch):
+    """Mutant: collect/calibrate.py calibrate ``"problems": found + unsettled`` -> ``found %
+    unsettled`` (a TypeError on two lists: every calibration failed). The rounds are replaced by
+    fixed figures on 2 threads: matmul 1 GFLOP/s then 0.5 GFLOP/s five times, copy 10 GB/s each
+    time; the CPU's own bound is left out. By hand: the best matmul, 1 GFLOP/s, is under the fp32
+    floor of 2 GFLOP/s a thread (4 for 2), so all 6 rounds run; the best two (1 and 0.5) are more
+    than 10% apart, spread 1 - 0.5/1 = 50%, the copy's 0%. Both sentences are the problems."""
+    torch = pytest.importorskip("torch")
+    from tracekit.collect import calibrate as cal
+
+    flops = iter([1e9] + [0.5e9] * 5)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(cal, "matmul_flops", lambda dev, dtype, budget: (next(flops), 256))
+    monkeypatch.setattr(cal, "copy_bandwidth", lambda dev, budget: (10e9, 64 << 20))
+    monkeypatch.setattr(cal, "cpu_peak_flops", lambda *a, **k: None)
+    checks = cal.calibrate("cpu", torch.float32)["checks"]
+    assert checks["attempts"] == 6
+    assert checks["problems"] == [
+        "1 GFLOP/s fp32 matmul is below the floor of 4 GFLOP/s for 2 threads",
+        "the 6 rounds did not settle: their best two differ by more than 10% (matmul spread 50%, copy spread 0%)",
+    ]
+    assert (checks["plausible"], checks["stable"], checks["reliable"]) == (False, False, False)
+
+
+def test_own_cpu_time_is_user_plus_system(monkeypatch):
+    """Mutant: collect/contention.py _own_seconds ``t.user + t.system`` -> ``t.user * t.system``:
+    the module's rule takes this process's CPU time (os.times, all its threads) off the machine's
+    busy time, user and system alike. os.times replaced: 3 s user and 0.5 s system are 3.5 s (the
+    mutant: 1.5)."""
+    from tracekit.collect import contention
+
+    monkeypatch.setattr(os, "times", lambda: types.SimpleNamespace(user=3.0, system=0.5))
+    assert contention._own_seconds() == 3.5
+
+
+def test_a_shards_head_dim_is_the_hidden_size_over_the_heads():
+    """Mutant: collect/parallel.py shard_sizes ``hidden_size // heads`` -> ``% heads``: a config
+    without head_dim got a head_dim of 0 for every rank. Sharding splits the heads, not a head:
+    hidden 512 over 8 heads is 64 on each of 2 ranks, which hold 4 heads, 2 KV heads and half the
+    MLP (1024 / 2 = 512); a stated head_dim is kept as given."""
+    from tracekit.collect.parallel import shard_sizes
+
+    cfg = {"num_attention_heads": 8, "num_key_value_heads": 4, "intermediate_size": 1024, "hidden_size": 512}
+    assert shard_sizes(cfg, 2) == {
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 512,
+        "head_dim": 64,
+    }
+    assert shard_sizes({**cfg, "head_dim": 128}, 2)["head_dim"] == 128
+
+
+def test_a_tensor_parallel_run_reuses_a_scratch_folder_left_behind(tmp_path, monkeypatch):
+    """Mutant: collect/parallel.py collect_tp ``os.makedirs(scratch, exist_ok=True)`` -> ``False``:
+    the parent's scratch folder is named by its pid, so a parent killed before it could clean up
+    (kill -9, the OOM killer) leaves one that a later run with the same pid (a container's parent
+    often has the same small pid each time) meets in the same -o folder: the run failed with
+    FileExistsError instead of reusing it (the ranks' old result files are removed before they
+    start). The ranks are not started here: the stub records the scratch folder it is given."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tracekit.collect import CollectOptions, parallel
+
+    folder = tmp_path / "tp"
+    stale = folder / f".tracekit-tp-{os.getpid()}"
+    stale.mkdir(parents=True)
+    given = []
+
+    def started(scratch, job, tp):
+        given.append(scratch)
+        raise _Stop
+
+    monkeypatch.setattr(parallel, "_run_ranks", started)
+    opts = CollectOptions(preset="tiny", device="cpu", output=str(folder), progress=False, threads=1)
+    with pytest.raises(_Stop):
+        parallel.collect_tp(opts, 2)
+    assert given == [str(stale)]
+
+
+def test_a_static_cache_holds_every_position_of_the_generation(monkeypatch):
+    """Mutant: collect/runner.py _new_cache ``max_cache_len = prompt_len + new_tokens + 1`` -> ``- 1``:
+    the static cache that --compile and --cuda-graphs use had no room for the last decode step's
+    position. The loop writes positions 0 to prompt_len + new_tokens - 1 (here 6 + 4: 0 to 9), so
+    the cache needs at least 10. torch.compile is replaced by the identity (the cache's size does
+    not depend on compiling): a one-layer tiny preset on the CPU must decode all 4 tokens."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tracekit.collect import workloads
+    from tracekit.collect.runner import Generator
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    wl = workloads.load_preset("tiny", "cpu", torch.float32, layers=1)
+    gen = Generator(wl, 1, 6, 4, compile=True)
+    cache = gen._new_cache()
+    assert cache is not None  # the static cache, not the model's own dynamic one
+    timing = gen.run(mark=False)
+    assert len(timing.step_ms) == 5 and len(timing.tpot_ms) == 4

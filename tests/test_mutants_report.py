@@ -353,3 +353,240 @@ def test_the_critical_path_line_names_only_the_kinds_that_add_time():
     row = {"kernel": 3.0, "launch": 0.0, "host": 1.0, "queue": 0.0, "sync": 0.0, "unexplained": -0.5}
     lines = text_lines({"replay": {"critical_path": {"decode": row}}})
     assert lines == ["critical path, decode (3.50 ms): kernels 3.00 ms, host work 1.00 ms"]
+
+
+# --- seed 54 (the sample's survivors in tracekit/report, `--seed 54 --lists-only`) -----------------
+
+
+def _bokeh_objects(item, name: str) -> list[dict]:
+    """Every serialised bokeh object called ``name`` in a ``json_item``, read back by json.loads."""
+    out = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            if o.get("type") == "object" and o.get("name") == name:
+                out.append(o)
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    walk(json.loads(json.dumps(item)))
+    return out
+
+
+def _figure_height(chart: dict) -> int:
+    (fig,) = _bokeh_objects(chart["item"], "Figure")
+    return fig["attributes"]["height"]
+
+
+def test_a_step_timelines_height_counts_the_legends_rows_of_seven():
+    """Mutant: report/charts.py step_timeline ``math.ceil(len(set(legend)) / 7)`` -> ``% 7``: the
+    legend's rows below the lanes (seven entries a row, ``leg.ncols = 7``) were counted as the
+    remainder of entries over seven. Rule (the comment above it): 70 px, 34 px a lane, 22 px a row
+    of the legend. By hand: 2 lanes and 3 entries (gemm, attention, "idle: sync") are one row,
+    70 + 68 + 22 = 160 (the mutant: 3 rows, 204); 1 lane and 8 categories are two rows,
+    70 + 34 + 44 = 148 (the mutant: 8 % 7 = 1 row, 126)."""
+    from tracekit.report.charts import step_timeline
+
+    def timeline(lanes, keys):
+        tl = {
+            "keys": keys,
+            "labels": ["k"],
+            "lanes": lanes,
+            "span_ms": 10.0,
+            "phase": "decode",
+            "step": 3,
+            "why": "slowest step",
+            "duration_ms": 10.0,
+            "kernels": 9,
+        }
+        return step_timeline({"device": {"type": "gpu"}, "timelines": [tl]}, 0)
+
+    two_lanes = [
+        {"name": "stream 7", "kind": "stream", "segments": [[0.0, 4.0, 0, 0, 1], [4.0, 8.0, 1, 0, 1]]},
+        {"name": "GPU idle", "kind": "idle", "segments": [[8.0, 10.0, 2, 0, 1]]},
+    ]
+    assert _figure_height(timeline(two_lanes, ["gemm", "attention", "sync"])) == 160
+    eight = [f"cat{i}" for i in range(8)]
+    one_lane = [{"name": "stream 7", "kind": "stream", "segments": [[i, i + 1.0, i, 0, 1] for i in range(8)]}]
+    assert _figure_height(timeline(one_lane, eight)) == 148
+
+
+def test_the_phase_breakdown_is_40_px_a_bar_row_above_90():
+    """Mutant: report/charts.py phase_breakdown ``90 + 40 * rows`` -> ``90 + 39 * rows``: the bars
+    were squeezed by a pixel a row. Rule: 90 px plus 40 px a bar row (the taller chart's rows), at
+    least 84 px plus 21 px a legend entry (category). By hand: prefill and decode, no limiter
+    split, two categories: two rows in each chart, 90 + 80 = 170 (the legend needs 126); the
+    mutant gives 168. Both charts are that tall."""
+    from tracekit.report.charts import phase_breakdown
+
+    def phase(ms):
+        return {
+            "by_bound": {"compute": ms, "memory": ms},
+            "by_bound_share": {"compute": 0.5, "memory": 0.5},
+            "by_category": {"gemm": ms, "attention": ms},
+            "by_category_share": {"gemm": 0.5, "attention": 0.5},
+        }
+
+    out = phase_breakdown({"device": {"type": "gpu"}, "phases": {"prefill": phase(2.0), "decode": phase(1.0)}})
+    assert [_figure_height(c) for c in out["charts"]] == [170, 170]
+
+
+def _roof_lines(chart: dict) -> dict[str, tuple[float, bool]]:
+    """Legend label -> (line width, dashed) of each line a roofline chart draws (bokeh's default
+    width is 1, left out of the serialised glyph)."""
+    glyphs = {}
+    for r in _bokeh_objects(chart["item"], "GlyphRenderer"):
+        g = r["attributes"]["glyph"]
+        if g["name"] == "Line":
+            glyphs[r["id"]] = (g["attributes"].get("line_width", 1), "line_dash" in g["attributes"])
+    out = {}
+    for li in _bokeh_objects(chart["item"], "LegendItem"):
+        label = li["attributes"]["label"]
+        (ref,) = li["attributes"]["renderers"]
+        if label.get("type") == "value" and ref["id"] in glyphs:
+            out[label["value"]] = glyphs[ref["id"]]
+    return out
+
+
+def test_every_peak_roof_is_drawn_alike_and_bolder_than_an_achievable_one():
+    """Mutant: report/charts.py roofline the peak bandwidth line's ``line_width=2`` -> ``1``: the
+    bandwidth roof came out thinner than its own dashed achievable line, unlike the compute roofs.
+    Rule of the chart: the peaks (bandwidth and each compute peak) are solid lines of one width,
+    the achievable rates dashed and thinner. Hand-built: an H100-like device (3.35 TB/s, 2.8
+    achievable; bf16 matrix 989 TFLOP/s, 700 achievable; fp32 vector 67 TFLOP/s) and one GEMM."""
+    from tracekit.report.charts import roofline
+
+    point = {
+        "label": "aten::mm",
+        "kernel": "sm90_gemm",
+        "shapes": "[4096, 4096]",
+        "category": "gemm",
+        "dtype": "bf16",
+        "unit": "matrix",
+        "calls": 3,
+        "time_ms": 2.0,
+        "intensity": 100.0,
+        "achieved_flops": 200e12,
+        "roof_fraction": 0.6,
+        "above_roof": None,
+    }
+    roofs = {
+        "bandwidth": 3.35e12,
+        "achievable_bandwidth": 2.8e12,
+        "compute": [
+            {"dtype": "bf16", "unit": "matrix", "peak_flops": 989e12, "achievable_flops": 700e12},
+            {"dtype": "fp32", "unit": "vector", "peak_flops": 67e12, "achievable_flops": None},
+        ],
+    }
+    data = {"device": {"spec": "H100 SXM"}, "roofline": {"decode": {"reason": None, "points": [point], "roofs": roofs}}}
+    lines = _roof_lines(roofline(data, "decode", 0))
+    peaks = {k: v for k, v in lines.items() if " peak " in f" {k} "}
+    achievable = {k: v for k, v in lines.items() if "achievable" in k}
+    assert sorted(peaks) == [
+        "bf16 matrix peak 989 TFLOP/s",
+        "fp32 vector peak 67.0 TFLOP/s",
+        "peak bandwidth 3.35 TB/s",
+    ]
+    assert sorted(achievable) == ["achievable bandwidth 2.80 TB/s", "bf16 matrix achievable 700 TFLOP/s"]
+    assert len(set(peaks.values())) == 1 and len(set(achievable.values())) == 1
+    (peak_width, peak_dashed), (ach_width, ach_dashed) = next(iter(peaks.values())), next(iter(achievable.values()))
+    assert not peak_dashed and ach_dashed and peak_width > ach_width
+
+
+def test_a_projection_page_gives_each_roofline_its_own_element():
+    """Mutant: report/project.py _charts roofline index ``100 * k + i`` -> ``100 + k + i``: with two
+    phases the projected side's first roofline and the measured side's second were both
+    tk-chart-roofline-101, so two charts were embedded into one page element (an HTML id is
+    unique) and one was lost. The RTX 3090 vLLM trace (prefill and decode, gpt-oss-20b) projected
+    onto an H100: four rooflines, four elements, each id once on the page and each chart's
+    target one of them."""
+    import re
+    from collections import Counter
+
+    from conftest import read_real
+
+    from tracekit.report.project import render_projection
+    from tracekit.whatif.project import project
+
+    html = render_projection(project(read_real("rtx3090_vllm"), "h100-sxm", model="gpt-oss-20b"), "html")
+    elements = Counter(re.findall(r'<div class="tk-chart" id="(tk-chart-roofline-[^"]+)"', html))
+    targets = re.findall(r'"target_id":"(tk-chart-roofline-[^"]+)"', html)
+    assert len(elements) == 4 and set(elements.values()) == {1}
+    assert sorted(targets) == sorted(elements)
+
+
+def test_a_comparison_side_lists_its_repeated_runs_only_when_there_are_several():
+    """Mutant: report/compare/view.py run_header ``len(runs) > 1`` -> ``== 1``: a side of one run
+    listed that run as "repeated runs", and a side of three listed none. By hand: three runs ->
+    their names (name, else path, else "trace"); one run -> nothing."""
+    from tracekit.report.compare.view import run_header
+
+    def data(runs):
+        side = {"source": {"name": "a.json"}, "device": {"name": "H100"}, "runs": runs}
+        return {"before": side, "after": {"source": {"name": "b.json"}, "device": {"name": "H100"}}}
+
+    three = [{"name": "r1.json"}, {"path": "/t/r2.json"}, {}]
+    assert run_header(data(three), "before")["runs"] == ["r1.json", "/t/r2.json", "trace"]
+    assert run_header(data([{"name": "r1.json"}]), "before")["runs"] == []
+    assert run_header(data([]), "before")["runs"] == []
+
+
+def test_only_the_gemm_flops_context_row_is_given_in_flop():
+    """Mutant: report/compare/view.py _context_value ``field == "gemm_flops_per_token"`` -> ``is
+    not``: every numeric context row (a batch of 1 vs 8) was shown as FLOPs ("1.00 FLOP"). By hand:
+    batch 1 and 8 as plain counts; 1.2e9 and 2.4e9 GEMM FLOPs per token with an SI prefix,
+    "1.20 GFLOP" and "2.40 GFLOP"."""
+    from tracekit.report.compare.view import context
+
+    rows = [
+        {"field": "batch", "label": "batch", "before": 1, "after": 8, "note": ""},
+        {"field": "gemm_flops_per_token", "label": "GEMM FLOPs", "before": 1.2e9, "after": 2.4e9, "note": ""},
+    ]
+    out = context({"context": json.loads(json.dumps(rows))})
+    assert [(r["before"], r["after"]) for r in out] == [("1", "8"), ("1.20 GFLOP", "2.40 GFLOP")]
+
+
+def test_only_a_parquet_output_needs_pyarrow(monkeypatch):
+    """Mutant: report/fleet.py check_parquet ``fmt_name == "parquet"`` -> ``is not``: every format
+    but Parquet was refused without pyarrow (pyarrow hidden by a None entry in sys.modules), so a
+    CSV or HTML batch needed an optional extra it never uses; Parquet itself went unchecked."""
+    import sys
+
+    from tracekit.errors import TracekitError
+    from tracekit.report.fleet import INSTALL_PYARROW, check_parquet
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    for name in ("csv", "json", "html"):
+        check_parquet(name)
+    with pytest.raises(TracekitError) as e:
+        check_parquet("parquet")
+    assert str(e.value) == INSTALL_PYARROW
+
+
+def test_the_aligned_steps_table_says_how_many_steps_it_leaves_out():
+    """Mutant: report/ranks_view.py _aligned_steps ``n > len(rows)`` -> ``n < len(rows)``: the count
+    of steps past the table's 50 rows was always 0, so the page's heading said "Steps aligned by
+    index (50)" for a run of 53. By hand: ranks of 53 and 20 steps: 50 rows, 3 more; ranks of 10
+    steps: 10 rows, none more."""
+    from tracekit.report.ranks_view import ranks
+
+    def entry(rank, n):
+        return {"rank": rank, "steps": [{"phase": "decode", "time_ms": 1.0} for _ in range(n)]}
+
+    aligned = ranks({"ranks": [entry(0, 53), entry(1, 20)]})["steps"]
+    assert (len(aligned["rows"]), aligned["more"]) == (50, 3)
+    aligned = ranks({"ranks": [entry(0, 10), entry(1, 10)]})["steps"]
+    assert (len(aligned["rows"]), aligned["more"]) == (10, 0)
+
+
+def test_a_replayed_pair_is_shown_in_its_own_unit():
+    """Mutant: report/replay_view.py pair ``unit == "ms"`` -> ``unit > "ms"``: "tok/s" sorts above
+    "ms", so times were shown as tokens a second and token rates as milliseconds. By hand: 10 ms
+    replayed as 8 ms is "10.0 ms → 8.00 ms"; 100 tok/s as 125 tok/s is "100 tok/s → 125 tok/s"."""
+    from tracekit.report.replay_view import pair
+
+    assert pair({"measured": 10.0, "replayed": 8.0}) == "10.0 ms → 8.00 ms"
+    assert pair({"measured": 100.0, "replayed": 125.0}, "tok/s") == "100 tok/s → 125 tok/s"

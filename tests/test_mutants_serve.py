@@ -312,3 +312,43 @@ def test_the_compare_tool_gives_each_phases_explanation():
     assert out["phases"]
     for v in out["phases"].values():
         assert len(v["explanation"]) == 3 and v["explanation"][0].startswith("Time ")
+
+
+# --- seed 54: --packages tracekit/serve --sample 25 --seed 54 --lists-only ----------------------
+
+
+def test_a_cache_of_one_keeps_one_analysis(tmp_path, monkeypatch):
+    """Mutant: serve/cache.py AnalysisCache ``max(1, size)`` -> ``max(2, size)``: ``tracekit mcp
+    --cache 1`` ("analyses kept in memory", at least 1) kept two. The analysis itself is stood in
+    for (it is not what is counted): two traces asked for in turn leave one held, and asking for
+    the first again analyses it again. A size of 0 still keeps one."""
+    from tracekit.serve import cache as cache_module
+    from tracekit.serve.cache import Entry
+
+    monkeypatch.setattr(cache_module, "_analyse", lambda real, model, gpu, tp: Entry(real, None, {}))
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text("{}")
+    b.write_text("{}")
+    cache = AnalysisCache(Confinement([str(tmp_path)]), size=1)
+    cache.get(str(a))
+    cache.get(str(b))
+    assert len(cache) == 1 and cache.misses == 2
+    cache.get(str(a))
+    assert cache.misses == 3
+    assert AnalysisCache(Confinement([str(tmp_path)]), size=0).size == 1
+
+
+def test_a_long_full_kernel_name_is_cut_to_the_name_width():
+    """Mutants: serve/tools.py _kernel_cell ``r["name"][: NAME_WIDTH - 1] + "…"`` -> ``NAME_WIDTH +
+    1`` or ``NAME_WIDTH - 0`` (one or two characters over the width) and ``| "…"`` (a TypeError on
+    any long name): a kernel's full name (C++ template names run to thousands of characters) is
+    kept to NAME_WIDTH characters, the last an ellipsis. By hand: NAME_WIDTH - 1 characters and
+    "…"; a name of exactly NAME_WIDTH stays whole; the short name is not cut."""
+    from tracekit.serve.tools import NAME_WIDTH, _kernel_cell
+
+    long = "void cutlass::Kernel<" + "x" * (NAME_WIDTH + 50) + ">"
+    cut = _kernel_cell({"name": long, "short_name": "cutlass"}, "full_name")
+    assert cut == long[: NAME_WIDTH - 1] + "…" and len(cut) == NAME_WIDTH
+    exact = "y" * NAME_WIDTH
+    assert _kernel_cell({"name": exact, "short_name": "y"}, "full_name") == exact
+    assert _kernel_cell({"name": long, "short_name": "cutlass"}, "name") == "cutlass"

@@ -140,3 +140,122 @@ def test_split_says_how_many_windows_it_writes(tmp_path):
     n = len([p for p in out.iterdir() if not p.name.startswith(".")])
     assert n == len(paths) > 1
     assert any(stage == f"writing {n} windows" for stage, _, _ in seen)
+
+
+# --- seed 54: --packages tracekit/trace --sample 40 --seed 54 --lists-only ----------------------
+
+
+def test_an_annotation_with_no_stream_reads_as_absent(tmp_path):
+    """Mutant: trace/decode.py Args ``stream = -1`` -> ``-2``: a CPU-side annotation (a
+    record_function range: Kineto writes it without "stream") read with stream -2 instead of -1,
+    "absent" as decode.py says. One op, one kernel on stream 7 and one annotation by hand."""
+    d = Doc()
+    ext = d.op("aten::mm", 10, 30, dims=[[64, 64], [64, 64]], types=["float", "float"])
+    d.kernel("ampere_sgemm_64x64_nn", 12, 20, 5, ext=ext)
+    d.annotation("forward", 5, 40)
+    t = read_trace(str(d.write(tmp_path / "a.json")))
+    assert t.annotations["stream"].tolist() == [-1]
+    assert t.annotations["device"].tolist() == [-1]
+    assert t.kernels["stream"].tolist() == [7]
+
+
+def test_a_cut_trace_whose_text_ends_in_a_backslash_keeps_its_complete_events(tmp_path):
+    """Mutant: trace/decode.py string_quotes ``np.diff(slashes) != 1`` -> ``!= 0``: each backslash
+    counted as a run of its own, so the closing quote of a string ending in an escaped backslash
+    ("C:\\\\dir\\\\" in the JSON text) was taken for an escaped one and every string after it read
+    inside out. The file is cut in its third event: the two complete ones are recovered, names as
+    written (the second's "}" is text, not the end of an event)."""
+    import json
+
+    evs = [
+        {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 1}
+        for name, ts in (("C:\\dir\\", 1), ("b}", 3), ("c", 5))
+    ]
+    text = json.dumps({"traceEvents": evs})
+    assert text.count('\\\\"') == 1  # the escaped backslash right before a closing quote
+    path = tmp_path / "cut.json"
+    path.write_text(text[: text.index('"c"')])
+    t = read_trace(str(path))
+    assert t.metadata["truncated"]["events_recovered"] == 2
+    assert t.cpu_ops["name"].astype(str).tolist() == ["C:\\dir\\", "b}"]
+
+
+def test_kernels_in_a_trace_without_runtime_calls_have_no_launch(tmp_path):
+    """Mutant: trace/links.py _lookup ``np.full(len(wanted), -1)`` -> ``+1``: with no runtime call
+    in the trace (only the GPU side kept), every kernel was linked to launch row 1, a row that does
+    not exist, instead of -1. Two kernels by hand, their cudaLaunchKernel events removed."""
+    d = Doc()
+    for ts in (10, 50):
+        ext = d.op("aten::mm", ts, 30, dims=[[64, 64], [64, 64]], types=["float", "float"])
+        d.kernel("ampere_sgemm_64x64_nn", ts + 2, ts + 10, 5, ext=ext)
+    d.events = [e for e in d.events if e.get("cat") != "cuda_runtime"]
+    t = read_trace(str(d.write(tmp_path / "k.json")))
+    assert len(t.runtime) == 0 and len(t.kernels) == 2
+    assert t.kernels["launch"].tolist() == [-1, -1]
+    assert t.kernels["op"].tolist() == [-1, -1]
+
+
+def test_a_launch_goes_to_the_op_its_external_id_names_when_that_op_encloses_it(tmp_path):
+    """Mutant: trace/links.py _runtime_to_op ``by_ext >= 0`` -> ``== 0``: only an External id naming
+    op row 0 was taken; any other fell back to the innermost op enclosing the call in time. The
+    links.py docstring: the op the External id names wins when it encloses the call on its thread.
+    By hand: aten::zeros (row 0), then aten::linear (10-50 us) holding aten::addmm (12-42 us); the
+    launch at 20 us carries linear's External id, so its kernel's op is aten::linear."""
+    d = Doc()
+    d.op("aten::zeros", 0, 5)
+    outer = d.op("aten::linear", 10, 40)
+    d.op("aten::addmm", 12, 30, dims=[[64], [64, 64], [64, 64]], types=["float", "float", "float"])
+    d.kernel("ampere_sgemm_64x64_nn", 20, 30, 5, ext=outer)
+    t = read_trace(str(d.write(tmp_path / "k.json")))
+    ops = t.cpu_ops
+    assert ops["name"].astype(str).tolist()[0] == "aten::zeros"
+    op = int(t.kernels["op"].iloc[0])
+    assert str(ops["name"].iloc[op]) == "aten::linear" and int(ops["external_id"].iloc[op]) == outer
+
+
+def test_the_summary_names_the_other_devices_only_when_there_are_some(tmp_path):
+    """Mutant: trace/summary.py summarize ``len(trace.devices) - 1`` -> ``| 1``: a trace listing one
+    GPU was said to list "1 other device it ran no kernels on", and one listing two said 3. By hand:
+    one device in deviceProperties, no such clause; a second one added (id 1), one other device."""
+    import json
+
+    from tracekit.trace.summary import summarize
+
+    d = Doc()
+    ext = d.op("aten::mm", 10, 30, dims=[[64, 64], [64, 64]], types=["float", "float"])
+    d.kernel("ampere_sgemm_64x64_nn", 12, 20, 5, ext=ext)
+    text = summarize(read_trace(str(d.write(tmp_path / "one.json"))))
+    assert "device     NVIDIA A100-SXM4-80GB\n" in text and "other device" not in text
+    doc = d.document()
+    doc["deviceProperties"].append({**doc["deviceProperties"][0], "id": 1})
+    (tmp_path / "two.json").write_text(json.dumps(doc))
+    text = summarize(read_trace(str(tmp_path / "two.json")))
+    assert "device     NVIDIA A100-SXM4-80GB (the trace lists 1 other device it ran no kernels on)\n" in text
+
+
+def test_given_steps_cut_windows_before_the_step_each_edge_opens(tmp_path):
+    """Mutant: trace/window_edges.py find_edges ``len(first) - 1`` -> ``len(first) & 1``: the step
+    each edge opens (whose ops between the cut and its start go to both windows) was clamped to
+    step 0 (an even count of steps) or 1, so the range edges all named the first step. By hand:
+    four given steps, step i starting at 1000 i + 100 us with its first launch at 1000 i + 150 and
+    its last ending at 1000 i + 800; 100 CPU events from each first launch on; windows of 100
+    events cut before steps 1, 2, 3, whose starts are 1100, 2100 and 3100 us."""
+    import numpy as np
+
+    from tracekit.trace.window_edges import CUT_INFERRED, find_edges
+    from tracekit.trace.window_survey import Survey
+
+    s = Survey(str(tmp_path))
+    try:
+        ts = np.concatenate([1000.0 * i + 150 + 7.0 * np.arange(100) for i in range(4)])
+        s.write("ts", ts)
+        s.n, s.lo, s.hi = len(ts), float(ts.min()), float(ts.max())
+        s.given = np.array([[1000.0 * i + 100, 1000.0 * i + 150, 1000.0 * i + 800] for i in range(4)])
+        edges = find_edges(s, 100)
+    finally:
+        s.close()
+    assert s.cut == CUT_INFERRED
+    assert len(edges) == 3
+    for i, e in enumerate(edges.tolist(), start=1):
+        assert 1000 * (i - 1) + 800 < e <= 1000 * i + 150  # after step i-1's last launch, by step i's first
+    assert s.range_edges.tolist() == [1100.0, 2100.0, 3100.0]
