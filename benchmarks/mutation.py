@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -1080,7 +1081,9 @@ def main(argv: list[str] | None = None) -> int:
                 for p, ms in population.items()
             }
         equivalent = equivalent_keys()
-        todo = [m for ms in chosen.values() for m in ms]
+        # The packages take turns (one mutant of each, then the next of each...), so a run stopped
+        # partway has measured every package alike instead of the first ones whole.
+        todo = [m for row in itertools.zip_longest(*chosen.values()) for m in row if m is not None]
         runners = [runner] + [runner.twin(make_copy(Path(tmp) / f"job{j}")) for j in range(1, max(1, args.jobs))]
         for r in runners[1:]:
             for name in args.without_tests:
