@@ -178,3 +178,121 @@ def test_a_frame_read_in_pieces_leaves_the_next_frame_whole(monkeypatch):
         assert worker._frame(r, deadline) is None
     finally:
         os.close(r)
+
+
+# --- seed 55 (the sample's survivors in tracekit/batch, coverage-map mode) ------------------------
+
+
+def test_local_workers_start_from_the_forkserver_not_from_a_fork_of_the_batch():
+    """Mutant: batch/executors.py LocalProcesses.__init__ ``"forkserver" if "forkserver" in methods``
+    -> ``if not "forkserver" in methods``: where the forkserver exists, the workers took the
+    platform's default start method instead (fork on Linux), each a fork of the batch's own,
+    threaded process. The class's rule: workers start from a clean forkserver process that has
+    tracekit imported, not from a fork of this one. So a worker's parent process is the server,
+    never this process: ``os.getppid()`` run in the worker is not our pid."""
+    import multiprocessing
+    import os
+
+    import pytest
+
+    from tracekit.batch.executors import LocalProcesses
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("this platform has no forkserver start method")
+    ex = LocalProcesses(1)
+    try:
+        fut = ex.submit(os.getppid, timeout=60)
+        done, rest = ex.wait_first({fut})
+        assert done == {fut} and not rest
+        parent = ex.result(fut)
+    finally:
+        ex.close()
+    assert parent != os.getpid()
+
+
+def _run_one(fn, *args):
+    """``fn(*args)`` in one local worker process: its future, settled."""
+    from tracekit.batch.executors import LocalProcesses
+
+    ex = LocalProcesses(1)
+    try:
+        fut = ex.submit(fn, *args, timeout=60)
+        done, rest = ex.wait_first({fut})
+        assert done == {fut} and not rest
+        return fut
+    finally:
+        ex.close()
+
+
+def test_a_task_that_raises_gives_back_its_own_exception():
+    """Mutant: batch/executors.py _work ``except BaseException`` -> an exception nothing raises: a
+    task's exception escaped the worker, which died with exit status 1 and sent nothing, so the
+    batch saw "the worker process died" (WorkerDied) instead of the error. The module's docstring:
+    ``result`` gives the value or the task's exception. ``int("x")`` raises ValueError."""
+    import pytest
+
+    from tracekit.batch.executors import LocalProcesses
+
+    fut = _run_one(int, "x")
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        LocalProcesses.result(fut)
+
+
+def test_a_worker_killed_by_a_signal_python_has_no_name_for_gives_its_number():
+    """Mutant: batch/executors.py _exit_text ``except ValueError`` -> an exception nothing raises: a
+    worker ended by a signal that ``signal.Signals`` does not name (the real-time ones between
+    SIGRTMIN and SIGRTMAX, here SIGRTMIN + 1, whose default action ends the process) made
+    ``signal.Signals(n)`` raise ValueError out of the batch's wait, instead of a WorkerDied
+    saying "signal N"."""
+    import signal
+
+    import pytest
+
+    from tracekit.batch.executors import LocalProcesses, WorkerDied
+
+    if not hasattr(signal, "SIGRTMIN"):
+        pytest.skip("this platform has no real-time signals")
+    n = int(signal.SIGRTMIN) + 1
+    with pytest.raises(ValueError):
+        signal.Signals(n)  # the premise: Python has no name for it
+    fut = _run_one(signal.raise_signal, n)
+    with pytest.raises(WorkerDied) as e:
+        LocalProcesses.result(fut)
+    assert str(e.value) == f"signal {n}"
+
+
+def test_a_result_that_does_not_pickle_comes_back_as_an_error_naming_its_type():
+    """Mutant: batch/executors.py _work ``type(out[1])`` -> ``type(out[2])`` in the message for a
+    result that does not pickle: out is (ok, value), so out[2] raised IndexError in the worker,
+    which died without a word (WorkerDied) instead of sending a RuntimeError that names the
+    value's type. A memoryview does not pickle; the message starts with its type's name."""
+    import pytest
+
+    from tracekit.batch.executors import LocalProcesses
+
+    fut = _run_one(memoryview, b"ab")
+    with pytest.raises(RuntimeError, match=r"^memoryview: <memory at .*\(unpicklable: .*memoryview"):
+        LocalProcesses.result(fut)
+
+
+def test_a_json_output_keeps_one_schema_version_while_the_batch_runs_and_after(tmp_path):
+    """Mutant: batch/fleet.py Fleet.to_dict ``"schema_version": 1`` -> ``2``: a `-o fleet.json`
+    output read while the batch runs (a fleet document, valid JSON after every row) gave one
+    schema version, and the full table that replaces it at the end (docs/batch.md: "Rows are
+    written as they finish") another, so a reader that checks the version took the same file
+    for two formats. The document written while the batch runs is the CLI's (its journal); the
+    one written at the end is ``Fleet.to_dict()``: both are the same kind, "tracekit.fleet", at
+    the same version."""
+    import json
+    import types
+
+    from tracekit.cli.batch import _journals
+
+    path = tmp_path / "fleet.json"
+    (journal,), scratch = _journals([(types.SimpleNamespace(name="json"), str(path), None)], make_parent=False)
+    journal.close()
+    running = json.loads(path.read_text(encoding="utf-8"))
+    final = Fleet([]).to_dict()
+    assert scratch is None and running["complete"] is False
+    assert (final["kind"], final["schema_version"]) == (running["kind"], running["schema_version"])
+    assert final["kind"] == "tracekit.fleet"

@@ -316,3 +316,195 @@ def test_models_lists_every_entry_with_its_source():
     assert lines[0].split() == ["key", "model", "architecture", "parameters", "source"]
     for e in entries:
         assert any(line.startswith(e["key"] + " ") and line.endswith(e["source"]) for line in lines[1:]), e["key"]
+
+
+# --- seed 55 (the sample's survivors in tracekit/cli, coverage-map mode) --------------------------
+
+
+def test_a_batch_says_wrote_for_a_new_default_page_and_replaced_on_a_rerun(tmp_path, monkeypatch):
+    """Mutant: cli/batch.py command ``'replaced' if replacing and not outputs`` -> ``replacing or not
+    outputs``: without -o, the batch said "replaced reports/fleet.html" on its first run too, when
+    there was nothing to replace. docs/exit-codes.md: files tracekit names itself in reports/ are
+    replaced on a rerun, and it says "replaced". In an empty folder: "wrote", then "replaced"."""
+    monkeypatch.chdir(tmp_path)
+    said = []
+    for _ in range(2):
+        result = _invoke("batch", BS1, "-j", "1")
+        assert result.exit_code == 0, result.output
+        said += [line.split(" (")[0] for line in result.output.splitlines() if line.startswith(("wrote ", "replaced "))]
+    assert said == ["wrote reports/fleet.html", "replaced reports/fleet.html"]
+
+
+def test_collects_summary_gives_the_measured_copy_bandwidth_in_gb_per_s():
+    """Mutant: cli/collect.py summary_lines ``bw / 1e9`` -> ``bw + 1e9``: the closing line gave the
+    measured copy bandwidth as "2.37e+10 GB/s", the sidecar's bytes/s plus a billion. The sidecar
+    (collect/sidecar.py: copy_bandwidth in B/s, matmul_flops in FLOP/s) of the sample run holds
+    100,015,781,330 FLOP/s and 22,733,844,037 B/s: by hand 0.100 TFLOP/s ("0.1" to three digits)
+    and 22.7 GB/s."""
+    from tracekit.cli.collect import summary_lines
+
+    cal = _sidecar()["calibration"]
+    assert round(cal["matmul_flops"]["fp32"]) == 100_015_781_330 and round(cal["copy_bandwidth"]) == 22_733_844_038
+    assert "measured ceilings: 0.1 TFLOP/s matmul (fp32), 22.7 GB/s copy" in summary_lines(_sidecar())
+
+
+def test_collects_summary_of_a_script_gives_its_profiled_wall_time_only_when_recorded():
+    """Mutant: cli/collect.py summary_lines ``t.get("profiled_wall_ms") is not None`` -> ``is None``:
+    for a `tracekit collect --script` run the wall time under the profiler was left out when the
+    sidecar has it, and a sidecar without it crashed the summary (None formatted as a float). By
+    hand: 1234.56 ms to one decimal is "1234.6 ms"; without the figure, only the first line."""
+    from tracekit.cli.collect import summary_lines
+
+    sc = {
+        "workload": {"kind": "script", "script": "train.py"},
+        "device": {"name": "NVIDIA H100 80GB HBM3", "type": "cuda"},
+        "timing": {"profiled_wall_ms": 1234.56},
+    }
+    assert summary_lines(sc) == [
+        "ran train.py on NVIDIA H100 80GB HBM3 (cuda)",
+        "wall time under the profiler: 1234.6 ms",
+    ]
+    sc["timing"] = {}
+    assert summary_lines(sc) == ["ran train.py on NVIDIA H100 80GB HBM3 (cuda)"]
+
+
+def test_a_one_rank_collect_names_its_one_trace_once(tmp_path, monkeypatch):
+    """Mutant: cli/collect.py _collect_tp ``" .. LAST" if tp > 1`` -> ``tp > 0``: `tracekit collect
+    --tp 1` (allowed: docs/ranks.md, the tiny preset allows `--tp 1` or `2`) named its one trace as
+    a range from itself to itself, "(rank0.pt.trace.json.gz .. rank0.pt.trace.json.gz, ...)". The
+    folder holds rank0.pt.trace.json.gz and its sidecar (docs/ranks.md), so the closing line names
+    that one file. collect_tp is stubbed: no rank starts; its result is the one rank's paths and
+    the sample run's sidecar."""
+    from tracekit.collect import parallel
+    from tracekit.collect.collector import CollectResult
+
+    folder = tmp_path / "tp1"
+    sidecar = _sidecar()
+    sidecar["workload"]["tensor_parallel"] = {
+        "shard": {"num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512},
+        "all_reduces_per_step": 4,
+    }
+    rank0 = CollectResult(str(folder / "rank0.pt.trace.json.gz"), str(folder / "rank0.tracekit.json"), sidecar)
+
+    def fake_collect_tp(opts, tp, announce=None):
+        assert tp == 1
+        return parallel.ParallelResult(folder=str(folder), ranks=[rank0], backend="gloo")
+
+    monkeypatch.setattr(parallel, "collect_tp", fake_collect_tp)
+    monkeypatch.chdir(tmp_path)
+    result = _invoke("collect", "--tp", "1", "-o", "tp1")
+    assert result.exit_code == 0, result.output
+    wrote = [line for line in result.stdout.splitlines() if line.startswith("wrote ")]
+    assert wrote == ["wrote 1 rank trace to tp1 (rank0.pt.trace.json.gz, each with its sidecar)"]
+
+
+def _reads(monkeypatch) -> list[str]:
+    """The names of the trace files read from now on (every read goes through read_trace)."""
+    import tracekit.trace
+
+    reads, real = [], tracekit.trace.read_trace
+
+    def recording(path, *args, **kwargs):
+        reads.append(os.path.basename(str(path)))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(tracekit.trace, "read_trace", recording)
+    return reads
+
+
+def test_a_missing_after_capture_is_refused_before_the_before_capture_is_read(tmp_path, monkeypatch):
+    """Mutant: cli/common.py device_options ``--graph-capture`` ``click.Path(exists=True)`` ->
+    ``exists=False``: a --graph-capture-after path that does not exist was refused only once
+    compare had read the --graph-capture-before trace (device_settings reads each side's capture
+    in turn), a slow read for a typo. The option names a trace recorded during capture, so a
+    missing path is bad input, refused at once (exit 2, docs/exit-codes.md), naming the option
+    and the path, with no trace read."""
+    reads = _reads(monkeypatch)
+    missing = tmp_path / "no-such-capture.json"
+    result = CliRunner().invoke(
+        main,
+        ["compare", str(BS1), str(BS8), "--graph-capture-before", str(BS1), "--graph-capture-after", str(missing)]
+        + ["-o", str(tmp_path / "c.json")],
+    )
+    assert result.exit_code == 2, result.output
+    assert "--graph-capture-after" in result.output and str(missing) in result.output
+    assert reads == []
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_a_bad_after_gpu_is_refused_before_the_before_capture_is_read(tmp_path, monkeypatch):
+    """Not a mutant; found beside cli/common.py's ``exists=True`` above: compare checked each side's
+    --gpu-* and read its capture in turn, so `--graph-capture-before CAP --gpu-after NAME` with a
+    NAME not in the database read CAP before refusing NAME, though the code's comment (and
+    check_device_options' docstring) says a bad --gpu-* fails before the slow read. Fixed in
+    cli/compare.py: both sides' device options are checked before either capture is read."""
+    reads = _reads(monkeypatch)
+    result = CliRunner().invoke(
+        main,
+        ["compare", str(BS1), str(BS8), "--graph-capture-before", str(BS1), "--gpu-after", "no-such-gpu"]
+        + ["-o", str(tmp_path / "c.json")],
+    )
+    assert result.exit_code == 2, result.output
+    assert "--gpu-after 'no-such-gpu' is not in tracekit's GPU database" in result.output
+    assert reads == []
+
+
+@pytest.mark.parametrize(
+    "size, shown",
+    [(1, "1 kB"), (6_400, "6 kB"), (999_499, "999 kB"), (1_000_000, "1.0 MB"), (2_345_678, "2.3 MB")],
+)
+def test_a_written_files_size_is_in_kb_below_a_megabyte_and_in_mb_from_one(size, shown):
+    """Mutant: cli/common.py human_size ``n >= 1e6`` -> ``n != 1e6``: every file but one of exactly
+    1,000,000 bytes was given in MB, so a 6 kB Markdown report was "wrote r.md (0.0 MB)". By hand
+    (SI units, kB = 1,000 bytes, MB = 1,000,000): under a megabyte, whole kB (at least 1); from a
+    megabyte on, MB to one decimal."""
+    from tracekit.cli.common import human_size
+
+    assert human_size(size) == shown
+
+
+def test_a_cpu_matmul_peak_of_zero_is_refused_as_bad_input():
+    """Mutant: cli/common.py device_options ``--cpu-flops`` ``FloatRange(min=0, min_open=True)`` ->
+    ``min=-1``: a peak of 0 FLOP/s (or -0.5) was taken as the CPU's matmul roof to price against.
+    A peak is a rate above zero (--help: FLOP/S); anything else is bad input, refused at once with
+    exit 2 (docs/exit-codes.md), naming the option."""
+    for value in ("0", "-0.5"):
+        result = CliRunner().invoke(main, ["summary", str(BS1), "--cpu-flops", value])
+        assert result.exit_code == 2, result.output
+        assert "--cpu-flops" in result.output and "Traceback" not in result.output
+
+
+def test_tp_1_is_a_tensor_parallel_degree_the_commands_take():
+    """Mutant: cli/common.py model_options ``--tp`` ``IntRange(min=1)`` -> ``min=2``: `--tp 1` was
+    refused as a usage error, though docs/costs.md gives `tracekit report ... --tp 1` and the
+    analysis takes any degree of at least 1 (analysis/workload.py choose_tp: "--tp must be at least
+    1"). The sample run stated as TP 1 says so, and names --tp as where the degree came from."""
+    result = _invoke("summary", BS1, "--tp", "1")
+    assert result.exit_code == 0, result.output
+    assert "TP 1 (--tp)" in result.output
+    assert CliRunner().invoke(main, ["summary", str(BS1), "--tp", "0"]).exit_code == 2
+
+
+def test_compare_counts_the_summary_sentences_it_leaves_for_the_report(tmp_path):
+    """Mutant: cli/compare.py command ``len(lines) - SUMMARY_LINES`` -> ``len(lines) ^ SUMMARY_LINES``:
+    after writing a report, compare prints its first summary sentences and then "... N more in the
+    report"; N was the sentences' count XOR the number shown. The two agree when the count's bits
+    hold those of 6 (the sample pair tiny-bs1 vs tiny-bs8 has 14 sentences: 14 - 6 = 14 ^ 6 = 8),
+    so this pair is the RTX 4080 Laptop's nano-vllm decode against tiny-bs1. The sentences are the
+    JSON report's context sentence and its ``summary`` (docs/json-schema.md), read back from the
+    file written; N is that count less the lines shown, each of which is the report's sentence in
+    order. By hand: 1 + 10 = 11 sentences, 6 shown, so "... 5 more" (the mutant: 11 ^ 6 = 13)."""
+    from conftest import real_trace_path
+
+    out = tmp_path / "c.json"
+    result = _invoke("compare", real_trace_path("rtx4080_nanovllm"), BS1, "-o", out)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["context"]
+    sentences = 1 + len(doc["summary"])
+    lines = result.output.splitlines()
+    shown = [line for line in lines if line.startswith("  ") and not line.startswith("  ... ")]
+    assert shown[0].startswith("  Not like for like: ")
+    assert shown[1:] == ["  " + s for s in doc["summary"][: len(shown) - 1]]
+    assert (sentences, len(shown)) == (11, 6)
+    assert f"  ... {sentences - len(shown)} more in the report" in lines

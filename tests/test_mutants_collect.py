@@ -358,3 +358,153 @@ def test_a_static_cache_holds_every_position_of_the_generation(monkeypatch):
     assert cache is not None  # the static cache, not the model's own dynamic one
     timing = gen.run(mark=False)
     assert len(timing.step_ms) == 5 and len(timing.tpot_ms) == 4
+
+
+# --- seed 55 (the sample's survivors in tracekit/collect, coverage-map mode) ----------------------
+
+
+def test_a_matmul_of_n_counts_two_n_cubed_flops(monkeypatch):
+    """Mutant: collect/calibrate.py matmul_flops ``2.0 * n**3`` -> ``2.0 * n+3``: the work of one
+    product counted as 2n + 3 FLOPs, so the CPU's ceiling came out some 65,000 times too low for
+    n = 256. The module's clock is replaced by one that moves 1 s a reading: the first 256 product
+    "takes" 1 s (over the 5 ms that ends the sizing, so n stays 256), and the burst is one product
+    in 1 s. By hand (the docstring: 2 n^3 FLOPs each): 2 * 256^3 = 33,554,432 FLOP/s."""
+    torch = pytest.importorskip("torch")
+    import itertools
+
+    from tracekit.collect import calibrate as cal
+
+    ticks = itertools.count(100.0)
+    monkeypatch.setattr(cal, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    rate, n = cal.matmul_flops(torch.device("cpu"), torch.float32, 0.0)
+    assert n == 256
+    assert rate == 33_554_432.0
+
+
+def test_a_burst_is_timed_by_its_own_start_and_end(monkeypatch):
+    """Mutant: collect/calibrate.py _best_rate ``dt = clock() - t0`` -> ``clock() // t0``: a burst's
+    time was the ratio of two clock readings, about 1 whatever the burst took, so the bursts (the
+    measurement the docstring names: the best work/second over bursts) never counted. The clock
+    reads 10 s and 12 s around the single timed call (2 s: reps = 8 s / 2 s = 4), 12 s for the
+    deadline (budget 0), then 20 s and 20.5 s around the burst of 4 calls, and 21 s (past the
+    deadline: one burst). By hand: the single call 100 / 2 = 50 work/s, the burst 4 * 100 / 0.5 =
+    800, so the best is 800 (the mutant: 4 * 100 / 1 = 400)."""
+    pytest.importorskip("torch")
+    from tracekit.collect import calibrate as cal
+
+    ticks = iter([10.0, 12.0, 12.0, 20.0, 20.5, 21.0])
+    monkeypatch.setattr(cal, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    calls = []
+    rate = cal._best_rate(lambda: calls.append(1), 100.0, types.SimpleNamespace(type="cpu"), 0.0, 8.0)
+    assert len(calls) == 1 + 1 + 4  # warm-up, the timed call, the burst
+    assert rate == 800.0
+
+
+def test_the_cpu_peak_is_the_exact_product_not_rounded_down():
+    """Mutant: collect/calibrate.py cpu_peak_flops ``/ (2 if dtype == "fp64" else 1)`` -> ``//``:
+    floor division rounded the bound down to a whole FLOP/s. Linux gives "cpu MHz" to three
+    decimals, and 2048.006 MHz as a float times 1e6 falls just below 2,048,006,000 Hz, so the
+    floor lost a whole FLOP/s. By hand: AVX-512, 64 fp32 FLOPs a cycle, 4 threads:
+    4 x 2,048,006,000 x 64 = 524,289,536,000 FLOP/s, half that in fp64; the float product is
+    within a thousandth of a FLOP/s of it."""
+    info = "processor\t: 0\nflags\t\t: fpu sse2 avx fma avx2 avx512f\ncpu MHz\t\t: 2048.006\n"
+    assert cpu_peak_flops("fp32", 4, cpuinfo=info, max_khz=0) == pytest.approx(524_289_536_000, rel=0, abs=1e-3)
+    assert cpu_peak_flops("fp64", 4, cpuinfo=info, max_khz=0) == pytest.approx(262_144_768_000, rel=0, abs=1e-3)
+
+
+def test_a_gpu_matmul_outside_the_datasheet_range_is_named_in_tflop_per_s():
+    """Mutant: collect/calibrate.py problems ``flops / 1e12`` -> ``flops * 1e12``: the sentence
+    for a GPU's implausible matmul gave the measured rate in the wrong unit (1e+24 "TFLOP/s" for
+    1 TFLOP/s). 1e12 FLOP/s bf16 on an H100 SXM is under 10% of its datasheet peak (GPU_PLAUSIBLE),
+    so it is outside the 10%-105% range; the sentence must say 1 TFLOP/s, against the datasheet's
+    989.4 TFLOP/s ("989" to three digits). The copy, 3 TB/s of the H100's 3.35, is plausible and
+    gets no sentence."""
+    from tracekit.collect.calibrate import problems
+    from tracekit.specs.lookup import spec_by_name
+
+    h100 = spec_by_name("h100-sxm")
+    (sentence,) = problems("cuda", "bf16", 1e12, 3.0e12, None, h100)
+    assert h100.peak_flops("bf16", "matrix") == 989.4e12
+    assert sentence == f"1 TFLOP/s bf16 matmul is outside 10%-105% of {h100.name}'s 989 TFLOP/s"
+
+
+def test_a_cpu_run_the_profiler_slowed_over_3x_gets_a_note():
+    """Mutant: collect/collector.py measurement_notes ``device == "cpu"`` -> ``device < "cpu"``:
+    the devices a run can have are "cpu", "cuda" and "cuda:N" (collect/workloads.py resolve_device),
+    none below "cpu", so the note on a CPU run the profiler slowed more than the 3x expected was
+    never written. By hand: a CPU run
+    slowed 3.5x gets one note giving 3.5x; 2.9x is within the 3x, and a GPU run gets none (the
+    note is about CPU runs). An idle machine (no contention, load 0) adds no busy sentence."""
+    from tracekit.collect.collector import measurement_notes
+
+    idle = {"cores": 4, "load_average_1m": 0.0}
+    (note,) = measurement_notes(idle, "cpu", 3.5)
+    assert "profiler" in note and "3.5x" in note
+    assert measurement_notes(idle, "cpu", 2.9) == []
+    assert measurement_notes(idle, "cuda", 3.5) == []
+
+
+def _timed_runs(monkeypatch, run_s: float) -> tuple[int, float]:
+    """(runs timed, wall ms of the run kept) of collector.measure, with a generation whose every
+    run takes ``run_s`` seconds of a fake clock (the module's clock, moved only by the runs) and
+    the profiled run replaced: no model runs. The runs' wall times are distinct, so the median is
+    a run of its own: run k (from 0) takes run_s * (1 + k / 100)."""
+    from tracekit.collect import collector, runner
+
+    now = [100.0]
+
+    class Gen:
+        def __init__(self):
+            self.k = 0
+
+        def run(self, mark=False, on_step=None):
+            wall = run_s * (1 + self.k / 100)
+            self.k += 1
+            now[0] += wall
+            return runner.RunTiming(ttft_ms=1.0, tpot_ms=[1.0], wall_ms=wall * 1e3)
+
+    monkeypatch.setattr(collector, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(runner, "profiled_run", lambda *a, **k: runner.RunTiming(1.0, [1.0], 1.0))
+    opts = collector.CollectOptions(warmup=0)
+    plain, n, _, _ = collector.measure(Gen(), opts, collector.Progress(False, 0), "unused.json", {})
+    return n, plain.wall_ms
+
+
+def test_short_runs_are_timed_five_times_and_the_median_kept(monkeypatch):
+    """Mutant: collect/collector.py measure ``len(plain_runs) >= 5`` -> ``<= 5``: the timing loop
+    stopped after its first run, so the "median" was of one run. Rule (the comment on
+    TIMING_BUDGET_S): as many unprofiled runs as fit in 1 s, between 1 and 5; the median is kept.
+    Runs of 10 ms (10, 10.1, ... 10.4 ms): five fit, the median is the third, 10.2 ms."""
+    n, kept = _timed_runs(monkeypatch, 0.010)
+    assert n == 5
+    assert kept == pytest.approx(10.2)
+
+
+def test_a_run_longer_than_half_the_budget_is_timed_once(monkeypatch):
+    """Mutant: collect/collector.py measure ``fastest > 0.25`` -> ``fastest < 0.25``: a long run
+    (over a quarter second) whose next run would not fit in the budget was timed twice more (and
+    a short run, under a quarter second, was timed only once when the budget ran out). Rule (the comment on TIMING_BUDGET_S): as many runs as fit
+    in 1 s, between 1 and 5 (at least 3 when a run is short). By hand: runs of 0.6 s: after the
+    first, the clock is at 0.6 s and a second would end at 1.2 s, past the budget: one run (the
+    mutant: three). Runs of 0.3 s: 0.3, 0.6, 0.9 s, and a fourth would end at 1.2 s: three."""
+    assert _timed_runs(monkeypatch, 0.6) == (1, pytest.approx(600.0))
+    n, kept = _timed_runs(monkeypatch, 0.3)
+    assert n == 3 and kept == pytest.approx(303.0)
+
+
+def test_a_tp_that_divides_none_of_the_counts_names_all_three():
+    """Mutant: collect/parallel.py shard_sizes ``', '.join(bad[:-1])`` -> ``bad[:+1]``: when --tp
+    divided none of the three counts, the sentence named the first and the last and dropped the
+    KV heads ("attention heads (4) or intermediate size (688)"). docs/ranks.md: a --tp that does
+    not divide the model's attention heads, KV heads or intermediate size is refused with one
+    sentence; it names each count that --tp does not divide. The tiny preset (4 heads, 2 KV heads,
+    intermediate size 688) and --tp 3: 4 = 3 + 1, 2 < 3 and 688 = 3 x 229 + 1, so all three,
+    listed "A, B or C"."""
+    from tracekit.collect.parallel import shard_sizes
+    from tracekit.collect.workloads import PRESETS
+
+    with pytest.raises(TracekitError) as err:
+        shard_sizes(PRESETS["tiny"].config, 3)
+    assert str(err.value).startswith(
+        "--tp 3 does not divide the model's attention heads (4), KV heads (2) or intermediate size (688): "
+    )

@@ -590,3 +590,266 @@ def test_a_replayed_pair_is_shown_in_its_own_unit():
 
     assert pair({"measured": 10.0, "replayed": 8.0}) == "10.0 ms → 8.00 ms"
     assert pair({"measured": 100.0, "replayed": 125.0}, "tok/s") == "100 tok/s → 125 tok/s"
+
+
+# --- seed 55 (the sample's survivors in tracekit/report, coverage-map mode) -----------------------
+
+
+def test_a_windows_idle_gaps_carry_the_runs_step_numbers(tmp_path):
+    """Mutant: report/annotate.py _idle_slices ``first_step + int(step[i])`` -> ``^``: a split
+    window's idle slices named their step ``first_step ^ step``, which is the run's step only
+    where the two share no bit; the step slices beside them said ``first_step + step``. annotate's
+    docstring: a split window's step 0 is its run's step ``first_step``. By hand: two steps
+    (ProfilerStep#0 at 0-900 us, #1 at 1000-1900 us), each with two kernels; annotated as a window
+    whose first step is the run's step 3, the gaps in step 0 say 3 and those in step 1 say 4
+    (3 ^ 1 would be 2), as do the step slices."""
+    from tracekit import read_trace
+    from tracekit.analysis.analyze import assemble, measure
+    from tracekit.report.annotate import annotate, load_document
+
+    d = Doc()
+    for i in range(2):
+        t0 = 1000.0 * i
+        d.annotation(f"ProfilerStep#{i}", t0, 900)
+        for at in (10, 400):
+            ext = d.op("aten::mm", t0 + at, 30, dims=[[64, 64], [64, 64]], types=["float", "float"])
+            d.kernel("ampere_sgemm_64x64_nn", t0 + at + 2, t0 + at + 100, 50, ext=ext)
+    src = d.write(tmp_path / "w.json")
+    doc, trace = load_document(str(src)), read_trace(str(src))
+    parts, match = measure(trace)
+    annotate(doc, trace, parts, assemble(trace, parts, match, with_timelines=False), first_step=3)
+    added = [e for e in json.loads(doc.encode())["traceEvents"] if e.get("cat") == "tracekit" and e["ph"] == "X"]
+    steps = {e["args"]["step"]: (e["ts"], e["ts"] + e["dur"]) for e in added if "phase_source" in e["args"]}
+    assert sorted(steps) == [3, 4]
+    idle = [e for e in added if "cause" in e["args"]]
+    assert idle and {e["args"]["step"] for e in idle} == {3, 4}
+    for e in idle:
+        lo, hi = steps[e["args"]["step"]]
+        assert lo <= e["ts"] and e["ts"] + e["dur"] <= hi, e
+
+
+def _figure(chart: dict) -> dict:
+    (fig,) = _bokeh_objects(chart["item"], "Figure")
+    return fig["attributes"]
+
+
+def _range(fig: dict, axis: str) -> tuple[float, float]:
+    """(start, end) of a figure's Range1d (bokeh leaves out a start at its default, 0)."""
+    attrs = fig[f"{axis}_range"]["attributes"]
+    return attrs.get("start", 0.0), attrs["end"]
+
+
+def _drawn(chart: dict, glyph: str) -> list[tuple[list[float], list[float]]]:
+    """(xs, ys) of every renderer of glyph ``glyph`` ("Line", "Scatter") in a chart, each column
+    named by its glyph's x and y fields (a source used twice is serialised once, then by id)."""
+    sources = {s["id"]: s for s in _bokeh_objects(chart["item"], "ColumnDataSource") if "attributes" in s}
+    out = []
+    for r in _bokeh_objects(chart["item"], "GlyphRenderer"):
+        g = r["attributes"]["glyph"]
+        if g["name"] == glyph:
+            data = dict(sources[r["attributes"]["data_source"]["id"]]["attributes"]["data"]["entries"])
+            out.append((data[g["attributes"]["x"]["field"]], data[g["attributes"]["y"]["field"]]))
+    return out
+
+
+def _axis_labels(chart: dict) -> list[str]:
+    return sorted(a["attributes"].get("axis_label", "") for a in _bokeh_objects(chart["item"], "LogAxis"))
+
+
+def test_the_decode_chart_shows_its_tallest_step_whole():
+    """Mutant: report/charts.py decode_steps ``Range1d(start=0, end=top * 1.12)`` -> ``top - 1.12``:
+    the y axis ended 1.12 ms below the tallest bar or duration, so the slowest steps, the ones a
+    reader looks for, were cut off at the top (and a chart of steps under 1.12 ms got an axis
+    ending below 0). The chart draws each step's busy + idle as a stacked bar and its duration as
+    a line, on an axis from 0 ms: every value must lie inside it. By hand: three decode steps,
+    busy + idle 3 + 1, 2 + 1 and 2.5 + 1 ms, durations 4.5, 3.5 and 3 ms: the tallest value is
+    4.5 ms, so the axis runs from 0 to above 4.5."""
+    from tracekit.report.charts import decode_steps
+
+    steps = [
+        {"index": i, "phase": "decode", "gpu_busy_ms": busy, "gpu_idle_ms": 1.0, "duration_ms": dur, "kernels": 3}
+        for i, (busy, dur) in enumerate([(3.0, 4.5), (2.0, 3.5), (2.5, 3.0)])
+    ]
+    chart = decode_steps({"device": {"type": "gpu"}, "steps": steps})
+    start, end = _range(_figure(chart), "y")
+    assert start == 0 and end > 4.5
+    lines = _drawn(chart, "Line")
+    assert [4.5, 3.5, 3.0] in [ys for _, ys in lines]  # the durations
+    for _, ys in lines:
+        assert all(start <= y <= end for y in ys)
+
+
+def _roofline_data(point: dict) -> dict:
+    """An H100-like device (3.35 TB/s, 2.8 achievable; bf16 matrix 989 TFLOP/s, 700 achievable;
+    fp32 vector 67 TFLOP/s) and one op group."""
+    roofs = {
+        "bandwidth": 3.35e12,
+        "achievable_bandwidth": 2.8e12,
+        "compute": [
+            {"dtype": "bf16", "unit": "matrix", "peak_flops": 989e12, "achievable_flops": 700e12},
+            {"dtype": "fp32", "unit": "vector", "peak_flops": 67e12, "achievable_flops": None},
+        ],
+    }
+    return {"device": {"spec": "H100 SXM"}, "roofline": {"decode": {"reason": None, "points": [point], "roofs": roofs}}}
+
+
+def _op_group(intensity: float, achieved: float, category: str = "elementwise") -> dict:
+    return {
+        "label": "aten::add",
+        "kernel": "vectorized_elementwise_kernel",
+        "shapes": "[4096, 4096]",
+        "category": category,
+        "dtype": "bf16",
+        "unit": "vector",
+        "calls": 3,
+        "time_ms": 2.0,
+        "intensity": intensity,
+        "achieved_flops": achieved,
+        "roof_fraction": 0.8,
+        "above_roof": None,
+    }
+
+
+def test_the_roofline_shows_the_bandwidth_roof_from_the_charts_left_edge():
+    """Mutant: report/charts.py roofline ``y_lo = min(min(ys), bw * x_lo) / 4`` -> ``bw + x_lo``: the
+    bottom of the y axis no longer made room for the bandwidth roof where it starts. The roofs are
+    drawn from the x axis's left end (x_lo), so where x_lo is under 1 FLOP/byte the bandwidth roofs
+    began below the chart and their left part was lost. Every roof line and point must lie inside
+    the chart's axes. By hand: a bf16 add (1 FLOP per 6 bytes read and written: 1/6 FLOP/byte) at
+    80% of the 3.35 TB/s roof, 0.447 TFLOP/s; the x axis starts at (1/6) / 8 = 0.0208 FLOP/byte,
+    where the bandwidth roof is at 3.35e12 x 0.0208 = 0.0698 TFLOP/s (the mutant's axis started at
+    0.447 / 4 = 0.112)."""
+    from tracekit.report.charts import roofline
+
+    chart = roofline(_roofline_data(_op_group(1 / 6, 0.8 * 3.35e12 / 6)), "decode", 0)
+    fig = _figure(chart)
+    assert _axis_labels(chart) == ["achieved TFLOP/s", "arithmetic intensity (FLOP/byte)"]
+    (x0, x1), (y0, y1) = _range(fig, "x"), _range(fig, "y")
+    assert x0 == pytest.approx(1 / 48)
+    lines = _drawn(chart, "Line")
+    assert [pytest.approx(3.35e12 / 48 / 1e12)] in [ys[:1] for _, ys in lines]
+    for xs, ys in [*lines, *_drawn(chart, "Scatter")]:
+        assert all(x0 <= x <= x1 for x in xs) and all(y0 <= y <= y1 for y in ys), (xs, ys)
+
+
+def test_an_achievable_compute_roof_is_drawn_at_its_rate_in_the_axis_unit():
+    """Mutant: report/charts.py roofline the achievable compute line's ``[ach / scale] * 2`` ->
+    ``[ach % scale] * 2``: the dashed bf16 matrix achievable roof (700 TFLOP/s) was drawn at
+    700e12 % 1e12 = 0, off the log axis, though its legend still named it. The axis is in TFLOP/s
+    (its label), so the line must be flat at 700 from its start to the chart's right edge, as the
+    989 TFLOP/s peak is at 989. By hand: one GEMM at 100 FLOP/byte and 200 TFLOP/s."""
+    from tracekit.report.charts import roofline
+
+    chart = roofline(_roofline_data(_op_group(100.0, 200e12, "gemm")), "decode", 0)
+    fig = _figure(chart)
+    assert _axis_labels(chart) == ["achieved TFLOP/s", "arithmetic intensity (FLOP/byte)"]
+    x_end = _range(fig, "x")[1]
+    flat = sorted(ys[0] for xs, ys in _drawn(chart, "Line") if ys[0] == ys[1] and xs[1] == x_end)
+    assert flat == [pytest.approx(67.0), pytest.approx(700.0), pytest.approx(989.0)]
+
+
+def _alphas(chart: dict) -> list[tuple[str, str, float]]:
+    """(glyph, property, value) of every alpha set on a chart's glyphs (each renderer's glyph and
+    its selection, nonselection, hover and muted variants), as serialised in its ``json_item``."""
+    out = []
+    for r in _bokeh_objects(chart["item"], "GlyphRenderer"):
+        for key in ("glyph", "selection_glyph", "nonselection_glyph", "hover_glyph", "muted_glyph"):
+            g = r["attributes"].get(key)
+            if not isinstance(g, dict) or "attributes" not in g:
+                continue  # absent, "auto", or a reference to a glyph serialised elsewhere
+            for prop, v in g["attributes"].items():
+                if prop.endswith("alpha"):
+                    out.append((f"{key} {g['name']}", prop, v["value"] if isinstance(v, dict) else v))
+    return out
+
+
+def test_the_roofline_draws_its_op_groups_filled_in_their_category_colour():
+    """Mutant: report/charts.py roofline the op groups' ``fill_alpha=0.6`` -> ``-0.4``: an alpha is
+    an opacity, a fraction in [0, 1]. Bokeh's Python side takes -0.4 as is, and BokehJS turns the
+    colour's alpha into a byte clamped to 0-255 (``color2rgba``'s ``byte(alpha * a)`` in bokeh.js),
+    so the fill was transparent: every op group was drawn as an empty outline, and the category
+    colour the points are filled with (their legend) was gone. Rule: every alpha of the chart's
+    glyphs lies in [0, 1], and the points' fill is drawn (alpha above 0). Hand-built: the H100-like
+    device and two op groups, a GEMM and an elementwise add."""
+    from tracekit.report.charts import roofline
+
+    data = _roofline_data(_op_group(100.0, 200e12, "gemm"))
+    data["roofline"]["decode"]["points"].append(_op_group(1 / 6, 0.8 * 3.35e12 / 6))
+    chart = roofline(data, "decode", 0)
+    alphas = _alphas(chart)
+    assert alphas and all(0 <= v <= 1 for _, _, v in alphas), alphas
+    scatters = [r["attributes"]["glyph"] for r in _bokeh_objects(chart["item"], "GlyphRenderer")]
+    scatters = [g for g in scatters if g["name"] == "Scatter"]
+    fills = [g["attributes"].get("fill_alpha", {"value": 1.0})["value"] for g in scatters]  # bokeh's default: 1
+    assert fills and all(v > 0 for v in fills), fills
+
+
+def test_junit_naming_the_report_compare_is_about_to_write_is_refused(tmp_path):
+    """Mutant: report/compare/junit.py check_target ``other != "-"`` -> ``other == "-"``: only a
+    path that already exists was caught (by samefile), so `-o r.xml --junit r.xml` in a fresh folder
+    passed the check, and the JUnit XML was written over the comparison just written there.
+    check_target's docstring: a JUnit path that is one of the inputs or the report is refused, with
+    one sentence, before the slow reads; bad input exits 2 (docs/exit-codes.md). Nothing is
+    written."""
+    out = tmp_path / "r.xml"
+    result = CliRunner().invoke(
+        main,
+        ["compare", str(TINY), str(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz"), "-o", str(out), "-f", "json"]
+        + ["--junit", str(out), "--fail-if", "tpot_p50>+5%"],
+    )
+    assert result.exit_code == 2, result.output
+    assert "--junit" in result.output and "one of compare's own files" in result.output
+    assert not out.exists()
+
+
+def test_junit_marks_skipped_only_the_gates_whose_figure_a_run_lacks(tmp_path):
+    """Mutant: report/compare/junit.py junit_xml ``g["verdict"] == "missing"`` -> ``>=``: "noise" and
+    "pass" sort above "missing", so every gate that held (or was within noise) got a ``<skipped>``,
+    and CI showed the gates that passed as not run, while the suite's skipped count still said 0.
+    docs/compare.md: one testcase per gate, ``<failure>`` with the sentence for a failed gate,
+    ``<skipped>`` for a figure a run lacks. tiny-bs1 vs tiny-bs8 (both have TPOT and TTFT): TPOT p50
+    +28% with an interval reaching back across +5% (noise, as compare says), +28% under +100%
+    (pass), and TTFT 10.6 -> 57.5 ms, a once-per-run figure judged by its threshold, past +2 ms
+    (fail, exit 1). Read back with ElementTree: no ``<skipped>`` anywhere, one ``<failure>``, on
+    the TTFT gate."""
+    import xml.etree.ElementTree as ET
+
+    junit = tmp_path / "gates.xml"
+    gates = ["tpot_p50>+5%", "tpot_p50>+100%", "ttft_ms>+2ms"]
+    result = CliRunner().invoke(
+        main,
+        ["compare", str(TINY), str(SAMPLE_TRACES / "tiny-bs8.pt.trace.json.gz"), "-o", str(tmp_path / "c.json")]
+        + ["--junit", str(junit)]
+        + [arg for g in gates for arg in ("--fail-if", g)],
+    )
+    assert result.exit_code == 1, result.output
+    assert "gate failed: ttft_ms>+2ms" in result.output
+    suite = ET.parse(junit).getroot().find("testsuite")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == gates
+    assert suite.get("skipped") == "0" and suite.findall("testcase/skipped") == []
+    assert [c.get("name") for c in cases if c.find("failure") is not None] == ["ttft_ms>+2ms"]
+
+
+def test_the_junit_file_declares_xml_1_0_in_the_encoding_it_is_written_in(tmp_path):
+    """Mutant: report/compare/junit.py junit_xml ``xml_declaration=True`` -> ``False``: the JUnit file
+    began at ``<testsuites>``, with no XML declaration. XML 1.0 (section 2.8): a document should
+    begin with a declaration naming the version, and its encoding declaration must name the
+    encoding the bytes are in. Read from the file's bytes: the declaration, version 1.0, and an
+    encoding under which the bytes decode to the gate's sentence with its non-ASCII characters
+    (µs, →) as written; expat (ElementTree.parse) reads the same sentence back."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    from tracekit.report.compare.junit import write_junit
+
+    sentence = "decode_step_p50>+5%: decode step p50 changed +9.9% (812 µs → 892 µs), above +5.0% beyond noise"
+    gate = {"expr": "decode_step_p50>+5%", "metric": "decode_step_p50", "verdict": "fail", "sentence": sentence}
+    path = tmp_path / "gates.xml"
+    write_junit([gate], str(path))
+    raw = path.read_bytes()
+    declared = re.match(rb"<\?xml version=(['\"])1\.0\1 encoding=(['\"])([A-Za-z][A-Za-z0-9._-]*)\2\s*\?>", raw)
+    assert declared, raw[:60]
+    assert "(812 µs → 892 µs)" in raw.decode(declared.group(3).decode("ascii"))
+    (case,) = ET.parse(path).getroot().iter("testcase")
+    assert case.find("failure").text == sentence

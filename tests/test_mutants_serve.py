@@ -352,3 +352,26 @@ def test_a_long_full_kernel_name_is_cut_to_the_name_width():
     exact = "y" * NAME_WIDTH
     assert _kernel_cell({"name": exact, "short_name": "y"}, "full_name") == exact
     assert _kernel_cell({"name": long, "short_name": "cutlass"}, "name") == "cutlass"
+
+
+# --- seed 55 (the sample's survivors in tracekit/serve, coverage-map mode) ------------------------
+
+
+def test_a_model_folder_outside_the_allowed_folders_is_refused_though_its_name_has_no_slash(tmp_path, monkeypatch):
+    """Mutant: serve/cache.py AnalysisCache._model ``os.path.exists(candidate) or os.sep in model or
+    ...`` -> ``exists(candidate) and os.sep in model or ...``: a model naming an existing folder
+    without a slash in it ("ckpt") was no longer taken for a path, so it was never confined:
+    load_model read its config.json from wherever it was. docs/mcp.md: a ``model`` that names a
+    file is resolved and refused outside the --allow folders. By hand: the server started in
+    tmp_path (its folder, the base of relative paths) with --allow traces; ckpt/config.json lies
+    beside traces, not under it, so model="ckpt" is refused, before any analysis."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "traces").mkdir()
+    trace = tmp_path / "traces" / "t.json"
+    trace.write_text("{}")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text('{"model_type": "llama"}')
+    cache = AnalysisCache(Confinement(["traces"]))
+    with pytest.raises(TracekitError, match="^ckpt is outside the folders this server may read"):
+        cache.get(str(trace), model="ckpt")
+    assert cache.misses == 0

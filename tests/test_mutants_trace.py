@@ -259,3 +259,80 @@ def test_given_steps_cut_windows_before_the_step_each_edge_opens(tmp_path):
     for i, e in enumerate(edges.tolist(), start=1):
         assert 1000 * (i - 1) + 800 < e <= 1000 * i + 150  # after step i-1's last launch, by step i's first
     assert s.range_edges.tolist() == [1100.0, 2100.0, 3100.0]
+
+
+# --- seed 55 (the sample's survivors in tracekit/trace, coverage-map mode) ------------------------
+
+
+def test_a_growing_column_at_least_doubles_its_capacity_each_time_it_grows():
+    """Mutant: trace/columns.py _Growing.extend ``2 * len(self.data)`` -> ``2 | len(self.data)``:
+    the capacity grew to 4098 and then to exactly what each chunk needed, so every later chunk
+    copied the whole column again (appends quadratic in the number of chunks). The class's
+    docstring: its capacity doubles as it fills. 100 chunks of 100 values, one by one: each new
+    buffer is at least twice the last, and the column holds 0..9999 in order."""
+    import numpy as np
+
+    from tracekit.trace.columns import _Growing
+
+    col = _Growing(np.int64)
+    sizes = [len(col.data)]
+    for i in range(100):
+        col.extend(np.arange(100 * i, 100 * (i + 1), dtype=np.int64))
+        if len(col.data) != sizes[-1]:
+            sizes.append(len(col.data))
+    assert len(sizes) > 1
+    assert all(new >= 2 * old for old, new in zip(sizes, sizes[1:])), sizes
+    assert col.array().tolist() == list(range(10_000))
+
+
+def test_a_document_cut_in_a_key_after_its_events_closes_with_every_event():
+    """Mutant: trace/decode.py close_truncated ``b"" if bare else b"}"`` -> ``if not bare``: a
+    document whose events' array had closed and whose cut fell in a later key (Kineto writes
+    traceName and baseTimeNanoseconds after the events) was given no closing brace, so the
+    whole-document path could not decode what it had closed. The docstring: every event is kept,
+    the keys before traceEvents are kept and those after it lost. By hand: two events, then
+    ``"traceName": "ru`` cut short."""
+    import json
+
+    from tracekit.trace import decode as dec
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": ts, "dur": 1}
+        for n, ts in (("a", 1), ("b", 3))
+    ]
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events, "traceName": "run"})
+    cut = text[: text.index('run"')] + "ru"
+    closed = dec.close_truncated("cut.json", cut.encode())
+    assert json.loads(closed) == {"schemaVersion": 1, "traceEvents": events}
+    decoded, meta = dec.decode("cut.json", closed)
+    assert [e.name for e in decoded] == ["a", "b"] and meta == {"schemaVersion": 1}
+
+
+def test_a_reused_correlation_id_links_each_kernel_to_the_latest_call_before_it(tmp_path):
+    """Mutants: trace/links.py _launch_of ``ids[o][np.maximum(last, 0)] == ids[o]`` -> ``>`` (never
+    true in the sort by id, so every kernel fell back to the first call with its id) and ``last >=
+    0`` -> ``last <= 0`` (only the call sorted first counted): in a trace stitched from two sessions,
+    which reuses correlation ids, the second session's kernel was linked to the first session's
+    launch, and so to its op. The _launch_of docstring: a kernel belongs to the latest call with its
+    id issued before it started. By hand: aten::mm (10-40 us) launches a kernel at 12 us, aten::add
+    (100-130 us) one at 102 us, both under correlation 5001 (the second's id rewritten to the
+    first's); the first kernel runs at 20 us, the second at 110 us."""
+    import json
+
+    d = Doc()
+    mm = d.op("aten::mm", 10, 30, dims=[[64, 64], [64, 64]], types=["float", "float"])
+    first = d.kernel("ampere_sgemm_64x64_nn", 12, 20, 5, ext=mm)
+    add = d.op("aten::add", 100, 30, dims=[[64], [64]], types=["float", "float"])
+    second = d.kernel("vectorized_elementwise_kernel", 102, 110, 5, ext=add)
+    for e in d.events:
+        if e.get("args", {}).get("correlation") == second:
+            e["args"]["correlation"] = first
+        if e.get("cat") == "ac2g" and e["id"] == second:
+            e["id"] = first
+    assert json.dumps(d.events).count(f'"correlation": {first}') == 4
+    t = read_trace(str(d.write(tmp_path / "k.json")))
+    k = t.kernels.sort_values("start_ns")
+    assert k["name"].astype(str).tolist() == ["ampere_sgemm_64x64_nn", "vectorized_elementwise_kernel"]
+    launched_at = t.runtime["start_ns"].to_numpy()[k["launch"].to_numpy()]
+    assert (launched_at - launched_at[0]).tolist() == [0, 90_000]
+    assert [str(t.cpu_ops["name"].iloc[i]) for i in k["op"]] == ["aten::mm", "aten::add"]

@@ -11,6 +11,7 @@ import sys
 import click
 
 from tracekit.cli.common import (
+    check_device_options,
     deliver,
     device_options,
     device_settings,
@@ -124,7 +125,12 @@ def command(
     if path is not None and any(os.path.abspath(path) == os.path.abspath(p) for p in inputs):
         raise TracekitError(f"{path}: that is one of compare's input traces; name another output file")
     settings = model_settings(options)  # the same model prices both runs
-    # Each side's device and graph capture (a bad --gpu-* or --spec-file-* fails before the reads too).
+    # Each side's device and graph capture. A bad --gpu-* or --spec-file-* fails before the reads
+    # too: both sides' are checked before either side's capture is read.
+    for side in sides:
+        check_device_options(
+            options[f"gpu_{side}"], options[f"spec_file_{side}"], f"--gpu-{side}", f"--spec-file-{side}"
+        )
     on = {side: device_settings(options, side) for side in sides}
 
     def analyse(p: str, side: str):
