@@ -853,3 +853,56 @@ def test_the_junit_file_declares_xml_1_0_in_the_encoding_it_is_written_in(tmp_pa
     assert "(812 µs → 892 µs)" in raw.decode(declared.group(3).decode("ascii"))
     (case,) = ET.parse(path).getroot().iter("testcase")
     assert case.find("failure").text == sentence
+
+
+def test_two_runs_on_the_same_device_are_tagged_by_their_file_names():
+    """Mutant: report/compare/view.py same_device ``(data["before"].get("device") or {})`` ->
+    ``and {}``: the before side's device was read as empty (or, with no device at all, crashed
+    on None.get), so two runs on the same H100 counted as on different devices and both chart
+    rows and column heads read "H100 SXM", which does not say which run is which. tag's
+    docstring: a run is labelled by its spec row when the devices differ, else by its trace's
+    file stem. By hand: main.pt.trace.json.gz and pr.pt.trace.json.gz, both on an H100 SXM, are
+    "main" and "pr"; a before side with no device against an H100 are different devices."""
+    from tracekit.report.compare.view import same_device, tag
+
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "spec": "H100 SXM", "type": "cuda"}
+    data = {
+        "before": {"source": {"name": "main.pt.trace.json.gz"}, "device": dict(h100)},
+        "after": {"source": {"name": "pr.pt.trace.json.gz"}, "device": dict(h100)},
+    }
+    assert same_device(data)
+    assert (tag(data, "before"), tag(data, "after")) == ("before: main", "after: pr")
+    data["before"]["device"] = None
+    assert not same_device(data)
+    assert tag(data, "after") == "after: H100 SXM"
+
+
+def test_an_absolute_gate_is_shown_in_its_figures_unit_not_as_a_percentage():
+    """Mutant: report/compare/view.py gates' show ``unit == "%"`` -> ``unit >= "%"``: every unit
+    sorting after "%" ("ms", "tok/s") was taken for a relative gate, so `ttft_ms>+2ms` was shown
+    with a threshold of "+200%" and `decode_tokens_per_s<-100tok/s` with "-10,000%".
+    docs/compare.md: a threshold is relative with % or absolute in the figure's unit (ms, tok/s,
+    pp for shares); docs/json-schema.md: gates[] carries each gate's unit. By hand, a gates[]
+    entry per kind: 2 ms, -100 tok/s, -2 pp (a share's 0.02) and +5% (0.05), each written with
+    three significant digits (formatting.num) and a sign, as signed's docstring shows ("+1.59 ms",
+    "+23.9 pp")."""
+    from tracekit.report.compare.view import gates
+
+    def gate(expr, metric, unit, threshold, change):
+        return {"expr": expr, "metric": metric, "unit": unit, "threshold": threshold, "change": change}
+
+    data = {
+        "gates": [
+            dict(gate("ttft_ms>+2ms", "ttft_ms", "ms", 2.0, 0.5), verdict="pass"),
+            dict(gate("decode_tokens_per_s<-100tok/s", "decode_tokens_per_s", "tok/s", -100.0, -20.0), verdict="pass"),
+            dict(gate("decode_mbu<-2pp", "decode_mbu", "", -0.02, 0.01), verdict="pass"),
+            dict(gate("tpot_p50>+5%", "tpot_p50", "%", 0.05, 0.01), verdict="pass"),
+        ]
+    }
+    rows = gates(data)
+    assert [(r["threshold"], r["change"]) for r in rows] == [
+        ("+2.00 ms", "+0.500 ms"),
+        ("-100 tok/s", "-20.0 tok/s"),
+        ("-2.00 pp", "+1.00 pp"),
+        ("+5.00%", "+1.00%"),
+    ]

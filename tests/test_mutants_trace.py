@@ -336,3 +336,38 @@ def test_a_reused_correlation_id_links_each_kernel_to_the_latest_call_before_it(
     launched_at = t.runtime["start_ns"].to_numpy()[k["launch"].to_numpy()]
     assert (launched_at - launched_at[0]).tolist() == [0, 90_000]
     assert [str(t.cpu_ops["name"].iloc[i]) for i in k["op"]] == ["aten::mm", "aten::add"]
+
+
+def test_events_written_with_the_comma_before_each_event_are_cut_as_the_slices_arrive():
+    """Mutant: trace/stream.py _candidate the second ``while j > 0 and buf[j] in _WS`` -> ``j <= 0``:
+    the whitespace between an event's closing brace and the comma after it was no longer skipped,
+    so a document written with each comma at the start of the next line (``}`` newline ``,{``)
+    offered no cut at all: the stream held the whole events' array and decoded it in one chunk
+    at the end. The module's docstring: events are separated by ``}`` ``,`` ``{`` with whitespace,
+    and the array is cut after its last complete event as the slices arrive, never decoded whole.
+    By hand: 40 events of about 95 bytes in 200-byte slices; chunks come before the last slice is
+    read, none holds more than the events of a few slices, and together they are the 40 events
+    in order, with the keys around the array as written."""
+    import json
+
+    from tracekit.trace.stream import EventChunks
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(40)
+    ]
+    text = '{"schemaVersion": 1, "traceEvents": [\n' + "\n,".join(map(json.dumps, events)) + '\n], "traceName": "run"}'
+    data = text.encode()
+    slices = [data[i : i + 200] for i in range(0, len(data), 200)]
+    read = []
+
+    def arriving():
+        for s in slices:
+            read.append(s)
+            yield s
+
+    chunks = EventChunks("comma-first.json", arriving())
+    got = [(len(read), [e.name for e in evs]) for evs, _ in chunks]
+    assert got[0][0] < len(slices), "no chunk before the whole document was read"
+    assert max(len(names) for _, names in got) <= 6, [len(names) for _, names in got]
+    assert [n for _, names in got for n in names] == [e["name"] for e in events]
+    assert chunks.meta == {"schemaVersion": 1, "traceName": "run"} and not chunks.json_cut
