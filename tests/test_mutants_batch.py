@@ -4,8 +4,8 @@ part 5): each names the mutant it kills; the expected values are worked out by h
 from __future__ import annotations
 
 from tracekit.batch.executors import _short
-from tracekit.batch.fleet import Fleet, _so_far
-from tracekit.batch.rows import OK
+from tracekit.batch.fleet import Fleet, _one_run, _so_far
+from tracekit.batch.rows import ERROR, OK
 
 
 def test_a_workers_error_is_cut_to_200_characters_with_its_spaces_collapsed():
@@ -296,3 +296,57 @@ def test_a_json_output_keeps_one_schema_version_while_the_batch_runs_and_after(t
     assert scratch is None and running["complete"] is False
     assert (final["kind"], final["schema_version"]) == (running["kind"], running["schema_version"])
     assert final["kind"] == "tracekit.fleet"
+
+
+# --- seed 56 (the sample's survivors in tracekit/batch, coverage-map mode) ------------------------
+
+
+def test_a_zero_value_takes_no_part_in_the_outlier_fences():
+    """Mutant: batch/fleet.py mark_outliers ``v > 0`` -> ``v >= 0``: a value of 0 (a rate of 0 tokens/s)
+    was taken onto the log scale, and math.log10(0) raised ValueError, so a fleet holding one such
+    row could not be built at all. docs/batch.md: outliers are judged on a log scale over the
+    column's values; 0 has no place on it, so it is left out (and its row not flagged). By hand:
+    log10 of 1, 10, 100, 100 (the zero left out): quartiles (linear, n=4) 0.75 and 2, IQR 1.25,
+    fences -1.125 and 3.875: none is out."""
+    rows = [{"status": OK, "decode_tokens_per_s": v} for v in (0.0, 1.0, 10.0, 100.0, 100.0)]
+    Fleet(rows)
+    assert [r["outliers"] for r in rows] == [""] * 5
+
+
+def test_a_folder_with_three_unread_files_names_all_three():
+    """Mutant: batch/fleet.py _one_run ``unread[:3]`` -> ``unread[:2]``: the note on a folder whose
+    files could not all be analysed named only two of them, yet said "and others" only past three,
+    so with three unread files one was never named. Rule of the sentence: it names the files it
+    can (up to three) and says "and others" for the rest, so a sentence without "and others"
+    names every unread file. By hand: r0, r1, r2 failed, r3 read: all three named; with r3 failed
+    too, the first three and "and others"."""
+    from tracekit.batch.inputs import Item
+
+    def note(failed):
+        names = ["r0.json", "r1.json", "r2.json", "r3.json"]
+        rows = {(0, i): {"name": n, "status": ERROR if n in failed else OK} for i, n in enumerate(names)}
+        group = {"item": Item("run", [f"run/{n}" for n in names]), "rows": rows, "keys": {}}
+        return _one_run(group, check=None)
+
+    assert note({"r0.json", "r1.json", "r2.json"}) == (
+        "analysed file by file, not as one run: r0.json, r1.json, r2.json in run could not be analysed"
+    )
+    assert note({"r0.json", "r1.json", "r2.json", "r3.json"}) == (
+        "analysed file by file, not as one run: r0.json, r1.json, r2.json and others in run could not be analysed"
+    )
+
+
+def test_a_trace_from_a_clock_a_day_and_more_ahead_still_has_its_recording_date():
+    """Mutant: batch/rows.py _recorded_ns ``366 * 86400 * 10**9`` -> ``366 + 86400 * 10**9``: the slack
+    for a trace's clock running ahead of this machine's shrank from a year to one day (and 366 ns).
+    Two machines that each keep their local time as UTC (a dual-boot habit) differ by up to 26 hours:
+    the one at UTC+14 is 14 h ahead of UTC, the one at UTC-12 12 h behind. A trace recorded on the
+    first and batched on the second starts 26 h "in the future" and is still wall-clock time; 10**3
+    times now (nanoseconds read as microseconds) is not."""
+    import time
+
+    from tracekit.batch.rows import _recorded_ns
+
+    ahead = time.time_ns() + 26 * 3600 * 10**9
+    assert _recorded_ns({}, ahead) == ahead
+    assert _recorded_ns({}, time.time_ns() * 10**3) is None

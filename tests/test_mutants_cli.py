@@ -508,3 +508,145 @@ def test_compare_counts_the_summary_sentences_it_leaves_for_the_report(tmp_path)
     assert shown[1:] == ["  " + s for s in doc["summary"][: len(shown) - 1]]
     assert (sentences, len(shown)) == (11, 6)
     assert f"  ... {sentences - len(shown)} more in the report" in lines
+
+
+# --- seed 56 (the sample's survivors in tracekit/cli, coverage-map mode) --------------------------
+
+
+def test_collects_summary_says_the_overhead_is_not_measurable_on_a_busy_cpu():
+    """Mutant: cli/collect.py summary_lines ``dev.get("type") == "cpu"`` -> ``is not "cpu"``: the test
+    became an identity check. `tracekit collect` summarises the sidecar it has just built in
+    process, whose device type is the string constant "cpu" (collect/sidecar.py device_info), the
+    same object as the constant compared with, so a busy CPU run was taken for a GPU one: the
+    busy-machine check was skipped and the profiler overhead printed as if measured.
+    docs/collecting.md: collect measures how much CPU other processes took and says so in its
+    output. By hand: the sample sidecar's ratio 1.1103 is "1.11"; the device block as collect
+    builds it, with other processes holding 1.5 of the 2 cores (busy), and a sidecar read back
+    from disk the same way."""
+    from tracekit.cli.collect import summary_lines
+
+    busy = (
+        "profiler overhead: not measurable on a busy machine (profiled / unprofiled 1.11 is the other "
+        "processes' noise as much as the profiler's cost)"
+    )
+    contention = {"other_cores": 1.5, "busy": True}
+    sc = _sidecar()
+    assert f"{sc['timing']['profiler_overhead_ratio']:.2f}" == "1.11"
+    sc["device"] = {"type": "cpu", "name": "AMD EPYC", "count": 1, "threads": 2, "cores": 2, "contention": contention}
+    assert busy in summary_lines(sc)
+    read_back = json.loads(json.dumps(sc))
+    assert busy in summary_lines(read_back)
+    sc["device"]["contention"] = {"other_cores": 0.1, "busy": False}
+    sc["device"]["load_average_1m"] = 0.2
+    assert "profiler overhead: 1.11x the unprofiled time of the recorded run" in summary_lines(sc)
+
+
+def test_a_two_rank_collect_names_its_first_and_last_traces(tmp_path, monkeypatch):
+    """Mutant: cli/collect.py _collect_tp ``trace_paths[-1]`` -> ``trace_paths[~1]`` (the second to
+    last): `tracekit collect --tp 2` closed with "(rank0.pt.trace.json.gz .. rank0.pt.trace.json.gz,
+    ...)", a range from the first trace to itself, and the last rank's trace was never named.
+    docs/ranks.md: `--tp 2 -o tp2/` writes rank0.pt.trace.json.gz and rank1.pt.trace.json.gz, each
+    with its sidecar. collect_tp is stubbed: no rank starts; its result is the two ranks' paths and
+    the sample run's sidecar."""
+    from tracekit.collect import parallel
+    from tracekit.collect.collector import CollectResult
+
+    folder = tmp_path / "tp2"
+    sidecar = _sidecar()
+    sidecar["workload"]["tensor_parallel"] = {
+        "shard": {"num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 256},
+        "all_reduces_per_step": 4,
+    }
+    ranks = [
+        CollectResult(str(folder / f"rank{r}.pt.trace.json.gz"), str(folder / f"rank{r}.tracekit.json"), sidecar)
+        for r in (0, 1)
+    ]
+
+    def fake_collect_tp(opts, tp, announce=None):
+        assert tp == 2
+        return parallel.ParallelResult(folder=str(folder), ranks=ranks, backend="gloo")
+
+    monkeypatch.setattr(parallel, "collect_tp", fake_collect_tp)
+    monkeypatch.chdir(tmp_path)
+    result = _invoke("collect", "--tp", "2", "-o", "tp2")
+    assert result.exit_code == 0, result.output
+    wrote = [line for line in result.stdout.splitlines() if line.startswith("wrote ")]
+    assert wrote == [
+        "wrote 2 rank traces to tp2 (rank0.pt.trace.json.gz .. rank1.pt.trace.json.gz, each with its sidecar)"
+    ]
+
+
+def test_reading_shows_its_stages_in_a_terminal_only_for_a_big_trace(monkeypatch):
+    """Mutant: cli/common.py read_with_progress ``size < _PROGRESS_MIN_BYTES`` -> ``size >=``: in a
+    terminal, a small trace drew a stage bar on stderr and a big one, which the bar is for, read
+    without one. The docstring: stages are shown "when it is big and stderr is a terminal". The
+    sample trace (350 kB) is small; the same read with its size taken as 10 GB is big. stderr is a
+    terminal (isatty true); read_trace is stubbed to record whether it was given a progress hook."""
+    import io
+
+    import tracekit.trace
+    from tracekit.cli import common
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    hooks = []
+
+    def fake_read_trace(path, progress=None):
+        hooks.append(progress)
+        return path
+
+    monkeypatch.setattr(tracekit.trace, "read_trace", fake_read_trace)
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    assert os.path.getsize(BS1) < 1_000_000
+    assert common.read_with_progress(str(BS1), cached=False) == str(BS1)
+    assert hooks == [None] and term.getvalue() == ""
+    monkeypatch.setattr(common, "_size", lambda path: 10 * 10**9)
+    common.read_with_progress(str(BS1), cached=False)
+    assert len(hooks) == 2 and hooks[1] is not None
+
+
+def test_compare_states_the_projected_range_of_the_first_after_run(tmp_path, monkeypatch):
+    """Mutant: cli/compare.py command ``a_all[0][1]`` -> ``a_all[-1][1]``: with --after-run, the
+    sentence stating the after side's projected range was the last run's, not AFTER's.
+    docs/compare.md: phases, kernels and context are from BEFORE and AFTER (the first run of each
+    side). _side is stubbed to analyse each trace as measured and give a range note naming its
+    file, as a projection's would. The second after run is a copy of AFTER with its sidecar (one
+    workload). The JSON report's summary (docs/json-schema.md) then says
+    "after: ..." of AFTER's file, and "before: ..." of BEFORE's."""
+    import tracekit.cli.compare as cmp
+    from tracekit.analysis import analyze
+
+    def fake_side(trace, target, **options):
+        return analyze(trace, **options), f"projected range of {os.path.basename(trace.path)}"
+
+    monkeypatch.setattr(cmp, "_side", fake_side)
+    again = tmp_path / "again.pt.trace.json.gz"
+    shutil.copyfile(BS8, again)
+    shutil.copyfile(SAMPLE_TRACES / "tiny-bs8.tracekit.json", tmp_path / "again.tracekit.json")
+    out = tmp_path / "c.json"
+    result = _invoke("compare", BS1, BS8, "--after-run", again, "-o", out)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(out.read_text(encoding="utf-8"))["summary"]
+    assert f"after: projected range of {BS8.name}" in summary
+    assert f"before: projected range of {BS1.name}" in summary
+    assert not any("again" in s for s in summary)
+
+
+def test_split_says_1_window_in_the_singular(tmp_path):
+    """Mutant: cli/split.py command ``len(written) != 1`` -> ``!= 0``: a trace that fits in one
+    window was reported as "wrote 1 windows of ...". Grammar: one window, two windows. A window
+    of a billion events holds the whole sample trace; one of 4,000 events cuts tiny-bs8 (about
+    11,000 CPU-side events, test_windows' split of it) into several, in the plural."""
+    one = tmp_path / "one"
+    result = _invoke("split", BS1, "-o", one, "--events", 10**9)
+    assert result.exit_code == 0, result.output
+    assert len([p for p in one.iterdir() if p.name.endswith(".json.gz")]) == 1
+    assert f"wrote 1 window of {BS1} to {one} (" in result.output
+    many = tmp_path / "many"
+    result = _invoke("split", BS8, "-o", many, "--events", 4000)
+    assert result.exit_code == 0, result.output
+    n = len([p for p in many.iterdir() if p.name.endswith(".json.gz")])
+    assert n >= 2 and f"wrote {n} windows of {BS8} to {many} (" in result.output

@@ -508,3 +508,38 @@ def test_a_tp_that_divides_none_of_the_counts_names_all_three():
     assert str(err.value).startswith(
         "--tp 3 does not divide the model's attention heads (4), KV heads (2) or intermediate size (688): "
     )
+
+
+# --- seed 56 (the sample's survivors in tracekit/collect, coverage-map mode) ----------------------
+
+
+def test_a_rank_that_exits_is_reported_with_its_status_and_the_last_line_it_logged(tmp_path):
+    """Mutant: collect/parallel.py _exit_reason ``"... status {code}" + (...)`` -> ``^``: a rank that
+    exited with a non-zero status raised TypeError (str ^ str) in the parent instead of the one
+    sentence naming its status and its log's last line. By hand: the log's last non-blank line is
+    "RuntimeError: boom" (a "USDT" line of the tracer is skipped); with no log only the status."""
+    from tracekit.collect.parallel import _exit_reason
+
+    log = tmp_path / "rank1.log"
+    log.write_text("loading the model\nRuntimeError: boom\nUSDT probe noise\n\n", encoding="utf-8")
+    assert _exit_reason(1, str(log)) == "the process exited with status 1 (RuntimeError: boom)"
+    assert _exit_reason(3, str(tmp_path / "missing.log")) == "the process exited with status 3"
+
+
+def test_a_one_token_prompt_is_accepted_and_an_empty_one_refused():
+    """Mutant: collect/runner.py Generator ``prompt_len < 1`` -> ``prompt_len == 1``: a one-token
+    prompt, the shortest there is, was refused as if empty, and an empty one (no prefill to run)
+    let through. The rule is the refusal's own sentence: batch size, prompt length and new tokens
+    must each be at least 1. The workload is a stand-in (its model's forward takes the usual
+    keyword arguments and does nothing): the generator only builds its prompt and positions."""
+    pytest.importorskip("torch")
+    from tracekit.collect.runner import Generator
+
+    model = types.SimpleNamespace(forward=lambda input_ids=None, past_key_values=None, position_ids=None: None)
+    workload = types.SimpleNamespace(
+        config=types.SimpleNamespace(max_position_embeddings=64), model=model, vocab_size=32, device="cpu"
+    )
+    gen = Generator(workload, 2, 1, 3)
+    assert tuple(gen.prompt.shape) == (2, 1)
+    with pytest.raises(TracekitError, match="must each be at least 1 \\(got 2, 0, 3\\)"):
+        Generator(workload, 2, 0, 3)

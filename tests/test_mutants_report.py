@@ -109,22 +109,26 @@ def test_the_longest_idle_gap_is_among_the_described_ones_on_a_clock_from_zero(t
     assert "call" in longest["args"]
 
 
+def _dicts(o):
+    """Every dict nested anywhere in a serialised bokeh ``json_item`` (read back by json.loads)."""
+    if isinstance(o, dict):
+        yield o
+        for v in o.values():
+            yield from _dicts(v)
+    elif isinstance(o, list):
+        for v in o:
+            yield from _dicts(v)
+
+
 def _line_ys(item) -> list[list[float]]:
     """The "y" column of every data source in a serialised bokeh figure."""
-    out = []
-
-    def walk(o):
-        if isinstance(o, dict):
-            if o.get("type") == "map" and isinstance(o.get("entries"), list):
-                out.extend(v for k, v in o["entries"] if k == "y" and isinstance(v, list))
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, list):
-            for v in o:
-                walk(v)
-
-    walk(item)
-    return out
+    return [
+        v
+        for o in _dicts(item)
+        if o.get("type") == "map" and isinstance(o.get("entries"), list)
+        for k, v in o["entries"]
+        if k == "y" and isinstance(v, list)
+    ]
 
 
 def test_the_roofline_chart_draws_an_achievable_line_only_where_it_differs_from_the_peak():
@@ -218,19 +222,7 @@ def test_a_comparison_bar_chart_of_nothing_spans_0_to_1_04_ms():
 
     def x_end(rows) -> float:
         item = json.loads(json.dumps(stacked_ms("t", rows, "ms", "tk-test", 200)["item"]))
-        ends = []
-
-        def walk(o):
-            if isinstance(o, dict):
-                if o.get("name") == "Range1d":
-                    ends.append(o["attributes"]["end"])
-                for v in o.values():
-                    walk(v)
-            elif isinstance(o, list):
-                for v in o:
-                    walk(v)
-
-        walk(item)
+        ends = [o["attributes"]["end"] for o in _dicts(item) if o.get("name") == "Range1d"]
         assert len(ends) == 1
         return ends[0]
 
@@ -360,20 +352,7 @@ def test_the_critical_path_line_names_only_the_kinds_that_add_time():
 
 def _bokeh_objects(item, name: str) -> list[dict]:
     """Every serialised bokeh object called ``name`` in a ``json_item``, read back by json.loads."""
-    out = []
-
-    def walk(o):
-        if isinstance(o, dict):
-            if o.get("type") == "object" and o.get("name") == name:
-                out.append(o)
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, list):
-            for v in o:
-                walk(v)
-
-    walk(json.loads(json.dumps(item)))
-    return out
+    return [o for o in _dicts(json.loads(json.dumps(item))) if o.get("type") == "object" and o.get("name") == name]
 
 
 def _figure_height(chart: dict) -> int:
@@ -906,3 +885,101 @@ def test_an_absolute_gate_is_shown_in_its_figures_unit_not_as_a_percentage():
         ("-2.00 pp", "+1.00 pp"),
         ("+5.00%", "+1.00%"),
     ]
+
+
+# --- seed 56 (the sample's survivors in tracekit/report, coverage-map mode) -----------------------
+
+
+def test_the_phase_breakdown_makes_room_for_a_long_category_legend():
+    """Mutant: report/charts.py phase_breakdown ``84 + 21 * len(cats)`` -> ``84 // 21 * len(cats)``: the
+    legend's floor became 4 px a category, below the bars' own height, so a long category legend
+    no longer made the charts taller and was cut off. Rule (the comment on that line, "room for the
+    category legend"): at least 84 px plus 21 px a category. By hand: one phase (one bar row in
+    each chart, 90 + 40 = 130 px) with eight categories: 84 + 8 x 21 = 252 px; the mutant gives
+    max(130, 4 x 8) = 130. Both charts are that tall."""
+    from tracekit.report.charts import phase_breakdown
+
+    cats = ["gemm", "attention", "elementwise", "norm", "reduction", "copy", "communication", "other"]
+    phase = {
+        "by_bound": {"compute": 1.0, "memory": 1.0},
+        "by_bound_share": {"compute": 0.5, "memory": 0.5},
+        "by_category": {c: 0.25 for c in cats},
+        "by_category_share": {c: 1 / 8 for c in cats},
+    }
+    out = phase_breakdown({"device": {"type": "gpu"}, "phases": {"decode": phase}})
+    assert [_figure_height(c) for c in out["charts"]] == [252, 252]
+
+
+def test_a_comparisons_stacked_chart_gives_its_legend_84_px_and_21_a_row():
+    """Mutant: report/compare/charts.py stacked_height ``84 + 21 * rows`` -> ``84 | 21 * rows``: the
+    chart's room for its legend was the bitwise or of the two, 126 px for six rows (84 | 126), so
+    the 200 px floor won and a legend of six rows got 200 px instead of 210; ten rows got 214
+    (84 | 210) instead of 294, less than nine rows' 253. Rule: the same room a legend entry gets in
+    the report's phase breakdown (report/charts.py:200, "room for the category legend": 84 px
+    plus 21 px a row), at least 200 px; a legend of more than seven entries is laid out in two
+    columns (compare/charts.py stacked_ms, ``ncols = 2``), so 12 entries are 6 rows and 20 are
+    10. By hand: 3 entries 200; 6: 84 + 126 = 210; 7: 84 + 147 = 231; 12: 210; 17 (9 rows): 84 + 189
+    = 273; 20: 84 + 210 = 294."""
+    from tracekit.report.compare.charts import stacked_height
+
+    assert [stacked_height(n) for n in (3, 6, 7, 12, 17, 20)] == [200, 210, 231, 210, 273, 294]
+
+
+def test_a_slowdown_is_stated_as_the_after_runs_time_over_the_before_runs():
+    """Mutant: report/compare/view.py speedup ``1 / x`` -> ``1 // x``: a slowdown's factor was
+    rounded down to a whole number, so an after run taking 2.5 times as long was "2.0x slower".
+    The docstring: x is before time / after time, a slowdown "2.3x slower". By hand: 4 ms before and
+    10 ms after is 10 / 4 = 2.5 times as long; 3 ms and 10 ms 3.33 times, "3.3x" to the two
+    figures of the docstring's "1.6x faster" and "2.3x slower" (the mutant: 3.0x)."""
+    from tracekit.report.compare.view import speedup
+
+    assert speedup(4 / 10) == "2.5x slower"
+    assert speedup(3 / 10) == "3.3x slower"
+
+
+def test_a_negative_change_carries_its_minus_sign_only():
+    """Mutant: report/compare/view.py signed ``x > 0`` -> ``x > -1``: every change above -1 was given
+    a "+", so a drop of half a millisecond read "+-0.500 ms", a share falling 23.9 points "+-23.9 pp"
+    and no change at all "+0 ms". The docstring's forms: "+1.59 ms", "-1,115 tok/s", "+23.9 pp"."""
+    from tracekit.report.compare.view import signed
+
+    assert signed(1.59, "ms") == "+1.59 ms" and signed(-1115, "tok/s") == "-1,115 tok/s"
+    assert signed(0.239, "") == "+23.9 pp" and signed(-0.239, "") == "-23.9 pp"
+    assert signed(-0.5, "ms").startswith("-0.5") and not signed(0, "ms").startswith("+")
+
+
+def test_a_long_kernel_name_in_a_comparison_table_is_cut_to_the_table_width():
+    """Mutant: report/compare/view.py _cut ``name[: KERNEL_WIDTH - 1]`` -> ``KERNEL_WIDTH - 2``: a
+    long kernel name was cut one character short of the tables' stated width (KERNEL_WIDTH, 44
+    characters of a kernel name, the ellipsis among them). By hand: a 60-character name becomes its
+    first 43 characters and "…", 44 in all; a name of exactly 44 is shown whole."""
+    from tracekit.report.compare.view import _cut
+
+    name = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn_xyz"[:60]
+    assert len(name) == 60
+    assert _cut(name) == name[:43] + "…" and len(_cut(name)) == 44
+    assert _cut(name[:44]) == name[:44]
+
+
+def test_mixed_steps_are_listed_as_many_as_a_kernel_table_and_the_rest_counted_in_words():
+    """Mutant: report/view.py ``MIXED_ROWS = 15`` -> ``16``: the report listed one mixed step more
+    than its kernel tables list kernels, though the rule beside it (and mixed_lines' docstring) is
+    as many as the report's kernel tables list per phase (analysis.tables.TOP_KERNELS), then how
+    many are left out. With one step more than that, the last line counts it, in the singular
+    ("1 more mixed step": the line said "1 more mixed steps" before); two more, in the plural.
+    Each step here has an unknown decode cost, so each line is the short one; the costliest-first
+    order is left to the other tests."""
+    from tracekit.analysis.tables import TOP_KERNELS
+    from tracekit.report.view import mixed_lines
+
+    def data(n: int) -> dict:
+        marginal = {"ms": None, "reason": "no kernel of the step has a known cost"}
+        split = {"prefill": {"tokens": 512}, "decode": {"tokens": 8}, "decode_marginal": marginal}
+        return {"steps": [{"index": i, "split": split} for i in range(n)]}
+
+    lines = mixed_lines(data(TOP_KERNELS + 1))
+    assert len(lines) == TOP_KERNELS + 1
+    assert all(line.startswith(f"step {i}: 512 prefill + 8 decode tokens") for i, line in enumerate(lines[:-1]))
+    assert lines[-1] == "and 1 more mixed step (the JSON lists each)"
+    assert mixed_lines(data(TOP_KERNELS + 2))[-1] == "and 2 more mixed steps (the JSON lists each)"
+    assert len(mixed_lines(data(TOP_KERNELS))) == TOP_KERNELS

@@ -375,3 +375,31 @@ def test_a_model_folder_outside_the_allowed_folders_is_refused_though_its_name_h
     with pytest.raises(TracekitError, match="^ckpt is outside the folders this server may read"):
         cache.get(str(trace), model="ckpt")
     assert cache.misses == 0
+
+
+# --- seed 56 (the sample's survivors in tracekit/serve, coverage-map mode) ------------------------
+
+
+def test_a_model_findings_evidence_carries_the_model_description():
+    """Mutant: serve/tools.py _evidence ``fid.startswith("model") or fid.startswith("experts")`` ->
+    ``and`` (never true: no id starts with both): the model-* and experts-* findings (the rules'
+    ids model-precision, model-mismatch, model-undescribed, experts-concentrated) lost the model
+    block their rule reads; only cost-sources and fp8-weights kept it. By hand: the doc's model has a
+    name and a TP degree and no estimates, so the block holds those two, for each of the four ids."""
+    from types import SimpleNamespace
+
+    from tracekit.serve.tools import _evidence
+
+    doc = {
+        "phases": {},
+        "top_kernels": {},
+        "provenance": {},
+        "steps": [],
+        "metrics": {},
+        "device": {},
+        "model": {"name": "Qwen3-30B-A3B", "tp": 2, "estimates": None},
+    }
+    entry = SimpleNamespace(doc=doc)
+    for fid in ("model-precision", "model-mismatch", "model-undescribed", "experts-concentrated"):
+        assert _evidence(entry, {"id": fid, "phase": None})["model"] == {"name": "Qwen3-30B-A3B", "tp": 2}, fid
+    assert "model" not in _evidence(entry, {"id": "graph-replay", "phase": None})

@@ -371,3 +371,59 @@ def test_events_written_with_the_comma_before_each_event_are_cut_as_the_slices_a
     assert max(len(names) for _, names in got) <= 6, [len(names) for _, names in got]
     assert [n for _, names in got for n in names] == [e["name"] for e in events]
     assert chunks.meta == {"schemaVersion": 1, "traceName": "run"} and not chunks.json_cut
+
+
+# --- seed 56 (the sample's survivors in tracekit/trace, coverage-map mode) ------------------------
+
+
+def test_gpu_evidence_counts_the_gpu_side_annotations_only(tmp_path):
+    """Mutant: trace/reader.py gpu_evidence ``(ann["side"] == "gpu").sum()`` -> ``<= "gpu"``: the reader
+    keeps side as an unordered categorical, which only compares for equality, so gpu_evidence raised
+    TypeError on every trace with a GPU-side annotation (on plain strings it would have counted the
+    CPU-side ones too: "cpu" sorts before "gpu"). The trace as
+    written: three CPU-side ranges (cat user_annotation) and two GPU-side ones (gpu_user_annotation),
+    with no kernel, runtime call or deviceProperties, so the annotations are the only evidence."""
+    from tracekit.trace.reader import gpu_evidence
+
+    d = Doc(device=None)
+    for i, ts in enumerate((0.0, 100.0, 200.0)):
+        d.annotation(f"ProfilerStep#{i}", ts, 90.0)
+    for ts in (10.0, 110.0):
+        d.events.append(
+            {"ph": "X", "cat": "gpu_user_annotation", "name": "step", "pid": 0, "tid": 7, "ts": ts, "dur": 50.0}
+        )
+    t = read_trace(str(d.write(tmp_path / "a.json")))
+    assert gpu_evidence(t) == ["2 GPU-side annotations"]
+
+
+def test_a_kernel_whose_launch_has_correlation_id_0_goes_with_its_launch(tmp_path):
+    """Mutant: trace/window_survey.py run_survey ``c.id >= 0`` -> ``c.id != 0``: a launch call with
+    correlation id 0 (a valid id: Columns sets -1 only where an event has no integer id) was left
+    out of the launches split routes kernels by, so its kernel went to the window of its own GPU
+    time, away from its launch, and read there with no launch or op (and calls with no id were
+    let in). windows.split's rule: kernels go with their launches. By hand: two ProfilerStep
+    ranges (0-900 and 1000-1900 us), each with four ops and a launch in each; the first launch,
+    correlation 0 at 110 us, has its kernel run at 1500 us, in the second step's time. Windows of
+    10 CPU events are cut between the two steps: each holds its step's four kernels, each linked
+    to its launch and op."""
+    from tracekit.trace import windows
+
+    d = Doc()
+    d._corr = -1  # Doc numbers launches from one past this: the first is correlation id 0
+    for i in range(2):
+        t0 = 1000.0 * i
+        d.annotation(f"ProfilerStep#{i}", t0, 900.0)
+        for j in range(4):
+            ext = d.op("aten::mm", t0 + 100 + 100 * j, 50)
+            gpu_ts = 1500.0 if (i, j) == (0, 0) else t0 + 120 + 100 * j
+            d.kernel("k", t0 + 110 + 100 * j, gpu_ts, 5, ext=ext)
+    launches = [e["args"]["correlation"] for e in d.events if e.get("cat") == "cuda_runtime"]
+    assert launches[0] == 0
+    out = windows.split(str(d.write(tmp_path / "t.json")), str(tmp_path / "w"), max_events=10)
+    parts = [read_trace(p) for p in out]
+    assert len(parts) == 2
+    first = parts[0].kernels
+    assert 1500 * 1000 in first["start_ns"].tolist()  # the late kernel, with its launch's window
+    for p in parts:
+        assert len(p.kernels) == 4
+        assert (p.kernels["launch"] >= 0).all() and (p.kernels["op"] >= 0).all()

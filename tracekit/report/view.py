@@ -327,7 +327,8 @@ def mixed_lines(data: dict[str, Any]) -> list[str]:
     steps.sort(key=lambda s: -(s["split"]["decode_marginal"].get("ms") or 0.0))
     out = [_mixed_line(s) for s in steps[:MIXED_ROWS]]
     if len(steps) > MIXED_ROWS:
-        out.append(f"and {len(steps) - MIXED_ROWS:,} more mixed steps (the JSON lists each)")
+        left = len(steps) - MIXED_ROWS
+        out.append(f"and {left:,} more mixed step{'s' if left != 1 else ''} (the JSON lists each)")
     return out
 
 
