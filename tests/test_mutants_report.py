@@ -452,16 +452,7 @@ def test_every_peak_roof_is_drawn_alike_and_bolder_than_an_achievable_one():
         "roof_fraction": 0.6,
         "above_roof": None,
     }
-    roofs = {
-        "bandwidth": 3.35e12,
-        "achievable_bandwidth": 2.8e12,
-        "compute": [
-            {"dtype": "bf16", "unit": "matrix", "peak_flops": 989e12, "achievable_flops": 700e12},
-            {"dtype": "fp32", "unit": "vector", "peak_flops": 67e12, "achievable_flops": None},
-        ],
-    }
-    data = {"device": {"spec": "H100 SXM"}, "roofline": {"decode": {"reason": None, "points": [point], "roofs": roofs}}}
-    lines = _roof_lines(roofline(data, "decode", 0))
+    lines = _roof_lines(roofline(_roofline_data(point), "decode", 0))
     peaks = {k: v for k, v in lines.items() if " peak " in f" {k} "}
     achievable = {k: v for k, v in lines.items() if "achievable" in k}
     assert sorted(peaks) == [
