@@ -350,3 +350,40 @@ def test_a_trace_from_a_clock_a_day_and_more_ahead_still_has_its_recording_date(
     ahead = time.time_ns() + 26 * 3600 * 10**9
     assert _recorded_ns({}, ahead) == ahead
     assert _recorded_ns({}, time.time_ns() * 10**3) is None
+
+
+# --- seed 57 (the sample's survivors in tracekit/batch, coverage-map mode) ------------------------
+
+
+def test_a_worker_killed_by_a_named_signal_gives_the_signals_name():
+    """Mutant: batch/executors.py _exit_text ``signal.Signals(-code)`` -> ``Signals(+code)``: a
+    worker ended by a signal (a negative exit code, -N) was looked up as signal -N, which has no
+    name, so the batch said "signal 9" where the original names it. By hand: a task that sends
+    its own process SIGKILL (9, which cannot be caught) ends the worker with exit code -9; the
+    batch's WorkerDied says "signal SIGKILL"."""
+    import signal
+
+    import pytest
+
+    from tracekit.batch.executors import LocalProcesses, WorkerDied
+
+    fut = _run_one(signal.raise_signal, signal.SIGKILL)
+    with pytest.raises(WorkerDied) as e:
+        LocalProcesses.result(fut)
+    assert str(e.value) == "signal SIGKILL"
+
+
+def test_the_upper_quartile_of_four_values_interpolates_between_the_top_two():
+    """Mutant: batch/fleet.py _quartiles ``s[min(lo + 1, len(s) - 1)]`` -> ``len(s) - 2``: with four
+    values (the fewest that are judged) the third quartile, at position 0.75 x 3 = 2.25 (a quarter
+    of the way from the 3rd value to the 4th), lost its interpolation and became the 3rd value,
+    so the upper fence shrank and a value inside it was flagged. Linear interpolation (numpy's
+    default, as the module says). By hand: log10 of 1, 10, 100, 10000 is 0, 1, 2, 4; quartiles
+    0 + 0.75 x 1 = 0.75 and 2 + 0.25 x 2 = 2.5, IQR 1.75, fences 0.75 - 2.625 = -1.875 and
+    2.5 + 2.625 = 5.125: 4 is inside, nothing is flagged (the mutant's fence was 3.875)."""
+    from tracekit.batch.fleet import _quartiles
+
+    assert _quartiles([0.0, 1.0, 2.0, 4.0]) == (0.75, 2.5)
+    rows = [{"status": OK, "decode_tokens_per_s": v} for v in (1.0, 10.0, 100.0, 10000.0)]
+    Fleet(rows)
+    assert [r["outliers"] for r in rows] == [""] * 4

@@ -650,3 +650,142 @@ def test_split_says_1_window_in_the_singular(tmp_path):
     assert result.exit_code == 0, result.output
     n = len([p for p in many.iterdir() if p.name.endswith(".json.gz")])
     assert n >= 2 and f"wrote {n} windows of {BS8} to {many} (" in result.output
+
+
+# --- seed 57 (the sample's survivors in tracekit/cli, coverage-map mode) --------------------------
+
+
+def test_a_batchs_progress_bar_starts_at_0_of_its_traces(tmp_path, monkeypatch):
+    """Mutant: cli/batch.py command ``len(i.files) or 1`` -> ``or 0``: the progress bar of a batch
+    (in a terminal) started at 0 of 0 traces, since a single trace file is an Item with no
+    ``files`` (batch/inputs.py: only a folder's group lists them). The _Bar docstring: it moves to
+    ``done`` of ``total`` as rows complete; two sample trace files are 2 traces from the start,
+    and the bar ends at 2 of 2. _bar is stubbed to record what a terminal's bar would be given."""
+    import tracekit.cli.batch as batch_cli
+
+    seen = []
+
+    class Recorder:
+        def __init__(self, total):
+            seen.append(("start", total))
+
+        def update(self, done, total):
+            seen.append((done, total))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(batch_cli, "_bar", Recorder)
+    result = _invoke("batch", BS1, BS8, "-j", "1", "-o", tmp_path / "fleet.csv")
+    assert result.exit_code == 0, result.output
+    assert seen[0] == ("start", 2)
+    assert seen[-1] == (2, 2)
+
+
+def test_collects_summary_of_a_script_is_the_same_read_back_from_its_file(tmp_path):
+    """Mutant: cli/collect.py summary_lines ``w.get("kind") == "script"`` -> ``is "script"``: the
+    test held only for the interned literal collect puts in its own dict, so a script's sidecar read
+    back from its file (tracekit.collect.sidecar.read: JSON, a fresh string) was summarised as a
+    preset run ("None (? parameters, ...)"). A sidecar says the same after a write and a read:
+    "ran train.py on NVIDIA H100 80GB HBM3 (cuda)"."""
+    from tracekit.cli.collect import summary_lines
+    from tracekit.collect import sidecar
+
+    path = tmp_path / "train.tracekit.json"
+    sidecar.write(
+        str(path),
+        {
+            "workload": {"kind": "script", "script": "train.py"},
+            "device": {"name": "NVIDIA H100 80GB HBM3", "type": "cuda"},
+            "timing": {},
+        },
+    )
+    assert summary_lines(sidecar.read(str(path))) == ["ran train.py on NVIDIA H100 80GB HBM3 (cuda)"]
+
+
+@pytest.mark.parametrize("given", ["0", "decode=0", "prefill=x", "decode=-1"])
+def test_stated_tokens_below_1_or_not_a_number_are_bad_usage(given):
+    """Mutant: cli/common.py _stated_callback ``... or int(number) < 1`` -> ``... and int(number) <
+    1``: `--tokens 0` (and `decode=0`) was taken, a phase of steps of no tokens, and `prefill=x`
+    crashed with a ValueError from int('x') instead of the usage error. The option's error names
+    the rule: "[PHASE=]N with ... N a whole number above 0"; click's bad usage is exit status 2
+    (docs/exit-codes.md)."""
+    result = CliRunner().invoke(main, ["summary", str(BS1), "--tokens", given])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "N a whole number above 0" in result.output
+    assert "--tokens" in result.output
+
+
+def _help_of(command: str, option: str) -> str:
+    import click
+
+    with click.Context(main) as ctx:
+        cmd = main.get_command(ctx, command)
+    (param,) = [p for p in cmd.params if option in p.opts]
+    return param.help
+
+
+def test_the_cpu_peak_options_name_their_side_only_on_compare():
+    """Mutant: cli/common.py device_options ``if side`` -> ``if not side`` for the CPU options'
+    help: `tracekit report --help` said "CPU traces (None run): ..." and compare's
+    --cpu-flops-before lost its side. device_options' docstring: with ``side`` (compare's before and
+    after) each option is for that side's runs; without, it is the command's own."""
+    assert _help_of("report", "--cpu-bandwidth").startswith("CPU traces: the memory bandwidth")
+    assert _help_of("report", "--cpu-flops").startswith("CPU traces: the matmul peak")
+    assert _help_of("compare", "--cpu-flops-before").startswith("CPU traces (before run): the matmul peak")
+    assert _help_of("compare", "--cpu-bandwidth-after").startswith("CPU traces (after run): the memory bandwidth")
+
+
+def test_gpus_shows_the_a100_40gbs_1555_gb_per_s_as_1_56_tb_per_s():
+    """Mutant: cli/gpus.py table_row the bandwidth column's ``1e12`` -> ``999999999999.0``
+    (dividing by slightly less moves a figure just under a rounding edge up). Two decimals of
+    TB/s, a half rounded up, by hand: the A100 40GB's 1,555 GB/s (`tracekit gpus --json`, NVIDIA's
+    datasheet) is 1.56 TB/s (binary floating point holds 1.555 as 1.55499..., which printed 1.55:
+    fixed in _number); 1,554,999,999,999 B/s, one byte/s under 1.555 TB/s, is 1.55."""
+    from tracekit.cli.gpus import COLUMNS, table_row
+    from tracekit.specs import GpuSpec
+
+    rows = json.loads(_invoke("gpus", "--json").output)
+    (row,) = [r for r in rows if r["key"] == "a100-sxm4-40gb"]
+    assert row["peak_bandwidth"] == 1555e9
+    table = _invoke("gpus").output.splitlines()
+    end = table[0].index("bandwidth TB/s") + len("bandwidth TB/s")  # numbers are right-aligned
+    (line,) = [t for t in table if " a100-sxm4-40gb " in t]
+    assert line[:end].split()[-1] == "1.56"
+    column = COLUMNS.index("bandwidth TB/s")
+    under = GpuSpec(key="x", name="X", vendor="NVIDIA", peak_bandwidth=1_554_999_999_999.0)
+    assert table_row(under)[column] == "1.55"
+
+
+def test_models_gives_llama_3_1_8b_as_8_0_billion_parameters():
+    """Mutant: cli/models.py command ``r['parameters'] / 1e9`` -> ``% 1e9``: the parameters column
+    showed the remainder under a billion ("29995008.0B"). By hand, Llama-3.1-8B's matrices (32
+    layers, hidden 4096, 32/8 heads x 128, MLP 14336, vocabulary 128256, untied embeddings):
+    2 x 128256 x 4096 + 32 x (2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 14336) = 8,029,995,008
+    (its 65 norms add 266,240), 8.0B to one decimal; Llama-3.1-70B's 70.6 billion is 70.6B."""
+    entries = {e["key"]: e for e in json.loads(_invoke("models", "--json").output)}
+    assert entries["llama-3.1-8b-instruct"]["parameters"] == pytest.approx(8.03e9, rel=1e-4)
+    lines = _invoke("models").output.splitlines()
+    columns = lines[0].split()
+    (small,) = [t for t in lines if t.startswith("llama-3.1-8b-instruct ")]
+    (big,) = [t for t in lines if t.startswith("llama-3.1-70b-instruct ")]
+    assert columns[3] == "parameters"
+    start = lines[0].index("parameters")
+    assert small[start:].split()[0] == "8.0B"
+    assert big[start:].split()[0] == "70.6B"
+
+
+def test_plan_allows_64_gpus_unless_told(tmp_path):
+    """Mutant: cli/plan.py ``--max-gpus`` ``default=64`` -> ``65``: without --max-gpus the command
+    planned for up to 65 GPUs, not the 64 that `plan()` (tracekit.whatif.plan.MAX_GPUS) and the
+    command's --help state. The JSON plan's ``inputs.max_gpus`` (docs/json-schema.md) records it."""
+    import inspect
+
+    from tracekit.whatif import plan as whatif_plan
+
+    assert inspect.signature(whatif_plan.plan).parameters["max_gpus"].default == 64
+    out = tmp_path / "plan.json"
+    args = ["plan", BS1, "--isl", "64", "--osl", "16", "--rate", "1", "--ttft-slo", "500ms", "--tpot-slo", "50ms"]
+    result = _invoke(*args, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text(encoding="utf-8"))["inputs"]["max_gpus"] == 64

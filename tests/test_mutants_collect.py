@@ -543,3 +543,78 @@ def test_a_one_token_prompt_is_accepted_and_an_empty_one_refused():
     assert tuple(gen.prompt.shape) == (2, 1)
     with pytest.raises(TracekitError, match="must each be at least 1 \\(got 2, 0, 3\\)"):
         Generator(workload, 2, 0, 3)
+
+
+# --- seed 57 (the sample's survivors in tracekit/collect, coverage-map mode) ----------------------
+
+
+def test_a_gpu_copy_outside_the_datasheet_range_names_the_datasheet_in_gb_per_s():
+    """Mutant: collect/calibrate.py problems ``bw / 1e9`` -> ``bw * 1e9``: the sentence for a GPU's
+    implausible copy gave the datasheet's bandwidth in the wrong unit (3e+20 "GB/s" for the L4's
+    300 GB/s). The L4's datasheet row: 300 GB/s and 121 TFLOP/s bf16 (asserted). A 100 TFLOP/s
+    matmul is within 10%-105% of it (no sentence); a 20 GB/s copy is under 10% of 300 GB/s and a
+    400 GB/s one above 105% (315 GB/s), so each gets the one sentence naming 300 GB/s."""
+    from tracekit.collect.calibrate import problems
+    from tracekit.specs.lookup import spec_by_name
+
+    l4 = spec_by_name("l4")
+    assert l4.peak_bandwidth == 300e9 and l4.peak_flops("bf16", "matrix") == 121e12
+    for copy, shown in ((20e9, "20"), (400e9, "400")):
+        (sentence,) = problems("cuda", "bf16", 100e12, copy, None, l4)
+        assert sentence == f"{shown} GB/s copy is outside 10%-105% of {l4.name}'s 300 GB/s"
+
+
+def test_the_progress_bar_is_drawn_only_when_enabled(capsys):
+    """Mutant: collect/collector.py Progress ``if enabled:`` -> ``if not enabled:``: --no-progress
+    drew a bar on stderr and --progress drew none. Rule: the class docstring (a bar on stderr,
+    silent when disabled) and collect's ``--progress/--no-progress`` help. Disabled: no bar and
+    nothing on stderr; enabled: a bar that counts the 3 forward passes stepped."""
+    pytest.importorskip("tqdm")
+    from tracekit.collect.collector import Progress
+
+    off = Progress(False, 3)
+    off.stage("prefill")
+    off.step()
+    off.close()
+    assert off.bar is None
+    assert capsys.readouterr().err == ""
+    on = Progress(True, 3)
+    assert on.bar is not None
+    for _ in range(3):
+        on.step()
+    assert (on.bar.n, on.bar.total) == (3, 3)
+    on.close()
+    assert "fwd" in capsys.readouterr().err
+
+
+def test_a_generations_wall_time_leaves_out_the_callbacks_between_steps(monkeypatch):
+    """Mutant: collect/runner.py Generator.run ``wall_ms=(t_end - t_start - outside) * 1e3`` ->
+    ``t_end // t_start``: the whole generation's wall time became the ratio of two clock readings
+    (about 1 s) less the callbacks' time, here a negative number of milliseconds. Rule: RunTiming
+    (wall_ms, the whole generation) and the comment on ``outside`` (time spent in callbacks, not
+    part of the generation). The module's clock is a fake one that only the stand-in model's
+    forward (20 ms a prefill, 5 ms a decode step) and the on_step callback (1 s) move. By hand: 1
+    prefill and 2 decode steps are 20 + 5 + 5 = 30 ms; the three callbacks' 3 s are left out."""
+    torch = pytest.importorskip("torch")
+    from tracekit.collect import runner
+    from tracekit.collect.runner import Generator
+
+    now = [100.0]
+
+    def forward(input_ids=None, past_key_values=None, position_ids=None, use_cache=True):
+        now[0] += 0.020 if input_ids.shape[1] > 1 else 0.005
+        return types.SimpleNamespace(logits=torch.zeros(input_ids.shape[0], input_ids.shape[1], 32))
+
+    def on_step():
+        now[0] += 1.0
+
+    workload = types.SimpleNamespace(
+        config=types.SimpleNamespace(max_position_embeddings=64),
+        model=types.SimpleNamespace(forward=forward),
+        vocab_size=32,
+        device="cpu",
+    )
+    monkeypatch.setattr(runner, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    timing = Generator(workload, 1, 4, 2).run(mark=False, on_step=on_step, mark_generate=False)
+    assert timing.step_ms == pytest.approx([20.0, 5.0, 5.0])
+    assert timing.wall_ms == pytest.approx(30.0)

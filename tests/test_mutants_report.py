@@ -974,3 +974,123 @@ def test_mixed_steps_are_listed_as_many_as_a_kernel_table_and_the_rest_counted_i
     assert lines[-1] == "and 1 more mixed step (the JSON lists each)"
     assert mixed_lines(data(TOP_KERNELS + 2))[-1] == "and 2 more mixed steps (the JSON lists each)"
     assert len(mixed_lines(data(TOP_KERNELS))) == TOP_KERNELS
+
+
+# --- seed 57 (the sample's survivors in tracekit/report, coverage-map mode) -----------------------
+
+
+def _x_span(chart: dict) -> tuple[float, float]:
+    """(start, end) of a figure's x Range1d; bokeh leaves out an attribute at its own default,
+    which is read from bokeh's Range1d itself."""
+    from bokeh.models import Range1d
+
+    x = _figure(chart)["x_range"]
+    assert x["name"] == "Range1d"
+    attrs = x.get("attributes", {})
+    return attrs.get("start", Range1d().start), attrs.get("end", Range1d().end)
+
+
+def test_the_phase_breakdowns_share_bars_run_from_0_to_100_percent():
+    """Mutant: report/charts.py _stacked_share_bars ``Range1d(start=0, end=1)`` -> ``end=2``: the
+    x axis of the breakdown's 100 % bars (the docstring: "Horizontal 100 % bars") ran to 200 %, so
+    every whole bar filled only half the chart. The shares of a phase add up to 1, so a bar ends
+    at 1 and the axis must be 0 to 1 (0 % to 100 %). By hand: compute 3 ms and memory 1 ms are
+    75 % and 25 %; gemm 3 ms and attention 1 ms the same: each bar's last segment ends at 1."""
+    from tracekit.report.charts import phase_breakdown
+
+    phase = {
+        "by_bound": {"compute": 3.0, "memory": 1.0},
+        "by_bound_share": {"compute": 0.75, "memory": 0.25},
+        "by_category": {"gemm": 3.0, "attention": 1.0},
+        "by_category_share": {"gemm": 0.75, "attention": 0.25},
+    }
+    out = phase_breakdown({"device": {"type": "gpu"}, "phases": {"decode": phase}})
+    assert len(out["charts"]) == 2
+    for chart in out["charts"]:
+        assert _x_span(chart) == (0, 1)
+        (source,) = [s for s in _bokeh_objects(chart["item"], "ColumnDataSource") if "attributes" in s]
+        data = dict(source["attributes"]["data"]["entries"])
+        assert sorted(data["right"]) == [0.75, 1.0]
+
+
+def test_a_report_file_gets_the_mode_a_plain_write_would_give(tmp_path):
+    """Mutant: report/output.py write_atomic ``0o666 & ~_umask()`` -> ``0o666 // ~_umask()``: with a
+    umask of 022, 0o666 // -19 = -24, which chmod takes as 0o7750: the report came out executable
+    and set-uid/set-gid (mkstemp's own 0o600 is what the chmod is there to undo). Rule (the
+    docstring's promise that the temporary file only stands in for the file itself): the report
+    gets the mode a plain ``open(path, "w")`` gives a new file in the same folder under the same
+    umask, 0o644 under 022 and 0o640 under 027."""
+    import os
+    import stat
+
+    from tracekit.report.output import write_atomic
+
+    for mask, want in ((0o022, 0o644), (0o027, 0o640)):
+        old = os.umask(mask)
+        try:
+            plain = tmp_path / f"plain{mask:o}.txt"
+            with open(plain, "w") as f:
+                f.write("x")
+            path = tmp_path / f"report{mask:o}.txt"
+            assert write_atomic(str(path), "x") == 1
+        finally:
+            os.umask(old)
+        assert stat.S_IMODE(plain.stat().st_mode) == want
+        assert stat.S_IMODE(path.stat().st_mode) == want
+
+
+def test_a_plans_method_keeps_the_plain_text_between_its_marked_up_runs():
+    """Mutant: report/plan.py _inline ``if m.start() > at`` -> ``m.start() < at``: the plain text
+    before each ``code``, **bold** or *italic* run was dropped (a match never starts before the
+    last one's end, so the mutant's test never holds), and the method read "tracekit planeach
+    then compare". Rule: the docstring, ``text`` as (style, text) runs, plain runs "" among them;
+    the runs put back together are the text less its markup."""
+    from tracekit.report.plan import _inline
+
+    text = "run ``tracekit plan`` on **each** trace, *then* compare"
+    runs = _inline(text)
+    assert runs == [
+        ("", "run "),
+        ("code", "tracekit plan"),
+        ("", " on "),
+        ("strong", "each"),
+        ("", " trace, "),
+        ("em", "then"),
+        ("", " compare"),
+    ]
+    assert "".join(t for _, t in runs) == "run tracekit plan on each trace, then compare"
+
+
+def test_a_replays_prefill_row_gives_ttft_when_the_report_is_read_back_from_json():
+    """Mutant: report/replay_view.py phase_figures ``phase == "prefill"`` -> ``phase is "prefill"``:
+    the phase names of a report rendered from its JSON document (what ``tracekit report`` reads
+    from its cache the second time, cli/report.py: ``get_json`` is json.loads) are fresh strings,
+    not the interned constant, so the prefill row lost its TTFT: "latency" and no figures. Rule:
+    docs/replay.md (per phase, the replayed step time, TTFT / TPOT p50 and tokens/s beside the
+    measured ones): prefill gives TTFT, decode TPOT p50. By hand: 10 ms replayed as 8 ms is
+    "10.0 ms → 8.00 ms" (the form seed 54's pair test states)."""
+    from tracekit.report.replay_view import section
+
+    def fig(key):
+        return {
+            "steps": 2,
+            "measured_ms": 20.0,
+            "replayed_ms": 16.0,
+            "saving_ms": 4.0,
+            key: {"measured": 10.0, "replayed": 8.0},
+        }
+
+    data = {
+        "replay": {
+            "together": {
+                "whatif": ["--remove launch"],
+                "sum_of_parts_ms": {"prefill": 4.0, "decode": 4.0},
+                "phases": {"prefill": fig("ttft_ms"), "decode": fig("tpot_p50_ms")},
+            }
+        }
+    }
+    rows = section(json.loads(json.dumps(data)))["together"]["phases"]
+    assert [(r["phase"], r["latency_label"], r["latency"]) for r in rows] == [
+        ("prefill", "TTFT", "10.0 ms → 8.00 ms"),
+        ("decode", "TPOT p50", "10.0 ms → 8.00 ms"),
+    ]

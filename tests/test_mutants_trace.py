@@ -427,3 +427,132 @@ def test_a_kernel_whose_launch_has_correlation_id_0_goes_with_its_launch(tmp_pat
     for p in parts:
         assert len(p.kernels) == 4
         assert (p.kernels["launch"] >= 0).all() and (p.kernels["op"] >= 0).all()
+
+
+# --- seed 57 (the sample's survivors in tracekit/trace, coverage-map mode) ------------------------
+
+
+def test_a_timestamp_past_what_int64_nanoseconds_hold_is_refused(tmp_path):
+    """Mutant: trace/columns.py _ns_float ``np.abs(arr) < _MAX_US`` -> ``!= _MAX_US``: a time of
+    microseconds that int64 nanoseconds cannot hold passed the range check, and the cast wrapped
+    around, so the trace was read with garbage times instead of refused. By hand: 1e16 us is
+    1e19 ns, past int64's 2**63 - 1 (about 9.22e18); the reader refuses malformed events with one
+    sentence (TracekitError naming the file)."""
+    import pytest
+
+    from tracekit.errors import TracekitError
+
+    d = Doc()
+    ext = d.op("aten::mm", 10, 30)
+    d.kernel("k", 12, 20, 5, ext=ext)
+    d.kernel("k_late", 14, 1e16, 5, ext=ext)
+    with pytest.raises(TracekitError, match="int64 nanoseconds"):
+        read_trace(str(d.write(tmp_path / "huge.json")))
+
+
+def test_a_thread_id_string_with_no_digits_reads_as_absent(tmp_path):
+    """Mutant: trace/columns.py _thread_id ``else -1`` -> ``else not 1`` (False, stored as 0): an
+    id written as a string with no number in it read as thread 0 instead of -1, the tables' value
+    for "absent" (decode.py's defaults; _ints: "-1 where absent"). PyTorch 1.9 writes thread ids
+    as strings ("25738"), which keep their number. By hand: two ops, on threads "25738" and
+    "main"."""
+    d = Doc()
+    d.op("aten::mm", 10, 5)
+    d.op("aten::add", 20, 5)
+    ops = [e for e in d.events if e.get("cat") == "cpu_op"]
+    ops[0]["tid"], ops[1]["tid"] = "25738", "main"
+    t = read_trace(str(d.write(tmp_path / "t.json")))
+    assert t.cpu_ops.sort_values("start_ns")["tid"].tolist() == [25738, -1]
+
+
+def test_a_cut_document_closes_after_its_last_complete_event_not_after_a_stray_array():
+    """Mutant: trace/decode.py close_truncated ``chars == _CLOSE_BRACE`` -> ``<=``: a ``]`` closing
+    an array that sits among the events (at the events' own depth) was taken for the end of an
+    event, so the cut document was closed after that array, which is no trace event, and what
+    was closed did not decode. The docstring: the document is cut after its last complete trace
+    event and closed, so that it decodes (and the stream, reading the same bytes, keeps the one
+    event). By hand: one event, then ``[1, 2]``, then an event cut short."""
+    import json
+
+    from tracekit.trace import decode as dec
+
+    event = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5}
+    cut = '{"traceEvents": [' + json.dumps(event) + ', [1, 2], {"ph": "X", "na'
+    closed = dec.close_truncated("cut.json", cut.encode())
+    assert json.loads(closed) == {"traceEvents": [event]}
+    decoded, _ = dec.decode("cut.json", closed)
+    assert [e.name for e in decoded] == ["aten::mm"]
+    bare = "[" + json.dumps(event) + ', [1, 2], {"ph": "X", "na'
+    assert json.loads(dec.close_truncated("cut.json", bare.encode())) == [event]
+
+
+def test_the_stream_reads_a_document_cut_in_a_key_after_its_events():
+    """Mutant: trace/stream.py _finish ``self._header + b"[]}"`` -> ``//`` (a TypeError on bytes):
+    a document whose cut fell in a key after the events' array (Kineto writes traceName and
+    baseTimeNanoseconds after the events) made the stream fail at its very end, so the reader
+    threw the streamed chunks away and read the whole document again at once. The module's
+    docstring: the stream reads a document without ever holding it whole; the comment at the
+    line: every event is there, the keys after them are lost. By hand: two events, then
+    ``"traceName": "ru`` cut short, in 64-byte slices."""
+    import json
+
+    from tracekit.trace.stream import EventChunks
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": ts, "dur": 1}
+        for n, ts in (("a", 1), ("b", 3))
+    ]
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events, "traceName": "run"})
+    data = (text[: text.index('run"')] + "ru").encode()
+    chunks = EventChunks("cut.json", [data[i : i + 64] for i in range(0, len(data), 64)])
+    names = [e.name for evs, _ in chunks for e in evs]
+    assert names == ["a", "b"]
+    assert chunks.meta == {"schemaVersion": 1} and chunks.json_cut
+
+
+def test_a_window_before_the_first_step_cut_counts_every_event_before_it(tmp_path):
+    """Mutant: trace/window_edges.py find_edges ``cum[...] * (bins(cuts) > 0)`` -> ``-``: the events
+    before each step start were counted one short (and a start in the first bin got the first
+    bin's events instead of none), so the note on a window that grows past --events gave one
+    event too few. By hand: three engine steps starting at 0, 1000 and 2000 us, with 300, 50 and
+    50 CPU events (one per us from 10 us after each start); windows of 100 events: the targets
+    100, 200 and 300 are all nearest the cut before step 1 (300 events before it), so one edge,
+    at 1000 us, and window 1 holds the 300 events of step 0."""
+    import numpy as np
+
+    from tracekit.trace.window_edges import CUT_STEPS, find_edges
+    from tracekit.trace.window_survey import Survey
+
+    s = Survey(str(tmp_path))
+    try:
+        ts = np.concatenate([10 + np.arange(300.0), 1010 + np.arange(50.0), 2010 + np.arange(50.0)])
+        s.write("ts", ts)
+        s.n, s.lo, s.hi = len(ts), float(ts.min()), float(ts.max())
+        s.write("steps", np.array([0.0, 1000.0, 2000.0]), np.array([900.0, 1900.0, 2900.0]))
+        s.counts["steps"] = 3
+        edges = find_edges(s, 100)
+    finally:
+        s.close()
+    assert s.cut == CUT_STEPS
+    assert edges.tolist() == [1000.0]
+    assert s.notes == [
+        "window 1 holds about 300 CPU-side events, more than --events 100: "
+        "a step longer than a window stays whole, so the window grows"
+    ]
+
+
+def test_the_least_covered_instant_is_looked_for_as_far_after_the_quantile_as_before():
+    """Mutant: trace/window_edges.py _least_covered ``q + reach + 1`` -> ``q + reach * 1``: the
+    search around a quantile bin took ``reach`` bins before it but only ``reach - 1`` after, so a
+    least-covered bin exactly ``reach`` after was missed. The docstring: within a quarter of a
+    window of each quantile bin. By hand: one quantile, bin 400 (a window of 400 bins before it,
+    so a reach of 100); every bin has 5 ranges open but bin 500, which has none: it is chosen."""
+    import numpy as np
+
+    from tracekit.trace.window_edges import _least_covered
+
+    open_at = np.full(1000, 5, dtype=np.int64)
+    open_at[500] = 0
+    assert _least_covered(open_at, np.array([400])).tolist() == [500]
+    open_at[500], open_at[300] = 5, 0  # and as far before: bin 300
+    assert _least_covered(open_at, np.array([400])).tolist() == [300]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 
 import click
 
@@ -32,7 +33,15 @@ FOOTER = (
 
 
 def _number(value: float | None, scale: float, fmt: str) -> str:
-    return "-" if value is None else format(value / scale, fmt)
+    """``value / scale`` in ``fmt``; a fixed-point figure rounds its half up as the decimal reads
+    (1,555 GB/s is 1.56 TB/s: binary floating point holds 1.555 as 1.55499... and printed 1.55)."""
+    if value is None:
+        return "-"
+    if not fmt.endswith("f"):
+        return format(value / scale, fmt)
+    with localcontext() as ctx:
+        ctx.rounding = ROUND_HALF_UP
+        return format(Decimal(repr(value / scale)), fmt)
 
 
 def table_row(spec: GpuSpec) -> tuple[str, ...]:
