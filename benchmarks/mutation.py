@@ -159,6 +159,7 @@ PACKAGE_TESTS = {
     "tracekit/collect": ["test_collect.py", "test_collect_tp.py", "test_outputs.py"],
     "tracekit/cli": [
         "test_mutants_cli.py",
+        "test_cli_contracts.py",
         "test_runs.py",
         "test_history.py",
         "test_cli_summary.py",
@@ -281,9 +282,11 @@ MODULE_TESTS = {
     },
     **{
         # (test_compare.py is left out: a collect test in it compares timings and failed unmutated here)
-        f"tracekit/report/compare/{m}.py": ["test_mutants_compare.py", "test_wording.py"]
+        f"tracekit/report/compare/{m}.py": ["test_report_contracts.py", "test_mutants_compare.py", "test_wording.py"]
         for m in ("view", "charts", "junit")
     },
+    # The charts read back against the analysis (an entry here replaces the package's list: kept after it).
+    "tracekit/report/charts.py": ["test_report_contracts.py", *PACKAGE_TESTS["tracekit/report"]],
     # tracekit/collect: the calibration and the GPU database's measured ceilings.
     "tracekit/collect/calibrate.py": ["test_ceilings.py", "test_specs.py"],
     "tracekit/collect/parallel_rank.py": ["test_collect_tp.py"],

@@ -387,3 +387,55 @@ def test_the_upper_quartile_of_four_values_interpolates_between_the_top_two():
     rows = [{"status": OK, "decode_tokens_per_s": v} for v in (1.0, 10.0, 100.0, 10000.0)]
     Fleet(rows)
     assert [r["outliers"] for r in rows] == [""] * 4
+
+
+# --- seed 58 (the sample's survivors in tracekit/batch, coverage-map mode) ------------------------
+
+
+def test_a_local_dask_cluster_names_its_worker_processes_in_the_singular_only_for_one(monkeypatch):
+    """Mutant: batch/executors.py DaskCluster.__init__ ``'es' if jobs != 1`` -> ``jobs <= 1``: the
+    executor the batch names (the fleet's ``executor``) read "1 worker processes" and "2 worker
+    process". English plural, as the local executor's own "1 local process" / "2 local processes".
+    ``distributed`` is a stand-in (its LocalCluster starts nothing; its Client reports one thread
+    per worker asked for), so no cluster is started."""
+    import sys
+    import types
+
+    from tracekit.batch.executors import DaskCluster
+
+    def local_cluster(n_workers, **_):
+        return types.SimpleNamespace(n_workers=n_workers, close=lambda: None)
+
+    def client(cluster, **_):
+        return types.SimpleNamespace(
+            nthreads=lambda: {f"tcp://w{i}": 1 for i in range(cluster.n_workers)}, close=lambda: None
+        )
+
+    fake = types.SimpleNamespace(LocalCluster=local_cluster, Client=client)
+    monkeypatch.setitem(sys.modules, "distributed", fake)
+    for jobs, want in (
+        (1, "a local Dask cluster of 1 worker process"),
+        (2, "a local Dask cluster of 2 worker processes"),
+    ):
+        ex = DaskCluster("local", jobs)
+        assert (ex.description, ex.slots) == (want, jobs)
+        ex.close()
+
+
+def test_a_journal_on_a_full_disk_is_one_sentence():
+    """Mutant: batch/journal.py _put ``except OSError`` -> an exception nothing raises: a journal
+    whose write fails (the disk full: /dev/full fails every write with ENOSPC) escaped as a bare
+    OSError (a traceback mid-batch) instead of the TracekitError "cannot write PATH: ..." that
+    opening it gives (``_open``, the same words). The CSV journal writes its header at once."""
+    import os
+
+    import pytest
+
+    from tracekit.batch.journal import CsvJournal, JsonJournal
+    from tracekit.errors import TracekitError
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    for journal in (CsvJournal, lambda p: JsonJournal(p, {})):
+        with pytest.raises(TracekitError, match="^cannot write /dev/full: No space left on device$"):
+            journal("/dev/full")

@@ -339,13 +339,13 @@ def test_collects_summary_gives_the_measured_copy_bandwidth_in_gb_per_s():
     """Mutant: cli/collect.py summary_lines ``bw / 1e9`` -> ``bw + 1e9``: the closing line gave the
     measured copy bandwidth as "2.37e+10 GB/s", the sidecar's bytes/s plus a billion. The sidecar
     (collect/sidecar.py: copy_bandwidth in B/s, matmul_flops in FLOP/s) of the sample run holds
-    100,015,781,330 FLOP/s and 22,733,844,037 B/s: by hand 0.100 TFLOP/s ("0.1" to three digits)
+    100,015,781,330 FLOP/s and 22,733,844,037 B/s: by hand 100 GFLOP/s (three digits, SI prefix)
     and 22.7 GB/s."""
     from tracekit.cli.collect import summary_lines
 
     cal = _sidecar()["calibration"]
     assert round(cal["matmul_flops"]["fp32"]) == 100_015_781_330 and round(cal["copy_bandwidth"]) == 22_733_844_038
-    assert "measured ceilings: 0.1 TFLOP/s matmul (fp32), 22.7 GB/s copy" in summary_lines(_sidecar())
+    assert "measured ceilings: 100 GFLOP/s matmul (fp32), 22.7 GB/s copy" in summary_lines(_sidecar())
 
 
 def test_collects_summary_of_a_script_gives_its_profiled_wall_time_only_when_recorded():
@@ -789,3 +789,68 @@ def test_plan_allows_64_gpus_unless_told(tmp_path):
     result = _invoke(*args, "-o", out)
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text(encoding="utf-8"))["inputs"]["max_gpus"] == 64
+
+
+# --- seed 58 (the sample's survivors in tracekit/cli, coverage-map mode) --------------------------
+
+
+def test_plan_records_the_kv_link_in_gb_per_s_as_given(tmp_path):
+    """Mutant: cli/plan.py command ``kv_link * 1e9`` -> ``kv_link + 1e9``: `--kv-link 50` (GB/s, its
+    --help) was handed to plan() as 1,000,000,050 B/s, about 1 GB/s, so the disaggregated option's
+    KV transfer was priced 50x slower. The JSON plan's ``inputs.kv_link_gbps`` (docs/json-schema.md)
+    records the link plan() was given, in GB/s: 50 as typed."""
+    out = tmp_path / "plan.json"
+    args = ["plan", BS1, BS8, "--isl", "64", "--osl", "16", "--rate", "1", "--ttft-slo", "500ms"]
+    result = _invoke(*args, "--tpot-slo", "50ms", "--kv-link", "50", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text(encoding="utf-8"))["inputs"]["kv_link_gbps"] == pytest.approx(50)
+
+
+@pytest.mark.parametrize("rate", ["0", "-0.5"])
+def test_plan_refuses_a_rate_of_no_requests_before_reading_a_trace(rate, tmp_path, monkeypatch):
+    """Mutant: cli/plan.py --rate ``FloatRange(min=0, min_open=True)`` -> ``min=-1``: a rate of 0
+    requests/s (or -0.5) passed the option, so plan read and analysed every trace (minutes for a
+    big one) before plan() refused it ("--rate, --isl and --osl must be positive"). --help:
+    requests per second to serve, so above 0; bad usage is refused at once, exit status 2
+    naming the option (docs/exit-codes.md), with no trace read. 0.5 requests/s is planned."""
+    reads = _reads(monkeypatch)
+    args = ["plan", BS1, "--isl", "64", "--osl", "16", "--ttft-slo", "500ms", "--tpot-slo", "50ms"]
+    result = _invoke(*args, "--rate", rate, "-o", tmp_path / "plan.json")
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "--rate" in result.output
+    assert reads == []
+    assert not (tmp_path / "plan.json").exists()
+    result = _invoke(*args, "--rate", "0.5", "-o", tmp_path / "plan.json")
+    assert result.exit_code == 0, result.output
+    assert reads == [BS1.name]
+
+
+def test_a_split_in_a_terminal_draws_the_bytes_read_so_far(tmp_path, monkeypatch):
+    """Mutant: cli/split.py _Progress ``self.bar.update(done - self.bar.n)`` -> ``done / self.bar.n``:
+    in a terminal the bar's first update divided by its count of 0, so `tracekit split` failed
+    with ZeroDivisionError on every trace (and later updates would add done/n, not the bytes
+    read since the last). The class docstring: a bar of decompressed bytes per pass, so after each
+    call the bar stands at the bytes done (trace/windows.py: ``progress(stage, bytes_done,
+    total)``). stderr is a terminal (isatty true); the sample trace is split for real."""
+    import io
+
+    from tracekit.cli import split
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    shown = []
+    real_call = split._Progress.__call__
+
+    def call(self, stage, done, total):
+        real_call(self, stage, done, total)
+        shown.append((stage, done, self.bar.n))
+
+    monkeypatch.setattr(split._Progress, "__call__", call)
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    out = tmp_path / "windows"
+    split.command.main([str(BS1), "-o", str(out)], standalone_mode=False)
+    assert [p for p in out.iterdir() if p.name.endswith(".json.gz")]
+    assert len(shown) >= 2 and any(done > 0 for _, done, _ in shown)
+    assert [n for _, _, n in shown] == [done for _, done, _ in shown]

@@ -425,7 +425,7 @@ def test_a_gpu_matmul_outside_the_datasheet_range_is_named_in_tflop_per_s():
     h100 = spec_by_name("h100-sxm")
     (sentence,) = problems("cuda", "bf16", 1e12, 3.0e12, None, h100)
     assert h100.peak_flops("bf16", "matrix") == 989.4e12
-    assert sentence == f"1 TFLOP/s bf16 matmul is outside 10%-105% of {h100.name}'s 989 TFLOP/s"
+    assert sentence == f"1.00 TFLOP/s bf16 matmul is outside 10%-105% of {h100.name}'s 989 TFLOP/s"
 
 
 def test_a_cpu_run_the_profiler_slowed_over_3x_gets_a_note():
@@ -559,7 +559,7 @@ def test_a_gpu_copy_outside_the_datasheet_range_names_the_datasheet_in_gb_per_s(
 
     l4 = spec_by_name("l4")
     assert l4.peak_bandwidth == 300e9 and l4.peak_flops("bf16", "matrix") == 121e12
-    for copy, shown in ((20e9, "20"), (400e9, "400")):
+    for copy, shown in ((20e9, "20.0"), (400e9, "400")):
         (sentence,) = problems("cuda", "bf16", 100e12, copy, None, l4)
         assert sentence == f"{shown} GB/s copy is outside 10%-105% of {l4.name}'s 300 GB/s"
 
@@ -618,3 +618,172 @@ def test_a_generations_wall_time_leaves_out_the_callbacks_between_steps(monkeypa
     timing = Generator(workload, 1, 4, 2).run(mark=False, on_step=on_step, mark_generate=False)
     assert timing.step_ms == pytest.approx([20.0, 5.0, 5.0])
     assert timing.wall_ms == pytest.approx(30.0)
+
+
+# --- seed 58 (the sample's survivors in tracekit/collect, coverage-map mode) ----------------------
+
+
+def test_the_load_average_is_none_where_the_platform_cannot_give_it(monkeypatch):
+    """Mutant: collect/calibrate.py _load ``except (OSError, AttributeError)`` -> an exception
+    nothing raises in place of OSError: where the load average is unobtainable, os.getloadavg
+    raises OSError (Python's documentation), which then escaped and ended the calibration instead
+    of leaving the load unknown (None, the function's ``float | None``). A stand-in getloadavg
+    raises it; one that works gives its 1-minute figure."""
+    from tracekit.collect import calibrate
+
+    def unobtainable():
+        raise OSError("Load averages are unobtainable")
+
+    monkeypatch.setattr(calibrate.os, "getloadavg", unobtainable)
+    assert calibrate._load() is None
+    monkeypatch.setattr(calibrate.os, "getloadavg", lambda: (1.5, 1.0, 0.5))
+    assert calibrate._load() == 1.5
+
+
+def test_an_empty_prompt_is_refused_with_the_options_name_and_its_least_value():
+    """Mutant: collect/collector.py check_counts ``("--prompt-len", opts.prompt_len, 1)`` -> ``0``:
+    ``--prompt-len 0`` (click takes any int) passed the early check, so the run went on to build
+    the workload and only the generator refused it, in other words; and the least value named
+    would be 0. Rule: the docstring, one clear error for a count option below its least value; a
+    prompt has at least one token (the generator's own refusal: batch size, prompt length and new
+    tokens must each be at least 1). A one-token prompt passes."""
+    from tracekit.collect.collector import CollectOptions, check_counts
+
+    with pytest.raises(TracekitError) as err:
+        check_counts(CollectOptions(prompt_len=0))
+    assert str(err.value) == "--prompt-len must be at least 1, not 0"
+    check_counts(CollectOptions(prompt_len=1))
+
+
+def test_a_third_default_tp_folder_in_the_same_second_gets_the_suffix_3(tmp_path, monkeypatch):
+    """Mutant: collect/parallel.py resolve_folder ``n += 1`` -> ``n += 0``: with the default folder
+    and its ``-2`` both present (three --tp runs started within one second), the search for a free
+    name tried ``-2`` for ever and the run hung. Rule: the docstring, the default is a unique
+    folder under ./tracekit-traces/ (the first free of NAME, NAME-2, NAME-3, ...). os.path.exists
+    is counted so that the mutant's endless loop fails the test instead of hanging it."""
+    from tracekit.collect import parallel
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("tracekit.collect.collector.run_timestamp", lambda: "20260101-000000")
+    base = os.path.join("tracekit-traces", "tiny-tp2-bs1-p16-n4-20260101-000000")
+    os.makedirs(base)
+    os.makedirs(base + "-2")
+    real_exists, calls = os.path.exists, []
+
+    def exists(path):
+        calls.append(path)
+        assert len(calls) < 100, f"still looking for a free folder after {len(calls)} tries"
+        return real_exists(path)
+
+    monkeypatch.setattr(os.path, "exists", exists)
+    folder, created = parallel.resolve_folder(None, "tiny-tp2-bs1-p16-n4", False, 2)
+    monkeypatch.undo()
+    assert (folder, created) == (base + "-3", True)
+    assert os.path.isdir(tmp_path / folder)
+
+
+def test_a_gloo_ranks_last_barrier_names_no_gpu(tmp_path, monkeypatch):
+    """Mutant: collect/parallel_rank.py _rank_run ``if backend == "nccl":`` -> ``backend < "nccl"``:
+    "gloo" sorts below "nccl", so a CPU (gloo) rank's barrier after recording was given
+    ``device_ids=[rank]``. torch's barrier then puts its tensor on the accelerator's device
+    ``rank`` (distributed_c10d.barrier: ``opts.device = torch.device(accelerator.type,
+    device_ids[0])``): on a GPU host a CPU run would open a CUDA context on GPU r in every rank, or
+    fail with more ranks than GPUs. device_ids is NCCL's (its docstring), so a gloo rank's barrier
+    must be given none. A one-rank gloo world runs the tiny preset in this process, calibration
+    off; the barrier is watched on its way to torch."""
+    pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    import dataclasses
+
+    import torch.distributed as dist
+
+    from tracekit.collect import CollectOptions, parallel, parallel_rank
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("this torch build has no gloo")
+    loopback = parallel._loopback_interface()
+    if loopback:
+        monkeypatch.setenv("GLOO_SOCKET_IFNAME", loopback)
+    seen = []
+    real_barrier = dist.barrier
+
+    def barrier(*args, **kwargs):
+        seen.append(kwargs.get("device_ids"))
+        return real_barrier(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "barrier", barrier)
+    opts = CollectOptions(preset="tiny", device="cpu", batch_size=1, prompt_len=4, new_tokens=2, calibrate=False)
+    job = {
+        "options": {**dataclasses.asdict(opts), "progress": False, "output": None},
+        "tp": 1,
+        "backend": "gloo",
+        "device": "cpu",
+        "folder": str(tmp_path),
+        "port": parallel.free_port(),
+    }
+    threads = torch.get_num_threads()
+    try:
+        result = parallel_rank._rank_run(job, 0, str(tmp_path))
+    finally:
+        torch.set_num_threads(threads)
+    assert os.path.isfile(result["trace_tmp"])
+    assert seen == [None]
+
+
+def test_the_metadata_reaches_a_trace_whose_window_starts_after_some_steps(tmp_path):
+    """Mutant: collect/runner.py running ``if hasattr(prof, "preset_metadata_json"):`` -> ``if not``:
+    on a torch that has preset_metadata_json (2.1 and later) the metadata was added only after
+    ``prof.__enter__()``, and a scheduled profiler that waits (a window that skips the prefill or
+    some decode steps) has not started recording then, so torch dropped it: the trace lost
+    tracekit's keys. Rule: the docstring, ``metadata`` becomes top-level keys of the exported
+    trace. Five matmuls as five profiler steps, two waited, one warm-up, two recorded."""
+    torch = pytest.importorskip("torch")
+    import json
+
+    from tracekit.collect import runner
+
+    path = tmp_path / "window.json"
+    schedule = {"wait": 2, "warmup": 1, "active": 2, "repeat": 1}
+    prof = runner.make_profiler("cpu", schedule, lambda p: p.export_chrome_trace(str(path)))
+    with runner.running(prof, {"tracekit_test": json.dumps({"rank": 3})}):
+        for _ in range(5):
+            torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+            prof.step()
+    trace = json.loads(path.read_text(encoding="utf-8"))
+    assert trace.get("tracekit_test") == {"rank": 3}
+
+
+def test_a_script_without_the_py_suffix_is_the_script_and_the_interpreter_is_dropped(tmp_path, monkeypatch):
+    """Mutant: collect/script.py _is_python ``abspath(word) == abspath(sys.executable)`` -> ``!=``:
+    every first word not named python* counted as the interpreter, so ``tracekit collect --
+    ./serve --n 3`` (a Python file with no .py suffix, which parse_command accepts when readable)
+    lost the script and its option and ran "3"; and this interpreter under a name not starting
+    with "python" was taken for the script. Rule: the docstring's forms, ``["x.py", ...]`` is the
+    script itself and ``["python", "x.py", ...]`` names the interpreter first."""
+    from tracekit.collect import script
+
+    serve = tmp_path / "serve"
+    serve.write_text("print('hi')\n", encoding="utf-8")
+    target = script.parse_command([str(serve), "--n", "3"])
+    assert (target.path, target.argv) == (str(serve), (str(serve), "--n", "3"))
+    interpreter = tmp_path / "bin" / "interp3"
+    monkeypatch.setattr(script.sys, "executable", str(interpreter))
+    main = tmp_path / "main.py"
+    main.write_text("print('hi')\n", encoding="utf-8")
+    target = script.parse_command([str(interpreter), "-u", str(main), "--n", "3"])
+    assert (target.path, target.argv) == (str(main), (str(main), "--n", "3"))
+
+
+def test_a_cuda_device_with_two_indices_is_refused(monkeypatch):
+    """Mutant: collect/workloads.py resolve_device ``device.split(":", 1)[1]`` -> ``split(":", 2)``:
+    of ``cuda:0:1`` only the "0" was checked, so the malformed name passed and reached torch
+    later. Rule: the docstring validates explicit choices, and the error names the forms
+    (cuda or cuda:N, N a GPU's index). A stand-in torch.cuda reports one GPU; cuda:0 passes."""
+    torch = pytest.importorskip("torch")
+    from tracekit.collect import workloads
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert workloads.resolve_device("cuda:0") == "cuda:0"
+    with pytest.raises(TracekitError, match="this machine has 1 GPU"):
+        workloads.resolve_device("cuda:0:1")

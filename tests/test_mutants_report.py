@@ -1094,3 +1094,45 @@ def test_a_replays_prefill_row_gives_ttft_when_the_report_is_read_back_from_json
         ("prefill", "TTFT", "10.0 ms → 8.00 ms"),
         ("decode", "TPOT p50", "10.0 ms → 8.00 ms"),
     ]
+
+
+# --- seed 58 (the sample's survivors in tracekit/report, coverage-map mode) -----------------------
+
+
+def test_the_upper_bound_legend_lists_only_the_upper_bound_reasons_of_a_mixed_phase():
+    """Mutant: report/view.py estimate_legend ``k != "model" or p.get("bytes_estimate") != "model"``
+    -> ``and``: the line of the "≤" mark (an upper bound) took every reason of a phase whose bytes
+    are the model's estimate (a sum of bounds of both directions), the lower bound's too, and the
+    "~" line took the reasons of a phase whose bytes are only an upper bound. Rule: the docstring
+    and the JSON (docs/json-schema.md: ``bytes_estimate_reasons`` is {estimate kind: why}): each
+    mark's line gives the reasons of its own kind; only a phase whose bytes are the model's ("~")
+    brings all of its reasons to the "~" line (the comment at the line). By hand: prefill is an
+    upper bound for reason E; decode mixes an upper bound (U) and a lower bound (L), so it is "~".
+    "≤" line: E; U. "~" line: U; L."""
+    from tracekit.report.view import estimate_legend
+
+    data = {
+        "phases": {
+            "prefill": {"bytes_estimate": "upper", "bytes_estimate_reasons": {"upper": "E"}},
+            "decode": {"bytes_estimate": "model", "bytes_estimate_reasons": {"upper": "U", "lower": "L"}},
+        }
+    }
+    upper, model = estimate_legend(["upper", "model"], data)
+    assert upper.startswith("≤ ") and upper.endswith(" (E; U)"), upper
+    assert model.startswith("~ ") and model.endswith(" (U; L)"), model
+
+
+def test_a_parquet_fleet_that_cannot_be_written_is_one_sentence(tmp_path):
+    """Mutant: report/fleet.py write_fleet ``except OSError`` -> an exception nothing raises: a
+    Parquet fleet whose folder is missing (no ``make_parent``) escaped as a bare
+    FileNotFoundError (a traceback) instead of the TracekitError "cannot write PATH: ..." that
+    every other output gives (exit 2, docs/exit-codes.md). Nothing is left behind."""
+    pytest.importorskip("pyarrow")
+    from tracekit.batch.rows import COLUMNS
+    from tracekit.errors import TracekitError
+    from tracekit.report.fleet import get_renderer, write_fleet
+
+    target = tmp_path / "no-such-folder" / "fleet.parquet"
+    with pytest.raises(TracekitError, match=f"cannot write {target}: No such file or directory"):
+        write_fleet({"rows": [], "columns": list(COLUMNS)}, get_renderer("parquet"), str(target))
+    assert list(tmp_path.iterdir()) == []

@@ -556,3 +556,105 @@ def test_the_least_covered_instant_is_looked_for_as_far_after_the_quantile_as_be
     assert _least_covered(open_at, np.array([400])).tolist() == [500]
     open_at[500], open_at[300] = 5, 0  # and as far before: bin 300
     assert _least_covered(open_at, np.array([400])).tolist() == [300]
+
+
+# --- seed 58 (the sample's survivors in tracekit/trace, coverage-map mode) ------------------------
+
+
+def test_no_intervals_have_no_parents():
+    """Mutant: trace/links.py _parents ``np.empty(0, dtype=np.int64)`` -> ``np.empty(-1, ...)``:
+    zero intervals raised ValueError (negative dimensions) instead of giving no parents. Rule: the
+    docstring, the answer is the stack walk's (``_parents_walk``), which for no interval is an
+    empty int64 array. (The callers in links.py skip a thread with no ops, so this is the
+    function's own contract.)"""
+    import numpy as np
+
+    from tracekit.trace.links import _parents, _parents_walk
+
+    none = np.empty(0, dtype=np.int64)
+    got = _parents(none, none)
+    want = _parents_walk(none, none)
+    assert got.dtype == want.dtype == np.int64
+    assert got.shape == want.shape == (0,)
+
+
+def test_four_traces_with_no_rank_are_named_three_and_others(tmp_path):
+    """Mutant: trace/runs.py check_one_run ``missing[:3]`` -> ``missing[:4]``: the refusal of a
+    folder whose traces say no rank names at most three of them and then says "and others" (the
+    next clause tests ``len(missing) > 3``); the mutant named all four and still said "and
+    others". Four hand-built traces, no distributedInfo, each a different event time (so no two
+    are copies): exactly three of the four names are in the sentence."""
+    import re
+
+    import pytest
+
+    from tracekit.errors import TracekitError
+
+    names = [f"t{i}.json" for i in range(4)]
+    for i, name in enumerate(names):
+        d = Doc()
+        d.op("aten::mm", 10 + i, 5)
+        d.write(tmp_path / name)
+    with pytest.raises(TracekitError, match="say no rank") as e:
+        read_trace(str(tmp_path))
+    said = str(e.value)
+    named = [n for n in names if re.search(rf"\b{re.escape(n)}\b", said)]
+    assert len(named) == 3, said
+    assert f"{', '.join(named)} and others say no rank" in said
+
+
+def test_an_idle_cut_falls_at_the_first_clear_bin_not_the_bin_before(tmp_path):
+    """Mutant: trace/window_edges.py find_edges ``np.flatnonzero(clear[1:]) + 1`` -> ``+ 0``: the
+    clear bins' indices were taken one short, so an idle cut fell a bin early, inside the op that
+    ends in that bin. By hand, on a grid of one microsecond per bin (lo 0, hi _BINS): op A runs
+    0-999.5 us (ends in bin 999), op B 1000.5 us to the end (starts in bin 1000); no GPU work. The
+    only bin start at which no op is open, bin 0 aside, is bin 1000 (an end in a bin still counts
+    as open there, _open_at's docstring), so the one edge is 1000.0 us. 200 CPU events in each
+    op, windows of 200: one cut, at the middle."""
+    import numpy as np
+
+    from tracekit.trace.window_edges import _BINS, CUT_IDLE, find_edges
+    from tracekit.trace.window_survey import Survey
+
+    s = Survey(str(tmp_path))
+    try:
+        ts = np.concatenate([100 + np.arange(200.0), 2000 + np.arange(200.0)])
+        s.write("ts", ts)
+        s.n, s.lo, s.hi = len(ts), 0.0, float(_BINS)
+        s.write("ranges", np.array([0.0, 1000.5]), np.array([999.5, float(_BINS)]))
+        edges = find_edges(s, 200)
+    finally:
+        s.close()
+    assert s.cut == CUT_IDLE
+    assert edges.tolist() == [1000.0]
+
+
+def test_an_op_with_no_time_goes_to_one_window_when_the_steps_are_below_zero(tmp_path):
+    """Mutant: trace/windows.py _route ``nan=-math.inf`` -> ``nan=not math.inf`` (0.0) for the
+    step an op belongs to: an op written with no "ts" is routed by its own time (none: the first
+    window, as the line above routes every event), and no step holds it, so it goes to that one
+    window. The mutant took its time as 0 for the step it belongs to; in a trace whose clock is
+    below zero every given step start is at or below 0, so the op was written to a second window
+    as if it sat between a cut and a step's start. Steps given by hand at -2000 and -1000 us,
+    ten ops in each; windows of ten events: two windows, and "no-time" is written once."""
+    import gzip
+    import json
+
+    import numpy as np
+
+    from tracekit.trace.windows import split
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": t + 10.0 * i, "dur": 5.0}
+        for t in (-2000.0, -1000.0)
+        for i in range(10)
+    ]
+    events.append({"ph": "X", "cat": "cpu_op", "name": "no-time", "pid": 1, "tid": 1, "dur": 5.0})
+    src = tmp_path / "neg.json"
+    src.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    steps = np.array([[-2000.0, -1995.0, -1900.0], [-1000.0, -995.0, -900.0]])
+    out = split(str(src), str(tmp_path / "w"), max_events=10, steps=steps)
+    assert len(out) == 2
+    held = [[e["name"] for e in json.loads(gzip.decompress(open(p, "rb").read()))["traceEvents"]] for p in out]
+    assert sum(names.count("no-time") for names in held) == 1, held
+    assert held[0][:10] == [f"op{i}" for i in range(10)] and held[1][-10:] == [f"op{i}" for i in range(10)]

@@ -26,6 +26,7 @@ import os
 import time
 from typing import Any
 
+from tracekit import formatting as fmt
 from tracekit.collect.workloads import short_dtype
 
 
@@ -208,14 +209,14 @@ def problems(
     peak = spec.peak_flops(dtype, "matrix")
     if peak and not GPU_PLAUSIBLE * peak <= flops <= PEAK_TOLERANCE * peak:
         out.append(
-            f"{flops / 1e12:.3g} TFLOP/s {dtype} matmul is outside {GPU_PLAUSIBLE:.0%}-{PEAK_TOLERANCE:.0%} of "
-            f"{spec.name}'s {peak / 1e12:.3g} TFLOP/s"
+            f"{fmt.flops(flops)} {dtype} matmul is outside {GPU_PLAUSIBLE:.0%}-{PEAK_TOLERANCE:.0%} of "
+            f"{spec.name}'s {fmt.flops(peak)}"
         )
     bw = spec.peak_bandwidth
     if bw and not GPU_PLAUSIBLE * bw <= bandwidth <= PEAK_TOLERANCE * bw:
         out.append(
-            f"{bandwidth / 1e9:.3g} GB/s copy is outside {GPU_PLAUSIBLE:.0%}-{PEAK_TOLERANCE:.0%} of "
-            f"{spec.name}'s {bw / 1e9:.3g} GB/s"
+            f"{fmt.bandwidth(bandwidth)} copy is outside {GPU_PLAUSIBLE:.0%}-{PEAK_TOLERANCE:.0%} of "
+            f"{spec.name}'s {fmt.bandwidth(bw)}"
         )
     return out
 

@@ -197,7 +197,8 @@ def phase_breakdown(data: dict[str, Any]) -> dict[str, Any]:
             }
         ]
     height = 90 + 40 * max(len(bound_rows), len(cat_rows))
-    height = max(height, 84 + 21 * len(cats))  # room for the category legend
+    bound_legend = {seg[1] for r in bound_rows for seg in r["segments"] if seg[2]}  # bounds and limiters
+    height = max(height, 84 + 21 * max(len(cats), len(bound_legend)))  # room for the longer legend
     out: dict[str, Any] = {"charts": []}
     if bound_rows:
         out["charts"].append(
