@@ -156,7 +156,7 @@ PACKAGE_TESTS = {
     "tracekit/batch": ["test_batch.py"],
     "tracekit/serve": ["test_mcp.py", "test_replay_render.py"],
     # test_collect.py's torch.compile test stays skipped (TRACEKIT_TEST_COMPILE unset).
-    "tracekit/collect": ["test_collect.py", "test_collect_tp.py", "test_outputs.py"],
+    "tracekit/collect": ["test_collect_contracts.py", "test_collect.py", "test_collect_tp.py", "test_outputs.py"],
     "tracekit/cli": [
         "test_mutants_cli.py",
         "test_cli_contracts.py",
@@ -288,9 +288,9 @@ MODULE_TESTS = {
     # The charts read back against the analysis (an entry here replaces the package's list: kept after it).
     "tracekit/report/charts.py": ["test_report_contracts.py", *PACKAGE_TESTS["tracekit/report"]],
     # tracekit/collect: the calibration and the GPU database's measured ceilings.
-    "tracekit/collect/calibrate.py": ["test_ceilings.py", "test_specs.py"],
+    "tracekit/collect/calibrate.py": ["test_collect_contracts.py", "test_ceilings.py", "test_specs.py"],
     "tracekit/collect/parallel_rank.py": ["test_collect_tp.py"],
-    "tracekit/collect/parallel.py": ["test_collect_tp.py"],
+    "tracekit/collect/parallel.py": ["test_collect_contracts.py", "test_collect_tp.py"],
     # tracekit/cli: commands whose own tests sit beside the feature they drive.
     "tracekit/cli/cached.py": ["test_cache.py"],
     "tracekit/cli/gpus.py": ["test_specs.py"],

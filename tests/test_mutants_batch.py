@@ -439,3 +439,96 @@ def test_a_journal_on_a_full_disk_is_one_sentence():
     for journal in (CsvJournal, lambda p: JsonJournal(p, {})):
         with pytest.raises(TracekitError, match="^cannot write /dev/full: No space left on device$"):
             journal("/dev/full")
+
+
+# --- seed 59 (the sample's survivors in tracekit/batch, coverage-map mode) ------------------------
+
+
+def test_only_a_killed_dask_worker_is_named_as_the_workers_dying():
+    """Mutant: batch/executors.py DaskCluster.died ``type(exc).__name__ == "KilledWorker"`` -> ``>``:
+    the names after "KilledWorker" in alphabetical order (ValueError, MemoryError, OSError, ...)
+    were all reported as "the Dask workers analysing this trace died", and a real KilledWorker
+    was not, so its row read "internal error: KilledWorker: ..." (fleet.py, where died() gives
+    None). distributed raises ``distributed.scheduler.KilledWorker`` when a task's workers keep
+    dying; died() knows it by its name only, so a class of that name stands in for it."""
+    from tracekit.batch.executors import DaskCluster
+
+    killed = type("KilledWorker", (Exception,), {})
+    said = DaskCluster.died(killed("task analyse_path-1 marked as failed because 3 workers died"))
+    assert said is not None and "Dask workers analysing this trace died" in said
+    for exc in (ValueError("bad trace"), MemoryError(), OSError("gone"), TimeoutError(), RuntimeError("x")):
+        assert DaskCluster.died(exc) is None, exc
+
+
+def test_a_value_exactly_on_tukeys_upper_fence_is_not_an_outlier():
+    """Mutant: batch/fleet.py mark_outliers ``v > hi`` -> ``v >= hi``: a value on the upper fence was
+    flagged (the lower fence's twin, above). log10 of the five values: 0, 0, 1, 2, 5; quartiles
+    (linear, n=5) 0 and 2, IQR 2, fences 0 - 3 = -3 and 2 + 3 = 5: 1e5 sits on the upper fence,
+    inside it; 1e6 (log 6) would be out."""
+    rows = [{"status": OK, "prefill_step_p50_ms": v} for v in (1.0, 1.0, 10.0, 100.0, 1e5)]
+    Fleet(rows)
+    assert [r["outliers"] for r in rows] == [""] * 5
+    rows = [{"status": OK, "prefill_step_p50_ms": v} for v in (1.0, 1.0, 10.0, 100.0, 1e6)]
+    Fleet(rows)
+    assert [r["outliers"] for r in rows] == ["", "", "", "", "prefill_step_p50_ms"]
+
+
+def test_a_batch_stopped_after_a_folder_was_analysed_as_one_run_keeps_the_runs_row_alone(monkeypatch):
+    """Mutant: batch/fleet.py run_batch ``(group, 0)`` -> ``(group, 1)``: the row of a folder analysed
+    again as one run took the slot of its second file instead of its first, where ``_so_far``
+    looks for it (its comment: "the run's row stands for its files"), so a batch stopped after
+    that row was done listed the first file's own row beside the run's. By hand: a folder of two
+    files that are one run, then a file; one slot; the batch is stopped (Ctrl-C) while the file
+    is analysed: the run's row alone, and 2 traces in all (the folder counts as one)."""
+    import pytest
+
+    import tracekit.trace.runs
+    from tracekit.batch.fleet import Interrupted, run_batch
+    from tracekit.batch.inputs import Item
+
+    class Stopped(_InLine):
+        def wait_first(self, pending):
+            if any(fut.value[0]["name"] == "other.json" for fut in pending):
+                raise KeyboardInterrupt
+            return super().wait_first(pending)
+
+    monkeypatch.setattr(tracekit.trace.runs, "check_one_run", lambda folder, keys: None)
+    items = [Item("run", ["run/r0.json", "run/r1.json"]), Item("other.json", ["other.json"])]
+    with pytest.raises(Interrupted) as e:
+        run_batch(items, Stopped())
+    assert [r["name"] for r in e.value.rows] == ["run"]
+    assert e.value.rows[0]["note"] == "the ranks of one run: 2 files"
+    assert e.value.total == 2
+
+
+def test_a_batch_reads_a_runs_rank_files_one_by_one_in_its_own_process(tmp_path, monkeypatch):
+    """Mutant: batch/rows.py analyse_path ``read_trace(path, jobs=1)`` -> ``jobs=0``: a folder of one
+    run's ranks was read by one process per CPU (trace/parallel.py jobs_for: "``jobs`` 0: one per
+    CPU"), even a small one (a stated number skips the small-folder rule), from every batch task
+    not in a daemonic worker (a Dask worker without a nanny, a caller of analyse_path). The
+    comment there: a batch keeps every CPU busy with its traces already, "so a run's ranks are
+    read here one by one" (docs/ranks.md: ``--jobs 1`` reads them one by one). Two hand-built
+    ranks of a world of 2, one kernel each, overlapping; four CPUs stated, so that one per CPU is
+    more than one whatever this machine has. The row is ok, read with jobs 1."""
+    from kineto import Doc
+
+    import tracekit.trace.parallel as parallel
+    from tracekit.batch.rows import analyse_path
+
+    for rank in (0, 1):
+        d = Doc(rank=rank, world=2)
+        ext = d.op("aten::mm", 10.0, 30.0)
+        d.kernel("ampere_sgemm_64x64_nn", 12.0, 20.0, 5.0, ext=ext)
+        d.write(tmp_path / f"rank{rank}.json")
+    jobs: list = []
+    read_files = parallel.read_files
+
+    def counted(read_one, files, n, progress=None):
+        jobs.append(n)
+        return read_files(read_one, files, n, progress)
+
+    monkeypatch.setattr(parallel, "read_files", counted)
+    monkeypatch.setattr(parallel, "usable_cpus", lambda: 4)
+    row, key = analyse_path(str(tmp_path))
+    assert row["status"] == OK, row
+    assert jobs == [1]

@@ -854,3 +854,139 @@ def test_a_split_in_a_terminal_draws_the_bytes_read_so_far(tmp_path, monkeypatch
     assert [p for p in out.iterdir() if p.name.endswith(".json.gz")]
     assert len(shown) >= 2 and any(done > 0 for _, done, _ in shown)
     assert [n for _, _, n in shown] == [done for _, done, _ in shown]
+
+
+# --- seed 59 (the sample's survivors in tracekit/cli, coverage-map mode) --------------------------
+
+
+def test_batch_with_no_workers_is_bad_usage(tmp_path):
+    """Mutant: cli/batch.py ``-j/--jobs`` ``click.IntRange(min=1)`` -> ``min=0``: `tracekit batch -j 0`
+    was accepted and quietly ran on the default number of workers (``jobs or default_jobs()``)
+    instead of saying that 0 worker processes cannot analyse anything. The command's docstring:
+    exit status 2 for bad usage, and nothing is written. The input is a file that is not a trace,
+    so the mutant's run is short."""
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"traceEvents": [', encoding="utf-8")
+    out = tmp_path / "fleet.csv"
+    result = CliRunner().invoke(main, ["batch", str(broken), "-j", "0", "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "--jobs" in result.output and "0" in result.output
+    assert not out.exists()
+
+
+def test_an_interrupted_batch_names_where_its_rows_are_only_when_some_file_holds_some(tmp_path):
+    """Mutant: cli/batch.py _interrupted ``if kept and rows`` -> ``kept or rows``: a batch stopped
+    after one row with only standard output asked for (which gets the table at the end only, so
+    no file holds rows) said "...: its row is in " naming nothing; one stopped before any row
+    finished said "their rows are in fleet.csv" of rows there are none of. By hand: "interrupted
+    after 1 of 2 trace(s)", then that standard output was not written; and "interrupted after 0
+    of 2 trace(s)" alone."""
+    from tracekit.batch import Interrupted
+    from tracekit.batch.fleet import Fleet
+    from tracekit.cli.batch import _interrupted, _journals, _targets
+
+    def stopped(outputs, rows):
+        targets = _targets(outputs, None, False, made_default=False)
+        journals, scratch = _journals(targets, make_parent=False)
+        e = Interrupted(rows, 2)
+        e.fleet = Fleet(rows, complete=False)
+        said = []
+        _interrupted(e, targets, journals, scratch, said.append)
+        return said
+
+    row = {"status": "ok", "path": "a.json"}
+    assert stopped(("-",), [row]) == [
+        "interrupted after 1 of 2 trace(s); not written: standard output (a batch that finishes writes them)"
+    ]
+    assert stopped((str(tmp_path / "fleet.csv"),), []) == ["interrupted after 0 of 2 trace(s)"]
+
+
+def test_a_big_reads_stage_bar_is_cleared_from_the_terminal_once_the_trace_is_read(monkeypatch):
+    """Mutant: cli/common.py read_with_progress ``tqdm(..., leave=False)`` -> ``leave=True``: the
+    stage bar, which shows what a big read is doing while it runs (the docstring: "showing its
+    stages on stderr"), stayed on the terminal at 100% above whatever the command printed next.
+    As tracekit's other transient bars (collect's forward passes, split's bytes), it is wiped
+    once done: the last thing written is a carriage return after a line of blanks, and no
+    newline is ever written. stderr is a terminal (isatty true), the trace's size is taken as
+    10 GB, and read_trace is stubbed to pass its three stages to the hook."""
+    import io
+
+    import tracekit.trace
+    from tracekit.cli import common
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    def fake_read_trace(path, progress=None):
+        for stage in ("reading", "building tables", "linking kernels to launches and ops"):
+            progress(stage)
+        return path
+
+    monkeypatch.setattr(tracekit.trace, "read_trace", fake_read_trace)
+    monkeypatch.setattr(common, "_size", lambda path: 10 * 10**9)
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    assert common.read_with_progress(str(BS1), cached=False) == str(BS1)
+    drawn = term.getvalue()
+    assert "linking kernels" in drawn  # the bar was drawn, stage by stage
+    assert "\n" not in drawn
+    assert drawn.endswith("\r") and drawn.rsplit("\r", 2)[-2].strip() == "", repr(drawn[-200:])
+
+
+@pytest.mark.parametrize("size, shown", [(1_049_999, "1.0 MB"), (2_549_999, "2.5 MB")])
+def test_a_written_files_size_in_mb_is_its_bytes_over_a_million(size, shown):
+    """Mutant: cli/common.py human_size ``n / 1e6`` -> ``n / 999999.0``: the MB shown were the bytes
+    over 999,999, a millionth too many, which rounded a size just under a twentieth of a MB up
+    by a tenth. By hand (SI units, MB = 1,000,000 bytes, one decimal): 1,049,999 bytes are
+    1.049999 MB, "1.0 MB" (the mutant: 1.05000005, "1.1 MB"); 2,549,999 bytes, "2.5 MB"."""
+    from tracekit.cli.common import human_size
+
+    assert human_size(size) == shown
+
+
+def test_the_model_list_names_each_model_by_its_name_not_its_key():
+    """Mutant: cli/models.py command ``e.get("name") or e["key"]`` -> ``and``: every registry model
+    was listed under its key, so ``tracekit models --json`` gave "qwen3-30b-a3b" as the name of
+    Qwen3-30B-A3B (the name ``--model qwen3-30b-a3b`` gives a report's model, test_models.py), and
+    the table's "model" column repeated the "key" column. The registry stores both (its
+    ``models.json``): key "qwen3-30b-a3b", name "Qwen3-30B-A3B"; key "llama-3.1-8b-instruct",
+    name "Llama-3.1-8B-Instruct". Each listed name is the one ``models --show KEY`` gives."""
+    runner = CliRunner()
+    res = runner.invoke(main, ["models", "--json"])
+    assert res.exit_code == 0, res.output
+    names = {r["key"]: r["name"] for r in json.loads(res.output)}
+    assert names["qwen3-30b-a3b"] == "Qwen3-30B-A3B"
+    assert names["llama-3.1-8b-instruct"] == "Llama-3.1-8B-Instruct"
+    shown = json.loads(runner.invoke(main, ["models", "--show", "gpt-oss-20b", "--json"]).output)
+    assert names["gpt-oss-20b"] == shown["name"]
+    table = runner.invoke(main, ["models"]).output
+    line = next(ln for ln in table.splitlines() if ln.startswith("qwen3-30b-a3b "))
+    assert "Qwen3-30B-A3B" in line
+
+
+def test_models_show_gives_parameters_in_billions_of_1e9(tmp_path):
+    """Mutant: cli/models.py command ``parameters(m) / 1e9`` -> ``/ 1000000001.0`` in ``models
+    --show``'s text: the billions were counted in units of one more parameter, so a count one
+    parameter past a rounding boundary was shown a hundredth of a billion short. By hand, a
+    config.json of a llama whose layer is 1 wide (hidden 1, one head of 1, MLP 1; tied
+    embeddings): one layer's matrices are q 1, k and v 2, o 1, gate and up 2, down 1 = 7
+    parameters, plus the embedding, 1,234,999,994 x 1; in all 1,235,000,001 = 1.235000001e9,
+    "1.24B" to two decimals (the mutant: 1.23499999976..., "1.23B")."""
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 1,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 1,
+        "num_key_value_heads": 1,
+        "head_dim": 1,
+        "intermediate_size": 1,
+        "vocab_size": 1_234_999_994,
+        "tie_word_embeddings": True,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    res = CliRunner().invoke(main, ["models", "--show", str(tmp_path / "config.json")])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[1] == "  1.24B parameters", res.output
+    res = CliRunner().invoke(main, ["models", "--show", str(tmp_path / "config.json"), "--json"])
+    assert json.loads(res.output)["parameters"] == 1_235_000_001

@@ -787,3 +787,80 @@ def test_a_cuda_device_with_two_indices_is_refused(monkeypatch):
     assert workloads.resolve_device("cuda:0") == "cuda:0"
     with pytest.raises(TracekitError, match="this machine has 1 GPU"):
         workloads.resolve_device("cuda:0:1")
+
+
+# --- seed 59 (the sample's survivors in tracekit/collect, coverage-map mode) ----------------------
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_sentence(tmp_path):
+    """Mutant: collect/collector.py resolve_output ``except OSError`` -> an exception nothing raises:
+    an -o path under a regular file (its folder cannot be made: "Not a directory") escaped as a
+    raw NotADirectoryError traceback instead of tracekit's one sentence naming the folder. The
+    check runs before the (possibly long) run, so no model is built here."""
+    from tracekit.collect.collector import resolve_output
+
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder\n")
+    with pytest.raises(TracekitError) as err:
+        resolve_output(str(blocker / "runs" / "run.json"), "x", False)
+    said = str(err.value)
+    assert "cannot create the output folder" in said and str(blocker / "runs") in said
+    assert not (blocker / "runs").exists() and blocker.read_text() == "a file, not a folder\n"
+
+
+def test_the_api_seeds_a_run_as_the_cli_does_when_no_seed_is_given(tmp_path, monkeypatch):
+    """Mutant: collect/collector.py CollectOptions ``seed: int = 0`` -> ``= 1``: a run collected
+    through the Python API (tracekit.collect's docstring: ``collect(CollectOptions(preset="tiny",
+    ...))``) without a seed drew other random weights and prompts than ``tracekit collect``
+    without --seed, whose --help states its default, 0. The model build is stubbed to record the
+    seed it is given and stop there (no model is built)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tracekit.cli import main
+    from tracekit.collect import collect, workloads
+
+    command = main.get_command(None, "collect")  # (lazily loaded)
+    cli_default = next(p.default for p in command.params if p.name == "seed")
+    assert cli_default == 0
+
+    class Built(Exception):
+        pass
+
+    seeds = []
+
+    def load_preset(name, device, dtype, layers=None, seed=None):
+        seeds.append(seed)
+        raise Built
+
+    monkeypatch.setattr(workloads, "load_preset", load_preset)
+    with pytest.raises(Built):
+        collect(device="cpu", output=str(tmp_path / "run"), progress=False, calibrate=False)
+    assert seeds == [cli_default]
+
+
+def test_a_rank_that_ignores_sigterm_is_killed_when_the_wait_runs_out(monkeypatch):
+    """Mutant: collect/parallel.py _stop ``except subprocess.TimeoutExpired`` -> an exception nothing
+    raises: a rank still running when the run is stopped, that did not end within _TERM_WAIT_S of
+    its SIGTERM (stuck in a collective, or ignoring the signal), escaped the stop as the wait's
+    TimeoutExpired, left running, instead of being killed. _stop's docstring: "SIGTERM, then
+    SIGKILL; reap them all". A Python child that ignores SIGTERM stands for the rank; the wait is
+    cut to 0.2 s. It ends by SIGKILL (returncode -9) and is reaped."""
+    import signal
+    import subprocess
+    import sys
+
+    from tracekit.collect import parallel
+
+    monkeypatch.setattr(parallel, "_TERM_WAIT_S", 0.2)
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"  # SIGTERM is ignored from here
+        parallel._stop([proc])
+        assert proc.returncode == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()

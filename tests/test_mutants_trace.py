@@ -658,3 +658,123 @@ def test_an_op_with_no_time_goes_to_one_window_when_the_steps_are_below_zero(tmp
     held = [[e["name"] for e in json.loads(gzip.decompress(open(p, "rb").read()))["traceEvents"]] for p in out]
     assert sum(names.count("no-time") for names in held) == 1, held
     assert held[0][:10] == [f"op{i}" for i in range(10)] and held[1][-10:] == [f"op{i}" for i in range(10)]
+
+
+# --- seed 59 (the sample's survivors in tracekit/trace, coverage-map mode) ------------------------
+
+
+def test_a_kernel_written_without_a_grid_has_no_block_count(tmp_path):
+    """Mutant: trace/columns.py Builder.__init__ ``self._dims = [(-1, -1, -1, -1)]`` -> ``(-1, -1,
+    -1, +1)``: the row "not recorded" read as one block launched, so a kernel written without
+    "grid" or "block" had ``ctas`` 1 instead of -1 (trace/model.py: "-1 where the trace has no
+    grid"), and the share of the GPU it fills was judged from a grid it never stated. Two kernels
+    built by hand; the second's "grid" and "block" removed. The first's [4, 2, 1] is 8 blocks."""
+    import json
+
+    path = _two_kernels(tmp_path)
+    doc = json.loads(path.read_text())
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) == 2
+    del kernels[1]["args"]["grid"], kernels[1]["args"]["block"]
+    path.write_text(json.dumps(doc))
+    k = read_trace(str(path)).kernels.sort_values("start_ns")
+    assert k["ctas"].tolist() == [8, -1]
+    assert k[["grid_x", "grid_y", "grid_z"]].values.tolist() == [[4, 2, 1], [-1, -1, -1]]
+    assert k[["block_x", "block_y", "block_z"]].values.tolist() == [[128, 1, 1], [-1, -1, -1]]
+
+
+def test_a_grid_whose_block_count_is_past_int64_reads_as_unknown_not_a_crash(tmp_path):
+    """Mutant: trace/columns.py _launch_dims ``x * y * z < 2**62`` -> ``x * y - z < 2**62``: the
+    bound on the block count tested a difference (always under 2**62 for axes below 2**31), so a
+    grid of [2147483647, 2147483647, 2147483647], each axis a valid int32 but 2**93 blocks in all,
+    went into the int64 table: OverflowError, and the reader refused the whole trace as holding
+    malformed events. The grid
+    reads as unknown (-1, "malformed" in _launch_dims' docstring), the other kernel's [4, 2, 1]
+    (8 blocks) as written."""
+    path = _two_kernels(tmp_path)
+    raw = path.read_bytes()
+    assert raw.count(b'"grid": [4, 2, 1]') == 2
+    path.write_bytes(raw.replace(b'"grid": [4, 2, 1]', b'"grid": [2147483647, 2147483647, 2147483647]', 1))
+    k = read_trace(str(path)).kernels.sort_values("start_ns")
+    assert k["ctas"].tolist() == [-1, 8]
+    assert k[["grid_x", "grid_y", "grid_z"]].values.tolist() == [[-1, -1, -1], [4, 2, 1]]
+
+
+def test_ranks_whose_time_spans_do_not_overlap_are_refused_with_what_to_do(tmp_path):
+    """Mutant: trace/runs.py check_one_run ``"...separate runs; " + _ONE_BY_ONE`` -> ``&``: the
+    refusal of a folder whose ranks' time spans do not overlap raised TypeError (``&`` on two
+    strings) instead of its sentence. The module docstring: files are one run only when "their
+    time spans overlap (the ranks of a run are profiled together)", and check_one_run "raises
+    TracekitError saying which condition fails and what to do". Two hand-built ranks of a world of
+    2 on the same GPU, one kernel each: rank 0's at 10-40 us, rank 1's an hour later."""
+    import pytest
+
+    from tracekit.errors import TracekitError
+
+    for rank, ts in ((0, 10.0), (1, 3.6e9)):
+        d = Doc(rank=rank, world=2)
+        ext = d.op("aten::mm", ts, 30)
+        d.kernel("ampere_sgemm_64x64_nn", ts + 2, ts + 10, 5, ext=ext)
+        d.write(tmp_path / f"rank{rank}.json")
+    with pytest.raises(TracekitError) as e:
+        read_trace(str(tmp_path))
+    said = str(e.value)
+    assert "time spans do not overlap" in said and "separate runs" in said
+    assert "tracekit report FILE" in said and "tracekit batch FOLDER" in said  # what to do
+
+
+def test_the_summary_states_the_time_span_in_milliseconds(tmp_path):
+    """Mutant: trace/summary.py summarize ``(end_ns - start_ns) / 1e6`` -> ``% 1e6``: the "time
+    span" line (in ms) gave the span's nanoseconds left over past whole milliseconds. By hand: a
+    CPU-only trace of two ops, the first at 100 us, the second at 1,234,000 us lasting 600 us,
+    spans 100 to 1,234,600 us: 1,234,500 us, "1,234.500 ms" (thousands separated, three
+    decimals); the mutant gave 500,000.000 ms."""
+    from tracekit.trace.summary import summarize
+
+    d = Doc(device=None)
+    d.op("aten::add", 100.0, 10.0)
+    d.op("aten::mul", 1234000.0, 600.0)
+    text = summarize(read_trace(str(d.write(tmp_path / "t.json"))))
+    lines = [line for line in text.splitlines() if line.startswith("time span")]
+    assert lines == ["time span  1,234.500 ms"], text
+
+
+def test_a_kernel_that_ran_before_the_first_cpu_event_does_not_stop_an_idle_cut(tmp_path):
+    """Mutant: trace/window_edges.py find_edges' ``bins`` ``np.clip(..., 0, _BINS - 1)`` -> ``-1``:
+    the time grid starts at the first CPU-side event (window_survey.run_survey: ``s.lo`` is the
+    least "ts" of the CPU side), so a kernel that ran before it (launched before the profiler
+    started, its launch not in the trace) fell in bin -1, and np.bincount refused the negative bin:
+    a trace that names no steps could not be split (ValueError). By hand: a kernel at 0-50 us with
+    no launch, then twenty ops 10 us apart from 1000 us, 5 us each; windows of ten events: one cut,
+    at an idle instant between op 9 and op 10, each op and the kernel written once."""
+    import gzip
+    import json
+
+    from tracekit.trace.window_edges import CUT_IDLE
+    from tracekit.trace.windows import WINDOW_KEY, split
+
+    events = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "early_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 0.0,
+            "dur": 50.0,
+            "args": {"device": 0, "stream": 7},
+        },
+    ]
+    events += [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 1000.0 + 10 * i, "dur": 5.0}
+        for i in range(20)
+    ]
+    src = tmp_path / "early.json"
+    src.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    out = split(str(src), str(tmp_path / "w"), max_events=10)
+    held = [json.loads(gzip.decompress(open(p, "rb").read())) for p in out]
+    names = [[e["name"] for e in doc["traceEvents"] if e.get("ph") == "X"] for doc in held]
+    assert [n for n in names[0] if n.startswith("op")] == [f"op{i}" for i in range(10)]
+    assert [n for n in names[1] if n.startswith("op")] == [f"op{i}" for i in range(10, 20)]
+    assert sum(n.count("early_kernel") for n in names) == 1
+    assert [read_trace(p).metadata[WINDOW_KEY]["cut"] for p in out] == [CUT_IDLE, CUT_IDLE]

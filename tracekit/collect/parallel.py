@@ -324,6 +324,8 @@ def _start_and_wait(scratch: str, job: dict[str, Any], tp: int) -> list[dict[str
                     break
             time.sleep(_POLL_S)
     finally:
+        # Ranks still running are stopped here, by this process: their exit says nothing of the cause.
+        stopped = {r for r, p in enumerate(procs) if p.poll() is None}
         _stop(procs)
         for log in logs:
             log.close()
@@ -336,13 +338,14 @@ def _start_and_wait(scratch: str, job: dict[str, Any], tp: int) -> list[dict[str
     for r, c in enumerate(codes):
         res = _read_result(scratch, r)
         if res is not None and res.get("ok") is False:
-            failures.append((res.get("time", float("inf")), r, res.get("error") or "failed"))
+            # An error a rank wrote itself counts, stopped or not; the earliest is the cause.
+            failures.append((False, res.get("time", float("inf")), r, res.get("error") or "failed"))
         elif c not in (None, 0):
-            failures.append((float("inf"), r, _exit_reason(c, os.path.join(scratch, f"rank{r}.log"))))
+            failures.append((r in stopped, float("inf"), r, _exit_reason(c, os.path.join(scratch, f"rank{r}.log"))))
         elif res is None:
-            failures.append((float("inf"), r, "it exited without writing its result"))
+            failures.append((r in stopped, float("inf"), r, "it exited without writing its result"))
     failures.sort()
-    _, rank, error = failures[0]
+    _, _, rank, error = failures[0]
     if "address already in use" in error.lower() or "eaddrinuse" in error.lower():
         raise _PortTaken()
     raise TracekitError(f"rank {rank} of {tp} failed: {error}")
